@@ -1,0 +1,130 @@
+// The HLIR graph: primitive-op nodes whose input edges carry the consumer's view of
+// the producer, plus the per-run state (bound dims, input data, kept outputs).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "luminal/buffer.hpp"
+#include "luminal/dtype.hpp"
+#include "luminal/expr.hpp"
+#include "luminal/op.hpp"
+#include "luminal/view.hpp"
+
+namespace luminal {
+
+class Backend;
+class Executable;
+class Tensor;
+
+/// A node's index in its graph.
+struct NodeId {
+  uint32_t value = UINT32_MAX;
+  bool valid() const { return value != UINT32_MAX; }
+  bool operator==(const NodeId&) const = default;
+  auto operator<=>(const NodeId&) const = default;
+};
+
+/// A literal that keeps integers exact: `is_int` says which member is meaningful.
+struct Scalar {
+  double f = 0;
+  int64_t i = 0;
+  bool is_int = false;
+  static Scalar of(double v) { return {v, 0, false}; }
+  static Scalar of_int(int64_t v) { return {static_cast<double>(v), v, true}; }
+  double as_double() const { return is_int ? static_cast<double>(i) : f; }
+};
+
+/// An input edge: the producer and how this consumer reads it.
+struct Edge {
+  NodeId source;
+  View view;
+};
+
+struct Node {
+  Op op = Op::Input;
+  DType dtype = DType::F32;
+  std::vector<Expr> shape;   // output shape; outputs are stored row-major
+  std::vector<Edge> inputs;  // arity from traits(op)
+  std::string name;          // Input: the data's name; otherwise an optional label
+  Scalar value;              // Constant
+  Expr iota;                 // Iota: value at flat output index `z`
+  int axis = -1;             // SumReduce / MaxReduce
+};
+
+class Graph {
+ public:
+  Graph();
+  ~Graph();
+  Graph(const Graph&) = delete;  // tensors point at their graph
+  Graph& operator=(const Graph&) = delete;
+
+  // --- building -------------------------------------------------------------------
+  /// A new input of the given shape (dims may be symbolic: {"s", 64}).
+  Tensor tensor(const std::vector<Expr>& shape, DType dtype = DType::F32);
+  Tensor named_tensor(std::string name, const std::vector<Expr>& shape, DType dtype = DType::F32);
+  /// A scalar constant (shape []); broadcast it with Tensor::broadcast_to.
+  Tensor constant(double value, DType dtype = DType::F32);
+  Tensor constant_int(int64_t value, DType dtype = DType::I32);
+  /// out[z] = expr evaluated at the flat output index z, for the given shape.
+  Tensor iota(Expr expr, const std::vector<Expr>& shape, DType dtype = DType::I32);
+
+  /// Validates and appends a node (inputs must already exist); returns its id.
+  NodeId add_node(Node node);
+  const Node& node(NodeId id) const;
+  size_t num_nodes() const { return nodes_.size(); }
+  /// A tensor handle reading a node's whole output.
+  Tensor tensor_of(NodeId id);
+
+  // --- per-run state --------------------------------------------------------------
+  /// Binds a symbolic dimension for the following runs.
+  void set_dim(std::string_view name, int64_t value);
+  const Bindings& dims() const { return dims_; }
+
+  void set_data(NodeId id, Buffer data);
+  /// The stored data of a node (inputs, and outputs after execute), or nullptr.
+  const Buffer* data(NodeId id) const;
+  void drop_data(NodeId id);
+
+  /// Marks a node whose value is read back after execute.
+  void mark_retrieve(NodeId id);
+  /// Marks a node that must survive optimisation and keep its value after execute.
+  void mark_keep(NodeId id);
+  bool is_output(NodeId id) const { return outputs_.count(id.value) > 0; }
+  std::vector<NodeId> outputs() const;
+
+  // --- running --------------------------------------------------------------------
+  /// Prepares the graph for a backend (e.g. luminal::reference()).
+  void compile(const Backend& backend);
+  /// Runs the compiled graph with the current inputs and dims.
+  void execute();
+
+  // --- printing -------------------------------------------------------------------
+  /// One line per node: `%3 = Add(%1, %2{view}) : f32[2, 3]`.
+  std::string to_text() const;
+  /// Graphviz DOT.
+  std::string to_dot() const;
+
+ private:
+  void validate(const Node& n) const;
+
+  std::vector<Node> nodes_;
+  Bindings dims_;
+  std::unordered_map<uint32_t, Buffer> data_;
+  std::unordered_set<uint32_t> outputs_;
+  std::unique_ptr<Executable> executable_;
+  size_t compiled_nodes_ = 0;  // nodes present when compiled; later additions need a recompile
+};
+
+}  // namespace luminal
+
+template <>
+struct std::hash<luminal::NodeId> {
+  size_t operator()(luminal::NodeId id) const noexcept { return id.value; }
+};

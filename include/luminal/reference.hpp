@@ -1,0 +1,18 @@
+// The reference interpreter: runs HLIR exactly, node by node, on the host. It is the
+// oracle every backend is tested against: correct first, fast enough for tests.
+#pragma once
+
+#include "luminal/backend.hpp"
+
+namespace luminal {
+
+class ReferenceBackend final : public Backend {
+ public:
+  std::string name() const override { return "reference"; }
+  std::unique_ptr<Executable> compile(const Graph& graph) const override;
+};
+
+/// `cx.compile(luminal::reference())`
+inline ReferenceBackend reference() { return {}; }
+
+}  // namespace luminal

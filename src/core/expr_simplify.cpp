@@ -1,0 +1,295 @@
+// The simplifying constructor behind every Expr operator.
+//
+// Normal forms kept by construction:
+//  - a sum is a left-nested chain of terms sorted by structural hash, each term a
+//    monomial times a constant coefficient (coefficient on the right, 1 omitted), and
+//    the constant last; like terms are combined, and (x / c) * c + x % c becomes x;
+//  - a product is a sorted chain of non-constant factors times one constant; a
+//    constant times a sum is distributed;
+//  - (c*Q + R) / c and (c*Q + R) % c split off the multiples of c, and a common
+//    factor of the coefficients and the divisor is cancelled;
+//  - min / max / comparisons of linear expressions are decided by the bounds of their
+//    difference; the rest is the rule table (expr_rules.cpp).
+// Results are memoised per raw node, so rebuilding a known expression is a lookup.
+#include <algorithm>
+#include <numeric>
+
+#include "core/expr_rules.hpp"
+#include "core/expr_table.hpp"
+#include "luminal/error.hpp"
+
+namespace luminal::expr_detail {
+namespace {
+
+Expr raw(ExprOp op, Expr a, Expr b) {
+  return Expr::from_id(ExprTable::get().intern(NodeKey{op, a.id(), b.id(), 0, 0, 0}));
+}
+
+// A node already in normal form: its simplified form is itself.
+Expr canon(ExprOp op, Expr a, Expr b) {
+  Expr e = raw(op, a, b);
+  ExprTable::get().set_memo(e.id(), e.id());
+  return e;
+}
+
+bool is_op(Expr e, ExprOp op) { return !e.is_const() && !e.is_var() && e.op() == op; }
+
+// A product with a constant coefficient: mono * c.
+bool is_scaled(Expr e) { return is_op(e, ExprOp::Mul) && e.rhs().is_const(); }
+
+bool order_before(Expr a, Expr b) {
+  const uint64_t ha = a.structural_hash(), hb = b.structural_hash();
+  return ha != hb ? ha < hb : a.id() < b.id();
+}
+
+struct Term {
+  Expr mono;
+  int64_t coef;
+};
+
+struct Linear {
+  std::vector<Term> terms;
+  int64_t constant = 0;
+  bool overflow = false;
+
+  void add_constant(int64_t v) { overflow |= __builtin_add_overflow(constant, v, &constant); }
+};
+
+void collect(Expr e, int64_t scale, Linear& out) {
+  if (auto c = e.as_const()) {
+    int64_t v;
+    out.overflow |= __builtin_mul_overflow(*c, scale, &v);
+    out.add_constant(v);
+  } else if (is_op(e, ExprOp::Add)) {
+    collect(e.lhs(), scale, out);
+    collect(e.rhs(), scale, out);
+  } else if (is_scaled(e)) {
+    int64_t v;
+    out.overflow |= __builtin_mul_overflow(*e.rhs().as_const(), scale, &v);
+    out.terms.push_back({e.lhs(), v});
+  } else {
+    out.terms.push_back({e, scale});
+  }
+}
+
+void sort_and_merge(Linear& l) {
+  std::sort(l.terms.begin(), l.terms.end(),
+            [](const Term& a, const Term& b) { return order_before(a.mono, b.mono); });
+  std::vector<Term> merged;
+  for (const Term& t : l.terms) {
+    if (!merged.empty() && merged.back().mono == t.mono) {
+      l.overflow |= __builtin_add_overflow(merged.back().coef, t.coef, &merged.back().coef);
+    } else {
+      merged.push_back(t);
+    }
+  }
+  std::erase_if(merged, [](const Term& t) { return t.coef == 0; });
+  l.terms = std::move(merged);
+}
+
+// (x / c) * (c*k) + (x % c) * k  ==  x * k   (floor semantics, any sign of x).
+bool recombine_divmod(Linear& l) {
+  for (size_t i = 0; i < l.terms.size(); ++i) {
+    const Term& d = l.terms[i];
+    if (!is_op(d.mono, ExprOp::Div) || !d.mono.rhs().is_const()) continue;
+    const Expr x = d.mono.lhs(), c = d.mono.rhs();
+    for (size_t j = 0; j < l.terms.size(); ++j) {
+      const Term& m = l.terms[j];
+      if (!is_op(m.mono, ExprOp::Mod) || m.mono.lhs() != x || m.mono.rhs() != c) continue;
+      int64_t expect;
+      if (__builtin_mul_overflow(m.coef, *c.as_const(), &expect) || expect != d.coef) continue;
+      const int64_t k = m.coef;
+      l.terms.erase(l.terms.begin() + static_cast<std::ptrdiff_t>(std::max(i, j)));
+      l.terms.erase(l.terms.begin() + static_cast<std::ptrdiff_t>(std::min(i, j)));
+      collect(x, k, l);
+      return true;
+    }
+  }
+  return false;
+}
+
+Expr build_linear(Linear l) {
+  sort_and_merge(l);
+  while (recombine_divmod(l)) sort_and_merge(l);
+  Expr chain;
+  bool empty = true;
+  for (const Term& t : l.terms) {
+    Expr term = t.coef == 1 ? t.mono : canon(ExprOp::Mul, t.mono, Expr(t.coef));
+    chain = empty ? term : canon(ExprOp::Add, chain, term);
+    empty = false;
+  }
+  if (empty) return Expr(l.constant);
+  return l.constant == 0 ? chain : canon(ExprOp::Add, chain, Expr(l.constant));
+}
+
+Expr build_add(Expr a, Expr b) {
+  if (b.as_const() == 0) return a;
+  if (a.as_const() == 0) return b;
+  Linear l;
+  collect(a, 1, l);
+  collect(b, 1, l);
+  if (l.overflow) return canon(ExprOp::Add, a, b);
+  return build_linear(std::move(l));
+}
+
+void collect_factors(Expr e, std::vector<Expr>& out) {
+  if (is_op(e, ExprOp::Mul)) {
+    collect_factors(e.lhs(), out);
+    collect_factors(e.rhs(), out);
+  } else {
+    out.push_back(e);
+  }
+}
+
+Expr build_mul(Expr a, Expr b) {
+  if (a.is_const() && !b.is_const()) std::swap(a, b);
+  if (auto c = b.as_const()) {
+    if (*c == 0) return Expr(0);
+    if (*c == 1) return a;
+    if (is_op(a, ExprOp::Add)) {
+      Linear l;
+      collect(a, *c, l);
+      if (!l.overflow) return build_linear(std::move(l));
+    } else if (is_scaled(a)) {
+      int64_t k;
+      if (!__builtin_mul_overflow(*a.rhs().as_const(), *c, &k)) return build_mul(a.lhs(), Expr(k));
+    }
+    return canon(ExprOp::Mul, a, b);
+  }
+  int64_t coef = 1;
+  std::vector<Expr> factors;
+  for (Expr side : {a, b}) {
+    if (is_scaled(side)) {
+      if (__builtin_mul_overflow(coef, *side.rhs().as_const(), &coef)) return canon(ExprOp::Mul, a, b);
+      side = side.lhs();
+    }
+    collect_factors(side, factors);
+  }
+  std::sort(factors.begin(), factors.end(), order_before);
+  Expr chain = factors[0];
+  for (size_t i = 1; i < factors.size(); ++i) chain = canon(ExprOp::Mul, chain, factors[i]);
+  return coef == 1 ? chain : build_mul(chain, Expr(coef));
+}
+
+int64_t gcd_of_terms(const std::vector<Term>& terms, int64_t c) {
+  int64_t g = c;
+  for (const Term& t : terms) g = std::gcd(g, t.coef);
+  return g;
+}
+
+Linear scaled_down(const std::vector<Term>& terms, int64_t g) {
+  Linear out;
+  for (const Term& t : terms) out.terms.push_back({t.mono, t.coef / g});
+  return out;
+}
+
+// Splits a linear form into multiples of c (Q, with constant q) and the rest (R, with
+// a constant r in [0, c)): a = c*Q + R.
+void split_multiples(const Linear& l, int64_t c, Linear& q, Linear& r) {
+  for (const Term& t : l.terms) {
+    if (t.coef % c == 0) {
+      q.terms.push_back({t.mono, t.coef / c});
+    } else {
+      r.terms.push_back(t);
+    }
+  }
+  q.constant = floor_div(l.constant, c);
+  r.constant = floor_mod(l.constant, c);
+}
+
+std::optional<Expr> div_linear(Expr a, int64_t c) {
+  if (!is_op(a, ExprOp::Add) && !is_scaled(a)) return std::nullopt;
+  Linear l, q, r;
+  collect(a, 1, l);
+  if (l.overflow) return std::nullopt;
+  split_multiples(l, c, q, r);
+  if (!q.terms.empty() || q.constant != 0)
+    return build_linear(q) + build_linear(r) / Expr(c);
+  const int64_t g = gcd_of_terms(r.terms, c);
+  if (g <= 1) return std::nullopt;
+  Linear s = scaled_down(r.terms, g);
+  s.constant = r.constant / g;  // the remainder r.constant % g < g drops out of the floor
+  return build_linear(s) / Expr(c / g);
+}
+
+std::optional<Expr> mod_linear(Expr a, int64_t c) {
+  if (!is_op(a, ExprOp::Add) && !is_scaled(a)) return std::nullopt;
+  Linear l, q, r;
+  collect(a, 1, l);
+  if (l.overflow) return std::nullopt;
+  split_multiples(l, c, q, r);
+  if (!q.terms.empty() || q.constant != 0) return build_linear(r) % Expr(c);
+  const int64_t g = gcd_of_terms(r.terms, c);
+  if (g <= 1) return std::nullopt;
+  Linear s = scaled_down(r.terms, g);
+  s.constant = r.constant / g;
+  return (build_linear(s) % Expr(c / g)) * Expr(g) + Expr(r.constant % g);
+}
+
+Expr finish(ExprOp op, Expr a, Expr b) {
+  Expr e = raw(op, a, b);
+  if (auto r = apply_rules(e)) return *r;
+  ExprTable::get().set_memo(e.id(), e.id());
+  return e;
+}
+
+Expr simplify_node(ExprOp op, Expr a, Expr b) {
+  const auto ca = a.as_const(), cb = b.as_const();
+  if (ca && cb) {
+    if (auto v = fold(op, *ca, *cb)) return Expr(*v);
+    return canon(op, a, b);  // division by zero or overflow: left for eval to report
+  }
+  switch (op) {
+    case ExprOp::Add: return build_add(a, b);
+    case ExprOp::Mul: return build_mul(a, b);
+    case ExprOp::Div:
+      if (cb == 1) return a;
+      if (cb == -1) return -a;
+      if (ca == 0) return Expr(0);
+      if (cb && *cb > 0)
+        if (auto r = div_linear(a, *cb)) return *r;
+      return finish(op, a, b);
+    case ExprOp::Mod:
+      if (cb == 1 || cb == -1 || ca == 0) return Expr(0);
+      if (cb && *cb > 0)
+        if (auto r = mod_linear(a, *cb)) return *r;
+      return finish(op, a, b);
+    case ExprOp::Min:
+    case ExprOp::Max: {
+      if (a == b) return a;
+      const Expr d = a - b;
+      const bool is_min = op == ExprOp::Min;
+      if (d.upper_bound() <= 0) return is_min ? a : b;
+      if (d.lower_bound() >= 0) return is_min ? b : a;
+      if (ca || (!cb && order_before(b, a))) std::swap(a, b);
+      return finish(op, a, b);
+    }
+    case ExprOp::Lt:
+    case ExprOp::Ge: {
+      const Expr d = a - b;
+      if (d.upper_bound() < 0) return Expr(op == ExprOp::Lt ? 1 : 0);
+      if (d.lower_bound() >= 0) return Expr(op == ExprOp::Lt ? 0 : 1);
+      return finish(op, a, b);
+    }
+    case ExprOp::And:
+    case ExprOp::Or:
+      if (ca || (!cb && order_before(b, a))) std::swap(a, b);
+      return finish(op, a, b);
+    case ExprOp::Const:
+    case ExprOp::Var: break;
+  }
+  LUM_ASSERT(false) << "simplify_node on a leaf";
+}
+
+}  // namespace
+
+Expr build(ExprOp op, Expr a, Expr b) {
+  auto& t = ExprTable::get();
+  const uint32_t id = t.intern(NodeKey{op, a.id(), b.id(), 0, 0, 0});
+  if (uint32_t m = t.memo(id); m != kNoId) return Expr::from_id(m);
+  Expr r = simplify_node(op, a, b);
+  t.set_memo(id, r.id());
+  return r;
+}
+
+}  // namespace luminal::expr_detail

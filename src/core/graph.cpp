@@ -1,0 +1,179 @@
+// Graph construction, validation and per-run state.
+#include "luminal/graph.hpp"
+
+#include <algorithm>
+
+#include "luminal/backend.hpp"
+#include "luminal/error.hpp"
+#include "luminal/tensor.hpp"
+
+namespace luminal {
+namespace {
+
+bool is_index_dtype(DType t) { return t == DType::I32 || t == DType::I64; }
+
+void check_shapes_equal(const Node& n, const View& a, const View& b) {
+  LUM_CHECK(a.shape() == b.shape()) << op_name(n.op) << ": shape mismatch "
+                                    << to_string(a.shape()) << " vs " << to_string(b.shape());
+}
+
+}  // namespace
+
+Graph::Graph() = default;
+Graph::~Graph() = default;
+
+Tensor Graph::tensor(const std::vector<Expr>& shape, DType dtype) {
+  return named_tensor("", shape, dtype);
+}
+
+Tensor Graph::named_tensor(std::string name, const std::vector<Expr>& shape, DType dtype) {
+  Node n;
+  n.op = Op::Input;
+  n.dtype = dtype;
+  n.shape = shape;
+  n.name = name.empty() ? "input" + std::to_string(nodes_.size()) : std::move(name);
+  return tensor_of(add_node(std::move(n)));
+}
+
+Tensor Graph::constant(double value, DType dtype) {
+  Node n;
+  n.op = Op::Constant;
+  n.dtype = dtype;
+  n.value = Scalar::of(value);
+  return tensor_of(add_node(std::move(n)));
+}
+
+Tensor Graph::constant_int(int64_t value, DType dtype) {
+  Node n;
+  n.op = Op::Constant;
+  n.dtype = dtype;
+  n.value = Scalar::of_int(value);
+  return tensor_of(add_node(std::move(n)));
+}
+
+Tensor Graph::iota(Expr expr, const std::vector<Expr>& shape, DType dtype) {
+  Node n;
+  n.op = Op::Iota;
+  n.dtype = dtype;
+  n.shape = shape;
+  n.iota = expr;
+  return tensor_of(add_node(std::move(n)));
+}
+
+Tensor Graph::tensor_of(NodeId id) {
+  const Node& n = node(id);
+  return Tensor(this, id, View::contiguous(n.shape), n.dtype);
+}
+
+const Node& Graph::node(NodeId id) const {
+  LUM_CHECK(id.value < nodes_.size()) << "node %" << id.value << " does not exist (graph has "
+                                      << nodes_.size() << " nodes)";
+  return nodes_[id.value];
+}
+
+NodeId Graph::add_node(Node n) {
+  const OpTraits& t = traits(n.op);
+  LUM_CHECK(n.inputs.size() == static_cast<size_t>(t.arity))
+      << t.name << ": expects " << t.arity << " inputs, got " << n.inputs.size();
+  for (const Edge& e : n.inputs)
+    LUM_CHECK(e.source.value < nodes_.size())
+        << t.name << ": input %" << e.source.value << " does not exist";
+  auto in_dtype = [&](size_t i) { return nodes_[n.inputs[i].source.value].dtype; };
+  auto in_view = [&](size_t i) -> const View& { return n.inputs[i].view; };
+
+  switch (t.category) {
+    case OpCategory::Source:
+      if (n.op == Op::Constant) n.shape.clear();
+      break;
+    case OpCategory::Unary:
+      LUM_CHECK(!t.float_only || is_float(in_dtype(0)))
+          << t.name << ": needs a floating-point input, got " << dtype_name(in_dtype(0));
+      if (n.op != Op::Cast) n.dtype = in_dtype(0);
+      n.shape = in_view(0).shape();
+      break;
+    case OpCategory::Binary:
+      check_shapes_equal(n, in_view(0), in_view(1));
+      LUM_CHECK(in_dtype(0) == in_dtype(1)) << t.name << ": dtype mismatch "
+                                            << dtype_name(in_dtype(0)) << " vs "
+                                            << dtype_name(in_dtype(1));
+      LUM_CHECK(n.op != Op::Mod || in_dtype(0) != DType::Bool) << "Mod: bool inputs";
+      n.dtype = n.op == Op::LessThan ? DType::Bool : in_dtype(0);
+      n.shape = in_view(0).shape();
+      break;
+    case OpCategory::Reduce: {
+      const auto& s = in_view(0).shape();
+      const size_t axis = normalize_axis(n.axis, s.size(), t.name.data());
+      LUM_CHECK(in_dtype(0) != DType::Bool)
+          << t.name << ": bool input; cast it to an integer type first";
+      n.axis = static_cast<int>(axis);
+      n.dtype = in_dtype(0);
+      n.shape = s;
+      n.shape.erase(n.shape.begin() + static_cast<std::ptrdiff_t>(axis));
+      break;
+    }
+    case OpCategory::Indexing:
+      LUM_CHECK(is_index_dtype(in_dtype(1)))
+          << t.name << ": indices must be i32 or i64, got " << dtype_name(in_dtype(1));
+      n.dtype = in_dtype(0);
+      if (n.op == Op::Gather) {
+        n.shape = in_view(1).shape();
+      } else {
+        check_shapes_equal(n, in_view(1), in_view(2));
+        LUM_CHECK(in_dtype(2) == in_dtype(0))
+            << "Scatter: source dtype " << dtype_name(in_dtype(2)) << " differs from destination "
+            << dtype_name(in_dtype(0));
+        n.shape = in_view(0).shape();
+      }
+      break;
+  }
+  nodes_.push_back(std::move(n));
+  return NodeId{static_cast<uint32_t>(nodes_.size() - 1)};
+}
+
+void Graph::set_dim(std::string_view name, int64_t value) {
+  LUM_CHECK(value >= 0) << "set_dim: dimension '" << name << "' must be non-negative, got "
+                        << value;
+  dims_.set(name, value);
+}
+
+void Graph::set_data(NodeId id, Buffer data) {
+  node(id);  // validates the id
+  data_[id.value] = std::move(data);
+}
+
+const Buffer* Graph::data(NodeId id) const {
+  auto it = data_.find(id.value);
+  return it == data_.end() ? nullptr : &it->second;
+}
+
+void Graph::drop_data(NodeId id) { data_.erase(id.value); }
+
+void Graph::mark_retrieve(NodeId id) {
+  node(id);
+  outputs_.insert(id.value);
+}
+
+void Graph::mark_keep(NodeId id) { mark_retrieve(id); }
+
+std::vector<NodeId> Graph::outputs() const {
+  std::vector<NodeId> out;
+  for (uint32_t v : outputs_) out.push_back(NodeId{v});
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void Graph::compile(const Backend& backend) {
+  executable_ = backend.compile(*this);
+  compiled_nodes_ = nodes_.size();
+}
+
+void Graph::execute() {
+  LUM_CHECK(executable_) << "execute: the graph is not compiled; call compile(luminal::reference()) "
+                            "or another backend first";
+  LUM_CHECK(compiled_nodes_ == nodes_.size())
+      << "execute: " << nodes_.size() - compiled_nodes_
+      << " nodes were added after compile; compile again";
+  executable_->run(*this);
+}
+
+}  // namespace luminal
