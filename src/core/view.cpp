@@ -199,6 +199,8 @@ std::optional<View> View::reshape(const std::vector<Expr>& shape) const {
       << "reshape: cannot reshape " << luminal::to_string(dims_) << " (" << numel()
       << " elements) to " << luminal::to_string(shape) << " (" << product(shape)
       << " elements)";
+  // An empty tensor reads nothing, so any layout serves.
+  if (numel() == Expr(0)) return contiguous(shape);
   // Size-1 dims carry no addressing; they may be dropped if fully valid.
   std::vector<size_t> old_dims;
   for (size_t d = 0; d < rank(); ++d) {
