@@ -2,6 +2,7 @@
 // Executable once; the Executable runs it many times with new inputs and dims.
 #pragma once
 
+#include <cstddef>
 #include <memory>
 #include <string>
 
@@ -9,11 +10,18 @@ namespace luminal {
 
 class Graph;
 
+/// What the last run did (zero where a backend does not track it).
+struct RunStats {
+  size_t nodes_run = 0;
+  size_t peak_bytes = 0;  // intermediate values alive at once, at the peak
+};
+
 class Executable {
  public:
   virtual ~Executable() = default;
   /// Runs with the graph's current inputs and bound dims, storing outputs in it.
   virtual void run(Graph& graph) = 0;
+  virtual RunStats last_run() const { return {}; }
 };
 
 class Backend {

@@ -11,6 +11,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "luminal/backend.hpp"
 #include "luminal/buffer.hpp"
 #include "luminal/dtype.hpp"
 #include "luminal/expr.hpp"
@@ -19,8 +20,6 @@
 
 namespace luminal {
 
-class Backend;
-class Executable;
 class Tensor;
 
 /// A node's index in its graph.
@@ -104,6 +103,8 @@ class Graph {
   void compile(const Backend& backend);
   /// Runs the compiled graph with the current inputs and dims.
   void execute();
+  /// Statistics of the last execute (zeros before the first).
+  RunStats last_run_stats() const;
 
   // --- printing -------------------------------------------------------------------
   /// One line per node: `%3 = Add(%1, %2{view}) : f32[2, 3]`.

@@ -27,9 +27,7 @@ Expr raw(ExprOp op, Expr a, Expr b) {
 
 // A node already in normal form: its simplified form is itself.
 Expr canon(ExprOp op, Expr a, Expr b) {
-  Expr e = raw(op, a, b);
-  ExprTable::get().set_memo(e.id(), e.id());
-  return e;
+  return Expr::from_id(ExprTable::get().intern_canonical(NodeKey{op, a.id(), b.id(), 0, 0, 0}));
 }
 
 bool is_op(Expr e, ExprOp op) { return !e.is_const() && !e.is_var() && e.op() == op; }
@@ -285,8 +283,8 @@ Expr simplify_node(ExprOp op, Expr a, Expr b) {
 
 Expr build(ExprOp op, Expr a, Expr b) {
   auto& t = ExprTable::get();
-  const uint32_t id = t.intern(NodeKey{op, a.id(), b.id(), 0, 0, 0});
-  if (uint32_t m = t.memo(id); m != kNoId) return Expr::from_id(m);
+  const auto [id, m] = t.intern_with_memo(NodeKey{op, a.id(), b.id(), 0, 0, 0});
+  if (m != kNoId) return Expr::from_id(m);
   Expr r = simplify_node(op, a, b);
   t.set_memo(id, r.id());
   return r;

@@ -14,13 +14,22 @@ uint64_t mix(uint64_t h, uint64_t v) {
   return h * 0xff51afd7ed558ccdull;
 }
 
+// Final avalanche (MurmurHash3 fmix64): the table indexes by the low bits.
+uint64_t avalanche(uint64_t h) {
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdull;
+  h ^= h >> 33;
+  h *= 0xc4ceb9fe1a85ec53ull;
+  return h ^ (h >> 33);
+}
+
 uint64_t key_hash(const NodeKey& k) {
   uint64_t h = static_cast<uint64_t>(k.op);
   h = mix(h, k.a);
   h = mix(h, k.b);
   h = mix(h, static_cast<uint64_t>(k.value));
   h = mix(h, static_cast<uint64_t>(k.lo));
-  return mix(h, static_cast<uint64_t>(k.hi));
+  return avalanche(mix(h, static_cast<uint64_t>(k.hi)));
 }
 
 uint64_t string_hash(std::string_view s) {
@@ -181,33 +190,50 @@ ExprTable& ExprTable::get() {
 }
 
 ExprTable::ExprTable() {
-  slots_.assign(1u << 12, 0);
+  slots_.assign(1u << 12, Slot{});
   // Id 0 is the constant 0, so a default-constructed Expr is zero.
+  const NodeKey zero{ExprOp::Const, 0, 0, 0, 0, 0};
   std::lock_guard lock(mu_);
-  insert_locked(NodeKey{ExprOp::Const, 0, 0, 0, 0, 0});
+  insert_locked(zero, static_cast<uint32_t>(key_hash(zero)));
 }
 
-uint32_t ExprTable::intern(const NodeKey& key) {
-  std::lock_guard lock(mu_);
+namespace {
+
+bool same_key(const ExprNode& n, const NodeKey& k) {
+  if (n.op != k.op || n.a != k.a || n.b != k.b || n.value != k.value) return false;
+  return n.op != ExprOp::Var || (n.lo == k.lo && n.hi == k.hi);
+}
+
+}  // namespace
+
+uint32_t ExprTable::find_or_insert_locked(const NodeKey& key) {
+  const auto tag = static_cast<uint32_t>(key_hash(key));
   const size_t mask = slots_.size() - 1;
-  for (size_t i = key_hash(key) & mask;; i = (i + 1) & mask) {
-    uint32_t s = slots_[i];
-    if (s == 0) break;
-    const ExprNode& n = node(s - 1);
-    NodeKey k{n.op, n.a, n.b, n.value, 0, 0};
-    if (n.op == ExprOp::Var) {
-      k.lo = n.lo;
-      k.hi = n.hi;
-    }
-    if (k == key) return s - 1;
+  for (size_t i = tag & mask;; i = (i + 1) & mask) {
+    const Slot s = slots_[i];
+    if (s.id1 == 0) break;
+    if (s.tag == tag && same_key(node(s.id1 - 1), key)) return s.id1 - 1;
   }
-  return insert_locked(key);
+  return insert_locked(key, tag);
 }
 
-uint32_t ExprTable::insert_locked(const NodeKey& key) {
+std::pair<uint32_t, uint32_t> ExprTable::intern_with_memo(const NodeKey& key) {
+  std::lock_guard lock(mu_);
+  const uint32_t id = find_or_insert_locked(key);
+  return {id, memo_[id]};
+}
+
+uint32_t ExprTable::intern_canonical(const NodeKey& key) {
+  std::lock_guard lock(mu_);
+  const uint32_t id = find_or_insert_locked(key);
+  memo_[id] = id;
+  return id;
+}
+
+uint32_t ExprTable::insert_locked(const NodeKey& key, uint32_t tag) {
   LUM_ASSERT(size_ < kMaxChunks * kChunkSize) << "symbolic expression table is full";
   if ((size_ & (kChunkSize - 1)) == 0) {
-    owned_.push_back(std::make_unique<ExprNode[]>(kChunkSize));
+    owned_.push_back(std::unique_ptr<ExprNode[]>(new ExprNode[kChunkSize]));
     chunks_[size_ >> kChunkBits] = owned_.back().get();
   }
   const uint32_t id = size_;
@@ -231,26 +257,20 @@ uint32_t ExprTable::insert_locked(const NodeKey& key) {
   memo_.push_back(kNoId);
   if (size_ * 2 > slots_.size()) grow_locked();
   const size_t mask = slots_.size() - 1;
-  size_t i = key_hash(key) & mask;
-  while (slots_[i] != 0) i = (i + 1) & mask;
-  slots_[i] = id + 1;
+  size_t i = tag & mask;
+  while (slots_[i].id1 != 0) i = (i + 1) & mask;
+  slots_[i] = Slot{tag, id + 1};
   return id;
 }
 
 void ExprTable::grow_locked() {
-  std::vector<uint32_t> old(slots_.size() * 2, 0);
+  std::vector<Slot> old(slots_.size() * 2);
   old.swap(slots_);
   const size_t mask = slots_.size() - 1;
-  for (uint32_t s : old) {
-    if (s == 0) continue;
-    const ExprNode& n = node(s - 1);
-    NodeKey k{n.op, n.a, n.b, n.value, 0, 0};
-    if (n.op == ExprOp::Var) {
-      k.lo = n.lo;
-      k.hi = n.hi;
-    }
-    size_t i = key_hash(k) & mask;
-    while (slots_[i] != 0) i = (i + 1) & mask;
+  for (const Slot& s : old) {
+    if (s.id1 == 0) continue;
+    size_t i = s.tag & mask;
+    while (slots_[i].id1 != 0) i = (i + 1) & mask;
     slots_[i] = s;
   }
 }

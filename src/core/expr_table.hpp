@@ -45,7 +45,11 @@ class ExprTable {
     return chunks_[id >> kChunkBits][id & (kChunkSize - 1)];
   }
   /// Returns the id of the node with this key, creating it (bounds computed) if new.
-  uint32_t intern(const NodeKey& key);
+  uint32_t intern(const NodeKey& key) { return intern_with_memo(key).first; }
+  /// intern() and memo() under one lock.
+  std::pair<uint32_t, uint32_t> intern_with_memo(const NodeKey& key);
+  /// Interns a node that is its own simplified form.
+  uint32_t intern_canonical(const NodeKey& key);
   uint32_t intern_name(std::string_view name);
   /// The name of an interned variable; the view stays valid for the process lifetime.
   std::string_view name(uint32_t name_id) const;
@@ -60,7 +64,8 @@ class ExprTable {
   static constexpr uint32_t kChunkSize = 1u << kChunkBits;
   static constexpr uint32_t kMaxChunks = 1u << 14;
 
-  uint32_t insert_locked(const NodeKey& key);
+  uint32_t find_or_insert_locked(const NodeKey& key);
+  uint32_t insert_locked(const NodeKey& key, uint32_t tag);
   void grow_locked();
 
   mutable std::mutex mu_;
@@ -68,7 +73,12 @@ class ExprTable {
   std::vector<std::unique_ptr<ExprNode[]>> owned_;
   std::vector<uint32_t> memo_;
   uint32_t size_ = 0;
-  std::vector<uint32_t> slots_;  // open addressing: node id + 1, 0 = empty
+  // Open addressing. The hash tag lets probing and growth skip reading nodes.
+  struct Slot {
+    uint32_t tag = 0;  // low 32 bits of the key hash
+    uint32_t id1 = 0;  // node id + 1; 0 = empty
+  };
+  std::vector<Slot> slots_;
   std::vector<std::unique_ptr<const std::string>> names_;  // stable addresses
   struct NameHash {
     using is_transparent = void;

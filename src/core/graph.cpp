@@ -176,4 +176,6 @@ void Graph::execute() {
   executable_->run(*this);
 }
 
+RunStats Graph::last_run_stats() const { return executable_ ? executable_->last_run() : RunStats{}; }
+
 }  // namespace luminal

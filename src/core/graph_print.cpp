@@ -20,11 +20,15 @@ std::string attributes(const Node& n) {
       }
       break;
     case Op::Iota: os << " {" << n.iota << "}"; break;
-    case Op::SumReduce:
-    case Op::MaxReduce: os << " axis=" << n.axis; break;
     default: break;
   }
   return os.str();
+}
+
+// Attributes printed after the inputs.
+std::string trailing_attributes(const Node& n) {
+  if (n.op == Op::SumReduce || n.op == Op::MaxReduce) return " axis=" + std::to_string(n.axis);
+  return "";
 }
 
 // An edge whose view is the producer's own row-major layout prints as just %id.
@@ -55,7 +59,7 @@ std::string Graph::to_text() const {
       for (size_t k = 0; k < n.inputs.size(); ++k) os << (k ? ", " : "") << edge_text(*this, n.inputs[k]);
       os << ')';
     }
-    os << " : " << type_of(n);
+    os << trailing_attributes(n) << " : " << type_of(n);
     if (outputs_.count(static_cast<uint32_t>(i))) os << "  [output]";
     os << '\n';
   }
@@ -67,7 +71,7 @@ std::string Graph::to_dot() const {
   os << "digraph luminal {\n  node [shape=box, fontname=\"monospace\"];\n";
   for (size_t i = 0; i < nodes_.size(); ++i) {
     const Node& n = nodes_[i];
-    const std::string head = "%" + std::to_string(i) + " " + std::string(op_name(n.op)) + attributes(n);
+    const std::string head = "%" + std::to_string(i) + " " + std::string(op_name(n.op)) + attributes(n) + trailing_attributes(n);
     os << "  n" << i << " [label=\"" << dot_escape(head) << "\\n" << dot_escape(type_of(n)) << "\""
        << (outputs_.count(static_cast<uint32_t>(i)) ? ", style=bold" : "") << "];\n";
     for (const Edge& e : n.inputs) {

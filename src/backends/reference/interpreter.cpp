@@ -208,6 +208,8 @@ class ReferenceExecutable final : public Executable {
       }
     }
     std::vector<std::optional<Buffer>> values(count_nodes);
+    stats_ = RunStats{};
+    size_t live = 0;
     auto value_of = [&](NodeId id) -> const Buffer& {
       if (values[id.value]) return *values[id.value];
       const Buffer* b = g.data(id);
@@ -235,14 +237,26 @@ class ReferenceExecutable final : public Executable {
         if (in_shape.empty()) in_shape = v.dims;
       }
       values[i] = evaluate(n, id, in, in_shape, dims);
-      for (const Edge& e : n.inputs)
-        if (last_use[e.source.value] == i && !g.is_output(e.source)) values[e.source.value].reset();
+      live += values[i]->bytes();
+      stats_.peak_bytes = std::max(stats_.peak_bytes, live);
+      ++stats_.nodes_run;
+      for (const Edge& e : n.inputs) {
+        auto& v = values[e.source.value];
+        if (last_use[e.source.value] == i && !g.is_output(e.source) && v) {
+          live -= v->bytes();
+          v.reset();
+        }
+      }
     }
     for (NodeId o : g.outputs())
       if (values[o.value]) g.set_data(o, std::move(*values[o.value]));
   }
 
+  RunStats last_run() const override { return stats_; }
+
  private:
+  RunStats stats_;
+
   static void check_input(const Graph& g, const Node& n, NodeId id, const Bindings& dims) {
     const Buffer* b = g.data(id);
     LUM_CHECK(b) << "input '" << n.name << "' (%" << id.value
