@@ -25,8 +25,8 @@ int main() {
     a.set(std::vector<float>{1, 2, 3, 4, 5, 6});
     b.set(std::vector<float>{0.5f, -1.0f, 2.0f});
 
-    auto scaled = a * b + 1.0;                // broadcasts b over the rows
-    auto row_sum = scaled.sum_reduce(1);      // [2]
+    auto scaled = a * b + 1.0;                 // broadcasts b over the rows
+    auto row_sum = scaled.sum_reduce(1);       // [2]
     auto transposed = scaled.permute({1, 0});  // a view: no copy
     auto root = a.sqrt();
     scaled.retrieve();

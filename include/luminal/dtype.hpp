@@ -10,9 +10,8 @@ namespace luminal {
 
 enum class DType : uint8_t { F32, F16, BF16, F64, I32, I64, I8, U8, Bool };
 
-inline constexpr DType kAllDTypes[] = {DType::F32, DType::F16, DType::BF16,
-                                       DType::F64, DType::I32, DType::I64,
-                                       DType::I8,  DType::U8,  DType::Bool};
+inline constexpr DType kAllDTypes[] = {DType::F32, DType::F16, DType::BF16, DType::F64, DType::I32,
+                                       DType::I64, DType::I8,  DType::U8,   DType::Bool};
 
 /// Bytes per element.
 size_t dtype_size(DType t);
@@ -63,14 +62,41 @@ struct bf16 {
 /// Maps a C++ element type to its DType (used by typed data accessors).
 template <class T>
 struct dtype_of;
-template <> struct dtype_of<float> { static constexpr DType value = DType::F32; };
-template <> struct dtype_of<f16> { static constexpr DType value = DType::F16; };
-template <> struct dtype_of<bf16> { static constexpr DType value = DType::BF16; };
-template <> struct dtype_of<double> { static constexpr DType value = DType::F64; };
-template <> struct dtype_of<int32_t> { static constexpr DType value = DType::I32; };
-template <> struct dtype_of<int64_t> { static constexpr DType value = DType::I64; };
-template <> struct dtype_of<int8_t> { static constexpr DType value = DType::I8; };
-template <> struct dtype_of<uint8_t> { static constexpr DType value = DType::U8; };
-template <> struct dtype_of<bool> { static constexpr DType value = DType::Bool; };
+template <>
+struct dtype_of<float> {
+  static constexpr DType value = DType::F32;
+};
+template <>
+struct dtype_of<f16> {
+  static constexpr DType value = DType::F16;
+};
+template <>
+struct dtype_of<bf16> {
+  static constexpr DType value = DType::BF16;
+};
+template <>
+struct dtype_of<double> {
+  static constexpr DType value = DType::F64;
+};
+template <>
+struct dtype_of<int32_t> {
+  static constexpr DType value = DType::I32;
+};
+template <>
+struct dtype_of<int64_t> {
+  static constexpr DType value = DType::I64;
+};
+template <>
+struct dtype_of<int8_t> {
+  static constexpr DType value = DType::I8;
+};
+template <>
+struct dtype_of<uint8_t> {
+  static constexpr DType value = DType::U8;
+};
+template <>
+struct dtype_of<bool> {
+  static constexpr DType value = DType::Bool;
+};
 
 }  // namespace luminal

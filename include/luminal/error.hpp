@@ -50,27 +50,26 @@ struct ErrorThrower {
 }  // namespace luminal
 
 // The switch makes `if (a) LUM_CHECK(b) << ...; else ...` parse as intended.
-#define LUM_CHECK(cond)                                   \
-  switch (0)                                              \
-  case 0:                                                 \
-  default:                                                \
-    if (cond) {                                           \
-    } else                                                \
-      ::luminal::detail::ErrorThrower<::luminal::Error>{} & \
-          ::luminal::detail::ErrorMessage("")
+#define LUM_CHECK(cond) \
+  switch (0)            \
+  case 0:               \
+  default:              \
+    if (cond) {         \
+    } else              \
+      ::luminal::detail::ErrorThrower<::luminal::Error>{} & ::luminal::detail::ErrorMessage("")
 
 #define LUM_STRINGIFY_INNER(x) #x
 #define LUM_STRINGIFY(x) LUM_STRINGIFY_INNER(x)
 
-#define LUM_ASSERT(cond)                                                                  \
-  switch (0)                                                                              \
-  case 0:                                                                                 \
-  default:                                                                                \
-    if (cond) {                                                                           \
-    } else                                                                                \
-    ::luminal::detail::ErrorThrower<::luminal::InternalError>{} &                         \
-        ::luminal::detail::ErrorMessage("internal error at " __FILE__                     \
-                                        ":" LUM_STRINGIFY(__LINE__) ": " #cond " failed: ")
+#define LUM_ASSERT(cond)                                                \
+  switch (0)                                                            \
+  case 0:                                                               \
+  default:                                                              \
+    if (cond) {                                                         \
+    } else                                                              \
+      ::luminal::detail::ErrorThrower<::luminal::InternalError>{} &     \
+          ::luminal::detail::ErrorMessage("internal error at " __FILE__ \
+                                          ":" LUM_STRINGIFY(__LINE__) ": " #cond " failed: ")
 
 /// Unconditional user error.
 #define LUM_FAIL() LUM_CHECK(false)

@@ -8,8 +8,8 @@
 //
 // Semantics: 64-bit integers. `/` and `%` use *floor* division (Python semantics: the
 // quotient rounds toward minus infinity, the remainder takes the divisor's sign).
-// Comparisons and `&&`/`||` yield 0 or 1; `&&`/`||` evaluate both operands. Variables are non-negative unless declared
-// with explicit bounds. Thread-safe.
+// Comparisons and `&&`/`||` yield 0 or 1; `&&`/`||` evaluate both operands. Variables are
+// non-negative unless declared with explicit bounds. Thread-safe.
 #pragma once
 
 #include <concepts>
@@ -39,8 +39,7 @@ class Expr {
   Expr() = default;
   /// An integer constant; implicit so that literals read naturally (`x * 2 + 1`).
   template <std::integral T>
-    requires(!std::same_as<T, bool>)
-  Expr(T value) : Expr(constant(static_cast<int64_t>(value))) {}
+  requires(!std::same_as<T, bool>) Expr(T value) : Expr(constant(static_cast<int64_t>(value))) {}
   /// A variable, non-negative by default ("s", "batch").
   Expr(const char* var_name);
   Expr(const std::string& var_name) : Expr(var_name.c_str()) {}
@@ -102,9 +101,15 @@ Expr operator*(Expr a, Expr b);
 Expr operator/(Expr a, Expr b);  // floor division
 Expr operator%(Expr a, Expr b);  // floor modulo
 Expr operator-(Expr a);
-inline Expr& operator+=(Expr& a, Expr b) { return a = a + b; }
-inline Expr& operator-=(Expr& a, Expr b) { return a = a - b; }
-inline Expr& operator*=(Expr& a, Expr b) { return a = a * b; }
+inline Expr& operator+=(Expr& a, Expr b) {
+  return a = a + b;
+}
+inline Expr& operator-=(Expr& a, Expr b) {
+  return a = a - b;
+}
+inline Expr& operator*=(Expr& a, Expr b) {
+  return a = a * b;
+}
 Expr min(Expr a, Expr b);
 Expr max(Expr a, Expr b);
 Expr lt(Expr a, Expr b);  // a < b as 0/1

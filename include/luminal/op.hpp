@@ -32,8 +32,12 @@ inline constexpr OpTraits kOpTraits[] = {
 
 inline constexpr size_t kNumOps = std::size(kOpTraits);
 
-constexpr const OpTraits& traits(Op op) { return kOpTraits[static_cast<size_t>(op)]; }
-constexpr std::string_view op_name(Op op) { return traits(op).name; }
+constexpr const OpTraits& traits(Op op) {
+  return kOpTraits[static_cast<size_t>(op)];
+}
+constexpr std::string_view op_name(Op op) {
+  return traits(op).name;
+}
 constexpr bool is_elementwise(Op op) {
   return traits(op).category == OpCategory::Unary || traits(op).category == OpCategory::Binary;
 }

@@ -13,6 +13,8 @@ class ReferenceBackend final : public Backend {
 };
 
 /// `cx.compile(luminal::reference())`
-inline ReferenceBackend reference() { return {}; }
+inline ReferenceBackend reference() {
+  return {};
+}
 
 }  // namespace luminal

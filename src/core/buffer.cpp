@@ -28,7 +28,9 @@ I float_to_int(double v) {
 
 }  // namespace
 
-void Buffer::Free::operator()(std::byte* p) const { ::operator delete(p, kAlign); }
+void Buffer::Free::operator()(std::byte* p) const {
+  ::operator delete(p, kAlign);
+}
 
 Buffer::Buffer(DType dtype, size_t numel)
     : dtype_(dtype), numel_(numel), data_(allocate(numel * dtype_size(dtype))) {}
@@ -57,51 +59,94 @@ void Buffer::check_type(DType t) const {
 double Buffer::get_f64(size_t i) const {
   const std::byte* p = data_.get();
   switch (dtype_) {
-    case DType::F32: return reinterpret_cast<const float*>(p)[i];
-    case DType::F16: return f16_bits_to_float(reinterpret_cast<const uint16_t*>(p)[i]);
-    case DType::BF16: return bf16_bits_to_float(reinterpret_cast<const uint16_t*>(p)[i]);
-    case DType::F64: return reinterpret_cast<const double*>(p)[i];
-    default: return static_cast<double>(get_i64(i));
+    case DType::F32:
+      return reinterpret_cast<const float*>(p)[i];
+    case DType::F16:
+      return f16_bits_to_float(reinterpret_cast<const uint16_t*>(p)[i]);
+    case DType::BF16:
+      return bf16_bits_to_float(reinterpret_cast<const uint16_t*>(p)[i]);
+    case DType::F64:
+      return reinterpret_cast<const double*>(p)[i];
+    default:
+      return static_cast<double>(get_i64(i));
   }
 }
 
 int64_t Buffer::get_i64(size_t i) const {
   const std::byte* p = data_.get();
   switch (dtype_) {
-    case DType::I32: return reinterpret_cast<const int32_t*>(p)[i];
-    case DType::I64: return reinterpret_cast<const int64_t*>(p)[i];
-    case DType::I8: return reinterpret_cast<const int8_t*>(p)[i];
-    case DType::U8: return reinterpret_cast<const uint8_t*>(p)[i];
-    case DType::Bool: return reinterpret_cast<const uint8_t*>(p)[i] != 0;
-    default: return float_to_int<int64_t>(get_f64(i));
+    case DType::I32:
+      return reinterpret_cast<const int32_t*>(p)[i];
+    case DType::I64:
+      return reinterpret_cast<const int64_t*>(p)[i];
+    case DType::I8:
+      return reinterpret_cast<const int8_t*>(p)[i];
+    case DType::U8:
+      return reinterpret_cast<const uint8_t*>(p)[i];
+    case DType::Bool:
+      return reinterpret_cast<const uint8_t*>(p)[i] != 0;
+    default:
+      return float_to_int<int64_t>(get_f64(i));
   }
 }
 
 void Buffer::set_f64(size_t i, double v) {
   std::byte* p = data_.get();
   switch (dtype_) {
-    case DType::F32: reinterpret_cast<float*>(p)[i] = static_cast<float>(v); return;
-    case DType::F16: reinterpret_cast<uint16_t*>(p)[i] = f16_bits_from_double(v); return;
-    case DType::BF16: reinterpret_cast<uint16_t*>(p)[i] = bf16_bits_from_double(v); return;
-    case DType::F64: reinterpret_cast<double*>(p)[i] = v; return;
-    case DType::I32: reinterpret_cast<int32_t*>(p)[i] = float_to_int<int32_t>(v); return;
-    case DType::I64: reinterpret_cast<int64_t*>(p)[i] = float_to_int<int64_t>(v); return;
-    case DType::I8: reinterpret_cast<int8_t*>(p)[i] = float_to_int<int8_t>(v); return;
-    case DType::U8: reinterpret_cast<uint8_t*>(p)[i] = float_to_int<uint8_t>(v); return;
-    case DType::Bool: reinterpret_cast<uint8_t*>(p)[i] = v != 0.0; return;
+    case DType::F32:
+      reinterpret_cast<float*>(p)[i] = static_cast<float>(v);
+      return;
+    case DType::F16:
+      reinterpret_cast<uint16_t*>(p)[i] = f16_bits_from_double(v);
+      return;
+    case DType::BF16:
+      reinterpret_cast<uint16_t*>(p)[i] = bf16_bits_from_double(v);
+      return;
+    case DType::F64:
+      reinterpret_cast<double*>(p)[i] = v;
+      return;
+    case DType::I32:
+      reinterpret_cast<int32_t*>(p)[i] = float_to_int<int32_t>(v);
+      return;
+    case DType::I64:
+      reinterpret_cast<int64_t*>(p)[i] = float_to_int<int64_t>(v);
+      return;
+    case DType::I8:
+      reinterpret_cast<int8_t*>(p)[i] = float_to_int<int8_t>(v);
+      return;
+    case DType::U8:
+      reinterpret_cast<uint8_t*>(p)[i] = float_to_int<uint8_t>(v);
+      return;
+    case DType::Bool:
+      reinterpret_cast<uint8_t*>(p)[i] = v != 0.0;
+      return;
   }
 }
 
 void Buffer::set_i64(size_t i, int64_t v) {
   std::byte* p = data_.get();
   switch (dtype_) {
-    case DType::I32: reinterpret_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); return;
-    case DType::I64: reinterpret_cast<int64_t*>(p)[i] = v; return;
-    case DType::I8: reinterpret_cast<int8_t*>(p)[i] = static_cast<int8_t>(v); return;
-    case DType::U8: reinterpret_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); return;
-    case DType::Bool: reinterpret_cast<uint8_t*>(p)[i] = v != 0; return;
-    case DType::F32: reinterpret_cast<float*>(p)[i] = static_cast<float>(v); return;
-    default: set_f64(i, static_cast<double>(v)); return;
+    case DType::I32:
+      reinterpret_cast<int32_t*>(p)[i] = static_cast<int32_t>(v);
+      return;
+    case DType::I64:
+      reinterpret_cast<int64_t*>(p)[i] = v;
+      return;
+    case DType::I8:
+      reinterpret_cast<int8_t*>(p)[i] = static_cast<int8_t>(v);
+      return;
+    case DType::U8:
+      reinterpret_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v);
+      return;
+    case DType::Bool:
+      reinterpret_cast<uint8_t*>(p)[i] = v != 0;
+      return;
+    case DType::F32:
+      reinterpret_cast<float*>(p)[i] = static_cast<float>(v);
+      return;
+    default:
+      set_f64(i, static_cast<double>(v));
+      return;
   }
 }
 

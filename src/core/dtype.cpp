@@ -75,11 +75,21 @@ uint16_t round_to_half_format(double x, int exp_bits, int man_bits) {
 
 }  // namespace
 
-size_t dtype_size(DType t) { return info(t).size; }
-std::string_view dtype_name(DType t) { return info(t).name; }
-std::string_view dtype_c_type(DType t) { return info(t).c_type; }
-bool is_float(DType t) { return info(t).is_float; }
-bool is_integer(DType t) { return info(t).is_integer; }
+size_t dtype_size(DType t) {
+  return info(t).size;
+}
+std::string_view dtype_name(DType t) {
+  return info(t).name;
+}
+std::string_view dtype_c_type(DType t) {
+  return info(t).c_type;
+}
+bool is_float(DType t) {
+  return info(t).is_float;
+}
+bool is_integer(DType t) {
+  return info(t).is_integer;
+}
 
 DType dtype_from_name(std::string_view name) {
   for (const auto& i : kInfo)
@@ -88,8 +98,12 @@ DType dtype_from_name(std::string_view name) {
              << "' (expected one of f32, f16, bf16, f64, i32, i64, i8, u8, bool)";
 }
 
-uint16_t f16_bits_from_double(double x) { return round_to_half_format(x, 5, 10); }
-uint16_t bf16_bits_from_double(double x) { return round_to_half_format(x, 8, 7); }
+uint16_t f16_bits_from_double(double x) {
+  return round_to_half_format(x, 5, 10);
+}
+uint16_t bf16_bits_from_double(double x) {
+  return round_to_half_format(x, 8, 7);
+}
 
 float f16_bits_to_float(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;

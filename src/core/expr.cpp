@@ -34,8 +34,7 @@ Expr Expr::constant(int64_t value) {
 Expr Expr::var(std::string_view name, int64_t lo, int64_t hi) {
   LUM_CHECK(valid_var_name(name)) << "invalid symbolic variable name '" << name
                                   << "': use a C identifier other than min, max, lo, hi";
-  LUM_CHECK(lo <= hi) << "variable '" << name << "' has empty bounds [" << lo << ", " << hi
-                      << "]";
+  LUM_CHECK(lo <= hi) << "variable '" << name << "' has empty bounds [" << lo << ", " << hi << "]";
   auto& t = ExprTable::get();
   const uint32_t name_id = t.intern_name(name);
   return from_id(t.intern(NodeKey{ExprOp::Var, name_id, 0, 0, lo, hi}));
@@ -43,7 +42,9 @@ Expr Expr::var(std::string_view name, int64_t lo, int64_t hi) {
 
 Expr::Expr(const char* var_name) : Expr(var(var_name)) {}
 
-ExprOp Expr::op() const { return node_of(*this).op; }
+ExprOp Expr::op() const {
+  return node_of(*this).op;
+}
 Expr Expr::lhs() const {
   LUM_ASSERT(!is_const() && !is_var()) << "lhs() of a leaf expression";
   return from_id(node_of(*this).a);
@@ -61,25 +62,55 @@ std::string_view Expr::var_name() const {
   LUM_ASSERT(is_var()) << "var_name() of a non-variable";
   return ExprTable::get().name(node_of(*this).a);
 }
-int64_t Expr::lower_bound() const { return node_of(*this).lo; }
-int64_t Expr::upper_bound() const { return node_of(*this).hi; }
-uint64_t Expr::structural_hash() const { return node_of(*this).shash; }
+int64_t Expr::lower_bound() const {
+  return node_of(*this).lo;
+}
+int64_t Expr::upper_bound() const {
+  return node_of(*this).hi;
+}
+uint64_t Expr::structural_hash() const {
+  return node_of(*this).shash;
+}
 
 // ---------------------------------------------------------------------------------
 // Operators
 
-Expr operator+(Expr a, Expr b) { return build(ExprOp::Add, a, b); }
-Expr operator-(Expr a, Expr b) { return build(ExprOp::Add, a, build(ExprOp::Mul, b, -1)); }
-Expr operator*(Expr a, Expr b) { return build(ExprOp::Mul, a, b); }
-Expr operator/(Expr a, Expr b) { return build(ExprOp::Div, a, b); }
-Expr operator%(Expr a, Expr b) { return build(ExprOp::Mod, a, b); }
-Expr operator-(Expr a) { return build(ExprOp::Mul, a, -1); }
-Expr min(Expr a, Expr b) { return build(ExprOp::Min, a, b); }
-Expr max(Expr a, Expr b) { return build(ExprOp::Max, a, b); }
-Expr lt(Expr a, Expr b) { return build(ExprOp::Lt, a, b); }
-Expr ge(Expr a, Expr b) { return build(ExprOp::Ge, a, b); }
-Expr logical_and(Expr a, Expr b) { return build(ExprOp::And, a, b); }
-Expr logical_or(Expr a, Expr b) { return build(ExprOp::Or, a, b); }
+Expr operator+(Expr a, Expr b) {
+  return build(ExprOp::Add, a, b);
+}
+Expr operator-(Expr a, Expr b) {
+  return build(ExprOp::Add, a, build(ExprOp::Mul, b, -1));
+}
+Expr operator*(Expr a, Expr b) {
+  return build(ExprOp::Mul, a, b);
+}
+Expr operator/(Expr a, Expr b) {
+  return build(ExprOp::Div, a, b);
+}
+Expr operator%(Expr a, Expr b) {
+  return build(ExprOp::Mod, a, b);
+}
+Expr operator-(Expr a) {
+  return build(ExprOp::Mul, a, -1);
+}
+Expr min(Expr a, Expr b) {
+  return build(ExprOp::Min, a, b);
+}
+Expr max(Expr a, Expr b) {
+  return build(ExprOp::Max, a, b);
+}
+Expr lt(Expr a, Expr b) {
+  return build(ExprOp::Lt, a, b);
+}
+Expr ge(Expr a, Expr b) {
+  return build(ExprOp::Ge, a, b);
+}
+Expr logical_and(Expr a, Expr b) {
+  return build(ExprOp::And, a, b);
+}
+Expr logical_or(Expr a, Expr b) {
+  return build(ExprOp::Or, a, b);
+}
 
 Expr ceil_div(Expr a, Expr b) {
   if (auto c = b.as_const(); c && *c > 0) return (a + (*c - 1)) / b;
@@ -183,14 +214,16 @@ namespace {
 int64_t eval_node(Expr e, const Bindings& b, Expr root) {
   const auto& n = node_of(e);
   switch (n.op) {
-    case ExprOp::Const: return n.value;
+    case ExprOp::Const:
+      return n.value;
     case ExprOp::Var: {
       const int64_t* v = b.find(n.a);
       LUM_CHECK(v) << "unbound symbolic dimension '" << e.var_name() << "' in expression "
                    << root.to_string() << " (bind it with set_dim)";
       return *v;
     }
-    default: break;
+    default:
+      break;
   }
   // Both operands are always evaluated (no short-circuit), so operand order, which
   // the simplifier canonicalises, cannot change whether evaluation fails.
@@ -204,8 +237,12 @@ int64_t eval_node(Expr e, const Bindings& b, Expr root) {
 
 }  // namespace
 
-int64_t Expr::eval(const Bindings& b) const { return eval_node(*this, b, *this); }
-int64_t Expr::eval() const { return eval(Bindings()); }
+int64_t Expr::eval(const Bindings& b) const {
+  return eval_node(*this, b, *this);
+}
+int64_t Expr::eval() const {
+  return eval(Bindings());
+}
 
 // ---------------------------------------------------------------------------------
 // Printing
@@ -215,15 +252,21 @@ namespace {
 // Precedence: higher binds tighter.
 int precedence(ExprOp op) {
   switch (op) {
-    case ExprOp::Or: return 1;
-    case ExprOp::And: return 2;
+    case ExprOp::Or:
+      return 1;
+    case ExprOp::And:
+      return 2;
     case ExprOp::Lt:
-    case ExprOp::Ge: return 3;
-    case ExprOp::Add: return 4;
+    case ExprOp::Ge:
+      return 3;
+    case ExprOp::Add:
+      return 4;
     case ExprOp::Mul:
     case ExprOp::Div:
-    case ExprOp::Mod: return 5;
-    default: return 7;
+    case ExprOp::Mod:
+      return 5;
+    default:
+      return 7;
   }
 }
 
@@ -276,15 +319,32 @@ class Printer {
     const bool paren = p < min_prec;
     if (paren) os << '(';
     switch (n.op) {
-      case ExprOp::Add: print_sum(os, a, b); break;
-      case ExprOp::Mul: print_binary(os, a, "*", b, p, p + 1); break;
-      case ExprOp::Div: print_binary(os, a, " / ", b, p, p + 1); break;
-      case ExprOp::Mod: print_binary(os, a, " % ", b, p, p + 1); break;
-      case ExprOp::Lt: print_binary(os, a, " < ", b, p + 1, p + 1); break;
-      case ExprOp::Ge: print_binary(os, a, " >= ", b, p + 1, p + 1); break;
-      case ExprOp::And: print_binary(os, a, " && ", b, p, p + 1); break;
-      case ExprOp::Or: print_binary(os, a, " || ", b, p, p + 1); break;
-      default: LUM_ASSERT(false) << "unhandled op";
+      case ExprOp::Add:
+        print_sum(os, a, b);
+        break;
+      case ExprOp::Mul:
+        print_binary(os, a, "*", b, p, p + 1);
+        break;
+      case ExprOp::Div:
+        print_binary(os, a, " / ", b, p, p + 1);
+        break;
+      case ExprOp::Mod:
+        print_binary(os, a, " % ", b, p, p + 1);
+        break;
+      case ExprOp::Lt:
+        print_binary(os, a, " < ", b, p + 1, p + 1);
+        break;
+      case ExprOp::Ge:
+        print_binary(os, a, " >= ", b, p + 1, p + 1);
+        break;
+      case ExprOp::And:
+        print_binary(os, a, " && ", b, p, p + 1);
+        break;
+      case ExprOp::Or:
+        print_binary(os, a, " || ", b, p, p + 1);
+        break;
+      default:
+        LUM_ASSERT(false) << "unhandled op";
     }
     if (paren) os << ')';
   }
@@ -360,7 +420,9 @@ LUM_EXPR_FN long long lum_max(long long a, long long b) { return a > b ? a : b; 
 )";
 }
 
-std::ostream& operator<<(std::ostream& os, Expr e) { return os << e.to_string(); }
+std::ostream& operator<<(std::ostream& os, Expr e) {
+  return os << e.to_string();
+}
 
 std::string to_string(const std::vector<Expr>& shape) {
   std::ostringstream os;

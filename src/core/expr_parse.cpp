@@ -138,12 +138,16 @@ class Parser {
 
 }  // namespace
 
-Ast parse_ast(std::string_view text) { return Parser(text).parse(); }
+Ast parse_ast(std::string_view text) {
+  return Parser(text).parse();
+}
 
 Expr instantiate(const Ast& ast, const std::function<Expr(const std::string&)>& ident) {
   switch (ast.kind) {
-    case Ast::Kind::Num: return Expr(ast.value);
-    case Ast::Kind::Ident: return ident(ast.name);
+    case Ast::Kind::Num:
+      return Expr(ast.value);
+    case Ast::Kind::Ident:
+      return ident(ast.name);
     case Ast::Kind::Unary: {
       Expr x = instantiate(ast.kids[0], ident);
       return ast.name == "-" ? -x : logical_and(ge(x, 0), ge(0, x));  // !x is x == 0
@@ -155,7 +159,8 @@ Expr instantiate(const Ast& ast, const std::function<Expr(const std::string&)>& 
       Expr a = instantiate(ast.kids[0], ident), b = instantiate(ast.kids[1], ident);
       return ast.name == "min" ? min(a, b) : max(a, b);
     }
-    case Ast::Kind::Binary: break;
+    case Ast::Kind::Binary:
+      break;
   }
   Expr a = instantiate(ast.kids[0], ident), b = instantiate(ast.kids[1], ident);
   const std::string& op = ast.name;

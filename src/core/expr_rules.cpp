@@ -93,8 +93,8 @@ bool is_commutative(ExprOp op) {
 
 ExprOp op_of(const Ast& a, const std::string& rule) {
   static const std::pair<const char*, ExprOp> kMap[] = {
-      {"+", ExprOp::Add}, {"*", ExprOp::Mul},  {"/", ExprOp::Div},   {"%", ExprOp::Mod},
-      {"<", ExprOp::Lt},  {">=", ExprOp::Ge},  {"&&", ExprOp::And},  {"||", ExprOp::Or},
+      {"+", ExprOp::Add},   {"*", ExprOp::Mul},  {"/", ExprOp::Div},  {"%", ExprOp::Mod},
+      {"<", ExprOp::Lt},    {">=", ExprOp::Ge},  {"&&", ExprOp::And}, {"||", ExprOp::Or},
       {"min", ExprOp::Min}, {"max", ExprOp::Max}};
   for (const auto& [name, op] : kMap)
     if (a.name == name) return op;
@@ -126,14 +126,16 @@ Pattern compile_pattern(const Ast& a, std::vector<std::string>& slots, const std
       p.op = op_of(a, rule);
       for (const auto& k : a.kids) p.kids.push_back(compile_pattern(k, slots, rule));
       return p;
-    case Ast::Kind::Unary: break;
+    case Ast::Kind::Unary:
+      break;
   }
   LUM_ASSERT(false) << "unary operators cannot appear in a rule pattern: " << rule;
 }
 
 bool match(const Pattern& p, Expr e, Env& env, Bound& bound) {
   switch (p.kind) {
-    case Pattern::Kind::Num: return e.as_const() == p.value;
+    case Pattern::Kind::Num:
+      return e.as_const() == p.value;
     case Pattern::Kind::Const:
       if (!e.is_const()) return false;
       [[fallthrough]];
@@ -142,7 +144,8 @@ bool match(const Pattern& p, Expr e, Env& env, Bound& bound) {
       bound[p.slot] = true;
       env[p.slot] = e;
       return true;
-    case Pattern::Kind::Op: break;
+    case Pattern::Kind::Op:
+      break;
   }
   if (e.is_const() || e.is_var() || e.op() != p.op) return false;
   const Env env0 = env;
@@ -165,8 +168,10 @@ std::optional<int64_t> eval_cond(const Ast& a, const Rule& r, const Env& env) {
     LUM_ASSERT(false) << "condition names unknown variable " << name << " in " << r.text;
   };
   switch (a.kind) {
-    case Ast::Kind::Num: return a.value;
-    case Ast::Kind::Ident: return value_of(a.name).as_const();
+    case Ast::Kind::Num:
+      return a.value;
+    case Ast::Kind::Ident:
+      return value_of(a.name).as_const();
     case Ast::Kind::Call: {
       Expr x = value_of(a.kids.at(0).name);
       return a.name == "lo" ? x.lower_bound() : x.upper_bound();
@@ -176,7 +181,8 @@ std::optional<int64_t> eval_cond(const Ast& a, const Rule& r, const Env& env) {
       if (!v) return v;
       return a.name == "-" ? -*v : static_cast<int64_t>(*v == 0);
     }
-    case Ast::Kind::Binary: break;
+    case Ast::Kind::Binary:
+      break;
   }
   auto x = eval_cond(a.kids[0], r, env);
   if (!x) return x;
@@ -239,13 +245,14 @@ std::optional<Expr> apply_rules(Expr e) {
     return instantiate(r->rhs, [&](const std::string& name) {
       for (size_t i = 0; i < r->slot_names.size(); ++i)
         if (r->slot_names[i] == name) return env[i];
-      LUM_ASSERT(false) << "right-hand side names unknown variable " << name << " in "
-                        << r->text;
+      LUM_ASSERT(false) << "right-hand side names unknown variable " << name << " in " << r->text;
     });
   }
   return std::nullopt;
 }
 
-size_t rule_count() { return rule_set().rules.size(); }
+size_t rule_count() {
+  return rule_set().rules.size();
+}
 
 }  // namespace luminal::expr_detail

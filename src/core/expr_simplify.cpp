@@ -30,10 +30,14 @@ Expr canon(ExprOp op, Expr a, Expr b) {
   return Expr::from_id(ExprTable::get().intern_canonical(NodeKey{op, a.id(), b.id(), 0, 0, 0}));
 }
 
-bool is_op(Expr e, ExprOp op) { return !e.is_const() && !e.is_var() && e.op() == op; }
+bool is_op(Expr e, ExprOp op) {
+  return !e.is_const() && !e.is_var() && e.op() == op;
+}
 
 // A product with a constant coefficient: mono * c.
-bool is_scaled(Expr e) { return is_op(e, ExprOp::Mul) && e.rhs().is_const(); }
+bool is_scaled(Expr e) {
+  return is_op(e, ExprOp::Mul) && e.rhs().is_const();
+}
 
 bool order_before(Expr a, Expr b) {
   const uint64_t ha = a.structural_hash(), hb = b.structural_hash();
@@ -158,7 +162,8 @@ Expr build_mul(Expr a, Expr b) {
   std::vector<Expr> factors;
   for (Expr side : {a, b}) {
     if (is_scaled(side)) {
-      if (__builtin_mul_overflow(coef, *side.rhs().as_const(), &coef)) return canon(ExprOp::Mul, a, b);
+      if (__builtin_mul_overflow(coef, *side.rhs().as_const(), &coef))
+        return canon(ExprOp::Mul, a, b);
       side = side.lhs();
     }
     collect_factors(side, factors);
@@ -201,8 +206,7 @@ std::optional<Expr> div_linear(Expr a, int64_t c) {
   collect(a, 1, l);
   if (l.overflow) return std::nullopt;
   split_multiples(l, c, q, r);
-  if (!q.terms.empty() || q.constant != 0)
-    return build_linear(q) + build_linear(r) / Expr(c);
+  if (!q.terms.empty() || q.constant != 0) return build_linear(q) + build_linear(r) / Expr(c);
   const int64_t g = gcd_of_terms(r.terms, c);
   if (g <= 1) return std::nullopt;
   Linear s = scaled_down(r.terms, g);
@@ -238,8 +242,10 @@ Expr simplify_node(ExprOp op, Expr a, Expr b) {
     return canon(op, a, b);  // division by zero or overflow: left for eval to report
   }
   switch (op) {
-    case ExprOp::Add: return build_add(a, b);
-    case ExprOp::Mul: return build_mul(a, b);
+    case ExprOp::Add:
+      return build_add(a, b);
+    case ExprOp::Mul:
+      return build_mul(a, b);
     case ExprOp::Div:
       if (cb == 1) return a;
       if (cb == -1) return -a;
@@ -274,7 +280,8 @@ Expr simplify_node(ExprOp op, Expr a, Expr b) {
       if (ca || (!cb && order_before(b, a))) std::swap(a, b);
       return finish(op, a, b);
     case ExprOp::Const:
-    case ExprOp::Var: break;
+    case ExprOp::Var:
+      break;
   }
   LUM_ASSERT(false) << "simplify_node on a leaf";
 }

@@ -38,7 +38,9 @@ uint64_t string_hash(std::string_view s) {
   return h;
 }
 
-bool is_inf(int64_t v) { return v == kExprInf || v == kExprNegInf; }
+bool is_inf(int64_t v) {
+  return v == kExprInf || v == kExprNegInf;
+}
 
 // Floor division where an infinite numerator stays infinite.
 int64_t bound_div(int64_t a, int64_t b) {
@@ -172,14 +174,21 @@ std::optional<int64_t> fold(ExprOp op, int64_t a, int64_t b) {
     case ExprOp::Mod:
       if (b == 0) return std::nullopt;
       return floor_mod(a, b);
-    case ExprOp::Min: return std::min(a, b);
-    case ExprOp::Max: return std::max(a, b);
-    case ExprOp::Lt: return a < b ? 1 : 0;
-    case ExprOp::Ge: return a >= b ? 1 : 0;
-    case ExprOp::And: return (a != 0 && b != 0) ? 1 : 0;
-    case ExprOp::Or: return (a != 0 || b != 0) ? 1 : 0;
+    case ExprOp::Min:
+      return std::min(a, b);
+    case ExprOp::Max:
+      return std::max(a, b);
+    case ExprOp::Lt:
+      return a < b ? 1 : 0;
+    case ExprOp::Ge:
+      return a >= b ? 1 : 0;
+    case ExprOp::And:
+      return (a != 0 && b != 0) ? 1 : 0;
+    case ExprOp::Or:
+      return (a != 0 || b != 0) ? 1 : 0;
     case ExprOp::Const:
-    case ExprOp::Var: break;
+    case ExprOp::Var:
+      break;
   }
   return std::nullopt;
 }

@@ -21,10 +21,10 @@ inline constexpr uint32_t kNoId = 0xffffffffu;
 
 struct ExprNode {
   ExprOp op;
-  uint32_t a = 0;      // lhs id, or the name id of a variable
-  uint32_t b = 0;      // rhs id
-  int64_t value = 0;   // constant value
-  int64_t lo = 0;      // proven bounds (for variables: the declared ones)
+  uint32_t a = 0;     // lhs id, or the name id of a variable
+  uint32_t b = 0;     // rhs id
+  int64_t value = 0;  // constant value
+  int64_t lo = 0;     // proven bounds (for variables: the declared ones)
   int64_t hi = 0;
   uint64_t shash = 0;  // structural hash, stable across runs
 };
@@ -87,7 +87,9 @@ class ExprTable {
   std::unordered_map<std::string, uint32_t, NameHash, std::equal_to<>> name_index_;
 };
 
-inline const ExprNode& node_of(Expr e) { return ExprTable::get().node(e.id()); }
+inline const ExprNode& node_of(Expr e) {
+  return ExprTable::get().node(e.id());
+}
 
 /// Saturating arithmetic on bounds (kExprInf / kExprNegInf act as infinities).
 int64_t sat_add(int64_t a, int64_t b);

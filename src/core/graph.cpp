@@ -10,11 +10,13 @@
 namespace luminal {
 namespace {
 
-bool is_index_dtype(DType t) { return t == DType::I32 || t == DType::I64; }
+bool is_index_dtype(DType t) {
+  return t == DType::I32 || t == DType::I64;
+}
 
 void check_shapes_equal(const Node& n, const View& a, const View& b) {
-  LUM_CHECK(a.shape() == b.shape()) << op_name(n.op) << ": shape mismatch "
-                                    << to_string(a.shape()) << " vs " << to_string(b.shape());
+  LUM_CHECK(a.shape() == b.shape()) << op_name(n.op) << ": shape mismatch " << to_string(a.shape())
+                                    << " vs " << to_string(b.shape());
 }
 
 }  // namespace
@@ -66,8 +68,8 @@ Tensor Graph::tensor_of(NodeId id) {
 }
 
 const Node& Graph::node(NodeId id) const {
-  LUM_CHECK(id.value < nodes_.size()) << "node %" << id.value << " does not exist (graph has "
-                                      << nodes_.size() << " nodes)";
+  LUM_CHECK(id.value < nodes_.size())
+      << "node %" << id.value << " does not exist (graph has " << nodes_.size() << " nodes)";
   return nodes_[id.value];
 }
 
@@ -93,9 +95,9 @@ NodeId Graph::add_node(Node n) {
       break;
     case OpCategory::Binary:
       check_shapes_equal(n, in_view(0), in_view(1));
-      LUM_CHECK(in_dtype(0) == in_dtype(1)) << t.name << ": dtype mismatch "
-                                            << dtype_name(in_dtype(0)) << " vs "
-                                            << dtype_name(in_dtype(1));
+      LUM_CHECK(in_dtype(0) == in_dtype(1))
+          << t.name << ": dtype mismatch " << dtype_name(in_dtype(0)) << " vs "
+          << dtype_name(in_dtype(1));
       LUM_CHECK(n.op != Op::Mod || in_dtype(0) != DType::Bool) << "Mod: bool inputs";
       n.dtype = n.op == Op::LessThan ? DType::Bool : in_dtype(0);
       n.shape = in_view(0).shape();
@@ -146,14 +148,18 @@ const Buffer* Graph::data(NodeId id) const {
   return it == data_.end() ? nullptr : &it->second;
 }
 
-void Graph::drop_data(NodeId id) { data_.erase(id.value); }
+void Graph::drop_data(NodeId id) {
+  data_.erase(id.value);
+}
 
 void Graph::mark_retrieve(NodeId id) {
   node(id);
   outputs_.insert(id.value);
 }
 
-void Graph::mark_keep(NodeId id) { mark_retrieve(id); }
+void Graph::mark_keep(NodeId id) {
+  mark_retrieve(id);
+}
 
 std::vector<NodeId> Graph::outputs() const {
   std::vector<NodeId> out;
@@ -168,14 +174,16 @@ void Graph::compile(const Backend& backend) {
 }
 
 void Graph::execute() {
-  LUM_CHECK(executable_) << "execute: the graph is not compiled; call compile(luminal::reference()) "
-                            "or another backend first";
-  LUM_CHECK(compiled_nodes_ == nodes_.size())
-      << "execute: " << nodes_.size() - compiled_nodes_
-      << " nodes were added after compile; compile again";
+  LUM_CHECK(executable_)
+      << "execute: the graph is not compiled; call compile(luminal::reference()) "
+         "or another backend first";
+  LUM_CHECK(compiled_nodes_ == nodes_.size()) << "execute: " << nodes_.size() - compiled_nodes_
+                                              << " nodes were added after compile; compile again";
   executable_->run(*this);
 }
 
-RunStats Graph::last_run_stats() const { return executable_ ? executable_->last_run() : RunStats{}; }
+RunStats Graph::last_run_stats() const {
+  return executable_ ? executable_->last_run() : RunStats{};
+}
 
 }  // namespace luminal

@@ -6,12 +6,16 @@
 namespace luminal {
 namespace {
 
-std::string type_of(const Node& n) { return std::string(dtype_name(n.dtype)) + to_string(n.shape); }
+std::string type_of(const Node& n) {
+  return std::string(dtype_name(n.dtype)) + to_string(n.shape);
+}
 
 std::string attributes(const Node& n) {
   std::ostringstream os;
   switch (n.op) {
-    case Op::Input: os << " \"" << n.name << "\""; break;
+    case Op::Input:
+      os << " \"" << n.name << "\"";
+      break;
     case Op::Constant:
       if (n.value.is_int) {
         os << ' ' << n.value.i;
@@ -19,8 +23,11 @@ std::string attributes(const Node& n) {
         os << ' ' << n.value.f;
       }
       break;
-    case Op::Iota: os << " {" << n.iota << "}"; break;
-    default: break;
+    case Op::Iota:
+      os << " {" << n.iota << "}";
+      break;
+    default:
+      break;
   }
   return os.str();
 }
@@ -56,7 +63,8 @@ std::string Graph::to_text() const {
     os << '%' << i << " = " << op_name(n.op) << attributes(n);
     if (!n.inputs.empty()) {
       os << '(';
-      for (size_t k = 0; k < n.inputs.size(); ++k) os << (k ? ", " : "") << edge_text(*this, n.inputs[k]);
+      for (size_t k = 0; k < n.inputs.size(); ++k)
+        os << (k ? ", " : "") << edge_text(*this, n.inputs[k]);
       os << ')';
     }
     os << trailing_attributes(n) << " : " << type_of(n);
@@ -71,8 +79,10 @@ std::string Graph::to_dot() const {
   os << "digraph luminal {\n  node [shape=box, fontname=\"monospace\"];\n";
   for (size_t i = 0; i < nodes_.size(); ++i) {
     const Node& n = nodes_[i];
-    const std::string head = "%" + std::to_string(i) + " " + std::string(op_name(n.op)) + attributes(n) + trailing_attributes(n);
-    os << "  n" << i << " [label=\"" << dot_escape(head) << "\\n" << dot_escape(type_of(n)) << "\""
+    const std::string head = "%" + std::to_string(i) + " " + std::string(op_name(n.op)) +
+                             attributes(n) + trailing_attributes(n);
+    os << "  n" << i << " [label=\"" << dot_escape(head) << "\\n"
+       << dot_escape(type_of(n)) << "\""
        << (outputs_.count(static_cast<uint32_t>(i)) ? ", style=bold" : "") << "];\n";
     for (const Edge& e : n.inputs) {
       os << "  n" << e.source.value << " -> n" << i;

@@ -18,7 +18,9 @@ Graph& Tensor::graph() const {
   return *graph_;
 }
 
-Expr Tensor::dim(int axis) const { return shape()[normalize_axis(axis, rank(), "dim")]; }
+Expr Tensor::dim(int axis) const {
+  return shape()[normalize_axis(axis, rank(), "dim")];
+}
 
 Tensor Tensor::unary(Op op, DType out) const {
   Node n;
@@ -28,12 +30,24 @@ Tensor Tensor::unary(Op op, DType out) const {
   return graph().tensor_of(graph().add_node(std::move(n)));
 }
 
-Tensor Tensor::log2() const { return unary(Op::Log2, dtype_); }
-Tensor Tensor::exp2() const { return unary(Op::Exp2, dtype_); }
-Tensor Tensor::sin() const { return unary(Op::Sin, dtype_); }
-Tensor Tensor::sqrt() const { return unary(Op::Sqrt, dtype_); }
-Tensor Tensor::recip() const { return unary(Op::Recip, dtype_); }
-Tensor Tensor::cast(DType to) const { return to == dtype_ ? *this : unary(Op::Cast, to); }
+Tensor Tensor::log2() const {
+  return unary(Op::Log2, dtype_);
+}
+Tensor Tensor::exp2() const {
+  return unary(Op::Exp2, dtype_);
+}
+Tensor Tensor::sin() const {
+  return unary(Op::Sin, dtype_);
+}
+Tensor Tensor::sqrt() const {
+  return unary(Op::Sqrt, dtype_);
+}
+Tensor Tensor::recip() const {
+  return unary(Op::Recip, dtype_);
+}
+Tensor Tensor::cast(DType to) const {
+  return to == dtype_ ? *this : unary(Op::Cast, to);
+}
 
 Tensor Tensor::contiguous() const {
   if (view_ == View::contiguous(graph().node(id_).shape)) return *this;
@@ -48,8 +62,12 @@ Tensor Tensor::reduce(Op op, int axis) const {
   return graph().tensor_of(graph().add_node(std::move(n)));
 }
 
-Tensor Tensor::sum_reduce(int axis) const { return reduce(Op::SumReduce, axis); }
-Tensor Tensor::max_reduce(int axis) const { return reduce(Op::MaxReduce, axis); }
+Tensor Tensor::sum_reduce(int axis) const {
+  return reduce(Op::SumReduce, axis);
+}
+Tensor Tensor::max_reduce(int axis) const {
+  return reduce(Op::MaxReduce, axis);
+}
 
 Tensor Tensor::gather(const Tensor& indices) const {
   Graph& g = same_graph(*this, indices, Op::Gather);
@@ -77,10 +95,18 @@ Tensor binary(Op op, const Tensor& a, const Tensor& b) {
   return g.tensor_of(g.add_node(std::move(n)));
 }
 
-Tensor operator+(const Tensor& a, const Tensor& b) { return binary(Op::Add, a, b); }
-Tensor operator*(const Tensor& a, const Tensor& b) { return binary(Op::Mul, a, b); }
-Tensor operator%(const Tensor& a, const Tensor& b) { return binary(Op::Mod, a, b); }
-Tensor less_than(const Tensor& a, const Tensor& b) { return binary(Op::LessThan, a, b); }
+Tensor operator+(const Tensor& a, const Tensor& b) {
+  return binary(Op::Add, a, b);
+}
+Tensor operator*(const Tensor& a, const Tensor& b) {
+  return binary(Op::Mul, a, b);
+}
+Tensor operator%(const Tensor& a, const Tensor& b) {
+  return binary(Op::Mod, a, b);
+}
+Tensor less_than(const Tensor& a, const Tensor& b) {
+  return binary(Op::LessThan, a, b);
+}
 
 namespace {
 Tensor scalar_like(const Tensor& t, double v) {
@@ -89,10 +115,18 @@ Tensor scalar_like(const Tensor& t, double v) {
 }
 }  // namespace
 
-Tensor operator+(const Tensor& a, double b) { return a + scalar_like(a, b); }
-Tensor operator+(double a, const Tensor& b) { return scalar_like(b, a) + b; }
-Tensor operator*(const Tensor& a, double b) { return a * scalar_like(a, b); }
-Tensor operator*(double a, const Tensor& b) { return scalar_like(b, a) * b; }
+Tensor operator+(const Tensor& a, double b) {
+  return a + scalar_like(a, b);
+}
+Tensor operator+(double a, const Tensor& b) {
+  return scalar_like(b, a) + b;
+}
+Tensor operator*(const Tensor& a, double b) {
+  return a * scalar_like(a, b);
+}
+Tensor operator*(double a, const Tensor& b) {
+  return scalar_like(b, a) * b;
+}
 
 // --- movement ----------------------------------------------------------------------
 
@@ -124,7 +158,9 @@ Tensor Tensor::pad(int axis, Expr before, Expr after) const {
   return Tensor(graph_, id_, view_.pad(axis, before, after), dtype_);
 }
 
-Tensor Tensor::flip(int axis) const { return Tensor(graph_, id_, view_.flip(axis), dtype_); }
+Tensor Tensor::flip(int axis) const {
+  return Tensor(graph_, id_, view_.flip(axis), dtype_);
+}
 
 // --- data --------------------------------------------------------------------------
 

@@ -11,8 +11,8 @@ namespace luminal {
 
 size_t normalize_axis(int64_t axis, size_t rank, const char* op) {
   const auto r = static_cast<int64_t>(rank);
-  LUM_CHECK(axis >= -r && axis < r) << op << ": axis " << axis << " out of range for rank "
-                                    << rank << " (valid: " << -r << ".." << r - 1 << ")";
+  LUM_CHECK(axis >= -r && axis < r) << op << ": axis " << axis << " out of range for rank " << rank
+                                    << " (valid: " << -r << ".." << r - 1 << ")";
   return static_cast<size_t>(axis < 0 ? axis + r : axis);
 }
 
@@ -51,8 +51,11 @@ Buffer read_view(const Buffer& src, const ConcreteView& v) {
   int64_t phys = v.offset;
   for (int64_t k = 0, n = v.numel(); k < n; ++k) {
     bool valid = true;
-    for (size_t d = 0; d < rank; ++d) valid = valid && idx[d] >= v.mask_lo[d] && idx[d] < v.mask_hi[d];
-    if (valid) std::memcpy(dst + static_cast<size_t>(k) * size, in + phys * static_cast<int64_t>(size), size);
+    for (size_t d = 0; d < rank; ++d)
+      valid = valid && idx[d] >= v.mask_lo[d] && idx[d] < v.mask_hi[d];
+    if (valid)
+      std::memcpy(dst + static_cast<size_t>(k) * size, in + phys * static_cast<int64_t>(size),
+                  size);
     for (size_t d = rank; d-- > 0;) {
       phys += v.strides[d];
       if (++idx[d] < v.dims[d]) break;
@@ -87,7 +90,9 @@ bool View::has_mask() const {
   return false;
 }
 
-bool View::is_contiguous() const { return *this == contiguous(dims_) && offset_ == Expr(0); }
+bool View::is_contiguous() const {
+  return *this == contiguous(dims_) && offset_ == Expr(0);
+}
 
 View View::permute(const std::vector<int>& axes) const {
   LUM_CHECK(axes.size() == rank()) << "permute: got " << axes.size() << " axes for a rank-"
@@ -188,8 +193,7 @@ bool divides(Expr p, Expr q) {
   if (fq.coef == 0 || fp.coef % fq.coef != 0) return false;
   std::sort(fp.factors.begin(), fp.factors.end());
   std::sort(fq.factors.begin(), fq.factors.end());
-  return std::includes(fp.factors.begin(), fp.factors.end(), fq.factors.begin(),
-                       fq.factors.end());
+  return std::includes(fp.factors.begin(), fp.factors.end(), fq.factors.begin(), fq.factors.end());
 }
 
 }  // namespace
@@ -197,8 +201,7 @@ bool divides(Expr p, Expr q) {
 std::optional<View> View::reshape(const std::vector<Expr>& shape) const {
   LUM_CHECK(numel() == product(shape))
       << "reshape: cannot reshape " << luminal::to_string(dims_) << " (" << numel()
-      << " elements) to " << luminal::to_string(shape) << " (" << product(shape)
-      << " elements)";
+      << " elements) to " << luminal::to_string(shape) << " (" << product(shape) << " elements)";
   // An empty tensor reads nothing, so any layout serves.
   if (numel() == Expr(0)) return contiguous(shape);
   // Size-1 dims carry no addressing; they may be dropped if fully valid.
@@ -272,8 +275,8 @@ View View::slice(int axis, Expr start, Expr end) const {
   // Symbolic bounds are checked where provable; the rest is checked when bound.
   const Expr len = end - start;
   LUM_CHECK(start.upper_bound() >= 0) << "slice: negative start " << start << " on axis " << d;
-  LUM_CHECK(len.upper_bound() >= 0) << "slice: end " << end << " < start " << start
-                                    << " on axis " << d;
+  LUM_CHECK(len.upper_bound() >= 0)
+      << "slice: end " << end << " < start " << start << " on axis " << d;
   LUM_CHECK((end - dims_[d]).lower_bound() <= 0)
       << "slice: end " << end << " exceeds dimension " << d << " of size " << dims_[d];
   View out = *this;

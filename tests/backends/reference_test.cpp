@@ -198,8 +198,8 @@ TEST(Reference, Casts) {
   Tensor back = x.cast(DType::I64).cast(DType::F32).retrieve();
   cx.compile(reference());
   cx.execute();
-  EXPECT_EQ(i.to_i64(), (std::vector<int64_t>{1, -1, 0, std::numeric_limits<int32_t>::max(),
-                                              65519, 1}));
+  EXPECT_EQ(i.to_i64(),
+            (std::vector<int64_t>{1, -1, 0, std::numeric_limits<int32_t>::max(), 65519, 1}));
   const Buffer hb = h.data();
   const Buffer bb = b.data();
   for (size_t k = 0; k < 6; ++k) {

@@ -33,15 +33,15 @@ TEST(DType, F16EdgeValues) {
   EXPECT_EQ(f16_bits_from_double(0.0), 0x0000);
   EXPECT_EQ(f16_bits_from_double(-0.0), 0x8000);
   EXPECT_EQ(f16_bits_from_double(1.0), 0x3C00);
-  EXPECT_EQ(f16_bits_from_double(65504.0), 0x7BFF);       // largest finite
-  EXPECT_EQ(f16_bits_from_double(65519.99), 0x7BFF);      // just below the overflow tie
-  EXPECT_EQ(f16_bits_from_double(65520.0), 0x7C00);       // tie rounds to even: infinity
-  EXPECT_EQ(f16_bits_from_double(std::ldexp(1.0, -24)), 0x0001);  // smallest subnormal
-  EXPECT_EQ(f16_bits_from_double(std::ldexp(1.0, -25)), 0x0000);  // tie to even: zero
-  EXPECT_EQ(f16_bits_from_double(std::ldexp(3.0, -26)), 0x0001);  // 0.75 ulp rounds up
+  EXPECT_EQ(f16_bits_from_double(65504.0), 0x7BFF);                  // largest finite
+  EXPECT_EQ(f16_bits_from_double(65519.99), 0x7BFF);                 // just below the overflow tie
+  EXPECT_EQ(f16_bits_from_double(65520.0), 0x7C00);                  // tie rounds to even: infinity
+  EXPECT_EQ(f16_bits_from_double(std::ldexp(1.0, -24)), 0x0001);     // smallest subnormal
+  EXPECT_EQ(f16_bits_from_double(std::ldexp(1.0, -25)), 0x0000);     // tie to even: zero
+  EXPECT_EQ(f16_bits_from_double(std::ldexp(3.0, -26)), 0x0001);     // 0.75 ulp rounds up
   EXPECT_EQ(f16_bits_from_double(std::ldexp(1023.5, -24)), 0x0400);  // rounds into normals
-  EXPECT_EQ(f16_bits_from_double(1.0 + std::ldexp(1.0, -11)), 0x3C00);      // tie, even
-  EXPECT_EQ(f16_bits_from_double(1.0 + std::ldexp(3.0, -11)), 0x3C02);      // tie, even up
+  EXPECT_EQ(f16_bits_from_double(1.0 + std::ldexp(1.0, -11)), 0x3C00);  // tie, even
+  EXPECT_EQ(f16_bits_from_double(1.0 + std::ldexp(3.0, -11)), 0x3C02);  // tie, even up
   EXPECT_EQ(f16_bits_from_double(-std::numeric_limits<double>::infinity()), 0xFC00);
   const uint16_t nan = f16_bits_from_double(std::nan(""));
   EXPECT_EQ(nan & 0x7C00, 0x7C00);
@@ -87,8 +87,8 @@ TEST(DType, BF16MatchesRoundingFormula) {
     if (std::isnan(f)) continue;
     ASSERT_EQ(bf16_bits_from_double(f), bf16_reference(f)) << std::hex << bits;
   }
-  EXPECT_EQ(bf16_bits_from_double(1.0 + std::ldexp(1.0, -8)), 0x3F80);   // tie, even
-  EXPECT_EQ(bf16_bits_from_double(1.0 + std::ldexp(3.0, -8)), 0x3F82);   // tie, even up
+  EXPECT_EQ(bf16_bits_from_double(1.0 + std::ldexp(1.0, -8)), 0x3F80);  // tie, even
+  EXPECT_EQ(bf16_bits_from_double(1.0 + std::ldexp(3.0, -8)), 0x3F82);  // tie, even up
   EXPECT_EQ(bf16_bits_from_double(std::numeric_limits<float>::max()), 0x7F80);
   // Just above a tie: rounding directly from double goes up, where a detour through
   // float would land exactly on the tie and round down to even.

@@ -11,9 +11,9 @@
 namespace luminal {
 namespace {
 
-constexpr ExprOp kOps[] = {ExprOp::Add, ExprOp::Add, ExprOp::Mul, ExprOp::Mul, ExprOp::Div,
-                           ExprOp::Mod, ExprOp::Min, ExprOp::Max, ExprOp::Lt,  ExprOp::Ge,
-                           ExprOp::And, ExprOp::Or};
+constexpr ExprOp kOps[] = {ExprOp::Add, ExprOp::Add, ExprOp::Mul, ExprOp::Mul,
+                           ExprOp::Div, ExprOp::Mod, ExprOp::Min, ExprOp::Max,
+                           ExprOp::Lt,  ExprOp::Ge,  ExprOp::And, ExprOp::Or};
 
 class RandomExprs {
  public:
@@ -24,10 +24,14 @@ class RandomExprs {
     std::uniform_int_distribution<int> leaf(0, 5);
     if (depth == 0 || leaf(rng_) == 0) {
       switch (std::uniform_int_distribution<int>(0, 4)(rng_)) {
-        case 0: return Expr("a");
-        case 1: return Expr("b");
-        case 2: return Expr::var("i", 0, 15);
-        default: return Expr(std::uniform_int_distribution<int64_t>(-6, 9)(rng_));
+        case 0:
+          return Expr("a");
+        case 1:
+          return Expr("b");
+        case 2:
+          return Expr::var("i", 0, 15);
+        default:
+          return Expr(std::uniform_int_distribution<int64_t>(-6, 9)(rng_));
       }
     }
     const ExprOp op = kOps[std::uniform_int_distribution<size_t>(0, std::size(kOps) - 1)(rng_)];
@@ -43,20 +47,28 @@ class RandomExprs {
     };
     if (depth == 0 || pick(rng_) == 0) {
       switch (std::uniform_int_distribution<int>(0, 3)(rng_)) {
-        case 0: return Expr("a");
-        case 1: return Expr("b");
-        case 2: return Expr::var("i", 0, 15);
-        default: return small(-3, 16);
+        case 0:
+          return Expr("a");
+        case 1:
+          return Expr("b");
+        case 2:
+          return Expr::var("i", 0, 15);
+        default:
+          return small(-3, 16);
       }
     }
     switch (pick(rng_)) {
       case 0:
-      case 1: return expr_raw(ExprOp::Add, make_index(depth - 1), make_index(depth - 1));
-      case 2: return expr_raw(ExprOp::Mul, make_index(depth - 1), small(-3, 8));
+      case 1:
+        return expr_raw(ExprOp::Add, make_index(depth - 1), make_index(depth - 1));
+      case 2:
+        return expr_raw(ExprOp::Mul, make_index(depth - 1), small(-3, 8));
       case 3:
-      case 4: return expr_raw(ExprOp::Div, make_index(depth - 1), small(1, 12));
+      case 4:
+        return expr_raw(ExprOp::Div, make_index(depth - 1), small(1, 12));
       case 5:
-      case 6: return expr_raw(ExprOp::Mod, make_index(depth - 1), small(1, 12));
+      case 6:
+        return expr_raw(ExprOp::Mod, make_index(depth - 1), small(1, 12));
       default:
         return expr_raw(pick(rng_) < 4 ? ExprOp::Min : ExprOp::Max, make_index(depth - 1),
                         make_index(depth - 1));

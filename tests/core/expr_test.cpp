@@ -7,7 +7,9 @@
 namespace luminal {
 namespace {
 
-Expr P(const char* s) { return parse_expr(s); }
+Expr P(const char* s) {
+  return parse_expr(s);
+}
 
 TEST(Expr, InterningGivesEqualIds) {
   Expr a = Expr("a") * 3 + 1;
@@ -99,8 +101,8 @@ TEST(Expr, Substitute) {
 }
 
 TEST(Expr, PrintAndParseRoundTrip) {
-  const char* cases[] = {"a + b*2 - 3", "(a + 1) / 4 % 3", "min(a, b + 2)", "a < b && b >= 3",
-                         "a*b*c - c", "max(a / 2, 7) || a"};
+  const char* cases[] = {"a + b*2 - 3",     "(a + 1) / 4 % 3", "min(a, b + 2)",
+                         "a < b && b >= 3", "a*b*c - c",       "max(a / 2, 7) || a"};
   for (const char* c : cases) {
     Expr e = P(c);
     EXPECT_EQ(P(e.to_string().c_str()), e) << c << " printed as " << e.to_string();

@@ -68,8 +68,7 @@ TEST(Graph, TextAndDotPrinting) {
   b.retrieve();
   const std::string text = cx.to_text();
   EXPECT_NE(text.find("%0 = Input \"a\" : f32[2, 3]"), std::string::npos) << text;
-  EXPECT_NE(text.find("%1 = Exp2(%0{shape=[3, 2] strides=[1, 3]}) : f32[3, 2]"),
-            std::string::npos)
+  EXPECT_NE(text.find("%1 = Exp2(%0{shape=[3, 2] strides=[1, 3]}) : f32[3, 2]"), std::string::npos)
       << text;
   EXPECT_NE(text.find("%2 = SumReduce(%1) axis=0 : f32[2]  [output]"), std::string::npos) << text;
   const std::string dot = cx.to_dot();

@@ -85,7 +85,9 @@ struct Dense {
   Dense reshape(std::vector<int64_t> s) const { return Dense{std::move(s), data}; }
 };
 
-std::vector<Expr> exprs(const std::vector<int64_t>& v) { return {v.begin(), v.end()}; }
+std::vector<Expr> exprs(const std::vector<int64_t>& v) {
+  return {v.begin(), v.end()};
+}
 
 // Reads through the view three ways (read_view, index/valid expressions) and compares.
 void expect_matches(const Buffer& phys, const View& v, const Dense& want) {

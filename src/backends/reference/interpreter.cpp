@@ -17,10 +17,14 @@ namespace {
 
 int64_t lowest_of(DType t) {
   switch (t) {
-    case DType::I32: return std::numeric_limits<int32_t>::min();
-    case DType::I8: return std::numeric_limits<int8_t>::min();
-    case DType::U8: return 0;
-    default: return std::numeric_limits<int64_t>::min();
+    case DType::I32:
+      return std::numeric_limits<int32_t>::min();
+    case DType::I8:
+      return std::numeric_limits<int8_t>::min();
+    case DType::U8:
+      return 0;
+    default:
+      return std::numeric_limits<int64_t>::min();
   }
 }
 
@@ -64,12 +68,18 @@ Buffer eval_source(const Node& n, const Bindings& dims) {
 
 double apply_float_unary(Op op, double x) {
   switch (op) {
-    case Op::Log2: return std::log2(x);
-    case Op::Exp2: return std::exp2(x);
-    case Op::Sin: return std::sin(x);
-    case Op::Sqrt: return std::sqrt(x);
-    case Op::Recip: return 1.0 / x;
-    default: LUM_ASSERT(false) << "not a float unary op: " << op_name(op);
+    case Op::Log2:
+      return std::log2(x);
+    case Op::Exp2:
+      return std::exp2(x);
+    case Op::Sin:
+      return std::sin(x);
+    case Op::Sqrt:
+      return std::sqrt(x);
+    case Op::Recip:
+      return 1.0 / x;
+    default:
+      LUM_ASSERT(false) << "not a float unary op: " << op_name(op);
   }
 }
 
@@ -97,11 +107,20 @@ Buffer eval_binary(const Node& n, NodeId id, const Buffer& a, const Buffer& b) {
     for (size_t i = 0; i < a.numel(); ++i) {
       const double x = a.get_f64(i), y = b.get_f64(i);
       switch (n.op) {
-        case Op::Add: out.set_f64(i, x + y); break;
-        case Op::Mul: out.set_f64(i, x * y); break;
-        case Op::Mod: out.set_f64(i, std::fmod(x, y)); break;
-        case Op::LessThan: out.set_i64(i, x < y); break;
-        default: LUM_ASSERT(false) << "not a binary op";
+        case Op::Add:
+          out.set_f64(i, x + y);
+          break;
+        case Op::Mul:
+          out.set_f64(i, x * y);
+          break;
+        case Op::Mod:
+          out.set_f64(i, std::fmod(x, y));
+          break;
+        case Op::LessThan:
+          out.set_i64(i, x < y);
+          break;
+        default:
+          LUM_ASSERT(false) << "not a binary op";
       }
     }
     return out;
@@ -109,15 +128,22 @@ Buffer eval_binary(const Node& n, NodeId id, const Buffer& a, const Buffer& b) {
   for (size_t i = 0; i < a.numel(); ++i) {
     const int64_t x = a.get_i64(i), y = b.get_i64(i);
     switch (n.op) {
-      case Op::Add: out.set_i64(i, wrap_add(x, y)); break;
-      case Op::Mul: out.set_i64(i, wrap_mul(x, y)); break;
+      case Op::Add:
+        out.set_i64(i, wrap_add(x, y));
+        break;
+      case Op::Mul:
+        out.set_i64(i, wrap_mul(x, y));
+        break;
       case Op::Mod:
         LUM_CHECK(y != 0) << "Mod " << describe(n, id) << ": integer division by zero at element "
                           << i;
         out.set_i64(i, y == -1 ? 0 : x % y);
         break;
-      case Op::LessThan: out.set_i64(i, x < y); break;
-      default: LUM_ASSERT(false) << "not a binary op";
+      case Op::LessThan:
+        out.set_i64(i, x < y);
+        break;
+      default:
+        LUM_ASSERT(false) << "not a binary op";
     }
   }
   return out;
@@ -265,18 +291,22 @@ class ReferenceExecutable final : public Executable {
                                      << " but its data is " << dtype_name(b->dtype());
     const size_t expected = count(n.shape, dims);
     LUM_CHECK(b->numel() == expected) << "input '" << n.name << "' of shape " << to_string(n.shape)
-                                      << " needs " << expected << " elements, got "
-                                      << b->numel();
+                                      << " needs " << expected << " elements, got " << b->numel();
   }
 
   static Buffer evaluate(const Node& n, NodeId id, std::vector<Buffer>& in,
                          const std::vector<int64_t>& in_shape, const Bindings& dims) {
     switch (traits(n.op).category) {
-      case OpCategory::Source: return eval_source(n, dims);
-      case OpCategory::Unary: return eval_unary(n, std::move(in[0]));
-      case OpCategory::Binary: return eval_binary(n, id, in[0], in[1]);
-      case OpCategory::Reduce: return eval_reduce(n, in[0], in_shape);
-      case OpCategory::Indexing: return eval_indexing(n, id, in);
+      case OpCategory::Source:
+        return eval_source(n, dims);
+      case OpCategory::Unary:
+        return eval_unary(n, std::move(in[0]));
+      case OpCategory::Binary:
+        return eval_binary(n, id, in[0], in[1]);
+      case OpCategory::Reduce:
+        return eval_reduce(n, in[0], in_shape);
+      case OpCategory::Indexing:
+        return eval_indexing(n, id, in);
     }
     LUM_ASSERT(false) << "unknown op category";
   }
