@@ -174,58 +174,56 @@ Expr build_mul(Expr a, Expr b) {
   return coef == 1 ? chain : build_mul(chain, Expr(coef));
 }
 
-int64_t gcd_of_terms(const std::vector<Term>& terms, int64_t c) {
-  int64_t g = c;
-  for (const Term& t : terms) g = std::gcd(g, t.coef);
-  return g;
-}
+// A linear `a` divided by a constant c > 0, written as
+//   a = c*Q + R  (R's constant in [0, c))  and  R = g*S + r  (g = gcd of R's coefficients
+//   and c, r in [0, g)),
+// so that floor(a / c) = Q + floor(R / c) = Q + floor(S / (c/g)) and
+// a mod c = R mod c = g * (S mod (c/g)) + r.
+struct DivModSplit {
+  Linear q, r;  // Q and R
+  bool has_multiples = false;
+  int64_t g = 1;
+  Linear s;  // S
+};
 
-Linear scaled_down(const std::vector<Term>& terms, int64_t g) {
-  Linear out;
-  for (const Term& t : terms) out.terms.push_back({t.mono, t.coef / g});
+std::optional<DivModSplit> split_by(Expr a, int64_t c) {
+  if (!is_op(a, ExprOp::Add) && !is_scaled(a)) return std::nullopt;
+  Linear l;
+  collect(a, 1, l);
+  if (l.overflow) return std::nullopt;
+  DivModSplit out;
+  for (const Term& t : l.terms) {
+    if (t.coef % c == 0) {
+      out.q.terms.push_back({t.mono, t.coef / c});
+    } else {
+      out.r.terms.push_back(t);
+    }
+  }
+  out.q.constant = floor_div(l.constant, c);
+  out.r.constant = floor_mod(l.constant, c);
+  out.has_multiples = !out.q.terms.empty() || out.q.constant != 0;
+  out.g = c;
+  for (const Term& t : out.r.terms) out.g = std::gcd(out.g, t.coef);
+  for (const Term& t : out.r.terms) out.s.terms.push_back({t.mono, t.coef / out.g});
+  out.s.constant = out.r.constant / out.g;
   return out;
 }
 
-// Splits a linear form into multiples of c (Q, with constant q) and the rest (R, with
-// a constant r in [0, c)): a = c*Q + R.
-void split_multiples(const Linear& l, int64_t c, Linear& q, Linear& r) {
-  for (const Term& t : l.terms) {
-    if (t.coef % c == 0) {
-      q.terms.push_back({t.mono, t.coef / c});
-    } else {
-      r.terms.push_back(t);
-    }
-  }
-  q.constant = floor_div(l.constant, c);
-  r.constant = floor_mod(l.constant, c);
-}
-
 std::optional<Expr> div_linear(Expr a, int64_t c) {
-  if (!is_op(a, ExprOp::Add) && !is_scaled(a)) return std::nullopt;
-  Linear l, q, r;
-  collect(a, 1, l);
-  if (l.overflow) return std::nullopt;
-  split_multiples(l, c, q, r);
-  if (!q.terms.empty() || q.constant != 0) return build_linear(q) + build_linear(r) / Expr(c);
-  const int64_t g = gcd_of_terms(r.terms, c);
-  if (g <= 1) return std::nullopt;
-  Linear s = scaled_down(r.terms, g);
-  s.constant = r.constant / g;  // the remainder r.constant % g < g drops out of the floor
-  return build_linear(s) / Expr(c / g);
+  auto p = split_by(a, c);
+  if (!p) return std::nullopt;
+  if (p->has_multiples) return build_linear(p->q) + build_linear(p->r) / Expr(c);
+  if (p->g > 1) return build_linear(p->s) / Expr(c / p->g);
+  return std::nullopt;
 }
 
 std::optional<Expr> mod_linear(Expr a, int64_t c) {
-  if (!is_op(a, ExprOp::Add) && !is_scaled(a)) return std::nullopt;
-  Linear l, q, r;
-  collect(a, 1, l);
-  if (l.overflow) return std::nullopt;
-  split_multiples(l, c, q, r);
-  if (!q.terms.empty() || q.constant != 0) return build_linear(r) % Expr(c);
-  const int64_t g = gcd_of_terms(r.terms, c);
-  if (g <= 1) return std::nullopt;
-  Linear s = scaled_down(r.terms, g);
-  s.constant = r.constant / g;
-  return (build_linear(s) % Expr(c / g)) * Expr(g) + Expr(r.constant % g);
+  auto p = split_by(a, c);
+  if (!p) return std::nullopt;
+  if (p->has_multiples) return build_linear(p->r) % Expr(c);
+  if (p->g > 1)
+    return (build_linear(p->s) % Expr(c / p->g)) * Expr(p->g) + Expr(p->r.constant % p->g);
+  return std::nullopt;
 }
 
 Expr finish(ExprOp op, Expr a, Expr b) {
