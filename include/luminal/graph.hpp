@@ -73,6 +73,19 @@ class Graph {
   Tensor constant_int(int64_t value, DType dtype = DType::I32);
   /// out[z] = expr evaluated at the flat output index z, for the given shape.
   Tensor iota(Expr expr, const std::vector<Expr>& shape, DType dtype = DType::I32);
+  /// A constant broadcast to `shape`.
+  Tensor full(const std::vector<Expr>& shape, double value, DType dtype = DType::F32);
+  Tensor zeros(const std::vector<Expr>& shape, DType dtype = DType::F32);
+  Tensor ones(const std::vector<Expr>& shape, DType dtype = DType::F32);
+  /// start, start+step, ... below end (torch.arange); integral arguments with an integer
+  /// dtype stay exact.
+  Tensor arange(double start, double end, double step = 1, DType dtype = DType::F32);
+  /// n x n identity.
+  Tensor eye(Expr n, DType dtype = DType::F32);
+  /// Seeded random data for initialisation (uniform in [lo, hi) / normal(mean, std)),
+  /// generated on the host when the node is created; shapes must be concrete.
+  Tensor rand(const std::vector<Expr>& shape, uint64_t seed, double lo = 0, double hi = 1);
+  Tensor randn(const std::vector<Expr>& shape, uint64_t seed, double mean = 0, double std = 1);
 
   /// Validates and appends a node (inputs must already exist); returns its id.
   NodeId add_node(Node node);
@@ -103,6 +116,8 @@ class Graph {
   void compile(const Backend& backend);
   /// Runs the compiled graph with the current inputs and dims.
   void execute();
+  /// Runs `hook` after every execute (debug printing and diffing).
+  void add_after_run(std::function<void()> hook) { after_run_.push_back(std::move(hook)); }
   /// Statistics of the last execute (zeros before the first).
   RunStats last_run_stats() const;
 
@@ -120,6 +135,7 @@ class Graph {
   std::unordered_map<uint32_t, Buffer> data_;
   std::unordered_set<uint32_t> outputs_;
   std::unique_ptr<Executable> executable_;
+  std::vector<std::function<void()>> after_run_;
   size_t compiled_nodes_ = 0;  // nodes present when compiled; later additions need a recompile
 };
 

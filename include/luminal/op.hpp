@@ -13,7 +13,7 @@ enum class Op : uint8_t {
 #undef LUM_OP
 };
 
-enum class OpCategory : uint8_t { Source, Unary, Binary, Reduce, Indexing };
+enum class OpCategory : uint8_t { Source, Unary, Binary, Ternary, Reduce, Indexing };
 
 struct OpTraits {
   std::string_view name;
@@ -39,7 +39,8 @@ constexpr std::string_view op_name(Op op) {
   return traits(op).name;
 }
 constexpr bool is_elementwise(Op op) {
-  return traits(op).category == OpCategory::Unary || traits(op).category == OpCategory::Binary;
+  const OpCategory c = traits(op).category;
+  return c == OpCategory::Unary || c == OpCategory::Binary || c == OpCategory::Ternary;
 }
 
 }  // namespace luminal

@@ -68,6 +68,10 @@ class View {
   View pad(int axis, Expr before, Expr after) const;
   /// Reverses `axis`.
   View flip(int axis) const;
+  /// Sliding windows (torch.Tensor.unfold): `axis` becomes the window count
+  /// (len - dilation*(size-1) - 1) / step + 1 and a new last dimension of `size`
+  /// walks one window. Windows overlap in memory; nullopt if `axis` is masked.
+  std::optional<View> unfold(int axis, Expr size, Expr step, Expr dilation = 1) const;
 
   /// Physical offset of a logical multi-index.
   Expr index(const std::vector<Expr>& idx) const;

@@ -102,6 +102,17 @@ NodeId Graph::add_node(Node n) {
       n.dtype = n.op == Op::LessThan ? DType::Bool : in_dtype(0);
       n.shape = in_view(0).shape();
       break;
+    case OpCategory::Ternary:
+      check_shapes_equal(n, in_view(0), in_view(1));
+      check_shapes_equal(n, in_view(1), in_view(2));
+      LUM_CHECK(in_dtype(0) == DType::Bool)
+          << t.name << ": condition must be bool, got " << dtype_name(in_dtype(0));
+      LUM_CHECK(in_dtype(1) == in_dtype(2)) << t.name << ": dtype mismatch "
+                                            << dtype_name(in_dtype(1)) << " vs "
+                                            << dtype_name(in_dtype(2));
+      n.dtype = in_dtype(1);
+      n.shape = in_view(1).shape();
+      break;
     case OpCategory::Reduce: {
       const auto& s = in_view(0).shape();
       const size_t axis = normalize_axis(n.axis, s.size(), t.name.data());
@@ -180,6 +191,7 @@ void Graph::execute() {
   LUM_CHECK(compiled_nodes_ == nodes_.size()) << "execute: " << nodes_.size() - compiled_nodes_
                                               << " nodes were added after compile; compile again";
   executable_->run(*this);
+  for (const auto& hook : after_run_) hook();
 }
 
 RunStats Graph::last_run_stats() const {

@@ -1,6 +1,8 @@
 // Tensor: builders for primitive nodes and view edits.
 #include "luminal/tensor.hpp"
 
+#include <algorithm>
+
 #include "luminal/error.hpp"
 
 namespace luminal {
@@ -95,37 +97,9 @@ Tensor binary(Op op, const Tensor& a, const Tensor& b) {
   return g.tensor_of(g.add_node(std::move(n)));
 }
 
-Tensor operator+(const Tensor& a, const Tensor& b) {
-  return binary(Op::Add, a, b);
-}
-Tensor operator*(const Tensor& a, const Tensor& b) {
-  return binary(Op::Mul, a, b);
-}
-Tensor operator%(const Tensor& a, const Tensor& b) {
-  return binary(Op::Mod, a, b);
-}
-Tensor less_than(const Tensor& a, const Tensor& b) {
-  return binary(Op::LessThan, a, b);
-}
-
-namespace {
-Tensor scalar_like(const Tensor& t, double v) {
-  if (is_float(t.dtype())) return t.graph().constant(v, t.dtype());
-  return t.graph().constant_int(static_cast<int64_t>(v), t.dtype());
-}
-}  // namespace
-
-Tensor operator+(const Tensor& a, double b) {
-  return a + scalar_like(a, b);
-}
-Tensor operator+(double a, const Tensor& b) {
-  return scalar_like(b, a) + b;
-}
-Tensor operator*(const Tensor& a, double b) {
-  return a * scalar_like(a, b);
-}
-Tensor operator*(double a, const Tensor& b) {
-  return scalar_like(b, a) * b;
+Tensor scalar_like(const Tensor& like, double value) {
+  if (is_float(like.dtype())) return like.graph().constant(value, like.dtype());
+  return like.graph().constant_int(static_cast<int64_t>(value), like.dtype());
 }
 
 // --- movement ----------------------------------------------------------------------
@@ -142,7 +116,19 @@ Tensor Tensor::broadcast_to(const std::vector<Expr>& shape) const {
   return Tensor(graph_, id_, view_.broadcast_to(shape), dtype_);
 }
 
-Tensor Tensor::reshape(const std::vector<Expr>& shape) const {
+Tensor Tensor::reshape(const std::vector<Expr>& requested) const {
+  std::vector<Expr> shape = requested;
+  auto inferred = std::find(shape.begin(), shape.end(), Expr(-1));
+  if (inferred != shape.end()) {
+    LUM_CHECK(std::count(shape.begin(), shape.end(), Expr(-1)) == 1)
+        << "reshape: more than one -1 in " << to_string(requested);
+    *inferred = 1;
+    const Expr known = product(shape);
+    LUM_CHECK((numel() % known) == Expr(0))
+        << "reshape: cannot infer -1 in " << to_string(requested) << " for " << numel()
+        << " elements";
+    *inferred = numel() / known;
+  }
   if (auto v = view_.reshape(shape)) return Tensor(graph_, id_, *v, dtype_);
   Tensor copy = unary(Op::Contiguous, dtype_);
   auto v = copy.view_.reshape(shape);
@@ -154,8 +140,18 @@ Tensor Tensor::slice(int axis, Expr start, Expr end) const {
   return Tensor(graph_, id_, view_.slice(axis, start, end), dtype_);
 }
 
-Tensor Tensor::pad(int axis, Expr before, Expr after) const {
-  return Tensor(graph_, id_, view_.pad(axis, before, after), dtype_);
+Tensor Tensor::pad(int axis, Expr before, Expr after, double value) const {
+  Tensor zero_padded(graph_, id_, view_.pad(axis, before, after), dtype_);
+  if (value == 0.0) return zero_padded;
+  // Padding reads zero; the fill value goes where a padded ones-mask reads zero.
+  Tensor valid = graph().constant(1.0, DType::Bool).broadcast_to(shape()).pad(axis, before, after);
+  return where(valid, zero_padded, scalar_like(*this, value));
+}
+
+Tensor Tensor::unfold(int axis, Expr size, Expr step, Expr dilation) const {
+  if (auto v = view_.unfold(axis, size, step, dilation)) return Tensor(graph_, id_, *v, dtype_);
+  Tensor copy = unary(Op::Contiguous, dtype_);
+  return Tensor(graph_, copy.id_, copy.view_.unfold(axis, size, step, dilation).value(), dtype_);
 }
 
 Tensor Tensor::flip(int axis) const {

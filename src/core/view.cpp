@@ -310,6 +310,24 @@ View View::flip(int axis) const {
   return out;
 }
 
+std::optional<View> View::unfold(int axis, Expr size, Expr step, Expr dilation) const {
+  const size_t d = normalize_axis(axis, rank(), "unfold");
+  const Expr span = dilation * (size - 1) + 1;
+  LUM_CHECK((dims_[d] - span).upper_bound() >= 0)
+      << "unfold: window of " << span << " elements does not fit dimension " << d << " of size "
+      << dims_[d];
+  if (is_masked(d)) return std::nullopt;
+  View out = *this;
+  out.dims_[d] = (dims_[d] - span) / step + 1;
+  out.strides_[d] = strides_[d] * step;
+  out.mask_hi_[d] = out.dims_[d];
+  out.dims_.push_back(size);
+  out.strides_.push_back(strides_[d] * dilation);
+  out.mask_lo_.push_back(0);
+  out.mask_hi_.push_back(size);
+  return out;
+}
+
 Expr View::index(const std::vector<Expr>& idx) const {
   LUM_ASSERT(idx.size() == rank()) << "index: " << idx.size() << " indices for rank " << rank();
   Expr e = offset_;

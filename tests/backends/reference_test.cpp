@@ -43,7 +43,7 @@ TEST(Reference, BroadcastBinaryOps) {
   const auto av = random_floats(12, 2), bv = random_floats(2, 3);
   a.set(av);
   b.set(bv);
-  Tensor sum = (a + b).retrieve(), prod = (a * b).retrieve(), mod = (a % b).retrieve();
+  Tensor sum = (a + b).retrieve(), prod = (a * b).retrieve(), mod = fmod(a, b).retrieve();
   Tensor lt = less_than(a, b).retrieve();
   cx.compile(reference());
   cx.execute();
@@ -67,7 +67,7 @@ TEST(Reference, IntegerSemantics) {
   Tensor a = cx.named_tensor("a", {4}, DType::I32), b = cx.named_tensor("b", {4}, DType::I32);
   a.set(std::vector<int32_t>{std::numeric_limits<int32_t>::max(), -7, 7, -7});
   b.set(std::vector<int32_t>{1, 2, -2, -2});
-  Tensor sum = (a + b).retrieve(), mod = (a % b).retrieve(), prod = (a * b).retrieve();
+  Tensor sum = (a + b).retrieve(), mod = fmod(a, b).retrieve(), prod = (a * b).retrieve();
   cx.compile(reference());
   cx.execute();
   EXPECT_EQ(sum.to_i64(), (std::vector<int64_t>{std::numeric_limits<int32_t>::min(), -5, 5, -9}));
@@ -75,6 +75,19 @@ TEST(Reference, IntegerSemantics) {
   EXPECT_EQ(prod.to_i64()[1], -14);
   b.set(std::vector<int32_t>{1, 0, 1, 1});
   EXPECT_THROW(cx.execute(), Error);
+}
+
+TEST(Reference, WhereSelectsWithoutTouchingTheOtherBranch) {
+  Graph cx;
+  Tensor c = cx.named_tensor("c", {4}, DType::Bool);
+  Tensor a = cx.named_tensor("a", {4});
+  c.set(std::vector<bool>{true, false, true, false});
+  a.set(std::vector<float>{1, 2, 3, 4});
+  const float inf = std::numeric_limits<float>::infinity();
+  Tensor out = where(c, a, cx.constant(-inf)).retrieve();
+  cx.compile(reference());
+  cx.execute();
+  EXPECT_EQ(out.to_f32(), (std::vector<float>{1, -inf, 3, -inf}));
 }
 
 TEST(Reference, ReductionsOverEveryAxisOfAPermutedInput) {

@@ -46,6 +46,12 @@ std::string describe(const Node& n, NodeId id) {
   return "%" + std::to_string(id.value) + " (" + std::string(op_name(n.op)) + ")";
 }
 
+void copy_element(Buffer& dst, size_t i, const Buffer& src, size_t j) {
+  const size_t size = dtype_size(src.dtype());
+  std::memcpy(static_cast<std::byte*>(dst.data()) + i * size,
+              static_cast<const std::byte*>(src.data()) + j * size, size);
+}
+
 Buffer eval_source(const Node& n, const Bindings& dims) {
   if (n.op == Op::Constant) {
     Buffer out(n.dtype, 1);
@@ -149,6 +155,12 @@ Buffer eval_binary(const Node& n, NodeId id, const Buffer& a, const Buffer& b) {
   return out;
 }
 
+Buffer eval_where(const Buffer& cond, const Buffer& a, const Buffer& b) {
+  Buffer out(a.dtype(), a.numel());
+  for (size_t i = 0; i < a.numel(); ++i) copy_element(out, i, cond.get_i64(i) ? a : b, i);
+  return out;
+}
+
 Buffer eval_reduce(const Node& n, const Buffer& x, const std::vector<int64_t>& in_shape) {
   const auto axis = static_cast<size_t>(n.axis);
   int64_t outer = 1, inner = 1;
@@ -185,12 +197,6 @@ Buffer eval_reduce(const Node& n, const Buffer& x, const std::vector<int64_t>& i
     }
   }
   return out;
-}
-
-void copy_element(Buffer& dst, size_t i, const Buffer& src, size_t j) {
-  const size_t size = dtype_size(src.dtype());
-  std::memcpy(static_cast<std::byte*>(dst.data()) + i * size,
-              static_cast<const std::byte*>(src.data()) + j * size, size);
 }
 
 size_t checked_index(const Node& n, NodeId id, const Buffer& indices, size_t j, size_t limit) {
@@ -303,6 +309,8 @@ class ReferenceExecutable final : public Executable {
         return eval_unary(n, std::move(in[0]));
       case OpCategory::Binary:
         return eval_binary(n, id, in[0], in[1]);
+      case OpCategory::Ternary:
+        return eval_where(in[0], in[1], in[2]);
       case OpCategory::Reduce:
         return eval_reduce(n, in[0], in_shape);
       case OpCategory::Indexing:

@@ -1,0 +1,17 @@
+// Helpers shared by the composite-op files (private to src/core/hlops).
+#pragma once
+
+#include "luminal/tensor.hpp"
+
+namespace luminal::hlops {
+
+/// Integer and bool tensors compute float math in f32, as PyTorch does.
+inline Tensor as_float(const Tensor& x) { return is_float(x.dtype()) ? x : x.cast(DType::F32); }
+
+/// Row-major flat positions into a tensor of `shape` for every element of an output of
+/// `out_shape`, where the coordinate along `axis` comes from `index` (broadcast to
+/// `out_shape`) and the others are the output's own coordinates.
+Tensor flat_positions(const std::vector<Expr>& shape, const std::vector<Expr>& out_shape, int axis,
+                      const Tensor& index);
+
+}  // namespace luminal::hlops

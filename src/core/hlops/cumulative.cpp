@@ -1,0 +1,45 @@
+// Cumulative ops along an axis: each output position reduces a sliding window over
+// the input padded in front (unfold), O(n^2) work that the compiler may replace.
+#include <limits>
+
+#include "core/hlops/common.hpp"
+#include "luminal/error.hpp"
+
+namespace luminal {
+namespace {
+
+// Window i covers inputs 0..i (padding with `fill` before them), as a last dimension.
+Tensor prefix_windows(const Tensor& x, int axis, double fill) {
+  const size_t a = normalize_axis(axis, x.rank(), "cumulative");
+  const Tensor moved = x.transpose(static_cast<int>(a), -1);
+  const Expr n = moved.shape().back();
+  return moved.pad(-1, n - 1, 0, fill).unfold(-1, n, 1);
+}
+
+Tensor move_back(const Tensor& t, int axis, size_t rank) {
+  return t.transpose(static_cast<int>(normalize_axis(axis, rank, "cumulative")), -1);
+}
+
+}  // namespace
+
+Tensor Tensor::cumsum(int axis) const {
+  return move_back(prefix_windows(*this, axis, 0).sum({-1}), axis, rank());
+}
+
+Tensor Tensor::cummax(int axis) const {
+  const double lowest = is_float(dtype_) ? -std::numeric_limits<double>::infinity()
+                                         : static_cast<double>(std::numeric_limits<int32_t>::min());
+  return move_back(prefix_windows(*this, axis, lowest).max({-1}), axis, rank());
+}
+
+Tensor Tensor::cumprod(int axis) const {
+  // Like prod: magnitudes through logs, signs by parity of negatives, zeros absorb.
+  const Tensor x = hlops::as_float(*this);
+  const Tensor magnitude = x.abs().log().cumsum(axis).exp();
+  const Tensor negatives = lt(x, 0.0).cast(x.dtype()).cumsum(axis);
+  const Tensor zeros = eq(x, 0.0).cast(x.dtype()).cumsum(axis);
+  const Tensor sign = 1.0 - fmod(negatives, scalar_like(negatives, 2.0)) * 2.0;
+  return where(gt(zeros, 0.0), 0.0, magnitude * sign);
+}
+
+}  // namespace luminal

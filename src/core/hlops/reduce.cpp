@@ -1,0 +1,118 @@
+// Reductions over several axes with keepdim, built on SumReduce and MaxReduce.
+#include <algorithm>
+
+#include "core/hlops/common.hpp"
+#include "luminal/error.hpp"
+#include "luminal/tensor.hpp"
+
+namespace luminal {
+namespace {
+
+using hlops::as_float;
+
+// Distinct, normalised axes in descending order (so removing one keeps the others valid);
+// empty means all.
+std::vector<size_t> reduce_axes(const std::vector<int>& axes, size_t rank, const char* op) {
+  std::vector<size_t> out;
+  if (axes.empty()) {
+    for (size_t d = 0; d < rank; ++d) out.push_back(d);
+  } else {
+    for (int a : axes) out.push_back(normalize_axis(a, rank, op));
+  }
+  std::sort(out.begin(), out.end(), std::greater<>());
+  LUM_CHECK(std::adjacent_find(out.begin(), out.end()) == out.end())
+      << op << ": repeated axis in reduction";
+  return out;
+}
+
+Tensor restore_dims(Tensor t, const std::vector<size_t>& desc_axes) {
+  for (auto it = desc_axes.rbegin(); it != desc_axes.rend(); ++it) t = t.unsqueeze(static_cast<int>(*it));
+  return t;
+}
+
+Tensor reduce_with(const Tensor& x, const std::vector<int>& axes, bool keepdim, bool is_sum,
+                   const char* op) {
+  const auto desc = reduce_axes(axes, x.rank(), op);
+  Tensor t = x;
+  for (size_t a : desc) t = is_sum ? t.sum_reduce(static_cast<int>(a)) : t.max_reduce(static_cast<int>(a));
+  return keepdim ? restore_dims(t, desc) : t;
+}
+
+}  // namespace
+
+Tensor Tensor::sum(const std::vector<int>& axes, bool keepdim) const {
+  const Tensor x = dtype_ == DType::Bool ? cast(DType::I64) : *this;
+  return reduce_with(x, axes, keepdim, true, "sum");
+}
+
+Tensor Tensor::max(const std::vector<int>& axes, bool keepdim) const {
+  return reduce_with(*this, axes, keepdim, false, "max");
+}
+
+Tensor Tensor::min(const std::vector<int>& axes, bool keepdim) const {
+  // min(x) = -max(-x); unsigned types negate in a wider type.
+  if (dtype_ == DType::U8 || dtype_ == DType::Bool)
+    return cast(DType::I32).min(axes, keepdim).cast(dtype_);
+  return -(-*this).max(axes, keepdim);
+}
+
+Tensor Tensor::count(const std::vector<int>& axes, DType dtype) const {
+  Expr n = 1;
+  for (size_t a : reduce_axes(axes, rank(), "count")) n = n * shape()[a];
+  return graph().iota(n, {}, dtype);
+}
+
+Tensor Tensor::mean(const std::vector<int>& axes, bool keepdim) const {
+  const Tensor x = as_float(*this);
+  return x.sum(axes, keepdim) / x.count(axes, x.dtype());
+}
+
+Tensor Tensor::prod(const std::vector<int>& axes, bool keepdim) const {
+  // |prod| = exp(sum log|x|); the sign is the parity of the negatives; any zero wins.
+  const Tensor x = as_float(*this);
+  const Tensor magnitude = x.abs().log().sum(axes, keepdim).exp();
+  const Tensor negatives = lt(x, 0.0).cast(x.dtype()).sum(axes, keepdim);
+  const Tensor zeros = eq(x, 0.0).cast(x.dtype()).sum(axes, keepdim);
+  const Tensor sign = 1.0 - fmod(negatives, scalar_like(negatives, 2.0)) * 2.0;
+  const Tensor p = where(gt(zeros, 0.0), 0.0, magnitude * sign);
+  return is_float(dtype_) ? p : p.round().cast(dtype_);
+}
+
+Tensor Tensor::var(const std::vector<int>& axes, int64_t correction, bool keepdim) const {
+  const Tensor x = as_float(*this);
+  const Tensor centred = x - x.mean(axes, true);
+  Expr n = 1;
+  for (size_t a : reduce_axes(axes, rank(), "var")) n = n * shape()[a];
+  const Tensor dof = graph().iota(n - correction, {}, x.dtype());
+  return (centred * centred).sum(axes, keepdim) / dof;
+}
+
+Tensor Tensor::std(const std::vector<int>& axes, int64_t correction, bool keepdim) const {
+  return var(axes, correction, keepdim).sqrt();
+}
+
+namespace {
+
+// Index of the first position along `axis` where x equals its extreme `best`.
+Tensor first_index_of(const Tensor& x, const Tensor& best, int axis, bool keepdim) {
+  const size_t a = normalize_axis(axis, x.rank(), "argmax");
+  const Expr n = x.shape()[a];
+  std::vector<Expr> line(x.rank(), Expr(1));
+  line[a] = n;
+  const Tensor positions = x.graph().iota(Expr("z"), {n}, DType::I64).reshape(line);
+  const Tensor candidates =
+      where(eq(x, best), positions.broadcast_to(x.shape()), x.graph().iota(n, {}, DType::I64));
+  return candidates.min({static_cast<int>(a)}, keepdim);
+}
+
+}  // namespace
+
+Tensor Tensor::argmax(int axis, bool keepdim) const {
+  return first_index_of(*this, max({axis}, true), axis, keepdim);
+}
+
+Tensor Tensor::argmin(int axis, bool keepdim) const {
+  return first_index_of(*this, min({axis}, true), axis, keepdim);
+}
+
+}  // namespace luminal
