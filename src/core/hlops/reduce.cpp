@@ -41,7 +41,8 @@ Tensor reduce_with(const Tensor& x, const std::vector<int>& axes, bool keepdim, 
 }  // namespace
 
 Tensor Tensor::sum(const std::vector<int>& axes, bool keepdim) const {
-  const Tensor x = dtype_ == DType::Bool ? cast(DType::I64) : *this;
+  // Integer and bool sums accumulate in i64, as in PyTorch.
+  const Tensor x = is_float(dtype_) ? *this : cast(DType::I64);
   return reduce_with(x, axes, keepdim, true, "sum");
 }
 

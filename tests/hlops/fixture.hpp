@@ -1,0 +1,56 @@
+// Golden fixtures written by tools/fixtures/make_hlops.py (.lfx format, see lfx.py), and
+// the parity check that runs one case on a backend.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "luminal/luminal.hpp"
+
+namespace luminal::testing {
+
+struct FixtureTensor {
+  std::vector<int64_t> shape;
+  Buffer data;
+};
+
+struct FixtureInput {
+  std::string recipe;  // view steps applied to the base tensor (see apply_recipe)
+  FixtureTensor base;
+};
+
+struct ParityCase {
+  std::string name, op, params;
+  std::vector<FixtureInput> inputs;
+  FixtureTensor expected;
+};
+
+/// Reads a .lfx file; throws luminal::Error naming the file on a malformed one.
+std::vector<ParityCase> load_fixture(const std::string& path);
+
+/// "k=v;k=v" parameters with typed accessors.
+class Params {
+ public:
+  explicit Params(const std::string& text);
+  bool has(const std::string& key) const { return values_.count(key) > 0; }
+  double f(const std::string& key) const;
+  int64_t i(const std::string& key) const;
+  std::vector<int64_t> ints(const std::string& key) const;
+  const std::string& str(const std::string& key) const;
+
+ private:
+  std::map<std::string, std::string> values_;
+};
+
+/// Applies a view recipe: T, P:a,b,c, S:axis:start:end, F:axis, B:d0,d1 separated by '|'.
+Tensor apply_recipe(const Tensor& t, const std::string& recipe);
+
+/// Builds the case's graph from the op registry, runs it on `backend` and compares with
+/// the expected tensor. Returns an empty string on success, else what differs.
+std::string run_parity_case(const ParityCase& c, const Backend& backend);
+
+/// The composite op the case names, applied to its (viewed) inputs.
+Tensor build_op(Graph& cx, const std::string& op, const std::vector<Tensor>& in, const Params& p);
+
+}  // namespace luminal::testing
