@@ -12,6 +12,8 @@ int var_index(std::vector<std::string>& names, const std::string& name, bool cre
   for (size_t i = 0; i < names.size(); ++i)
     if (names[i] == name) return static_cast<int>(i);
   if (!create) return -1;
+  LUM_CHECK(names.size() < kMaxRuleVars)
+      << "a rule uses more than " << kMaxRuleVars << " variables of one kind (at " << name << ")";
   names.push_back(name);
   return static_cast<int>(names.size() - 1);
 }
@@ -181,13 +183,7 @@ std::string Pattern::to_string(const VarTable& vars) const {
   return os.str();
 }
 
-Subst empty_subst(const VarTable& vars) {
-  Subst s;
-  s.classes.assign(vars.classes.size(), ClassId{});
-  s.attrs.assign(vars.attrs.size(), Attr{});
-  s.attr_set.assign(vars.attrs.size(), false);
-  return s;
-}
+Subst empty_subst(const VarTable&) { return Subst{}; }
 
 namespace {
 
@@ -219,18 +215,17 @@ void match_all(const EGraph& g, const Pattern& p, std::vector<std::pair<uint32_t
       const auto& attrs = g.node_attrs(n).get();
       if (attrs.size() != pn.attrs.size()) continue;
       // Bind attribute variables, remembering which this node bound.
-      std::vector<int> newly;
+      const uint32_t bound_before = s.attr_set;
       bool ok = true;
       for (size_t k = 0; k < attrs.size() && ok; ++k) {
         const AttrPattern& ap = pn.attrs[k];
         if (!ap.is_var) {
           ok = attr_matches(ap.literal, attrs[k]);
-        } else if (s.attr_set[ap.var]) {
+        } else if (s.has_attr(ap.var)) {
           ok = s.attrs[ap.var] == attrs[k];
         } else {
           s.attrs[ap.var] = attrs[k];
-          s.attr_set[ap.var] = true;
-          newly.push_back(ap.var);
+          s.attr_set |= 1u << ap.var;
         }
       }
       if (ok) {
@@ -239,7 +234,7 @@ void match_all(const EGraph& g, const Pattern& p, std::vector<std::pair<uint32_t
         match_all(g, p, todo, s, on_match);
         todo.resize(depth);
       }
-      for (int v : newly) s.attr_set[v] = false;
+      s.attr_set = bound_before;
     }
   }
   todo.emplace_back(pi, cls);
@@ -263,7 +258,10 @@ Functions::Functions() {
 }
 
 std::optional<ClassId> instantiate(EGraph& g, const Pattern& p, const Subst& s, const Functions& fns) {
-  std::vector<ClassId> built(p.nodes.size());
+  thread_local std::vector<ClassId> built;
+  thread_local std::vector<ClassId> children;
+  thread_local std::vector<Attr> attrs;
+  built.assign(p.nodes.size(), ClassId{});
   // Pattern nodes are stored children-first, so one forward pass suffices.
   for (uint32_t i = 0; i < p.nodes.size(); ++i) {
     const PatternNode& n = p.nodes[i];
@@ -280,11 +278,12 @@ std::optional<ClassId> instantiate(EGraph& g, const Pattern& p, const Subst& s, 
         break;
       }
       case PatternNode::Kind::Op: {
-        std::vector<Attr> attrs;
+        attrs.clear();
         for (const AttrPattern& a : n.attrs) attrs.push_back(a.is_var ? s.attrs[a.var] : a.literal);
-        std::vector<ClassId> children;
+        children.clear();
         for (uint32_t c : n.children) children.push_back(built[c]);
-        built[i] = g.add(n.op, AttrList::of(attrs), children);
+        const AttrList list = attrs.empty() ? AttrList{} : AttrList::of(attrs);
+        built[i] = g.add(n.op, list, children);
         break;
       }
     }

@@ -39,19 +39,39 @@ bool conditions_hold(const EGraph& g, const Rule& rule, const Subst& s, const Fu
   return true;
 }
 
-struct Match {
-  ClassId root;
-  Subst subst;
+// Matches stored flat: per match a root and the rule's bound variables.
+struct Matches {
+  size_t class_vars = 0, attr_vars = 0;
+  std::vector<ClassId> roots, classes;
+  std::vector<Attr> attrs;
+  size_t size() const { return roots.size(); }
+  void add(ClassId root, const Subst& s) {
+    roots.push_back(root);
+    classes.insert(classes.end(), s.classes.begin(), s.classes.begin() + static_cast<std::ptrdiff_t>(class_vars));
+    attrs.insert(attrs.end(), s.attrs.begin(), s.attrs.begin() + static_cast<std::ptrdiff_t>(attr_vars));
+  }
+  void load(size_t i, Subst& s) const {
+    std::copy_n(classes.begin() + static_cast<std::ptrdiff_t>(i * class_vars), class_vars, s.classes.begin());
+    std::copy_n(attrs.begin() + static_cast<std::ptrdiff_t>(i * attr_vars), attr_vars, s.attrs.begin());
+    s.attr_set = attr_vars >= 32 ? ~0u : (1u << attr_vars) - 1;
+  }
+  void clear() {
+    roots.clear();
+    classes.clear();
+    attrs.clear();
+  }
 };
 
 // All substitutions of a rule's searchers (several patterns are joined on shared
 // variables by matching each next pattern at every candidate root under the bindings).
-std::vector<Match> search(const EGraph& g, const Rule& rule,
-                          const std::unordered_map<uint32_t, std::vector<ClassId>>& index) {
-  std::vector<Match> out;
+Matches search(const EGraph& g, const Rule& rule,
+               const std::unordered_map<uint32_t, std::vector<ClassId>>& index) {
+  Matches out;
+  out.class_vars = rule.vars.classes.size();
+  out.attr_vars = rule.vars.attrs.size();
   std::function<void(size_t, const Subst&, ClassId)> step = [&](size_t k, const Subst& s, ClassId root) {
     if (k == rule.searchers.size()) {
-      out.push_back({root, s});
+      out.add(root, s);
       return;
     }
     const Pattern& p = rule.searchers[k];
@@ -64,15 +84,17 @@ std::vector<Match> search(const EGraph& g, const Rule& rule,
   return out;
 }
 
-uint64_t apply(EGraph& g, const Rule& rule, const std::vector<Match>& matches, const Functions& fns) {
+uint64_t apply(EGraph& g, const Rule& rule, const Matches& matches, const Functions& fns) {
   uint64_t unions = 0;
-  for (const Match& m : matches) {
-    if (!conditions_hold(g, rule, m.subst, fns)) continue;
+  Subst s;
+  for (size_t i = 0; i < matches.size(); ++i) {
+    matches.load(i, s);
+    if (!conditions_hold(g, rule, s, fns)) continue;
     for (const auto& [lhs, rhs] : rule.unions) {
-      std::optional<ClassId> a = rule.union_with_root ? std::optional<ClassId>(m.root)
-                                                      : instantiate(g, lhs, m.subst, fns);
+      std::optional<ClassId> a = rule.union_with_root ? std::optional<ClassId>(matches.roots[i])
+                                                      : instantiate(g, lhs, s, fns);
       if (!a) continue;
-      std::optional<ClassId> b = instantiate(g, rhs, m.subst, fns);
+      std::optional<ClassId> b = instantiate(g, rhs, s, fns);
       if (b && g.merge(*a, *b)) ++unions;
     }
   }
@@ -118,7 +140,7 @@ RunReport run_rules(EGraph& g, const std::vector<const RuleSet*>& sets, const Fu
     IterationStats st;
     const auto index = index_by_op(g);
     // Search everything first, then apply: matches see one consistent e-graph.
-    std::vector<std::vector<Match>> found(rules.size());
+    std::vector<Matches> found(rules.size());
     bool any_banned = false;
     for (size_t i = 0; i < rules.size(); ++i) {
       if (banned_until[i] > iter) {
@@ -138,7 +160,7 @@ RunReport run_rules(EGraph& g, const std::vector<const RuleSet*>& sets, const Fu
       }
     }
     for (size_t i = 0; i < rules.size(); ++i) {
-      if (found[i].empty()) continue;
+      if (found[i].size() == 0) continue;
       RuleStats& rs = report.rules[i];
       const auto t = Clock::now();
       const uint64_t u = apply(g, *rules[i], found[i], fns);
@@ -148,7 +170,9 @@ RunReport run_rules(EGraph& g, const std::vector<const RuleSet*>& sets, const Fu
       st.matches += found[i].size();
       st.unions += u;
     }
-    g.rebuild();
+    const auto rebuild_start = Clock::now();
+    st.repairs = g.rebuild();
+    st.rebuild_seconds = since(rebuild_start);
     st.nodes = g.num_nodes();
     st.classes = g.num_classes();
     st.seconds = since(iter_start);
@@ -176,12 +200,12 @@ std::string RunReport::to_string() const {
   std::ostringstream os;
   os << "saturation: " << stop_reason_name(reason) << " after " << iterations.size()
      << " iterations, " << std::fixed << std::setprecision(3) << seconds << " s\n";
-  os << "  iter    nodes  classes  matches   unions      ms\n";
+  os << "  iter    nodes  classes  matches   unions  repairs      ms  rebuild ms\n";
   for (size_t i = 0; i < iterations.size(); ++i) {
     const auto& it = iterations[i];
     os << std::setw(6) << i << std::setw(9) << it.nodes << std::setw(9) << it.classes << std::setw(9)
-       << it.matches << std::setw(9) << it.unions << std::setw(8) << std::setprecision(2)
-       << it.seconds * 1e3 << "\n";
+       << it.matches << std::setw(9) << it.unions << std::setw(9) << it.repairs << std::setw(8)
+       << std::setprecision(2) << it.seconds * 1e3 << std::setw(12) << it.rebuild_seconds * 1e3 << "\n";
   }
   os << "  rule                         matches   unions  banned  search ms  apply ms\n";
   for (const auto& r : rules) {

@@ -7,6 +7,7 @@
 // On a right-hand side, `(call name arg...)` asks a registered C++ applier for the class.
 #pragma once
 
+#include <array>
 #include <functional>
 #include <optional>
 #include <span>
@@ -25,11 +26,16 @@ struct VarTable {
   int attr_var(const std::string& name, bool create);
 };
 
-/// Bindings of a match; entries are unset (invalid ClassId / unset flag) until bound.
+/// The most ?class and $attribute variables one rule may use (each).
+inline constexpr int kMaxRuleVars = 16;
+
+/// Bindings of a match: fixed-size, so copying a match allocates nothing. Class entries
+/// are invalid and attribute bits clear until bound.
 struct Subst {
-  std::vector<ClassId> classes;
-  std::vector<Attr> attrs;
-  std::vector<bool> attr_set;
+  std::array<ClassId, kMaxRuleVars> classes{};
+  std::array<Attr, kMaxRuleVars> attrs{};
+  uint32_t attr_set = 0;  // bit v: attrs[v] is bound
+  bool has_attr(int v) const { return (attr_set >> v) & 1u; }
 };
 
 /// An argument of a condition or applier call.
