@@ -5,6 +5,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <sstream>
 
 namespace luminal::testing {
@@ -150,19 +151,10 @@ Tensor apply_recipe(const Tensor& t, const std::string& recipe) {
   return out;
 }
 
-std::string run_parity_case(const ParityCase& c, const Backend& backend) {
-  Graph cx;
-  std::vector<Tensor> inputs;
-  for (size_t k = 0; k < c.inputs.size(); ++k) {
-    const FixtureInput& in = c.inputs[k];
-    Tensor base = cx.named_tensor("in" + std::to_string(k), exprs(in.base.shape), in.base.data.dtype());
-    base.set_buffer(in.base.data);
-    inputs.push_back(apply_recipe(base, in.recipe));
-  }
-  const Params params(c.params);
-  Tensor out = build_op(cx, c.op, inputs, params).retrieve();
-  cx.compile(backend);
-  cx.execute();
+namespace {
+
+// Compares one computed output with the expected tensor.
+std::string compare(const Tensor& out, const ParityCase& c, const Params& params) {
   std::ostringstream err;
   if (out.shape() != exprs(c.expected.shape)) {
     err << "shape " << to_string(out.shape()) << ", expected " << to_string(exprs(c.expected.shape));
@@ -186,6 +178,35 @@ std::string run_parity_case(const ParityCase& c, const Backend& backend) {
   }
   if (bad) err << bad << " of " << got.numel() << " elements beyond atol " << atol << " rtol " << rtol;
   return err.str();
+}
+
+}  // namespace
+
+std::vector<std::string> run_parity_cases(const std::vector<ParityCase>& cases, const Backend& backend) {
+  Graph cx;
+  std::vector<std::string> errors(cases.size());
+  std::vector<std::optional<Tensor>> outputs(cases.size());
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const ParityCase& c = cases[i];
+    try {
+      std::vector<Tensor> inputs;
+      for (size_t k = 0; k < c.inputs.size(); ++k) {
+        const FixtureInput& in = c.inputs[k];
+        Tensor base = cx.named_tensor("c" + std::to_string(i) + "_in" + std::to_string(k), exprs(in.base.shape),
+                                      in.base.data.dtype());
+        base.set_buffer(in.base.data);
+        inputs.push_back(apply_recipe(base, in.recipe));
+      }
+      outputs[i] = build_op(cx, c.op, inputs, Params(c.params)).retrieve();
+    } catch (const std::exception& e) {
+      errors[i] = std::string("building threw: ") + e.what();
+    }
+  }
+  cx.compile(backend);
+  cx.execute();
+  for (size_t i = 0; i < cases.size(); ++i)
+    if (outputs[i]) errors[i] = compare(*outputs[i], cases[i], Params(cases[i].params));
+  return errors;
 }
 
 }  // namespace luminal::testing

@@ -46,9 +46,10 @@ class Params {
 /// Applies a view recipe: T, P:a,b,c, S:axis:start:end, F:axis, B:d0,d1 separated by '|'.
 Tensor apply_recipe(const Tensor& t, const std::string& recipe);
 
-/// Builds the case's graph from the op registry, runs it on `backend` and compares with
-/// the expected tensor. Returns an empty string on success, else what differs.
-std::string run_parity_case(const ParityCase& c, const Backend& backend);
+/// Builds every case into one graph (so a compiling backend compiles once), runs it on
+/// `backend` and compares each output with its expected tensor. Returns one message per
+/// case: empty on success, else what differs.
+std::vector<std::string> run_parity_cases(const std::vector<ParityCase>& cases, const Backend& backend);
 
 /// The composite op the case names, applied to its (viewed) inputs.
 Tensor build_op(Graph& cx, const std::string& op, const std::vector<Tensor>& in, const Params& p);

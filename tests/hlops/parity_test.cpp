@@ -14,24 +14,34 @@ std::string fixture_path(const std::string& name) {
   return std::string(LUMINAL_FIXTURE_DIR) + "/hlops/" + name + ".lfx";
 }
 
-class ReferenceParity : public ::testing::TestWithParam<const char*> {};
+// Every backend present runs every fixture file.
+struct BackendCase {
+  const char* backend;
+  const char* file;
+};
 
-TEST_P(ReferenceParity, MatchesPyTorch) {
-  const auto cases = load_fixture(fixture_path(GetParam()));
-  ASSERT_FALSE(cases.empty());
-  for (const ParityCase& c : cases) {
-    std::string error;
-    try {
-      error = run_parity_case(c, reference());
-    } catch (const std::exception& e) {
-      error = std::string("threw: ") + e.what();
-    }
-    EXPECT_TRUE(error.empty()) << c.name << " (" << c.op << " " << c.params << "): " << error;
-  }
+std::vector<BackendCase> all_cases() {
+  std::vector<BackendCase> out;
+  for (const char* backend : {"reference", "cpu"})
+    for (const char* f : kFixtureFiles) out.push_back({backend, f});
+  return out;
 }
 
-INSTANTIATE_TEST_SUITE_P(Hlops, ReferenceParity, ::testing::ValuesIn(kFixtureFiles),
-                         [](const auto& info) { return std::string(info.param); });
+class Parity : public ::testing::TestWithParam<BackendCase> {};
+
+TEST_P(Parity, MatchesPyTorch) {
+  const auto cases = load_fixture(fixture_path(GetParam().file));
+  ASSERT_FALSE(cases.empty());
+  const std::string backend = GetParam().backend;
+  const auto errors = backend == "cpu" ? run_parity_cases(cases, cpu()) : run_parity_cases(cases, reference());
+  for (size_t i = 0; i < cases.size(); ++i)
+    EXPECT_TRUE(errors[i].empty()) << cases[i].name << " (" << cases[i].op << " " << cases[i].params
+                                   << "): " << errors[i];
+}
+
+INSTANTIATE_TEST_SUITE_P(Hlops, Parity, ::testing::ValuesIn(all_cases()), [](const auto& info) {
+  return std::string(info.param.backend) + "_" + info.param.file;
+});
 
 TEST(HlopsParity, EveryRegisteredFixtureFileExists) {
   for (const char* f : kFixtureFiles) EXPECT_NO_THROW(load_fixture(fixture_path(f))) << f;

@@ -1,0 +1,35 @@
+// Kernel planning over the HLIR: dead-code elimination, common-subexpression
+// elimination and fusion. Each kernel stores one materialised node; everything it
+// computes on the way (elementwise chains, reduce prologues) is fused into it.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "luminal/graph.hpp"
+
+namespace luminal::compiler {
+
+struct Kernel {
+  NodeId root;                // the node whose value the kernel stores
+  std::vector<NodeId> reads;  // materialised nodes and inputs it loads, in order
+  size_t fused = 0;           // nodes computed inside this kernel besides the root
+};
+
+struct KernelPlan {
+  std::vector<NodeId> canonical;   // CSE: every node -> its representative
+  std::vector<bool> needed;        // DCE: reaches an output
+  std::vector<bool> materialized;  // has a buffer (inputs, kernel roots)
+  std::vector<Kernel> kernels;     // in dependency order
+  size_t fused_ops = 0;
+
+  NodeId canon(NodeId n) const { return canonical[n.value]; }
+  bool is_materialized(NodeId n) const { return materialized[canon(n).value]; }
+  /// One line per kernel, for LUMINAL_DUMP=kernels.
+  std::string to_text(const Graph& g) const;
+};
+
+/// `fuse` = false materialises every node (one kernel per op), for comparisons.
+KernelPlan plan_kernels(const Graph& g, bool fuse = true);
+
+}  // namespace luminal::compiler

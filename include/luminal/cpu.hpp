@@ -1,0 +1,29 @@
+// The CPU backend: fuses the graph into kernels, renders them as C++, compiles them
+// with the system compiler (-O3 -march=native -fopenmp), caches the shared object on
+// disk by content hash ($LUMINAL_CACHE_DIR, default ~/.cache/luminal) and runs them.
+// Changing a bound symbolic dimension does not recompile.
+#pragma once
+
+#include "luminal/backend.hpp"
+
+namespace luminal {
+
+struct CpuOptions {
+  /// Fuse elementwise chains into their consumers (off: one kernel per op).
+  bool fuse = true;
+};
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(CpuOptions options = {}) : options_(options) {}
+  std::string name() const override { return "cpu"; }
+  std::unique_ptr<Executable> compile(const Graph& graph) const override;
+
+ private:
+  CpuOptions options_;
+};
+
+/// `cx.compile(luminal::cpu())`
+inline CpuBackend cpu(CpuOptions options = {}) { return CpuBackend(options); }
+
+}  // namespace luminal

@@ -1,0 +1,368 @@
+// Renders each planned kernel as a C++ loop nest. A kernel evaluates its root at every
+// output element; fused producers are evaluated inline at the index their consumer's
+// view maps to (so permutes, broadcasts, slices and padding cost only index math), and
+// materialised ones are loaded from their buffers.
+#include "backends/cpu/codegen.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "luminal/error.hpp"
+
+namespace luminal::cpugen {
+namespace {
+
+std::string compute_type(DType t) {
+  if (t == DType::F64) return "double";
+  return is_float(t) ? "float" : "int64_t";
+}
+
+std::string storage_type(DType t) {
+  switch (t) {
+    case DType::F32: return "float";
+    case DType::F64: return "double";
+    case DType::F16:
+    case DType::BF16: return "uint16_t";
+    case DType::I32: return "int32_t";
+    case DType::I64: return "int64_t";
+    case DType::I8: return "int8_t";
+    case DType::U8:
+    case DType::Bool: return "uint8_t";
+  }
+  return "?";
+}
+
+// Converts a stored element to its compute type.
+std::string load_expr(DType t, const std::string& element) {
+  switch (t) {
+    case DType::F16: return "lum_h2f(" + element + ")";
+    case DType::BF16: return "lum_bf2f(" + element + ")";
+    case DType::F32:
+    case DType::F64: return element;
+    default: return "(int64_t)(" + element + ")";
+  }
+}
+
+// Converts a compute value to its storage type (integers wrap, as the reference does).
+std::string store_expr(DType t, const std::string& v) {
+  switch (t) {
+    case DType::F16: return "lum_f2h(" + v + ")";
+    case DType::BF16: return "lum_f2bf(" + v + ")";
+    case DType::Bool: return "(uint8_t)((" + v + ") != 0)";
+    default: return "(" + storage_type(t) + ")(" + v + ")";
+  }
+}
+
+// Applies the rounding or wrapping the reference performs when it stores a value of
+// dtype `t`, so that fused chains match op-by-op evaluation.
+std::string normalize(DType t, const std::string& v) {
+  switch (t) {
+    case DType::F16: return "lum_round_f16(" + v + ")";
+    case DType::BF16: return "lum_round_bf16(" + v + ")";
+    case DType::I32: return "(int64_t)(int32_t)(" + v + ")";
+    case DType::I8: return "(int64_t)(int8_t)(" + v + ")";
+    case DType::U8: return "(int64_t)(uint8_t)(" + v + ")";
+    case DType::Bool: return "(int64_t)((" + v + ") != 0)";
+    default: return v;
+  }
+}
+
+std::string literal(double v, DType t) {
+  if (!is_float(t)) return std::to_string(static_cast<int64_t>(v)) + "LL";
+  if (std::isnan(v)) return "std::numeric_limits<" + compute_type(t) + ">::quiet_NaN()";
+  if (std::isinf(v)) return std::string(v < 0 ? "-" : "") + "std::numeric_limits<" + compute_type(t) + ">::infinity()";
+  std::ostringstream os;
+  os.precision(17);
+  os << v;
+  std::string s = os.str();
+  if (s.find_first_of(".e") == std::string::npos) s += ".0";
+  return t == DType::F64 ? s : s + "f";
+}
+
+std::pair<double, double> int_range(DType t) {
+  switch (t) {
+    case DType::I32: return {std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max()};
+    case DType::I8: return {-128, 127};
+    case DType::U8: return {0, 255};
+    case DType::Bool: return {0, 1};
+    default: return {-9.2233720368547758e18, 9.2233720368547758e18};
+  }
+}
+
+int64_t lowest_int(DType t) {
+  switch (t) {
+    case DType::I32: return std::numeric_limits<int32_t>::min();
+    case DType::I8: return -128;
+    case DType::U8: return 0;
+    default: return std::numeric_limits<int64_t>::min();
+  }
+}
+
+// Row-major flat index of a multi-index in `shape`.
+Expr flatten(const std::vector<Expr>& idx, const std::vector<Expr>& shape) {
+  Expr f = 0;
+  for (size_t d = 0; d < shape.size(); ++d) f = f * shape[d] + idx[d];
+  return f;
+}
+
+class KernelWriter {
+ public:
+  KernelWriter(const Graph& g, const compiler::KernelPlan& plan, const compiler::Kernel& k)
+      : g_(g), plan_(plan), k_(k) {
+    for (size_t i = 0; i < k.reads.size(); ++i) slot_[k.reads[i].value] = i + 1;
+  }
+
+  // The function body (without the dims declarations, which need every kernel's vars).
+  std::string write() {
+    const Node& root = g_.node(k_.root);
+    out_type_ = storage_type(root.dtype);
+    os_ << "  " << out_type_ << "* out = (" << out_type_ << "*)bufs[0];\n";
+    for (size_t i = 0; i < k_.reads.size(); ++i) {
+      const std::string t = storage_type(g_.node(k_.reads[i]).dtype);
+      os_ << "  const " << t << "* in" << (i + 1) << " = (const " << t << "*)bufs[" << (i + 1) << "];\n";
+    }
+    switch (root.op) {
+      case Op::SumReduce:
+      case Op::MaxReduce: write_reduce(root); break;
+      case Op::Scatter: write_scatter(root); break;
+      default: write_map(root); break;
+    }
+    return os_.str();
+  }
+
+  const std::set<std::string>& vars() const { return vars_; }
+
+ private:
+  // Declares the flat output loop; returns the loop variable.
+  Expr open_loop(const std::vector<Expr>& shape, const std::string& indent, bool parallel) {
+    const Expr n = product(shape);
+    note_vars(n);
+    const auto c = n.as_const();
+    const Expr o = c ? Expr::var("lum_o", 0, std::max<int64_t>(*c - 1, 0)) : Expr::var("lum_o");
+    os_ << indent << "const int64_t lum_n = " << n.to_c() << ";\n";
+    if (parallel) os_ << indent << "#pragma omp parallel for schedule(static) if(lum_n > 16384)\n";
+    os_ << indent << "for (int64_t lum_o = 0; lum_o < lum_n; ++lum_o) {\n";
+    return o;
+  }
+
+  void write_map(const Node& root) {
+    const Expr o = open_loop(root.shape, "  ", true);
+    const std::string v = value(k_.root, View::contiguous(root.shape).unflatten(o), "    ");
+    os_ << "    out[lum_o] = " << store_expr(root.dtype, v) << ";\n  }\n";
+  }
+
+  void write_reduce(const Node& root) {
+    const Edge& e = root.inputs[0];
+    const Node& in = g_.node(plan_.canon(e.source));
+    (void)in;
+    const auto axis = static_cast<size_t>(root.axis);
+    const Expr len = e.view.shape()[axis];
+    note_vars(len);
+    const Expr o = open_loop(root.shape, "  ", true);
+    const std::vector<Expr> out_idx = View::contiguous(root.shape).unflatten(o);
+    const auto lc = len.as_const();
+    const Expr r = lc ? Expr::var("lum_r", 0, std::max<int64_t>(*lc - 1, 0)) : Expr::var("lum_r");
+    std::vector<Expr> in_idx = out_idx;
+    in_idx.insert(in_idx.begin() + static_cast<std::ptrdiff_t>(axis), r);
+    const std::string t = compute_type(root.dtype);
+    const bool sum = root.op == Op::SumReduce;
+    std::string init;
+    if (sum) {
+      init = is_float(root.dtype) ? literal(0, root.dtype) : "0";
+    } else {
+      init = is_float(root.dtype) ? "-std::numeric_limits<" + t + ">::infinity()"
+                                  : std::to_string(lowest_int(root.dtype)) + "LL";
+    }
+    os_ << "    " << t << " acc = " << init << ";\n";
+    os_ << "    for (int64_t lum_r = 0; lum_r < " << len.to_c() << "; ++lum_r) {\n";
+    const std::string v = operand(e, in_idx, "      ");
+    if (sum) {
+      os_ << "      acc = " << (is_float(root.dtype) ? "acc + " + v : "lum_wrap_add(acc, " + v + ")") << ";\n";
+    } else {
+      os_ << "      acc = lum_max<" << t << ">(acc, " << v << ");\n";
+    }
+    os_ << "    }\n    out[lum_o] = " << store_expr(root.dtype, normalize(root.dtype, "acc")) << ";\n  }\n";
+  }
+
+  void write_scatter(const Node& root) {
+    // Copy the destination, then write sources in order (later writes win).
+    const Expr o = open_loop(root.shape, "  ", true);
+    const std::string d = operand(root.inputs[0], View::contiguous(root.shape).unflatten(o), "    ");
+    os_ << "    out[lum_o] = " << store_expr(root.dtype, d) << ";\n  }\n";
+    const std::vector<Expr>& ishape = root.inputs[1].view.shape();
+    const Expr m = product(ishape);
+    note_vars(m);
+    const auto mc = m.as_const();
+    const Expr j = mc ? Expr::var("lum_j", 0, std::max<int64_t>(*mc - 1, 0)) : Expr::var("lum_j");
+    const std::vector<Expr> jidx = View::contiguous(ishape).unflatten(j);
+    os_ << "  for (int64_t lum_j = 0; lum_j < " << m.to_c() << "; ++lum_j) {\n";
+    os_ << "    const int64_t lum_o = lum_j;\n";
+    const std::string pos = operand(root.inputs[1], jidx, "    ");
+    const std::string src = operand(root.inputs[2], jidx, "    ");
+    os_ << "    const int64_t lum_p = " << pos << ";\n";
+    os_ << "    if (lum_p < 0 || lum_p >= lum_n) { lum_fail(err, 2, lum_p, lum_j); continue; }\n";
+    os_ << "    out[lum_p] = " << store_expr(root.dtype, src) << ";\n  }\n";
+  }
+
+  void note_vars(Expr e) {
+    for (const std::string& v : e.variables())
+      if (v.rfind("lum_", 0) != 0) vars_.insert(v);
+  }
+
+  std::string fresh() { return "t" + std::to_string(next_++); }
+
+  // The value an edge supplies at the consumer's logical index: through the view, with
+  // padding reading zero.
+  std::string operand(const Edge& e, const std::vector<Expr>& idx, const std::string& indent) {
+    const NodeId src = plan_.canon(e.source);
+    const Node& p = g_.node(src);
+    const View contiguous = View::contiguous(p.shape);
+    if (e.view == contiguous) return value(src, idx, indent);
+    const Expr flat = e.view.index(idx);
+    const Expr valid = e.view.valid(idx);
+    note_vars(flat);
+    note_vars(valid);
+    const std::vector<Expr> pidx = contiguous.unflatten(flat);
+    if (valid == Expr(1)) return value(src, pidx, indent);
+    const std::string t = compute_type(p.dtype), name = fresh();
+    os_ << indent << t << " " << name << " = 0;\n";
+    os_ << indent << "if (" << valid.to_c() << ") {\n";
+    const std::string inner = value(src, pidx, indent + "  ");
+    os_ << indent << "  " << name << " = " << inner << ";\n" << indent << "}\n";
+    return name;
+  }
+
+  // Emits statements computing node `n` at multi-index `idx`; returns a C expression.
+  std::string value(NodeId n, const std::vector<Expr>& idx, const std::string& indent) {
+    n = plan_.canon(n);
+    const Node& node = g_.node(n);
+    const std::string t = compute_type(node.dtype);
+    if (n != k_.root && plan_.materialized[n.value]) {
+      const Expr f = flatten(idx, node.shape);
+      note_vars(f);
+      return load_expr(node.dtype, "in" + std::to_string(slot_.at(n.value)) + "[" + f.to_c() + "]");
+    }
+    auto bind = [&](const std::string& expr) {
+      const std::string name = fresh();
+      os_ << indent << "const " << t << " " << name << " = " << expr << ";\n";
+      return name;
+    };
+    auto in = [&](size_t k) { return operand(node.inputs[k], idx, indent); };
+    const bool f = is_float(node.dtype);
+    const std::string suffix = node.dtype == DType::F64 ? "" : "f";
+    switch (node.op) {
+      case Op::Constant:
+        return node.value.is_int && !f ? std::to_string(node.value.i) + "LL"
+                                       : literal(node.value.as_double(), node.dtype);
+      case Op::Iota: {
+        const Expr z = flatten(idx, node.shape);
+        const Expr v = node.iota.substitute("z", z);
+        note_vars(v);
+        return bind(normalize(node.dtype, "(" + t + ")(" + v.to_c() + ")"));
+      }
+      case Op::Contiguous: return in(0);
+      case Op::Cast: return bind(cast(node.inputs[0], in(0), node.dtype));
+      case Op::Log2: return bind(normalize(node.dtype, "log2" + suffix + "(" + in(0) + ")"));
+      case Op::Exp2: return bind(normalize(node.dtype, "exp2" + suffix + "(" + in(0) + ")"));
+      case Op::Sin: return bind(normalize(node.dtype, "sin" + suffix + "(" + in(0) + ")"));
+      case Op::Sqrt: return bind(normalize(node.dtype, "sqrt" + suffix + "(" + in(0) + ")"));
+      case Op::Recip: return bind(normalize(node.dtype, "(" + t + ")1 / " + in(0)));
+      case Op::Add: {
+        const std::string a = in(0), b = in(1);
+        return bind(normalize(node.dtype, f ? a + " + " + b : "lum_wrap_add(" + a + ", " + b + ")"));
+      }
+      case Op::Mul: {
+        const std::string a = in(0), b = in(1);
+        return bind(normalize(node.dtype, f ? a + " * " + b : "lum_wrap_mul(" + a + ", " + b + ")"));
+      }
+      case Op::Mod: {
+        const std::string a = in(0), b = in(1);
+        return bind(normalize(node.dtype, f ? "fmod" + suffix + "(" + a + ", " + b + ")"
+                                            : "lum_imod(" + a + ", " + b + ", err, lum_o)"));
+      }
+      case Op::LessThan: {
+        const std::string a = in(0), b = in(1);
+        return bind("(int64_t)(" + a + " < " + b + ")");
+      }
+      case Op::Where: {
+        const std::string c = in(0), a = in(1), b = in(2);
+        return bind("(" + c + ") ? " + a + " : " + b);
+      }
+      case Op::Gather: return gather(node, idx, indent);
+      default: break;
+    }
+    LUM_FAIL() << "CPU backend: cannot generate code for " << op_name(node.op) << " (%" << n.value << ")";
+  }
+
+  std::string cast(const Edge& e, const std::string& v, DType to) {
+    const DType from = g_.node(plan_.canon(e.source)).dtype;
+    if (to == DType::Bool) return "(int64_t)(" + v + " != 0)";
+    if (is_float(to)) {
+      const std::string widened = "(" + compute_type(to) + ")(" + v + ")";
+      return normalize(to, widened);
+    }
+    if (is_float(from)) {
+      const auto [lo, hi] = int_range(to);
+      return normalize(to, "lum_f2i(" + v + ", " + literal(lo, DType::F64) + ", " + literal(hi, DType::F64) + ")");
+    }
+    return normalize(to, v);
+  }
+
+  std::string gather(const Node& node, const std::vector<Expr>& idx, const std::string& indent) {
+    const std::string pos = operand(node.inputs[1], idx, indent);
+    const Edge& data = node.inputs[0];
+    const Expr limit = product(data.view.shape());
+    note_vars(limit);
+    const std::string g = "lum_g" + std::to_string(next_++);
+    os_ << indent << "const int64_t " << g << " = " << pos << ";\n";
+    const std::string out = fresh();
+    const std::string t = compute_type(node.dtype);
+    os_ << indent << t << " " << out << " = 0;\n";
+    os_ << indent << "if (" << g << " < 0 || " << g << " >= " << limit.to_c() << ") {\n"
+        << indent << "  lum_fail(err, 1, " << g << ", lum_o);\n" << indent << "} else {\n";
+    const std::vector<Expr> didx = View::contiguous(data.view.shape()).unflatten(Expr::var(g, kExprNegInf, kExprInf));
+    const std::string v = operand(data, didx, indent + "  ");
+    os_ << indent << "  " << out << " = " << v << ";\n" << indent << "}\n";
+    return out;
+  }
+
+  const Graph& g_;
+  const compiler::KernelPlan& plan_;
+  const compiler::Kernel& k_;
+  std::map<uint32_t, size_t> slot_;
+  std::ostringstream os_;
+  std::string out_type_;
+  std::set<std::string> vars_;
+  int next_ = 0;
+};
+
+}  // namespace
+
+GeneratedSource generate_source(const Graph& g, const compiler::KernelPlan& plan) {
+  std::vector<std::string> bodies;
+  std::set<std::string> vars;
+  for (const compiler::Kernel& k : plan.kernels) {
+    KernelWriter w(g, plan, k);
+    bodies.push_back(w.write());
+    vars.insert(w.vars().begin(), w.vars().end());
+  }
+  GeneratedSource out;
+  out.dims.assign(vars.begin(), vars.end());
+  std::ostringstream os;
+  os << kernel_prelude() << expr_c_prelude() << "\n";
+  for (size_t k = 0; k < bodies.size(); ++k) {
+    os << "extern \"C\" void lum_kernel_" << k << "(void** bufs, const int64_t* dims, int64_t* err) {\n"
+       << "  (void)dims; (void)err;\n";
+    for (size_t i = 0; i < out.dims.size(); ++i)
+      os << "  const int64_t " << out.dims[i] << " = dims[" << i << "]; (void)" << out.dims[i] << ";\n";
+    os << bodies[k] << "}\n\n";
+  }
+  out.code = os.str();
+  return out;
+}
+
+}  // namespace luminal::cpugen

@@ -1,0 +1,132 @@
+// System-compiler JIT with an on-disk cache.
+#include "backends/cpu/jit.hpp"
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "luminal/error.hpp"
+
+namespace luminal::cpugen {
+namespace {
+
+namespace fs = std::filesystem;
+
+const char* compiler() {
+  const char* c = std::getenv("LUMINAL_CXX");
+  return c && *c ? c : "c++";
+}
+
+const std::string& flags() {
+  static const std::string f = "-std=c++17 -O3 -march=native -fopenmp -fPIC -shared -w";
+  return f;
+}
+
+// Runs a shell command; returns its exit status and combined output.
+std::pair<int, std::string> run(const std::string& cmd) {
+  std::array<char, 4096> buf;
+  std::string out;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  LUM_CHECK(p) << "cannot run the C++ compiler (" << cmd << ")";
+  while (size_t n = fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
+  const int status = pclose(p);
+  return {status, out};
+}
+
+// The compiler's identity is part of the cache key: a new compiler recompiles.
+const std::string& compiler_version() {
+  static const std::string v = run(std::string(compiler()) + " --version").second;
+  return v;
+}
+
+uint64_t fnv1a(const std::string& s, uint64_t h = 1469598103934665603ull) {
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+std::string hex(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+std::unique_ptr<SharedObject> load(const std::string& path) {
+  void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  LUM_CHECK(h) << "cannot load compiled kernels " << path << ": " << dlerror();
+  return std::make_unique<SharedObject>(h, path);
+}
+
+}  // namespace
+
+SharedObject::~SharedObject() {
+  if (handle_) dlclose(handle_);
+}
+
+void* SharedObject::symbol(const std::string& name) const {
+  void* s = dlsym(handle_, name.c_str());
+  LUM_CHECK(s) << "compiled kernels " << path_ << " lack symbol " << name;
+  return s;
+}
+
+std::string cache_dir() {
+  fs::path dir;
+  if (const char* d = std::getenv("LUMINAL_CACHE_DIR"); d && *d) {
+    dir = d;
+  } else if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) {
+    dir = fs::path(x) / "luminal";
+  } else if (const char* home = std::getenv("HOME"); home && *home) {
+    dir = fs::path(home) / ".cache" / "luminal";
+  } else {
+    dir = fs::temp_directory_path() / "luminal-cache";
+  }
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  LUM_CHECK(!ec) << "cannot create the kernel cache directory " << dir << ": " << ec.message()
+                 << " (set LUMINAL_CACHE_DIR)";
+  return dir.string();
+}
+
+JitResult compile_and_load(const std::string& source) {
+  const auto start = std::chrono::steady_clock::now();
+  const std::string key = hex(fnv1a(source, fnv1a(flags() + compiler_version())));
+  const fs::path dir = cache_dir();
+  const fs::path so = dir / ("k" + key + ".so");
+  JitResult r;
+  if (fs::exists(so)) {
+    r.library = load(so.string());
+    r.cache_hit = true;
+    return r;
+  }
+  // Write to unique temporary names, then rename: concurrent compiles never see a
+  // half-written file.
+  const std::string tag = std::to_string(getpid()) + "-" + hex(fnv1a(std::to_string(
+                              std::chrono::steady_clock::now().time_since_epoch().count())));
+  const fs::path src = dir / ("k" + key + ".cpp");
+  const fs::path tmp = dir / ("k" + key + "." + tag + ".tmp.so");
+  {
+    std::ofstream f(src);
+    f << source;
+    LUM_CHECK(f) << "cannot write kernel source " << src;
+  }
+  const std::string cmd = std::string(compiler()) + " " + flags() + " -o '" + tmp.string() + "' '" + src.string() + "'";
+  const auto [status, output] = run(cmd);
+  if (status != 0) {
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    LUM_FAIL() << "the C++ compiler failed on generated kernels; source kept at " << src.string()
+               << "\ncommand: " << cmd << "\n" << output.substr(0, 4000);
+  }
+  fs::rename(tmp, so);
+  r.library = load(so.string());
+  r.compile_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return r;
+}
+
+}  // namespace luminal::cpugen

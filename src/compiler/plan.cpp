@@ -1,0 +1,102 @@
+// CSE, DCE and the fusion decision.
+#include "luminal/compiler/plan.hpp"
+
+#include <map>
+#include <sstream>
+#include <tuple>
+
+namespace luminal::compiler {
+namespace {
+
+// A node's identity for CSE: op, dtype, attributes and (canonical source, view) inputs.
+// Inputs (user data) are never merged.
+std::string cse_key(const Node& n, const std::vector<NodeId>& canonical) {
+  std::ostringstream os;
+  os << static_cast<int>(n.op) << '|' << static_cast<int>(n.dtype) << '|' << to_string(n.shape) << '|'
+     << n.axis << '|' << n.iota.id() << '|' << n.value.is_int << ':' << n.value.i << ':' << n.value.f;
+  for (const Edge& e : n.inputs) os << '|' << canonical[e.source.value].value << e.view.to_string();
+  return os.str();
+}
+
+}  // namespace
+
+KernelPlan plan_kernels(const Graph& g, bool fuse) {
+  const size_t count = g.num_nodes();
+  KernelPlan p;
+  p.canonical.resize(count);
+  std::map<std::string, NodeId> seen;
+  for (uint32_t i = 0; i < count; ++i) {
+    const NodeId id{i};
+    const Node& n = g.node(id);
+    p.canonical[i] = id;
+    if (n.op == Op::Input || g.is_output(id)) continue;
+    auto [it, fresh] = seen.emplace(cse_key(n, p.canonical), id);
+    if (!fresh) p.canonical[i] = it->second;
+  }
+  // DCE over canonical nodes; count consumers of each canonical node.
+  p.needed.assign(count, false);
+  std::vector<size_t> consumers(count, 0);
+  for (NodeId o : g.outputs()) p.needed[p.canon(o).value] = true;
+  for (uint32_t i = count; i-- > 0;) {
+    if (!p.needed[i] || p.canonical[i].value != i) continue;
+    for (const Edge& e : g.node(NodeId{i}).inputs) {
+      const uint32_t s = p.canon(e.source).value;
+      p.needed[s] = true;
+      ++consumers[s];
+    }
+  }
+  // Materialise: inputs, outputs, anything that is not elementwise, and shared values
+  // (fusing those would recompute them per consumer). Constants and iotas are cheap
+  // enough to recompute everywhere.
+  p.materialized.assign(count, false);
+  for (uint32_t i = 0; i < count; ++i) {
+    if (!p.needed[i] || p.canonical[i].value != i) continue;
+    const NodeId id{i};
+    const Node& n = g.node(id);
+    const bool cheap_source = n.op == Op::Constant || n.op == Op::Iota;
+    const bool elementwise = is_elementwise(n.op) || cheap_source;
+    p.materialized[i] = n.op == Op::Input || g.is_output(id) || !elementwise || !fuse ||
+                        (consumers[i] > 1 && !cheap_source);
+  }
+  // One kernel per materialised non-input node; collect what it reads.
+  for (uint32_t i = 0; i < count; ++i) {
+    if (!p.materialized[i] || g.node(NodeId{i}).op == Op::Input) continue;
+    Kernel k;
+    k.root = NodeId{i};
+    std::vector<NodeId> stack{k.root};
+    std::vector<bool> visited(count, false);
+    while (!stack.empty()) {
+      const NodeId n = stack.back();
+      stack.pop_back();
+      for (const Edge& e : g.node(n).inputs) {
+        const NodeId s = p.canon(e.source);
+        if (visited[s.value]) continue;
+        visited[s.value] = true;
+        if (p.materialized[s.value]) {
+          k.reads.push_back(s);
+        } else {
+          ++k.fused;
+          stack.push_back(s);
+        }
+      }
+    }
+    p.fused_ops += k.fused;
+    p.kernels.push_back(std::move(k));
+  }
+  return p;
+}
+
+std::string KernelPlan::to_text(const Graph& g) const {
+  std::ostringstream os;
+  for (size_t k = 0; k < kernels.size(); ++k) {
+    const Kernel& kn = kernels[k];
+    const Node& n = g.node(kn.root);
+    os << "kernel " << k << ": %" << kn.root.value << " " << op_name(n.op) << " " << dtype_name(n.dtype)
+       << to_string(n.shape) << " fuses " << kn.fused << " ops, reads";
+    for (NodeId r : kn.reads) os << " %" << r.value;
+    os << '\n';
+  }
+  return os.str();
+}
+
+}  // namespace luminal::compiler
