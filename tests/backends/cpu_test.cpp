@@ -1,0 +1,190 @@
+// The compiled CPU backend against the reference interpreter: random graphs of
+// primitive ops over random views, errors, the kernel cache and dynamic dims.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+
+#include "luminal/compiler/plan.hpp"
+#include "luminal/luminal.hpp"
+
+namespace luminal {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Builds a random graph: inputs of random shapes, then ops whose operands are random
+// views (permute, slice, pad, flip, broadcast) of earlier values.
+struct RandomGraph {
+  std::vector<Tensor> outputs;
+  std::mt19937 rng;
+
+  explicit RandomGraph(uint32_t seed) : rng(seed) {}
+
+  int pick(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); }
+
+  // A view of `t` with the target shape [a, b] built by random movement ops.
+  Tensor view_as(Tensor t, int a, int b) {
+    if (pick(0, 1)) t = t.flip(pick(0, 1));
+    if (t.dim(0) != Expr(a)) t = t.slice(0, 0, std::min<int64_t>(a, *t.dim(0).as_const()));
+    if (t.dim(1) != Expr(b)) t = t.slice(1, 0, std::min<int64_t>(b, *t.dim(1).as_const()));
+    if (*t.dim(0).as_const() < a) t = t.pad(0, 0, a - *t.dim(0).as_const());
+    if (*t.dim(1).as_const() < b) t = t.pad(1, a > 0 ? 1 : 0, b - 1 - *t.dim(1).as_const());
+    return t;
+  }
+
+  void build(Graph& cx, int ops) {
+    std::vector<Tensor> vals;
+    for (int i = 0; i < 3; ++i) {
+      const int a = pick(1, 5), b = pick(1, 6);
+      Tensor x = cx.named_tensor("x" + std::to_string(i), {a, b});
+      std::vector<float> data(static_cast<size_t>(a * b));
+      for (float& v : data) v = std::uniform_real_distribution<float>(0.25f, 2.0f)(rng);
+      x.set(data);
+      vals.push_back(x);
+    }
+    for (int k = 0; k < ops; ++k) {
+      Tensor x = vals[pick(0, static_cast<int>(vals.size()) - 1)];
+      if (pick(0, 3) == 0) x = x.permute({1, 0});
+      const int a = static_cast<int>(*x.dim(0).as_const()), b = static_cast<int>(*x.dim(1).as_const());
+      Tensor y = view_as(vals[pick(0, static_cast<int>(vals.size()) - 1)], a, b);
+      Tensor r;
+      switch (pick(0, 9)) {
+        case 0: r = x + y; break;
+        case 1: r = x * y; break;
+        case 2: r = (x * x + 0.5).sqrt(); break;
+        case 3: r = (x.abs() + 1.0).log2(); break;
+        case 4: r = x.sin(); break;
+        case 5: r = where(less_than(x, y), x, y * 0.5); break;
+        case 6: r = (x.sum_reduce(1).expand(1, b) + y) * 0.25; break;
+        case 7: r = x.max_reduce(0).expand(0, a) + y; break;
+        case 8: r = (x + 1.0).recip() + fmod(y, x + 1.0); break;
+        default: r = x.cast(DType::F16).cast(DType::F32) + y.exp2() * 0.01; break;
+      }
+      vals.push_back(r);
+      if (pick(0, 2) == 0) outputs.push_back(r.retrieve());
+    }
+    outputs.push_back(vals.back().retrieve());
+  }
+};
+
+TEST(Cpu, RandomGraphsMatchTheReference) {
+  for (uint32_t seed = 1; seed <= 12; ++seed) {
+    Graph cx;
+    RandomGraph rg(seed);
+    rg.build(cx, 25);
+    cx.compile(reference());
+    cx.execute();
+    std::vector<std::vector<float>> want;
+    for (const Tensor& t : rg.outputs) want.push_back(t.to_f32());
+    cx.compile(cpu());
+    cx.execute();
+    for (size_t i = 0; i < rg.outputs.size(); ++i) {
+      const auto got = rg.outputs[i].to_f32();
+      ASSERT_EQ(got.size(), want[i].size());
+      for (size_t k = 0; k < got.size(); ++k)
+        ASSERT_NEAR(got[k], want[i][k], 1e-4 * (1 + std::fabs(want[i][k])))
+            << "seed " << seed << " output " << i << " element " << k;
+    }
+  }
+}
+
+TEST(Cpu, FusionLeavesOneKernelPerMaterialisedValue) {
+  Graph cx;
+  Tensor x = cx.named_tensor("x", {64});
+  Tensor y = x;
+  for (int i = 0; i < 8; ++i) y = (y * 1.5 + 0.25).sin();
+  y.retrieve();
+  const auto fused = compiler::plan_kernels(cx, true);
+  const auto unfused = compiler::plan_kernels(cx, false);
+  EXPECT_EQ(fused.kernels.size(), 1u);
+  EXPECT_GT(unfused.kernels.size(), 20u);
+  // A shared value is computed once.
+  Tensor s = x.exp2();
+  (s + s.sin()).retrieve();
+  EXPECT_EQ(compiler::plan_kernels(cx, true).kernels.size(), 3u);
+}
+
+TEST(Cpu, RuntimeErrorsAreReported) {
+  Graph cx;
+  Tensor t = cx.named_tensor("t", {3});
+  Tensor i = cx.named_tensor("i", {2}, DType::I32);
+  Tensor g = t.gather(i).retrieve();
+  Tensor d = cx.named_tensor("d", {2}, DType::I32);
+  Tensor m = fmod(i, d).retrieve();
+  cx.compile(cpu());
+  t.set(std::vector<float>{1, 2, 3});
+  i.set(std::vector<int32_t>{2, 5});
+  d.set(std::vector<int32_t>{1, 1});
+  try {
+    cx.execute();
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("index 5 at position 1 is out of range"), std::string::npos) << e.what();
+  }
+  i.set(std::vector<int32_t>{2, 0});
+  d.set(std::vector<int32_t>{1, 0});
+  EXPECT_THROW(cx.execute(), Error);
+  d.set(std::vector<int32_t>{1, 2});
+  cx.execute();
+  EXPECT_EQ(g.to_f32(), (std::vector<float>{3, 1}));
+}
+
+size_t count_files(const fs::path& dir, const std::string& ext) {
+  size_t n = 0;
+  for (const auto& e : fs::directory_iterator(dir)) n += e.path().extension() == ext;
+  return n;
+}
+
+TEST(Cpu, KernelsAreCachedAndDimsRebindWithoutRecompiling) {
+  const fs::path dir = fs::path(::testing::TempDir()) / "luminal_cache_test";
+  fs::remove_all(dir);
+  setenv("LUMINAL_CACHE_DIR", dir.c_str(), 1);
+  auto build = [](Graph& cx) {
+    Tensor x = cx.named_tensor("x", {"s", 3});
+    return (x.softmax(1) * 2.0).retrieve();
+  };
+  Graph a;
+  Tensor ya = build(a);
+  a.compile(cpu());
+  EXPECT_EQ(count_files(dir, ".so"), 1u);
+  Graph b;
+  build(b);
+  b.compile(cpu());  // identical source: a cache hit
+  EXPECT_EQ(count_files(dir, ".so"), 1u);
+  for (int64_t s : {1, 4}) {
+    a.set_dim("s", s);
+    Tensor x = a.tensor_of(NodeId{0});
+    std::vector<float> v(static_cast<size_t>(s * 3), 0.0f);
+    x.set(v);
+    a.execute();
+    for (float r : ya.to_f32()) EXPECT_NEAR(r, 2.0 / 3.0, 1e-6);
+  }
+  EXPECT_EQ(count_files(dir, ".so"), 1u);
+  unsetenv("LUMINAL_CACHE_DIR");
+}
+
+TEST(Cpu, CompilerFailureKeepsTheSourceAndNamesIt) {
+  const fs::path dir = fs::path(::testing::TempDir()) / "luminal_cache_fail";
+  fs::remove_all(dir);
+  setenv("LUMINAL_CACHE_DIR", dir.c_str(), 1);
+  setenv("LUMINAL_CXX", "false", 1);
+  Graph cx;
+  (cx.named_tensor("x", {4}) * 3.0).retrieve();
+  try {
+    cx.compile(cpu());
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("source kept at"), std::string::npos) << msg;
+    EXPECT_EQ(count_files(dir, ".cpp"), 1u);
+    EXPECT_EQ(count_files(dir, ".so"), 0u);
+  }
+  unsetenv("LUMINAL_CXX");
+  unsetenv("LUMINAL_CACHE_DIR");
+}
+
+}  // namespace
+}  // namespace luminal
