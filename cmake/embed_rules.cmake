@@ -1,7 +1,8 @@
 # Writes a C++ source that embeds .rules files as string literals.
-#   cmake -DOUTPUT=<file.cpp> -DINPUTS="<a.rules>;<b.rules>" -P embed_rules.cmake
+#   cmake -DOUTPUT=<file.cpp> -DINPUTS="<a.rules>|<b.rules>" -P embed_rules.cmake
 set(body "")
-foreach(input IN LISTS INPUTS)
+string(REPLACE "|" ";" inputs "${INPUTS}")
+foreach(input IN LISTS inputs)
   get_filename_component(name "${input}" NAME_WE)
   file(READ "${input}" text)
   string(FIND "${text}" ")lum_rules\"" clash)

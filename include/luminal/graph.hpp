@@ -13,6 +13,7 @@
 
 #include "luminal/backend.hpp"
 #include "luminal/buffer.hpp"
+#include "luminal/custom_op.hpp"
 #include "luminal/dtype.hpp"
 #include "luminal/expr.hpp"
 #include "luminal/op.hpp"
@@ -55,6 +56,7 @@ struct Node {
   Scalar value;              // Constant
   Expr iota;                 // Iota: value at flat output index `z`
   int axis = -1;             // SumReduce / MaxReduce
+  std::shared_ptr<const CustomOp> custom;  // Custom: semantics; shape and dtype set by the builder
 };
 
 class Graph {

@@ -13,11 +13,11 @@ enum class Op : uint8_t {
 #undef LUM_OP
 };
 
-enum class OpCategory : uint8_t { Source, Unary, Binary, Ternary, Reduce, Indexing };
+enum class OpCategory : uint8_t { Source, Unary, Binary, Ternary, Reduce, Indexing, Custom };
 
 struct OpTraits {
   std::string_view name;
-  int arity;
+  int arity;  // -1: any number of inputs
   OpCategory category;
   bool float_only;   // inputs must be floating point
   bool commutative;  // f(a, b) == f(b, a)

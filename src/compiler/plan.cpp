@@ -58,6 +58,11 @@ KernelPlan plan_kernels(const Graph& g, bool fuse) {
     p.materialized[i] = n.op == Op::Input || g.is_output(id) || !elementwise || !fuse ||
                         (consumers[i] > 1 && !cheap_source);
   }
+  // Library kernels (Custom) read buffers: their operands cannot be fused into them.
+  for (uint32_t i = 0; i < count; ++i) {
+    if (!p.needed[i] || p.canonical[i].value != i || g.node(NodeId{i}).op != Op::Custom) continue;
+    for (const Edge& e : g.node(NodeId{i}).inputs) p.materialized[p.canon(e.source).value] = true;
+  }
   // One kernel per materialised non-input node; collect what it reads.
   for (uint32_t i = 0; i < count; ++i) {
     if (!p.materialized[i] || g.node(NodeId{i}).op == Op::Input) continue;

@@ -75,7 +75,7 @@ const Node& Graph::node(NodeId id) const {
 
 NodeId Graph::add_node(Node n) {
   const OpTraits& t = traits(n.op);
-  LUM_CHECK(n.inputs.size() == static_cast<size_t>(t.arity))
+  LUM_CHECK(t.arity < 0 || n.inputs.size() == static_cast<size_t>(t.arity))
       << t.name << ": expects " << t.arity << " inputs, got " << n.inputs.size();
   for (const Edge& e : n.inputs)
     LUM_CHECK(e.source.value < nodes_.size())
@@ -124,6 +124,9 @@ NodeId Graph::add_node(Node n) {
       n.shape.erase(n.shape.begin() + static_cast<std::ptrdiff_t>(axis));
       break;
     }
+    case OpCategory::Custom:
+      LUM_CHECK(n.custom) << "Custom: node has no CustomOp";
+      break;
     case OpCategory::Indexing:
       LUM_CHECK(is_index_dtype(in_dtype(1)))
           << t.name << ": indices must be i32 or i64, got " << dtype_name(in_dtype(1));

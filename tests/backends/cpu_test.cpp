@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <random>
 
+#include "luminal/compiler/matmul_op.hpp"
+#include "luminal/compiler/optimize.hpp"
 #include "luminal/compiler/plan.hpp"
 #include "luminal/luminal.hpp"
 
@@ -105,6 +107,50 @@ TEST(Cpu, FusionLeavesOneKernelPerMaterialisedValue) {
   Tensor s = x.exp2();
   (s + s.sin()).retrieve();
   EXPECT_EQ(compiler::plan_kernels(cx, true).kernels.size(), 3u);
+}
+
+size_t count_ops(const Graph& g, Op op) {
+  size_t n = 0;
+  for (uint32_t i = 0; i < g.num_nodes(); ++i) n += g.node(NodeId{i}).op == op;
+  return n;
+}
+
+TEST(Optimize, RulesSelectGemmAndSimplify) {
+  Graph cx;
+  Tensor a = cx.named_tensor("a", {"b", 8, 16}), w = cx.named_tensor("w", {16, 4});
+  Tensor y = (a.matmul(w) * 1.0 + 0.0).exp2().log2().recip().recip();
+  y.retrieve();
+  const compiler::Optimized opt = compiler::optimize(cx);
+  EXPECT_EQ(count_ops(*opt.graph, Op::Custom), 1u) << opt.graph->to_text();
+  EXPECT_TRUE(dynamic_cast<const compiler::MatMulOp*>(
+      opt.graph->node(opt.outputs[0].second).custom.get()))
+      << "x*1, x+0, log2(exp2 x) and 1/(1/x) should all vanish:\n" << opt.graph->to_text();
+  EXPECT_EQ(count_ops(*opt.graph, Op::SumReduce), 0u);
+  // The program still computes the same values (on the reference interpreter too).
+  cx.set_dim("b", 3);
+  std::vector<float> av(3 * 8 * 16), wv(16 * 4);
+  for (size_t i = 0; i < av.size(); ++i) av[i] = std::sin(static_cast<float>(i));
+  for (size_t i = 0; i < wv.size(); ++i) wv[i] = std::cos(static_cast<float>(i));
+  a.set(av);
+  w.set(wv);
+  cx.compile(reference());
+  cx.execute();
+  const auto want = y.to_f32();
+  cx.compile(cpu());
+  cx.execute();
+  const auto got = y.to_f32();
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-4 * (1 + std::fabs(want[i])));
+}
+
+TEST(Optimize, StridedOrIntegerProductsStayReductions) {
+  Graph cx;
+  Tensor a = cx.named_tensor("a", {4, 6}, DType::I32), b = cx.named_tensor("b", {6, 3}, DType::I32);
+  a.matmul(b).retrieve();
+  EXPECT_EQ(count_ops(*compiler::optimize(cx).graph, Op::Custom), 0u);
+  Graph cf;
+  Tensor p = cf.named_tensor("p", {6, 9}), q = cf.named_tensor("q", {6, 3});
+  p.slice(1, 0, 9).flip(1).slice(1, 0, 4).transpose(0, 1).matmul(q).retrieve();  // negative strides
+  EXPECT_EQ(count_ops(*compiler::optimize(cf).graph, Op::Custom), 0u);
 }
 
 TEST(Cpu, RuntimeErrorsAreReported) {

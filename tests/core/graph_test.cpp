@@ -7,7 +7,7 @@ namespace luminal {
 namespace {
 
 TEST(Ops, TraitTableCoversTheOpSet) {
-  EXPECT_EQ(kNumOps, 19u);
+  EXPECT_EQ(kNumOps, 20u);
   EXPECT_EQ(op_name(Op::SumReduce), "SumReduce");
   EXPECT_EQ(traits(Op::Scatter).arity, 3);
   EXPECT_TRUE(traits(Op::Add).commutative);

@@ -346,6 +346,10 @@ GeneratedSource generate_source(const Graph& g, const compiler::KernelPlan& plan
   std::vector<std::string> bodies;
   std::set<std::string> vars;
   for (const compiler::Kernel& k : plan.kernels) {
+    if (g.node(k.root).op == Op::Custom) {  // library kernels run natively
+      bodies.emplace_back();
+      continue;
+    }
     KernelWriter w(g, plan, k);
     bodies.push_back(w.write());
     vars.insert(w.vars().begin(), w.vars().end());
@@ -355,6 +359,7 @@ GeneratedSource generate_source(const Graph& g, const compiler::KernelPlan& plan
   std::ostringstream os;
   os << kernel_prelude() << expr_c_prelude() << "\n";
   for (size_t k = 0; k < bodies.size(); ++k) {
+    if (bodies[k].empty()) continue;
     os << "extern \"C\" void lum_kernel_" << k << "(void** bufs, const int64_t* dims, int64_t* err) {\n"
        << "  (void)dims; (void)err;\n";
     for (size_t i = 0; i < out.dims.size(); ++i)

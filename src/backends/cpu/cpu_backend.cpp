@@ -6,7 +6,10 @@
 #include <optional>
 
 #include "backends/cpu/codegen.hpp"
+#include "backends/cpu/gemm.hpp"
 #include "backends/cpu/jit.hpp"
+#include "luminal/compiler/matmul_op.hpp"
+#include "luminal/compiler/optimize.hpp"
 #include "luminal/cpu.hpp"
 #include "luminal/error.hpp"
 #include "luminal/graph.hpp"
@@ -25,18 +28,25 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
+// Runs the optimised program: kernels read user inputs from the user's graph and store
+// the user's outputs back into it.
 class CpuExecutable final : public Executable {
  public:
-  CpuExecutable(compiler::KernelPlan plan, std::vector<std::string> dims, cpugen::JitResult jit)
-      : plan_(std::move(plan)), dims_(std::move(dims)), jit_(std::move(jit)) {
-    for (size_t k = 0; k < plan_.kernels.size(); ++k)
-      fns_.push_back(reinterpret_cast<KernelFn>(jit_.library->symbol("lum_kernel_" + std::to_string(k))));
+  CpuExecutable(compiler::Optimized program, compiler::KernelPlan plan, std::vector<std::string> dims,
+                cpugen::JitResult jit)
+      : program_(std::move(program)), plan_(std::move(plan)), dims_(std::move(dims)), jit_(std::move(jit)) {
+    for (size_t k = 0; k < plan_.kernels.size(); ++k) {
+      const bool custom = program_.graph->node(plan_.kernels[k].root).op == Op::Custom;
+      fns_.push_back(custom ? nullptr
+                            : reinterpret_cast<KernelFn>(jit_.library->symbol("lum_kernel_" + std::to_string(k))));
+    }
   }
 
-  void run(Graph& g) override {
+  void run(Graph& user) override {
+    const Graph& g = *program_.graph;
     std::vector<int64_t> dims;
     for (const std::string& d : dims_) {
-      auto v = g.dims().get(d);
+      auto v = user.dims().get(d);
       LUM_CHECK(v) << "unbound symbolic dimension '" << d << "' (bind it with set_dim)";
       dims.push_back(*v);
     }
@@ -52,13 +62,17 @@ class CpuExecutable final : public Executable {
       const compiler::Kernel& kn = plan_.kernels[k];
       const Node& root = g.node(kn.root);
       int64_t numel = 1;
-      for (Expr d : root.shape) numel *= d.eval(g.dims());
+      for (Expr d : root.shape) numel *= d.eval(user.dims());
       Buffer out(root.dtype, static_cast<size_t>(numel));
-      std::vector<void*> bufs{out.data()};
-      for (NodeId r : kn.reads) bufs.push_back(const_cast<void*>(input(g, r, values).data()));
-      int64_t err[3] = {0, 0, 0};
-      fns_[k](bufs.data(), dims.data(), err);
-      if (err[0]) report(g, kn, err);
+      if (!fns_[k]) {
+        run_custom(user, root, values, out);
+      } else {
+        std::vector<void*> bufs{out.data()};
+        for (NodeId r : kn.reads) bufs.push_back(const_cast<void*>(input(user, r, values).data()));
+        int64_t err[3] = {0, 0, 0};
+        fns_[k](bufs.data(), dims.data(), err);
+        if (err[0]) report(g, kn, err);
+      }
       live += out.bytes();
       values[kn.root.value] = std::move(out);
       stats_.peak_bytes = std::max(stats_.peak_bytes, live);
@@ -70,29 +84,58 @@ class CpuExecutable final : public Executable {
         }
       }
     }
-    for (NodeId o : g.outputs()) {
-      const NodeId c = plan_.canon(o);
-      if (values[c.value]) g.set_data(o, *values[c.value]);
+    for (const auto& [user_out, node] : program_.outputs) {
+      const NodeId c = plan_.canon(node);
+      if (values[c.value]) {
+        user.set_data(user_out, *values[c.value]);
+      } else if (g.node(c).op == Op::Input && program_.source_of[c.value] != user_out) {
+        user.set_data(user_out, input(user, c, values));
+      }
     }
   }
 
   RunStats last_run() const override { return stats_; }
 
  private:
-  const Buffer& input(const Graph& g, NodeId r, const std::vector<std::optional<Buffer>>& values) {
+  // A kernel operand: a computed value, or the user's data for an input.
+  const Buffer& input(const Graph& user, NodeId r, const std::vector<std::optional<Buffer>>& values) {
     if (values[r.value]) return *values[r.value];
-    const Node& n = g.node(r);
-    const Buffer* b = g.data(r);
+    const Node& n = program_.graph->node(r);
     LUM_CHECK(n.op == Op::Input) << "internal: %" << r.value << " has no value";
+    const Buffer* b = user.data(program_.source_of[r.value]);
     LUM_CHECK(b) << "input '" << n.name << "' (%" << r.value << ") has no data: call set() before execute()";
     LUM_CHECK(b->dtype() == n.dtype) << "input '" << n.name << "' is " << dtype_name(n.dtype)
                                      << " but its data is " << dtype_name(b->dtype());
     int64_t numel = 1;
-    for (Expr d : n.shape) numel *= d.eval(g.dims());
+    for (Expr d : n.shape) numel *= d.eval(user.dims());
     LUM_CHECK(b->numel() == static_cast<size_t>(numel))
         << "input '" << n.name << "' of shape " << to_string(n.shape) << " needs " << numel << " elements, got "
         << b->numel();
     return *b;
+  }
+
+  // Library kernels: MatMul through BLAS; any other CustomOp by its reference semantics.
+  void run_custom(const Graph& user, const Node& n, const std::vector<std::optional<Buffer>>& values, Buffer& out) {
+    std::vector<ConcreteView> views;
+    std::vector<const Buffer*> bufs;
+    for (const Edge& e : n.inputs) {
+      views.push_back(e.view.resolve(user.dims()));
+      bufs.push_back(&input(user, plan_.canon(e.source), values));
+    }
+    if (dynamic_cast<const compiler::MatMulOp*>(n.custom.get()) && n.dtype == DType::F32) {
+      cpugen::matmul_f32(views[0], bufs[0]->span<float>().data(), views[1], bufs[1]->span<float>().data(),
+                         out.span<float>().data());
+      return;
+    }
+    std::vector<Buffer> in;
+    std::vector<std::vector<int64_t>> shapes;
+    for (size_t i = 0; i < bufs.size(); ++i) {
+      in.push_back(read_view(*bufs[i], views[i]));
+      shapes.push_back(views[i].dims);
+    }
+    std::vector<int64_t> out_shape;
+    for (Expr d : n.shape) out_shape.push_back(d.eval(user.dims()));
+    out = n.custom->run(in, shapes, out_shape, n.dtype);
   }
 
   [[noreturn]] static void report(const Graph& g, const compiler::Kernel& k, const int64_t* err) {
@@ -103,6 +146,7 @@ class CpuExecutable final : public Executable {
     LUM_FAIL() << what << where << ": index " << err[1] << " at position " << err[2] << " is out of range";
   }
 
+  compiler::Optimized program_;
   compiler::KernelPlan plan_;
   std::vector<std::string> dims_;
   cpugen::JitResult jit_;
@@ -115,24 +159,31 @@ class CpuExecutable final : public Executable {
 std::unique_ptr<Executable> CpuBackend::compile(const Graph& graph) const {
   const auto start = std::chrono::steady_clock::now();
   const bool log = env_has("LUMINAL_LOG", "info");
-  compiler::KernelPlan plan = compiler::plan_kernels(graph, options_.fuse);
-  const double plan_s = seconds_since(start);
   if (env_has("LUMINAL_DUMP", "hlir")) std::fprintf(stderr, "== hlir ==\n%s", graph.to_text().c_str());
-  if (env_has("LUMINAL_DUMP", "kernels")) std::fprintf(stderr, "== kernels ==\n%s", plan.to_text(graph).c_str());
+  compiler::Optimized program = compiler::optimize(graph);
+  const double opt_s = seconds_since(start);
+  if (env_has("LUMINAL_DUMP", "optimized"))
+    std::fprintf(stderr, "== optimized ==\n%s%s", program.graph->to_text().c_str(), program.report.to_string().c_str());
+  const auto plan_start = std::chrono::steady_clock::now();
+  compiler::KernelPlan plan = compiler::plan_kernels(*program.graph, options_.fuse);
+  const double plan_s = seconds_since(plan_start);
+  if (env_has("LUMINAL_DUMP", "kernels"))
+    std::fprintf(stderr, "== kernels ==\n%s", plan.to_text(*program.graph).c_str());
   const auto gen_start = std::chrono::steady_clock::now();
-  cpugen::GeneratedSource src = cpugen::generate_source(graph, plan);
+  cpugen::GeneratedSource src = cpugen::generate_source(*program.graph, plan);
   const double gen_s = seconds_since(gen_start);
   cpugen::JitResult jit = cpugen::compile_and_load(src.code);
   if (env_has("LUMINAL_DUMP", "source"))
     std::fprintf(stderr, "== source ==\n%s\n", jit.library->path().c_str());
   if (log) {
     std::fprintf(stderr,
-                 "luminal cpu: %zu nodes -> %zu kernels (%zu ops fused); plan %.3f s, codegen %.3f s, "
-                 "compile %.3f s (%s), total %.3f s\n",
-                 graph.num_nodes(), plan.kernels.size(), plan.fused_ops, plan_s, gen_s, jit.compile_seconds,
-                 jit.cache_hit ? "cache hit" : "compiled", seconds_since(start));
+                 "luminal cpu: %zu nodes -> e-graph %s -> %zu nodes -> %zu kernels (%zu ops fused); "
+                 "e-graph %.3f s, plan %.3f s, codegen %.3f s, compile %.3f s (%s), total %.3f s\n",
+                 graph.num_nodes(), program.summary().c_str(), program.graph->num_nodes(), plan.kernels.size(),
+                 plan.fused_ops, opt_s, plan_s, gen_s, jit.compile_seconds, jit.cache_hit ? "cache hit" : "compiled",
+                 seconds_since(start));
   }
-  return std::make_unique<CpuExecutable>(std::move(plan), std::move(src.dims), std::move(jit));
+  return std::make_unique<CpuExecutable>(std::move(program), std::move(plan), std::move(src.dims), std::move(jit));
 }
 
 }  // namespace luminal

@@ -315,6 +315,13 @@ class ReferenceExecutable final : public Executable {
         return eval_reduce(n, in[0], in_shape);
       case OpCategory::Indexing:
         return eval_indexing(n, id, in);
+      case OpCategory::Custom: {
+        std::vector<std::vector<int64_t>> shapes;
+        for (const Edge& e : n.inputs) shapes.push_back(e.view.resolve(dims).dims);
+        std::vector<int64_t> out_shape;
+        for (Expr d : n.shape) out_shape.push_back(d.eval(dims));
+        return n.custom->run(in, shapes, out_shape, n.dtype);
+      }
     }
     LUM_ASSERT(false) << "unknown op category";
   }

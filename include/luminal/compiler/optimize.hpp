@@ -1,0 +1,26 @@
+// The e-graph stage: lower the HLIR into an e-graph (views as View nodes), saturate
+// with the rule sets in src/compiler/rules/hlir.rules (algebraic simplification and
+// kernel patterns such as MatMul), extract the cheapest program, and rebuild it as an
+// HLIR graph in which selected kernels are Custom nodes.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "luminal/egraph/scheduler.hpp"
+#include "luminal/graph.hpp"
+
+namespace luminal::compiler {
+
+struct Optimized {
+  std::unique_ptr<Graph> graph;     // the rewritten program
+  std::vector<NodeId> source_of;    // its Input nodes -> the user's input nodes
+  std::vector<std::pair<NodeId, NodeId>> outputs;  // (user output, rewritten node)
+  size_t enodes = 0, eclasses = 0;
+  eg::RunReport report;
+  std::string summary() const;
+};
+
+Optimized optimize(const Graph& g);
+
+}  // namespace luminal::compiler

@@ -1,0 +1,44 @@
+// The MatMul kernel op: reference semantics and the pattern check.
+#include "luminal/compiler/matmul_op.hpp"
+
+namespace luminal::compiler {
+
+Buffer MatMulOp::run(const std::vector<Buffer>& in, const std::vector<std::vector<int64_t>>& shapes,
+                     const std::vector<int64_t>& out_shape, DType out_dtype) const {
+  // Inputs are [batch..., M, K, N] (already read through their views); sum over K.
+  const auto& s = shapes[0];
+  const size_t r = s.size();
+  const int64_t m = s[r - 3], k = s[r - 2], n = s[r - 1];
+  int64_t batch = 1;
+  for (size_t d = 0; d + 3 < r; ++d) batch *= s[d];
+  (void)out_shape;
+  Buffer out(out_dtype, static_cast<size_t>(batch * m * n));
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double acc = 0;
+        for (int64_t p = 0; p < k; ++p) {
+          const auto at = static_cast<size_t>(((b * m + i) * k + p) * n + j);
+          acc += in[0].get_f64(at) * in[1].get_f64(at);
+        }
+        out.set_f64(static_cast<size_t>((b * m + i) * n + j), acc);
+      }
+  return out;
+}
+
+bool is_gemm(int axis, const View& a, const View& b, DType dtype) {
+  const size_t r = a.rank();
+  if (dtype != DType::F32 || r < 3 || b.rank() != r || axis != static_cast<int>(r) - 2) return false;
+  if (a.has_mask() || b.has_mask()) return false;
+  const auto& sa = a.strides();
+  const auto& sb = b.strides();
+  const Expr zero = 0, one = 1;
+  // a broadcast along N, b along M; both really vary along K.
+  if (sa[r - 1] != zero || sb[r - 3] != zero || sa[r - 2] == zero || sb[r - 2] == zero) return false;
+  // A(m, k) and B(k, n) each need a unit stride on one side for a BLAS leading dimension.
+  const bool a_ok = sa[r - 2] == one || sa[r - 3] == one;
+  const bool b_ok = sb[r - 1] == one || sb[r - 2] == one;
+  return a_ok && b_ok;
+}
+
+}  // namespace luminal::compiler

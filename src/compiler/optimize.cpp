@@ -1,0 +1,236 @@
+// HLIR -> e-graph -> saturate -> extract -> HLIR.
+#include "luminal/compiler/optimize.hpp"
+
+#include <map>
+#include <sstream>
+#include <unordered_map>
+
+#include "luminal/compiler/matmul_op.hpp"
+#include "luminal/egraph/extract.hpp"
+#include "luminal/egraph/rules.hpp"
+#include "luminal/error.hpp"
+#include "luminal/tensor.hpp"
+
+namespace luminal::compiler {
+namespace {
+
+using eg::Attr;
+using eg::AttrList;
+using eg::ClassId;
+using eg::Symbol;
+
+Symbol sym(Op op) { return Symbol::of(op_name(op)); }
+
+class Lowering {
+ public:
+  explicit Lowering(const Graph& g) : g_(g), cls_(g.num_nodes()) {}
+
+  eg::EGraph egraph;
+  std::vector<View> views;
+  std::vector<std::vector<Expr>> shapes;
+  std::unordered_map<uint32_t, DType> dtype_of;  // class id -> dtype (lowered classes)
+
+  ClassId lower(NodeId id) {
+    if (cls_[id.value].valid()) return cls_[id.value];
+    const Node& n = g_.node(id);
+    std::vector<Attr> attrs;
+    switch (n.op) {
+      case Op::Input:
+        attrs = {Attr::of_int(id.value), Attr::of_str(n.name), Attr::of_dtype(n.dtype), Attr::of_int(shape_id(n.shape))};
+        break;
+      case Op::Constant:
+        attrs = {n.value.is_int ? Attr::of_int(n.value.i) : Attr::of_float(n.value.f), Attr::of_dtype(n.dtype)};
+        break;
+      case Op::Iota: attrs = {Attr::of_expr(n.iota), Attr::of_dtype(n.dtype), Attr::of_int(shape_id(n.shape))}; break;
+      case Op::Cast: attrs = {Attr::of_dtype(n.dtype)}; break;
+      case Op::SumReduce:
+      case Op::MaxReduce: attrs = {Attr::of_int(n.axis)}; break;
+      case Op::Custom: attrs = {Attr::of_int(id.value)}; break;  // kept as is
+      default: break;
+    }
+    std::vector<ClassId> children;
+    for (const Edge& e : n.inputs) {
+      ClassId c = lower(e.source);
+      if (!(e.view == View::contiguous(g_.node(e.source).shape)))
+        c = egraph.add(Symbol::of("View"), AttrList::of({Attr::of_int(view_id(e.view))}), std::vector<ClassId>{c});
+      children.push_back(c);
+    }
+    const ClassId c = egraph.add(sym(n.op), AttrList::of(attrs), children);
+    cls_[id.value] = c;
+    dtype_of[c.v] = n.dtype;
+    return c;
+  }
+
+  ClassId class_of(NodeId id) const { return cls_[id.value]; }
+
+ private:
+  int64_t view_id(const View& v) {
+    const std::string key = v.to_string();
+    auto [it, fresh] = view_ids_.emplace(key, static_cast<int64_t>(views.size()));
+    if (fresh) views.push_back(v);
+    return it->second;
+  }
+  int64_t shape_id(const std::vector<Expr>& s) {
+    const std::string key = to_string(s);
+    auto [it, fresh] = shape_ids_.emplace(key, static_cast<int64_t>(shapes.size()));
+    if (fresh) shapes.push_back(s);
+    return it->second;
+  }
+
+  const Graph& g_;
+  std::vector<ClassId> cls_;
+  std::map<std::string, int64_t> view_ids_, shape_ids_;
+};
+
+// Cheapest wins: a MatMul beats the multiply-and-reduce it replaces; views are free.
+double kernel_cost(const eg::EGraph& g, uint32_t node) {
+  const std::string_view op = g.node_op(node).name();
+  if (op == "View") return 0.001;
+  if (op == "Input" || op == "Constant" || op == "Iota") return 0.01;
+  if (op == "MatMul") return 1;
+  if (op == "SumReduce" || op == "MaxReduce") return 20;
+  return 1;
+}
+
+const std::vector<eg::RuleSet>& rule_sets(const eg::Functions& fns) {
+  static const std::vector<eg::RuleSet> sets = eg::load_embedded_rules("hlir", fns);
+  return sets;
+}
+
+class Rebuild {
+ public:
+  Rebuild(const Graph& src, const Lowering& low, const eg::EGraph& eg, const eg::Extraction& x, Optimized& out)
+      : src_(src), low_(low), eg_(eg), x_(x), out_(out) {}
+
+  NodeId value(ClassId c) {
+    c = eg_.find(c);
+    if (auto it = done_.find(c.v); it != done_.end()) return it->second;
+    const uint32_t node = x_.node_for(c);
+    const std::string op(eg_.node_op(node).name());
+    const auto& attrs = eg_.node_attrs(node).get();
+    const auto children = eg_.node_children(node);
+    Graph& g = *out_.graph;
+    NodeId id;
+    if (op == "View") {
+      // A view needed as a value of its own: materialise it.
+      Node n;
+      n.op = Op::Contiguous;
+      n.inputs = {edge(c)};
+      id = g.add_node(std::move(n));
+    } else if (op == "Input") {
+      const NodeId user{static_cast<uint32_t>(attrs[0].bits)};
+      const Node& un = src_.node(user);
+      id = g.named_tensor(un.name, un.shape, un.dtype).id();
+      out_.source_of.resize(id.value + 1);
+      out_.source_of[id.value] = user;
+    } else if (op == "MatMul") {
+      Node n;
+      n.op = Op::Custom;
+      n.custom = std::make_shared<MatMulOp>();
+      n.inputs = {edge(children[0]), edge(children[1])};
+      n.dtype = DType::F32;
+      n.shape = n.inputs[0].view.shape();
+      n.shape.erase(n.shape.end() - 2);
+      id = g.add_node(std::move(n));
+    } else if (op == "Custom") {
+      Node n = src_.node(NodeId{static_cast<uint32_t>(attrs[0].bits)});
+      n.inputs.clear();
+      for (ClassId ch : children) n.inputs.push_back(edge(ch));
+      id = g.add_node(std::move(n));
+    } else {
+      Node n;
+      n.op = op_from_name(op);
+      for (ClassId ch : children) n.inputs.push_back(edge(ch));
+      switch (n.op) {
+        case Op::Constant:
+          n.dtype = static_cast<DType>(attrs[1].bits);
+          n.value = attrs[0].kind == Attr::Kind::Int ? Scalar::of_int(attrs[0].bits) : Scalar::of(attrs[0].as_float());
+          break;
+        case Op::Iota:
+          n.iota = attrs[0].as_expr();
+          n.dtype = static_cast<DType>(attrs[1].bits);
+          n.shape = low_.shapes[static_cast<size_t>(attrs[2].bits)];
+          break;
+        case Op::Cast: n.dtype = static_cast<DType>(attrs[0].bits); break;
+        case Op::SumReduce:
+        case Op::MaxReduce: n.axis = static_cast<int>(attrs[0].bits); break;
+        default: break;
+      }
+      id = g.add_node(std::move(n));
+    }
+    done_[c.v] = id;
+    return id;
+  }
+
+ private:
+  // The edge a consumer reads for class `c`: through the view if `c` is a View node.
+  Edge edge(ClassId c) {
+    c = eg_.find(c);
+    const uint32_t node = x_.node_for(c);
+    if (eg_.node_op(node).name() == "View") {
+      const View& v = low_.views[static_cast<size_t>(eg_.node_attrs(node).get()[0].bits)];
+      return Edge{value(eg_.node_children(node)[0]), v};
+    }
+    const NodeId id = value(c);
+    return Edge{id, View::contiguous(out_.graph->node(id).shape)};
+  }
+
+  static Op op_from_name(const std::string& name) {
+    for (size_t i = 0; i < kNumOps; ++i)
+      if (kOpTraits[i].name == name) return static_cast<Op>(i);
+    LUM_FAIL() << "internal: unknown op " << name << " after extraction";
+  }
+
+  const Graph& src_;
+  const Lowering& low_;
+  const eg::EGraph& eg_;
+  const eg::Extraction& x_;
+  Optimized& out_;
+  std::unordered_map<uint32_t, NodeId> done_;
+};
+
+}  // namespace
+
+std::string Optimized::summary() const {
+  std::ostringstream os;
+  os << enodes << " e-nodes, " << eclasses << " e-classes, " << report.iterations.size() << " iterations ("
+     << eg::stop_reason_name(report.reason) << ")";
+  return os.str();
+}
+
+Optimized optimize(const Graph& g) {
+  Lowering low(g);
+  for (NodeId o : g.outputs()) low.lower(o);
+  eg::Functions fns;
+  fns.predicates["gemm"] = [&low](const eg::EGraph& e, std::span<const eg::Value> a) {
+    auto dt = low.dtype_of.find(e.find(a[3].c).v);
+    if (dt == low.dtype_of.end()) return false;
+    return is_gemm(static_cast<int>(a[0].a.bits), low.views[static_cast<size_t>(a[1].a.bits)],
+                   low.views[static_cast<size_t>(a[2].a.bits)], dt->second);
+  };
+  const auto& sets = rule_sets(fns);
+  std::vector<const eg::RuleSet*> active;
+  for (const auto& s : sets) active.push_back(&s);
+  Optimized out;
+  out.graph = std::make_unique<Graph>();
+  out.report = eg::run_rules(low.egraph, active, fns, {.max_iterations = 20, .max_nodes = 200000, .max_seconds = 5});
+  out.enodes = low.egraph.num_nodes();
+  out.eclasses = low.egraph.num_classes();
+  // One greedy choice table serves every output, so shared values stay shared.
+  std::vector<ClassId> roots;
+  for (NodeId o : g.outputs()) roots.push_back(low.class_of(o));
+  eg::Extraction x;
+  for (ClassId r : roots) {
+    const eg::Extraction part = eg::extract_greedy(low.egraph, r, kernel_cost);
+    x.choice.insert(part.choice.begin(), part.choice.end());
+  }
+  Rebuild rebuild(g, low, low.egraph, x, out);
+  for (NodeId o : g.outputs()) {
+    const NodeId n = rebuild.value(low.class_of(o));
+    out.outputs.emplace_back(o, n);
+    out.graph->mark_retrieve(n);
+  }
+  return out;
+}
+
+}  // namespace luminal::compiler
