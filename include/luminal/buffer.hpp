@@ -17,6 +17,9 @@ class Buffer {
   Buffer() = default;
   /// `numel` zero-initialised elements.
   Buffer(DType dtype, size_t numel);
+  struct Uninitialized {};
+  /// `numel` elements left unset, for outputs a kernel overwrites completely.
+  Buffer(DType dtype, size_t numel, Uninitialized);
   Buffer(const Buffer& other);
   Buffer& operator=(const Buffer& other);
   Buffer(Buffer&&) noexcept = default;

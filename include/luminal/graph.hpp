@@ -105,6 +105,8 @@ class Graph {
   /// The stored data of a node (inputs, and outputs after execute), or nullptr.
   const Buffer* data(NodeId id) const;
   void drop_data(NodeId id);
+  /// Moves a node's data out (nullopt if none), e.g. to reuse an output buffer.
+  std::optional<Buffer> take_data(NodeId id);
 
   /// Marks a node whose value is read back after execute.
   void mark_retrieve(NodeId id);

@@ -11,9 +11,9 @@ namespace {
 
 constexpr std::align_val_t kAlign{64};
 
-std::byte* allocate(size_t bytes) {
+std::byte* allocate(size_t bytes, bool zero = true) {
   auto* p = static_cast<std::byte*>(::operator new(std::max<size_t>(bytes, 1), kAlign));
-  std::memset(p, 0, bytes);
+  if (zero) std::memset(p, 0, bytes);
   return p;
 }
 
@@ -35,8 +35,11 @@ void Buffer::Free::operator()(std::byte* p) const {
 Buffer::Buffer(DType dtype, size_t numel)
     : dtype_(dtype), numel_(numel), data_(allocate(numel * dtype_size(dtype))) {}
 
+Buffer::Buffer(DType dtype, size_t numel, Uninitialized)
+    : dtype_(dtype), numel_(numel), data_(allocate(numel * dtype_size(dtype), false)) {}
+
 Buffer::Buffer(const Buffer& other)
-    : dtype_(other.dtype_), numel_(other.numel_), data_(allocate(other.bytes())) {
+    : dtype_(other.dtype_), numel_(other.numel_), data_(allocate(other.bytes(), false)) {
   if (other.bytes()) std::memcpy(data_.get(), other.data_.get(), other.bytes());
 }
 

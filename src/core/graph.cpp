@@ -166,6 +166,14 @@ void Graph::drop_data(NodeId id) {
   data_.erase(id.value);
 }
 
+std::optional<Buffer> Graph::take_data(NodeId id) {
+  auto it = data_.find(id.value);
+  if (it == data_.end()) return std::nullopt;
+  Buffer b = std::move(it->second);
+  data_.erase(it);
+  return b;
+}
+
 void Graph::mark_retrieve(NodeId id) {
   node(id);
   outputs_.insert(id.value);

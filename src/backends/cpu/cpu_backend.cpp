@@ -5,6 +5,8 @@
 #include <cstring>
 #include <optional>
 
+#include <omp.h>
+
 #include "backends/cpu/codegen.hpp"
 #include "backends/cpu/gemm.hpp"
 #include "backends/cpu/jit.hpp"
@@ -63,7 +65,7 @@ class CpuExecutable final : public Executable {
       const Node& root = g.node(kn.root);
       int64_t numel = 1;
       for (Expr d : root.shape) numel *= d.eval(user.dims());
-      Buffer out(root.dtype, static_cast<size_t>(numel));
+      Buffer out = reuse(user, k, root.dtype, static_cast<size_t>(numel));
       if (!fns_[k]) {
         run_custom(user, root, values, out);
       } else {
@@ -80,14 +82,24 @@ class CpuExecutable final : public Executable {
       for (NodeId r : kn.reads) {
         if (last_use[r.value] == k && values[r.value] && !g.is_output(r)) {
           live -= values[r.value]->bytes();
+          keep_for_next_run(r, std::move(*values[r.value]));
           values[r.value].reset();
         }
       }
     }
-    for (const auto& [user_out, node] : program_.outputs) {
+    for (size_t i = 0; i < program_.outputs.size(); ++i) {
+      const auto& [user_out, node] = program_.outputs[i];
       const NodeId c = plan_.canon(node);
       if (values[c.value]) {
-        user.set_data(user_out, *values[c.value]);
+        // The last output naming a value takes the buffer itself; others get copies.
+        bool later = false;
+        for (size_t j = i + 1; j < program_.outputs.size(); ++j) later |= plan_.canon(program_.outputs[j].second) == c;
+        if (later) {
+          user.set_data(user_out, *values[c.value]);
+        } else {
+          user.set_data(user_out, std::move(*values[c.value]));
+          values[c.value].reset();
+        }
       } else if (g.node(c).op == Op::Input && program_.source_of[c.value] != user_out) {
         user.set_data(user_out, input(user, c, values));
       }
@@ -97,6 +109,32 @@ class CpuExecutable final : public Executable {
   RunStats last_run() const override { return stats_; }
 
  private:
+  // Buffers survive between runs: a kernel whose output size is unchanged writes into
+  // last run's memory instead of faulting in fresh pages.
+  Buffer reuse(Graph& user, size_t k, DType dtype, size_t numel) {
+    if (spare_.size() < plan_.kernels.size()) spare_.resize(plan_.kernels.size());
+    std::optional<Buffer>& s = spare_[k];
+    // An output's buffer from the last run sits in the user's graph: take it back.
+    for (const auto& [user_out, node] : program_.outputs)
+      if (!s && plan_.canon(node) == plan_.kernels[k].root) s = user.take_data(user_out);
+    if (s && s->dtype() == dtype && s->numel() == numel) {
+      Buffer b = std::move(*s);
+      s.reset();
+      return b;
+    }
+    return Buffer(dtype, numel, Buffer::Uninitialized{});
+  }
+
+  void keep_for_next_run(NodeId n, Buffer b) {
+    for (size_t k = 0; k < plan_.kernels.size(); ++k)
+      if (plan_.kernels[k].root == n) {
+        if (spare_.size() < plan_.kernels.size()) spare_.resize(plan_.kernels.size());
+        spare_[k] = std::move(b);
+        return;
+      }
+  }
+
+  std::vector<std::optional<Buffer>> spare_;
   // A kernel operand: a computed value, or the user's data for an input.
   const Buffer& input(const Graph& user, NodeId r, const std::vector<std::optional<Buffer>>& values) {
     if (values[r.value]) return *values[r.value];
@@ -158,6 +196,10 @@ class CpuExecutable final : public Executable {
 
 std::unique_ptr<Executable> CpuBackend::compile(const Graph& graph) const {
   const auto start = std::chrono::steady_clock::now();
+  // Kernels run on OpenMP's thread pool. Asking for its size here also makes this
+  // library depend on the OpenMP runtime, so it is never unloaded together with a kernel
+  // library while its worker threads are alive.
+  const int threads = omp_get_max_threads();
   const bool log = env_has("LUMINAL_LOG", "info");
   if (env_has("LUMINAL_DUMP", "hlir")) std::fprintf(stderr, "== hlir ==\n%s", graph.to_text().c_str());
   compiler::Optimized program = compiler::optimize(graph);
@@ -178,10 +220,10 @@ std::unique_ptr<Executable> CpuBackend::compile(const Graph& graph) const {
   if (log) {
     std::fprintf(stderr,
                  "luminal cpu: %zu nodes -> e-graph %s -> %zu nodes -> %zu kernels (%zu ops fused); "
-                 "e-graph %.3f s, plan %.3f s, codegen %.3f s, compile %.3f s (%s), total %.3f s\n",
+                 "e-graph %.3f s, plan %.3f s, codegen %.3f s, compile %.3f s (%s), total %.3f s; %d threads\n",
                  graph.num_nodes(), program.summary().c_str(), program.graph->num_nodes(), plan.kernels.size(),
                  plan.fused_ops, opt_s, plan_s, gen_s, jit.compile_seconds, jit.cache_hit ? "cache hit" : "compiled",
-                 seconds_since(start));
+                 seconds_since(start), threads);
   }
   return std::make_unique<CpuExecutable>(std::move(program), std::move(plan), std::move(src.dims), std::move(jit));
 }

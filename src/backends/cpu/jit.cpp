@@ -25,7 +25,7 @@ const char* compiler() {
 }
 
 const std::string& flags() {
-  static const std::string f = "-std=c++17 -O3 -march=native -fopenmp -fPIC -shared -w";
+  static const std::string f = "-std=c++17 -O3 -march=native -fno-math-errno -fopenmp -fPIC -shared -w";
   return f;
 }
 
