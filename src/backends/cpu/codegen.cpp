@@ -177,15 +177,26 @@ class KernelWriter {
       init = is_float(root.dtype) ? "-std::numeric_limits<" + t + ">::infinity()"
                                   : std::to_string(lowest_int(root.dtype)) + "LL";
     }
+    // Float reductions are declared to OpenMP so the inner loop vectorises (partial sums
+    // in SIMD lanes). Max tracks NaN separately so that fmax can vectorise while a NaN
+    // still propagates, as in PyTorch.
+    const bool simd = is_float(root.dtype);
     os_ << "    " << t << " acc = " << init << ";\n";
+    if (simd && !sum) os_ << "    int lum_nan = 0;\n";
+    if (simd) os_ << (sum ? "    #pragma omp simd reduction(+:acc)\n" : "    #pragma omp simd reduction(max:acc) reduction(|:lum_nan)\n");
     os_ << "    for (int64_t lum_r = 0; lum_r < " << len.to_c() << "; ++lum_r) {\n";
     const std::string v = operand(e, in_idx, "      ");
     if (sum) {
-      os_ << "      acc = " << (is_float(root.dtype) ? "acc + " + v : "lum_wrap_add(acc, " + v + ")") << ";\n";
+      os_ << "      acc = " << (simd ? "acc + " + v : "lum_wrap_add(acc, " + v + ")") << ";\n";
+    } else if (simd) {
+      os_ << "      lum_nan |= (" << v << " != " << v << ");\n";
+      os_ << "      acc = " << v << " > acc ? " << v << " : acc;\n";
     } else {
       os_ << "      acc = lum_max<" << t << ">(acc, " << v << ");\n";
     }
-    os_ << "    }\n    out[lum_o] = " << store_expr(root.dtype, normalize(root.dtype, "acc")) << ";\n  }\n";
+    os_ << "    }\n";
+    if (simd && !sum) os_ << "    if (lum_nan) acc = std::numeric_limits<" << t << ">::quiet_NaN();\n";
+    os_ << "    out[lum_o] = " << store_expr(root.dtype, normalize(root.dtype, "acc")) << ";\n  }\n";
   }
 
   void write_scatter(const Node& root) {
