@@ -1,5 +1,6 @@
 // A first luminal program: build a small lazy graph on 2-D tensors, run it on the
 // reference interpreter, and print the results.
+#include <cmath>
 #include <cstdio>
 
 #include "luminal/luminal.hpp"
@@ -35,8 +36,19 @@ int main() {
     root.retrieve();
 
     std::printf("graph:\n%s\n", cx.to_text().c_str());
+    // The exact interpreter first, then the compiled CPU backend on the same graph.
     cx.compile(luminal::reference());
     cx.execute();
+    const std::vector<float> exact = scaled.to_f32();
+    cx.compile(luminal::cpu());
+    cx.execute();
+    const std::vector<float> compiled = scaled.to_f32();
+    for (size_t i = 0; i < exact.size(); ++i)
+      if (std::abs(exact[i] - compiled[i]) > 1e-5f) {
+        std::fprintf(stderr, "error: cpu backend disagrees with the reference at %zu\n", i);
+        return 1;
+      }
+    std::printf("reference and cpu backends agree\n\n");
 
     print_matrix("a * b + 1:", scaled.to_f32(), 2, 3);
     print_matrix("row sums:", row_sum.to_f32(), 1, 2);

@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <optional>
 
 #include <omp.h>
@@ -24,6 +26,18 @@ using KernelFn = void (*)(void**, const int64_t*, int64_t*);
 bool env_has(const char* var, const char* word) {
   const char* v = std::getenv(var);
   return v && std::strstr(v, word);
+}
+
+// LUMINAL_DUMP=hlir,egraph,optimized,kernels,source (or "all") writes each stage as
+// text (and DOT where it is a graph) into $LUMINAL_DUMP_DIR (default ./luminal-dump).
+void dump(const char* stage, const std::string& text, const std::string& dot = "") {
+  if (!env_has("LUMINAL_DUMP", stage) && !env_has("LUMINAL_DUMP", "all")) return;
+  const char* d = std::getenv("LUMINAL_DUMP_DIR");
+  const std::filesystem::path dir = d && *d ? d : "luminal-dump";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / (std::string(stage) + ".txt")) << text;
+  if (!dot.empty()) std::ofstream(dir / (std::string(stage) + ".dot")) << dot;
+  std::fprintf(stderr, "luminal: dumped %s to %s\n", stage, (dir / stage).c_str());
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
@@ -201,27 +215,28 @@ std::unique_ptr<Executable> CpuBackend::compile(const Graph& graph) const {
   // library while its worker threads are alive.
   const int threads = omp_get_max_threads();
   const bool log = env_has("LUMINAL_LOG", "info");
-  if (env_has("LUMINAL_DUMP", "hlir")) std::fprintf(stderr, "== hlir ==\n%s", graph.to_text().c_str());
+  dump("hlir", graph.to_text(), graph.to_dot());
   compiler::Optimized program = compiler::optimize(graph);
   const double opt_s = seconds_since(start);
-  if (env_has("LUMINAL_DUMP", "optimized"))
-    std::fprintf(stderr, "== optimized ==\n%s%s", program.graph->to_text().c_str(), program.report.to_string().c_str());
+  dump("egraph", program.report.to_string());
+  dump("optimized", program.graph->to_text(), program.graph->to_dot());
   const auto plan_start = std::chrono::steady_clock::now();
   compiler::KernelPlan plan = compiler::plan_kernels(*program.graph, options_.fuse);
   const double plan_s = seconds_since(plan_start);
-  if (env_has("LUMINAL_DUMP", "kernels"))
-    std::fprintf(stderr, "== kernels ==\n%s", plan.to_text(*program.graph).c_str());
+  dump("kernels", plan.to_text(*program.graph));
   const auto gen_start = std::chrono::steady_clock::now();
   cpugen::GeneratedSource src = cpugen::generate_source(*program.graph, plan);
   const double gen_s = seconds_since(gen_start);
   cpugen::JitResult jit = cpugen::compile_and_load(src.code);
-  if (env_has("LUMINAL_DUMP", "source"))
-    std::fprintf(stderr, "== source ==\n%s\n", jit.library->path().c_str());
+  dump("source", src.code);
+  uint64_t rewrites = 0;
+  for (const auto& r : program.report.rules) rewrites += r.unions;
   if (log) {
     std::fprintf(stderr,
-                 "luminal cpu: %zu nodes -> e-graph %s -> %zu nodes -> %zu kernels (%zu ops fused); "
+                 "luminal cpu: %zu nodes -> e-graph %s, %llu rewrites -> %zu nodes -> %zu kernels (%zu ops fused); "
                  "e-graph %.3f s, plan %.3f s, codegen %.3f s, compile %.3f s (%s), total %.3f s; %d threads\n",
-                 graph.num_nodes(), program.summary().c_str(), program.graph->num_nodes(), plan.kernels.size(),
+                 graph.num_nodes(), program.summary().c_str(), static_cast<unsigned long long>(rewrites),
+                 program.graph->num_nodes(), plan.kernels.size(),
                  plan.fused_ops, opt_s, plan_s, gen_s, jit.compile_seconds, jit.cache_hit ? "cache hit" : "compiled",
                  seconds_since(start), threads);
   }
