@@ -1,0 +1,44 @@
+// A small, strict JSON reader for model headers and configs (private to src/models).
+// Errors raise luminal::Error with the byte offset; nesting is limited so a hostile
+// file cannot exhaust the stack.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace luminal::models {
+
+struct Json;
+using JsonArray = std::vector<Json>;
+using JsonObject = std::vector<std::pair<std::string, Json>>;  // in file order
+
+struct Json {
+  std::variant<std::nullptr_t, bool, int64_t, double, std::string, std::shared_ptr<JsonArray>,
+               std::shared_ptr<JsonObject>>
+      v;
+  bool is_object() const { return std::holds_alternative<std::shared_ptr<JsonObject>>(v); }
+  bool is_array() const { return std::holds_alternative<std::shared_ptr<JsonArray>>(v); }
+  bool is_string() const { return std::holds_alternative<std::string>(v); }
+  bool is_int() const { return std::holds_alternative<int64_t>(v); }
+  bool is_number() const { return is_int() || std::holds_alternative<double>(v); }
+  const JsonObject& object() const { return *std::get<std::shared_ptr<JsonObject>>(v); }
+  const JsonArray& array() const { return *std::get<std::shared_ptr<JsonArray>>(v); }
+  const std::string& string() const { return std::get<std::string>(v); }
+  int64_t integer() const { return std::get<int64_t>(v); }
+  double number() const { return is_int() ? static_cast<double>(integer()) : std::get<double>(v); }
+  /// Member lookup in an object; nullptr if absent.
+  const Json* find(std::string_view key) const;
+};
+
+/// Parses one JSON document; `what` names the source in errors.
+Json parse_json(std::string_view text, const std::string& what);
+
+/// Escapes a string for output inside double quotes.
+std::string json_escape(std::string_view s);
+
+}  // namespace luminal::models
