@@ -1,0 +1,49 @@
+// The Llama family (Llama 2/3, Mistral, Qwen2 with qkv bias): config from a Hugging Face
+// config.json, the decoder as a luminal graph with a KV cache, weights by HF names.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "luminal/nn/attention.hpp"
+
+namespace luminal::models {
+
+struct LlamaConfig {
+  int64_t vocab = 0, hidden = 0, intermediate = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  double rms_eps = 1e-6, rope_theta = 10000.0;
+  bool tie_embeddings = false, qkv_bias = false;
+  /// Reads a Hugging Face config.json; missing or malformed fields are errors naming them.
+  static LlamaConfig from_hf_json(const std::string& path);
+};
+
+class Llama final : public nn::Module {
+ public:
+  /// Builds parameters and per-layer KV-cache inputs ([kv_heads, "past", head_dim]).
+  Llama(Graph& g, const LlamaConfig& c);
+
+  struct Output {
+    Tensor logits;                      // [seq, vocab]
+    std::vector<nn::KVCache> cache;     // per layer, [kv_heads, past + seq, head_dim]
+  };
+  /// tokens: i32 [seq] at positions past .. past + seq - 1.
+  Output forward(const Tensor& tokens, Expr seq = "seq", Expr past = "past") const;
+  void parameters(const std::string& prefix, nn::NamedTensors& out) const override;
+
+  LlamaConfig config;
+  nn::Embedding embed;
+  struct Layer {
+    nn::RMSNorm input_norm, post_norm;
+    nn::Attention attn;
+    nn::GatedMLP mlp;
+  };
+  std::vector<Layer> layers;
+  nn::RMSNorm norm;
+  nn::Linear lm_head;
+  std::vector<nn::KVCache> cache_inputs;
+};
+
+/// Loads every parameter from a safetensors file with Hugging Face names.
+void load_safetensors_weights(const nn::Module& m, const std::string& path);
+
+}  // namespace luminal::models

@@ -1,0 +1,114 @@
+// The Llama decoder.
+#include "luminal/models/llama.hpp"
+
+#include <fstream>
+#include <iterator>
+
+#include "luminal/error.hpp"
+#include "luminal/models/safetensors.hpp"
+#include "models/json.hpp"
+
+namespace luminal::models {
+namespace {
+
+int64_t int_field(const Json& j, const char* key, const std::string& path, std::optional<int64_t> fallback = {}) {
+  const Json* v = j.find(key);
+  if (!v || v->is_string()) {
+    LUM_CHECK(fallback) << path << ": config field '" << key << "' is missing";
+    return *fallback;
+  }
+  LUM_CHECK(v->is_int()) << path << ": config field '" << key << "' is not an integer";
+  return v->integer();
+}
+
+double float_field(const Json& j, const char* key, double fallback) {
+  const Json* v = j.find(key);
+  return v && v->is_number() ? v->number() : fallback;
+}
+
+}  // namespace
+
+LlamaConfig LlamaConfig::from_hf_json(const std::string& path) {
+  std::ifstream f(path);
+  LUM_CHECK(f) << "cannot open model config " << path;
+  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const Json j = parse_json(text, path);
+  LUM_CHECK(j.is_object()) << path << ": config is not a JSON object";
+  LlamaConfig c;
+  c.vocab = int_field(j, "vocab_size", path);
+  c.hidden = int_field(j, "hidden_size", path);
+  c.intermediate = int_field(j, "intermediate_size", path);
+  c.layers = int_field(j, "num_hidden_layers", path);
+  c.heads = int_field(j, "num_attention_heads", path);
+  c.kv_heads = int_field(j, "num_key_value_heads", path, c.heads);
+  c.head_dim = int_field(j, "head_dim", path, c.hidden / c.heads);
+  c.rms_eps = float_field(j, "rms_norm_eps", 1e-6);
+  c.rope_theta = float_field(j, "rope_theta", 10000.0);
+  const Json* tie = j.find("tie_word_embeddings");
+  c.tie_embeddings = tie && std::holds_alternative<bool>(tie->v) && std::get<bool>(tie->v);
+  const Json* bias = j.find("attention_bias");
+  c.qkv_bias = bias && std::holds_alternative<bool>(bias->v) && std::get<bool>(bias->v);
+  const Json* model_type = j.find("model_type");
+  if (model_type && model_type->is_string() && model_type->string() == "qwen2") c.qkv_bias = true;
+  LUM_CHECK(c.hidden > 0 && c.heads > 0 && c.kv_heads > 0 && c.layers > 0 && c.vocab > 0)
+      << path << ": config has non-positive sizes";
+  return c;
+}
+
+Llama::Llama(Graph& g, const LlamaConfig& c)
+    : config(c),
+      embed(g, "model.embed_tokens", c.vocab, c.hidden),
+      norm(g, "model.norm", c.hidden, c.rms_eps),
+      lm_head(g, "lm_head", c.hidden, c.vocab, false) {
+  if (c.tie_embeddings) lm_head.weight = embed.weight;
+  for (int64_t i = 0; i < c.layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i);
+    layers.push_back(Layer{nn::RMSNorm(g, p + ".input_layernorm", c.hidden, c.rms_eps),
+                           nn::RMSNorm(g, p + ".post_attention_layernorm", c.hidden, c.rms_eps),
+                           nn::Attention(g, p + ".self_attn", c.hidden, c.heads, c.kv_heads, c.head_dim, c.qkv_bias,
+                                         nn::RopeConfig{c.rope_theta, true, 1.0}),
+                           nn::GatedMLP(g, p + ".mlp", c.hidden, c.intermediate, nn::Activation::SiLU)});
+    const std::vector<Expr> cache_shape{c.kv_heads, "past", c.head_dim};
+    cache_inputs.push_back({g.named_tensor("cache." + std::to_string(i) + ".k", cache_shape),
+                            g.named_tensor("cache." + std::to_string(i) + ".v", cache_shape)});
+  }
+}
+
+Llama::Output Llama::forward(const Tensor& tokens, Expr seq, Expr past) const {
+  Output out;
+  Tensor h = embed.forward(tokens);
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const Layer& l = layers[i];
+    auto [attn, cache] = l.attn.forward(l.input_norm.forward(h), cache_inputs[i], seq, past);
+    h = h + attn;
+    h = h + l.mlp.forward(l.post_norm.forward(h));
+    out.cache.push_back(cache);
+  }
+  out.logits = lm_head.forward(norm.forward(h));
+  return out;
+}
+
+void Llama::parameters(const std::string& prefix, nn::NamedTensors& out) const {
+  embed.parameters(prefix + "model.embed_tokens.", out);
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const std::string p = prefix + "model.layers." + std::to_string(i) + ".";
+    layers[i].input_norm.parameters(p + "input_layernorm.", out);
+    layers[i].attn.parameters(p + "self_attn.", out);
+    layers[i].post_norm.parameters(p + "post_attention_layernorm.", out);
+    layers[i].mlp.parameters(p + "mlp.", out);
+  }
+  norm.parameters(prefix + "model.norm.", out);
+  if (!config.tie_embeddings) lm_head.parameters(prefix + "lm_head.", out);
+}
+
+void load_safetensors_weights(const nn::Module& m, const std::string& path) {
+  SafetensorsFile f(path);
+  nn::load_parameters(m, [&](const std::string& name, const std::vector<int64_t>& shape) -> std::optional<Buffer> {
+    if (!f.has(name)) return std::nullopt;
+    LUM_CHECK(f.tensor(name).shape == shape)
+        << path << ": tensor '" << name << "' has the wrong shape for this model";
+    return f.read(name);
+  });
+}
+
+}  // namespace luminal::models

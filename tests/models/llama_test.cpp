@@ -1,0 +1,89 @@
+// Llama against Hugging Face transformers: a tiny random-weight model's logits for a
+// prompt and for greedy decode steps through the KV cache, on every backend.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "luminal/luminal.hpp"
+#include "luminal/models/llama.hpp"
+#include "luminal/models/safetensors.hpp"
+
+namespace luminal::models {
+namespace {
+
+const std::string kDir = std::string(LUMINAL_FIXTURE_DIR) + "/models/llama";
+
+// Relative error against the largest logit magnitude of the row set, as fp32 allows.
+void expect_logits(const std::vector<float>& got, const Buffer& want, const std::string& what) {
+  const auto w = want.to_f32();
+  ASSERT_EQ(got.size(), w.size()) << what;
+  float scale = 0;
+  for (float v : w) scale = std::max(scale, std::fabs(v));
+  for (size_t i = 0; i < w.size(); ++i)
+    ASSERT_NEAR(got[i], w[i], 1e-4f * scale) << what << " element " << i;
+}
+
+void run_parity(const Backend& backend) {
+  const LlamaConfig cfg = LlamaConfig::from_hf_json(kDir + "/config.json");
+  EXPECT_EQ(cfg.kv_heads, 2);
+  Graph cx;
+  Llama model(cx, cfg);
+  Tensor tokens = cx.named_tensor("tokens", {"seq"}, DType::I32);
+  Llama::Output out = model.forward(tokens);
+  out.logits.retrieve();
+  for (auto& c : out.cache) {
+    c.k.retrieve();
+    c.v.retrieve();
+  }
+  load_safetensors_weights(model, kDir + "/model.safetensors");
+  cx.compile(backend);
+
+  const SafetensorsFile expected(kDir + "/expected.safetensors");
+  const std::vector<int64_t> all = expected.read("tokens").to_i64();
+  const size_t prompt = all.size() - 3;
+  // Empty caches for the prefill.
+  for (auto& c : model.cache_inputs) {
+    c.k.set(std::vector<float>{});
+    c.v.set(std::vector<float>{});
+  }
+  int64_t past = 0;
+  auto step = [&](const std::vector<int64_t>& ids) {
+    cx.set_dim("seq", static_cast<int64_t>(ids.size()));
+    cx.set_dim("past", past);
+    tokens.set(std::vector<int32_t>(ids.begin(), ids.end()));
+    cx.execute();
+    past += static_cast<int64_t>(ids.size());
+    for (size_t l = 0; l < out.cache.size(); ++l) {  // feed the grown cache back in
+      model.cache_inputs[l].k.set_buffer(out.cache[l].k.data());
+      model.cache_inputs[l].v.set_buffer(out.cache[l].v.data());
+    }
+    return out.logits.to_f32();
+  };
+  expect_logits(step({all.begin(), all.begin() + static_cast<std::ptrdiff_t>(prompt)}),
+                expected.read("prefill_logits"), "prefill");
+  for (size_t s = 0; s < 3; ++s)
+    expect_logits(step({all[prompt + s]}), expected.read("step" + std::to_string(s) + "_logits"),
+                  "decode step " + std::to_string(s));
+}
+
+TEST(Llama, MatchesTransformersOnTheReference) { run_parity(reference()); }
+TEST(Llama, MatchesTransformersOnTheCpuBackend) { run_parity(cpu()); }
+
+TEST(Llama, MissingWeightsAndBadConfigsAreClearErrors) {
+  const LlamaConfig cfg = LlamaConfig::from_hf_json(kDir + "/config.json");
+  Graph cx;
+  LlamaConfig bigger = cfg;
+  bigger.hidden *= 2;
+  Llama model(cx, bigger);
+  try {
+    load_safetensors_weights(model, kDir + "/model.safetensors");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model.embed_tokens.weight"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(LlamaConfig::from_hf_json(kDir + "/missing.json"), Error);
+  EXPECT_THROW(LlamaConfig::from_hf_json(kDir + "/model.safetensors"), Error);
+}
+
+}  // namespace
+}  // namespace luminal::models
