@@ -13,7 +13,7 @@ namespace {
 
 int64_t int_field(const Json& j, const char* key, const std::string& path, std::optional<int64_t> fallback = {}) {
   const Json* v = j.find(key);
-  if (!v || v->is_string()) {
+  if (!v || v->is_string() || std::holds_alternative<std::nullptr_t>(v->v)) {
     LUM_CHECK(fallback) << path << ": config field '" << key << "' is missing";
     return *fallback;
   }
@@ -44,6 +44,7 @@ LlamaConfig LlamaConfig::from_hf_json(const std::string& path) {
   c.head_dim = int_field(j, "head_dim", path, c.hidden / c.heads);
   c.rms_eps = float_field(j, "rms_norm_eps", 1e-6);
   c.rope_theta = float_field(j, "rope_theta", 10000.0);
+  c.sliding_window = int_field(j, "sliding_window", path, 0);
   const Json* tie = j.find("tie_word_embeddings");
   c.tie_embeddings = tie && std::holds_alternative<bool>(tie->v) && std::get<bool>(tie->v);
   const Json* bias = j.find("attention_bias");
@@ -66,7 +67,7 @@ Llama::Llama(Graph& g, const LlamaConfig& c)
     layers.push_back(Layer{nn::RMSNorm(g, p + ".input_layernorm", c.hidden, c.rms_eps),
                            nn::RMSNorm(g, p + ".post_attention_layernorm", c.hidden, c.rms_eps),
                            nn::Attention(g, p + ".self_attn", c.hidden, c.heads, c.kv_heads, c.head_dim, c.qkv_bias,
-                                         nn::RopeConfig{c.rope_theta, true, 1.0}),
+                                         nn::RopeConfig{c.rope_theta, true, 1.0}, c.sliding_window),
                            nn::GatedMLP(g, p + ".mlp", c.hidden, c.intermediate, nn::Activation::SiLU)});
     const std::vector<Expr> cache_shape{c.kv_heads, "past", c.head_dim};
     cache_inputs.push_back({g.named_tensor("cache." + std::to_string(i) + ".k", cache_shape),

@@ -42,7 +42,7 @@ Tensor causal_mask(Graph& g, Expr seq, Expr past, int64_t window) {
 }
 
 Attention::Attention(Graph& g, const std::string& name, int64_t dim, int64_t heads_, int64_t kv_heads_,
-                     int64_t head_dim_, bool qkv_bias, RopeConfig rope_)
+                     int64_t head_dim_, bool qkv_bias, RopeConfig rope_, int64_t window_)
     : q(g, name + ".q_proj", dim, heads_ * head_dim_, qkv_bias),
       k(g, name + ".k_proj", dim, kv_heads_ * head_dim_, qkv_bias),
       v(g, name + ".v_proj", dim, kv_heads_ * head_dim_, qkv_bias),
@@ -50,7 +50,8 @@ Attention::Attention(Graph& g, const std::string& name, int64_t dim, int64_t hea
       heads(heads_),
       kv_heads(kv_heads_),
       head_dim(head_dim_),
-      rope(rope_) {
+      rope(rope_),
+      window(window_) {
   LUM_CHECK(heads % kv_heads == 0) << "attention: " << heads << " heads are not a multiple of " << kv_heads
                                    << " key/value heads";
 }
@@ -66,7 +67,7 @@ std::pair<Tensor, KVCache> Attention::forward(const Tensor& x, const KVCache& ca
   KVCache next{concat({cache.k, kr}, 1), concat({cache.v, vh}, 1)};  // [kv, past+seq, d]
   // Scores [kv, group, seq, total]; each key head serves its group of query heads.
   Tensor scores = qr.matmul(next.k.unsqueeze(1).transpose(-1, -2)) * (1.0 / std::sqrt(static_cast<double>(head_dim)));
-  scores = where(causal_mask(x.graph(), seq, past), scores, -std::numeric_limits<double>::infinity());
+  scores = where(causal_mask(x.graph(), seq, past, window), scores, -std::numeric_limits<double>::infinity());
   const Tensor probs = scores.softmax(-1);
   const Tensor out = probs.matmul(next.v.unsqueeze(1));  // [kv, group, seq, d]
   const Tensor merged = out.permute({2, 0, 1, 3}).reshape({seq, heads * head_dim});

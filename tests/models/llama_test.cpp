@@ -11,7 +11,8 @@
 namespace luminal::models {
 namespace {
 
-const std::string kDir = std::string(LUMINAL_FIXTURE_DIR) + "/models/llama";
+std::string dir(const std::string& arch) { return std::string(LUMINAL_FIXTURE_DIR) + "/models/" + arch; }
+const std::string kDir = dir("llama");
 
 // Relative error against the largest logit magnitude of the row set, as fp32 allows.
 void expect_logits(const std::vector<float>& got, const Buffer& want, const std::string& what) {
@@ -23,9 +24,9 @@ void expect_logits(const std::vector<float>& got, const Buffer& want, const std:
     ASSERT_NEAR(got[i], w[i], 1e-4f * scale) << what << " element " << i;
 }
 
-void run_parity(const Backend& backend) {
+void run_parity(const std::string& arch, const Backend& backend) {
+  const std::string kDir = dir(arch);
   const LlamaConfig cfg = LlamaConfig::from_hf_json(kDir + "/config.json");
-  EXPECT_EQ(cfg.kv_heads, 2);
   Graph cx;
   Llama model(cx, cfg);
   Tensor tokens = cx.named_tensor("tokens", {"seq"}, DType::I32);
@@ -66,8 +67,20 @@ void run_parity(const Backend& backend) {
                   "decode step " + std::to_string(s));
 }
 
-TEST(Llama, MatchesTransformersOnTheReference) { run_parity(reference()); }
-TEST(Llama, MatchesTransformersOnTheCpuBackend) { run_parity(cpu()); }
+// Llama (GQA 4:2), Qwen2 (qkv bias, tied embeddings, theta 1e6), Mistral (GQA 4:1).
+class LlamaFamily : public ::testing::TestWithParam<const char*> {};
+TEST_P(LlamaFamily, MatchesTransformersOnTheReference) { run_parity(GetParam(), reference()); }
+TEST_P(LlamaFamily, MatchesTransformersOnTheCpuBackend) { run_parity(GetParam(), cpu()); }
+INSTANTIATE_TEST_SUITE_P(Arch, LlamaFamily, ::testing::Values("llama", "qwen2", "mistral", "mistral_window"));
+
+TEST(Llama, ConfigFields) {
+  const LlamaConfig q = LlamaConfig::from_hf_json(dir("qwen2") + "/config.json");
+  EXPECT_TRUE(q.qkv_bias);
+  EXPECT_TRUE(q.tie_embeddings);
+  EXPECT_EQ(q.rope_theta, 1000000.0);
+  EXPECT_EQ(LlamaConfig::from_hf_json(dir("mistral") + "/config.json").kv_heads, 1);
+  EXPECT_EQ(LlamaConfig::from_hf_json(dir("mistral_window") + "/config.json").sliding_window, 3);
+}
 
 TEST(Llama, MissingWeightsAndBadConfigsAreClearErrors) {
   const LlamaConfig cfg = LlamaConfig::from_hf_json(kDir + "/config.json");

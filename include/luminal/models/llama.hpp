@@ -1,4 +1,4 @@
-// The Llama family (Llama 2/3, Mistral, Qwen2 with qkv bias): config from a Hugging Face
+// The Llama family (Llama 2/3, Mistral with its sliding window, Qwen2 with qkv bias): config from a Hugging Face
 // config.json, the decoder as a luminal graph with a KV cache, weights by HF names.
 #pragma once
 
@@ -12,6 +12,7 @@ namespace luminal::models {
 struct LlamaConfig {
   int64_t vocab = 0, hidden = 0, intermediate = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 0;
   double rms_eps = 1e-6, rope_theta = 10000.0;
+  int64_t sliding_window = 0;  // 0: full causal attention
   bool tie_embeddings = false, qkv_bias = false;
   /// Reads a Hugging Face config.json; missing or malformed fields are errors naming them.
   static LlamaConfig from_hf_json(const std::string& path);

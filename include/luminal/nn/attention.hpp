@@ -30,8 +30,9 @@ struct KVCache {
 
 class Attention final : public Module {
  public:
+  /// `window` > 0 limits each query to the last `window` keys (sliding-window attention).
   Attention(Graph& g, const std::string& name, int64_t dim, int64_t heads, int64_t kv_heads, int64_t head_dim,
-            bool qkv_bias, RopeConfig rope);
+            bool qkv_bias, RopeConfig rope, int64_t window = 0);
   /// x: [seq, dim]. Returns the output [seq, dim] and the cache extended by `seq`.
   std::pair<Tensor, KVCache> forward(const Tensor& x, const KVCache& cache, Expr seq, Expr past) const;
   void parameters(const std::string& prefix, NamedTensors& out) const override;
@@ -39,6 +40,7 @@ class Attention final : public Module {
   Linear q, k, v, o;
   int64_t heads, kv_heads, head_dim;
   RopeConfig rope;
+  int64_t window;
 };
 
 }  // namespace luminal::nn
