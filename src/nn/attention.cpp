@@ -51,7 +51,8 @@ Attention::Attention(Graph& g, const std::string& name, int64_t dim, int64_t hea
       kv_heads(kv_heads_),
       head_dim(head_dim_),
       rope(rope_),
-      window(window_) {
+      window(window_),
+      scale(1.0 / std::sqrt(static_cast<double>(head_dim_))) {
   LUM_CHECK(heads % kv_heads == 0) << "attention: " << heads << " heads are not a multiple of " << kv_heads
                                    << " key/value heads";
 }
@@ -62,11 +63,11 @@ std::pair<Tensor, KVCache> Attention::forward(const Tensor& x, const KVCache& ca
   const Tensor qh = q.forward(x).reshape({seq, kv_heads, group, head_dim}).permute({1, 2, 0, 3});
   const Tensor kh = k.forward(x).reshape({seq, kv_heads, head_dim}).permute({1, 0, 2});
   const Tensor vh = v.forward(x).reshape({seq, kv_heads, head_dim}).permute({1, 0, 2});
-  const Tensor qr = apply_rope(qh, rope, past);
-  const Tensor kr = apply_rope(kh, rope, past);
+  const Tensor qr = apply_rope(q_norm ? q_norm->forward(qh) : qh, rope, past);
+  const Tensor kr = apply_rope(k_norm ? k_norm->forward(kh) : kh, rope, past);
   KVCache next{concat({cache.k, kr}, 1), concat({cache.v, vh}, 1)};  // [kv, past+seq, d]
   // Scores [kv, group, seq, total]; each key head serves its group of query heads.
-  Tensor scores = qr.matmul(next.k.unsqueeze(1).transpose(-1, -2)) * (1.0 / std::sqrt(static_cast<double>(head_dim)));
+  Tensor scores = qr.matmul(next.k.unsqueeze(1).transpose(-1, -2)) * scale;
   scores = where(causal_mask(x.graph(), seq, past, window), scores, -std::numeric_limits<double>::infinity());
   const Tensor probs = scores.softmax(-1);
   const Tensor out = probs.matmul(next.v.unsqueeze(1));  // [kv, group, seq, d]
@@ -74,7 +75,14 @@ std::pair<Tensor, KVCache> Attention::forward(const Tensor& x, const KVCache& ca
   return {o.forward(merged), next};
 }
 
+void Attention::enable_qk_norm(Graph& g, const std::string& name, double eps, bool unit_offset) {
+  q_norm.emplace(g, name + ".q_norm", head_dim, eps, unit_offset);
+  k_norm.emplace(g, name + ".k_norm", head_dim, eps, unit_offset);
+}
+
 void Attention::parameters(const std::string& prefix, NamedTensors& out) const {
+  if (q_norm) q_norm->parameters(prefix + "q_norm.", out);
+  if (k_norm) k_norm->parameters(prefix + "k_norm.", out);
   q.parameters(prefix + "q_proj.", out);
   k.parameters(prefix + "k_proj.", out);
   v.parameters(prefix + "v_proj.", out);

@@ -1,0 +1,56 @@
+// Text generation with a loaded model: prefill, then one token per step through the KV
+// cache, with greedy or temperature / top-k / top-p sampling.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "luminal/backend.hpp"
+
+namespace luminal::models {
+
+struct SamplingOptions {
+  double temperature = 0.0;  // 0: greedy
+  int64_t top_k = 0;         // 0: off
+  double top_p = 1.0;        // 1: off
+  uint64_t seed = 0;
+};
+
+/// Picks a token from logits (row-major floats).
+int32_t sample(const std::vector<float>& logits, const SamplingOptions& opts, uint64_t& rng_state);
+
+struct GenerationStats {
+  size_t prompt_tokens = 0, generated = 0;
+  double load_seconds = 0, compile_seconds = 0, ttft_seconds = 0, prefill_seconds = 0, decode_seconds = 0;
+  double prompt_tokens_per_second() const { return prefill_seconds > 0 ? prompt_tokens / prefill_seconds : 0; }
+  double decode_tokens_per_second() const {
+    return decode_seconds > 0 && generated > 1 ? (generated - 1) / decode_seconds : 0;
+  }
+};
+
+class TextGenerator {
+ public:
+  /// Loads a GGUF file (architectures: gemma3). `progress` receives status lines.
+  TextGenerator(const std::string& path, const Backend& backend,
+                const std::function<void(const std::string&)>& progress = {});
+  ~TextGenerator();
+
+  /// Generates up to `max_tokens` after `prompt`, calling `on_text` with each piece as
+  /// it is produced; stops early at an end-of-sequence token.
+  GenerationStats generate(const std::string& prompt, int64_t max_tokens, const SamplingOptions& opts,
+                           const std::function<void(const std::string&)>& on_text);
+  /// Greedy token ids and the logits of every generated step (for tests).
+  std::vector<int32_t> greedy_ids(const std::vector<int32_t>& prompt, int64_t steps,
+                                  std::vector<std::vector<float>>* logits = nullptr);
+  std::vector<int32_t> encode(const std::string& text) const;
+  std::string decode(const std::vector<int32_t>& ids) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace luminal::models

@@ -1,0 +1,181 @@
+// Text generation.
+#include "luminal/models/generate.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <numeric>
+
+#include "luminal/error.hpp"
+#include "luminal/graph.hpp"
+#include "luminal/models/gemma3.hpp"
+#include "luminal/models/tokenizer.hpp"
+#include "luminal/tensor.hpp"
+
+namespace luminal::models {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+double uniform(uint64_t& s) {  // splitmix64 -> [0, 1)
+  uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return static_cast<double>((z ^ (z >> 31)) >> 11) * 0x1.0p-53;
+}
+
+}  // namespace
+
+int32_t sample(const std::vector<float>& logits, const SamplingOptions& o, uint64_t& rng) {
+  LUM_CHECK(!logits.empty()) << "sample: empty logits";
+  if (o.temperature <= 0) return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  std::vector<int32_t> idx(logits.size());
+  std::iota(idx.begin(), idx.end(), 0);
+  std::sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  if (o.top_k > 0 && static_cast<size_t>(o.top_k) < idx.size()) idx.resize(static_cast<size_t>(o.top_k));
+  std::vector<double> p(idx.size());
+  const double top = logits[idx[0]];
+  double sum = 0;
+  for (size_t i = 0; i < idx.size(); ++i) sum += p[i] = std::exp((logits[idx[i]] - top) / o.temperature);
+  size_t keep = idx.size();
+  if (o.top_p < 1.0) {
+    double acc = 0;
+    for (size_t i = 0; i < idx.size(); ++i) {
+      acc += p[i] / sum;
+      if (acc >= o.top_p) {
+        keep = i + 1;
+        break;
+      }
+    }
+  }
+  double total = 0;
+  for (size_t i = 0; i < keep; ++i) total += p[i];
+  double r = uniform(rng) * total;
+  for (size_t i = 0; i < keep; ++i) {
+    r -= p[i];
+    if (r <= 0) return idx[i];
+  }
+  return idx[keep - 1];
+}
+
+struct TextGenerator::Impl {
+  std::unique_ptr<GgufFile> file;
+  std::unique_ptr<SpmTokenizer> tokenizer;
+  Graph graph;
+  std::unique_ptr<Gemma3> model;
+  Tensor tokens, logits;
+  std::vector<nn::KVCache> cache_out;
+  std::vector<int32_t> stop_ids;
+  int64_t past = 0;
+  double load_seconds = 0, compile_seconds = 0;
+
+  void reset_cache() {
+    past = 0;
+    for (auto& c : model->cache_inputs) {
+      c.k.set(std::vector<float>{});
+      c.v.set(std::vector<float>{});
+    }
+  }
+
+  // Runs `ids` at the current position; returns the last position's logits.
+  std::vector<float> step(const std::vector<int32_t>& ids) {
+    graph.set_dim("seq", static_cast<int64_t>(ids.size()));
+    graph.set_dim("past", past);
+    tokens.set(ids);
+    graph.execute();
+    past += static_cast<int64_t>(ids.size());
+    for (size_t l = 0; l < cache_out.size(); ++l) {
+      model->cache_inputs[l].k.set_buffer(graph.take_data(cache_out[l].k.id()).value());
+      model->cache_inputs[l].v.set_buffer(graph.take_data(cache_out[l].v.id()).value());
+    }
+    return logits.to_f32();
+  }
+};
+
+TextGenerator::TextGenerator(const std::string& path, const Backend& backend,
+                             const std::function<void(const std::string&)>& progress)
+    : impl_(std::make_unique<Impl>()) {
+  auto say = [&](const std::string& s) {
+    if (progress) progress(s);
+  };
+  const auto start = Clock::now();
+  LUM_CHECK(path.size() > 5 && path.substr(path.size() - 5) == ".gguf")
+      << path << ": only GGUF model files are supported by this command so far";
+  Impl& m = *impl_;
+  m.file = std::make_unique<GgufFile>(path);
+  const std::string arch = m.file->get_string("general.architecture");
+  LUM_CHECK(arch == "gemma3") << path << ": unsupported architecture '" << arch << "' (supported: gemma3)";
+  m.tokenizer = std::make_unique<SpmTokenizer>(*m.file);
+  const Gemma3Config cfg = Gemma3Config::from_gguf(*m.file);
+  say("loading " + arch + ": " + std::to_string(cfg.layers) + " layers, hidden " + std::to_string(cfg.hidden) +
+      ", vocab " + std::to_string(cfg.vocab));
+  m.model = std::make_unique<Gemma3>(m.graph, cfg);
+  m.tokens = m.graph.named_tensor("tokens", {"seq"}, DType::I32);
+  Gemma3::Output out = m.model->forward(m.tokens);
+  // Only the last position's logits are needed to pick the next token.
+  m.logits = out.logits.slice(0, Expr("seq") - 1, "seq").retrieve();
+  m.cache_out = out.cache;
+  for (auto& c : m.cache_out) {
+    c.k.retrieve();
+    c.v.retrieve();
+  }
+  load_gguf_weights(*m.model, *m.file, arch);
+  for (const char* stop : {"<end_of_turn>", "<eos>"})
+    if (int32_t id = m.tokenizer->find(stop); id >= 0) m.stop_ids.push_back(id);
+  if (m.tokenizer->eos() >= 0) m.stop_ids.push_back(m.tokenizer->eos());
+  m.load_seconds = since(start);
+  say("compiling for " + backend.name() + " (cached after the first run)...");
+  const auto compile_start = Clock::now();
+  m.graph.compile(backend);
+  m.compile_seconds = since(compile_start);
+}
+
+TextGenerator::~TextGenerator() = default;
+
+std::vector<int32_t> TextGenerator::encode(const std::string& text) const { return impl_->tokenizer->encode(text, true); }
+std::string TextGenerator::decode(const std::vector<int32_t>& ids) const { return impl_->tokenizer->decode(ids); }
+
+GenerationStats TextGenerator::generate(const std::string& prompt, int64_t max_tokens, const SamplingOptions& opts,
+                                        const std::function<void(const std::string&)>& on_text) {
+  Impl& m = *impl_;
+  GenerationStats st;
+  st.load_seconds = m.load_seconds;
+  st.compile_seconds = m.compile_seconds;
+  m.reset_cache();
+  const std::vector<int32_t> ids = m.tokenizer->encode(prompt, true);
+  st.prompt_tokens = ids.size();
+  uint64_t rng = opts.seed;
+  const auto start = Clock::now();
+  std::vector<float> logits = m.step(ids);
+  st.prefill_seconds = since(start);
+  const auto decode_start = Clock::now();
+  for (int64_t i = 0; i < max_tokens; ++i) {
+    const int32_t next = sample(logits, opts, rng);
+    if (i == 0) st.ttft_seconds = since(start);
+    if (std::find(m.stop_ids.begin(), m.stop_ids.end(), next) != m.stop_ids.end()) break;
+    ++st.generated;
+    if (on_text) on_text(m.tokenizer->piece(next));
+    if (i + 1 < max_tokens) logits = m.step({next});
+  }
+  st.decode_seconds = since(decode_start);
+  return st;
+}
+
+std::vector<int32_t> TextGenerator::greedy_ids(const std::vector<int32_t>& prompt, int64_t steps,
+                                               std::vector<std::vector<float>>* all_logits) {
+  Impl& m = *impl_;
+  m.reset_cache();
+  std::vector<int32_t> out;
+  std::vector<float> logits = m.step(prompt);
+  for (int64_t i = 0; i < steps; ++i) {
+    if (all_logits) all_logits->push_back(logits);
+    uint64_t rng = 0;
+    const int32_t next = sample(logits, {}, rng);
+    out.push_back(next);
+    if (i + 1 < steps) logits = m.step({next});
+  }
+  return out;
+}
+
+}  // namespace luminal::models

@@ -1,0 +1,210 @@
+// SentencePiece-style BPE.
+#include "luminal/models/tokenizer.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <queue>
+
+#include "luminal/error.hpp"
+
+namespace luminal::models {
+namespace {
+
+constexpr int32_t kControl = 3, kUserDefined = 4, kByte = 6;
+const std::string kSpace = "\xE2\x96\x81";  // U+2581 LOWER ONE EIGHTH BLOCK
+
+size_t utf8_len(unsigned char c) {
+  if (c < 0x80) return 1;
+  if ((c >> 5) == 0x6) return 2;
+  if ((c >> 4) == 0xE) return 3;
+  if ((c >> 3) == 0x1E) return 4;
+  return 1;  // invalid lead byte: treat as one byte
+}
+
+template <class T>
+std::vector<T> array_of(const GgufFile& f, const std::string& key, bool required) {
+  const GgufValue* v = f.find(key);
+  std::vector<T> out;
+  if (!v) {
+    LUM_CHECK(!required) << f.path() << ": tokenizer metadata '" << key << "' is missing";
+    return out;
+  }
+  const auto* arr = std::get_if<std::shared_ptr<GgufArray>>(&v->v);
+  LUM_CHECK(arr) << f.path() << ": tokenizer metadata '" << key << "' is not an array";
+  for (const GgufValue& e : **arr) {
+    if constexpr (std::is_same_v<T, std::string>) {
+      const auto* s = std::get_if<std::string>(&e.v);
+      LUM_CHECK(s) << f.path() << ": '" << key << "' holds a non-string";
+      out.push_back(*s);
+    } else if constexpr (std::is_same_v<T, float>) {
+      const auto* d = std::get_if<double>(&e.v);
+      LUM_CHECK(d) << f.path() << ": '" << key << "' holds a non-float";
+      out.push_back(static_cast<float>(*d));
+    } else {
+      if (const auto* i = std::get_if<int64_t>(&e.v)) out.push_back(static_cast<T>(*i));
+      else if (const auto* u = std::get_if<uint64_t>(&e.v)) out.push_back(static_cast<T>(*u));
+      else LUM_FAIL() << f.path() << ": '" << key << "' holds a non-integer";
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+SpmTokenizer::SpmTokenizer(const GgufFile& f) {
+  const std::string model = f.find("tokenizer.ggml.model") ? f.get_string("tokenizer.ggml.model") : "";
+  LUM_CHECK(model == "llama") << f.path() << ": tokenizer model '" << model
+                              << "' is not supported (supported: llama / SentencePiece BPE)";
+  pieces_ = array_of<std::string>(f, "tokenizer.ggml.tokens", true);
+  scores_ = array_of<float>(f, "tokenizer.ggml.scores", false);
+  types_ = array_of<int32_t>(f, "tokenizer.ggml.token_type", false);
+  scores_.resize(pieces_.size(), 0.0f);
+  types_.resize(pieces_.size(), 1);
+  bos_ = f.find("tokenizer.ggml.bos_token_id") ? static_cast<int32_t>(f.get_int("tokenizer.ggml.bos_token_id")) : -1;
+  eos_ = f.find("tokenizer.ggml.eos_token_id") ? static_cast<int32_t>(f.get_int("tokenizer.ggml.eos_token_id")) : -1;
+  if (const GgufValue* p = f.find("tokenizer.ggml.add_space_prefix")) {
+    if (const auto* b = std::get_if<bool>(&p->v)) add_space_prefix_ = *b;
+    if (const auto* u = std::get_if<uint64_t>(&p->v)) add_space_prefix_ = *u != 0;
+  }
+  index();
+}
+
+SpmTokenizer::SpmTokenizer(std::vector<std::string> pieces, std::vector<float> scores, std::vector<int32_t> types,
+                           int32_t bos, int32_t eos, bool add_space_prefix)
+    : pieces_(std::move(pieces)), scores_(std::move(scores)), types_(std::move(types)), bos_(bos), eos_(eos),
+      add_space_prefix_(add_space_prefix) {
+  scores_.resize(pieces_.size(), 0.0f);
+  types_.resize(pieces_.size(), 1);
+  index();
+}
+
+void SpmTokenizer::index() {
+  byte_ids_.assign(256, -1);
+  for (size_t i = 0; i < pieces_.size(); ++i) {
+    const auto id = static_cast<int32_t>(i);
+    ids_.emplace(pieces_[i], id);
+    if (types_[i] == kByte && pieces_[i].size() == 6 && pieces_[i].rfind("<0x", 0) == 0) {
+      const int b = std::stoi(pieces_[i].substr(3, 2), nullptr, 16);
+      byte_ids_[static_cast<size_t>(b)] = id;
+    }
+    if ((types_[i] == kControl || types_[i] == kUserDefined) && pieces_[i].size() > 1) specials_.push_back(pieces_[i]);
+  }
+  std::sort(specials_.begin(), specials_.end(), [](const auto& a, const auto& b) { return a.size() > b.size(); });
+}
+
+int32_t SpmTokenizer::find(const std::string& piece) const {
+  auto it = ids_.find(piece);
+  return it == ids_.end() ? -1 : it->second;
+}
+
+void SpmTokenizer::encode_plain(const std::string& raw, std::vector<int32_t>& out) const {
+  if (raw.empty()) return;
+  std::string text = add_space_prefix_ ? kSpace : "";
+  for (char c : raw) text += c == ' ' ? kSpace : std::string(1, c);
+  // Symbols: one per UTF-8 character, linked in a list; merges join neighbours.
+  struct Sym {
+    size_t start, len;
+    int prev, next;
+  };
+  std::vector<Sym> syms;
+  for (size_t i = 0; i < text.size();) {
+    const size_t n = std::min(utf8_len(static_cast<unsigned char>(text[i])), text.size() - i);
+    syms.push_back({i, n, static_cast<int>(syms.size()) - 1, static_cast<int>(syms.size()) + 1});
+    i += n;
+  }
+  syms.back().next = -1;
+  struct Cand {
+    float score;
+    int left, right;
+    size_t len;  // merged length at push time (to drop stale candidates)
+    bool operator<(const Cand& o) const { return score != o.score ? score < o.score : left > o.left; }
+  };
+  std::priority_queue<Cand> queue;
+  auto try_pair = [&](int l, int r) {
+    if (l < 0 || r < 0) return;
+    const size_t len = syms[l].len + syms[r].len;
+    auto it = ids_.find(text.substr(syms[l].start, len));
+    if (it == ids_.end()) return;
+    queue.push({scores_[static_cast<size_t>(it->second)], l, r, len});
+  };
+  for (size_t i = 1; i < syms.size(); ++i) try_pair(static_cast<int>(i - 1), static_cast<int>(i));
+  while (!queue.empty()) {
+    const Cand c = queue.top();
+    queue.pop();
+    Sym& l = syms[c.left];
+    Sym& r = syms[c.right];
+    if (l.len == 0 || r.len == 0 || l.next != c.right || l.len + r.len != c.len) continue;  // stale
+    l.len += r.len;
+    r.len = 0;
+    l.next = r.next;
+    if (r.next >= 0) syms[r.next].prev = c.left;
+    try_pair(l.prev, c.left);
+    try_pair(c.left, l.next);
+  }
+  for (int i = 0; i >= 0 && i < static_cast<int>(syms.size()); i = syms[i].next) {
+    const std::string piece = text.substr(syms[i].start, syms[i].len);
+    if (auto it = ids_.find(piece); it != ids_.end()) {
+      out.push_back(it->second);
+      continue;
+    }
+    for (unsigned char b : piece) {
+      LUM_CHECK(byte_ids_[b] >= 0) << "tokenizer: byte 0x" << std::hex << int(b)
+                                   << " is not in the vocabulary and there is no byte fallback";
+      out.push_back(byte_ids_[b]);
+    }
+  }
+}
+
+std::vector<int32_t> SpmTokenizer::encode(const std::string& text, bool add_bos) const {
+  std::vector<int32_t> out;
+  if (add_bos && bos_ >= 0) out.push_back(bos_);
+  // Special tokens written in the text are matched first, longest first.
+  size_t start = 0, i = 0;
+  while (i < text.size()) {
+    const std::string* hit = nullptr;
+    if (text[i] == '<' || text[i] == '[')
+      for (const std::string& s : specials_)
+        if (text.compare(i, s.size(), s) == 0) {
+          hit = &s;
+          break;
+        }
+    if (!hit) {
+      ++i;
+      continue;
+    }
+    encode_plain(text.substr(start, i - start), out);
+    out.push_back(ids_.at(*hit));
+    i += hit->size();
+    start = i;
+  }
+  encode_plain(text.substr(start), out);
+  return out;
+}
+
+std::string SpmTokenizer::piece(int32_t id) const {
+  LUM_CHECK(id >= 0 && static_cast<size_t>(id) < pieces_.size()) << "token id " << id << " is outside the vocabulary of "
+                                                                  << pieces_.size();
+  const auto t = types_[static_cast<size_t>(id)];
+  const std::string& p = pieces_[static_cast<size_t>(id)];
+  if (t == kControl) return "";
+  if (t == kByte && p.size() == 6) return std::string(1, static_cast<char>(std::stoi(p.substr(3, 2), nullptr, 16)));
+  std::string out;
+  for (size_t i = 0; i < p.size();) {
+    if (p.compare(i, kSpace.size(), kSpace) == 0) {
+      out += ' ';
+      i += kSpace.size();
+    } else {
+      out += p[i++];
+    }
+  }
+  return out;
+}
+
+std::string SpmTokenizer::decode(const std::vector<int32_t>& ids) const {
+  std::string out;
+  for (int32_t id : ids) out += piece(id);
+  if (add_space_prefix_ && !out.empty() && out[0] == ' ') out.erase(0, 1);
+  return out;
+}
+
+}  // namespace luminal::models
