@@ -216,12 +216,14 @@ Optimized optimize(const Graph& g) {
   out.report = eg::run_rules(low.egraph, active, fns, {.max_iterations = 20, .max_nodes = 200000, .max_seconds = 5});
   out.enodes = low.egraph.num_nodes();
   out.eclasses = low.egraph.num_classes();
-  // One greedy choice table serves every output, so shared values stay shared.
+  // One greedy choice table serves every output, so shared values stay shared. Costs
+  // combine by the most expensive path: summed tree costs explode in deep residual
+  // networks (every layer reuses the stream) until a kernel's saving is below rounding.
   std::vector<ClassId> roots;
   for (NodeId o : g.outputs()) roots.push_back(low.class_of(o));
   eg::Extraction x;
   for (ClassId r : roots) {
-    const eg::Extraction part = eg::extract_greedy(low.egraph, r, kernel_cost);
+    const eg::Extraction part = eg::extract_greedy(low.egraph, r, kernel_cost, eg::CostCombine::Max);
     x.choice.insert(part.choice.begin(), part.choice.end());
   }
   Rebuild rebuild(g, low, low.egraph, x, out);

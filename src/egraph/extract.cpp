@@ -37,7 +37,7 @@ double node_count_cost(const EGraph&, uint32_t) { return 1.0; }
 namespace {
 
 // The cheapest node of every class by tree cost (UINT32_MAX where none is finite).
-std::vector<uint32_t> greedy_choices(const EGraph& g, const CostFn& cost) {
+std::vector<uint32_t> greedy_choices(const EGraph& g, const CostFn& cost, CostCombine combine = CostCombine::Sum) {
   LUM_CHECK(g.clean()) << "extract: rebuild() the e-graph first";
   const auto classes = g.classes();
   const size_t n = classes.empty() ? 0 : classes.back().v + 1;
@@ -49,8 +49,12 @@ std::vector<uint32_t> greedy_choices(const EGraph& g, const CostFn& cost) {
     changed = false;
     for (ClassId c : classes) {
       for (uint32_t node : g.node_ids(c)) {
-        double total = cost(g, node);
-        for (ClassId ch : g.node_children(node)) total += best_cost[g.find(ch).v];
+        const double own = cost(g, node);
+        double total = own;
+        for (ClassId ch : g.node_children(node)) {
+          const double k = best_cost[g.find(ch).v];
+          total = combine == CostCombine::Sum ? total + k : std::max(total, own + k);
+        }
         if (total < best_cost[c.v]) {
           best_cost[c.v] = total;
           best[c.v] = node;
@@ -64,8 +68,8 @@ std::vector<uint32_t> greedy_choices(const EGraph& g, const CostFn& cost) {
 
 }  // namespace
 
-Extraction extract_greedy(const EGraph& g, ClassId root, const CostFn& cost) {
-  return reachable(g, root, greedy_choices(g, cost));
+Extraction extract_greedy(const EGraph& g, ClassId root, const CostFn& cost, CostCombine combine) {
+  return reachable(g, root, greedy_choices(g, cost, combine));
 }
 
 Extraction extract_dag(const EGraph& g, ClassId root, const CostFn& cost) {

@@ -142,6 +142,20 @@ TEST(Optimize, RulesSelectGemmAndSimplify) {
   for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-4 * (1 + std::fabs(want[i])));
 }
 
+TEST(Optimize, DeepResidualNetworksKeepEveryGemm) {
+  // Each layer reuses the residual stream several times, so summed tree costs grow
+  // exponentially with depth; kernel selection must still see every GEMM.
+  Graph cx;
+  Tensor h = cx.named_tensor("x", {"seq", 16});
+  const int layers = 48;
+  for (int l = 0; l < layers; ++l) {
+    Tensor w = cx.named_tensor("w" + std::to_string(l), {16, 16});
+    h = h + h.rms_norm({-1}, 1e-6).matmul(w.transpose(0, 1)) * h.sigmoid();
+  }
+  h.retrieve();
+  EXPECT_EQ(count_ops(*compiler::optimize(cx).graph, Op::Custom), static_cast<size_t>(layers));
+}
+
 TEST(Optimize, StridedOrIntegerProductsStayReductions) {
   Graph cx;
   Tensor a = cx.named_tensor("a", {4, 6}, DType::I32), b = cx.named_tensor("b", {6, 3}, DType::I32);

@@ -32,7 +32,12 @@ struct Extraction {
   uint32_t node_for(ClassId c) const { return choice.at(c.v); }
 };
 
-Extraction extract_greedy(const EGraph& g, ClassId root, const CostFn& cost);
+/// How children's costs combine with a node's own: Sum is tree cost; Max is the cost
+/// of the most expensive path, which stays finite and exact in deep DAGs where a value
+/// feeds many consumers (tree cost there grows exponentially and drowns differences).
+enum class CostCombine { Sum, Max };
+
+Extraction extract_greedy(const EGraph& g, ClassId root, const CostFn& cost, CostCombine combine = CostCombine::Sum);
 Extraction extract_dag(const EGraph& g, ClassId root, const CostFn& cost);
 
 /// Sum over the term tree (shared subterms counted at each use).
