@@ -64,7 +64,8 @@ void BM_SgemmLuminal(benchmark::State& state) {
   cx.compile(cpu());
   cx.execute();  // warm-up: first-touch page faults and buffer allocation
   for (auto _ : state) cx.execute();
-  state.counters["GFLOPS"] = benchmark::Counter(2.0 * n * n * n, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+  state.counters["GFLOPS"] = benchmark::Counter(
+      2.0 * n * n * n, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
 BENCHMARK(BM_SgemmLuminal)->Arg(1024)->Arg(4096)->Unit(benchmark::kMillisecond)->UseRealTime();
 
@@ -72,8 +73,10 @@ void BM_SgemmOpenBlas(benchmark::State& state) {
   const int n = static_cast<int>(state.range(0));
   std::vector<float> a = ramp(static_cast<size_t>(n) * n), b = a, c(a.size());
   for (auto _ : state)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
-  state.counters["GFLOPS"] = benchmark::Counter(2.0 * n * n * n, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n,
+                0.0f, c.data(), n);
+  state.counters["GFLOPS"] = benchmark::Counter(
+      2.0 * n * n * n, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
 BENCHMARK(BM_SgemmOpenBlas)->Arg(1024)->Arg(4096)->Unit(benchmark::kMillisecond)->UseRealTime();
 
@@ -120,7 +123,12 @@ void BM_CompileMlp(benchmark::State& state) {
   state.SetLabel(warm ? "warm (cache hit)" : "cold");
   unsetenv("LUMINAL_CACHE_DIR");
 }
-BENCHMARK(BM_CompileMlp)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
+BENCHMARK(BM_CompileMlp)
+    ->Arg(0)
+    ->Arg(1)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MinTime(2.0);
 
 }  // namespace
 

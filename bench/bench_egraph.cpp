@@ -51,7 +51,8 @@ void BM_AcClosure(benchmark::State& state) {
     ClassId acc = leaf(g, "a0");
     for (int i = 1; i < n; ++i) acc = node(g, "Add", {acc, leaf(g, "a" + std::to_string(i))});
     const RunReport r =
-        run_rules(g, {&add_rules}, functions(), {.max_iterations = 1000, .max_nodes = 10'000'000, .max_seconds = 600});
+        run_rules(g, {&add_rules}, functions(),
+                  {.max_iterations = 1000, .max_nodes = 10'000'000, .max_seconds = 600});
     for (const IterationStats& it : r.iterations) {
       rebuild += it.rebuild_seconds;
       unions += it.unions;
@@ -62,11 +63,15 @@ void BM_AcClosure(benchmark::State& state) {
     nodes = g.num_nodes();
   }
   state.counters["enodes"] = static_cast<double>(nodes);
-  state.counters["insertions/s"] = benchmark::Counter(static_cast<double>(lookups), benchmark::Counter::kIsRate);
-  state.counters["new_enodes/s"] = benchmark::Counter(static_cast<double>(added), benchmark::Counter::kIsRate);
+  state.counters["insertions/s"] =
+      benchmark::Counter(static_cast<double>(lookups), benchmark::Counter::kIsRate);
+  state.counters["new_enodes/s"] =
+      benchmark::Counter(static_cast<double>(added), benchmark::Counter::kIsRate);
   // Rebuild cost per union and per repaired parent: flat across n means linear in the work.
-  state.counters["rebuild_ns/union"] = rebuild * 1e9 / static_cast<double>(std::max<uint64_t>(unions, 1));
-  state.counters["rebuild_ns/repair"] = rebuild * 1e9 / static_cast<double>(std::max<uint64_t>(repairs, 1));
+  state.counters["rebuild_ns/union"] =
+      rebuild * 1e9 / static_cast<double>(std::max<uint64_t>(unions, 1));
+  state.counters["rebuild_ns/repair"] =
+      rebuild * 1e9 / static_cast<double>(std::max<uint64_t>(repairs, 1));
 }
 BENCHMARK(BM_AcClosure)->DenseRange(6, 10, 2)->Unit(benchmark::kMillisecond);
 
@@ -74,7 +79,9 @@ BENCHMARK(BM_AcClosure)->DenseRange(6, 10, 2)->Unit(benchmark::kMillisecond);
 // arithmetic ops a lowering produces, with the redundancies real graphs carry
 // (x*1, x+0, double negation and reciprocal, log2(exp2(x))).
 ClassId transformer_layer(EGraph& g, int h) {
-  auto c = [&](double v) { return g.add(Symbol::of("Const"), AttrList::of({Attr::of_float(v)}), {}); };
+  auto c = [&](double v) {
+    return g.add(Symbol::of("Const"), AttrList::of({Attr::of_float(v)}), {});
+  };
   std::vector<ClassId> x;
   for (int i = 0; i < h; ++i) x.push_back(leaf(g, "x" + std::to_string(i)));
   auto rms_norm = [&](const std::vector<ClassId>& v, const std::string& w) {
@@ -91,7 +98,9 @@ ClassId transformer_layer(EGraph& g, int h) {
     for (int o = 0; o < outs; ++o) {
       ClassId acc = c(0);
       for (size_t i = 0; i < v.size(); ++i)
-        acc = node(g, "Add", {acc, node(g, "Mul", {v[i], leaf(g, w + std::to_string(o) + "_" + std::to_string(i))})});
+        acc = node(g, "Add",
+                   {acc, node(g, "Mul",
+                              {v[i], leaf(g, w + std::to_string(o) + "_" + std::to_string(i))})});
       out.push_back(node(g, "Mul", {acc, c(1)}));
     }
     return out;
@@ -102,15 +111,20 @@ ClassId transformer_layer(EGraph& g, int h) {
   ClassId score = c(0);
   for (int i = 0; i < h; ++i) score = node(g, "Add", {score, node(g, "Mul", {q[i], k[i]})});
   const ClassId e = node(g, "Exp2", {score});
-  const ClassId p = node(g, "Mul", {e, node(g, "Recip", {node(g, "Recip", {node(g, "Recip", {e})})})});
+  const ClassId p =
+      node(g, "Mul", {e, node(g, "Recip", {node(g, "Recip", {node(g, "Recip", {e})})})});
   std::vector<ClassId> attn, resid;
   for (int i = 0; i < h; ++i) attn.push_back(node(g, "Mul", {p, v[i]}));
   const auto o = linear(attn, "wo", h);
-  for (int i = 0; i < h; ++i) resid.push_back(node(g, "Add", {x[i], node(g, "Neg", {node(g, "Neg", {o[i]})})}));
+  for (int i = 0; i < h; ++i)
+    resid.push_back(node(g, "Add", {x[i], node(g, "Neg", {node(g, "Neg", {o[i]})})}));
   const auto n2 = rms_norm(resid, "g2_");
   const auto up = linear(n2, "wu", h);
   std::vector<ClassId> act;
-  for (ClassId u : up) act.push_back(node(g, "Mul", {u, node(g, "Recip", {node(g, "Add", {c(1), node(g, "Exp2", {node(g, "Neg", {u})})})})}));
+  for (ClassId u : up)
+    act.push_back(node(
+        g, "Mul",
+        {u, node(g, "Recip", {node(g, "Add", {c(1), node(g, "Exp2", {node(g, "Neg", {u})})})})}));
   const auto down = linear(act, "wd", h);
   ClassId out = c(0);
   for (int i = 0; i < h; ++i) out = node(g, "Add", {out, node(g, "Add", {resid[i], down[i]})});
@@ -126,7 +140,8 @@ void BM_TransformerLayer(benchmark::State& state) {
     transformer_layer(g, static_cast<int>(state.range(0)));
     g.rebuild();
     before = g.num_nodes();
-    const RunReport r = run_rules(g, {&simp}, functions(), {.max_iterations = 30, .max_nodes = 2'000'000, .max_seconds = 60});
+    const RunReport r = run_rules(
+        g, {&simp}, functions(), {.max_iterations = 30, .max_nodes = 2'000'000, .max_seconds = 60});
     after = g.num_nodes();
     iterations = r.iterations.size();
   }

@@ -24,6 +24,8 @@ class CpuBackend final : public Backend {
 };
 
 /// `cx.compile(luminal::cpu())`
-inline CpuBackend cpu(CpuOptions options = {}) { return CpuBackend(options); }
+inline CpuBackend cpu(CpuOptions options = {}) {
+  return CpuBackend(options);
+}
 
 }  // namespace luminal

@@ -18,7 +18,8 @@ class CustomOp {
   virtual std::string name() const = 0;
   /// Reference semantics: `inputs` are row-major buffers of the input views' shapes
   /// (`shapes`); returns the row-major output of `out_shape`.
-  virtual Buffer run(const std::vector<Buffer>& inputs, const std::vector<std::vector<int64_t>>& shapes,
+  virtual Buffer run(const std::vector<Buffer>& inputs,
+                     const std::vector<std::vector<int64_t>>& shapes,
                      const std::vector<int64_t>& out_shape, DType out_dtype) const = 0;
 };
 

@@ -50,12 +50,12 @@ struct Edge {
 struct Node {
   Op op = Op::Input;
   DType dtype = DType::F32;
-  std::vector<Expr> shape;   // output shape; outputs are stored row-major
-  std::vector<Edge> inputs;  // arity from traits(op)
-  std::string name;          // Input: the data's name; otherwise an optional label
-  Scalar value;              // Constant
-  Expr iota;                 // Iota: value at flat output index `z`
-  int axis = -1;             // SumReduce / MaxReduce
+  std::vector<Expr> shape;                 // output shape; outputs are stored row-major
+  std::vector<Edge> inputs;                // arity from traits(op)
+  std::string name;                        // Input: the data's name; otherwise an optional label
+  Scalar value;                            // Constant
+  Expr iota;                               // Iota: value at flat output index `z`
+  int axis = -1;                           // SumReduce / MaxReduce
   std::shared_ptr<const CustomOp> custom;  // Custom: semantics; shape and dtype set by the builder
 };
 

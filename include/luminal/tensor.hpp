@@ -62,7 +62,9 @@ class Tensor {
   /// Removes every dimension of constant size 1.
   Tensor squeeze() const;
   Tensor slice(int axis, Expr start, Expr end) const;
-  Tensor narrow(int axis, Expr start, Expr length) const { return slice(axis, start, start + length); }
+  Tensor narrow(int axis, Expr start, Expr length) const {
+    return slice(axis, start, start + length);
+  }
   /// Adds `before` / `after` elements of `value` around `axis`.
   Tensor pad(int axis, Expr before, Expr after, double value = 0.0) const;
   Tensor flip(int axis) const;
@@ -211,8 +213,8 @@ Tensor operator/(const Tensor& a, const Tensor& b);
 Tensor operator%(const Tensor& a, const Tensor& b);
 /// Truncated remainder (sign of the dividend): the primitive Mod, as torch.fmod.
 Tensor fmod(const Tensor& a, const Tensor& b);
-#define LUM_SCALAR_BINARY(op)                      \
-  Tensor operator op(const Tensor& a, double b);   \
+#define LUM_SCALAR_BINARY(op)                    \
+  Tensor operator op(const Tensor& a, double b); \
   Tensor operator op(double a, const Tensor& b);
 LUM_SCALAR_BINARY(+)
 LUM_SCALAR_BINARY(-)

@@ -28,13 +28,15 @@ Buffer MatMulOp::run(const std::vector<Buffer>& in, const std::vector<std::vecto
 
 bool is_gemm(int axis, const View& a, const View& b, DType dtype) {
   const size_t r = a.rank();
-  if (dtype != DType::F32 || r < 3 || b.rank() != r || axis != static_cast<int>(r) - 2) return false;
+  if (dtype != DType::F32 || r < 3 || b.rank() != r || axis != static_cast<int>(r) - 2)
+    return false;
   if (a.has_mask() || b.has_mask()) return false;
   const auto& sa = a.strides();
   const auto& sb = b.strides();
   const Expr zero = 0, one = 1;
   // a broadcast along N, b along M; both really vary along K.
-  if (sa[r - 1] != zero || sb[r - 3] != zero || sa[r - 2] == zero || sb[r - 2] == zero) return false;
+  if (sa[r - 1] != zero || sb[r - 3] != zero || sa[r - 2] == zero || sb[r - 2] == zero)
+    return false;
   // A(m, k) and B(k, n) each need a unit stride on one side for a BLAS leading dimension.
   const bool a_ok = sa[r - 2] == one || sa[r - 3] == one;
   const bool b_ok = sb[r - 1] == one || sb[r - 2] == one;

@@ -19,7 +19,9 @@ using eg::AttrList;
 using eg::ClassId;
 using eg::Symbol;
 
-Symbol sym(Op op) { return Symbol::of(op_name(op)); }
+Symbol sym(Op op) {
+  return Symbol::of(op_name(op));
+}
 
 class Lowering {
  public:
@@ -36,23 +38,35 @@ class Lowering {
     std::vector<Attr> attrs;
     switch (n.op) {
       case Op::Input:
-        attrs = {Attr::of_int(id.value), Attr::of_str(n.name), Attr::of_dtype(n.dtype), Attr::of_int(shape_id(n.shape))};
+        attrs = {Attr::of_int(id.value), Attr::of_str(n.name), Attr::of_dtype(n.dtype),
+                 Attr::of_int(shape_id(n.shape))};
         break;
       case Op::Constant:
-        attrs = {n.value.is_int ? Attr::of_int(n.value.i) : Attr::of_float(n.value.f), Attr::of_dtype(n.dtype)};
+        attrs = {n.value.is_int ? Attr::of_int(n.value.i) : Attr::of_float(n.value.f),
+                 Attr::of_dtype(n.dtype)};
         break;
-      case Op::Iota: attrs = {Attr::of_expr(n.iota), Attr::of_dtype(n.dtype), Attr::of_int(shape_id(n.shape))}; break;
-      case Op::Cast: attrs = {Attr::of_dtype(n.dtype)}; break;
+      case Op::Iota:
+        attrs = {Attr::of_expr(n.iota), Attr::of_dtype(n.dtype), Attr::of_int(shape_id(n.shape))};
+        break;
+      case Op::Cast:
+        attrs = {Attr::of_dtype(n.dtype)};
+        break;
       case Op::SumReduce:
-      case Op::MaxReduce: attrs = {Attr::of_int(n.axis)}; break;
-      case Op::Custom: attrs = {Attr::of_int(id.value)}; break;  // kept as is
-      default: break;
+      case Op::MaxReduce:
+        attrs = {Attr::of_int(n.axis)};
+        break;
+      case Op::Custom:
+        attrs = {Attr::of_int(id.value)};
+        break;  // kept as is
+      default:
+        break;
     }
     std::vector<ClassId> children;
     for (const Edge& e : n.inputs) {
       ClassId c = lower(e.source);
       if (!(e.view == View::contiguous(g_.node(e.source).shape)))
-        c = egraph.add(Symbol::of("View"), AttrList::of({Attr::of_int(view_id(e.view))}), std::vector<ClassId>{c});
+        c = egraph.add(Symbol::of("View"), AttrList::of({Attr::of_int(view_id(e.view))}),
+                       std::vector<ClassId>{c});
       children.push_back(c);
     }
     const ClassId c = egraph.add(sym(n.op), AttrList::of(attrs), children);
@@ -99,7 +113,8 @@ const std::vector<eg::RuleSet>& rule_sets(const eg::Functions& fns) {
 
 class Rebuild {
  public:
-  Rebuild(const Graph& src, const Lowering& low, const eg::EGraph& eg, const eg::Extraction& x, Optimized& out)
+  Rebuild(const Graph& src, const Lowering& low, const eg::EGraph& eg, const eg::Extraction& x,
+          Optimized& out)
       : src_(src), low_(low), eg_(eg), x_(x), out_(out) {}
 
   NodeId value(ClassId c) {
@@ -144,17 +159,23 @@ class Rebuild {
       switch (n.op) {
         case Op::Constant:
           n.dtype = static_cast<DType>(attrs[1].bits);
-          n.value = attrs[0].kind == Attr::Kind::Int ? Scalar::of_int(attrs[0].bits) : Scalar::of(attrs[0].as_float());
+          n.value = attrs[0].kind == Attr::Kind::Int ? Scalar::of_int(attrs[0].bits)
+                                                     : Scalar::of(attrs[0].as_float());
           break;
         case Op::Iota:
           n.iota = attrs[0].as_expr();
           n.dtype = static_cast<DType>(attrs[1].bits);
           n.shape = low_.shapes[static_cast<size_t>(attrs[2].bits)];
           break;
-        case Op::Cast: n.dtype = static_cast<DType>(attrs[0].bits); break;
+        case Op::Cast:
+          n.dtype = static_cast<DType>(attrs[0].bits);
+          break;
         case Op::SumReduce:
-        case Op::MaxReduce: n.axis = static_cast<int>(attrs[0].bits); break;
-        default: break;
+        case Op::MaxReduce:
+          n.axis = static_cast<int>(attrs[0].bits);
+          break;
+        default:
+          break;
       }
       id = g.add_node(std::move(n));
     }
@@ -193,8 +214,8 @@ class Rebuild {
 
 std::string Optimized::summary() const {
   std::ostringstream os;
-  os << enodes << " e-nodes, " << eclasses << " e-classes, " << report.iterations.size() << " iterations ("
-     << eg::stop_reason_name(report.reason) << ")";
+  os << enodes << " e-nodes, " << eclasses << " e-classes, " << report.iterations.size()
+     << " iterations (" << eg::stop_reason_name(report.reason) << ")";
   return os.str();
 }
 
@@ -213,7 +234,8 @@ Optimized optimize(const Graph& g) {
   for (const auto& s : sets) active.push_back(&s);
   Optimized out;
   out.graph = std::make_unique<Graph>();
-  out.report = eg::run_rules(low.egraph, active, fns, {.max_iterations = 20, .max_nodes = 200000, .max_seconds = 5});
+  out.report = eg::run_rules(low.egraph, active, fns,
+                             {.max_iterations = 20, .max_nodes = 200000, .max_seconds = 5});
   out.enodes = low.egraph.num_nodes();
   out.eclasses = low.egraph.num_classes();
   // One greedy choice table serves every output, so shared values stay shared. Costs
@@ -223,7 +245,8 @@ Optimized optimize(const Graph& g) {
   for (NodeId o : g.outputs()) roots.push_back(low.class_of(o));
   eg::Extraction x;
   for (ClassId r : roots) {
-    const eg::Extraction part = eg::extract_greedy(low.egraph, r, kernel_cost, eg::CostCombine::Max);
+    const eg::Extraction part =
+        eg::extract_greedy(low.egraph, r, kernel_cost, eg::CostCombine::Max);
     x.choice.insert(part.choice.begin(), part.choice.end());
   }
   Rebuild rebuild(g, low, low.egraph, x, out);

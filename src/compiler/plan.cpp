@@ -12,8 +12,9 @@ namespace {
 // Inputs (user data) are never merged.
 std::string cse_key(const Node& n, const std::vector<NodeId>& canonical) {
   std::ostringstream os;
-  os << static_cast<int>(n.op) << '|' << static_cast<int>(n.dtype) << '|' << to_string(n.shape) << '|'
-     << n.axis << '|' << n.iota.id() << '|' << n.value.is_int << ':' << n.value.i << ':' << n.value.f;
+  os << static_cast<int>(n.op) << '|' << static_cast<int>(n.dtype) << '|' << to_string(n.shape)
+     << '|' << n.axis << '|' << n.iota.id() << '|' << n.value.is_int << ':' << n.value.i << ':'
+     << n.value.f;
   for (const Edge& e : n.inputs) os << '|' << canonical[e.source.value].value << e.view.to_string();
   return os.str();
 }
@@ -96,8 +97,8 @@ std::string KernelPlan::to_text(const Graph& g) const {
   for (size_t k = 0; k < kernels.size(); ++k) {
     const Kernel& kn = kernels[k];
     const Node& n = g.node(kn.root);
-    os << "kernel " << k << ": %" << kn.root.value << " " << op_name(n.op) << " " << dtype_name(n.dtype)
-       << to_string(n.shape) << " fuses " << kn.fused << " ops, reads";
+    os << "kernel " << k << ": %" << kn.root.value << " " << op_name(n.op) << " "
+       << dtype_name(n.dtype) << to_string(n.shape) << " fuses " << kn.fused << " ops, reads";
     for (NodeId r : kn.reads) os << " %" << r.value;
     os << '\n';
   }

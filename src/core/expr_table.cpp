@@ -5,22 +5,13 @@
 #include <bit>
 
 #include "luminal/error.hpp"
+#include "luminal/hash.hpp"
 
 namespace luminal::expr_detail {
 namespace {
 
 uint64_t mix(uint64_t h, uint64_t v) {
-  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
-  return h * 0xff51afd7ed558ccdull;
-}
-
-// Final avalanche (MurmurHash3 fmix64): the table indexes by the low bits.
-uint64_t avalanche(uint64_t h) {
-  h ^= h >> 33;
-  h *= 0xff51afd7ed558ccdull;
-  h ^= h >> 33;
-  h *= 0xc4ceb9fe1a85ec53ull;
-  return h ^ (h >> 33);
+  return hash_mix(h, v) * 0xff51afd7ed558ccdull;
 }
 
 uint64_t key_hash(const NodeKey& k) {
@@ -29,13 +20,7 @@ uint64_t key_hash(const NodeKey& k) {
   h = mix(h, k.b);
   h = mix(h, static_cast<uint64_t>(k.value));
   h = mix(h, static_cast<uint64_t>(k.lo));
-  return avalanche(mix(h, static_cast<uint64_t>(k.hi)));
-}
-
-uint64_t string_hash(std::string_view s) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a: stable across runs and platforms
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
+  return hash_avalanche(mix(h, static_cast<uint64_t>(k.hi)));
 }
 
 bool is_inf(int64_t v) {
@@ -256,7 +241,7 @@ uint32_t ExprTable::insert_locked(const NodeKey& key, uint32_t tag) {
   compute_bounds(n, *this);
   uint64_t h = mix(static_cast<uint64_t>(n.op) + 1, static_cast<uint64_t>(n.value));
   if (n.op == ExprOp::Var) {
-    h = mix(mix(h, string_hash(*names_[n.a])), static_cast<uint64_t>(n.lo));
+    h = mix(mix(h, hash_bytes(*names_[n.a])), static_cast<uint64_t>(n.lo));
     h = mix(h, static_cast<uint64_t>(n.hi));
   } else if (n.op != ExprOp::Const) {
     h = mix(mix(h, node(n.a).shash), node(n.b).shash);

@@ -107,9 +107,9 @@ NodeId Graph::add_node(Node n) {
       check_shapes_equal(n, in_view(1), in_view(2));
       LUM_CHECK(in_dtype(0) == DType::Bool)
           << t.name << ": condition must be bool, got " << dtype_name(in_dtype(0));
-      LUM_CHECK(in_dtype(1) == in_dtype(2)) << t.name << ": dtype mismatch "
-                                            << dtype_name(in_dtype(1)) << " vs "
-                                            << dtype_name(in_dtype(2));
+      LUM_CHECK(in_dtype(1) == in_dtype(2))
+          << t.name << ": dtype mismatch " << dtype_name(in_dtype(1)) << " vs "
+          << dtype_name(in_dtype(2));
       n.dtype = in_dtype(1);
       n.shape = in_view(1).shape();
       break;

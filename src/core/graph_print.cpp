@@ -1,6 +1,7 @@
 // Text and Graphviz renderings of a graph.
 #include <sstream>
 
+#include "luminal/dot.hpp"
 #include "luminal/graph.hpp"
 
 namespace luminal {
@@ -43,15 +44,6 @@ std::string edge_text(const Graph& g, const Edge& e) {
   std::string s = "%" + std::to_string(e.source.value);
   if (!(e.view == View::contiguous(g.node(e.source).shape))) s += e.view.to_string();
   return s;
-}
-
-std::string dot_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out;
 }
 
 }  // namespace

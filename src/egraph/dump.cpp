@@ -1,6 +1,7 @@
 // Text and Graphviz dumps of an e-graph.
 #include <sstream>
 
+#include "luminal/dot.hpp"
 #include "luminal/egraph/egraph.hpp"
 
 namespace luminal::eg {
@@ -27,15 +28,6 @@ std::string node_label(const EGraph& g, uint32_t n, bool with_children) {
   return os.str();
 }
 
-std::string escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out;
-}
-
 }  // namespace
 
 std::string EGraph::to_text() const {
@@ -59,7 +51,7 @@ std::string EGraph::to_dot() const {
   for (ClassId c : classes()) {
     os << "  subgraph cluster_" << c.v << " {\n    label=\"e" << c.v << "\"; style=dashed;\n";
     for (uint32_t n : node_ids(c))
-      os << "    n" << n << " [label=\"" << escape(node_label(*this, n, false)) << "\"];\n";
+      os << "    n" << n << " [label=\"" << dot_escape(node_label(*this, n, false)) << "\"];\n";
     os << "  }\n";
   }
   // An edge from a node to the first node of each child class, clipped at the cluster.

@@ -6,31 +6,25 @@
 
 #include "luminal/egraph/analysis.hpp"
 #include "luminal/error.hpp"
+#include "luminal/hash.hpp"
 
 namespace luminal::eg {
 namespace {
 
 constexpr uint64_t kEmpty = 0, kTomb = 1;
 
-uint64_t mix(uint64_t h, uint64_t v) {
-  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
-  return h;
+uint32_t slot_node(uint64_t s) {
+  return static_cast<uint32_t>(s & 0xffffffffu) - 2;
 }
-
-uint64_t avalanche(uint64_t h) {
-  h ^= h >> 33;
-  h *= 0xff51afd7ed558ccdull;
-  h ^= h >> 33;
-  h *= 0xc4ceb9fe1a85ec53ull;
-  return h ^ (h >> 33);
+uint32_t slot_tag(uint64_t s) {
+  return static_cast<uint32_t>(s >> 32);
 }
-
-uint32_t slot_node(uint64_t s) { return static_cast<uint32_t>(s & 0xffffffffu) - 2; }
-uint32_t slot_tag(uint64_t s) { return static_cast<uint32_t>(s >> 32); }
 
 }  // namespace
 
-EGraph::EGraph() { slots_.assign(1024, kEmpty); }
+EGraph::EGraph() {
+  slots_.assign(1024, kEmpty);
+}
 EGraph::~EGraph() = default;
 
 void EGraph::set_analysis(std::unique_ptr<Analysis> analysis) {
@@ -48,22 +42,24 @@ ClassId EGraph::find(ClassId c) const {
 }
 
 uint64_t EGraph::hash_parts(Symbol op, AttrList attrs, std::span<const ClassId> children) const {
-  uint64_t h = mix(op.v, attrs.v);
-  for (ClassId c : children) h = mix(h, c.v);
-  return avalanche(mix(h, children.size()));
+  uint64_t h = hash_mix(op.v, attrs.v);
+  for (ClassId c : children) h = hash_mix(h, c.v);
+  return hash_avalanche(hash_mix(h, children.size()));
 }
 
 uint64_t EGraph::hash_node(uint32_t n) const {
   return hash_parts(recs_[n].op, recs_[n].attrs, node_children(n));
 }
 
-bool EGraph::same_content(uint32_t n, Symbol op, AttrList attrs, std::span<const ClassId> children) const {
+bool EGraph::same_content(uint32_t n, Symbol op, AttrList attrs,
+                          std::span<const ClassId> children) const {
   const NodeRec& r = recs_[n];
   if (r.op != op || r.attrs != attrs || r.child_count != children.size()) return false;
   return std::equal(children.begin(), children.end(), pool_.begin() + r.child_begin);
 }
 
-int64_t EGraph::hc_find(Symbol op, AttrList attrs, std::span<const ClassId> children, uint64_t h) const {
+int64_t EGraph::hc_find(Symbol op, AttrList attrs, std::span<const ClassId> children,
+                        uint64_t h) const {
   const size_t mask = slots_.size() - 1;
   const auto tag = static_cast<uint32_t>(h >> 32);
   for (size_t i = h & mask;; i = (i + 1) & mask) {
@@ -115,7 +111,8 @@ void EGraph::hc_grow() {
   }
 }
 
-std::optional<ClassId> EGraph::lookup(Symbol op, AttrList attrs, std::span<const ClassId> children) const {
+std::optional<ClassId> EGraph::lookup(Symbol op, AttrList attrs,
+                                      std::span<const ClassId> children) const {
   std::vector<ClassId> canon(children.begin(), children.end());
   for (ClassId& c : canon) c = find(c);
   const int64_t n = hc_find(op, attrs, canon, hash_parts(op, attrs, canon));
@@ -143,7 +140,8 @@ ClassId EGraph::add(Symbol op, AttrList attrs, std::span<const ClassId> children
   size_.push_back(1);
   classes_.push_back(ClassRec{{n}, {}});
   ++live_classes_;
-  for (uint32_t k = 0; k < recs_[n].child_count; ++k) classes_[pool_[begin + k].v].parents.push_back(n);
+  for (uint32_t k = 0; k < recs_[n].child_count; ++k)
+    classes_[pool_[begin + k].v].parents.push_back(n);
   hc_insert(n, h);
   ++stats_.nodes_added;
   if (analysis_) {
@@ -171,7 +169,8 @@ bool EGraph::merge(ClassId a, ClassId b) {
     // Parents of a side whose data the join changed must recompute.
     const std::vector<uint32_t> root_parents = root.parents;
     const bool changed = analysis_->merge(a, b);
-    if (changed) analysis_pending_.insert(analysis_pending_.end(), root_parents.begin(), root_parents.end());
+    if (changed)
+      analysis_pending_.insert(analysis_pending_.end(), root_parents.begin(), root_parents.end());
     analysis_pending_.insert(analysis_pending_.end(), other.parents.begin(), other.parents.end());
   }
   root.nodes.insert(root.nodes.end(), other.nodes.begin(), other.nodes.end());
@@ -183,7 +182,8 @@ bool EGraph::merge(ClassId a, ClassId b) {
 
 void EGraph::canonicalize(uint32_t n) {
   const NodeRec& r = recs_[n];
-  for (uint32_t k = 0; k < r.child_count; ++k) pool_[r.child_begin + k] = find(pool_[r.child_begin + k]);
+  for (uint32_t k = 0; k < r.child_count; ++k)
+    pool_[r.child_begin + k] = find(pool_[r.child_begin + k]);
 }
 
 void EGraph::repair(ClassId c) {
@@ -224,7 +224,8 @@ void EGraph::dedupe_nodes(ClassId c) {
     const auto children = node_children(n);
     canon.assign(children.begin(), children.end());
     for (ClassId& ch : canon) ch = find(ch);
-    const int64_t rep = hc_find(recs_[n].op, recs_[n].attrs, canon, hash_parts(recs_[n].op, recs_[n].attrs, canon));
+    const int64_t rep =
+        hc_find(recs_[n].op, recs_[n].attrs, canon, hash_parts(recs_[n].op, recs_[n].attrs, canon));
     return rep != static_cast<int64_t>(n);
   });
 }
@@ -278,7 +279,9 @@ std::vector<ClassId> EGraph::classes() const {
   return out;
 }
 
-std::span<const uint32_t> EGraph::node_ids(ClassId c) const { return classes_[find(c).v].nodes; }
+std::span<const uint32_t> EGraph::node_ids(ClassId c) const {
+  return classes_[find(c).v].nodes;
+}
 
 ENode EGraph::node(uint32_t n) const {
   auto ch = node_children(n);
@@ -313,8 +316,8 @@ void EGraph::check_invariants() const {
       LUM_ASSERT(rep == static_cast<int64_t>(n)) << "node " << n << " is not its hashcons entry";
     }
   }
-  LUM_ASSERT(listed == hashcons_live_) << "classes list " << listed << " nodes, hashcons holds "
-                                       << hashcons_live_;
+  LUM_ASSERT(listed == hashcons_live_)
+      << "classes list " << listed << " nodes, hashcons holds " << hashcons_live_;
 }
 
 }  // namespace luminal::eg

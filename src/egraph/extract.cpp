@@ -32,12 +32,15 @@ Extraction reachable(const EGraph& g, ClassId root, const std::vector<uint32_t>&
 
 }  // namespace
 
-double node_count_cost(const EGraph&, uint32_t) { return 1.0; }
+double node_count_cost(const EGraph&, uint32_t) {
+  return 1.0;
+}
 
 namespace {
 
 // The cheapest node of every class by tree cost (UINT32_MAX where none is finite).
-std::vector<uint32_t> greedy_choices(const EGraph& g, const CostFn& cost, CostCombine combine = CostCombine::Sum) {
+std::vector<uint32_t> greedy_choices(const EGraph& g, const CostFn& cost,
+                                     CostCombine combine = CostCombine::Sum) {
   LUM_CHECK(g.clean()) << "extract: rebuild() the e-graph first";
   const auto classes = g.classes();
   const size_t n = classes.empty() ? 0 : classes.back().v + 1;

@@ -47,7 +47,9 @@ AttrListTable& attr_lists() {
 
 }  // namespace
 
-Symbol Symbol::of(std::string_view name) { return Symbol{symbols().intern(name)}; }
+Symbol Symbol::of(std::string_view name) {
+  return Symbol{symbols().intern(name)};
+}
 
 std::string_view Symbol::name() const {
   auto& t = symbols();
@@ -55,7 +57,9 @@ std::string_view Symbol::name() const {
   return t.names.at(v);
 }
 
-Attr Attr::of_float(double v) { return {Kind::Float, std::bit_cast<int64_t>(v)}; }
+Attr Attr::of_float(double v) {
+  return {Kind::Float, std::bit_cast<int64_t>(v)};
+}
 double Attr::as_float() const {
   return kind == Kind::Float ? std::bit_cast<double>(bits) : static_cast<double>(bits);
 }
@@ -63,11 +67,21 @@ double Attr::as_float() const {
 std::string Attr::to_string() const {
   std::ostringstream os;
   switch (kind) {
-    case Kind::Int: os << bits; break;
-    case Kind::Float: os << as_float() << (as_float() == static_cast<int64_t>(as_float()) ? ".0" : ""); break;
-    case Kind::Str: os << '"' << Symbol{static_cast<uint32_t>(bits)}.name() << '"'; break;
-    case Kind::Expr: os << '{' << as_expr() << '}'; break;
-    case Kind::DType: os << '#' << dtype_name(static_cast<DType>(bits)); break;
+    case Kind::Int:
+      os << bits;
+      break;
+    case Kind::Float:
+      os << as_float() << (as_float() == static_cast<int64_t>(as_float()) ? ".0" : "");
+      break;
+    case Kind::Str:
+      os << '"' << Symbol{static_cast<uint32_t>(bits)}.name() << '"';
+      break;
+    case Kind::Expr:
+      os << '{' << as_expr() << '}';
+      break;
+    case Kind::DType:
+      os << '#' << dtype_name(static_cast<DType>(bits));
+      break;
   }
   return os.str();
 }

@@ -21,7 +21,8 @@ int var_index(std::vector<std::string>& names, const std::string& name, bool cre
 bool parse_number(const std::string& t, Attr& out) {
   if (t.empty()) return false;
   const size_t start = (t[0] == '-' || t[0] == '+') ? 1 : 0;
-  if (start >= t.size() || !(std::isdigit(static_cast<unsigned char>(t[start])) || t[start] == '.')) return false;
+  if (start >= t.size() || !(std::isdigit(static_cast<unsigned char>(t[start])) || t[start] == '.'))
+    return false;
   const bool is_float = t.find_first_of(".eE") != std::string::npos || t == "inf" || t == "-inf";
   try {
     size_t used = 0;
@@ -47,14 +48,21 @@ bool attr_matches(const Attr& pattern, const Attr& actual) {
 
 }  // namespace
 
-int VarTable::class_var(const std::string& name, bool create) { return var_index(classes, name, create); }
-int VarTable::attr_var(const std::string& name, bool create) { return var_index(attrs, name, create); }
+int VarTable::class_var(const std::string& name, bool create) {
+  return var_index(classes, name, create);
+}
+int VarTable::attr_var(const std::string& name, bool create) {
+  return var_index(attrs, name, create);
+}
 
 Value ArgRef::resolve(const Subst& s) const {
   switch (kind) {
-    case Kind::ClassVar: return Value{true, s.classes[var], {}};
-    case Kind::AttrVar: return Value{false, {}, s.attrs[var]};
-    case Kind::Literal: break;
+    case Kind::ClassVar:
+      return Value{true, s.classes[var], {}};
+    case Kind::AttrVar:
+      return Value{false, {}, s.attrs[var]};
+    case Kind::Literal:
+      break;
   }
   return Value{false, {}, literal};
 }
@@ -108,7 +116,8 @@ uint32_t build_node(Pattern& p, const SExpr& e, VarTable& vars, std::string_view
           << where(source, e) << "(call NAME args...) needs a name";
       n.kind = PatternNode::Kind::Call;
       n.call = e.items[1].text;
-      for (size_t k = 2; k < e.items.size(); ++k) n.call_args.push_back(arg_from_sexpr(e.items[k], vars, source));
+      for (size_t k = 2; k < e.items.size(); ++k)
+        n.call_args.push_back(arg_from_sexpr(e.items[k], vars, source));
     } else {
       LUM_CHECK(head[0] != '?' && head[0] != '$' && !literal_attr(e.items[0]))
           << where(source, e.items[0]) << "'" << head << "' is not an operator name";
@@ -171,7 +180,8 @@ std::string Pattern::to_string(const VarTable& vars) const {
       return;
     }
     os << '(' << n.op.name();
-    for (const AttrPattern& a : n.attrs) os << ' ' << (a.is_var ? "$" + vars.attrs[a.var] : a.literal.to_string());
+    for (const AttrPattern& a : n.attrs)
+      os << ' ' << (a.is_var ? "$" + vars.attrs[a.var] : a.literal.to_string());
     for (uint32_t c : n.children) {
       os << ' ';
       emit(os, c);
@@ -183,7 +193,9 @@ std::string Pattern::to_string(const VarTable& vars) const {
   return os.str();
 }
 
-Subst empty_subst(const VarTable&) { return Subst{}; }
+Subst empty_subst(const VarTable&) {
+  return Subst{};
+}
 
 namespace {
 
@@ -230,7 +242,8 @@ void match_all(const EGraph& g, const Pattern& p, std::vector<std::pair<uint32_t
       }
       if (ok) {
         const size_t depth = todo.size();
-        for (size_t k = children.size(); k-- > 0;) todo.emplace_back(pn.children[k], g.find(children[k]));
+        for (size_t k = children.size(); k-- > 0;)
+          todo.emplace_back(pn.children[k], g.find(children[k]));
         match_all(g, p, todo, s, on_match);
         todo.resize(depth);
       }
@@ -257,7 +270,8 @@ Functions::Functions() {
   };
 }
 
-std::optional<ClassId> instantiate(EGraph& g, const Pattern& p, const Subst& s, const Functions& fns) {
+std::optional<ClassId> instantiate(EGraph& g, const Pattern& p, const Subst& s,
+                                   const Functions& fns) {
   thread_local std::vector<ClassId> built;
   thread_local std::vector<ClassId> children;
   thread_local std::vector<Attr> attrs;
@@ -266,7 +280,9 @@ std::optional<ClassId> instantiate(EGraph& g, const Pattern& p, const Subst& s, 
   for (uint32_t i = 0; i < p.nodes.size(); ++i) {
     const PatternNode& n = p.nodes[i];
     switch (n.kind) {
-      case PatternNode::Kind::Var: built[i] = s.classes[n.var]; break;
+      case PatternNode::Kind::Var:
+        built[i] = s.classes[n.var];
+        break;
       case PatternNode::Kind::Call: {
         auto it = fns.appliers.find(n.call);
         LUM_CHECK(it != fns.appliers.end()) << "no applier named '" << n.call << "'";

@@ -20,7 +20,8 @@ class RuleParser {
     rs.name = e.items[1].text;
     for (size_t k = 2; k < e.items.size(); ++k) {
       const SExpr& r = e.items[k];
-      LUM_CHECK(r.kind == SExpr::Kind::List && !r.items.empty() && r.items[0].kind == SExpr::Kind::Atom)
+      LUM_CHECK(r.kind == SExpr::Kind::List && !r.items.empty() &&
+                r.items[0].kind == SExpr::Kind::Atom)
           << where(source_, r) << "expected a rule";
       const std::string& kind = r.items[0].text;
       if (kind == "rewrite") {
@@ -54,7 +55,8 @@ class RuleParser {
       out.name = cond.items[0].text;
       LUM_CHECK(fns_.predicates.count(out.name))
           << where(source_, cond.items[0]) << "unknown predicate '" << out.name << "'";
-      for (size_t a = 1; a < cond.items.size(); ++a) out.args.push_back(arg_from_sexpr(cond.items[a], rule.vars, source_));
+      for (size_t a = 1; a < cond.items.size(); ++a)
+        out.args.push_back(arg_from_sexpr(cond.items[a], rule.vars, source_));
       rule.conditions.push_back(std::move(out));
     }
     return k;
@@ -121,7 +123,8 @@ class RuleParser {
 
 }  // namespace
 
-std::vector<RuleSet> parse_rules(std::string_view text, std::string_view source, const Functions& fns) {
+std::vector<RuleSet> parse_rules(std::string_view text, std::string_view source,
+                                 const Functions& fns) {
   RuleParser p(source, fns);
   std::vector<RuleSet> out;
   for (const SExpr& e : read_sexprs(text, source)) out.push_back(p.ruleset(e));

@@ -12,7 +12,9 @@ namespace luminal::eg {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 // Classes holding at least one node of each operator: the roots worth searching.
 std::unordered_map<uint32_t, std::vector<ClassId>> index_by_op(const EGraph& g) {
@@ -47,12 +49,16 @@ struct Matches {
   size_t size() const { return roots.size(); }
   void add(ClassId root, const Subst& s) {
     roots.push_back(root);
-    classes.insert(classes.end(), s.classes.begin(), s.classes.begin() + static_cast<std::ptrdiff_t>(class_vars));
-    attrs.insert(attrs.end(), s.attrs.begin(), s.attrs.begin() + static_cast<std::ptrdiff_t>(attr_vars));
+    classes.insert(classes.end(), s.classes.begin(),
+                   s.classes.begin() + static_cast<std::ptrdiff_t>(class_vars));
+    attrs.insert(attrs.end(), s.attrs.begin(),
+                 s.attrs.begin() + static_cast<std::ptrdiff_t>(attr_vars));
   }
   void load(size_t i, Subst& s) const {
-    std::copy_n(classes.begin() + static_cast<std::ptrdiff_t>(i * class_vars), class_vars, s.classes.begin());
-    std::copy_n(attrs.begin() + static_cast<std::ptrdiff_t>(i * attr_vars), attr_vars, s.attrs.begin());
+    std::copy_n(classes.begin() + static_cast<std::ptrdiff_t>(i * class_vars), class_vars,
+                s.classes.begin());
+    std::copy_n(attrs.begin() + static_cast<std::ptrdiff_t>(i * attr_vars), attr_vars,
+                s.attrs.begin());
     s.attr_set = attr_vars >= 32 ? ~0u : (1u << attr_vars) - 1;
   }
   void clear() {
@@ -69,7 +75,8 @@ Matches search(const EGraph& g, const Rule& rule,
   Matches out;
   out.class_vars = rule.vars.classes.size();
   out.attr_vars = rule.vars.attrs.size();
-  std::function<void(size_t, const Subst&, ClassId)> step = [&](size_t k, const Subst& s, ClassId root) {
+  std::function<void(size_t, const Subst&, ClassId)> step = [&](size_t k, const Subst& s,
+                                                                ClassId root) {
     if (k == rule.searchers.size()) {
       out.add(root, s);
       return;
@@ -105,10 +112,14 @@ uint64_t apply(EGraph& g, const Rule& rule, const Matches& matches, const Functi
 
 std::string_view stop_reason_name(StopReason r) {
   switch (r) {
-    case StopReason::Saturated: return "saturated";
-    case StopReason::IterationLimit: return "iteration limit";
-    case StopReason::NodeLimit: return "node limit";
-    case StopReason::TimeLimit: return "time limit";
+    case StopReason::Saturated:
+      return "saturated";
+    case StopReason::IterationLimit:
+      return "iteration limit";
+    case StopReason::NodeLimit:
+      return "node limit";
+    case StopReason::TimeLimit:
+      return "time limit";
   }
   return "?";
 }
@@ -203,9 +214,10 @@ std::string RunReport::to_string() const {
   os << "  iter    nodes  classes  matches   unions  repairs      ms  rebuild ms\n";
   for (size_t i = 0; i < iterations.size(); ++i) {
     const auto& it = iterations[i];
-    os << std::setw(6) << i << std::setw(9) << it.nodes << std::setw(9) << it.classes << std::setw(9)
-       << it.matches << std::setw(9) << it.unions << std::setw(9) << it.repairs << std::setw(8)
-       << std::setprecision(2) << it.seconds * 1e3 << std::setw(12) << it.rebuild_seconds * 1e3 << "\n";
+    os << std::setw(6) << i << std::setw(9) << it.nodes << std::setw(9) << it.classes
+       << std::setw(9) << it.matches << std::setw(9) << it.unions << std::setw(9) << it.repairs
+       << std::setw(8) << std::setprecision(2) << it.seconds * 1e3 << std::setw(12)
+       << it.rebuild_seconds * 1e3 << "\n";
   }
   os << "  rule                         matches   unions  banned  search ms  apply ms\n";
   for (const auto& r : rules) {

@@ -15,7 +15,9 @@ float half(const std::byte* p) {
   return f16_bits_to_float(h);
 }
 
-uint8_t u8(const std::byte* p) { return static_cast<uint8_t>(*p); }
+uint8_t u8(const std::byte* p) {
+  return static_cast<uint8_t>(*p);
+}
 
 void q4_0(const std::byte* b, float* y) {
   const float d = half(b);
@@ -126,7 +128,8 @@ void q6_k(const std::byte* b, float* y) {
     for (int l = 0; l < 32; ++l) {
       const int is = l / 16;
       const int q1 = static_cast<int>((u8(ql + l) & 0xF) | (((u8(qh + l) >> 0) & 3) << 4)) - 32;
-      const int q2 = static_cast<int>((u8(ql + l + 32) & 0xF) | (((u8(qh + l) >> 2) & 3) << 4)) - 32;
+      const int q2 =
+          static_cast<int>((u8(ql + l + 32) & 0xF) | (((u8(qh + l) >> 2) & 3) << 4)) - 32;
       const int q3 = static_cast<int>((u8(ql + l) >> 4) | (((u8(qh + l) >> 4) & 3) << 4)) - 32;
       const int q4 = static_cast<int>((u8(ql + l + 32) >> 4) | (((u8(qh + l) >> 6) & 3) << 4)) - 32;
       auto s = [&](int k) { return static_cast<float>(static_cast<int8_t>(u8(sc + k))); };
@@ -149,8 +152,12 @@ struct Format {
   void (*decode)(const std::byte*, float*);
 };
 
-void f32(const std::byte* b, float* y) { std::memcpy(y, b, 4); }
-void f16(const std::byte* b, float* y) { *y = half(b); }
+void f32(const std::byte* b, float* y) {
+  std::memcpy(y, b, 4);
+}
+void f16(const std::byte* b, float* y) {
+  *y = half(b);
+}
 void bf16(const std::byte* b, float* y) {
   uint16_t h;
   std::memcpy(&h, b, 2);
@@ -158,10 +165,10 @@ void bf16(const std::byte* b, float* y) {
 }
 
 constexpr Format kFormats[] = {
-    {0, "F32", 1, 4, f32},         {1, "F16", 1, 2, f16},      {30, "BF16", 1, 2, bf16},
-    {2, "Q4_0", 32, 18, q4_0},     {3, "Q4_1", 32, 20, q4_1},  {6, "Q5_0", 32, 22, q5_0},
-    {7, "Q5_1", 32, 24, q5_1},     {8, "Q8_0", 32, 34, q8_0},  {12, "Q4_K", 256, 144, q4_k},
-    {13, "Q5_K", 256, 176, q5_k},  {14, "Q6_K", 256, 210, q6_k},
+    {0, "F32", 1, 4, f32},        {1, "F16", 1, 2, f16},        {30, "BF16", 1, 2, bf16},
+    {2, "Q4_0", 32, 18, q4_0},    {3, "Q4_1", 32, 20, q4_1},    {6, "Q5_0", 32, 22, q5_0},
+    {7, "Q5_1", 32, 24, q5_1},    {8, "Q8_0", 32, 34, q8_0},    {12, "Q4_K", 256, 144, q4_k},
+    {13, "Q5_K", 256, 176, q5_k}, {14, "Q6_K", 256, 210, q6_k},
 };
 
 const Format* format(uint32_t type) {
@@ -174,9 +181,10 @@ const Format* format(uint32_t type) {
 
 std::string ggml_type_name(uint32_t type) {
   static const std::pair<uint32_t, const char*> kNames[] = {
-      {9, "Q8_1"}, {10, "Q2_K"}, {11, "Q3_K"}, {15, "Q8_K"}, {16, "IQ2_XXS"}, {17, "IQ2_XS"},
-      {18, "IQ3_XXS"}, {19, "IQ1_S"}, {20, "IQ4_NL"}, {21, "IQ3_S"}, {22, "IQ2_S"}, {23, "IQ4_XS"},
-      {24, "I8"}, {25, "I16"}, {26, "I32"}, {27, "I64"}, {28, "F64"}, {29, "IQ1_M"}};
+      {9, "Q8_1"},    {10, "Q2_K"},    {11, "Q3_K"},  {15, "Q8_K"},   {16, "IQ2_XXS"},
+      {17, "IQ2_XS"}, {18, "IQ3_XXS"}, {19, "IQ1_S"}, {20, "IQ4_NL"}, {21, "IQ3_S"},
+      {22, "IQ2_S"},  {23, "IQ4_XS"},  {24, "I8"},    {25, "I16"},    {26, "I32"},
+      {27, "I64"},    {28, "F64"},     {29, "IQ1_M"}};
   if (const Format* f = format(type)) return f->name;
   for (const auto& [t, n] : kNames)
     if (t == type) return n;

@@ -16,7 +16,9 @@ namespace luminal::models {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 double uniform(uint64_t& s) {  // splitmix64 -> [0, 1)
   uint64_t z = (s += 0x9e3779b97f4a7c15ull);
@@ -29,15 +31,18 @@ double uniform(uint64_t& s) {  // splitmix64 -> [0, 1)
 
 int32_t sample(const std::vector<float>& logits, const SamplingOptions& o, uint64_t& rng) {
   LUM_CHECK(!logits.empty()) << "sample: empty logits";
-  if (o.temperature <= 0) return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  if (o.temperature <= 0)
+    return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
   std::vector<int32_t> idx(logits.size());
   std::iota(idx.begin(), idx.end(), 0);
   std::sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
-  if (o.top_k > 0 && static_cast<size_t>(o.top_k) < idx.size()) idx.resize(static_cast<size_t>(o.top_k));
+  if (o.top_k > 0 && static_cast<size_t>(o.top_k) < idx.size())
+    idx.resize(static_cast<size_t>(o.top_k));
   std::vector<double> p(idx.size());
   const double top = logits[idx[0]];
   double sum = 0;
-  for (size_t i = 0; i < idx.size(); ++i) sum += p[i] = std::exp((logits[idx[i]] - top) / o.temperature);
+  for (size_t i = 0; i < idx.size(); ++i)
+    sum += p[i] = std::exp((logits[idx[i]] - top) / o.temperature);
   size_t keep = idx.size();
   if (o.top_p < 1.0) {
     double acc = 0;
@@ -105,11 +110,12 @@ TextGenerator::TextGenerator(const std::string& path, const Backend& backend,
   Impl& m = *impl_;
   m.file = std::make_unique<GgufFile>(path);
   const std::string arch = m.file->get_string("general.architecture");
-  LUM_CHECK(arch == "gemma3") << path << ": unsupported architecture '" << arch << "' (supported: gemma3)";
+  LUM_CHECK(arch == "gemma3") << path << ": unsupported architecture '" << arch
+                              << "' (supported: gemma3)";
   m.tokenizer = std::make_unique<SpmTokenizer>(*m.file);
   const Gemma3Config cfg = Gemma3Config::from_gguf(*m.file);
-  say("loading " + arch + ": " + std::to_string(cfg.layers) + " layers, hidden " + std::to_string(cfg.hidden) +
-      ", vocab " + std::to_string(cfg.vocab));
+  say("loading " + arch + ": " + std::to_string(cfg.layers) + " layers, hidden " +
+      std::to_string(cfg.hidden) + ", vocab " + std::to_string(cfg.vocab));
   m.model = std::make_unique<Gemma3>(m.graph, cfg);
   m.tokens = m.graph.named_tensor("tokens", {"seq"}, DType::I32);
   Gemma3::Output out = m.model->forward(m.tokens);
@@ -133,10 +139,15 @@ TextGenerator::TextGenerator(const std::string& path, const Backend& backend,
 
 TextGenerator::~TextGenerator() = default;
 
-std::vector<int32_t> TextGenerator::encode(const std::string& text) const { return impl_->tokenizer->encode(text, true); }
-std::string TextGenerator::decode(const std::vector<int32_t>& ids) const { return impl_->tokenizer->decode(ids); }
+std::vector<int32_t> TextGenerator::encode(const std::string& text) const {
+  return impl_->tokenizer->encode(text, true);
+}
+std::string TextGenerator::decode(const std::vector<int32_t>& ids) const {
+  return impl_->tokenizer->decode(ids);
+}
 
-GenerationStats TextGenerator::generate(const std::string& prompt, int64_t max_tokens, const SamplingOptions& opts,
+GenerationStats TextGenerator::generate(const std::string& prompt, int64_t max_tokens,
+                                        const SamplingOptions& opts,
                                         const std::function<void(const std::string&)>& on_text) {
   Impl& m = *impl_;
   GenerationStats st;

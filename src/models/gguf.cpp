@@ -31,14 +31,15 @@ class Cursor {
   size_t pos() const { return pos_; }
   size_t remaining() const { return b_.size() - pos_; }
   [[noreturn]] void fail(const std::string& what) const {
-    LUM_FAIL() << path_ << ": corrupt GGUF file: " << what << " (at byte " << pos_ << " of " << b_.size() << ")";
+    LUM_FAIL() << path_ << ": corrupt GGUF file: " << what << " (at byte " << pos_ << " of "
+               << b_.size() << ")";
   }
 
  private:
   void need(uint64_t n, const char* what) const {
     if (n > b_.size() - pos_) {
-      LUM_FAIL() << path_ << ": truncated GGUF file: " << what << " needs " << n << " bytes at byte " << pos_
-                 << ", file has " << b_.size();
+      LUM_FAIL() << path_ << ": truncated GGUF file: " << what << " needs " << n
+                 << " bytes at byte " << pos_ << ", file has " << b_.size();
     }
   }
   std::span<const std::byte> b_;
@@ -49,20 +50,36 @@ class Cursor {
 GgufValue read_value(Cursor& c, uint32_t type, int depth) {
   GgufValue v;
   switch (type) {
-    case 0: v.v = uint64_t{c.read<uint8_t>("u8 value")}; break;
-    case 1: v.v = int64_t{c.read<int8_t>("i8 value")}; break;
-    case 2: v.v = uint64_t{c.read<uint16_t>("u16 value")}; break;
-    case 3: v.v = int64_t{c.read<int16_t>("i16 value")}; break;
-    case 4: v.v = uint64_t{c.read<uint32_t>("u32 value")}; break;
-    case 5: v.v = int64_t{c.read<int32_t>("i32 value")}; break;
-    case 6: v.v = double{c.read<float>("f32 value")}; break;
+    case 0:
+      v.v = uint64_t{c.read<uint8_t>("u8 value")};
+      break;
+    case 1:
+      v.v = int64_t{c.read<int8_t>("i8 value")};
+      break;
+    case 2:
+      v.v = uint64_t{c.read<uint16_t>("u16 value")};
+      break;
+    case 3:
+      v.v = int64_t{c.read<int16_t>("i16 value")};
+      break;
+    case 4:
+      v.v = uint64_t{c.read<uint32_t>("u32 value")};
+      break;
+    case 5:
+      v.v = int64_t{c.read<int32_t>("i32 value")};
+      break;
+    case 6:
+      v.v = double{c.read<float>("f32 value")};
+      break;
     case 7: {
       const auto b = c.read<uint8_t>("bool value");
       if (b > 1) c.fail("bool value " + std::to_string(b));
       v.v = b == 1;
       break;
     }
-    case 8: v.v = c.string("string value"); break;
+    case 8:
+      v.v = c.string("string value");
+      break;
     case 9: {
       if (depth > 3) c.fail("arrays nested too deeply");
       const auto elem = c.read<uint32_t>("array type");
@@ -74,10 +91,17 @@ GgufValue read_value(Cursor& c, uint32_t type, int depth) {
       v.v = std::move(arr);
       break;
     }
-    case 10: v.v = c.read<uint64_t>("u64 value"); break;
-    case 11: v.v = c.read<int64_t>("i64 value"); break;
-    case 12: v.v = c.read<double>("f64 value"); break;
-    default: c.fail("unknown metadata value type " + std::to_string(type));
+    case 10:
+      v.v = c.read<uint64_t>("u64 value");
+      break;
+    case 11:
+      v.v = c.read<int64_t>("i64 value");
+      break;
+    case 12:
+      v.v = c.read<double>("f64 value");
+      break;
+    default:
+      c.fail("unknown metadata value type " + std::to_string(type));
   }
   return v;
 }
@@ -112,10 +136,12 @@ GgufFile::GgufFile(const std::string& path) : file_(path) {
   const auto magic = c.read<uint32_t>("magic");
   if (magic != 0x46554747u) c.fail("not a GGUF file (bad magic)");
   version_ = c.read<uint32_t>("version");
-  if (version_ != 2 && version_ != 3) c.fail("unsupported GGUF version " + std::to_string(version_));
+  if (version_ != 2 && version_ != 3)
+    c.fail("unsupported GGUF version " + std::to_string(version_));
   const auto n_tensors = c.read<uint64_t>("tensor count");
   const auto n_kv = c.read<uint64_t>("metadata count");
-  if (n_kv > c.remaining() / 13 || n_tensors > c.remaining() / 24) c.fail("counts larger than the file");
+  if (n_kv > c.remaining() / 13 || n_tensors > c.remaining() / 24)
+    c.fail("counts larger than the file");
   for (uint64_t i = 0; i < n_kv; ++i) {
     std::string key = c.string("metadata key");
     const auto type = c.read<uint32_t>("metadata type");
@@ -125,7 +151,8 @@ GgufFile::GgufFile(const std::string& path) : file_(path) {
     GgufTensorInfo t;
     t.name = c.string("tensor name");
     const auto n_dims = c.read<uint32_t>("tensor rank");
-    if (n_dims == 0 || n_dims > 8) c.fail("tensor '" + t.name + "' has rank " + std::to_string(n_dims));
+    if (n_dims == 0 || n_dims > 8)
+      c.fail("tensor '" + t.name + "' has rank " + std::to_string(n_dims));
     uint64_t numel = 1;
     for (uint32_t d = 0; d < n_dims; ++d) {
       const auto dim = c.read<uint64_t>("tensor dim");
@@ -138,7 +165,9 @@ GgufFile::GgufFile(const std::string& path) : file_(path) {
     t.offset = c.read<uint64_t>("tensor offset");
     size_t be, bb;
     if (ggml_block_layout(t.type, be, bb)) {
-      if (numel % be != 0) c.fail("tensor '" + t.name + "' is not a whole number of " + ggml_type_name(t.type) + " blocks");
+      if (numel % be != 0)
+        c.fail("tensor '" + t.name + "' is not a whole number of " + ggml_type_name(t.type) +
+               " blocks");
       t.bytes = static_cast<size_t>(numel / be * bb);
     }
     tensors_.push_back(std::move(t));
@@ -152,11 +181,12 @@ GgufFile::GgufFile(const std::string& path) : file_(path) {
   data_start_ = static_cast<size_t>((c.pos() + alignment - 1) / alignment * alignment);
   for (const GgufTensorInfo& t : tensors_) {
     if (t.offset % alignment != 0) c.fail("tensor '" + t.name + "' data is not aligned");
-    const bool fits = !t.bytes || (data_start_ <= file_.size() && t.offset <= file_.size() - data_start_ &&
-                                   t.bytes <= file_.size() - data_start_ - t.offset);
+    const bool fits =
+        !t.bytes || (data_start_ <= file_.size() && t.offset <= file_.size() - data_start_ &&
+                     t.bytes <= file_.size() - data_start_ - t.offset);
     LUM_CHECK(fits) << file_.path() << ": truncated GGUF file: tensor '" << t.name << "' ("
-                 << ggml_type_name(t.type) << ", " << t.bytes << " bytes at data offset " << t.offset
-                 << ") runs past the end of the file (" << file_.size() << " bytes)";
+                    << ggml_type_name(t.type) << ", " << t.bytes << " bytes at data offset "
+                    << t.offset << ") runs past the end of the file (" << file_.size() << " bytes)";
   }
 }
 
@@ -195,7 +225,8 @@ const GgufTensorInfo& GgufFile::tensor(const std::string& name) const {
 }
 
 std::span<const std::byte> GgufFile::data(const GgufTensorInfo& t) const {
-  LUM_CHECK(t.bytes > 0) << path() << ": tensor '" << t.name << "' has unsupported type " << ggml_type_name(t.type);
+  LUM_CHECK(t.bytes > 0) << path() << ": tensor '" << t.name << "' has unsupported type "
+                         << ggml_type_name(t.type);
   return file_.bytes().subspan(data_start_ + t.offset, t.bytes);
 }
 

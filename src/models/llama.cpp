@@ -11,7 +11,8 @@
 namespace luminal::models {
 namespace {
 
-int64_t int_field(const Json& j, const char* key, const std::string& path, std::optional<int64_t> fallback = {}) {
+int64_t int_field(const Json& j, const char* key, const std::string& path,
+                  std::optional<int64_t> fallback = {}) {
   const Json* v = j.find(key);
   if (!v || v->is_string() || std::holds_alternative<std::nullptr_t>(v->v)) {
     LUM_CHECK(fallback) << path << ": config field '" << key << "' is missing";
@@ -64,11 +65,12 @@ Llama::Llama(Graph& g, const LlamaConfig& c)
   if (c.tie_embeddings) lm_head.weight = embed.weight;
   for (int64_t i = 0; i < c.layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i);
-    layers.push_back(Layer{nn::RMSNorm(g, p + ".input_layernorm", c.hidden, c.rms_eps),
-                           nn::RMSNorm(g, p + ".post_attention_layernorm", c.hidden, c.rms_eps),
-                           nn::Attention(g, p + ".self_attn", c.hidden, c.heads, c.kv_heads, c.head_dim, c.qkv_bias,
-                                         nn::RopeConfig{c.rope_theta, true, 1.0}, c.sliding_window),
-                           nn::GatedMLP(g, p + ".mlp", c.hidden, c.intermediate, nn::Activation::SiLU)});
+    layers.push_back(
+        Layer{nn::RMSNorm(g, p + ".input_layernorm", c.hidden, c.rms_eps),
+              nn::RMSNorm(g, p + ".post_attention_layernorm", c.hidden, c.rms_eps),
+              nn::Attention(g, p + ".self_attn", c.hidden, c.heads, c.kv_heads, c.head_dim,
+                            c.qkv_bias, nn::RopeConfig{c.rope_theta, true, 1.0}, c.sliding_window),
+              nn::GatedMLP(g, p + ".mlp", c.hidden, c.intermediate, nn::Activation::SiLU)});
     const std::vector<Expr> cache_shape{c.kv_heads, "past", c.head_dim};
     cache_inputs.push_back({g.named_tensor("cache." + std::to_string(i) + ".k", cache_shape),
                             g.named_tensor("cache." + std::to_string(i) + ".v", cache_shape)});
@@ -104,12 +106,13 @@ void Llama::parameters(const std::string& prefix, nn::NamedTensors& out) const {
 
 void load_safetensors_weights(const nn::Module& m, const std::string& path) {
   SafetensorsFile f(path);
-  nn::load_parameters(m, [&](const std::string& name, const std::vector<int64_t>& shape) -> std::optional<Buffer> {
-    if (!f.has(name)) return std::nullopt;
-    LUM_CHECK(f.tensor(name).shape == shape)
-        << path << ": tensor '" << name << "' has the wrong shape for this model";
-    return f.read(name);
-  });
+  nn::load_parameters(
+      m, [&](const std::string& name, const std::vector<int64_t>& shape) -> std::optional<Buffer> {
+        if (!f.has(name)) return std::nullopt;
+        LUM_CHECK(f.tensor(name).shape == shape)
+            << path << ": tensor '" << name << "' has the wrong shape for this model";
+        return f.read(name);
+      });
 }
 
 }  // namespace luminal::models

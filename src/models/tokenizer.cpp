@@ -41,9 +41,12 @@ std::vector<T> array_of(const GgufFile& f, const std::string& key, bool required
       LUM_CHECK(d) << f.path() << ": '" << key << "' holds a non-float";
       out.push_back(static_cast<float>(*d));
     } else {
-      if (const auto* i = std::get_if<int64_t>(&e.v)) out.push_back(static_cast<T>(*i));
-      else if (const auto* u = std::get_if<uint64_t>(&e.v)) out.push_back(static_cast<T>(*u));
-      else LUM_FAIL() << f.path() << ": '" << key << "' holds a non-integer";
+      if (const auto* i = std::get_if<int64_t>(&e.v))
+        out.push_back(static_cast<T>(*i));
+      else if (const auto* u = std::get_if<uint64_t>(&e.v))
+        out.push_back(static_cast<T>(*u));
+      else
+        LUM_FAIL() << f.path() << ": '" << key << "' holds a non-integer";
     }
   }
   return out;
@@ -52,7 +55,8 @@ std::vector<T> array_of(const GgufFile& f, const std::string& key, bool required
 }  // namespace
 
 SpmTokenizer::SpmTokenizer(const GgufFile& f) {
-  const std::string model = f.find("tokenizer.ggml.model") ? f.get_string("tokenizer.ggml.model") : "";
+  const std::string model =
+      f.find("tokenizer.ggml.model") ? f.get_string("tokenizer.ggml.model") : "";
   LUM_CHECK(model == "llama") << f.path() << ": tokenizer model '" << model
                               << "' is not supported (supported: llama / SentencePiece BPE)";
   pieces_ = array_of<std::string>(f, "tokenizer.ggml.tokens", true);
@@ -60,8 +64,12 @@ SpmTokenizer::SpmTokenizer(const GgufFile& f) {
   types_ = array_of<int32_t>(f, "tokenizer.ggml.token_type", false);
   scores_.resize(pieces_.size(), 0.0f);
   types_.resize(pieces_.size(), 1);
-  bos_ = f.find("tokenizer.ggml.bos_token_id") ? static_cast<int32_t>(f.get_int("tokenizer.ggml.bos_token_id")) : -1;
-  eos_ = f.find("tokenizer.ggml.eos_token_id") ? static_cast<int32_t>(f.get_int("tokenizer.ggml.eos_token_id")) : -1;
+  bos_ = f.find("tokenizer.ggml.bos_token_id")
+             ? static_cast<int32_t>(f.get_int("tokenizer.ggml.bos_token_id"))
+             : -1;
+  eos_ = f.find("tokenizer.ggml.eos_token_id")
+             ? static_cast<int32_t>(f.get_int("tokenizer.ggml.eos_token_id"))
+             : -1;
   if (const GgufValue* p = f.find("tokenizer.ggml.add_space_prefix")) {
     if (const auto* b = std::get_if<bool>(&p->v)) add_space_prefix_ = *b;
     if (const auto* u = std::get_if<uint64_t>(&p->v)) add_space_prefix_ = *u != 0;
@@ -69,9 +77,14 @@ SpmTokenizer::SpmTokenizer(const GgufFile& f) {
   index();
 }
 
-SpmTokenizer::SpmTokenizer(std::vector<std::string> pieces, std::vector<float> scores, std::vector<int32_t> types,
-                           int32_t bos, int32_t eos, bool add_space_prefix)
-    : pieces_(std::move(pieces)), scores_(std::move(scores)), types_(std::move(types)), bos_(bos), eos_(eos),
+SpmTokenizer::SpmTokenizer(std::vector<std::string> pieces, std::vector<float> scores,
+                           std::vector<int32_t> types, int32_t bos, int32_t eos,
+                           bool add_space_prefix)
+    : pieces_(std::move(pieces)),
+      scores_(std::move(scores)),
+      types_(std::move(types)),
+      bos_(bos),
+      eos_(eos),
       add_space_prefix_(add_space_prefix) {
   scores_.resize(pieces_.size(), 0.0f);
   types_.resize(pieces_.size(), 1);
@@ -87,9 +100,11 @@ void SpmTokenizer::index() {
       const int b = std::stoi(pieces_[i].substr(3, 2), nullptr, 16);
       byte_ids_[static_cast<size_t>(b)] = id;
     }
-    if ((types_[i] == kControl || types_[i] == kUserDefined) && pieces_[i].size() > 1) specials_.push_back(pieces_[i]);
+    if ((types_[i] == kControl || types_[i] == kUserDefined) && pieces_[i].size() > 1)
+      specials_.push_back(pieces_[i]);
   }
-  std::sort(specials_.begin(), specials_.end(), [](const auto& a, const auto& b) { return a.size() > b.size(); });
+  std::sort(specials_.begin(), specials_.end(),
+            [](const auto& a, const auto& b) { return a.size() > b.size(); });
 }
 
 int32_t SpmTokenizer::find(const std::string& piece) const {
@@ -117,7 +132,9 @@ void SpmTokenizer::encode_plain(const std::string& raw, std::vector<int32_t>& ou
     float score;
     int left, right;
     size_t len;  // merged length at push time (to drop stale candidates)
-    bool operator<(const Cand& o) const { return score != o.score ? score < o.score : left > o.left; }
+    bool operator<(const Cand& o) const {
+      return score != o.score ? score < o.score : left > o.left;
+    }
   };
   std::priority_queue<Cand> queue;
   auto try_pair = [&](int l, int r) {
@@ -182,12 +199,13 @@ std::vector<int32_t> SpmTokenizer::encode(const std::string& text, bool add_bos)
 }
 
 std::string SpmTokenizer::piece(int32_t id) const {
-  LUM_CHECK(id >= 0 && static_cast<size_t>(id) < pieces_.size()) << "token id " << id << " is outside the vocabulary of "
-                                                                  << pieces_.size();
+  LUM_CHECK(id >= 0 && static_cast<size_t>(id) < pieces_.size())
+      << "token id " << id << " is outside the vocabulary of " << pieces_.size();
   const auto t = types_[static_cast<size_t>(id)];
   const std::string& p = pieces_[static_cast<size_t>(id)];
   if (t == kControl) return "";
-  if (t == kByte && p.size() == 6) return std::string(1, static_cast<char>(std::stoi(p.substr(3, 2), nullptr, 16)));
+  if (t == kByte && p.size() == 6)
+    return std::string(1, static_cast<char>(std::stoi(p.substr(3, 2), nullptr, 16)));
   std::string out;
   for (size_t i = 0; i < p.size();) {
     if (p.compare(i, kSpace.size(), kSpace) == 0) {

@@ -15,7 +15,8 @@ Tensor apply_rope(const Tensor& x, const RopeConfig& rope, Expr past) {
   LUM_CHECK(d % 2 == 0) << "apply_rope: head dimension " << d << " must be even";
   const int64_t half = d / 2;
   // inv_freq[i] = theta^(-2i/d); angle[p][i] = position p * inv_freq[i].
-  const Tensor inv_freq = (g.iota(Expr("z"), {half}, DType::F32) * (-2.0 * std::log2(rope.theta) / d)).exp2();
+  const Tensor inv_freq =
+      (g.iota(Expr("z"), {half}, DType::F32) * (-2.0 * std::log2(rope.theta) / d)).exp2();
   Tensor positions = g.iota(past + Expr("z"), {seq}, DType::F32);
   if (rope.linear_scale != 1.0) positions = positions * (1.0 / rope.linear_scale);
   const Tensor angle = positions.unsqueeze(1) * inv_freq.unsqueeze(0);  // [seq, half]
@@ -41,8 +42,9 @@ Tensor causal_mask(Graph& g, Expr seq, Expr past, int64_t window) {
   return g.iota(allowed, {seq, total}, DType::Bool);
 }
 
-Attention::Attention(Graph& g, const std::string& name, int64_t dim, int64_t heads_, int64_t kv_heads_,
-                     int64_t head_dim_, bool qkv_bias, RopeConfig rope_, int64_t window_)
+Attention::Attention(Graph& g, const std::string& name, int64_t dim, int64_t heads_,
+                     int64_t kv_heads_, int64_t head_dim_, bool qkv_bias, RopeConfig rope_,
+                     int64_t window_)
     : q(g, name + ".q_proj", dim, heads_ * head_dim_, qkv_bias),
       k(g, name + ".k_proj", dim, kv_heads_ * head_dim_, qkv_bias),
       v(g, name + ".v_proj", dim, kv_heads_ * head_dim_, qkv_bias),
@@ -53,11 +55,12 @@ Attention::Attention(Graph& g, const std::string& name, int64_t dim, int64_t hea
       rope(rope_),
       window(window_),
       scale(1.0 / std::sqrt(static_cast<double>(head_dim_))) {
-  LUM_CHECK(heads % kv_heads == 0) << "attention: " << heads << " heads are not a multiple of " << kv_heads
-                                   << " key/value heads";
+  LUM_CHECK(heads % kv_heads == 0) << "attention: " << heads << " heads are not a multiple of "
+                                   << kv_heads << " key/value heads";
 }
 
-std::pair<Tensor, KVCache> Attention::forward(const Tensor& x, const KVCache& cache, Expr seq, Expr past) const {
+std::pair<Tensor, KVCache> Attention::forward(const Tensor& x, const KVCache& cache, Expr seq,
+                                              Expr past) const {
   const int64_t group = heads / kv_heads;
   // [seq, h*d] -> [kv_heads, group, seq, d] for queries, [kv_heads, seq, d] for keys/values.
   const Tensor qh = q.forward(x).reshape({seq, kv_heads, group, head_dim}).permute({1, 2, 0, 3});
@@ -68,7 +71,8 @@ std::pair<Tensor, KVCache> Attention::forward(const Tensor& x, const KVCache& ca
   KVCache next{concat({cache.k, kr}, 1), concat({cache.v, vh}, 1)};  // [kv, past+seq, d]
   // Scores [kv, group, seq, total]; each key head serves its group of query heads.
   Tensor scores = qr.matmul(next.k.unsqueeze(1).transpose(-1, -2)) * scale;
-  scores = where(causal_mask(x.graph(), seq, past, window), scores, -std::numeric_limits<double>::infinity());
+  scores = where(causal_mask(x.graph(), seq, past, window), scores,
+                 -std::numeric_limits<double>::infinity());
   const Tensor probs = scores.softmax(-1);
   const Tensor out = probs.matmul(next.v.unsqueeze(1));  // [kv, group, seq, d]
   const Tensor merged = out.permute({2, 0, 1, 3}).reshape({seq, heads * head_dim});

@@ -5,7 +5,8 @@
 
 namespace luminal::nn {
 
-Tensor parameter(Graph& g, const std::string& name, const std::vector<int64_t>& shape, DType dtype) {
+Tensor parameter(Graph& g, const std::string& name, const std::vector<int64_t>& shape,
+                 DType dtype) {
   return g.named_tensor(name, std::vector<Expr>(shape.begin(), shape.end()), dtype);
 }
 
@@ -14,11 +15,13 @@ void load_parameters(const Module& m, const WeightSource& source, const std::str
     std::vector<int64_t> shape;
     for (Expr d : t.shape()) shape.push_back(*d.as_const());
     std::optional<Buffer> data = source(name, shape);
-    LUM_CHECK(data) << "missing weight tensor '" << name << "' (expected shape " << to_string(t.shape()) << ")";
+    LUM_CHECK(data) << "missing weight tensor '" << name << "' (expected shape "
+                    << to_string(t.shape()) << ")";
     size_t numel = 1;
     for (int64_t d : shape) numel *= static_cast<size_t>(d);
-    LUM_CHECK(data->numel() == numel) << "weight tensor '" << name << "' has " << data->numel()
-                                      << " elements, the model expects shape " << to_string(t.shape());
+    LUM_CHECK(data->numel() == numel)
+        << "weight tensor '" << name << "' has " << data->numel()
+        << " elements, the model expects shape " << to_string(t.shape());
     Tensor p = t;
     p.set_buffer(std::move(*data));
   }
@@ -81,10 +84,14 @@ void LayerNorm::parameters(const std::string& prefix, NamedTensors& out) const {
 
 Tensor activate(const Tensor& x, Activation a) {
   switch (a) {
-    case Activation::SiLU: return x.silu();
-    case Activation::GeluTanh: return x.gelu_tanh();
-    case Activation::Gelu: return x.gelu();
-    case Activation::Relu: return x.relu();
+    case Activation::SiLU:
+      return x.silu();
+    case Activation::GeluTanh:
+      return x.gelu_tanh();
+    case Activation::Gelu:
+      return x.gelu();
+    case Activation::Relu:
+      return x.relu();
   }
   return x;
 }

@@ -50,20 +50,41 @@ struct RandomGraph {
     for (int k = 0; k < ops; ++k) {
       Tensor x = vals[pick(0, static_cast<int>(vals.size()) - 1)];
       if (pick(0, 3) == 0) x = x.permute({1, 0});
-      const int a = static_cast<int>(*x.dim(0).as_const()), b = static_cast<int>(*x.dim(1).as_const());
+      const int a = static_cast<int>(*x.dim(0).as_const()),
+                b = static_cast<int>(*x.dim(1).as_const());
       Tensor y = view_as(vals[pick(0, static_cast<int>(vals.size()) - 1)], a, b);
       Tensor r;
       switch (pick(0, 9)) {
-        case 0: r = x + y; break;
-        case 1: r = x * y; break;
-        case 2: r = (x * x + 0.5).sqrt(); break;
-        case 3: r = (x.abs() + 1.0).log2(); break;
-        case 4: r = x.sin(); break;
-        case 5: r = where(less_than(x, y), x, y * 0.5); break;
-        case 6: r = (x.sum_reduce(1).expand(1, b) + y) * 0.25; break;
-        case 7: r = x.max_reduce(0).expand(0, a) + y; break;
-        case 8: r = (x + 1.0).recip() + fmod(y, x + 1.0); break;
-        default: r = x.cast(DType::F16).cast(DType::F32) + y.exp2() * 0.01; break;
+        case 0:
+          r = x + y;
+          break;
+        case 1:
+          r = x * y;
+          break;
+        case 2:
+          r = (x * x + 0.5).sqrt();
+          break;
+        case 3:
+          r = (x.abs() + 1.0).log2();
+          break;
+        case 4:
+          r = x.sin();
+          break;
+        case 5:
+          r = where(less_than(x, y), x, y * 0.5);
+          break;
+        case 6:
+          r = (x.sum_reduce(1).expand(1, b) + y) * 0.25;
+          break;
+        case 7:
+          r = x.max_reduce(0).expand(0, a) + y;
+          break;
+        case 8:
+          r = (x + 1.0).recip() + fmod(y, x + 1.0);
+          break;
+        default:
+          r = x.cast(DType::F16).cast(DType::F32) + y.exp2() * 0.01;
+          break;
       }
       vals.push_back(r);
       if (pick(0, 2) == 0) outputs.push_back(r.retrieve());
@@ -122,9 +143,10 @@ TEST(Optimize, RulesSelectGemmAndSimplify) {
   y.retrieve();
   const compiler::Optimized opt = compiler::optimize(cx);
   EXPECT_EQ(count_ops(*opt.graph, Op::Custom), 1u) << opt.graph->to_text();
-  EXPECT_TRUE(dynamic_cast<const compiler::MatMulOp*>(
-      opt.graph->node(opt.outputs[0].second).custom.get()))
-      << "x*1, x+0, log2(exp2 x) and 1/(1/x) should all vanish:\n" << opt.graph->to_text();
+  EXPECT_TRUE(
+      dynamic_cast<const compiler::MatMulOp*>(opt.graph->node(opt.outputs[0].second).custom.get()))
+      << "x*1, x+0, log2(exp2 x) and 1/(1/x) should all vanish:\n"
+      << opt.graph->to_text();
   EXPECT_EQ(count_ops(*opt.graph, Op::SumReduce), 0u);
   // The program still computes the same values (on the reference interpreter too).
   cx.set_dim("b", 3);
@@ -139,7 +161,8 @@ TEST(Optimize, RulesSelectGemmAndSimplify) {
   cx.compile(cpu());
   cx.execute();
   const auto got = y.to_f32();
-  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-4 * (1 + std::fabs(want[i])));
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_NEAR(got[i], want[i], 1e-4 * (1 + std::fabs(want[i])));
 }
 
 TEST(Optimize, DeepResidualNetworksKeepEveryGemm) {
@@ -182,7 +205,9 @@ TEST(Cpu, RuntimeErrorsAreReported) {
     cx.execute();
     FAIL() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("index 5 at position 1 is out of range"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("index 5 at position 1 is out of range"),
+              std::string::npos)
+        << e.what();
   }
   i.set(std::vector<int32_t>{2, 0});
   d.set(std::vector<int32_t>{1, 0});

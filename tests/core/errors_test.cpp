@@ -2,22 +2,12 @@
 #include <gtest/gtest.h>
 
 #include "luminal/luminal.hpp"
+#include "testing/expect_error.hpp"
 
 namespace luminal {
 namespace {
 
-// Runs f, expecting a luminal::Error whose message contains every fragment.
-template <class F>
-void expect_error(F&& f, std::initializer_list<const char*> fragments) {
-  try {
-    f();
-    ADD_FAILURE() << "expected luminal::Error";
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    for (const char* frag : fragments)
-      EXPECT_NE(msg.find(frag), std::string::npos) << "'" << frag << "' missing from: " << msg;
-  }
-}
+using testing::expect_error;
 
 TEST(Errors, ShapeMismatch) {
   Graph cx;

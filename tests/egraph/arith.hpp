@@ -15,7 +15,9 @@
 
 namespace luminal::eg::testing {
 
-inline Symbol sym(const char* s) { return Symbol::of(s); }
+inline Symbol sym(const char* s) {
+  return Symbol::of(s);
+}
 
 /// An e-graph with arithmetic constant folding over (Const value).
 inline std::unique_ptr<EGraph> arith_graph() {
@@ -43,15 +45,20 @@ inline Functions arith_functions() {
   return f;
 }
 
-inline ClassId cnst(EGraph& g, double v) { return g.add(sym("Const"), AttrList::of({Attr::of_float(v)}), {}); }
-inline ClassId var(EGraph& g, const char* name) { return g.add(sym("Var"), AttrList::of({Attr::of_str(name)}), {}); }
+inline ClassId cnst(EGraph& g, double v) {
+  return g.add(sym("Const"), AttrList::of({Attr::of_float(v)}), {});
+}
+inline ClassId var(EGraph& g, const char* name) {
+  return g.add(sym("Var"), AttrList::of({Attr::of_str(name)}), {});
+}
 inline ClassId op(EGraph& g, const char* name, std::initializer_list<ClassId> children) {
   std::vector<ClassId> c(children);
   return g.add(sym(name), AttrList{}, c);
 }
 
 /// Evaluates an extracted term with variable values.
-inline double evaluate(const EGraph& g, const Extraction& x, ClassId c, const std::map<std::string, double>& vars) {
+inline double evaluate(const EGraph& g, const Extraction& x, ClassId c,
+                       const std::map<std::string, double>& vars) {
   const uint32_t n = x.node_for(g.find(c));
   const std::string name(g.node_op(n).name());
   const auto ch = g.node_children(n);

@@ -69,7 +69,8 @@ TEST(EGraph, RandomUnionsMatchNaiveCongruenceClosure) {
     for (size_t i = 0; i < uf.size(); ++i) uf[i] = static_cast<int>(i);
     std::function<int(int)> find = [&](int x) { return uf[x] == x ? x : uf[x] = find(uf[x]); };
     for (int u = 0; u < 12; ++u) {
-      const int x = static_cast<int>(rng() % terms.size()), y = static_cast<int>(rng() % terms.size());
+      const int x = static_cast<int>(rng() % terms.size()),
+                y = static_cast<int>(rng() % terms.size());
       g.merge(ids[x], ids[y]);
       uf[find(x)] = find(y);
       if (rng() % 2) {
@@ -98,7 +99,8 @@ TEST(EGraph, RandomUnionsMatchNaiveCongruenceClosure) {
     }
     for (size_t i = 0; i < terms.size(); ++i)
       for (size_t j = 0; j < terms.size(); ++j)
-        ASSERT_EQ(g.equivalent(ids[i], ids[j]), find(static_cast<int>(i)) == find(static_cast<int>(j)))
+        ASSERT_EQ(g.equivalent(ids[i], ids[j]),
+                  find(static_cast<int>(i)) == find(static_cast<int>(j)))
             << "trial " << trial << " terms " << i << ", " << j;
   }
 }

@@ -78,15 +78,21 @@ BruteForce brute_force(const EGraph& g, ClassId root, const CostFn& cost) {
 ClassId random_term(EGraph& g, std::mt19937& rng, int depth) {
   if (depth == 0 || rng() % 4 == 0) {
     switch (rng() % 3) {
-      case 0: return var(g, "a");
-      case 1: return var(g, "b");
-      default: return cnst(g, static_cast<double>(rng() % 3));
+      case 0:
+        return var(g, "a");
+      case 1:
+        return var(g, "b");
+      default:
+        return cnst(g, static_cast<double>(rng() % 3));
     }
   }
   switch (rng() % 3) {
-    case 0: return op(g, "Add", {random_term(g, rng, depth - 1), random_term(g, rng, depth - 1)});
-    case 1: return op(g, "Mul", {random_term(g, rng, depth - 1), random_term(g, rng, depth - 1)});
-    default: return op(g, "Neg", {random_term(g, rng, depth - 1)});
+    case 0:
+      return op(g, "Add", {random_term(g, rng, depth - 1), random_term(g, rng, depth - 1)});
+    case 1:
+      return op(g, "Mul", {random_term(g, rng, depth - 1), random_term(g, rng, depth - 1)});
+    default:
+      return op(g, "Neg", {random_term(g, rng, depth - 1)});
   }
 }
 
@@ -120,11 +126,14 @@ TEST(Extract, GreedyIsTreeOptimalAndEquivalentOnRandomEGraphs) {
     ASSERT_TRUE(is_acyclic(*g, dag));
     EXPECT_DOUBLE_EQ(tree_cost(*g, greedy, weighted_cost), bf.best_tree) << term_string(*g, greedy);
     EXPECT_GE(dag_cost(*g, dag, weighted_cost), bf.best_dag - 1e-9);
-    EXPECT_NEAR(evaluate(*g, greedy, root, vars), want, 1e-9 * (1 + std::fabs(want))) << term_string(*g, greedy);
-    EXPECT_NEAR(evaluate(*g, dag, root, vars), want, 1e-9 * (1 + std::fabs(want))) << term_string(*g, dag);
+    EXPECT_NEAR(evaluate(*g, greedy, root, vars), want, 1e-9 * (1 + std::fabs(want)))
+        << term_string(*g, greedy);
+    EXPECT_NEAR(evaluate(*g, dag, root, vars), want, 1e-9 * (1 + std::fabs(want)))
+        << term_string(*g, dag);
     for (const Extraction& s : sample_extractions(*g, root, weighted_cost, 8, trial)) {
       ASSERT_TRUE(is_acyclic(*g, s));
-      EXPECT_NEAR(evaluate(*g, s, root, vars), want, 1e-9 * (1 + std::fabs(want))) << term_string(*g, s);
+      EXPECT_NEAR(evaluate(*g, s, root, vars), want, 1e-9 * (1 + std::fabs(want)))
+          << term_string(*g, s);
     }
     ++checked;
   }

@@ -75,11 +75,14 @@ TEST(Rules, SaturationProvesIdentities) {
       {"a*(b + c) - a*b = a*c",
        [](EGraph& g) {
          const ClassId a = var(g, "a"), b = var(g, "b"), c = var(g, "c");
-         const ClassId lhs = op(g, "Sub", {op(g, "Mul", {a, op(g, "Add", {b, c})}), op(g, "Mul", {a, b})});
+         const ClassId lhs =
+             op(g, "Sub", {op(g, "Mul", {a, op(g, "Add", {b, c})}), op(g, "Mul", {a, b})});
          return std::pair{lhs, op(g, "Mul", {a, c})};
        }},
       {"exp2(log2(4)) = 4 (conditional rule)",
-       [](EGraph& g) { return std::pair{op(g, "Exp2", {op(g, "Log2", {var(g, "four")})}), var(g, "four")}; }},
+       [](EGraph& g) {
+         return std::pair{op(g, "Exp2", {op(g, "Log2", {var(g, "four")})}), var(g, "four")};
+       }},
   };
   for (const Case& c : cases) {
     auto g = arith_graph();
@@ -91,7 +94,8 @@ TEST(Rules, SaturationProvesIdentities) {
       g->merge(rhs, cnst(*g, 4));
       g->rebuild();
     }
-    const RunReport r = run_rules(*g, {&ac, &simp}, arith_functions(), {.max_iterations = 8, .max_nodes = 50000});
+    const RunReport r =
+        run_rules(*g, {&ac, &simp}, arith_functions(), {.max_iterations = 8, .max_nodes = 50000});
     EXPECT_TRUE(g->equivalent(lhs, rhs)) << c.what << "\n" << r.to_string();
     g->check_invariants();
   }
@@ -103,7 +107,8 @@ TEST(Rules, MultiPatternRulesJoinOnSharedVariables) {
     (ruleset join
       ; where both F(x) and G(x) exist, they are equal
       (rule f-meets-g ((F ?x) (G ?x))
-            (union (F ?x) (G ?x)))))", "test.rules", fns);
+            (union (F ?x) (G ?x)))))",
+                                "test.rules", fns);
   EGraph g;
   const ClassId b = var(g, "b"), c = var(g, "c"), d = var(g, "d");
   const ClassId fb = op(g, "F", {b}), gb = op(g, "G", {b});
@@ -119,15 +124,22 @@ TEST(Rules, AppliersAndAttributeVariables) {
   fns.appliers["double-it"] = [](EGraph& g, std::span<const Value> args) -> std::optional<ClassId> {
     return g.add(sym("Lit"), AttrList::of({Attr::of_int(args[0].a.bits * 2)}), {});
   };
-  fns.predicates["small"] = [](const EGraph&, std::span<const Value> args) { return args[0].a.bits < 100; };
+  fns.predicates["small"] = [](const EGraph&, std::span<const Value> args) {
+    return args[0].a.bits < 100;
+  };
   const auto sets = parse_rules(R"(
     (ruleset twice
       (rewrite twice (Twice (Lit $n)) (call double-it $n) :if (small $n))
       (rewrite scale (Scale $k ?x) (Mul ?x (Lit $k))))
-  )", "test.rules", fns);
+  )",
+                                "test.rules", fns);
   EGraph g;
-  const ClassId t = g.add(sym("Twice"), AttrList{}, std::vector<ClassId>{g.add(sym("Lit"), AttrList::of({Attr::of_int(21)}), {})});
-  const ClassId big = g.add(sym("Twice"), AttrList{}, std::vector<ClassId>{g.add(sym("Lit"), AttrList::of({Attr::of_int(500)}), {})});
+  const ClassId t =
+      g.add(sym("Twice"), AttrList{},
+            std::vector<ClassId>{g.add(sym("Lit"), AttrList::of({Attr::of_int(21)}), {})});
+  const ClassId big =
+      g.add(sym("Twice"), AttrList{},
+            std::vector<ClassId>{g.add(sym("Lit"), AttrList::of({Attr::of_int(500)}), {})});
   const ClassId x = var(g, "x");
   const ClassId s = g.add(sym("Scale"), AttrList::of({Attr::of_int(3)}), std::vector<ClassId>{x});
   run_rules(g, {&sets[0]}, fns);
@@ -144,17 +156,22 @@ TEST(Rules, BackoffBansExplodingRulesAndLimitsStop) {
   EGraph g;
   sum_chain(g, 9);
   const RunReport r = run_rules(g, {&ac}, arith_functions(),
-                                {.max_iterations = 50, .max_nodes = 1'000'000, .max_seconds = 30,
-                                 .match_limit = 200, .ban_length = 2});
+                                {.max_iterations = 50,
+                                 .max_nodes = 1'000'000,
+                                 .max_seconds = 30,
+                                 .match_limit = 200,
+                                 .ban_length = 2});
   size_t banned = 0;
   for (const RuleStats& s : r.rules) banned += s.times_banned;
   EXPECT_GT(banned, 0u) << r.to_string();
   EGraph g2;
   sum_chain(g2, 9);
-  EXPECT_EQ(run_rules(g2, {&ac}, arith_functions(), {.max_iterations = 2}).reason, StopReason::IterationLimit);
+  EXPECT_EQ(run_rules(g2, {&ac}, arith_functions(), {.max_iterations = 2}).reason,
+            StopReason::IterationLimit);
   EGraph g3;
   sum_chain(g3, 9);
-  EXPECT_EQ(run_rules(g3, {&ac}, arith_functions(), {.max_nodes = 500}).reason, StopReason::NodeLimit);
+  EXPECT_EQ(run_rules(g3, {&ac}, arith_functions(), {.max_nodes = 500}).reason,
+            StopReason::NodeLimit);
   EXPECT_NE(r.to_string().find("add-comm"), std::string::npos);
 }
 
@@ -165,14 +182,18 @@ void expect_parse_error(const std::string& text, std::initializer_list<const cha
     ADD_FAILURE() << "expected a parse error for: " << text;
   } catch (const Error& e) {
     for (const char* f : fragments)
-      EXPECT_NE(std::string(e.what()).find(f), std::string::npos) << "'" << f << "' missing from: " << e.what();
+      EXPECT_NE(std::string(e.what()).find(f), std::string::npos)
+          << "'" << f << "' missing from: " << e.what();
   }
 }
 
 TEST(Rules, ParseErrorsCarryLineAndColumn) {
-  expect_parse_error("(ruleset r\n  (rewrite x (Add ?a ?b) ?c))", {"bad.rules:2:26", "?c", "not bound"});
-  expect_parse_error("(ruleset r\n (rewrite x (Add ?a ?b) ?a :if (unknown ?a)))", {"bad.rules:2:33", "unknown predicate"});
-  expect_parse_error("(ruleset r (rewrite x (Add ?a) (call nope ?a)))", {"bad.rules:1:32", "unknown applier"});
+  expect_parse_error("(ruleset r\n  (rewrite x (Add ?a ?b) ?c))",
+                     {"bad.rules:2:26", "?c", "not bound"});
+  expect_parse_error("(ruleset r\n (rewrite x (Add ?a ?b) ?a :if (unknown ?a)))",
+                     {"bad.rules:2:33", "unknown predicate"});
+  expect_parse_error("(ruleset r (rewrite x (Add ?a) (call nope ?a)))",
+                     {"bad.rules:1:32", "unknown applier"});
   expect_parse_error("(ruleset r\n\n   (rewrite x (Add ?a ?b)", {"bad.rules:3:4", "unclosed"});
   expect_parse_error("(ruleset r (frobnicate x))", {"bad.rules:1:13", "unknown rule kind"});
   expect_parse_error("(ruleset r (rewrite x ?a ?a))", {"bad.rules:1:23", "operator pattern"});
@@ -196,10 +217,18 @@ TEST(Rules, FuzzedRuleTextNeverCrashes) {
     for (int e = 0; e < edits; ++e) {
       const size_t at = rng() % (text.size() + 1);
       switch (rng() % 4) {
-        case 0: text.insert(at, 1, alphabet[rng() % alphabet.size()]); break;
-        case 1: if (at < text.size()) text.erase(at, 1 + rng() % 8); break;
-        case 2: if (at < text.size()) text[at] = alphabet[rng() % alphabet.size()]; break;
-        default: text = text.substr(0, at); break;
+        case 0:
+          text.insert(at, 1, alphabet[rng() % alphabet.size()]);
+          break;
+        case 1:
+          if (at < text.size()) text.erase(at, 1 + rng() % 8);
+          break;
+        case 2:
+          if (at < text.size()) text[at] = alphabet[rng() % alphabet.size()];
+          break;
+        default:
+          text = text.substr(0, at);
+          break;
       }
     }
     try {

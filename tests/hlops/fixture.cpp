@@ -52,7 +52,9 @@ class Reader {
   size_t pos_ = 0;
 };
 
-std::vector<Expr> exprs(const std::vector<int64_t>& v) { return {v.begin(), v.end()}; }
+std::vector<Expr> exprs(const std::vector<int64_t>& v) {
+  return {v.begin(), v.end()};
+}
 
 std::vector<int> to_ints(const std::string& s) {
   std::vector<int> out;
@@ -80,7 +82,8 @@ void tolerance(DType t, const Params& p, double& atol, double& rtol) {
 std::vector<ParityCase> load_fixture(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   LUM_CHECK(f) << "cannot open fixture " << path;
-  Reader r(std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>()), path);
+  Reader r(std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>()),
+           path);
   char magic[4];
   for (char& c : magic) c = r.pod<char>();
   LUM_CHECK(std::string(magic, 4) == "LFX1") << path << ": not an .lfx fixture";
@@ -114,8 +117,12 @@ const std::string& Params::str(const std::string& key) const {
   LUM_CHECK(it != values_.end()) << "missing parameter '" << key << "'";
   return it->second;
 }
-double Params::f(const std::string& key) const { return std::stod(str(key)); }
-int64_t Params::i(const std::string& key) const { return std::stoll(str(key)); }
+double Params::f(const std::string& key) const {
+  return std::stod(str(key));
+}
+int64_t Params::i(const std::string& key) const {
+  return std::stoll(str(key));
+}
 std::vector<int64_t> Params::ints(const std::string& key) const {
   std::vector<int64_t> out;
   if (!has(key)) return out;
@@ -129,9 +136,15 @@ Tensor apply_recipe(const Tensor& t, const std::string& recipe) {
   for (std::string step; std::getline(ss, step, '|');) {
     const std::string args = step.size() > 2 ? step.substr(2) : "";
     switch (step[0]) {
-      case 'T': out = out.transpose(-1, -2); break;
-      case 'P': out = out.permute(to_ints(args)); break;
-      case 'F': out = out.flip(std::stoi(args)); break;
+      case 'T':
+        out = out.transpose(-1, -2);
+        break;
+      case 'P':
+        out = out.permute(to_ints(args));
+        break;
+      case 'F':
+        out = out.flip(std::stoi(args));
+        break;
       case 'B': {
         std::vector<Expr> shape;
         for (int d : to_ints(args)) shape.emplace_back(d);
@@ -145,7 +158,8 @@ Tensor apply_recipe(const Tensor& t, const std::string& recipe) {
         out = out.slice(v.at(0), v.at(1), v.at(2));
         break;
       }
-      default: LUM_FAIL() << "unknown recipe step '" << step << "'";
+      default:
+        LUM_FAIL() << "unknown recipe step '" << step << "'";
     }
   }
   return out;
@@ -157,7 +171,8 @@ namespace {
 std::string compare(const Tensor& out, const ParityCase& c, const Params& params) {
   std::ostringstream err;
   if (out.shape() != exprs(c.expected.shape)) {
-    err << "shape " << to_string(out.shape()) << ", expected " << to_string(exprs(c.expected.shape));
+    err << "shape " << to_string(out.shape()) << ", expected "
+        << to_string(exprs(c.expected.shape));
     return err.str();
   }
   const Buffer got = out.data();
@@ -176,13 +191,15 @@ std::string compare(const Tensor& out, const ParityCase& c, const Params& params
     if (both_nan || same_inf || std::fabs(g - w) <= atol + rtol * std::fabs(w)) continue;
     if (bad++ < 4) err << "[" << i << "] got " << g << " expected " << w << "; ";
   }
-  if (bad) err << bad << " of " << got.numel() << " elements beyond atol " << atol << " rtol " << rtol;
+  if (bad)
+    err << bad << " of " << got.numel() << " elements beyond atol " << atol << " rtol " << rtol;
   return err.str();
 }
 
 }  // namespace
 
-std::vector<std::string> run_parity_cases(const std::vector<ParityCase>& cases, const Backend& backend) {
+std::vector<std::string> run_parity_cases(const std::vector<ParityCase>& cases,
+                                          const Backend& backend) {
   Graph cx;
   std::vector<std::string> errors(cases.size());
   std::vector<std::optional<Tensor>> outputs(cases.size());
@@ -192,8 +209,8 @@ std::vector<std::string> run_parity_cases(const std::vector<ParityCase>& cases, 
       std::vector<Tensor> inputs;
       for (size_t k = 0; k < c.inputs.size(); ++k) {
         const FixtureInput& in = c.inputs[k];
-        Tensor base = cx.named_tensor("c" + std::to_string(i) + "_in" + std::to_string(k), exprs(in.base.shape),
-                                      in.base.data.dtype());
+        Tensor base = cx.named_tensor("c" + std::to_string(i) + "_in" + std::to_string(k),
+                                      exprs(in.base.shape), in.base.data.dtype());
         base.set_buffer(in.base.data);
         inputs.push_back(apply_recipe(base, in.recipe));
       }

@@ -49,7 +49,8 @@ Tensor apply_recipe(const Tensor& t, const std::string& recipe);
 /// Builds every case into one graph (so a compiling backend compiles once), runs it on
 /// `backend` and compares each output with its expected tensor. Returns one message per
 /// case: empty on success, else what differs.
-std::vector<std::string> run_parity_cases(const std::vector<ParityCase>& cases, const Backend& backend);
+std::vector<std::string> run_parity_cases(const std::vector<ParityCase>& cases,
+                                          const Backend& backend);
 
 /// The composite op the case names, applied to its (viewed) inputs.
 Tensor build_op(Graph& cx, const std::string& op, const std::vector<Tensor>& in, const Params& p);

@@ -7,21 +7,12 @@
 #include <fstream>
 
 #include "luminal/luminal.hpp"
+#include "testing/expect_error.hpp"
 
 namespace luminal {
 namespace {
 
-template <class F>
-void expect_error(F&& f, std::initializer_list<const char*> fragments) {
-  try {
-    f();
-    ADD_FAILURE() << "expected luminal::Error";
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    for (const char* frag : fragments)
-      EXPECT_NE(msg.find(frag), std::string::npos) << "'" << frag << "' missing from: " << msg;
-  }
-}
+using testing::expect_error;
 
 TEST(Hlops, BadInputNamesTheOpAndShapes) {
   Graph cx;
@@ -119,7 +110,8 @@ TEST(Hlops, DiffReportsTheWorstMismatches) {
   write({2, 4, 6, 8});
   EXPECT_NO_THROW(cx.execute());
   write({2, 4.5f, 6, 7});
-  expect_error([&] { cx.execute(); }, {"2 of 4 elements differ", "[3] got 8, expected 7", "[1] got 4"});
+  expect_error([&] { cx.execute(); },
+               {"2 of 4 elements differ", "[3] got 8, expected 7", "[1] got 4"});
   write({2, 4});
   expect_error([&] { cx.execute(); }, {"holds 8 bytes", "4 f32 elements"});
   std::remove(path.c_str());

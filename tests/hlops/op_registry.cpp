@@ -16,8 +16,12 @@ std::vector<int> axes(const Params& p, const char* key = "axes") {
   for (int64_t a : p.ints(key)) out.push_back(static_cast<int>(a));
   return out;
 }
-bool keepdim(const Params& p) { return p.has("keepdim") && p.i("keepdim") == 1; }
-int axis(const Params& p) { return static_cast<int>(p.i("axis")); }
+bool keepdim(const Params& p) {
+  return p.has("keepdim") && p.i("keepdim") == 1;
+}
+int axis(const Params& p) {
+  return static_cast<int>(p.i("axis"));
+}
 std::vector<Expr> shape(const Params& p, const char* key = "shape") {
   std::vector<Expr> out;
   for (int64_t d : p.ints(key)) out.emplace_back(d);
@@ -26,7 +30,9 @@ std::vector<Expr> shape(const Params& p, const char* key = "shape") {
 ConvOptions conv_options(const Params& p) {
   return {p.i("stride"), p.i("padding"), p.i("dilation"), p.i("groups")};
 }
-PoolOptions pool_options(const Params& p) { return {p.i("kernel"), p.i("stride"), p.i("padding")}; }
+PoolOptions pool_options(const Params& p) {
+  return {p.i("kernel"), p.i("stride"), p.i("padding")};
+}
 
 // torch.nn.functional.pad: (before, after) pairs starting from the last dimension.
 Tensor pad_like_torch(const Tensor& x, const Params& p) {

@@ -7,7 +7,7 @@
 namespace luminal::testing {
 namespace {
 
-const char* kFixtureFiles[] = {"binary", "unary",  "reduce",     "norm",  "movement",
+const char* kFixtureFiles[] = {"binary",   "unary",      "reduce", "norm", "movement",
                                "creation", "cumulative", "linalg", "conv"};
 
 std::string fixture_path(const std::string& name) {
@@ -33,10 +33,11 @@ TEST_P(Parity, MatchesPyTorch) {
   const auto cases = load_fixture(fixture_path(GetParam().file));
   ASSERT_FALSE(cases.empty());
   const std::string backend = GetParam().backend;
-  const auto errors = backend == "cpu" ? run_parity_cases(cases, cpu()) : run_parity_cases(cases, reference());
+  const auto errors =
+      backend == "cpu" ? run_parity_cases(cases, cpu()) : run_parity_cases(cases, reference());
   for (size_t i = 0; i < cases.size(); ++i)
-    EXPECT_TRUE(errors[i].empty()) << cases[i].name << " (" << cases[i].op << " " << cases[i].params
-                                   << "): " << errors[i];
+    EXPECT_TRUE(errors[i].empty())
+        << cases[i].name << " (" << cases[i].op << " " << cases[i].params << "): " << errors[i];
 }
 
 INSTANTIATE_TEST_SUITE_P(Hlops, Parity, ::testing::ValuesIn(all_cases()), [](const auto& info) {

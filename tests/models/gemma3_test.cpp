@@ -22,7 +22,8 @@ std::string model_path() {
   return std::string(LUMINAL_SOURCE_DIR) + "/models/gemma-3-270m-q4_k_m.gguf";
 }
 
-const std::string kReference = std::string(LUMINAL_FIXTURE_DIR) + "/models/gemma3_reference.safetensors";
+const std::string kReference =
+    std::string(LUMINAL_FIXTURE_DIR) + "/models/gemma3_reference.safetensors";
 
 std::vector<int32_t> ids_of(const Buffer& b) {
   std::vector<int32_t> out;
@@ -34,7 +35,8 @@ class Gemma3Real : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!std::filesystem::exists(model_path()))
-      GTEST_SKIP() << "Gemma 3 270M is not installed at " << model_path() << " (run scripts/get_model.sh)";
+      GTEST_SKIP() << "Gemma 3 270M is not installed at " << model_path()
+                   << " (run scripts/get_model.sh)";
   }
 };
 
@@ -54,8 +56,9 @@ TEST_F(Gemma3Real, TokenizerMatchesSentencePiece) {
   ASSERT_EQ(strings.array().size(), lengths.size());
   size_t at = 0, checked = 0;
   for (size_t i = 0; i < lengths.size(); ++i) {
-    const std::vector<int32_t> want(ids.begin() + static_cast<std::ptrdiff_t>(at),
-                                    ids.begin() + static_cast<std::ptrdiff_t>(at + static_cast<size_t>(lengths[i])));
+    const std::vector<int32_t> want(
+        ids.begin() + static_cast<std::ptrdiff_t>(at),
+        ids.begin() + static_cast<std::ptrdiff_t>(at + static_cast<size_t>(lengths[i])));
     at += static_cast<size_t>(lengths[i]);
     const std::string& text = strings.array()[i].string();
     EXPECT_EQ(tok.encode(text, false), want) << "string " << i << ": '" << text << "'";
@@ -83,7 +86,8 @@ TEST_F(Gemma3Real, GreedyGenerationMatchesTransformers) {
       const float scale = std::fabs(top_logits[s * 5]);
       for (size_t j = 0; j < 5; ++j) {
         const auto id = static_cast<size_t>(top_ids[s * 5 + j]);
-        EXPECT_NEAR(logits[s][id], top_logits[s * 5 + j], 0.01f * scale) << p << " step " << s << " rank " << j;
+        EXPECT_NEAR(logits[s][id], top_logits[s * 5 + j], 0.01f * scale)
+            << p << " step " << s << " rank " << j;
       }
     }
   }

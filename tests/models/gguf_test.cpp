@@ -39,7 +39,8 @@ TEST(Gguf, ReadsMetadataOfEveryType) {
 TEST(Gguf, DecodersMatchTheReferenceBitForBit) {
   GgufFile f(kMixed);
   int checked = 0;
-  for (const char* type : {"F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K"}) {
+  for (const char* type :
+       {"F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K"}) {
     const std::string name = std::string("t.") + type;
     const GgufTensorInfo& info = f.tensor(name);
     EXPECT_EQ(ggml_type_name(info.type), type);

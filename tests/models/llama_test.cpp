@@ -11,7 +11,9 @@
 namespace luminal::models {
 namespace {
 
-std::string dir(const std::string& arch) { return std::string(LUMINAL_FIXTURE_DIR) + "/models/" + arch; }
+std::string dir(const std::string& arch) {
+  return std::string(LUMINAL_FIXTURE_DIR) + "/models/" + arch;
+}
 const std::string kDir = dir("llama");
 
 // Relative error against the largest logit magnitude of the row set, as fp32 allows.
@@ -69,9 +71,14 @@ void run_parity(const std::string& arch, const Backend& backend) {
 
 // Llama (GQA 4:2), Qwen2 (qkv bias, tied embeddings, theta 1e6), Mistral (GQA 4:1).
 class LlamaFamily : public ::testing::TestWithParam<const char*> {};
-TEST_P(LlamaFamily, MatchesTransformersOnTheReference) { run_parity(GetParam(), reference()); }
-TEST_P(LlamaFamily, MatchesTransformersOnTheCpuBackend) { run_parity(GetParam(), cpu()); }
-INSTANTIATE_TEST_SUITE_P(Arch, LlamaFamily, ::testing::Values("llama", "qwen2", "mistral", "mistral_window"));
+TEST_P(LlamaFamily, MatchesTransformersOnTheReference) {
+  run_parity(GetParam(), reference());
+}
+TEST_P(LlamaFamily, MatchesTransformersOnTheCpuBackend) {
+  run_parity(GetParam(), cpu());
+}
+INSTANTIATE_TEST_SUITE_P(Arch, LlamaFamily,
+                         ::testing::Values("llama", "qwen2", "mistral", "mistral_window"));
 
 TEST(Llama, ConfigFields) {
   const LlamaConfig q = LlamaConfig::from_hf_json(dir("qwen2") + "/config.json");
@@ -92,7 +99,8 @@ TEST(Llama, MissingWeightsAndBadConfigsAreClearErrors) {
     load_safetensors_weights(model, kDir + "/model.safetensors");
     FAIL() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("model.embed_tokens.weight"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("model.embed_tokens.weight"), std::string::npos)
+        << e.what();
   }
   EXPECT_THROW(LlamaConfig::from_hf_json(kDir + "/missing.json"), Error);
   EXPECT_THROW(LlamaConfig::from_hf_json(kDir + "/model.safetensors"), Error);

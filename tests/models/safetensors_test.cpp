@@ -22,9 +22,13 @@ std::string slurp(const std::string& p) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
-std::string temp(const std::string& name) { return (fs::path(::testing::TempDir()) / name).string(); }
+std::string temp(const std::string& name) {
+  return (fs::path(::testing::TempDir()) / name).string();
+}
 
-void write(const std::string& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
+void write(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
 
 // A file whose header is `json` and whose data section has `data_bytes` bytes.
 std::string with_header(const std::string& json, size_t data_bytes) {
@@ -40,8 +44,10 @@ TEST(Safetensors, ReadsEveryDtypeWrittenByTheReferenceLibrary) {
   EXPECT_EQ(f.tensors().size(), 10u);
   EXPECT_EQ(f.tensor("f32").shape, (std::vector<int64_t>{2, 3}));
   EXPECT_EQ(f.read("f32").to_f32(), (std::vector<float>{-1, -0.5, 0, 0.5, 1, 1.5}));
-  EXPECT_EQ(f.read("f16").to_f32(), (std::vector<float>{0.5f, -2.0f, 65504.0f, static_cast<float>(f16(1e-4))}));
-  EXPECT_EQ(f.read("bf16").to_f32(), (std::vector<float>{1.0f, -1.5f, 3.25f, static_cast<float>(bf16(1e30))}));
+  EXPECT_EQ(f.read("f16").to_f32(),
+            (std::vector<float>{0.5f, -2.0f, 65504.0f, static_cast<float>(f16(1e-4))}));
+  EXPECT_EQ(f.read("bf16").to_f32(),
+            (std::vector<float>{1.0f, -1.5f, 3.25f, static_cast<float>(bf16(1e30))}));
   EXPECT_EQ(f.read("f64").to_f64(), (std::vector<double>{1e-300, -2.5}));
   EXPECT_EQ(f.read("i64").to_i64(), (std::vector<int64_t>{-5, 0, int64_t{1} << 40}));
   EXPECT_EQ(f.read("i32").to_i64(), (std::vector<int64_t>{7, -7}));
@@ -83,13 +89,21 @@ TEST(Safetensors, MalformedFilesGiveClearErrors) {
   expect_error(with_header(std::string(1000, ' '), 0).substr(0, 8) + "{}", "header size");
   expect_error(with_header("{\"a\":", 0), "invalid JSON");
   expect_error(with_header("[]", 0), "not a JSON object");
-  expect_error(with_header(R"({"a":{"dtype":"F8","shape":[1],"data_offsets":[0,1]}})", 1), "unsupported dtype F8");
-  expect_error(with_header(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})", 4), "needs 8");
-  expect_error(with_header(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 4), "truncated");
-  expect_error(with_header(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[2,6]}})", 6),
-               "overlapping");
-  expect_error(with_header(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 8), "belong to no tensor");
-  expect_error(with_header(R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", 4), "bad dimension");
+  expect_error(with_header(R"({"a":{"dtype":"F8","shape":[1],"data_offsets":[0,1]}})", 1),
+               "unsupported dtype F8");
+  expect_error(with_header(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})", 4),
+               "needs 8");
+  expect_error(with_header(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 4),
+               "truncated");
+  expect_error(
+      with_header(
+          R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[2,6]}})",
+          6),
+      "overlapping");
+  expect_error(with_header(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 8),
+               "belong to no tensor");
+  expect_error(with_header(R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", 4),
+               "bad dimension");
 }
 
 TEST(Safetensors, RandomCorruptionNeverCrashes) {

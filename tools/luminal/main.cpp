@@ -98,11 +98,12 @@ int generate(int argc, char** argv) {
   if (device != "cpu" && device != "reference") usage_error("unknown device '" + device + "'");
   const luminal::CpuBackend cpu_backend;
   const luminal::ReferenceBackend ref_backend;
-  const luminal::Backend& backend = device == "cpu" ? static_cast<const luminal::Backend&>(cpu_backend)
-                                                    : static_cast<const luminal::Backend&>(ref_backend);
+  const luminal::Backend& backend = device == "cpu"
+                                        ? static_cast<const luminal::Backend&>(cpu_backend)
+                                        : static_cast<const luminal::Backend&>(ref_backend);
   try {
-    luminal::models::TextGenerator gen(model, backend,
-                                       [](const std::string& s) { std::fprintf(stderr, "%s\n", s.c_str()); });
+    luminal::models::TextGenerator gen(
+        model, backend, [](const std::string& s) { std::fprintf(stderr, "%s\n", s.c_str()); });
     std::fputs(prompt.c_str(), stdout);
     std::fflush(stdout);
     const auto st = gen.generate(prompt, max_tokens, opts, [](const std::string& piece) {
@@ -110,11 +111,12 @@ int generate(int argc, char** argv) {
       std::fflush(stdout);
     });
     std::fprintf(stdout, "\n");
-    std::fprintf(stderr,
-                 "\nprompt: %zu tokens, %.1f tokens/s | time to first token: %.3f s | decode: %zu tokens, "
-                 "%.2f tokens/s | load %.1f s, compile %.1f s | peak memory %.0f MiB\n",
-                 st.prompt_tokens, st.prompt_tokens_per_second(), st.ttft_seconds, st.generated,
-                 st.decode_tokens_per_second(), st.load_seconds, st.compile_seconds, peak_memory_mib());
+    std::fprintf(
+        stderr,
+        "\nprompt: %zu tokens, %.1f tokens/s | time to first token: %.3f s | decode: %zu tokens, "
+        "%.2f tokens/s | load %.1f s, compile %.1f s | peak memory %.0f MiB\n",
+        st.prompt_tokens, st.prompt_tokens_per_second(), st.ttft_seconds, st.generated,
+        st.decode_tokens_per_second(), st.load_seconds, st.compile_seconds, peak_memory_mib());
     return 0;
   } catch (const luminal::Error& e) {
     std::fprintf(stderr, "luminal: %s\n", e.what());

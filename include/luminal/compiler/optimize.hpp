@@ -13,8 +13,8 @@
 namespace luminal::compiler {
 
 struct Optimized {
-  std::unique_ptr<Graph> graph;     // the rewritten program
-  std::vector<NodeId> source_of;    // its Input nodes -> the user's input nodes
+  std::unique_ptr<Graph> graph;                    // the rewritten program
+  std::vector<NodeId> source_of;                   // its Input nodes -> the user's input nodes
   std::vector<std::pair<NodeId, NodeId>> outputs;  // (user output, rewritten node)
   size_t enodes = 0, eclasses = 0;
   eg::RunReport report;

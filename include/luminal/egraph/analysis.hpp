@@ -106,7 +106,8 @@ struct TypeInfo {
 /// two classes of different known types is an unsound rewrite: InternalError.
 class TypeAnalysis final : public TypedAnalysis<TypeInfo> {
  public:
-  using Infer = std::function<TypeInfo(Symbol op, AttrList attrs, std::span<const TypeInfo> children)>;
+  using Infer =
+      std::function<TypeInfo(Symbol op, AttrList attrs, std::span<const TypeInfo> children)>;
   explicit TypeAnalysis(Infer infer) : infer_(std::move(infer)) {}
 
  protected:

@@ -26,9 +26,9 @@ struct ENode {
 
 /// Counters kept by the e-graph.
 struct EGraphStats {
-  uint64_t nodes_added = 0;    // add() calls that created a node
-  uint64_t lookups = 0;        // add() calls in total
-  uint64_t unions = 0;         // unions that merged two classes
+  uint64_t nodes_added = 0;      // add() calls that created a node
+  uint64_t lookups = 0;          // add() calls in total
+  uint64_t unions = 0;           // unions that merged two classes
   uint64_t rebuild_repairs = 0;  // parent nodes re-canonicalised in rebuild
 };
 
@@ -113,8 +113,8 @@ class EGraph {
   std::vector<uint32_t> size_;        // union by size
   std::vector<ClassRec> classes_;
   std::vector<NodeRec> recs_;
-  std::vector<ClassId> pool_;         // children of all nodes
-  std::vector<uint64_t> slots_;       // hashcons: (hash tag << 32) | node + 1; 0 empty, 1 tomb
+  std::vector<ClassId> pool_;    // children of all nodes
+  std::vector<uint64_t> slots_;  // hashcons: (hash tag << 32) | node + 1; 0 empty, 1 tomb
   size_t hashcons_live_ = 0, hashcons_used_ = 0, live_classes_ = 0;
   std::vector<ClassId> pending_;            // classes whose parents need repair
   std::vector<uint32_t> analysis_pending_;  // nodes whose class data may change

@@ -37,7 +37,8 @@ struct Extraction {
 /// feeds many consumers (tree cost there grows exponentially and drowns differences).
 enum class CostCombine { Sum, Max };
 
-Extraction extract_greedy(const EGraph& g, ClassId root, const CostFn& cost, CostCombine combine = CostCombine::Sum);
+Extraction extract_greedy(const EGraph& g, ClassId root, const CostFn& cost,
+                          CostCombine combine = CostCombine::Sum);
 Extraction extract_dag(const EGraph& g, ClassId root, const CostFn& cost);
 
 /// Sum over the term tree (shared subterms counted at each use).

@@ -11,8 +11,8 @@
 #include <functional>
 #include <optional>
 #include <span>
-#include <unordered_map>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "luminal/egraph/egraph.hpp"
@@ -60,12 +60,12 @@ struct AttrPattern {
 
 struct PatternNode {
   enum class Kind { Var, Op, Call } kind = Kind::Var;
-  int var = -1;                     // Var
-  Symbol op;                        // Op
-  std::vector<AttrPattern> attrs;   // Op
-  std::vector<uint32_t> children;   // Op: child pattern node indices
-  std::string call;                 // Call: applier name
-  std::vector<ArgRef> call_args;    // Call
+  int var = -1;                    // Var
+  Symbol op;                       // Op
+  std::vector<AttrPattern> attrs;  // Op
+  std::vector<uint32_t> children;  // Op: child pattern node indices
+  std::string call;                // Call: applier name
+  std::vector<ArgRef> call_args;   // Call
 };
 
 class Pattern {
@@ -99,6 +99,7 @@ struct Functions {
 };
 
 /// Builds the pattern's term in the e-graph under `s`; nullopt if an applier declines.
-std::optional<ClassId> instantiate(EGraph& g, const Pattern& p, const Subst& s, const Functions& fns);
+std::optional<ClassId> instantiate(EGraph& g, const Pattern& p, const Subst& s,
+                                   const Functions& fns);
 
 }  // namespace luminal::eg

@@ -29,12 +29,12 @@ struct Condition {
 
 struct Rule {
   std::string name;
-  std::string location;            // source:line:col
+  std::string location;  // source:line:col
   VarTable vars;
   std::vector<Pattern> searchers;  // one for a rewrite; several for a multi-pattern rule
   /// Each action unions two terms; for a rewrite the first is the matched root.
   std::vector<std::pair<Pattern, Pattern>> unions;
-  bool union_with_root = false;    // rewrite: union the match root with unions[k].second
+  bool union_with_root = false;  // rewrite: union the match root with unions[k].second
   std::vector<Condition> conditions;
 };
 
@@ -45,7 +45,8 @@ struct RuleSet {
 
 /// Parses rule text; every `(ruleset NAME ...)` becomes one RuleSet. Predicate and
 /// applier names are checked against `fns`.
-std::vector<RuleSet> parse_rules(std::string_view text, std::string_view source, const Functions& fns);
+std::vector<RuleSet> parse_rules(std::string_view text, std::string_view source,
+                                 const Functions& fns);
 
 /// Rule files compiled into the binary (CMake embeds src/**/rules/*.rules): file name
 /// without extension -> text.

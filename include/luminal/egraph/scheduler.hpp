@@ -34,7 +34,7 @@ struct RuleStats {
 struct IterationStats {
   size_t nodes = 0, classes = 0;  // after the iteration's rebuild
   uint64_t matches = 0, unions = 0;
-  size_t repairs = 0;             // parent nodes the rebuild re-canonicalised
+  size_t repairs = 0;  // parent nodes the rebuild re-canonicalised
   double seconds = 0, rebuild_seconds = 0;
 };
 

@@ -13,9 +13,11 @@
 namespace luminal::models {
 
 struct Gemma3Config {
-  int64_t vocab = 0, hidden = 0, intermediate = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  int64_t vocab = 0, hidden = 0, intermediate = 0, layers = 0, heads = 0, kv_heads = 0,
+          head_dim = 0;
   double rms_eps = 1e-6, rope_global = 1e6, rope_local = 1e4;
-  int64_t sliding_window = 512, sliding_pattern = 6;  // layer i is global when (i + 1) % pattern == 0
+  int64_t sliding_window = 512,
+          sliding_pattern = 6;  // layer i is global when (i + 1) % pattern == 0
   static Gemma3Config from_gguf(const GgufFile& f);
   bool is_global(int64_t layer) const { return (layer + 1) % sliding_pattern == 0; }
 };

@@ -24,8 +24,11 @@ int32_t sample(const std::vector<float>& logits, const SamplingOptions& opts, ui
 
 struct GenerationStats {
   size_t prompt_tokens = 0, generated = 0;
-  double load_seconds = 0, compile_seconds = 0, ttft_seconds = 0, prefill_seconds = 0, decode_seconds = 0;
-  double prompt_tokens_per_second() const { return prefill_seconds > 0 ? prompt_tokens / prefill_seconds : 0; }
+  double load_seconds = 0, compile_seconds = 0, ttft_seconds = 0, prefill_seconds = 0,
+         decode_seconds = 0;
+  double prompt_tokens_per_second() const {
+    return prefill_seconds > 0 ? prompt_tokens / prefill_seconds : 0;
+  }
   double decode_tokens_per_second() const {
     return decode_seconds > 0 && generated > 1 ? (generated - 1) / decode_seconds : 0;
   }
@@ -40,7 +43,8 @@ class TextGenerator {
 
   /// Generates up to `max_tokens` after `prompt`, calling `on_text` with each piece as
   /// it is produced; stops early at an end-of-sequence token.
-  GenerationStats generate(const std::string& prompt, int64_t max_tokens, const SamplingOptions& opts,
+  GenerationStats generate(const std::string& prompt, int64_t max_tokens,
+                           const SamplingOptions& opts,
                            const std::function<void(const std::string&)>& on_text);
   /// Greedy token ids and the logits of every generated step (for tests).
   std::vector<int32_t> greedy_ids(const std::vector<int32_t>& prompt, int64_t steps,

@@ -18,8 +18,21 @@ namespace luminal::models {
 
 /// ggml tensor types (the numbers are the format's).
 enum class GgmlType : uint32_t {
-  F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q8_1 = 9,
-  Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15, BF16 = 30,
+  F32 = 0,
+  F16 = 1,
+  Q4_0 = 2,
+  Q4_1 = 3,
+  Q5_0 = 6,
+  Q5_1 = 7,
+  Q8_0 = 8,
+  Q8_1 = 9,
+  Q2_K = 10,
+  Q3_K = 11,
+  Q4_K = 12,
+  Q5_K = 13,
+  Q6_K = 14,
+  Q8_K = 15,
+  BF16 = 30,
 };
 
 /// Name ("Q4_K", ...) or "type N" for an unknown one.
@@ -43,7 +56,7 @@ struct GgufTensorInfo {
   std::string name;
   std::vector<int64_t> shape;  // row-major: the reverse of the file's ggml dims
   uint32_t type = 0;
-  uint64_t offset = 0;         // from the start of the data section
+  uint64_t offset = 0;  // from the start of the data section
   size_t bytes = 0;
   size_t numel() const;
 };

@@ -1,5 +1,5 @@
-// The Llama family (Llama 2/3, Mistral with its sliding window, Qwen2 with qkv bias): config from a Hugging Face
-// config.json, the decoder as a luminal graph with a KV cache, weights by HF names.
+// The Llama family (Llama 2/3, Mistral with its sliding window, Qwen2 with qkv bias): config from a
+// Hugging Face config.json, the decoder as a luminal graph with a KV cache, weights by HF names.
 #pragma once
 
 #include <string>
@@ -10,7 +10,8 @@
 namespace luminal::models {
 
 struct LlamaConfig {
-  int64_t vocab = 0, hidden = 0, intermediate = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  int64_t vocab = 0, hidden = 0, intermediate = 0, layers = 0, heads = 0, kv_heads = 0,
+          head_dim = 0;
   double rms_eps = 1e-6, rope_theta = 10000.0;
   int64_t sliding_window = 0;  // 0: full causal attention
   bool tie_embeddings = false, qkv_bias = false;
@@ -24,8 +25,8 @@ class Llama final : public nn::Module {
   Llama(Graph& g, const LlamaConfig& c);
 
   struct Output {
-    Tensor logits;                      // [seq, vocab]
-    std::vector<nn::KVCache> cache;     // per layer, [kv_heads, past + seq, head_dim]
+    Tensor logits;                   // [seq, vocab]
+    std::vector<nn::KVCache> cache;  // per layer, [kv_heads, past + seq, head_dim]
   };
   /// tokens: i32 [seq] at positions past .. past + seq - 1.
   Output forward(const Tensor& tokens, Expr seq = "seq", Expr past = "past") const;

@@ -18,8 +18,8 @@ class SpmTokenizer {
  public:
   /// Reads tokenizer.ggml.{tokens,scores,token_type,bos_token_id,...} from `f`.
   explicit SpmTokenizer(const GgufFile& f);
-  SpmTokenizer(std::vector<std::string> pieces, std::vector<float> scores, std::vector<int32_t> types, int32_t bos,
-               int32_t eos, bool add_space_prefix);
+  SpmTokenizer(std::vector<std::string> pieces, std::vector<float> scores,
+               std::vector<int32_t> types, int32_t bos, int32_t eos, bool add_space_prefix);
 
   /// Token ids for `text` (with BOS first when `add_bos`).
   std::vector<int32_t> encode(const std::string& text, bool add_bos) const;
@@ -42,8 +42,8 @@ class SpmTokenizer {
   std::vector<float> scores_;
   std::vector<int32_t> types_;
   std::unordered_map<std::string, int32_t> ids_;
-  std::vector<int32_t> byte_ids_;              // <0xXX> tokens
-  std::vector<std::string> specials_;          // control / user-defined pieces, longest first
+  std::vector<int32_t> byte_ids_;      // <0xXX> tokens
+  std::vector<std::string> specials_;  // control / user-defined pieces, longest first
   int32_t bos_ = -1, eos_ = -1;
   bool add_space_prefix_ = false;
 };

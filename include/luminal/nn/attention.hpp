@@ -33,12 +33,13 @@ struct KVCache {
 class Attention final : public Module {
  public:
   /// `window` > 0 limits each query to the last `window` keys (sliding-window attention).
-  Attention(Graph& g, const std::string& name, int64_t dim, int64_t heads, int64_t kv_heads, int64_t head_dim,
-            bool qkv_bias, RopeConfig rope, int64_t window = 0);
+  Attention(Graph& g, const std::string& name, int64_t dim, int64_t heads, int64_t kv_heads,
+            int64_t head_dim, bool qkv_bias, RopeConfig rope, int64_t window = 0);
   /// Optional per-head RMS norms on queries and keys before RoPE (Gemma 3, Qwen 3).
   void enable_qk_norm(Graph& g, const std::string& name, double eps, bool unit_offset);
   /// x: [seq, dim]. Returns the output [seq, dim] and the cache extended by `seq`.
-  std::pair<Tensor, KVCache> forward(const Tensor& x, const KVCache& cache, Expr seq, Expr past) const;
+  std::pair<Tensor, KVCache> forward(const Tensor& x, const KVCache& cache, Expr seq,
+                                     Expr past) const;
   void parameters(const std::string& prefix, NamedTensors& out) const override;
 
   Linear q, k, v, o;

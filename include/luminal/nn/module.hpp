@@ -28,13 +28,15 @@ class Module {
 
 /// Supplies a tensor's data by name: nullopt if absent. Loaders (safetensors, GGUF)
 /// provide one; the data is converted to the parameter's dtype.
-using WeightSource = std::function<std::optional<Buffer>(const std::string& name, const std::vector<int64_t>& shape)>;
+using WeightSource = std::function<std::optional<Buffer>(const std::string& name,
+                                                         const std::vector<int64_t>& shape)>;
 
 /// Sets every parameter of `m` from `source`. A missing tensor or a shape mismatch
 /// raises luminal::Error naming the tensor.
 void load_parameters(const Module& m, const WeightSource& source, const std::string& prefix = "");
 
 /// A new parameter: an input named `name` of a concrete shape.
-Tensor parameter(Graph& g, const std::string& name, const std::vector<int64_t>& shape, DType dtype = DType::F32);
+Tensor parameter(Graph& g, const std::string& name, const std::vector<int64_t>& shape,
+                 DType dtype = DType::F32);
 
 }  // namespace luminal::nn

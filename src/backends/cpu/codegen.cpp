@@ -23,15 +23,22 @@ std::string compute_type(DType t) {
 
 std::string storage_type(DType t) {
   switch (t) {
-    case DType::F32: return "float";
-    case DType::F64: return "double";
+    case DType::F32:
+      return "float";
+    case DType::F64:
+      return "double";
     case DType::F16:
-    case DType::BF16: return "uint16_t";
-    case DType::I32: return "int32_t";
-    case DType::I64: return "int64_t";
-    case DType::I8: return "int8_t";
+    case DType::BF16:
+      return "uint16_t";
+    case DType::I32:
+      return "int32_t";
+    case DType::I64:
+      return "int64_t";
+    case DType::I8:
+      return "int8_t";
     case DType::U8:
-    case DType::Bool: return "uint8_t";
+    case DType::Bool:
+      return "uint8_t";
   }
   return "?";
 }
@@ -39,21 +46,29 @@ std::string storage_type(DType t) {
 // Converts a stored element to its compute type.
 std::string load_expr(DType t, const std::string& element) {
   switch (t) {
-    case DType::F16: return "lum_h2f(" + element + ")";
-    case DType::BF16: return "lum_bf2f(" + element + ")";
+    case DType::F16:
+      return "lum_h2f(" + element + ")";
+    case DType::BF16:
+      return "lum_bf2f(" + element + ")";
     case DType::F32:
-    case DType::F64: return element;
-    default: return "(int64_t)(" + element + ")";
+    case DType::F64:
+      return element;
+    default:
+      return "(int64_t)(" + element + ")";
   }
 }
 
 // Converts a compute value to its storage type (integers wrap, as the reference does).
 std::string store_expr(DType t, const std::string& v) {
   switch (t) {
-    case DType::F16: return "lum_f2h(" + v + ")";
-    case DType::BF16: return "lum_f2bf(" + v + ")";
-    case DType::Bool: return "(uint8_t)((" + v + ") != 0)";
-    default: return "(" + storage_type(t) + ")(" + v + ")";
+    case DType::F16:
+      return "lum_f2h(" + v + ")";
+    case DType::BF16:
+      return "lum_f2bf(" + v + ")";
+    case DType::Bool:
+      return "(uint8_t)((" + v + ") != 0)";
+    default:
+      return "(" + storage_type(t) + ")(" + v + ")";
   }
 }
 
@@ -61,20 +76,29 @@ std::string store_expr(DType t, const std::string& v) {
 // dtype `t`, so that fused chains match op-by-op evaluation.
 std::string normalize(DType t, const std::string& v) {
   switch (t) {
-    case DType::F16: return "lum_round_f16(" + v + ")";
-    case DType::BF16: return "lum_round_bf16(" + v + ")";
-    case DType::I32: return "(int64_t)(int32_t)(" + v + ")";
-    case DType::I8: return "(int64_t)(int8_t)(" + v + ")";
-    case DType::U8: return "(int64_t)(uint8_t)(" + v + ")";
-    case DType::Bool: return "(int64_t)((" + v + ") != 0)";
-    default: return v;
+    case DType::F16:
+      return "lum_round_f16(" + v + ")";
+    case DType::BF16:
+      return "lum_round_bf16(" + v + ")";
+    case DType::I32:
+      return "(int64_t)(int32_t)(" + v + ")";
+    case DType::I8:
+      return "(int64_t)(int8_t)(" + v + ")";
+    case DType::U8:
+      return "(int64_t)(uint8_t)(" + v + ")";
+    case DType::Bool:
+      return "(int64_t)((" + v + ") != 0)";
+    default:
+      return v;
   }
 }
 
 std::string literal(double v, DType t) {
   if (!is_float(t)) return std::to_string(static_cast<int64_t>(v)) + "LL";
   if (std::isnan(v)) return "std::numeric_limits<" + compute_type(t) + ">::quiet_NaN()";
-  if (std::isinf(v)) return std::string(v < 0 ? "-" : "") + "std::numeric_limits<" + compute_type(t) + ">::infinity()";
+  if (std::isinf(v))
+    return std::string(v < 0 ? "-" : "") + "std::numeric_limits<" + compute_type(t) +
+           ">::infinity()";
   std::ostringstream os;
   os.precision(17);
   os << v;
@@ -85,20 +109,29 @@ std::string literal(double v, DType t) {
 
 std::pair<double, double> int_range(DType t) {
   switch (t) {
-    case DType::I32: return {std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max()};
-    case DType::I8: return {-128, 127};
-    case DType::U8: return {0, 255};
-    case DType::Bool: return {0, 1};
-    default: return {-9.2233720368547758e18, 9.2233720368547758e18};
+    case DType::I32:
+      return {std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max()};
+    case DType::I8:
+      return {-128, 127};
+    case DType::U8:
+      return {0, 255};
+    case DType::Bool:
+      return {0, 1};
+    default:
+      return {-9.2233720368547758e18, 9.2233720368547758e18};
   }
 }
 
 int64_t lowest_int(DType t) {
   switch (t) {
-    case DType::I32: return std::numeric_limits<int32_t>::min();
-    case DType::I8: return -128;
-    case DType::U8: return 0;
-    default: return std::numeric_limits<int64_t>::min();
+    case DType::I32:
+      return std::numeric_limits<int32_t>::min();
+    case DType::I8:
+      return -128;
+    case DType::U8:
+      return 0;
+    default:
+      return std::numeric_limits<int64_t>::min();
   }
 }
 
@@ -123,13 +156,20 @@ class KernelWriter {
     os_ << "  " << out_type_ << "* out = (" << out_type_ << "*)bufs[0];\n";
     for (size_t i = 0; i < k_.reads.size(); ++i) {
       const std::string t = storage_type(g_.node(k_.reads[i]).dtype);
-      os_ << "  const " << t << "* in" << (i + 1) << " = (const " << t << "*)bufs[" << (i + 1) << "];\n";
+      os_ << "  const " << t << "* in" << (i + 1) << " = (const " << t << "*)bufs[" << (i + 1)
+          << "];\n";
     }
     switch (root.op) {
       case Op::SumReduce:
-      case Op::MaxReduce: write_reduce(root); break;
-      case Op::Scatter: write_scatter(root); break;
-      default: write_map(root); break;
+      case Op::MaxReduce:
+        write_reduce(root);
+        break;
+      case Op::Scatter:
+        write_scatter(root);
+        break;
+      default:
+        write_map(root);
+        break;
     }
     return os_.str();
   }
@@ -183,7 +223,9 @@ class KernelWriter {
     const bool simd = is_float(root.dtype);
     os_ << "    " << t << " acc = " << init << ";\n";
     if (simd && !sum) os_ << "    int lum_nan = 0;\n";
-    if (simd) os_ << (sum ? "    #pragma omp simd reduction(+:acc)\n" : "    #pragma omp simd reduction(max:acc) reduction(|:lum_nan)\n");
+    if (simd)
+      os_ << (sum ? "    #pragma omp simd reduction(+:acc)\n"
+                  : "    #pragma omp simd reduction(max:acc) reduction(|:lum_nan)\n");
     os_ << "    for (int64_t lum_r = 0; lum_r < " << len.to_c() << "; ++lum_r) {\n";
     const std::string v = operand(e, in_idx, "      ");
     if (sum) {
@@ -195,14 +237,17 @@ class KernelWriter {
       os_ << "      acc = lum_max<" << t << ">(acc, " << v << ");\n";
     }
     os_ << "    }\n";
-    if (simd && !sum) os_ << "    if (lum_nan) acc = std::numeric_limits<" << t << ">::quiet_NaN();\n";
-    os_ << "    out[lum_o] = " << store_expr(root.dtype, normalize(root.dtype, "acc")) << ";\n  }\n";
+    if (simd && !sum)
+      os_ << "    if (lum_nan) acc = std::numeric_limits<" << t << ">::quiet_NaN();\n";
+    os_ << "    out[lum_o] = " << store_expr(root.dtype, normalize(root.dtype, "acc"))
+        << ";\n  }\n";
   }
 
   void write_scatter(const Node& root) {
     // Copy the destination, then write sources in order (later writes win).
     const Expr o = open_loop(root.shape, "  ", true);
-    const std::string d = operand(root.inputs[0], View::contiguous(root.shape).unflatten(o), "    ");
+    const std::string d =
+        operand(root.inputs[0], View::contiguous(root.shape).unflatten(o), "    ");
     os_ << "    out[lum_o] = " << store_expr(root.dtype, d) << ";\n  }\n";
     const std::vector<Expr>& ishape = root.inputs[1].view.shape();
     const Expr m = product(ishape);
@@ -275,20 +320,29 @@ class KernelWriter {
         note_vars(v);
         return bind(normalize(node.dtype, "(" + t + ")(" + v.to_c() + ")"));
       }
-      case Op::Contiguous: return in(0);
-      case Op::Cast: return bind(cast(node.inputs[0], in(0), node.dtype));
-      case Op::Log2: return bind(normalize(node.dtype, "log2" + suffix + "(" + in(0) + ")"));
-      case Op::Exp2: return bind(normalize(node.dtype, "exp2" + suffix + "(" + in(0) + ")"));
-      case Op::Sin: return bind(normalize(node.dtype, "sin" + suffix + "(" + in(0) + ")"));
-      case Op::Sqrt: return bind(normalize(node.dtype, "sqrt" + suffix + "(" + in(0) + ")"));
-      case Op::Recip: return bind(normalize(node.dtype, "(" + t + ")1 / " + in(0)));
+      case Op::Contiguous:
+        return in(0);
+      case Op::Cast:
+        return bind(cast(node.inputs[0], in(0), node.dtype));
+      case Op::Log2:
+        return bind(normalize(node.dtype, "log2" + suffix + "(" + in(0) + ")"));
+      case Op::Exp2:
+        return bind(normalize(node.dtype, "exp2" + suffix + "(" + in(0) + ")"));
+      case Op::Sin:
+        return bind(normalize(node.dtype, "sin" + suffix + "(" + in(0) + ")"));
+      case Op::Sqrt:
+        return bind(normalize(node.dtype, "sqrt" + suffix + "(" + in(0) + ")"));
+      case Op::Recip:
+        return bind(normalize(node.dtype, "(" + t + ")1 / " + in(0)));
       case Op::Add: {
         const std::string a = in(0), b = in(1);
-        return bind(normalize(node.dtype, f ? a + " + " + b : "lum_wrap_add(" + a + ", " + b + ")"));
+        return bind(
+            normalize(node.dtype, f ? a + " + " + b : "lum_wrap_add(" + a + ", " + b + ")"));
       }
       case Op::Mul: {
         const std::string a = in(0), b = in(1);
-        return bind(normalize(node.dtype, f ? a + " * " + b : "lum_wrap_mul(" + a + ", " + b + ")"));
+        return bind(
+            normalize(node.dtype, f ? a + " * " + b : "lum_wrap_mul(" + a + ", " + b + ")"));
       }
       case Op::Mod: {
         const std::string a = in(0), b = in(1);
@@ -303,10 +357,13 @@ class KernelWriter {
         const std::string c = in(0), a = in(1), b = in(2);
         return bind("(" + c + ") ? " + a + " : " + b);
       }
-      case Op::Gather: return gather(node, idx, indent);
-      default: break;
+      case Op::Gather:
+        return gather(node, idx, indent);
+      default:
+        break;
     }
-    LUM_FAIL() << "CPU backend: cannot generate code for " << op_name(node.op) << " (%" << n.value << ")";
+    LUM_FAIL() << "CPU backend: cannot generate code for " << op_name(node.op) << " (%" << n.value
+               << ")";
   }
 
   std::string cast(const Edge& e, const std::string& v, DType to) {
@@ -318,7 +375,8 @@ class KernelWriter {
     }
     if (is_float(from)) {
       const auto [lo, hi] = int_range(to);
-      return normalize(to, "lum_f2i(" + v + ", " + literal(lo, DType::F64) + ", " + literal(hi, DType::F64) + ")");
+      return normalize(to, "lum_f2i(" + v + ", " + literal(lo, DType::F64) + ", " +
+                               literal(hi, DType::F64) + ")");
     }
     return normalize(to, v);
   }
@@ -334,8 +392,10 @@ class KernelWriter {
     const std::string t = compute_type(node.dtype);
     os_ << indent << t << " " << out << " = 0;\n";
     os_ << indent << "if (" << g << " < 0 || " << g << " >= " << limit.to_c() << ") {\n"
-        << indent << "  lum_fail(err, 1, " << g << ", lum_o);\n" << indent << "} else {\n";
-    const std::vector<Expr> didx = View::contiguous(data.view.shape()).unflatten(Expr::var(g, kExprNegInf, kExprInf));
+        << indent << "  lum_fail(err, 1, " << g << ", lum_o);\n"
+        << indent << "} else {\n";
+    const std::vector<Expr> didx =
+        View::contiguous(data.view.shape()).unflatten(Expr::var(g, kExprNegInf, kExprInf));
     const std::string v = operand(data, didx, indent + "  ");
     os_ << indent << "  " << out << " = " << v << ";\n" << indent << "}\n";
     return out;
@@ -371,10 +431,12 @@ GeneratedSource generate_source(const Graph& g, const compiler::KernelPlan& plan
   os << kernel_prelude() << expr_c_prelude() << "\n";
   for (size_t k = 0; k < bodies.size(); ++k) {
     if (bodies[k].empty()) continue;
-    os << "extern \"C\" void lum_kernel_" << k << "(void** bufs, const int64_t* dims, int64_t* err) {\n"
+    os << "extern \"C\" void lum_kernel_" << k
+       << "(void** bufs, const int64_t* dims, int64_t* err) {\n"
        << "  (void)dims; (void)err;\n";
     for (size_t i = 0; i < out.dims.size(); ++i)
-      os << "  const int64_t " << out.dims[i] << " = dims[" << i << "]; (void)" << out.dims[i] << ";\n";
+      os << "  const int64_t " << out.dims[i] << " = dims[" << i << "]; (void)" << out.dims[i]
+         << ";\n";
     os << bodies[k] << "}\n\n";
   }
   out.code = os.str();

@@ -48,13 +48,17 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 // the user's outputs back into it.
 class CpuExecutable final : public Executable {
  public:
-  CpuExecutable(compiler::Optimized program, compiler::KernelPlan plan, std::vector<std::string> dims,
-                cpugen::JitResult jit)
-      : program_(std::move(program)), plan_(std::move(plan)), dims_(std::move(dims)), jit_(std::move(jit)) {
+  CpuExecutable(compiler::Optimized program, compiler::KernelPlan plan,
+                std::vector<std::string> dims, cpugen::JitResult jit)
+      : program_(std::move(program)),
+        plan_(std::move(plan)),
+        dims_(std::move(dims)),
+        jit_(std::move(jit)) {
     for (size_t k = 0; k < plan_.kernels.size(); ++k) {
       const bool custom = program_.graph->node(plan_.kernels[k].root).op == Op::Custom;
       fns_.push_back(custom ? nullptr
-                            : reinterpret_cast<KernelFn>(jit_.library->symbol("lum_kernel_" + std::to_string(k))));
+                            : reinterpret_cast<KernelFn>(
+                                  jit_.library->symbol("lum_kernel_" + std::to_string(k))));
     }
   }
 
@@ -107,7 +111,8 @@ class CpuExecutable final : public Executable {
       if (values[c.value]) {
         // The last output naming a value takes the buffer itself; others get copies.
         bool later = false;
-        for (size_t j = i + 1; j < program_.outputs.size(); ++j) later |= plan_.canon(program_.outputs[j].second) == c;
+        for (size_t j = i + 1; j < program_.outputs.size(); ++j)
+          later |= plan_.canon(program_.outputs[j].second) == c;
         if (later) {
           user.set_data(user_out, *values[c.value]);
         } else {
@@ -150,24 +155,27 @@ class CpuExecutable final : public Executable {
 
   std::vector<std::optional<Buffer>> spare_;
   // A kernel operand: a computed value, or the user's data for an input.
-  const Buffer& input(const Graph& user, NodeId r, const std::vector<std::optional<Buffer>>& values) {
+  const Buffer& input(const Graph& user, NodeId r,
+                      const std::vector<std::optional<Buffer>>& values) {
     if (values[r.value]) return *values[r.value];
     const Node& n = program_.graph->node(r);
     LUM_CHECK(n.op == Op::Input) << "internal: %" << r.value << " has no value";
     const Buffer* b = user.data(program_.source_of[r.value]);
-    LUM_CHECK(b) << "input '" << n.name << "' (%" << r.value << ") has no data: call set() before execute()";
+    LUM_CHECK(b) << "input '" << n.name << "' (%" << r.value
+                 << ") has no data: call set() before execute()";
     LUM_CHECK(b->dtype() == n.dtype) << "input '" << n.name << "' is " << dtype_name(n.dtype)
                                      << " but its data is " << dtype_name(b->dtype());
     int64_t numel = 1;
     for (Expr d : n.shape) numel *= d.eval(user.dims());
     LUM_CHECK(b->numel() == static_cast<size_t>(numel))
-        << "input '" << n.name << "' of shape " << to_string(n.shape) << " needs " << numel << " elements, got "
-        << b->numel();
+        << "input '" << n.name << "' of shape " << to_string(n.shape) << " needs " << numel
+        << " elements, got " << b->numel();
     return *b;
   }
 
   // Library kernels: MatMul through BLAS; any other CustomOp by its reference semantics.
-  void run_custom(const Graph& user, const Node& n, const std::vector<std::optional<Buffer>>& values, Buffer& out) {
+  void run_custom(const Graph& user, const Node& n,
+                  const std::vector<std::optional<Buffer>>& values, Buffer& out) {
     std::vector<ConcreteView> views;
     std::vector<const Buffer*> bufs;
     for (const Edge& e : n.inputs) {
@@ -175,8 +183,8 @@ class CpuExecutable final : public Executable {
       bufs.push_back(&input(user, plan_.canon(e.source), values));
     }
     if (dynamic_cast<const compiler::MatMulOp*>(n.custom.get()) && n.dtype == DType::F32) {
-      cpugen::matmul_f32(views[0], bufs[0]->span<float>().data(), views[1], bufs[1]->span<float>().data(),
-                         out.span<float>().data());
+      cpugen::matmul_f32(views[0], bufs[0]->span<float>().data(), views[1],
+                         bufs[1]->span<float>().data(), out.span<float>().data());
       return;
     }
     std::vector<Buffer> in;
@@ -192,10 +200,12 @@ class CpuExecutable final : public Executable {
 
   [[noreturn]] static void report(const Graph& g, const compiler::Kernel& k, const int64_t* err) {
     const Node& n = g.node(k.root);
-    const std::string where = "%" + std::to_string(k.root.value) + " (" + std::string(op_name(n.op)) + ")";
+    const std::string where =
+        "%" + std::to_string(k.root.value) + " (" + std::string(op_name(n.op)) + ")";
     const char* what = err[0] == 1 ? "Gather in " : err[0] == 2 ? "Scatter " : "Mod in ";
     LUM_CHECK(err[0] != 3) << what << where << ": integer division by zero at element " << err[2];
-    LUM_FAIL() << what << where << ": index " << err[1] << " at position " << err[2] << " is out of range";
+    LUM_FAIL() << what << where << ": index " << err[1] << " at position " << err[2]
+               << " is out of range";
   }
 
   compiler::Optimized program_;
@@ -233,14 +243,17 @@ std::unique_ptr<Executable> CpuBackend::compile(const Graph& graph) const {
   for (const auto& r : program.report.rules) rewrites += r.unions;
   if (log) {
     std::fprintf(stderr,
-                 "luminal cpu: %zu nodes -> e-graph %s, %llu rewrites -> %zu nodes -> %zu kernels (%zu ops fused); "
-                 "e-graph %.3f s, plan %.3f s, codegen %.3f s, compile %.3f s (%s), total %.3f s; %d threads\n",
-                 graph.num_nodes(), program.summary().c_str(), static_cast<unsigned long long>(rewrites),
-                 program.graph->num_nodes(), plan.kernels.size(),
-                 plan.fused_ops, opt_s, plan_s, gen_s, jit.compile_seconds, jit.cache_hit ? "cache hit" : "compiled",
-                 seconds_since(start), threads);
+                 "luminal cpu: %zu nodes -> e-graph %s, %llu rewrites -> %zu nodes -> %zu kernels "
+                 "(%zu ops fused); "
+                 "e-graph %.3f s, plan %.3f s, codegen %.3f s, compile %.3f s (%s), total %.3f s; "
+                 "%d threads\n",
+                 graph.num_nodes(), program.summary().c_str(),
+                 static_cast<unsigned long long>(rewrites), program.graph->num_nodes(),
+                 plan.kernels.size(), plan.fused_ops, opt_s, plan_s, gen_s, jit.compile_seconds,
+                 jit.cache_hit ? "cache hit" : "compiled", seconds_since(start), threads);
   }
-  return std::make_unique<CpuExecutable>(std::move(program), std::move(plan), std::move(src.dims), std::move(jit));
+  return std::make_unique<CpuExecutable>(std::move(program), std::move(plan), std::move(src.dims),
+                                         std::move(jit));
 }
 
 }  // namespace luminal

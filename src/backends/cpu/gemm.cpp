@@ -26,7 +26,8 @@ bool layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs, CBLAS_TRANSPOSE&
 
 }  // namespace
 
-void matmul_f32(const ConcreteView& a, const float* ad, const ConcreteView& b, const float* bd, float* out) {
+void matmul_f32(const ConcreteView& a, const float* ad, const ConcreteView& b, const float* bd,
+                float* out) {
   const size_t r = a.dims.size();
   const int64_t m = a.dims[r - 3], k = a.dims[r - 2], n = a.dims[r - 1];
   const int64_t sam = a.strides[r - 3], sak = a.strides[r - 2];
@@ -48,15 +49,16 @@ void matmul_f32(const ConcreteView& a, const float* ad, const ConcreteView& b, c
       if (k == 0) {
         std::fill(c, c + m * n, 0.0f);
       } else {
-        cblas_sgemm(CblasRowMajor, ta, tb, static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k),
-                    1.0f, ad + oa, static_cast<blasint>(lda), bd + ob, static_cast<blasint>(ldb), 0.0f, c,
-                    static_cast<blasint>(n));
+        cblas_sgemm(CblasRowMajor, ta, tb, static_cast<blasint>(m), static_cast<blasint>(n),
+                    static_cast<blasint>(k), 1.0f, ad + oa, static_cast<blasint>(lda), bd + ob,
+                    static_cast<blasint>(ldb), 0.0f, c, static_cast<blasint>(n));
       }
     } else {
       for (int64_t i = 0; i < m; ++i)
         for (int64_t j = 0; j < n; ++j) {
           float acc = 0;
-          for (int64_t p = 0; p < k; ++p) acc += ad[oa + i * sam + p * sak] * bd[ob + p * sbk + j * sbn];
+          for (int64_t p = 0; p < k; ++p)
+            acc += ad[oa + i * sam + p * sak] * bd[ob + p * sbk + j * sbn];
           c[i * n + j] = acc;
         }
     }

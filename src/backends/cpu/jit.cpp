@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "luminal/error.hpp"
+#include "luminal/hash.hpp"
 
 namespace luminal::cpugen {
 namespace {
@@ -25,7 +26,8 @@ const char* compiler() {
 }
 
 const std::string& flags() {
-  static const std::string f = "-std=c++17 -O3 -march=native -fno-math-errno -fopenmp -fPIC -shared -w";
+  static const std::string f =
+      "-std=c++17 -O3 -march=native -fno-math-errno -fopenmp -fPIC -shared -w";
   return f;
 }
 
@@ -44,11 +46,6 @@ std::pair<int, std::string> run(const std::string& cmd) {
 const std::string& compiler_version() {
   static const std::string v = run(std::string(compiler()) + " --version").second;
   return v;
-}
-
-uint64_t fnv1a(const std::string& s, uint64_t h = 1469598103934665603ull) {
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
 }
 
 std::string hex(uint64_t v) {
@@ -95,7 +92,7 @@ std::string cache_dir() {
 
 JitResult compile_and_load(const std::string& source) {
   const auto start = std::chrono::steady_clock::now();
-  const std::string key = hex(fnv1a(source, fnv1a(flags() + compiler_version())));
+  const std::string key = hex(hash_bytes(source, hash_bytes(flags() + compiler_version())));
   const fs::path dir = cache_dir();
   const fs::path so = dir / ("k" + key + ".so");
   JitResult r;
@@ -106,8 +103,9 @@ JitResult compile_and_load(const std::string& source) {
   }
   // Write to unique temporary names, then rename: concurrent compiles never see a
   // half-written file.
-  const std::string tag = std::to_string(getpid()) + "-" + hex(fnv1a(std::to_string(
-                              std::chrono::steady_clock::now().time_since_epoch().count())));
+  const std::string tag =
+      std::to_string(getpid()) + "-" +
+      hex(hash_bytes(std::to_string(std::chrono::steady_clock::now().time_since_epoch().count())));
   const fs::path src = dir / ("k" + key + ".cpp");
   const fs::path tmp = dir / ("k" + key + "." + tag + ".tmp.so");
   {
@@ -115,17 +113,20 @@ JitResult compile_and_load(const std::string& source) {
     f << source;
     LUM_CHECK(f) << "cannot write kernel source " << src;
   }
-  const std::string cmd = std::string(compiler()) + " " + flags() + " -o '" + tmp.string() + "' '" + src.string() + "'";
+  const std::string cmd =
+      std::string(compiler()) + " " + flags() + " -o '" + tmp.string() + "' '" + src.string() + "'";
   const auto [status, output] = run(cmd);
   if (status != 0) {
     std::error_code ec;
     fs::remove(tmp, ec);
     LUM_FAIL() << "the C++ compiler failed on generated kernels; source kept at " << src.string()
-               << "\ncommand: " << cmd << "\n" << output.substr(0, 4000);
+               << "\ncommand: " << cmd << "\n"
+               << output.substr(0, 4000);
   }
   fs::rename(tmp, so);
   r.library = load(so.string());
-  r.compile_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  r.compile_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return r;
 }
 

@@ -6,7 +6,9 @@
 namespace luminal::hlops {
 
 /// Integer and bool tensors compute float math in f32, as PyTorch does.
-inline Tensor as_float(const Tensor& x) { return is_float(x.dtype()) ? x : x.cast(DType::F32); }
+inline Tensor as_float(const Tensor& x) {
+  return is_float(x.dtype()) ? x : x.cast(DType::F32);
+}
 
 /// Row-major flat positions into a tensor of `shape` for every element of an output of
 /// `out_shape`, where the coordinate along `axis` comes from `index` (broadcast to

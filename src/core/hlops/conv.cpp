@@ -7,11 +7,13 @@
 namespace luminal {
 namespace {
 
-void check_conv(const Tensor& x, const Tensor& w, size_t spatial, const ConvOptions& o, const char* op) {
-  LUM_CHECK(x.rank() == spatial + 2) << op << ": input must be [N, C, " << (spatial == 1 ? "L" : "H, W")
-                                     << "], got " << to_string(x.shape());
-  LUM_CHECK(w.rank() == spatial + 2) << op << ": weight must have rank " << spatial + 2 << ", got "
-                                     << to_string(w.shape());
+void check_conv(const Tensor& x, const Tensor& w, size_t spatial, const ConvOptions& o,
+                const char* op) {
+  LUM_CHECK(x.rank() == spatial + 2)
+      << op << ": input must be [N, C, " << (spatial == 1 ? "L" : "H, W") << "], got "
+      << to_string(x.shape());
+  LUM_CHECK(w.rank() == spatial + 2)
+      << op << ": weight must have rank " << spatial + 2 << ", got " << to_string(w.shape());
   LUM_CHECK(o.stride > 0 && o.dilation > 0 && o.groups > 0 && o.padding >= 0)
       << op << ": stride, dilation and groups must be positive and padding non-negative";
   LUM_CHECK(x.shape()[1] == w.shape()[1] * o.groups)
@@ -40,7 +42,8 @@ Tensor conv(const Tensor& x, const Tensor& w, const Tensor& bias, const ConvOpti
   const Expr g = o.groups, cg = c / g, og = out_ch / g;
   std::vector<Expr> kernel(w.shape().end() - static_cast<std::ptrdiff_t>(spatial), w.shape().end());
   Tensor cols = windows(x, kernel, o.stride, o.padding, o.dilation, 0.0);  // [N, C, O..., K...]
-  std::vector<Expr> out_sizes(cols.shape().begin() + 2, cols.shape().begin() + 2 + static_cast<std::ptrdiff_t>(spatial));
+  std::vector<Expr> out_sizes(cols.shape().begin() + 2,
+                              cols.shape().begin() + 2 + static_cast<std::ptrdiff_t>(spatial));
   // [N, g, Cg, O..., K...] -> [N, g, O..., Cg, K...] -> [N, g, P, Cg*K]
   std::vector<Expr> grouped{n, g, cg};
   grouped.insert(grouped.end(), cols.shape().begin() + 2, cols.shape().end());
@@ -68,10 +71,12 @@ Tensor pool(const Tensor& x, PoolOptions o, size_t spatial, bool is_max, const c
   LUM_CHECK(x.rank() >= spatial) << op << ": input " << to_string(x.shape()) << " has fewer than "
                                  << spatial << " dimensions";
   LUM_CHECK(o.kernel > 0 && o.stride >= 0 && o.padding >= 0 && o.padding * 2 <= o.kernel)
-      << op << ": invalid kernel " << o.kernel << ", stride " << o.stride << ", padding " << o.padding;
+      << op << ": invalid kernel " << o.kernel << ", stride " << o.stride << ", padding "
+      << o.padding;
   const int64_t stride = o.stride ? o.stride : o.kernel;
   const double fill = is_max ? -std::numeric_limits<double>::infinity() : 0.0;
-  const Tensor w = windows(x, std::vector<Expr>(spatial, Expr(o.kernel)), stride, o.padding, 1, fill);
+  const Tensor w =
+      windows(x, std::vector<Expr>(spatial, Expr(o.kernel)), stride, o.padding, 1, fill);
   std::vector<int> window_axes;
   for (size_t s = 0; s < spatial; ++s) window_axes.push_back(-1 - static_cast<int>(s));
   return is_max ? w.max(window_axes) : w.mean(window_axes);
@@ -85,9 +90,17 @@ Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias, ConvOpt
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, ConvOptions o) {
   return conv(x, weight, bias, o, 2, "conv2d");
 }
-Tensor max_pool1d(const Tensor& x, PoolOptions o) { return pool(x, o, 1, true, "max_pool1d"); }
-Tensor max_pool2d(const Tensor& x, PoolOptions o) { return pool(x, o, 2, true, "max_pool2d"); }
-Tensor avg_pool1d(const Tensor& x, PoolOptions o) { return pool(x, o, 1, false, "avg_pool1d"); }
-Tensor avg_pool2d(const Tensor& x, PoolOptions o) { return pool(x, o, 2, false, "avg_pool2d"); }
+Tensor max_pool1d(const Tensor& x, PoolOptions o) {
+  return pool(x, o, 1, true, "max_pool1d");
+}
+Tensor max_pool2d(const Tensor& x, PoolOptions o) {
+  return pool(x, o, 2, true, "max_pool2d");
+}
+Tensor avg_pool1d(const Tensor& x, PoolOptions o) {
+  return pool(x, o, 1, false, "avg_pool1d");
+}
+Tensor avg_pool2d(const Tensor& x, PoolOptions o) {
+  return pool(x, o, 2, false, "avg_pool2d");
+}
 
 }  // namespace luminal

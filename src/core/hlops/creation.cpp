@@ -31,24 +31,32 @@ size_t concrete_numel(const std::vector<Expr>& shape, const char* op) {
   return static_cast<size_t>(n);
 }
 
-bool is_integral(double v) { return std::floor(v) == v && std::fabs(v) < 9.0e15; }
+bool is_integral(double v) {
+  return std::floor(v) == v && std::fabs(v) < 9.0e15;
+}
 
 }  // namespace
 
 Tensor Graph::full(const std::vector<Expr>& shape, double value, DType dtype) {
-  Tensor c = is_float(dtype) ? constant(value, dtype) : constant_int(static_cast<int64_t>(value), dtype);
+  Tensor c =
+      is_float(dtype) ? constant(value, dtype) : constant_int(static_cast<int64_t>(value), dtype);
   return c.broadcast_to(shape);
 }
 
-Tensor Graph::zeros(const std::vector<Expr>& shape, DType dtype) { return full(shape, 0, dtype); }
-Tensor Graph::ones(const std::vector<Expr>& shape, DType dtype) { return full(shape, 1, dtype); }
+Tensor Graph::zeros(const std::vector<Expr>& shape, DType dtype) {
+  return full(shape, 0, dtype);
+}
+Tensor Graph::ones(const std::vector<Expr>& shape, DType dtype) {
+  return full(shape, 1, dtype);
+}
 
 Tensor Graph::arange(double start, double end, double step, DType dtype) {
   LUM_CHECK(step != 0) << "arange: step must be non-zero";
   const double count = std::ceil((end - start) / step);
   const auto n = static_cast<int64_t>(std::max(count, 0.0));
   if (is_integral(start) && is_integral(step))
-    return iota(Expr(static_cast<int64_t>(start)) + Expr("z") * static_cast<int64_t>(step), {n}, dtype);
+    return iota(Expr(static_cast<int64_t>(start)) + Expr("z") * static_cast<int64_t>(step), {n},
+                dtype);
   Tensor z = iota(Expr("z"), {n}, DType::F64);
   return (z * step + start).cast(dtype);
 }

@@ -15,7 +15,8 @@ namespace {
 std::string shape_now(const Tensor& t) {
   std::ostringstream os;
   os << '[';
-  for (size_t d = 0; d < t.rank(); ++d) os << (d ? ", " : "") << t.shape()[d].eval(t.graph().dims());
+  for (size_t d = 0; d < t.rank(); ++d)
+    os << (d ? ", " : "") << t.shape()[d].eval(t.graph().dims());
   os << ']';
   return os.str();
 }
@@ -47,7 +48,8 @@ Tensor& Tensor::diff(std::string path, double atol, double rtol) {
     const Buffer got = self.data();
     LUM_CHECK(bytes.size() == got.bytes())
         << "diff: '" << path << "' holds " << bytes.size() << " bytes; the tensor has "
-        << got.numel() << " " << dtype_name(got.dtype()) << " elements (" << got.bytes() << " bytes)";
+        << got.numel() << " " << dtype_name(got.dtype()) << " elements (" << got.bytes()
+        << " bytes)";
     Buffer want(got.dtype(), got.numel());
     std::copy(bytes.begin(), bytes.end(), static_cast<char*>(want.data()));
     struct Miss {
@@ -58,15 +60,18 @@ Tensor& Tensor::diff(std::string path, double atol, double rtol) {
     for (size_t i = 0; i < got.numel(); ++i) {
       const double g = got.get_f64(i), w = want.get_f64(i);
       const double err = std::fabs(g - w), allowed = atol + rtol * std::fabs(w);
-      if (err > allowed || std::isnan(g) != std::isnan(w)) misses.push_back({i, g, w, err - allowed});
+      if (err > allowed || std::isnan(g) != std::isnan(w))
+        misses.push_back({i, g, w, err - allowed});
     }
     if (misses.empty()) return;
-    std::sort(misses.begin(), misses.end(), [](const Miss& a, const Miss& b) { return a.excess > b.excess; });
+    std::sort(misses.begin(), misses.end(),
+              [](const Miss& a, const Miss& b) { return a.excess > b.excess; });
     std::ostringstream os;
     os << "diff: " << misses.size() << " of " << got.numel() << " elements differ from '" << path
        << "' beyond atol " << atol << " + rtol " << rtol << "; worst:";
     for (size_t k = 0; k < std::min<size_t>(misses.size(), 5); ++k)
-      os << "\n  [" << misses[k].index << "] got " << misses[k].got << ", expected " << misses[k].want;
+      os << "\n  [" << misses[k].index << "] got " << misses[k].got << ", expected "
+         << misses[k].want;
     LUM_FAIL() << os.str();
   });
   return *this;

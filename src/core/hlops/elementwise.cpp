@@ -12,23 +12,35 @@ namespace {
 
 using hlops::as_float;
 
-Tensor to_bool(const Tensor& x) { return x.cast(DType::Bool); }
+Tensor to_bool(const Tensor& x) {
+  return x.cast(DType::Bool);
+}
 
 }  // namespace
 
 // --- arithmetic ----------------------------------------------------------------------
 
-Tensor operator+(const Tensor& a, const Tensor& b) { return binary(Op::Add, a, b); }
-Tensor operator*(const Tensor& a, const Tensor& b) { return binary(Op::Mul, a, b); }
-Tensor operator-(const Tensor& a, const Tensor& b) { return a + (-b); }
-Tensor Tensor::operator-() const { return *this * scalar_like(*this, -1.0); }
+Tensor operator+(const Tensor& a, const Tensor& b) {
+  return binary(Op::Add, a, b);
+}
+Tensor operator*(const Tensor& a, const Tensor& b) {
+  return binary(Op::Mul, a, b);
+}
+Tensor operator-(const Tensor& a, const Tensor& b) {
+  return a + (-b);
+}
+Tensor Tensor::operator-() const {
+  return *this * scalar_like(*this, -1.0);
+}
 
 Tensor operator/(const Tensor& a, const Tensor& b) {
   if (!is_float(a.dtype()) || !is_float(b.dtype())) return as_float(a) / as_float(b);
   return a * b.recip();
 }
 
-Tensor fmod(const Tensor& a, const Tensor& b) { return binary(Op::Mod, a, b); }
+Tensor fmod(const Tensor& a, const Tensor& b) {
+  return binary(Op::Mod, a, b);
+}
 
 Tensor operator%(const Tensor& a, const Tensor& b) {
   // Move a truncated remainder whose sign differs from the divisor's by one divisor.
@@ -38,9 +50,13 @@ Tensor operator%(const Tensor& a, const Tensor& b) {
   return where(wrong_sign, r + b, r);
 }
 
-#define LUM_SCALAR_BINARY(op)                                                         \
-  Tensor operator op(const Tensor& a, double b) { return a op scalar_like(a, b); } \
-  Tensor operator op(double a, const Tensor& b) { return scalar_like(b, a) op b; }
+#define LUM_SCALAR_BINARY(op)                     \
+  Tensor operator op(const Tensor& a, double b) { \
+    return a op scalar_like(a, b);                \
+  }                                               \
+  Tensor operator op(double a, const Tensor& b) { \
+    return scalar_like(b, a) op b;                \
+  }
 LUM_SCALAR_BINARY(+)
 LUM_SCALAR_BINARY(-)
 LUM_SCALAR_BINARY(*)
@@ -51,23 +67,53 @@ LUM_SCALAR_BINARY(%)
 // --- comparisons and logic -------------------------------------------------------------
 // Built from LessThan; with NaN operands le/ge/eq answer as if NaN compared equal.
 
-Tensor less_than(const Tensor& a, const Tensor& b) { return binary(Op::LessThan, a, b); }
-Tensor lt(const Tensor& a, const Tensor& b) { return less_than(a, b); }
-Tensor gt(const Tensor& a, const Tensor& b) { return less_than(b, a); }
-Tensor le(const Tensor& a, const Tensor& b) { return gt(a, b).logical_not(); }
-Tensor ge(const Tensor& a, const Tensor& b) { return lt(a, b).logical_not(); }
-Tensor eq(const Tensor& a, const Tensor& b) { return logical_and(le(a, b), ge(a, b)); }
-Tensor ne(const Tensor& a, const Tensor& b) { return logical_or(lt(a, b), gt(a, b)); }
-Tensor lt(const Tensor& a, double b) { return lt(a, scalar_like(a, b)); }
-Tensor le(const Tensor& a, double b) { return le(a, scalar_like(a, b)); }
-Tensor gt(const Tensor& a, double b) { return gt(a, scalar_like(a, b)); }
-Tensor ge(const Tensor& a, double b) { return ge(a, scalar_like(a, b)); }
-Tensor eq(const Tensor& a, double b) { return eq(a, scalar_like(a, b)); }
-Tensor ne(const Tensor& a, double b) { return ne(a, scalar_like(a, b)); }
+Tensor less_than(const Tensor& a, const Tensor& b) {
+  return binary(Op::LessThan, a, b);
+}
+Tensor lt(const Tensor& a, const Tensor& b) {
+  return less_than(a, b);
+}
+Tensor gt(const Tensor& a, const Tensor& b) {
+  return less_than(b, a);
+}
+Tensor le(const Tensor& a, const Tensor& b) {
+  return gt(a, b).logical_not();
+}
+Tensor ge(const Tensor& a, const Tensor& b) {
+  return lt(a, b).logical_not();
+}
+Tensor eq(const Tensor& a, const Tensor& b) {
+  return logical_and(le(a, b), ge(a, b));
+}
+Tensor ne(const Tensor& a, const Tensor& b) {
+  return logical_or(lt(a, b), gt(a, b));
+}
+Tensor lt(const Tensor& a, double b) {
+  return lt(a, scalar_like(a, b));
+}
+Tensor le(const Tensor& a, double b) {
+  return le(a, scalar_like(a, b));
+}
+Tensor gt(const Tensor& a, double b) {
+  return gt(a, scalar_like(a, b));
+}
+Tensor ge(const Tensor& a, double b) {
+  return ge(a, scalar_like(a, b));
+}
+Tensor eq(const Tensor& a, double b) {
+  return eq(a, scalar_like(a, b));
+}
+Tensor ne(const Tensor& a, double b) {
+  return ne(a, scalar_like(a, b));
+}
 
 // On bool, Mul is `and` and Add is `or`.
-Tensor logical_and(const Tensor& a, const Tensor& b) { return to_bool(a) * to_bool(b); }
-Tensor logical_or(const Tensor& a, const Tensor& b) { return to_bool(a) + to_bool(b); }
+Tensor logical_and(const Tensor& a, const Tensor& b) {
+  return to_bool(a) * to_bool(b);
+}
+Tensor logical_or(const Tensor& a, const Tensor& b) {
+  return to_bool(a) + to_bool(b);
+}
 Tensor Tensor::logical_not() const {
   return less_than(to_bool(*this), graph().constant(1.0, DType::Bool));
 }
@@ -76,11 +122,12 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   LUM_CHECK(&cond.graph() == &a.graph() && &a.graph() == &b.graph())
       << "Where: operands belong to different graphs";
   const Tensor c = to_bool(cond);
-  const auto shape = broadcast_shapes(broadcast_shapes(c.shape(), a.shape(), "Where"),
-                                      b.shape(), "Where");
+  const auto shape =
+      broadcast_shapes(broadcast_shapes(c.shape(), a.shape(), "Where"), b.shape(), "Where");
   Node n;
   n.op = Op::Where;
-  n.inputs = {Edge{c.id(), c.view().broadcast_to(shape)}, Edge{a.id(), a.view().broadcast_to(shape)},
+  n.inputs = {Edge{c.id(), c.view().broadcast_to(shape)},
+              Edge{a.id(), a.view().broadcast_to(shape)},
               Edge{b.id(), b.view().broadcast_to(shape)}};
   Graph& g = a.graph();
   return g.tensor_of(g.add_node(std::move(n)));
@@ -95,20 +142,46 @@ Tensor where(const Tensor& cond, double a, const Tensor& b) {
 
 // --- unary ---------------------------------------------------------------------------
 
-Tensor Tensor::full_like(double value) const { return scalar_like(*this, value).broadcast_to(shape()); }
+Tensor Tensor::full_like(double value) const {
+  return scalar_like(*this, value).broadcast_to(shape());
+}
 
-Tensor Tensor::abs() const { return where(lt(*this, 0.0), -*this, *this); }
-Tensor Tensor::sign() const { return gt(*this, 0.0).cast(dtype_) - lt(*this, 0.0).cast(dtype_); }
-Tensor Tensor::square() const { return *this * *this; }
-Tensor Tensor::rsqrt() const { return as_float(*this).sqrt().recip(); }
-Tensor Tensor::exp() const { return (as_float(*this) * std::numbers::log2e).exp2(); }
-Tensor Tensor::log() const { return as_float(*this).log2() * std::numbers::ln2; }
-Tensor Tensor::cos() const { return (as_float(*this) + std::numbers::pi / 2).sin(); }
-Tensor Tensor::relu() const { return where(lt(*this, 0.0), 0.0, *this); }
-Tensor Tensor::leaky_relu(double slope) const { return where(lt(*this, 0.0), *this * slope, *this); }
-Tensor Tensor::sigmoid() const { return ((-as_float(*this)).exp() + 1.0).recip(); }
-Tensor Tensor::tanh() const { return (as_float(*this) * 2.0).sigmoid() * 2.0 - 1.0; }
-Tensor Tensor::silu() const { return as_float(*this) * sigmoid(); }
+Tensor Tensor::abs() const {
+  return where(lt(*this, 0.0), -*this, *this);
+}
+Tensor Tensor::sign() const {
+  return gt(*this, 0.0).cast(dtype_) - lt(*this, 0.0).cast(dtype_);
+}
+Tensor Tensor::square() const {
+  return *this * *this;
+}
+Tensor Tensor::rsqrt() const {
+  return as_float(*this).sqrt().recip();
+}
+Tensor Tensor::exp() const {
+  return (as_float(*this) * std::numbers::log2e).exp2();
+}
+Tensor Tensor::log() const {
+  return as_float(*this).log2() * std::numbers::ln2;
+}
+Tensor Tensor::cos() const {
+  return (as_float(*this) + std::numbers::pi / 2).sin();
+}
+Tensor Tensor::relu() const {
+  return where(lt(*this, 0.0), 0.0, *this);
+}
+Tensor Tensor::leaky_relu(double slope) const {
+  return where(lt(*this, 0.0), *this * slope, *this);
+}
+Tensor Tensor::sigmoid() const {
+  return ((-as_float(*this)).exp() + 1.0).recip();
+}
+Tensor Tensor::tanh() const {
+  return (as_float(*this) * 2.0).sigmoid() * 2.0 - 1.0;
+}
+Tensor Tensor::silu() const {
+  return as_float(*this) * sigmoid();
+}
 
 Tensor Tensor::erf() const {
   // Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7), odd symmetry for x < 0.
@@ -186,7 +259,11 @@ Tensor Tensor::pow(const Tensor& exponent) const {
   return (as_float(exponent) * as_float(*this).log2()).exp2();
 }
 
-Tensor Tensor::maximum(const Tensor& other) const { return where(lt(*this, other), other, *this); }
-Tensor Tensor::minimum(const Tensor& other) const { return where(lt(other, *this), other, *this); }
+Tensor Tensor::maximum(const Tensor& other) const {
+  return where(lt(*this, other), other, *this);
+}
+Tensor Tensor::minimum(const Tensor& other) const {
+  return where(lt(other, *this), other, *this);
+}
 
 }  // namespace luminal

@@ -6,8 +6,8 @@ namespace luminal {
 
 Tensor Tensor::matmul(const Tensor& other) const {
   LUM_CHECK(rank() >= 1 && other.rank() >= 1)
-      << "matmul: operands must have at least one dimension, got " << to_string(shape())
-      << " and " << to_string(other.shape());
+      << "matmul: operands must have at least one dimension, got " << to_string(shape()) << " and "
+      << to_string(other.shape());
   // 1-D operands become a row (left) or a column (right) and lose it again at the end.
   const Tensor a = rank() == 1 ? unsqueeze(0) : *this;
   const Tensor b = other.rank() == 1 ? other.unsqueeze(1) : other;

@@ -9,7 +9,8 @@ namespace luminal {
 Tensor Tensor::transpose(int a, int b) const {
   std::vector<int> axes(rank());
   for (size_t d = 0; d < rank(); ++d) axes[d] = static_cast<int>(d);
-  std::swap(axes[normalize_axis(a, rank(), "transpose")], axes[normalize_axis(b, rank(), "transpose")]);
+  std::swap(axes[normalize_axis(a, rank(), "transpose")],
+            axes[normalize_axis(b, rank(), "transpose")]);
   return permute(axes);
 }
 
@@ -26,12 +27,14 @@ Tensor Tensor::flatten(int start, int end) const {
   return reshape(out);
 }
 
-Tensor Tensor::unsqueeze(int axis) const { return expand(axis, 1); }
+Tensor Tensor::unsqueeze(int axis) const {
+  return expand(axis, 1);
+}
 
 Tensor Tensor::squeeze(int axis) const {
   const size_t a = normalize_axis(axis, rank(), "squeeze");
-  LUM_CHECK(shape()[a] == Expr(1)) << "squeeze: dimension " << a << " of " << to_string(shape())
-                                   << " is not 1";
+  LUM_CHECK(shape()[a] == Expr(1))
+      << "squeeze: dimension " << a << " of " << to_string(shape()) << " is not 1";
   std::vector<Expr> out = shape();
   out.erase(out.begin() + static_cast<std::ptrdiff_t>(a));
   return reshape(out);
@@ -45,8 +48,8 @@ Tensor Tensor::squeeze() const {
 }
 
 Tensor Tensor::repeat(const std::vector<Expr>& times) const {
-  LUM_CHECK(times.size() >= rank()) << "repeat: " << times.size()
-                                    << " repeat counts for a rank-" << rank() << " tensor";
+  LUM_CHECK(times.size() >= rank())
+      << "repeat: " << times.size() << " repeat counts for a rank-" << rank() << " tensor";
   // [n0, n1] -> [1, n0, 1, n1] -> broadcast [r0, n0, r1, n1] -> [r0*n0, r1*n1].
   Tensor t = reshape([&] {
     std::vector<Expr> s(times.size() - rank(), Expr(1));
@@ -124,8 +127,8 @@ namespace hlops {
 Tensor flat_positions(const std::vector<Expr>& shape, const std::vector<Expr>& out_shape, int axis,
                       const Tensor& index) {
   const size_t r = shape.size();
-  LUM_CHECK(out_shape.size() == r) << "index tensor rank " << out_shape.size()
-                                   << " differs from the data rank " << r;
+  LUM_CHECK(out_shape.size() == r)
+      << "index tensor rank " << out_shape.size() << " differs from the data rank " << r;
   const auto a = static_cast<size_t>(axis);
   // Row-major strides of the data and the output's own coordinates from the flat index z.
   std::vector<Expr> strides(r);
@@ -164,11 +167,13 @@ Tensor Tensor::index_select(int axis, const Tensor& indices) const {
 
 Tensor Tensor::scatter_axis(int axis, const Tensor& indices, const Tensor& src) const {
   const size_t a = normalize_axis(axis, rank(), "scatter");
-  LUM_CHECK(src.rank() == indices.rank()) << "scatter: source rank " << src.rank()
-                                          << " differs from index rank " << indices.rank();
+  LUM_CHECK(src.rank() == indices.rank())
+      << "scatter: source rank " << src.rank() << " differs from index rank " << indices.rank();
   Tensor values = src;
-  for (size_t d = 0; d < src.rank(); ++d) values = values.slice(static_cast<int>(d), 0, indices.shape()[d]);
-  return scatter(hlops::flat_positions(shape(), indices.shape(), static_cast<int>(a), indices), values);
+  for (size_t d = 0; d < src.rank(); ++d)
+    values = values.slice(static_cast<int>(d), 0, indices.shape()[d]);
+  return scatter(hlops::flat_positions(shape(), indices.shape(), static_cast<int>(a), indices),
+                 values);
 }
 
 namespace {
@@ -176,7 +181,8 @@ namespace {
 // A bool [rows, cols] mask from a predicate on (row, col) expressions.
 template <class Pred>
 Tensor triangle_mask(const Tensor& x, Pred pred) {
-  LUM_CHECK(x.rank() >= 2) << "tril/triu: needs at least 2 dimensions, got " << to_string(x.shape());
+  LUM_CHECK(x.rank() >= 2) << "tril/triu: needs at least 2 dimensions, got "
+                           << to_string(x.shape());
   const Expr rows = x.shape()[x.rank() - 2], cols = x.shape()[x.rank() - 1];
   const Expr z = "z";
   return x.graph().iota(pred(z / cols, z % cols), {rows, cols}, DType::Bool);

@@ -41,8 +41,8 @@ Tensor Tensor::rms_norm(const std::vector<int>& axes, double eps) const {
 Tensor Tensor::normalize(double p, int axis, double eps) const {
   LUM_CHECK(p > 0) << "normalize: p must be positive, got " << p;
   const Tensor x = as_float(*this);
-  const Tensor norm = p == 2.0 ? (x * x).sum({axis}, true).sqrt()
-                               : x.abs().pow(p).sum({axis}, true).pow(1.0 / p);
+  const Tensor norm =
+      p == 2.0 ? (x * x).sum({axis}, true).sqrt() : x.abs().pow(p).sum({axis}, true).pow(1.0 / p);
   return x / norm.maximum(scalar_like(norm, eps));
 }
 

@@ -26,7 +26,8 @@ std::vector<size_t> reduce_axes(const std::vector<int>& axes, size_t rank, const
 }
 
 Tensor restore_dims(Tensor t, const std::vector<size_t>& desc_axes) {
-  for (auto it = desc_axes.rbegin(); it != desc_axes.rend(); ++it) t = t.unsqueeze(static_cast<int>(*it));
+  for (auto it = desc_axes.rbegin(); it != desc_axes.rend(); ++it)
+    t = t.unsqueeze(static_cast<int>(*it));
   return t;
 }
 
@@ -34,7 +35,8 @@ Tensor reduce_with(const Tensor& x, const std::vector<int>& axes, bool keepdim, 
                    const char* op) {
   const auto desc = reduce_axes(axes, x.rank(), op);
   Tensor t = x;
-  for (size_t a : desc) t = is_sum ? t.sum_reduce(static_cast<int>(a)) : t.max_reduce(static_cast<int>(a));
+  for (size_t a : desc)
+    t = is_sum ? t.sum_reduce(static_cast<int>(a)) : t.max_reduce(static_cast<int>(a));
   return keepdim ? restore_dims(t, desc) : t;
 }
 
