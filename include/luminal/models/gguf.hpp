@@ -13,6 +13,7 @@
 
 #include "luminal/buffer.hpp"
 #include "luminal/models/mapped_file.hpp"
+#include "luminal/quant.hpp"
 
 namespace luminal::models {
 
@@ -35,14 +36,9 @@ enum class GgmlType : uint32_t {
   BF16 = 30,
 };
 
-/// Name ("Q4_K", ...) or "type N" for an unknown one.
-std::string ggml_type_name(uint32_t type);
-/// Elements per block and bytes per block; false for a type we cannot read.
-bool ggml_block_layout(uint32_t type, size_t& block_elems, size_t& block_bytes);
-
-/// Decodes `n` elements of `type` from `src` into floats (n must be whole blocks).
-/// Throws for an unsupported type.
-void dequantize(uint32_t type, const std::byte* src, size_t n, float* dst);
+using luminal::dequantize;
+using luminal::ggml_block_layout;
+using luminal::ggml_type_name;
 
 struct GgufValue;
 using GgufArray = std::vector<GgufValue>;

@@ -4,9 +4,9 @@
 
 #include "luminal/dtype.hpp"
 #include "luminal/error.hpp"
-#include "luminal/models/gguf.hpp"
+#include "luminal/quant.hpp"
 
-namespace luminal::models {
+namespace luminal {
 namespace {
 
 float half(const std::byte* p) {
@@ -207,4 +207,4 @@ void dequantize(uint32_t type, const std::byte* src, size_t n, float* dst) {
   for (size_t i = 0; i < n / f->elems; ++i) f->decode(src + i * f->bytes, dst + i * f->elems);
 }
 
-}  // namespace luminal::models
+}  // namespace luminal
