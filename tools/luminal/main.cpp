@@ -6,11 +6,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
 #include <string>
 #include <vector>
 
 #include "luminal/cpu.hpp"
 #include "luminal/error.hpp"
+#include "luminal/models/chat_template.hpp"
 #include "luminal/models/generate.hpp"
 #include "luminal/reference.hpp"
 
@@ -21,8 +23,27 @@ constexpr const char* kUsage =
     "\n"
     "commands:\n"
     "  generate   generate text from a model\n"
+    "  chat       talk with a model, using its chat template\n"
     "\n"
     "Run 'luminal <command> --help' for the command's options.\n";
+
+constexpr const char* kChatUsage =
+    "usage: luminal chat --model PATH [options]\n"
+    "\n"
+    "An interactive conversation: type a message and press enter; /reset starts over and\n"
+    "/quit (or end of input) leaves. The conversation is formatted with the model\n"
+    "family's chat template.\n"
+    "\n"
+    "options:\n"
+    "  --model PATH        a .gguf file (architectures: gemma3)\n"
+    "  --system TEXT       a system message\n"
+    "  --max-tokens N      the longest reply (default: 256)\n"
+    "  --temperature T     0 for greedy decoding (default: 0.7)\n"
+    "  --top-k K           (default: 40)\n"
+    "  --top-p P           (default: 0.95)\n"
+    "  --seed S            (default: 0)\n"
+    "  --device DEV        cpu (default) or reference\n"
+    "  -h, --help          this help\n";
 
 constexpr const char* kGenerateUsage =
     "usage: luminal generate --model PATH [options]\n"
@@ -53,10 +74,19 @@ double peak_memory_mib() {
   return static_cast<double>(u.ru_maxrss) / 1024.0;
 }
 
-int generate(int argc, char** argv) {
-  std::string model, prompt = "The capital of France is", device = "cpu";
+struct Options {
+  std::string model, prompt = "The capital of France is", device = "cpu", system;
   int64_t max_tokens = 32;
-  luminal::models::SamplingOptions opts;
+  luminal::models::SamplingOptions sampling;
+};
+
+// Parses the options both commands share; `usage` is printed for --help.
+Options parse(int argc, char** argv, const char* usage, bool chat) {
+  Options o;
+  if (chat) {
+    o.max_tokens = 256;
+    o.sampling = {0.7, 40, 0.95, 0};
+  }
   for (int i = 0; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -70,53 +100,103 @@ int generate(int argc, char** argv) {
       return d;
     };
     if (a == "-h" || a == "--help") {
-      std::fputs(kGenerateUsage, stdout);
-      return 0;
+      std::fputs(usage, stdout);
+      std::exit(0);
     } else if (a == "--model") {
-      model = value();
-    } else if (a == "--prompt") {
-      prompt = value();
+      o.model = value();
+    } else if (a == "--prompt" && !chat) {
+      o.prompt = value();
+    } else if (a == "--system" && chat) {
+      o.system = value();
     } else if (a == "--max-tokens") {
-      max_tokens = static_cast<int64_t>(number(value()));
+      o.max_tokens = static_cast<int64_t>(number(value()));
     } else if (a == "--temperature") {
-      opts.temperature = number(value());
+      o.sampling.temperature = number(value());
     } else if (a == "--top-k") {
-      opts.top_k = static_cast<int64_t>(number(value()));
+      o.sampling.top_k = static_cast<int64_t>(number(value()));
     } else if (a == "--top-p") {
-      opts.top_p = number(value());
+      o.sampling.top_p = number(value());
     } else if (a == "--seed") {
-      opts.seed = static_cast<uint64_t>(number(value()));
+      o.sampling.seed = static_cast<uint64_t>(number(value()));
     } else if (a == "--device") {
-      device = value();
+      o.device = value();
     } else {
       usage_error("unknown option '" + a + "'");
     }
   }
-  if (model.empty()) usage_error("generate needs --model PATH");
-  if (max_tokens < 0) usage_error("--max-tokens must be non-negative");
-  if (device == "cuda") usage_error("this build has no CUDA backend; use --device cpu");
-  if (device != "cpu" && device != "reference") usage_error("unknown device '" + device + "'");
-  const luminal::CpuBackend cpu_backend;
-  const luminal::ReferenceBackend ref_backend;
-  const luminal::Backend& backend = device == "cpu"
-                                        ? static_cast<const luminal::Backend&>(cpu_backend)
-                                        : static_cast<const luminal::Backend&>(ref_backend);
+  if (o.model.empty()) usage_error(std::string(chat ? "chat" : "generate") + " needs --model PATH");
+  if (o.max_tokens < 0) usage_error("--max-tokens must be non-negative");
+  if (o.device == "cuda") usage_error("this build has no CUDA backend; use --device cpu");
+  if (o.device != "cpu" && o.device != "reference") usage_error("unknown device '" + o.device + "'");
+  return o;
+}
+
+const luminal::Backend& backend_for(const std::string& device) {
+  static const luminal::CpuBackend cpu_backend;
+  static const luminal::ReferenceBackend ref_backend;
+  if (device == "cpu") return cpu_backend;
+  return ref_backend;
+}
+
+void progress(const std::string& s) { std::fprintf(stderr, "%s\n", s.c_str()); }
+
+void print_stats(const luminal::models::GenerationStats& st) {
+  std::fprintf(stderr,
+               "prompt: %zu tokens, %.1f tokens/s | time to first token: %.3f s | decode: %zu tokens, "
+               "%.2f tokens/s | load %.1f s, compile %.1f s | peak memory %.0f MiB\n",
+               st.prompt_tokens, st.prompt_tokens_per_second(), st.ttft_seconds, st.generated,
+               st.decode_tokens_per_second(), st.load_seconds, st.compile_seconds, peak_memory_mib());
+}
+
+int generate(int argc, char** argv) {
+  const Options o = parse(argc, argv, kGenerateUsage, false);
   try {
-    luminal::models::TextGenerator gen(
-        model, backend, [](const std::string& s) { std::fprintf(stderr, "%s\n", s.c_str()); });
-    std::fputs(prompt.c_str(), stdout);
+    luminal::models::TextGenerator gen(o.model, backend_for(o.device), progress);
+    std::fputs(o.prompt.c_str(), stdout);
     std::fflush(stdout);
-    const auto st = gen.generate(prompt, max_tokens, opts, [](const std::string& piece) {
+    const auto st = gen.generate(o.prompt, o.max_tokens, o.sampling, [](const std::string& piece) {
       std::fputs(piece.c_str(), stdout);
       std::fflush(stdout);
     });
-    std::fprintf(stdout, "\n");
-    std::fprintf(
-        stderr,
-        "\nprompt: %zu tokens, %.1f tokens/s | time to first token: %.3f s | decode: %zu tokens, "
-        "%.2f tokens/s | load %.1f s, compile %.1f s | peak memory %.0f MiB\n",
-        st.prompt_tokens, st.prompt_tokens_per_second(), st.ttft_seconds, st.generated,
-        st.decode_tokens_per_second(), st.load_seconds, st.compile_seconds, peak_memory_mib());
+    std::fputs("\n", stdout);
+    std::fputs("\n", stderr);
+    print_stats(st);
+    return 0;
+  } catch (const luminal::Error& e) {
+    std::fprintf(stderr, "luminal: %s\n", e.what());
+    return 2;
+  }
+}
+
+int chat(int argc, char** argv) {
+  const Options o = parse(argc, argv, kChatUsage, true);
+  try {
+    luminal::models::TextGenerator gen(o.model, backend_for(o.device), progress);
+    const auto format = luminal::models::chat_format_for(gen.architecture());
+    std::vector<luminal::models::ChatMessage> history;
+    if (!o.system.empty()) history.push_back({"system", o.system});
+    std::fputs("type a message; /reset starts over, /quit leaves\n", stderr);
+    for (std::string line;;) {
+      std::fputs("> ", stdout);
+      std::fflush(stdout);
+      if (!std::getline(std::cin, line) || line == "/quit") break;
+      if (line == "/reset") {
+        history.resize(o.system.empty() ? 0 : 1);
+        continue;
+      }
+      if (line.empty()) continue;
+      history.push_back({"user", line});
+      std::string reply;
+      const auto st = gen.generate(luminal::models::render_chat(format, history), o.max_tokens, o.sampling,
+                                   [&](const std::string& piece) {
+                                     reply += piece;
+                                     std::fputs(piece.c_str(), stdout);
+                                     std::fflush(stdout);
+                                   });
+      std::fputs("\n", stdout);
+      history.push_back({"assistant", reply});
+      if (std::getenv("LUMINAL_LOG")) print_stats(st);
+    }
     return 0;
   } catch (const luminal::Error& e) {
     std::fprintf(stderr, "luminal: %s\n", e.what());
@@ -133,5 +213,6 @@ int main(int argc, char** argv) {
   }
   const std::string cmd = argv[1];
   if (cmd == "generate") return generate(argc - 2, argv + 2);
+  if (cmd == "chat") return chat(argc - 2, argv + 2);
   usage_error("unknown command '" + cmd + "'");
 }

@@ -50,6 +50,8 @@ class TextGenerator {
   std::vector<int32_t> greedy_ids(const std::vector<int32_t>& prompt, int64_t steps,
                                   std::vector<std::vector<float>>* logits = nullptr);
   std::vector<int32_t> encode(const std::string& text) const;
+  /// general.architecture of the loaded model.
+  std::string architecture() const;
   std::string decode(const std::vector<int32_t>& ids) const;
 
  private:
