@@ -17,7 +17,8 @@ BertConfig BertConfig::from_hf_json(const std::string& path) {
   const Json j = parse_json(text, path);
   auto get = [&](const char* key) {
     const Json* v = j.find(key);
-    LUM_CHECK(v && v->is_int()) << path << ": config field '" << key << "' is missing or not an integer";
+    LUM_CHECK(v && v->is_int()) << path << ": config field '" << key
+                                << "' is missing or not an integer";
     return v->integer();
   };
   BertConfig c;
@@ -61,7 +62,8 @@ Tensor Bert::forward(const Tensor& ids, Expr seq) const {
   for (const Layer& l : layers) {
     auto split = [&](const Tensor& t) { return t.reshape({seq, heads, hd}).permute({1, 0, 2}); };
     const Tensor q = split(l.q.forward(h)), k = split(l.k.forward(h)), v = split(l.v.forward(h));
-    const Tensor probs = (q.matmul(k.transpose(-1, -2)) * (1.0 / std::sqrt(static_cast<double>(hd)))).softmax(-1);
+    const Tensor probs =
+        (q.matmul(k.transpose(-1, -2)) * (1.0 / std::sqrt(static_cast<double>(hd)))).softmax(-1);
     const Tensor ctx = probs.matmul(v).permute({1, 0, 2}).reshape({seq, config.hidden});
     h = l.attn_norm.forward(h + l.attn_out.forward(ctx));
     h = l.out_norm.forward(h + l.down.forward(l.up.forward(h).gelu()));

@@ -25,13 +25,15 @@ std::string render_chat(ChatFormat format, const std::vector<ChatMessage>& messa
           continue;
         }
         const std::string role = m.role == "assistant" ? "model" : "user";
-        out += "<start_of_turn>" + role + "\n" + (role == "user" ? system : "") + m.content + "<end_of_turn>\n";
+        out += "<start_of_turn>" + role + "\n" + (role == "user" ? system : "") + m.content +
+               "<end_of_turn>\n";
         if (role == "user") system.clear();
       }
       return out + "<start_of_turn>model\n";
     }
     case ChatFormat::ChatML:
-      for (const ChatMessage& m : messages) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
+      for (const ChatMessage& m : messages)
+        out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
       return out + "<|im_start|>assistant\n";
     case ChatFormat::Llama3:
       for (const ChatMessage& m : messages)
@@ -44,7 +46,8 @@ std::string render_chat(ChatFormat format, const std::vector<ChatMessage>& messa
           system = "<<SYS>>\n" + m.content + "\n<</SYS>>\n\n";
         } else if (m.role == "user") {
           // Every turn after the first starts with its own BOS token.
-          out += (out.empty() ? "" : "<s>") + std::string("[INST] ") + system + m.content + " [/INST]";
+          out +=
+              (out.empty() ? "" : "<s>") + std::string("[INST] ") + system + m.content + " [/INST]";
           system.clear();
         } else {
           out += " " + m.content + " </s>";
@@ -58,10 +61,14 @@ std::string render_chat(ChatFormat format, const std::vector<ChatMessage>& messa
 
 std::string end_of_turn(ChatFormat format) {
   switch (format) {
-    case ChatFormat::Gemma: return "<end_of_turn>";
-    case ChatFormat::ChatML: return "<|im_end|>";
-    case ChatFormat::Llama3: return "<|eot_id|>";
-    case ChatFormat::Llama2: return "</s>";
+    case ChatFormat::Gemma:
+      return "<end_of_turn>";
+    case ChatFormat::ChatML:
+      return "<|im_end|>";
+    case ChatFormat::Llama3:
+      return "<|eot_id|>";
+    case ChatFormat::Llama2:
+      return "</s>";
   }
   return "";
 }

@@ -142,7 +142,9 @@ TextGenerator::~TextGenerator() = default;
 std::vector<int32_t> TextGenerator::encode(const std::string& text) const {
   return impl_->tokenizer->encode(text, true);
 }
-std::string TextGenerator::architecture() const { return impl_->file->get_string("general.architecture"); }
+std::string TextGenerator::architecture() const {
+  return impl_->file->get_string("general.architecture");
+}
 
 std::string TextGenerator::decode(const std::vector<int32_t>& ids) const {
   return impl_->tokenizer->decode(ids);

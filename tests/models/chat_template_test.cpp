@@ -12,19 +12,22 @@ const std::vector<ChatMessage> kConversation = {
 
 TEST(ChatTemplate, Gemma) {
   EXPECT_EQ(render_chat(ChatFormat::Gemma, kConversation),
-            "<start_of_turn>user\nBe brief.\n\nHi!<end_of_turn>\n<start_of_turn>model\nHello.<end_of_turn>\n"
+            "<start_of_turn>user\nBe "
+            "brief.\n\nHi!<end_of_turn>\n<start_of_turn>model\nHello.<end_of_turn>\n"
             "<start_of_turn>user\n2+2?<end_of_turn>\n<start_of_turn>model\n");
 }
 
 TEST(ChatTemplate, ChatML) {
   EXPECT_EQ(render_chat(ChatFormat::ChatML, kConversation),
-            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\n"
+            "<|im_start|>system\nBe "
+            "brief.<|im_end|>\n<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\n"
             "Hello.<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n");
 }
 
 TEST(ChatTemplate, Llama3) {
   EXPECT_EQ(render_chat(ChatFormat::Llama3, {{"user", "Hi!"}}),
-            "<|start_header_id|>user<|end_header_id|>\n\nHi!<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+            "<|start_header_id|>user<|end_header_id|>\n\nHi!<|eot_id|><|start_header_id|>assistant<"
+            "|end_header_id|>\n\n");
 }
 
 TEST(ChatTemplate, Llama2) {

@@ -38,7 +38,10 @@ void run_parity(const std::string& arch, const Backend& backend) {
     c.k.retrieve();
     c.v.retrieve();
   }
-  load_safetensors_weights(model, kDir + "/model.safetensors");
+  // Every tensor in the checkpoint is used (a tied output embedding excepted).
+  for (const std::string& unused : load_safetensors_weights(model, kDir + "/model.safetensors"))
+    EXPECT_TRUE(cfg.tie_embeddings && unused == "lm_head.weight")
+        << arch << ": unused tensor " << unused;
   cx.compile(backend);
 
   const SafetensorsFile expected(kDir + "/expected.safetensors");
@@ -78,7 +81,7 @@ TEST_P(LlamaFamily, MatchesTransformersOnTheCpuBackend) {
   run_parity(GetParam(), cpu());
 }
 INSTANTIATE_TEST_SUITE_P(Arch, LlamaFamily,
-                         ::testing::Values("llama", "qwen2", "mistral", "mistral_window"));
+                         ::testing::Values("llama", "qwen2", "mistral", "mistral_window", "qwen3"));
 
 TEST(Llama, ConfigFields) {
   const LlamaConfig q = LlamaConfig::from_hf_json(dir("qwen2") + "/config.json");

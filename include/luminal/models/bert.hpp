@@ -11,7 +11,8 @@
 namespace luminal::models {
 
 struct BertConfig {
-  int64_t vocab = 0, hidden = 0, intermediate = 0, layers = 0, heads = 0, max_positions = 512, type_vocab = 2;
+  int64_t vocab = 0, hidden = 0, intermediate = 0, layers = 0, heads = 0, max_positions = 512,
+          type_vocab = 2;
   double eps = 1e-12;
   static BertConfig from_hf_json(const std::string& path);
 };

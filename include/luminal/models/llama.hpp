@@ -1,4 +1,5 @@
-// The Llama family (Llama 2/3, Mistral with its sliding window, Qwen2 with qkv bias): config from a
+// The Llama family (Llama 2/3, Mistral with its sliding window, Qwen2 with qkv bias,
+// Qwen3 with q/k norms): config from a
 // Hugging Face config.json, the decoder as a luminal graph with a KV cache, weights by HF names.
 #pragma once
 
@@ -15,6 +16,7 @@ struct LlamaConfig {
   double rms_eps = 1e-6, rope_theta = 10000.0;
   int64_t sliding_window = 0;  // 0: full causal attention
   bool tie_embeddings = false, qkv_bias = false;
+  bool qk_norm = false;  // per-head RMS norms on queries and keys (Qwen 3)
   /// Reads a Hugging Face config.json; missing or malformed fields are errors naming them.
   static LlamaConfig from_hf_json(const std::string& path);
 };
@@ -45,7 +47,8 @@ class Llama final : public nn::Module {
   std::vector<nn::KVCache> cache_inputs;
 };
 
-/// Loads every parameter from a safetensors file with Hugging Face names.
-void load_safetensors_weights(const nn::Module& m, const std::string& path);
+/// Loads every parameter from a safetensors file with Hugging Face names. Returns the
+/// file's tensors that no parameter used (a model missing a part shows up here).
+std::vector<std::string> load_safetensors_weights(const nn::Module& m, const std::string& path);
 
 }  // namespace luminal::models
