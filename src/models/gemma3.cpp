@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <regex>
+#include <set>
 
 #include "luminal/error.hpp"
 
@@ -116,7 +117,9 @@ std::string gguf_tensor_name(const std::string& hf, const std::string& arch) {
   return "";
 }
 
-void load_gguf_weights(const nn::Module& m, const GgufFile& f, const std::string& arch) {
+std::vector<std::string> load_gguf_weights(const nn::Module& m, const GgufFile& f,
+                                           const std::string& arch) {
+  std::set<std::string> used;
   nn::load_parameters(
       m, [&](const std::string& name, const std::vector<int64_t>& shape) -> std::optional<Buffer> {
         const std::string gname = gguf_tensor_name(name, arch);
@@ -124,8 +127,13 @@ void load_gguf_weights(const nn::Module& m, const GgufFile& f, const std::string
         const GgufTensorInfo& t = f.tensor(gname);
         LUM_CHECK(t.shape == shape)
             << f.path() << ": tensor '" << gname << "' has the wrong shape for this model";
+        used.insert(gname);
         return f.read(gname);
       });
+  std::vector<std::string> unused;
+  for (const auto& t : f.tensors())
+    if (!used.count(t.name)) unused.push_back(t.name);
+  return unused;
 }
 
 }  // namespace luminal::models

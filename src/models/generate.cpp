@@ -126,7 +126,9 @@ TextGenerator::TextGenerator(const std::string& path, const Backend& backend,
     c.k.retrieve();
     c.v.retrieve();
   }
-  load_gguf_weights(*m.model, *m.file, arch);
+  const std::vector<std::string> unused = load_gguf_weights(*m.model, *m.file, arch);
+  LUM_CHECK(unused.empty()) << path << ": the " << arch << " model does not use tensor '"
+                            << unused.front() << "' (an unsupported variant?)";
   for (const char* stop : {"<end_of_turn>", "<eos>"})
     if (int32_t id = m.tokenizer->find(stop); id >= 0) m.stop_ids.push_back(id);
   if (m.tokenizer->eos() >= 0) m.stop_ids.push_back(m.tokenizer->eos());

@@ -47,8 +47,9 @@ class Gemma3 final : public nn::Module {
 
 /// Loads parameters named as in Hugging Face checkpoints from a GGUF file using the
 /// llama.cpp tensor names, dequantising to f32. Missing tensors or unsupported types are
-/// errors naming the tensor.
-void load_gguf_weights(const nn::Module& m, const GgufFile& f, const std::string& architecture);
+/// errors naming the tensor. Returns the file's tensors that no parameter used.
+std::vector<std::string> load_gguf_weights(const nn::Module& m, const GgufFile& f,
+                                           const std::string& architecture);
 
 /// The GGUF tensor name for a Hugging Face parameter name (empty if none).
 std::string gguf_tensor_name(const std::string& hf_name, const std::string& architecture);
