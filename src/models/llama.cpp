@@ -1,6 +1,7 @@
 // The Llama decoder.
 #include "luminal/models/llama.hpp"
 
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <set>
@@ -54,6 +55,15 @@ LlamaConfig LlamaConfig::from_hf_json(const std::string& path) {
   const Json* model_type = j.find("model_type");
   if (model_type && model_type->is_string() && model_type->string() == "qwen2") c.qkv_bias = true;
   c.qk_norm = model_type && model_type->is_string() && model_type->string() == "qwen3";
+  c.fused_projections = model_type && model_type->is_string() && model_type->string() == "phi3";
+  if (c.fused_projections) {
+    const Json* partial = j.find("partial_rotary_factor");
+    LUM_CHECK(!partial || !partial->is_number() || partial->number() == 1.0)
+        << path << ": partial rotary embeddings are not supported";
+    const Json* scaling = j.find("rope_scaling");
+    LUM_CHECK(!scaling || std::holds_alternative<std::nullptr_t>(scaling->v))
+        << path << ": rope_scaling is not supported yet";
+  }
   LUM_CHECK(c.hidden > 0 && c.heads > 0 && c.kv_heads > 0 && c.layers > 0 && c.vocab > 0)
       << path << ": config has non-positive sizes";
   return c;
@@ -107,16 +117,67 @@ void Llama::parameters(const std::string& prefix, nn::NamedTensors& out) const {
   if (!config.tie_embeddings) lm_head.parameters(prefix + "lm_head.", out);
 }
 
+namespace {
+
+// Phi-3 stores q/k/v and gate/up as fused matrices; a parameter is a row range of one.
+struct RowSource {
+  std::string tensor;
+  int64_t begin = 0, end = -1;  // rows; end -1 = all
+};
+
+RowSource source_row_range(const std::string& name, const LlamaConfig* c) {
+  if (!c || !c->fused_projections) return {name};
+  auto replace = [&](const std::string& from, const std::string& to) {
+    return name.substr(0, name.size() - from.size()) + to;
+  };
+  auto ends = [&](const std::string& suffix) {
+    return name.size() >= suffix.size() &&
+           name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  const int64_t q = c->heads * c->head_dim, kv = c->kv_heads * c->head_dim;
+  if (ends("self_attn.q_proj.weight")) return {replace("q_proj.weight", "qkv_proj.weight"), 0, q};
+  if (ends("self_attn.k_proj.weight"))
+    return {replace("k_proj.weight", "qkv_proj.weight"), q, q + kv};
+  if (ends("self_attn.v_proj.weight"))
+    return {replace("v_proj.weight", "qkv_proj.weight"), q + kv, q + 2 * kv};
+  if (ends("mlp.gate_proj.weight"))
+    return {replace("gate_proj.weight", "gate_up_proj.weight"), 0, c->intermediate};
+  if (ends("mlp.up_proj.weight"))
+    return {replace("up_proj.weight", "gate_up_proj.weight"), c->intermediate, 2 * c->intermediate};
+  return {name};
+}
+
+}  // namespace
+
 std::vector<std::string> load_safetensors_weights(const nn::Module& m, const std::string& path) {
   SafetensorsFile f(path);
+  const auto* llama = dynamic_cast<const Llama*>(&m);
   std::set<std::string> used;
   nn::load_parameters(
       m, [&](const std::string& name, const std::vector<int64_t>& shape) -> std::optional<Buffer> {
-        if (!f.has(name)) return std::nullopt;
-        used.insert(name);
-        LUM_CHECK(f.tensor(name).shape == shape)
-            << path << ": tensor '" << name << "' has the wrong shape for this model";
-        return f.read(name);
+        const RowSource src = source_row_range(name, llama ? &llama->config : nullptr);
+        if (!f.has(src.tensor)) return std::nullopt;
+        used.insert(src.tensor);
+        const SafetensorsTensor& t = f.tensor(src.tensor);
+        Buffer all = f.read(src.tensor);
+        if (src.end < 0) {
+          LUM_CHECK(t.shape == shape)
+              << path << ": tensor '" << name << "' has the wrong shape for this model";
+          return all;
+        }
+        // A row range of a fused [rows, cols] matrix.
+        LUM_CHECK(t.shape.size() == 2 && src.end <= t.shape[0] && shape.size() == 2 &&
+                  shape[1] == t.shape[1] && shape[0] == src.end - src.begin)
+            << path << ": fused tensor '" << src.tensor << "' does not hold '" << name
+            << "' for this config";
+        const size_t row_bytes = static_cast<size_t>(t.shape[1]) * dtype_size(t.dtype);
+        Buffer part(t.dtype, static_cast<size_t>((src.end - src.begin) * t.shape[1]),
+                    Buffer::Uninitialized{});
+        std::memcpy(
+            part.data(),
+            static_cast<const std::byte*>(all.data()) + static_cast<size_t>(src.begin) * row_bytes,
+            part.bytes());
+        return part;
       });
   std::vector<std::string> unused;
   for (const auto& t : f.tensors())

@@ -81,7 +81,7 @@ TEST_P(LlamaFamily, MatchesTransformersOnTheCpuBackend) {
   run_parity(GetParam(), cpu());
 }
 INSTANTIATE_TEST_SUITE_P(Arch, LlamaFamily,
-                         ::testing::Values("llama", "qwen2", "mistral", "mistral_window", "qwen3"));
+                         ::testing::Values("llama", "qwen2", "mistral", "mistral_window", "qwen3", "phi3"));
 
 TEST(Llama, ConfigFields) {
   const LlamaConfig q = LlamaConfig::from_hf_json(dir("qwen2") + "/config.json");

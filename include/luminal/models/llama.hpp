@@ -1,5 +1,5 @@
 // The Llama family (Llama 2/3, Mistral with its sliding window, Qwen2 with qkv bias,
-// Qwen3 with q/k norms): config from a
+// Qwen3 with q/k norms, Phi-3 with fused projections): config from a
 // Hugging Face config.json, the decoder as a luminal graph with a KV cache, weights by HF names.
 #pragma once
 
@@ -16,7 +16,8 @@ struct LlamaConfig {
   double rms_eps = 1e-6, rope_theta = 10000.0;
   int64_t sliding_window = 0;  // 0: full causal attention
   bool tie_embeddings = false, qkv_bias = false;
-  bool qk_norm = false;  // per-head RMS norms on queries and keys (Qwen 3)
+  bool qk_norm = false;            // per-head RMS norms on queries and keys (Qwen 3)
+  bool fused_projections = false;  // qkv_proj / gate_up_proj checkpoints (Phi-3)
   /// Reads a Hugging Face config.json; missing or malformed fields are errors naming them.
   static LlamaConfig from_hf_json(const std::string& path);
 };
