@@ -8,7 +8,7 @@
 
 #include "luminal/error.hpp"
 #include "luminal/graph.hpp"
-#include "luminal/models/gemma3.hpp"
+#include "luminal/models/gemma.hpp"
 #include "luminal/models/tokenizer.hpp"
 #include "luminal/tensor.hpp"
 
@@ -68,7 +68,7 @@ struct TextGenerator::Impl {
   std::unique_ptr<GgufFile> file;
   std::unique_ptr<SpmTokenizer> tokenizer;
   Graph graph;
-  std::unique_ptr<Gemma3> model;
+  std::unique_ptr<Gemma> model;
   Tensor tokens, logits;
   std::vector<nn::KVCache> cache_out;
   std::vector<int32_t> stop_ids;
@@ -113,12 +113,12 @@ TextGenerator::TextGenerator(const std::string& path, const Backend& backend,
   LUM_CHECK(arch == "gemma3") << path << ": unsupported architecture '" << arch
                               << "' (supported: gemma3)";
   m.tokenizer = std::make_unique<SpmTokenizer>(*m.file);
-  const Gemma3Config cfg = Gemma3Config::from_gguf(*m.file);
+  const GemmaConfig cfg = GemmaConfig::from_gguf(*m.file);
   say("loading " + arch + ": " + std::to_string(cfg.layers) + " layers, hidden " +
       std::to_string(cfg.hidden) + ", vocab " + std::to_string(cfg.vocab));
-  m.model = std::make_unique<Gemma3>(m.graph, cfg);
+  m.model = std::make_unique<Gemma>(m.graph, cfg);
   m.tokens = m.graph.named_tensor("tokens", {"seq"}, DType::I32);
-  Gemma3::Output out = m.model->forward(m.tokens);
+  Gemma::Output out = m.model->forward(m.tokens);
   // Only the last position's logits are needed to pick the next token.
   m.logits = out.logits.slice(0, Expr("seq") - 1, "seq").retrieve();
   m.cache_out = out.cache;

@@ -71,6 +71,7 @@ std::pair<Tensor, KVCache> Attention::forward(const Tensor& x, const KVCache& ca
   KVCache next{concat({cache.k, kr}, 1), concat({cache.v, vh}, 1)};  // [kv, past+seq, d]
   // Scores [kv, group, seq, total]; each key head serves its group of query heads.
   Tensor scores = qr.matmul(next.k.unsqueeze(1).transpose(-1, -2)) * scale;
+  if (softcap > 0) scores = (scores * (1.0 / softcap)).tanh() * softcap;
   scores = where(causal_mask(x.graph(), seq, past, window), scores,
                  -std::numeric_limits<double>::infinity());
   const Tensor probs = scores.softmax(-1);

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "luminal/luminal.hpp"
+#include "luminal/models/gemma.hpp"
 #include "luminal/models/llama.hpp"
 #include "luminal/models/safetensors.hpp"
 
@@ -26,22 +27,24 @@ void expect_logits(const std::vector<float>& got, const Buffer& want, const std:
     ASSERT_NEAR(got[i], w[i], 1e-4f * scale) << what << " element " << i;
 }
 
+template <class Model, class Config>
 void run_parity(const std::string& arch, const Backend& backend) {
   const std::string kDir = dir(arch);
-  const LlamaConfig cfg = LlamaConfig::from_hf_json(kDir + "/config.json");
+  const Config cfg = Config::from_hf_json(kDir + "/config.json");
   Graph cx;
-  Llama model(cx, cfg);
+  Model model(cx, cfg);
   Tensor tokens = cx.named_tensor("tokens", {"seq"}, DType::I32);
-  Llama::Output out = model.forward(tokens);
+  typename Model::Output out = model.forward(tokens);
   out.logits.retrieve();
   for (auto& c : out.cache) {
     c.k.retrieve();
     c.v.retrieve();
   }
   // Every tensor in the checkpoint is used (a tied output embedding excepted).
+  bool tied = true;  // Gemma always ties
+  if constexpr (std::is_same_v<Config, LlamaConfig>) tied = cfg.tie_embeddings;
   for (const std::string& unused : load_safetensors_weights(model, kDir + "/model.safetensors"))
-    EXPECT_TRUE(cfg.tie_embeddings && unused == "lm_head.weight")
-        << arch << ": unused tensor " << unused;
+    EXPECT_TRUE(tied && unused == "lm_head.weight") << arch << ": unused tensor " << unused;
   cx.compile(backend);
 
   const SafetensorsFile expected(kDir + "/expected.safetensors");
@@ -75,13 +78,25 @@ void run_parity(const std::string& arch, const Backend& backend) {
 // Llama (GQA 4:2), Qwen2 (qkv bias, tied embeddings, theta 1e6), Mistral (GQA 4:1).
 class LlamaFamily : public ::testing::TestWithParam<const char*> {};
 TEST_P(LlamaFamily, MatchesTransformersOnTheReference) {
-  run_parity(GetParam(), reference());
+  run_parity<Llama, LlamaConfig>(GetParam(), reference());
 }
 TEST_P(LlamaFamily, MatchesTransformersOnTheCpuBackend) {
-  run_parity(GetParam(), cpu());
+  run_parity<Llama, LlamaConfig>(GetParam(), cpu());
 }
 INSTANTIATE_TEST_SUITE_P(Arch, LlamaFamily,
-                         ::testing::Values("llama", "qwen2", "mistral", "mistral_window", "qwen3", "phi3"));
+                         ::testing::Values("llama", "qwen2", "mistral", "mistral_window", "qwen3",
+                                           "phi3"));
+
+// Gemma (1 + w norms, GeGLU), Gemma 2 (soft-capping, sandwich norms, alternating
+// windows), Gemma 3 (q/k norms, local RoPE base).
+class GemmaFamily : public ::testing::TestWithParam<const char*> {};
+TEST_P(GemmaFamily, MatchesTransformersOnTheReference) {
+  run_parity<Gemma, GemmaConfig>(GetParam(), reference());
+}
+TEST_P(GemmaFamily, MatchesTransformersOnTheCpuBackend) {
+  run_parity<Gemma, GemmaConfig>(GetParam(), cpu());
+}
+INSTANTIATE_TEST_SUITE_P(Arch, GemmaFamily, ::testing::Values("gemma", "gemma2", "gemma3"));
 
 TEST(Llama, ConfigFields) {
   const LlamaConfig q = LlamaConfig::from_hf_json(dir("qwen2") + "/config.json");

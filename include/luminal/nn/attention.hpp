@@ -46,7 +46,8 @@ class Attention final : public Module {
   int64_t heads, kv_heads, head_dim;
   RopeConfig rope;
   int64_t window;
-  double scale;  // applied to q·k; 1/sqrt(head_dim) by default
+  double scale;        // applied to q·k; 1/sqrt(head_dim) by default
+  double softcap = 0;  // > 0: scores become softcap * tanh(scores / softcap) (Gemma 2)
   std::optional<RMSNorm> q_norm, k_norm;
 };
 

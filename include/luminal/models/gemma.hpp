@@ -1,9 +1,12 @@
-// Gemma 3 (text): sandwich norms around attention and MLP, per-head q/k RMS norms,
-// GeGLU (tanh GELU), embeddings scaled by sqrt(hidden), sliding-window attention on five
-// of every six layers with a local RoPE base, tied output embedding. Built from GGUF
-// metadata and weights (whose norm weights already include Gemma's +1).
+// The Gemma family: GeGLU (tanh GELU), embeddings scaled by sqrt(hidden), RMS norms
+// scaling by (1 + w) in Hugging Face checkpoints (GGUF files store 1 + w), a tied output
+// embedding. Gemma 2 adds norms after attention and MLP, attention and final-logit
+// soft-capping, a query scale and sliding-window layers; Gemma 3 adds per-head q/k norms
+// and a local RoPE base on its sliding layers. Built from a Hugging Face config.json or
+// from GGUF metadata.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,19 +15,23 @@
 
 namespace luminal::models {
 
-struct Gemma3Config {
+struct GemmaConfig {
+  int version = 3;  // 1, 2 or 3
   int64_t vocab = 0, hidden = 0, intermediate = 0, layers = 0, heads = 0, kv_heads = 0,
           head_dim = 0;
-  double rms_eps = 1e-6, rope_global = 1e6, rope_local = 1e4;
-  int64_t sliding_window = 512,
-          sliding_pattern = 6;  // layer i is global when (i + 1) % pattern == 0
-  static Gemma3Config from_gguf(const GgufFile& f);
-  bool is_global(int64_t layer) const { return (layer + 1) % sliding_pattern == 0; }
+  double rms_eps = 1e-6, rope_global = 1e4, rope_local = 1e4;
+  double query_scale = 0;  // 0: 1/sqrt(head_dim)
+  double attn_softcap = 0, final_softcap = 0;
+  int64_t sliding_window = 0;
+  std::vector<bool> sliding;  // per layer
+  bool unit_offset = true;    // norms scale by (1 + w)
+  static GemmaConfig from_gguf(const GgufFile& f);
+  static GemmaConfig from_hf_json(const std::string& path);
 };
 
-class Gemma3 final : public nn::Module {
+class Gemma final : public nn::Module {
  public:
-  Gemma3(Graph& g, const Gemma3Config& c);
+  Gemma(Graph& g, const GemmaConfig& c);
 
   struct Output {
     Tensor logits;                   // [seq, vocab]
@@ -33,10 +40,11 @@ class Gemma3 final : public nn::Module {
   Output forward(const Tensor& tokens, Expr seq = "seq", Expr past = "past") const;
   void parameters(const std::string& prefix, nn::NamedTensors& out) const override;
 
-  Gemma3Config config;
+  GemmaConfig config;
   nn::Embedding embed;
   struct Layer {
-    nn::RMSNorm input_norm, post_attn_norm, pre_ffn_norm, post_ffn_norm;
+    nn::RMSNorm input_norm, pre_ffn_norm;
+    std::optional<nn::RMSNorm> post_attn_norm, post_ffn_norm;  // Gemma 2 and 3
     nn::Attention attn;
     nn::GatedMLP mlp;
   };

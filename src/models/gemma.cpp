@@ -1,0 +1,213 @@
+// Gemma 3 text decoder from GGUF.
+#include "luminal/models/gemma.hpp"
+
+#include <cmath>
+#include <fstream>
+#include <iterator>
+#include <regex>
+#include <set>
+
+#include "luminal/error.hpp"
+#include "models/json.hpp"
+
+namespace luminal::models {
+
+GemmaConfig GemmaConfig::from_gguf(const GgufFile& f) {
+  const std::string arch = f.get_string("general.architecture");
+  LUM_CHECK(arch == "gemma3") << f.path() << ": architecture '" << arch << "' is not gemma3";
+  GemmaConfig c;
+  c.version = 3;
+  c.unit_offset = false;  // GGUF conversion stores 1 + w
+  c.hidden = f.get_int("gemma3.embedding_length");
+  c.intermediate = f.get_int("gemma3.feed_forward_length");
+  c.layers = f.get_int("gemma3.block_count");
+  c.heads = f.get_int("gemma3.attention.head_count");
+  c.kv_heads = f.get_int("gemma3.attention.head_count_kv");
+  c.head_dim = f.find("gemma3.attention.key_length") ? f.get_int("gemma3.attention.key_length")
+                                                     : c.hidden / c.heads;
+  c.rms_eps = f.get_float("gemma3.attention.layer_norm_rms_epsilon");
+  c.rope_global = f.find("gemma3.rope.freq_base") ? f.get_float("gemma3.rope.freq_base") : 1e6;
+  c.sliding_window = f.find("gemma3.attention.sliding_window")
+                         ? f.get_int("gemma3.attention.sliding_window")
+                         : 512;
+  for (int64_t i = 0; i < c.layers; ++i)
+    c.sliding.push_back((i + 1) % 6 != 0);  // five local, one global
+  const GgufValue* tokens = f.find("tokenizer.ggml.tokens");
+  LUM_CHECK(tokens && std::holds_alternative<std::shared_ptr<GgufArray>>(tokens->v))
+      << f.path() << ": no tokenizer.ggml.tokens vocabulary";
+  c.vocab = static_cast<int64_t>(std::get<std::shared_ptr<GgufArray>>(tokens->v)->size());
+  return c;
+}
+
+GemmaConfig GemmaConfig::from_hf_json(const std::string& path) {
+  std::ifstream in(path);
+  LUM_CHECK(in) << "cannot open model config " << path;
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const Json j = parse_json(text, path);
+  auto integer = [&](const char* key, std::optional<int64_t> fallback = {}) {
+    const Json* v = j.find(key);
+    if (!v || !v->is_int()) {
+      LUM_CHECK(fallback) << path << ": config field '" << key << "' is missing";
+      return *fallback;
+    }
+    return v->integer();
+  };
+  auto number = [&](const char* key, double fallback) {
+    const Json* v = j.find(key);
+    return v && v->is_number() ? v->number() : fallback;
+  };
+  const Json* type = j.find("model_type");
+  const std::string mt = type && type->is_string() ? type->string() : "";
+  GemmaConfig c;
+  c.version = mt == "gemma" ? 1 : mt == "gemma2" ? 2 : mt == "gemma3_text" ? 3 : 0;
+  LUM_CHECK(c.version) << path << ": model_type '" << mt << "' is not gemma, gemma2 or gemma3_text";
+  c.vocab = integer("vocab_size");
+  c.hidden = integer("hidden_size");
+  c.intermediate = integer("intermediate_size");
+  c.layers = integer("num_hidden_layers");
+  c.heads = integer("num_attention_heads");
+  c.kv_heads = integer("num_key_value_heads", c.heads);
+  c.head_dim = integer("head_dim", c.hidden / c.heads);
+  c.rms_eps = number("rms_norm_eps", 1e-6);
+  c.rope_global = number("rope_theta", 1e4);
+  c.rope_local = number("rope_local_base_freq", c.rope_global);
+  if (c.version >= 2) {
+    const double scalar = number("query_pre_attn_scalar", static_cast<double>(c.head_dim));
+    c.query_scale = 1.0 / std::sqrt(scalar);
+    c.attn_softcap = number("attn_logit_softcapping", 0);
+    c.final_softcap = number("final_logit_softcapping", 0);
+    c.sliding_window = integer("sliding_window", 0);
+  }
+  const Json* types = j.find("layer_types");
+  for (int64_t i = 0; i < c.layers; ++i) {
+    bool sliding = c.version == 2 && i % 2 == 0;
+    if (types && types->is_array() && static_cast<size_t>(i) < types->array().size())
+      sliding = types->array()[static_cast<size_t>(i)].string() == "sliding_attention";
+    c.sliding.push_back(sliding && c.sliding_window > 0);
+  }
+  return c;
+}
+
+Gemma::Gemma(Graph& g, const GemmaConfig& c)
+    : config(c),
+      embed(g, "model.embed_tokens", c.vocab, c.hidden),
+      norm(g, "model.norm", c.hidden, c.rms_eps, c.unit_offset) {
+  for (int64_t i = 0; i < c.layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i);
+    const bool sliding = c.sliding[static_cast<size_t>(i)];
+    nn::Attention attn(g, p + ".self_attn", c.hidden, c.heads, c.kv_heads, c.head_dim, false,
+                       nn::RopeConfig{sliding ? c.rope_local : c.rope_global, true, 1.0},
+                       sliding ? c.sliding_window : 0);
+    if (c.query_scale > 0) attn.scale = c.query_scale;
+    attn.softcap = c.attn_softcap;
+    if (c.version == 3) attn.enable_qk_norm(g, p + ".self_attn", c.rms_eps, c.unit_offset);
+    // Gemma 1 names its pre-MLP norm post_attention_layernorm.
+    const std::string pre_ffn =
+        c.version == 1 ? ".post_attention_layernorm" : ".pre_feedforward_layernorm";
+    Layer layer{nn::RMSNorm(g, p + ".input_layernorm", c.hidden, c.rms_eps, c.unit_offset),
+                nn::RMSNorm(g, p + pre_ffn, c.hidden, c.rms_eps, c.unit_offset),
+                std::nullopt,
+                std::nullopt,
+                std::move(attn),
+                nn::GatedMLP(g, p + ".mlp", c.hidden, c.intermediate, nn::Activation::GeluTanh)};
+    if (c.version >= 2) {
+      layer.post_attn_norm.emplace(g, p + ".post_attention_layernorm", c.hidden, c.rms_eps,
+                                   c.unit_offset);
+      layer.post_ffn_norm.emplace(g, p + ".post_feedforward_layernorm", c.hidden, c.rms_eps,
+                                  c.unit_offset);
+    }
+    layers.push_back(std::move(layer));
+    const std::vector<Expr> cache_shape{c.kv_heads, "past", c.head_dim};
+    cache_inputs.push_back({g.named_tensor("cache." + std::to_string(i) + ".k", cache_shape),
+                            g.named_tensor("cache." + std::to_string(i) + ".v", cache_shape)});
+  }
+}
+
+Gemma::Output Gemma::forward(const Tensor& tokens, Expr seq, Expr past) const {
+  Output out;
+  Tensor h = embed.forward(tokens) * std::sqrt(static_cast<double>(config.hidden));
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const Layer& l = layers[i];
+    auto [attn, cache] = l.attn.forward(l.input_norm.forward(h), cache_inputs[i], seq, past);
+    h = h + (l.post_attn_norm ? l.post_attn_norm->forward(attn) : attn);
+    const Tensor mlp = l.mlp.forward(l.pre_ffn_norm.forward(h));
+    h = h + (l.post_ffn_norm ? l.post_ffn_norm->forward(mlp) : mlp);
+    out.cache.push_back(cache);
+  }
+  // The output projection is the (tied) embedding table.
+  out.logits = norm.forward(h).matmul(embed.weight.transpose(0, 1));
+  if (config.final_softcap > 0)
+    out.logits = (out.logits * (1.0 / config.final_softcap)).tanh() * config.final_softcap;
+  return out;
+}
+
+void Gemma::parameters(const std::string& prefix, nn::NamedTensors& out) const {
+  embed.parameters(prefix + "model.embed_tokens.", out);
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const std::string p = prefix + "model.layers." + std::to_string(i) + ".";
+    const Layer& l = layers[i];
+    l.input_norm.parameters(p + "input_layernorm.", out);
+    l.attn.parameters(p + "self_attn.", out);
+    if (l.post_attn_norm) l.post_attn_norm->parameters(p + "post_attention_layernorm.", out);
+    l.pre_ffn_norm.parameters(
+        p + (config.version == 1 ? "post_attention_layernorm." : "pre_feedforward_layernorm."),
+        out);
+    if (l.post_ffn_norm) l.post_ffn_norm->parameters(p + "post_feedforward_layernorm.", out);
+    l.mlp.parameters(p + "mlp.", out);
+  }
+  norm.parameters(prefix + "model.norm.", out);
+}
+
+std::string gguf_tensor_name(const std::string& hf, const std::string& arch) {
+  if (hf == "model.embed_tokens.weight") return "token_embd.weight";
+  if (hf == "model.norm.weight") return "output_norm.weight";
+  if (hf == "lm_head.weight") return "output.weight";
+  static const std::regex layer(R"(model\.layers\.(\d+)\.(.+))");
+  std::smatch m;
+  if (!std::regex_match(hf, m, layer)) return "";
+  const std::string rest = m[2];
+  const bool gemma = arch.rfind("gemma", 0) == 0;
+  static const std::pair<const char*, const char*> kCommon[] = {
+      {"input_layernorm.weight", "attn_norm.weight"},
+      {"self_attn.q_proj.weight", "attn_q.weight"},
+      {"self_attn.k_proj.weight", "attn_k.weight"},
+      {"self_attn.v_proj.weight", "attn_v.weight"},
+      {"self_attn.o_proj.weight", "attn_output.weight"},
+      {"self_attn.q_proj.bias", "attn_q.bias"},
+      {"self_attn.k_proj.bias", "attn_k.bias"},
+      {"self_attn.v_proj.bias", "attn_v.bias"},
+      {"self_attn.q_norm.weight", "attn_q_norm.weight"},
+      {"self_attn.k_norm.weight", "attn_k_norm.weight"},
+      {"mlp.gate_proj.weight", "ffn_gate.weight"},
+      {"mlp.up_proj.weight", "ffn_up.weight"},
+      {"mlp.down_proj.weight", "ffn_down.weight"},
+      {"pre_feedforward_layernorm.weight", "ffn_norm.weight"},
+      {"post_feedforward_layernorm.weight", "post_ffw_norm.weight"}};
+  for (const auto& [h, g] : kCommon)
+    if (rest == h) return "blk." + std::string(m[1]) + "." + g;
+  if (rest == "post_attention_layernorm.weight")
+    return "blk." + std::string(m[1]) +
+           (gemma ? ".post_attention_norm.weight" : ".ffn_norm.weight");
+  return "";
+}
+
+std::vector<std::string> load_gguf_weights(const nn::Module& m, const GgufFile& f,
+                                           const std::string& arch) {
+  std::set<std::string> used;
+  nn::load_parameters(
+      m, [&](const std::string& name, const std::vector<int64_t>& shape) -> std::optional<Buffer> {
+        const std::string gname = gguf_tensor_name(name, arch);
+        LUM_CHECK(!gname.empty()) << "no GGUF tensor name known for parameter '" << name << "'";
+        const GgufTensorInfo& t = f.tensor(gname);
+        LUM_CHECK(t.shape == shape)
+            << f.path() << ": tensor '" << gname << "' has the wrong shape for this model";
+        used.insert(gname);
+        return f.read(gname);
+      });
+  std::vector<std::string> unused;
+  for (const auto& t : f.tensors())
+    if (!used.count(t.name)) unused.push_back(t.name);
+  return unused;
+}
+
+}  // namespace luminal::models
