@@ -55,7 +55,22 @@ LlamaConfig LlamaConfig::from_hf_json(const std::string& path) {
   const Json* model_type = j.find("model_type");
   if (model_type && model_type->is_string() && model_type->string() == "qwen2") c.qkv_bias = true;
   c.qk_norm = model_type && model_type->is_string() && model_type->string() == "qwen3";
-  c.fused_projections = model_type && model_type->is_string() && model_type->string() == "phi3";
+  const std::string mt = model_type && model_type->is_string() ? model_type->string() : "";
+  c.qk_norm = c.qk_norm || mt == "qwen3_moe";
+  c.fused_projections = mt == "phi3";
+  if (mt == "mixtral" || mt == "qwen3_moe") {
+    c.experts = int_field(j, mt == "mixtral" ? "num_local_experts" : "num_experts", path);
+    c.experts_per_token = int_field(j, "num_experts_per_tok", path);
+    c.expert_intermediate =
+        mt == "mixtral" ? c.intermediate : int_field(j, "moe_intermediate_size", path);
+    const Json* norm = j.find("norm_topk_prob");
+    c.renormalize_experts = mt == "mixtral" || (norm && std::holds_alternative<bool>(norm->v) &&
+                                                std::get<bool>(norm->v));
+    c.moe_block = mt == "mixtral" ? "block_sparse_moe" : "mlp";
+    const Json* sparse_step = j.find("decoder_sparse_step");
+    LUM_CHECK(!sparse_step || !sparse_step->is_int() || sparse_step->integer() == 1)
+        << path << ": decoder_sparse_step other than 1 is not supported";
+  }
   if (c.fused_projections) {
     const Json* partial = j.find("partial_rotary_factor");
     LUM_CHECK(!partial || !partial->is_number() || partial->number() == 1.0)
@@ -80,10 +95,18 @@ Llama::Llama(Graph& g, const LlamaConfig& c)
     nn::Attention attn(g, p + ".self_attn", c.hidden, c.heads, c.kv_heads, c.head_dim, c.qkv_bias,
                        nn::RopeConfig{c.rope_theta, true, 1.0}, c.sliding_window);
     if (c.qk_norm) attn.enable_qk_norm(g, p + ".self_attn", c.rms_eps, false);
-    layers.push_back(
-        Layer{nn::RMSNorm(g, p + ".input_layernorm", c.hidden, c.rms_eps),
-              nn::RMSNorm(g, p + ".post_attention_layernorm", c.hidden, c.rms_eps), std::move(attn),
-              nn::GatedMLP(g, p + ".mlp", c.hidden, c.intermediate, nn::Activation::SiLU)});
+    Layer layer{nn::RMSNorm(g, p + ".input_layernorm", c.hidden, c.rms_eps),
+                nn::RMSNorm(g, p + ".post_attention_layernorm", c.hidden, c.rms_eps),
+                std::move(attn), std::nullopt, std::nullopt};
+    if (c.experts > 0) {
+      nn::MoENames names;
+      if (c.moe_block == "block_sparse_moe") names = {"gate", "experts", "w1", "w3", "w2"};
+      layer.moe.emplace(g, p + "." + c.moe_block, c.hidden, c.expert_intermediate, c.experts,
+                        c.experts_per_token, c.renormalize_experts, names);
+    } else {
+      layer.mlp.emplace(g, p + ".mlp", c.hidden, c.intermediate, nn::Activation::SiLU);
+    }
+    layers.push_back(std::move(layer));
     const std::vector<Expr> cache_shape{c.kv_heads, "past", c.head_dim};
     cache_inputs.push_back({g.named_tensor("cache." + std::to_string(i) + ".k", cache_shape),
                             g.named_tensor("cache." + std::to_string(i) + ".v", cache_shape)});
@@ -97,7 +120,8 @@ Llama::Output Llama::forward(const Tensor& tokens, Expr seq, Expr past) const {
     const Layer& l = layers[i];
     auto [attn, cache] = l.attn.forward(l.input_norm.forward(h), cache_inputs[i], seq, past);
     h = h + attn;
-    h = h + l.mlp.forward(l.post_norm.forward(h));
+    const Tensor normed = l.post_norm.forward(h);
+    h = h + (l.moe ? l.moe->forward(normed) : l.mlp->forward(normed));
     out.cache.push_back(cache);
   }
   out.logits = lm_head.forward(norm.forward(h));
@@ -111,7 +135,11 @@ void Llama::parameters(const std::string& prefix, nn::NamedTensors& out) const {
     layers[i].input_norm.parameters(p + "input_layernorm.", out);
     layers[i].attn.parameters(p + "self_attn.", out);
     layers[i].post_norm.parameters(p + "post_attention_layernorm.", out);
-    layers[i].mlp.parameters(p + "mlp.", out);
+    if (layers[i].moe) {
+      layers[i].moe->parameters(p + config.moe_block + ".", out);
+    } else {
+      layers[i].mlp->parameters(p + "mlp.", out);
+    }
   }
   norm.parameters(prefix + "model.norm.", out);
   if (!config.tie_embeddings) lm_head.parameters(prefix + "lm_head.", out);

@@ -85,7 +85,7 @@ TEST_P(LlamaFamily, MatchesTransformersOnTheCpuBackend) {
 }
 INSTANTIATE_TEST_SUITE_P(Arch, LlamaFamily,
                          ::testing::Values("llama", "qwen2", "mistral", "mistral_window", "qwen3",
-                                           "phi3"));
+                                           "phi3", "mixtral", "qwen3_moe"));
 
 // Gemma (1 + w norms, GeGLU), Gemma 2 (soft-capping, sandwich norms, alternating
 // windows), Gemma 3 (q/k norms, local RoPE base).

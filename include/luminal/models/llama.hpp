@@ -1,12 +1,14 @@
 // The Llama family (Llama 2/3, Mistral with its sliding window, Qwen2 with qkv bias,
-// Qwen3 with q/k norms, Phi-3 with fused projections): config from a
+// Qwen3 with q/k norms, Phi-3 with fused projections, Mixtral and Qwen3-MoE experts): config from a
 // Hugging Face config.json, the decoder as a luminal graph with a KV cache, weights by HF names.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "luminal/nn/attention.hpp"
+#include "luminal/nn/moe.hpp"
 
 namespace luminal::models {
 
@@ -18,6 +20,10 @@ struct LlamaConfig {
   bool tie_embeddings = false, qkv_bias = false;
   bool qk_norm = false;            // per-head RMS norms on queries and keys (Qwen 3)
   bool fused_projections = false;  // qkv_proj / gate_up_proj checkpoints (Phi-3)
+  // Mixture of experts (Mixtral, Qwen3-MoE): 0 experts means a dense MLP.
+  int64_t experts = 0, experts_per_token = 0, expert_intermediate = 0;
+  bool renormalize_experts = true;
+  std::string moe_block = "mlp";  // Mixtral: block_sparse_moe
   /// Reads a Hugging Face config.json; missing or malformed fields are errors naming them.
   static LlamaConfig from_hf_json(const std::string& path);
 };
@@ -40,7 +46,8 @@ class Llama final : public nn::Module {
   struct Layer {
     nn::RMSNorm input_norm, post_norm;
     nn::Attention attn;
-    nn::GatedMLP mlp;
+    std::optional<nn::GatedMLP> mlp;
+    std::optional<nn::MoE> moe;
   };
   std::vector<Layer> layers;
   nn::RMSNorm norm;
