@@ -9,6 +9,7 @@
 
 #include "luminal/error.hpp"
 #include "models/json.hpp"
+#include "models/rope_scaling.hpp"
 
 namespace luminal::models {
 
@@ -71,6 +72,7 @@ GemmaConfig GemmaConfig::from_hf_json(const std::string& path) {
   c.rms_eps = number("rms_norm_eps", 1e-6);
   c.rope_global = number("rope_theta", 1e4);
   c.rope_local = number("rope_local_base_freq", c.rope_global);
+  c.rope_scaling = parse_rope_scaling(j, path);
   if (c.version >= 2) {
     const double scalar = number("query_pre_attn_scalar", static_cast<double>(c.head_dim));
     c.query_scale = 1.0 / std::sqrt(scalar);
@@ -96,7 +98,8 @@ Gemma::Gemma(Graph& g, const GemmaConfig& c)
     const std::string p = "model.layers." + std::to_string(i);
     const bool sliding = c.sliding[static_cast<size_t>(i)];
     nn::Attention attn(g, p + ".self_attn", c.hidden, c.heads, c.kv_heads, c.head_dim, false,
-                       nn::RopeConfig{sliding ? c.rope_local : c.rope_global, true, 1.0},
+                       sliding ? nn::RopeConfig{c.rope_local, true, {}}
+                               : nn::RopeConfig{c.rope_global, true, c.rope_scaling},
                        sliding ? c.sliding_window : 0);
     if (c.query_scale > 0) attn.scale = c.query_scale;
     attn.softcap = c.attn_softcap;

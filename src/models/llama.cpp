@@ -9,6 +9,7 @@
 #include "luminal/error.hpp"
 #include "luminal/models/safetensors.hpp"
 #include "models/json.hpp"
+#include "models/rope_scaling.hpp"
 
 namespace luminal::models {
 namespace {
@@ -47,6 +48,7 @@ LlamaConfig LlamaConfig::from_hf_json(const std::string& path) {
   c.head_dim = int_field(j, "head_dim", path, c.hidden / c.heads);
   c.rms_eps = float_field(j, "rms_norm_eps", 1e-6);
   c.rope_theta = float_field(j, "rope_theta", 10000.0);
+  c.rope_scaling = parse_rope_scaling(j, path);
   c.sliding_window = int_field(j, "sliding_window", path, 0);
   const Json* tie = j.find("tie_word_embeddings");
   c.tie_embeddings = tie && std::holds_alternative<bool>(tie->v) && std::get<bool>(tie->v);
@@ -75,9 +77,6 @@ LlamaConfig LlamaConfig::from_hf_json(const std::string& path) {
     const Json* partial = j.find("partial_rotary_factor");
     LUM_CHECK(!partial || !partial->is_number() || partial->number() == 1.0)
         << path << ": partial rotary embeddings are not supported";
-    const Json* scaling = j.find("rope_scaling");
-    LUM_CHECK(!scaling || std::holds_alternative<std::nullptr_t>(scaling->v))
-        << path << ": rope_scaling is not supported yet";
   }
   LUM_CHECK(c.hidden > 0 && c.heads > 0 && c.kv_heads > 0 && c.layers > 0 && c.vocab > 0)
       << path << ": config has non-positive sizes";
@@ -93,7 +92,7 @@ Llama::Llama(Graph& g, const LlamaConfig& c)
   for (int64_t i = 0; i < c.layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i);
     nn::Attention attn(g, p + ".self_attn", c.hidden, c.heads, c.kv_heads, c.head_dim, c.qkv_bias,
-                       nn::RopeConfig{c.rope_theta, true, 1.0}, c.sliding_window);
+                       nn::RopeConfig{c.rope_theta, true, c.rope_scaling}, c.sliding_window);
     if (c.qk_norm) attn.enable_qk_norm(g, p + ".self_attn", c.rms_eps, false);
     Layer layer{nn::RMSNorm(g, p + ".input_layernorm", c.hidden, c.rms_eps),
                 nn::RMSNorm(g, p + ".post_attention_layernorm", c.hidden, c.rms_eps),

@@ -8,19 +8,75 @@
 
 namespace luminal::nn {
 
+Tensor rope_frequencies(Graph& g, int64_t d, const RopeConfig& rope) {
+  using Kind = RopeScaling::Kind;
+  const RopeScaling& s = rope.scaling;
+  LUM_CHECK(s.kind == Kind::None || s.factor > 0)
+      << "rope scaling factor must be positive, got " << s.factor;
+  const int64_t half = d / 2;
+  const Tensor index = g.iota(Expr("z"), {half}, DType::F32);
+  // inv_freq[i] = theta^(-2i/d).
+  const Tensor inv_freq = (index * (-2.0 * std::log2(rope.theta) / static_cast<double>(d))).exp2();
+  switch (s.kind) {
+    case Kind::None:
+      return inv_freq;
+    case Kind::Linear:  // positions / factor, folded into the frequencies
+      return inv_freq * (1.0 / s.factor);
+    case Kind::Llama3: {
+      LUM_CHECK(s.original_context > 0 && s.high_freq_factor != s.low_freq_factor)
+          << "llama3 rope scaling needs original_max_position_embeddings and distinct frequency "
+             "factors";
+      const double low_wavelen = s.original_context / s.low_freq_factor;
+      const double high_wavelen = s.original_context / s.high_freq_factor;
+      const Tensor wavelen = (2.0 * M_PI) / inv_freq;
+      const Tensor scaled = where(gt(wavelen, low_wavelen), inv_freq / s.factor, inv_freq);
+      const Tensor smooth = (s.original_context / wavelen - s.low_freq_factor) /
+                            (s.high_freq_factor - s.low_freq_factor);
+      const Tensor smoothed = (1.0 - smooth) * scaled / s.factor + smooth * scaled;
+      const Tensor medium = logical_and(ge(wavelen, high_wavelen), le(wavelen, low_wavelen));
+      return where(medium, smoothed, scaled);
+    }
+    case Kind::Yarn: {
+      LUM_CHECK(s.original_context > 0)
+          << "yarn rope scaling needs original_max_position_embeddings";
+      // The head dimension at which a frequency turns `rotations` times over the context.
+      const auto correction_dim = [&](double rotations) {
+        return d * std::log(s.original_context / (rotations * 2.0 * M_PI)) /
+               (2.0 * std::log(rope.theta));
+      };
+      double low = correction_dim(s.beta_fast), high = correction_dim(s.beta_slow);
+      if (s.truncate) low = std::floor(low), high = std::ceil(high);
+      low = std::max(low, 0.0);
+      high = std::min(high, static_cast<double>(d - 1));
+      if (low == high) high += 0.001;
+      // 0 keeps the original frequency (extrapolates), 1 divides it by the factor.
+      const Tensor ramp = ((index - low) / (high - low)).clamp(0.0, 1.0);
+      return inv_freq * (ramp / s.factor + (1.0 - ramp));
+    }
+  }
+  LUM_FAIL() << "unknown rope scaling kind";
+}
+
+double rope_attention_factor(const RopeScaling& s) {
+  if (s.kind != RopeScaling::Kind::Yarn) return 1.0;
+  if (s.attention_factor > 0) return s.attention_factor;
+  return s.factor <= 1 ? 1.0 : 0.1 * std::log(s.factor) + 1.0;
+}
+
 Tensor apply_rope(const Tensor& x, const RopeConfig& rope, Expr past) {
   Graph& g = x.graph();
   const Expr seq = x.dim(-2);
   const int64_t d = *x.dim(-1).as_const();
   LUM_CHECK(d % 2 == 0) << "apply_rope: head dimension " << d << " must be even";
   const int64_t half = d / 2;
-  // inv_freq[i] = theta^(-2i/d); angle[p][i] = position p * inv_freq[i].
-  const Tensor inv_freq =
-      (g.iota(Expr("z"), {half}, DType::F32) * (-2.0 * std::log2(rope.theta) / d)).exp2();
-  Tensor positions = g.iota(past + Expr("z"), {seq}, DType::F32);
-  if (rope.linear_scale != 1.0) positions = positions * (1.0 / rope.linear_scale);
-  const Tensor angle = positions.unsqueeze(1) * inv_freq.unsqueeze(0);  // [seq, half]
-  const Tensor cos = angle.cos(), sin = angle.sin();
+  const Tensor positions = g.iota(past + Expr("z"), {seq}, DType::F32);
+  const Tensor angle =
+      positions.unsqueeze(1) * rope_frequencies(g, d, rope).unsqueeze(0);  // [seq, half]
+  Tensor cos = angle.cos(), sin = angle.sin();
+  if (const double a = rope_attention_factor(rope.scaling); a != 1.0) {
+    cos = cos * a;
+    sin = sin * a;
+  }
   if (rope.neox) {
     const Tensor x1 = x.slice(-1, 0, half), x2 = x.slice(-1, half, d);
     return concat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, -1);

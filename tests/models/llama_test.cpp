@@ -3,11 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 
 #include "luminal/luminal.hpp"
 #include "luminal/models/gemma.hpp"
 #include "luminal/models/llama.hpp"
 #include "luminal/models/safetensors.hpp"
+#include "testing/expect_error.hpp"
 
 namespace luminal::models {
 namespace {
@@ -85,7 +88,8 @@ TEST_P(LlamaFamily, MatchesTransformersOnTheCpuBackend) {
 }
 INSTANTIATE_TEST_SUITE_P(Arch, LlamaFamily,
                          ::testing::Values("llama", "qwen2", "mistral", "mistral_window", "qwen3",
-                                           "phi3", "mixtral", "qwen3_moe"));
+                                           "phi3", "mixtral", "qwen3_moe", "llama_linear",
+                                           "llama3_rope", "qwen2_yarn"));
 
 // Gemma (1 + w norms, GeGLU), Gemma 2 (soft-capping, sandwich norms, alternating
 // windows), Gemma 3 (q/k norms, local RoPE base).
@@ -96,7 +100,8 @@ TEST_P(GemmaFamily, MatchesTransformersOnTheReference) {
 TEST_P(GemmaFamily, MatchesTransformersOnTheCpuBackend) {
   run_parity<Gemma, GemmaConfig>(GetParam(), cpu());
 }
-INSTANTIATE_TEST_SUITE_P(Arch, GemmaFamily, ::testing::Values("gemma", "gemma2", "gemma3"));
+INSTANTIATE_TEST_SUITE_P(Arch, GemmaFamily,
+                         ::testing::Values("gemma", "gemma2", "gemma3", "gemma3_scaled"));
 
 TEST(Llama, ConfigFields) {
   const LlamaConfig q = LlamaConfig::from_hf_json(dir("qwen2") + "/config.json");
@@ -105,6 +110,26 @@ TEST(Llama, ConfigFields) {
   EXPECT_EQ(q.rope_theta, 1000000.0);
   EXPECT_EQ(LlamaConfig::from_hf_json(dir("mistral") + "/config.json").kv_heads, 1);
   EXPECT_EQ(LlamaConfig::from_hf_json(dir("mistral_window") + "/config.json").sliding_window, 3);
+  const nn::RopeScaling llama3 =
+      LlamaConfig::from_hf_json(dir("llama3_rope") + "/config.json").rope_scaling;
+  EXPECT_EQ(llama3.kind, nn::RopeScaling::Kind::Llama3);
+  EXPECT_EQ(llama3.original_context, 64.0);
+}
+
+// Scaling schemes we cannot run exactly are refused, naming the scheme.
+TEST(Llama, UnsupportedRopeScalingIsAClearError) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "luminal_rope_config.json").string();
+  for (const char* scaling :
+       {R"({"rope_type": "dynamic", "factor": 2.0})", R"({"type": "longrope", "factor": 2.0})",
+        R"({"rope_type": "llama3", "factor": 8.0})", R"("linear")"}) {
+    std::ofstream(path)
+        << R"({"vocab_size": 8, "hidden_size": 8, "intermediate_size": 8, "num_hidden_layers": 1,
+                            "num_attention_heads": 2, "rope_scaling": )"
+        << scaling << "}";
+    testing::expect_error([&] { LlamaConfig::from_hf_json(path); }, {path.c_str(), "rope_scaling"});
+  }
+  std::filesystem::remove(path);
 }
 
 TEST(Llama, MissingWeightsAndBadConfigsAreClearErrors) {

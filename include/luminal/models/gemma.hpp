@@ -20,6 +20,8 @@ struct GemmaConfig {
   int64_t vocab = 0, hidden = 0, intermediate = 0, layers = 0, heads = 0, kv_heads = 0,
           head_dim = 0;
   double rms_eps = 1e-6, rope_global = 1e4, rope_local = 1e4;
+  /// Applies to global (non-sliding) layers only, as in HF Gemma 3.
+  nn::RopeScaling rope_scaling{};
   double query_scale = 0;  // 0: 1/sqrt(head_dim)
   double attn_softcap = 0, final_softcap = 0;
   int64_t sliding_window = 0;

@@ -16,6 +16,7 @@ struct LlamaConfig {
   int64_t vocab = 0, hidden = 0, intermediate = 0, layers = 0, heads = 0, kv_heads = 0,
           head_dim = 0;
   double rms_eps = 1e-6, rope_theta = 10000.0;
+  nn::RopeScaling rope_scaling{};
   int64_t sliding_window = 0;  // 0: full causal attention
   bool tie_embeddings = false, qkv_bias = false;
   bool qk_norm = false;            // per-head RMS norms on queries and keys (Qwen 3)

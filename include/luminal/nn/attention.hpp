@@ -10,14 +10,35 @@
 
 namespace luminal::nn {
 
+/// Context-extension schemes that reshape RoPE's frequencies (HF `rope_scaling`).
+struct RopeScaling {
+  enum class Kind { None, Linear, Llama3, Yarn };
+  Kind kind = Kind::None;
+  double factor = 1.0;
+  /// The context the model was pretrained on (Llama 3 and YaRN).
+  double original_context = 0.0;
+  /// Llama 3: wavelengths above original_context / low_freq_factor are divided by
+  /// `factor`, those below original_context / high_freq_factor kept, and those between
+  /// blended smoothly.
+  double low_freq_factor = 1.0, high_freq_factor = 4.0;
+  /// YaRN: rotations per context that bound the ramp from extrapolated to interpolated
+  /// frequencies, and the factor applied to cos/sin (0 = the paper's 0.1 ln(factor) + 1).
+  double beta_fast = 32.0, beta_slow = 1.0, attention_factor = 0.0;
+  bool truncate = true;
+};
+
 struct RopeConfig {
   double theta = 10000.0;
   /// true: rotate the two halves of each head (GPT-NeoX / Llama in HF); false: rotate
   /// interleaved pairs (the original RoPE / GPT-J layout).
   bool neox = true;
-  /// Linear position scaling (positions are divided by this factor).
-  double linear_scale = 1.0;
+  RopeScaling scaling{};
 };
+
+/// RoPE's inverse frequencies [head_dim / 2], after `rope.scaling`.
+Tensor rope_frequencies(Graph& g, int64_t head_dim, const RopeConfig& rope);
+/// The factor YaRN applies to cos and sin (1 for the other schemes).
+double rope_attention_factor(const RopeScaling& scaling);
 
 /// Rotates x [..., seq, head_dim] for positions past, past+1, ...
 Tensor apply_rope(const Tensor& x, const RopeConfig& rope, Expr past);
