@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the build and test dependencies from Debian's packages (skips what is present).
 set -euo pipefail
-packages=(g++ cmake ninja-build ccache pkg-config libgtest-dev libbenchmark-dev libopenblas-dev)
+packages=(g++ cmake ninja-build ccache pkg-config libgtest-dev libbenchmark-dev libopenblas-dev libicu-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

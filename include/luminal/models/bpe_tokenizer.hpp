@@ -1,0 +1,47 @@
+// Hugging Face tokenizer.json with a byte-level BPE model (GPT-2, Llama 3, Qwen 2):
+// added tokens are cut out of the raw text first, the rest is normalised (NFC / NFKC /
+// NFD), split by the pre-tokenizer's regexes (Unicode classes, as the `tokenizers`
+// library's Oniguruma patterns), mapped byte by byte onto printable characters and
+// merged by rank.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace luminal::models {
+
+class BpeTokenizer {
+ public:
+  /// Reads `path` (a tokenizer.json). An unsupported model, normalizer or pre-tokenizer
+  /// is an error naming it.
+  explicit BpeTokenizer(const std::string& path);
+  ~BpeTokenizer();
+  BpeTokenizer(BpeTokenizer&&) noexcept;
+
+  /// Token ids for `text`, without BOS/EOS (HF's add_special_tokens=False).
+  std::vector<int32_t> encode(const std::string& text) const;
+  /// Text of token ids, added tokens included; invalid UTF-8 becomes U+FFFD.
+  std::string decode(const std::vector<int32_t>& ids) const;
+
+  size_t vocab_size() const { return tokens_.size(); }
+  /// Id of an exact token (vocabulary or added), or -1.
+  int32_t find(const std::string& token) const;
+
+ private:
+  struct Impl;
+  void encode_word(const std::string& word, std::vector<int32_t>& out) const;
+
+  std::unique_ptr<Impl> impl_;
+  std::vector<std::string> tokens_;  // id -> token text (byte-level alphabet, or added content)
+  std::unordered_map<std::string, int32_t> ids_;
+  std::unordered_map<uint64_t, std::pair<int32_t, int32_t>>
+      merges_;                      // (left, right) -> (rank, merged)
+  std::vector<std::string> added_;  // added token contents, longest first
+  std::vector<bool> is_added_;
+  bool ignore_merges_ = false;
+};
+
+}  // namespace luminal::models
