@@ -7,7 +7,10 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
+#include <cstdio>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <limits>
 
@@ -115,44 +118,134 @@ std::string type_of(const Json& j) {
   return t && t->is_string() ? t->string() : "";
 }
 
+// The helpers below work on one UTF-8 string at a time; ICU does the Unicode parts.
+std::string to_utf8(const icu::UnicodeString& u) {
+  std::string s;
+  u.toUTF8String(s);
+  return s;
+}
+
+void replace_all(std::string& s, const std::string& from, const std::string& to) {
+  if (from.empty()) return;
+  for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size()))
+    s.replace(at, from.size(), to);
+}
+
+// "<0xAB>" -> 0xAB, or -1.
+int byte_token(const std::string& t) {
+  if (t.size() != 6 || t.compare(0, 3, "<0x") != 0 || t[5] != '>') return -1;
+  const auto hex = [](char c) {
+    return std::isdigit(static_cast<unsigned char>(c)) ? c - '0'
+           : c >= 'A' && c <= 'F'                      ? c - 'A' + 10
+                                                       : -1;
+  };
+  const int hi = hex(t[3]), lo = hex(t[4]);
+  return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
+}
+
+bool valid_utf8(const std::string& s) {
+  return utf8_lossy(s) == s && s.find("\xEF\xBF\xBD") == std::string::npos;
+}
+
+bool flag(const Json& j, const char* key, bool fallback) {
+  const Json* v = j.find(key);
+  return v && std::holds_alternative<bool>(v->v) ? std::get<bool>(v->v) : fallback;
+}
+
+std::string string_member(const Json& j, const char* key, const std::string& path) {
+  const Json& v = member(j, key, path);
+  LUM_CHECK(v.is_string()) << path << ": '" << key << "' is not a string";
+  return v.string();
+}
+
+// A Replace step's literal pattern ({"String": ...}); regex patterns are refused.
+std::string literal_pattern(const Json& step, const std::string& path) {
+  const Json& pattern = member(step, "pattern", path);
+  const Json* lit = pattern.find("String");
+  LUM_CHECK(lit && lit->is_string()) << path << ": only literal Replace patterns are supported";
+  return lit->string();
+}
+
 }  // namespace
 
 struct BpeTokenizer::Impl {
-  std::vector<std::unique_ptr<icu::RegexPattern>> splits;  // applied in order, matches isolated
-  const icu::Normalizer2* normalizer = nullptr;
-  bool add_prefix_space = false;
+  using Normalize = std::function<void(icu::UnicodeString&)>;
+  // One pre-tokenizer stage: a piece (and whether it starts the input) -> pieces.
+  using Split =
+      std::function<void(const icu::UnicodeString&, bool first, std::vector<icu::UnicodeString>&)>;
+  using Decode = std::function<void(std::vector<std::string>&)>;
+  std::vector<Normalize> normalizers;
+  std::vector<Split> splits;
+  std::vector<Decode> decoders;
+  bool byte_level = false, has_decoder = false;
   std::array<char32_t, 256> to_char = byte_chars();
   std::unordered_map<char32_t, unsigned char> to_byte;
 
-  void add_split(const std::string& pattern, const std::string& path) {
+  static std::shared_ptr<icu::RegexPattern> compile(const std::string& pattern,
+                                                    const std::string& path) {
     UErrorCode status = U_ZERO_ERROR;
     UParseError where{};
-    auto re = std::unique_ptr<icu::RegexPattern>(icu::RegexPattern::compile(
+    std::shared_ptr<icu::RegexPattern> re(icu::RegexPattern::compile(
         icu::UnicodeString::fromUTF8(to_icu_pattern(pattern)), where, status));
     LUM_CHECK(U_SUCCESS(status) && re)
         << path << ": cannot compile pre-tokenizer regex '" << pattern << "' ("
         << u_errorName(status) << " at offset " << where.offset << ")";
-    splits.push_back(std::move(re));
+    return re;
+  }
+
+  // Matches and the gaps between them both become pieces ("Isolated").
+  void add_regex_split(const std::string& pattern, const std::string& path) {
+    splits.push_back([re = compile(pattern, path)](const icu::UnicodeString& piece, bool,
+                                                   std::vector<icu::UnicodeString>& out) {
+      UErrorCode status = U_ZERO_ERROR;
+      std::unique_ptr<icu::RegexMatcher> m(re->matcher(piece, status));
+      LUM_CHECK(U_SUCCESS(status)) << "tokenizer regex: " << u_errorName(status);
+      int32_t last = 0;
+      while (m->find(status)) {
+        const int32_t start = m->start(status), end = m->end(status);
+        if (start == end) continue;
+        // Copies: a substring aliasing `piece` would dangle once the caller replaces it.
+        if (start > last) out.emplace_back(piece, last, start - last);
+        out.emplace_back(piece, start, end - start);
+        last = end;
+      }
+      if (last < piece.length()) out.emplace_back(piece, last);
+    });
   }
 
   void add_normalizer(const Json& n, const std::string& path) {
     const std::string t = type_of(n);
-    UErrorCode status = U_ZERO_ERROR;
     if (t == "Sequence") {
       for (const Json& part : member(n, "normalizers", path).array()) add_normalizer(part, path);
       return;
     }
-    LUM_CHECK(!normalizer) << path << ": more than one Unicode normalizer";
-    if (t == "NFC")
-      normalizer = icu::Normalizer2::getNFCInstance(status);
-    else if (t == "NFKC")
-      normalizer = icu::Normalizer2::getNFKCInstance(status);
-    else if (t == "NFD")
-      normalizer = icu::Normalizer2::getNFDInstance(status);
-    else
-      LUM_FAIL() << path << ": normalizer '" << t
-                 << "' is not supported (supported: NFC, NFKC, NFD)";
+    if (t == "Prepend") {
+      const icu::UnicodeString prefix =
+          icu::UnicodeString::fromUTF8(string_member(n, "prepend", path));
+      normalizers.push_back([prefix](icu::UnicodeString& u) {
+        if (!u.isEmpty()) u.insert(0, prefix);
+      });
+      return;
+    }
+    if (t == "Replace") {
+      const icu::UnicodeString from = icu::UnicodeString::fromUTF8(literal_pattern(n, path));
+      const icu::UnicodeString to = icu::UnicodeString::fromUTF8(string_member(n, "content", path));
+      normalizers.push_back([from, to](icu::UnicodeString& u) { u.findAndReplace(from, to); });
+      return;
+    }
+    UErrorCode status = U_ZERO_ERROR;
+    const icu::Normalizer2* form = t == "NFC"    ? icu::Normalizer2::getNFCInstance(status)
+                                   : t == "NFKC" ? icu::Normalizer2::getNFKCInstance(status)
+                                   : t == "NFD"  ? icu::Normalizer2::getNFDInstance(status)
+                                                 : nullptr;
+    LUM_CHECK(form) << path << ": normalizer '" << t
+                    << "' is not supported (supported: NFC, NFKC, NFD, Prepend, Replace, Sequence)";
     LUM_CHECK(U_SUCCESS(status)) << "ICU normalizer " << t << ": " << u_errorName(status);
+    normalizers.push_back([form](icu::UnicodeString& u) {
+      UErrorCode st = U_ZERO_ERROR;
+      u = form->normalize(u, st);
+      LUM_CHECK(U_SUCCESS(st)) << "tokenizer normalizer: " << u_errorName(st);
+    });
   }
 
   void add_pre_tokenizer(const Json& p, const std::string& path) {
@@ -163,54 +256,160 @@ struct BpeTokenizer::Impl {
     } else if (t == "Split") {
       const Json& pattern = member(p, "pattern", path);
       const Json* behavior = p.find("behavior");
-      const Json* invert = p.find("invert");
       LUM_CHECK(behavior && behavior->is_string() && behavior->string() == "Isolated" &&
-                (!invert || !std::get<bool>(invert->v)))
+                !flag(p, "invert", false))
           << path << ": only Split pre-tokenizers with behavior Isolated are supported";
-      if (const Json* re = pattern.find("Regex")) {
-        add_split(re->string(), path);
-      } else {
-        // A literal string: escape it into a regex.
+      if (const Json* re = pattern.find("Regex"); re && re->is_string()) {
+        add_regex_split(re->string(), path);
+      } else {  // a literal string: escape it into a regex
         std::string lit;
-        for (char c : member(pattern, "String", path).string()) {
+        for (char c : string_member(pattern, "String", path)) {
           if (std::string("\\^$.|?*+()[]{}").find(c) != std::string::npos) lit += '\\';
           lit += c;
         }
-        add_split(lit, path);
+        add_regex_split(lit, path);
       }
     } else if (t == "ByteLevel") {
-      const Json* prefix = p.find("add_prefix_space");
-      add_prefix_space =
-          prefix && std::holds_alternative<bool>(prefix->v) && std::get<bool>(prefix->v);
-      const Json* use_regex = p.find("use_regex");
-      if (!use_regex || !std::holds_alternative<bool>(use_regex->v) || std::get<bool>(use_regex->v))
-        add_split(kGpt2Split, path);
+      byte_level = true;
+      if (flag(p, "add_prefix_space", false)) {
+        splits.push_back(
+            [](const icu::UnicodeString& piece, bool, std::vector<icu::UnicodeString>& out) {
+              out.push_back(piece.startsWith(icu::UnicodeString(u' '))
+                                ? piece
+                                : icu::UnicodeString(u' ') + piece);
+            });
+      }
+      if (flag(p, "use_regex", true)) add_regex_split(kGpt2Split, path);
+    } else if (t == "Metaspace") {
+      // Spaces become the replacement, which is prepended per the scheme and, with
+      // `split`, starts each piece.
+      const icu::UnicodeString mark =
+          icu::UnicodeString::fromUTF8(string_member(p, "replacement", path));
+      const Json* scheme_json = p.find("prepend_scheme");
+      const std::string scheme = scheme_json && scheme_json->is_string() ? scheme_json->string()
+                                 : flag(p, "add_prefix_space", true)     ? "always"
+                                                                         : "never";
+      LUM_CHECK(scheme == "always" || scheme == "first" || scheme == "never")
+          << path << ": Metaspace prepend_scheme '" << scheme << "' is unknown";
+      const bool split = flag(p, "split", true);
+      splits.push_back([mark, scheme, split](const icu::UnicodeString& piece, bool first,
+                                             std::vector<icu::UnicodeString>& out) {
+        icu::UnicodeString u = piece;
+        u.findAndReplace(icu::UnicodeString(u' '), mark);
+        if ((scheme == "always" || (scheme == "first" && first)) && !u.startsWith(mark))
+          u.insert(0, mark);
+        if (!split) {
+          out.push_back(u);
+          return;
+        }
+        int32_t begin = 0;
+        for (int32_t at = u.indexOf(mark, 1); at >= 0; at = u.indexOf(mark, at + 1)) {
+          out.emplace_back(u, begin, at - begin);
+          begin = at;
+        }
+        if (begin < u.length()) out.emplace_back(u, begin);
+      });
     } else {
       LUM_FAIL() << path << ": pre-tokenizer '" << t
-                 << "' is not supported (supported: ByteLevel, Split, Sequence)";
+                 << "' is not supported (supported: ByteLevel, Metaspace, Split, Sequence)";
     }
   }
 
-  // Cuts `text` at every match of each split in turn (matches and gaps both kept).
-  std::vector<icu::UnicodeString> pre_tokenize(const icu::UnicodeString& text) const {
-    std::vector<icu::UnicodeString> pieces{text};
-    for (const auto& re : splits) {
-      std::vector<icu::UnicodeString> next;
-      for (const icu::UnicodeString& piece : pieces) {
-        UErrorCode status = U_ZERO_ERROR;
-        std::unique_ptr<icu::RegexMatcher> m(re->matcher(piece, status));
-        LUM_CHECK(U_SUCCESS(status)) << "tokenizer regex: " << u_errorName(status);
-        int32_t last = 0;
-        while (m->find(status)) {
-          const int32_t start = m->start(status), end = m->end(status);
-          if (start == end) continue;
-          // Copies: a substring aliasing `piece` would dangle once `pieces` is replaced.
-          if (start > last) next.emplace_back(piece, last, start - last);
-          next.emplace_back(piece, start, end - start);
-          last = end;
+  void add_decoder(const Json& d, const std::string& path) {
+    has_decoder = true;
+    const std::string t = type_of(d);
+    if (t == "Sequence") {
+      for (const Json& part : member(d, "decoders", path).array()) add_decoder(part, path);
+    } else if (t == "ByteLevel") {
+      decoders.push_back([this](std::vector<std::string>& tokens) {
+        std::string bytes;
+        for (const std::string& tok : tokens) {
+          const icu::UnicodeString u = icu::UnicodeString::fromUTF8(tok);
+          for (int32_t k = 0; k < u.length(); k = u.moveIndex32(k, 1)) {
+            const auto c = static_cast<char32_t>(u.char32At(k));
+            const auto it = to_byte.find(c);
+            bytes += it != to_byte.end() ? std::string(1, static_cast<char>(it->second)) : utf8(c);
+          }
         }
-        if (last < piece.length()) next.emplace_back(piece, last);
-      }
+        tokens = {utf8_lossy(bytes)};
+      });
+    } else if (t == "Replace") {
+      const std::string from = literal_pattern(d, path), to = string_member(d, "content", path);
+      decoders.push_back([from, to](std::vector<std::string>& tokens) {
+        for (std::string& tok : tokens) replace_all(tok, from, to);
+      });
+    } else if (t == "ByteFallback") {
+      // Runs of <0xXX> tokens become their UTF-8 text, or one U+FFFD per byte if invalid.
+      decoders.push_back([](std::vector<std::string>& tokens) {
+        std::vector<std::string> out;
+        std::string run;
+        size_t run_len = 0;
+        const auto flush = [&] {
+          if (!run_len) return;
+          if (valid_utf8(run))
+            out.push_back(run);
+          else
+            out.insert(out.end(), run_len, "\xEF\xBF\xBD");
+          run.clear();
+          run_len = 0;
+        };
+        for (const std::string& tok : tokens) {
+          if (const int b = byte_token(tok); b >= 0) {
+            run += static_cast<char>(b);
+            ++run_len;
+          } else {
+            flush();
+            out.push_back(tok);
+          }
+        }
+        flush();
+        tokens = std::move(out);
+      });
+    } else if (t == "Fuse") {
+      decoders.push_back([](std::vector<std::string>& tokens) {
+        std::string all;
+        for (const std::string& tok : tokens) all += tok;
+        tokens = {all};
+      });
+    } else if (t == "Strip") {
+      const std::string content = string_member(d, "content", path);
+      const int64_t start = member(d, "start", path).integer(),
+                    stop = member(d, "stop", path).integer();
+      decoders.push_back([content, start, stop](std::vector<std::string>& tokens) {
+        for (std::string& tok : tokens) {
+          for (int64_t k = 0; k < start && tok.compare(0, content.size(), content) == 0; ++k)
+            tok.erase(0, content.size());
+          for (int64_t k = 0;
+               k < stop && tok.size() >= content.size() &&
+               tok.compare(tok.size() - content.size(), content.size(), content) == 0;
+               ++k)
+            tok.resize(tok.size() - content.size());
+        }
+      });
+    } else if (t == "Metaspace") {
+      const std::string mark = string_member(d, "replacement", path);
+      const Json* scheme = d.find("prepend_scheme");
+      const bool strip_first = !(scheme && scheme->is_string() && scheme->string() == "never");
+      decoders.push_back([mark, strip_first](std::vector<std::string>& tokens) {
+        for (size_t i = 0; i < tokens.size(); ++i) {
+          replace_all(tokens[i], mark, " ");
+          if (i == 0 && strip_first && !tokens[i].empty() && tokens[i][0] == ' ')
+            tokens[i].erase(0, 1);
+        }
+      });
+    } else {
+      LUM_FAIL() << path << ": decoder '" << t
+                 << "' is not supported (supported: ByteLevel, ByteFallback, Fuse, Metaspace, "
+                    "Replace, Strip, "
+                    "Sequence)";
+    }
+  }
+
+  std::vector<icu::UnicodeString> pre_tokenize(const icu::UnicodeString& text, bool first) const {
+    std::vector<icu::UnicodeString> pieces{text};
+    for (const Split& split : splits) {
+      std::vector<icu::UnicodeString> next;
+      for (size_t i = 0; i < pieces.size(); ++i) split(pieces[i], first && i == 0, next);
       pieces = std::move(next);
     }
     return pieces;
@@ -230,45 +429,50 @@ BpeTokenizer::BpeTokenizer(const std::string& path) : impl_(std::make_unique<Imp
   const Json& model = member(j, "model", path);
   const std::string model_type = type_of(model);
   LUM_CHECK(model_type == "BPE") << path << ": tokenizer model '" << model_type
-                                 << "' is not supported (supported: byte-level BPE)";
-  if (const Json* im = model.find("ignore_merges"); im && std::holds_alternative<bool>(im->v))
-    ignore_merges_ = std::get<bool>(im->v);
-  for (const auto& [token, id] : member(model, "vocab", path).object()) {
+                                 << "' is not supported (supported: BPE)";
+  ignore_merges_ = flag(model, "ignore_merges", false);
+  byte_fallback_ = flag(model, "byte_fallback", false);
+  fuse_unk_ = flag(model, "fuse_unk", false);
+  const Json& vocab = member(model, "vocab", path);
+  LUM_CHECK(vocab.is_object()) << path << ": model.vocab is not an object";
+  const auto add_token = [&](const std::string& token, const Json& id) {
     LUM_CHECK(id.is_int() && id.integer() >= 0 && id.integer() < (1 << 24))
-        << path << ": vocabulary id of '" << token << "' is out of range";
+        << path << ": id of token '" << token << "' is not an integer in [0, 2^24)";
     const auto i = static_cast<size_t>(id.integer());
-    if (i >= tokens_.size()) tokens_.resize(i + 1);
+    if (i >= tokens_.size()) tokens_.resize(i + 1), is_added_.resize(i + 1, false);
     tokens_[i] = token;
     ids_[token] = static_cast<int32_t>(i);
-  }
-  is_added_.assign(tokens_.size(), false);
+    return i;
+  };
+  for (const auto& [token, id] : vocab.object()) add_token(token, id);
   if (const Json* added = j.find("added_tokens"); added && added->is_array()) {
     for (const Json& a : added->array()) {
-      const int64_t id = member(a, "id", path).integer();
-      const std::string& content = member(a, "content", path).string();
-      LUM_CHECK(id >= 0 && id < (1 << 24))
-          << path << ": added token '" << content << "' has id " << id;
-      const auto i = static_cast<size_t>(id);
-      if (i >= tokens_.size()) tokens_.resize(i + 1), is_added_.resize(i + 1, false);
-      tokens_[i] = content;
-      is_added_[i] = true;
-      ids_[content] = static_cast<int32_t>(i);
+      const std::string content = string_member(a, "content", path);
+      is_added_[add_token(content, member(a, "id", path))] = true;
       added_.push_back(content);
     }
   }
   std::sort(added_.begin(), added_.end(),
-            [](const auto& a, const auto& b) { return a.size() > b.size(); });
+            [](const auto& x, const auto& y) { return x.size() > y.size(); });
+  if (const Json* unk = model.find("unk_token"); unk && unk->is_string()) {
+    unk_ = find(unk->string());
+    LUM_CHECK(unk_ >= 0) << path << ": unk_token '" << unk->string()
+                         << "' is not in the vocabulary";
+  }
 
+  const Json& merges = member(model, "merges", path);
+  LUM_CHECK(merges.is_array()) << path << ": model.merges is not an array";
   int32_t rank = 0;
-  for (const Json& m : member(model, "merges", path).array()) {
+  for (const Json& m : merges.array()) {
     std::string left, right;
     if (m.is_string()) {  // "a b"
       const size_t sp = m.string().find(' ', 1);
       LUM_CHECK(sp != std::string::npos) << path << ": merge '" << m.string() << "' has no space";
       left = m.string().substr(0, sp), right = m.string().substr(sp + 1);
     } else {
-      LUM_CHECK(m.is_array() && m.array().size() == 2)
-          << path << ": merge " << rank << " is not a pair";
+      LUM_CHECK(m.is_array() && m.array().size() == 2 && m.array()[0].is_string() &&
+                m.array()[1].is_string())
+          << path << ": merge " << rank << " is not a pair of strings";
       left = m.array()[0].string(), right = m.array()[1].string();
     }
     const int32_t a = find(left), b = find(right), merged = find(left + right);
@@ -281,12 +485,16 @@ BpeTokenizer::BpeTokenizer(const std::string& path) : impl_(std::make_unique<Imp
   if (const Json* n = j.find("normalizer"); n && n->is_object()) impl_->add_normalizer(*n, path);
   if (const Json* p = j.find("pre_tokenizer"); p && p->is_object())
     impl_->add_pre_tokenizer(*p, path);
-  if (const Json* d = j.find("decoder"); d && d->is_object()) {
-    LUM_CHECK(type_of(*d) == "ByteLevel")
-        << path << ": decoder '" << type_of(*d) << "' is not supported (supported: ByteLevel)";
-  }
+  if (const Json* d = j.find("decoder"); d && d->is_object()) impl_->add_decoder(*d, path);
   for (int b = 0; b < 256; ++b)
     impl_->to_byte[impl_->to_char[static_cast<size_t>(b)]] = static_cast<unsigned char>(b);
+  if (byte_fallback_) {
+    for (int b = 0; b < 256; ++b) {
+      char name[7];
+      std::snprintf(name, sizeof name, "<0x%02X>", b);
+      byte_ids_[static_cast<size_t>(b)] = find(name);
+    }
+  }
 }
 
 int32_t BpeTokenizer::find(const std::string& token) const {
@@ -295,16 +503,41 @@ int32_t BpeTokenizer::find(const std::string& token) const {
 }
 
 void BpeTokenizer::encode_word(const std::string& word, std::vector<int32_t>& out) const {
-  // Byte-level: each byte becomes one printable character.
   std::vector<int32_t> symbols;
-  std::string mapped;
-  for (unsigned char b : word) {
-    const std::string c = utf8(impl_->to_char[b]);
-    mapped += c;
-    const int32_t id = find(c);
-    LUM_CHECK(id >= 0) << "tokenizer vocabulary lacks the byte-level character for byte "
-                       << static_cast<int>(b);
-    symbols.push_back(id);
+  std::string mapped;       // the word in the vocabulary's alphabet
+  if (impl_->byte_level) {  // each byte becomes one printable character
+    for (unsigned char b : word) {
+      const std::string c = utf8(impl_->to_char[b]);
+      mapped += c;
+      const int32_t id = find(c);
+      LUM_CHECK(id >= 0) << "tokenizer vocabulary lacks the byte-level character for byte "
+                         << static_cast<int>(b);
+      symbols.push_back(id);
+    }
+  } else {  // characters; unknown ones fall back to <0xXX> bytes or <unk>
+    mapped = word;
+    const icu::UnicodeString u = icu::UnicodeString::fromUTF8(word);
+    bool last_unk = false;
+    for (int32_t k = 0; k < u.length(); k = u.moveIndex32(k, 1)) {
+      const std::string c = utf8(static_cast<char32_t>(u.char32At(k)));
+      if (const int32_t id = find(c); id >= 0) {
+        symbols.push_back(id);
+        last_unk = false;
+        continue;
+      }
+      const bool bytes_known = byte_fallback_ && std::all_of(c.begin(), c.end(), [&](char b) {
+                                 return byte_ids_[static_cast<unsigned char>(b)] >= 0;
+                               });
+      if (bytes_known) {
+        for (char b : c) symbols.push_back(byte_ids_[static_cast<unsigned char>(b)]);
+        last_unk = false;
+        continue;
+      }
+      LUM_CHECK(unk_ >= 0) << "tokenizer cannot encode '" << c
+                           << "': not in the vocabulary and no unk_token";
+      if (!(fuse_unk_ && last_unk)) symbols.push_back(unk_);
+      last_unk = true;
+    }
   }
   if (ignore_merges_) {
     if (const int32_t whole = find(mapped); whole >= 0) {
@@ -331,22 +564,15 @@ void BpeTokenizer::encode_word(const std::string& word, std::vector<int32_t>& ou
 
 std::vector<int32_t> BpeTokenizer::encode(const std::string& text) const {
   std::vector<int32_t> out;
-  const auto encode_plain = [&](const std::string& segment) {
+  const auto encode_plain = [&](const std::string& segment, bool first) {
     if (segment.empty()) return;
     icu::UnicodeString u = icu::UnicodeString::fromUTF8(segment);
-    if (impl_->normalizer) {
-      UErrorCode status = U_ZERO_ERROR;
-      u = impl_->normalizer->normalize(u, status);
-      LUM_CHECK(U_SUCCESS(status)) << "tokenizer normalizer: " << u_errorName(status);
-    }
-    if (impl_->add_prefix_space && !u.startsWith(icu::UnicodeString(u' '))) u.insert(0, u' ');
-    for (const icu::UnicodeString& piece : impl_->pre_tokenize(u)) {
-      std::string word;
-      piece.toUTF8String(word);
-      encode_word(word, out);
-    }
+    for (const auto& normalize : impl_->normalizers) normalize(u);
+    for (const icu::UnicodeString& piece : impl_->pre_tokenize(u, first))
+      encode_word(to_utf8(piece), out);
   };
-  // Added tokens are matched in the raw text, longest first.
+  // Added tokens are matched in the raw text, longest first; the text between them is
+  // normalised and pre-tokenised on its own.
   size_t start = 0, i = 0;
   while (i < text.size()) {
     const auto hit = std::find_if(added_.begin(), added_.end(), [&](const std::string& a) {
@@ -356,34 +582,31 @@ std::vector<int32_t> BpeTokenizer::encode(const std::string& text) const {
       ++i;
       continue;
     }
-    encode_plain(text.substr(start, i - start));
+    encode_plain(text.substr(start, i - start), start == 0);
     out.push_back(find(*hit));
     i += hit->size();
     start = i;
   }
-  encode_plain(text.substr(start));
+  encode_plain(text.substr(start), start == 0);
   return out;
 }
 
 std::string BpeTokenizer::decode(const std::vector<int32_t>& ids) const {
-  std::string bytes;
+  std::vector<std::string> tokens;
   for (int32_t id : ids) {
     LUM_CHECK(id >= 0 && static_cast<size_t>(id) < tokens_.size())
         << "token id " << id << " is out of range";
-    const auto i = static_cast<size_t>(id);
-    if (is_added_[i]) {
-      bytes += tokens_[i];
-      continue;
-    }
-    // Back from printable characters to bytes.
-    const icu::UnicodeString u = icu::UnicodeString::fromUTF8(tokens_[i]);
-    for (int32_t k = 0; k < u.length(); k = u.moveIndex32(k, 1)) {
-      const auto c = static_cast<char32_t>(u.char32At(k));
-      const auto it = impl_->to_byte.find(c);
-      bytes += it != impl_->to_byte.end() ? std::string(1, static_cast<char>(it->second)) : utf8(c);
-    }
+    tokens.push_back(tokens_[static_cast<size_t>(id)]);
   }
-  return utf8_lossy(bytes);
+  if (!impl_->has_decoder) {  // as the tokenizers library: tokens joined by spaces
+    std::string joined;
+    for (size_t i = 0; i < tokens.size(); ++i) joined += (i ? " " : "") + tokens[i];
+    return joined;
+  }
+  for (const auto& step : impl_->decoders) step(tokens);
+  std::string text;
+  for (const std::string& t : tokens) text += t;
+  return text;
 }
 
 }  // namespace luminal::models

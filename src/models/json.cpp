@@ -235,6 +235,12 @@ class Parser {
 
 }  // namespace
 
+void Json::throw_type_error(const char* expected) const {
+  static constexpr const char* kNames[] = {"null", "a boolean", "an integer", "a number", "a string", "an array",
+                                           "an object"};
+  throw Error(std::string("JSON value is ") + kNames[v.index()] + ", expected " + expected);
+}
+
 const Json* Json::find(std::string_view key) const {
   if (!is_object()) return nullptr;
   for (const auto& [k, v] : object())

@@ -26,13 +26,23 @@ struct Json {
   bool is_string() const { return std::holds_alternative<std::string>(v); }
   bool is_int() const { return std::holds_alternative<int64_t>(v); }
   bool is_number() const { return is_int() || std::holds_alternative<double>(v); }
-  const JsonObject& object() const { return *std::get<std::shared_ptr<JsonObject>>(v); }
-  const JsonArray& array() const { return *std::get<std::shared_ptr<JsonArray>>(v); }
-  const std::string& string() const { return std::get<std::string>(v); }
-  int64_t integer() const { return std::get<int64_t>(v); }
-  double number() const { return is_int() ? static_cast<double>(integer()) : std::get<double>(v); }
+  // Typed access; the wrong type raises luminal::Error (callers that can name the file
+  // check is_*() first and say more).
+  const JsonObject& object() const { return *get<std::shared_ptr<JsonObject>>("an object"); }
+  const JsonArray& array() const { return *get<std::shared_ptr<JsonArray>>("an array"); }
+  const std::string& string() const { return get<std::string>("a string"); }
+  int64_t integer() const { return get<int64_t>("an integer"); }
+  double number() const { return is_int() ? static_cast<double>(integer()) : get<double>("a number"); }
   /// Member lookup in an object; nullptr if absent.
   const Json* find(std::string_view key) const;
+
+ private:
+  template <class T>
+  const T& get(const char* what) const {
+    if (const T* p = std::get_if<T>(&v)) return *p;
+    throw_type_error(what);
+  }
+  [[noreturn]] void throw_type_error(const char* expected) const;
 };
 
 /// Parses one JSON document; `what` names the source in errors.

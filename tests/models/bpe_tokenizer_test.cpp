@@ -1,4 +1,4 @@
-// Byte-level BPE tokenizer.json against the HF `tokenizers` library
+// BPE tokenizer.json (byte-level and SentencePiece-style) against the HF `tokenizers` library
 // (fixtures: tools/fixtures/make_tokenizers.py).
 #include <gtest/gtest.h>
 
@@ -40,7 +40,8 @@ TEST_P(HfBpe, EncodeAndDecodeMatchTokenizers) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Tokenizers, HfBpe, ::testing::Values("gpt2", "llama3", "qwen2"));
+INSTANTIATE_TEST_SUITE_P(Tokenizers, HfBpe,
+                         ::testing::Values("gpt2", "llama3", "qwen2", "llama2", "metaspace"));
 
 TEST(BpeTokenizer, UnsupportedOrBrokenFilesAreClearErrors) {
   const std::string path =
@@ -54,51 +55,67 @@ TEST(BpeTokenizer, UnsupportedOrBrokenFilesAreClearErrors) {
   testing::expect_error(with(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a b"]}})"),
                         {path.c_str(), "a b", "missing"});
   testing::expect_error(with(R"({"model": {"type": "BPE", "vocab": {}, "merges": []},
-                                 "pre_tokenizer": {"type": "Metaspace"}})"),
-                        {path.c_str(), "Metaspace"});
+                                 "pre_tokenizer": {"type": "BertPreTokenizer"}})"),
+                        {path.c_str(), "BertPreTokenizer"});
   testing::expect_error(with(R"({"model": {"type": "BPE", "vocab": {}, "merges": []},
                                  "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(a"},
                                                    "behavior": "Isolated"}})"),
                         {path.c_str(), "regex"});
+  testing::expect_error(with(R"({"model": {"type": "BPE", "vocab": {}, "merges": []},
+                                 "decoder": {"type": "CTC"}})"),
+                        {path.c_str(), "CTC"});
+  testing::expect_error(with(R"({"model": {"type": "BPE", "vocab": {"a": "zero"}, "merges": []}})"),
+                        {path.c_str(), "'a'"});
   testing::expect_error(with(R"({"model": {"type": "BPE")"), {path.c_str()});
   testing::expect_error([] { BpeTokenizer t("/nonexistent/tokenizer.json"); },
                         {"/nonexistent/tokenizer.json"});
   std::filesystem::remove(path);
 }
 
-// Random byte mutations of a real tokenizer.json either load or raise luminal::Error.
+// Mutations of real tokenizer.json files either load (and then encode and decode) or
+// raise luminal::Error, never crash: byte edits and truncations, which mostly break the
+// syntax, and value swaps, which keep it valid and hit the type checks.
 TEST(BpeTokenizer, MutatedFilesNeverCrash) {
-  const std::string original = slurp(dir("llama3") + "/tokenizer.json");
   const std::string path =
       (std::filesystem::temp_directory_path() / "luminal_tokenizer_fuzz.json").string();
+  const char* values[] = {"0", "-1", "null", "\"x\"", "[]", "{}", "true", "[\"a\"]", "1e9"};
   std::mt19937 rng(7);
-  int loaded = 0;
-  for (int trial = 0; trial < 200; ++trial) {
-    std::string s = original;
-    for (int k = 0; k < 1 + trial % 4; ++k) {
-      const size_t at = rng() % s.size();
-      switch (rng() % 3) {
-        case 0:
-          s[at] = static_cast<char>(rng());
-          break;
-        case 1:
-          s.erase(at, 1 + rng() % 16);
-          break;
-        default:
-          s.resize(at);
-          break;
+  for (const char* name : {"llama3", "llama2", "metaspace"}) {
+    const std::string original = slurp(dir(name) + "/tokenizer.json");
+    int loaded = 0;
+    for (int trial = 0; trial < 300; ++trial) {
+      std::string s = original;
+      for (int k = 0; k < 1 + trial % 3; ++k) {
+        const size_t at = rng() % s.size();
+        switch (rng() % 4) {
+          case 0:
+            s[at] = static_cast<char>(rng());
+            break;
+          case 1:
+            s.erase(at, 1 + rng() % 16);
+            break;
+          case 2:
+            s.resize(at);
+            break;
+          default: {  // replace the value after a ':' (in the first 4 KiB, where the structure is)
+            const size_t colon = s.find(':', rng() % std::min<size_t>(s.size(), 4096));
+            const size_t end = colon == std::string::npos ? colon : s.find_first_of(",}", colon);
+            if (end != std::string::npos)
+              s.replace(colon + 1, end - colon - 1, values[rng() % std::size(values)]);
+          }
+        }
+      }
+      std::ofstream(path, std::ios::binary) << s;
+      try {
+        const BpeTokenizer t(path);
+        (void)t.decode(t.encode("Hello, world! 123 ünïcode 😀 <|im_start|>"));
+        ++loaded;
+      } catch (const Error&) {
       }
     }
-    std::ofstream(path, std::ios::binary) << s;
-    try {
-      BpeTokenizer t(path);
-      (void)t.decode(t.encode("Hello, world! 123 ünïcode 😀"));
-      ++loaded;
-    } catch (const Error&) {
-    }
+    RecordProperty(name, loaded);
   }
   std::filesystem::remove(path);
-  RecordProperty("loaded", loaded);
 }
 
 }  // namespace

@@ -1,10 +1,12 @@
-// Hugging Face tokenizer.json with a byte-level BPE model (GPT-2, Llama 3, Qwen 2):
-// added tokens are cut out of the raw text first, the rest is normalised (NFC / NFKC /
-// NFD), split by the pre-tokenizer's regexes (Unicode classes, as the `tokenizers`
-// library's Oniguruma patterns), mapped byte by byte onto printable characters and
-// merged by rank.
+// Hugging Face tokenizer.json with a BPE model: byte-level (GPT-2, Llama 3, Qwen 2)
+// or SentencePiece-style with <0xXX> byte fallback (Llama 2, Mistral). Added tokens are
+// cut out of the raw text first; the rest is normalised (NFC / NFKC / NFD, Prepend,
+// Replace), pre-tokenised (regex Splits run on ICU as the library's Oniguruma
+// patterns, ByteLevel, Metaspace) and merged by rank. Decoding runs the file's decoder
+// steps (ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -41,7 +43,9 @@ class BpeTokenizer {
       merges_;                      // (left, right) -> (rank, merged)
   std::vector<std::string> added_;  // added token contents, longest first
   std::vector<bool> is_added_;
-  bool ignore_merges_ = false;
+  std::array<int32_t, 256> byte_ids_{};  // <0xXX> tokens (byte fallback)
+  int32_t unk_ = -1;
+  bool ignore_merges_ = false, byte_fallback_ = false, fuse_unk_ = false;
 };
 
 }  // namespace luminal::models
