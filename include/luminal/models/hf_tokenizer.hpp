@@ -1,9 +1,10 @@
-// Hugging Face tokenizer.json with a BPE model: byte-level (GPT-2, Llama 3, Qwen 2)
-// or SentencePiece-style with <0xXX> byte fallback (Llama 2, Mistral). Added tokens are
+// Hugging Face tokenizer.json with a BPE model, byte-level (GPT-2, Llama 3, Qwen 2) or
+// SentencePiece-style with <0xXX> byte fallback (Llama 2, Mistral), or a Unigram model
+// (T5, ALBERT; highest-scoring segmentation). Added tokens are
 // cut out of the raw text first; the rest is normalised (NFC / NFKC / NFD, Prepend,
 // Replace), pre-tokenised (regex Splits run on ICU as the library's Oniguruma
-// patterns, ByteLevel, Metaspace) and merged by rank. Decoding runs the file's decoder
-// steps (ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace).
+// patterns, ByteLevel, Metaspace) and merged by rank (BPE) or segmented (Unigram). Decoding runs
+// the file's decoder steps (ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace).
 #pragma once
 
 #include <array>
@@ -15,13 +16,13 @@
 
 namespace luminal::models {
 
-class BpeTokenizer {
+class HfTokenizer {
  public:
   /// Reads `path` (a tokenizer.json). An unsupported model, normalizer or pre-tokenizer
   /// is an error naming it.
-  explicit BpeTokenizer(const std::string& path);
-  ~BpeTokenizer();
-  BpeTokenizer(BpeTokenizer&&) noexcept;
+  explicit HfTokenizer(const std::string& path);
+  ~HfTokenizer();
+  HfTokenizer(HfTokenizer&&) noexcept;
 
   /// Token ids for `text`, without BOS/EOS (HF's add_special_tokens=False).
   std::vector<int32_t> encode(const std::string& text) const;
@@ -35,6 +36,8 @@ class BpeTokenizer {
  private:
   struct Impl;
   void encode_word(const std::string& word, std::vector<int32_t>& out) const;
+  void encode_unigram(const std::string& word, std::vector<int32_t>& out) const;
+  void encode_unknown(const std::string& text, bool& last_unk, std::vector<int32_t>& out) const;
 
   std::unique_ptr<Impl> impl_;
   std::vector<std::string> tokens_;  // id -> token text (byte-level alphabet, or added content)
@@ -44,8 +47,11 @@ class BpeTokenizer {
   std::vector<std::string> added_;  // added token contents, longest first
   std::vector<bool> is_added_;
   std::array<int32_t, 256> byte_ids_{};  // <0xXX> tokens (byte fallback)
+  std::vector<double> scores_;           // Unigram log-probabilities
+  double min_score_ = 0;
+  size_t max_piece_bytes_ = 0;
   int32_t unk_ = -1;
-  bool ignore_merges_ = false, byte_fallback_ = false, fuse_unk_ = false;
+  bool unigram_ = false, ignore_merges_ = false, byte_fallback_ = false, fuse_unk_ = false;
 };
 
 }  // namespace luminal::models

@@ -1,5 +1,5 @@
 // Byte-level BPE from a Hugging Face tokenizer.json.
-#include "luminal/models/bpe_tokenizer.hpp"
+#include "luminal/models/hf_tokenizer.hpp"
 
 #include <unicode/normalizer2.h>
 #include <unicode/regex.h>
@@ -168,7 +168,7 @@ std::string literal_pattern(const Json& step, const std::string& path) {
 
 }  // namespace
 
-struct BpeTokenizer::Impl {
+struct HfTokenizer::Impl {
   using Normalize = std::function<void(icu::UnicodeString&)>;
   // One pre-tokenizer stage: a piece (and whether it starts the input) -> pieces.
   using Split =
@@ -416,10 +416,10 @@ struct BpeTokenizer::Impl {
   }
 };
 
-BpeTokenizer::~BpeTokenizer() = default;
-BpeTokenizer::BpeTokenizer(BpeTokenizer&&) noexcept = default;
+HfTokenizer::~HfTokenizer() = default;
+HfTokenizer::HfTokenizer(HfTokenizer&&) noexcept = default;
 
-BpeTokenizer::BpeTokenizer(const std::string& path) : impl_(std::make_unique<Impl>()) {
+HfTokenizer::HfTokenizer(const std::string& path) : impl_(std::make_unique<Impl>()) {
   std::ifstream f(path, std::ios::binary);
   LUM_CHECK(f) << "cannot open tokenizer " << path;
   const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
@@ -428,23 +428,50 @@ BpeTokenizer::BpeTokenizer(const std::string& path) : impl_(std::make_unique<Imp
 
   const Json& model = member(j, "model", path);
   const std::string model_type = type_of(model);
-  LUM_CHECK(model_type == "BPE") << path << ": tokenizer model '" << model_type
-                                 << "' is not supported (supported: BPE)";
+  LUM_CHECK(model_type == "BPE" || model_type == "Unigram")
+      << path << ": tokenizer model '" << model_type
+      << "' is not supported (supported: BPE, Unigram)";
+  unigram_ = model_type == "Unigram";
   ignore_merges_ = flag(model, "ignore_merges", false);
   byte_fallback_ = flag(model, "byte_fallback", false);
-  fuse_unk_ = flag(model, "fuse_unk", false);
-  const Json& vocab = member(model, "vocab", path);
-  LUM_CHECK(vocab.is_object()) << path << ": model.vocab is not an object";
+  fuse_unk_ = flag(model, "fuse_unk", unigram_);  // Unigram always fuses
   const auto add_token = [&](const std::string& token, const Json& id) {
     LUM_CHECK(id.is_int() && id.integer() >= 0 && id.integer() < (1 << 24))
         << path << ": id of token '" << token << "' is not an integer in [0, 2^24)";
     const auto i = static_cast<size_t>(id.integer());
-    if (i >= tokens_.size()) tokens_.resize(i + 1), is_added_.resize(i + 1, false);
+    if (i >= tokens_.size())
+      tokens_.resize(i + 1), is_added_.resize(i + 1, false), scores_.resize(i + 1, 0.0);
     tokens_[i] = token;
     ids_[token] = static_cast<int32_t>(i);
     return i;
   };
-  for (const auto& [token, id] : vocab.object()) add_token(token, id);
+  const Json& vocab = member(model, "vocab", path);
+  if (unigram_) {  // [[piece, score], ...] in id order
+    LUM_CHECK(vocab.is_array()) << path << ": Unigram vocab is not an array";
+    for (size_t i = 0; i < vocab.array().size(); ++i) {
+      const Json& entry = vocab.array()[i];
+      LUM_CHECK(entry.is_array() && entry.array().size() == 2 && entry.array()[0].is_string() &&
+                entry.array()[1].is_number())
+          << path << ": Unigram vocab entry " << i << " is not [piece, score]";
+      add_token(entry.array()[0].string(), Json{static_cast<int64_t>(i)});
+      scores_[i] = entry.array()[1].number();
+      max_piece_bytes_ = std::max(max_piece_bytes_, entry.array()[0].string().size());
+    }
+    min_score_ = scores_.empty() ? 0.0 : *std::min_element(scores_.begin(), scores_.end());
+    if (const Json* unk = model.find("unk_id"); unk && unk->is_int()) {
+      LUM_CHECK(unk->integer() >= 0 && static_cast<size_t>(unk->integer()) < tokens_.size())
+          << path << ": unk_id " << unk->integer() << " is out of range";
+      unk_ = static_cast<int32_t>(unk->integer());
+    }
+  } else {
+    LUM_CHECK(vocab.is_object()) << path << ": BPE vocab is not an object";
+    for (const auto& [token, id] : vocab.object()) add_token(token, id);
+    if (const Json* unk = model.find("unk_token"); unk && unk->is_string()) {
+      unk_ = find(unk->string());
+      LUM_CHECK(unk_ >= 0) << path << ": unk_token '" << unk->string()
+                           << "' is not in the vocabulary";
+    }
+  }
   if (const Json* added = j.find("added_tokens"); added && added->is_array()) {
     for (const Json& a : added->array()) {
       const std::string content = string_member(a, "content", path);
@@ -454,32 +481,29 @@ BpeTokenizer::BpeTokenizer(const std::string& path) : impl_(std::make_unique<Imp
   }
   std::sort(added_.begin(), added_.end(),
             [](const auto& x, const auto& y) { return x.size() > y.size(); });
-  if (const Json* unk = model.find("unk_token"); unk && unk->is_string()) {
-    unk_ = find(unk->string());
-    LUM_CHECK(unk_ >= 0) << path << ": unk_token '" << unk->string()
-                         << "' is not in the vocabulary";
-  }
 
-  const Json& merges = member(model, "merges", path);
-  LUM_CHECK(merges.is_array()) << path << ": model.merges is not an array";
-  int32_t rank = 0;
-  for (const Json& m : merges.array()) {
-    std::string left, right;
-    if (m.is_string()) {  // "a b"
-      const size_t sp = m.string().find(' ', 1);
-      LUM_CHECK(sp != std::string::npos) << path << ": merge '" << m.string() << "' has no space";
-      left = m.string().substr(0, sp), right = m.string().substr(sp + 1);
-    } else {
-      LUM_CHECK(m.is_array() && m.array().size() == 2 && m.array()[0].is_string() &&
-                m.array()[1].is_string())
-          << path << ": merge " << rank << " is not a pair of strings";
-      left = m.array()[0].string(), right = m.array()[1].string();
+  if (!unigram_) {
+    const Json& merges = member(model, "merges", path);
+    LUM_CHECK(merges.is_array()) << path << ": model.merges is not an array";
+    int32_t rank = 0;
+    for (const Json& m : merges.array()) {
+      std::string left, right;
+      if (m.is_string()) {  // "a b"
+        const size_t sp = m.string().find(' ', 1);
+        LUM_CHECK(sp != std::string::npos) << path << ": merge '" << m.string() << "' has no space";
+        left = m.string().substr(0, sp), right = m.string().substr(sp + 1);
+      } else {
+        LUM_CHECK(m.is_array() && m.array().size() == 2 && m.array()[0].is_string() &&
+                  m.array()[1].is_string())
+            << path << ": merge " << rank << " is not a pair of strings";
+        left = m.array()[0].string(), right = m.array()[1].string();
+      }
+      const int32_t a = find(left), b = find(right), merged = find(left + right);
+      LUM_CHECK(a >= 0 && b >= 0 && merged >= 0) << path << ": merge '" << left << " " << right
+                                                 << "' names a token missing from the vocabulary";
+      merges_.emplace((static_cast<uint64_t>(a) << 32) | static_cast<uint32_t>(b),
+                      std::pair{rank++, merged});
     }
-    const int32_t a = find(left), b = find(right), merged = find(left + right);
-    LUM_CHECK(a >= 0 && b >= 0 && merged >= 0) << path << ": merge '" << left << " " << right
-                                               << "' names a token missing from the vocabulary";
-    merges_.emplace((static_cast<uint64_t>(a) << 32) | static_cast<uint32_t>(b),
-                    std::pair{rank++, merged});
   }
 
   if (const Json* n = j.find("normalizer"); n && n->is_object()) impl_->add_normalizer(*n, path);
@@ -497,12 +521,84 @@ BpeTokenizer::BpeTokenizer(const std::string& path) : impl_(std::make_unique<Imp
   }
 }
 
-int32_t BpeTokenizer::find(const std::string& token) const {
+int32_t HfTokenizer::find(const std::string& token) const {
   const auto it = ids_.find(token);
   return it == ids_.end() ? -1 : it->second;
 }
 
-void BpeTokenizer::encode_word(const std::string& word, std::vector<int32_t>& out) const {
+// Unknown text as <0xXX> byte tokens when the vocabulary has them all, else <unk>.
+void HfTokenizer::encode_unknown(const std::string& text, bool& last_unk,
+                                 std::vector<int32_t>& out) const {
+  const bool bytes_known = byte_fallback_ && std::all_of(text.begin(), text.end(), [&](char b) {
+                             return byte_ids_[static_cast<unsigned char>(b)] >= 0;
+                           });
+  if (bytes_known) {
+    for (char b : text) out.push_back(byte_ids_[static_cast<unsigned char>(b)]);
+    last_unk = false;
+    return;
+  }
+  LUM_CHECK(unk_ >= 0) << "tokenizer cannot encode '" << text
+                       << "': not in the vocabulary and no unknown token";
+  if (!(fuse_unk_ && last_unk)) out.push_back(unk_);
+  last_unk = true;
+}
+
+// Unigram: the segmentation with the highest total score (Viterbi over byte offsets);
+// a character no piece covers costs the lowest score minus 10, as in the library.
+void HfTokenizer::encode_unigram(const std::string& word, std::vector<int32_t>& out) const {
+  struct Best {
+    double score = 0;
+    size_t from = 0;
+    int32_t id = -1;
+    bool reached = false;
+  };
+  std::vector<Best> best(word.size() + 1);
+  best[0].reached = true;
+  const double unk_score = min_score_ - 10.0;
+  const auto char_len = [&](size_t at) {
+    const auto b = static_cast<unsigned char>(word[at]);
+    const size_t n = b < 0x80 ? 1 : b >= 0xF0 ? 4 : b >= 0xE0 ? 3 : b >= 0xC0 ? 2 : 1;
+    return std::min(n, word.size() - at);
+  };
+  const auto relax = [&](size_t from, size_t to, double score, int32_t id) {
+    const double candidate = best[from].score + score;
+    if (!best[to].reached || candidate > best[to].score) best[to] = {candidate, from, id, true};
+  };
+  for (size_t at = 0; at < word.size(); at += char_len(at)) {
+    if (!best[at].reached) continue;
+    bool single = false;
+    for (size_t end = at + char_len(at); end - at <= max_piece_bytes_;) {
+      if (const auto it = ids_.find(word.substr(at, end - at)); it != ids_.end()) {
+        relax(at, end, scores_[static_cast<size_t>(it->second)], it->second);
+        single = single || end == at + char_len(at);
+      }
+      if (end == word.size()) break;
+      end += char_len(end);
+    }
+    if (!single) relax(at, at + char_len(at), unk_score, -1);
+  }
+  std::vector<std::pair<size_t, int32_t>> path;  // (start, id), backwards
+  for (size_t at = word.size(); at > 0; at = best[at].from)
+    path.emplace_back(best[at].from, best[at].id);
+  std::reverse(path.begin(), path.end());
+  bool last_unk = false;
+  for (size_t i = 0; i < path.size(); ++i) {
+    if (path[i].second >= 0) {
+      out.push_back(path[i].second);
+      last_unk = false;
+      continue;
+    }
+    // Consecutive unknown characters fuse into one piece before any byte fallback.
+    size_t j = i;
+    while (j + 1 < path.size() && path[j + 1].second < 0) ++j;
+    const size_t end = j + 1 < path.size() ? path[j + 1].first : word.size();
+    encode_unknown(word.substr(path[i].first, end - path[i].first), last_unk, out);
+    i = j;
+  }
+}
+
+void HfTokenizer::encode_word(const std::string& word, std::vector<int32_t>& out) const {
+  if (unigram_) return encode_unigram(word, out);
   std::vector<int32_t> symbols;
   std::string mapped;       // the word in the vocabulary's alphabet
   if (impl_->byte_level) {  // each byte becomes one printable character
@@ -562,7 +658,7 @@ void BpeTokenizer::encode_word(const std::string& word, std::vector<int32_t>& ou
   out.insert(out.end(), symbols.begin(), symbols.end());
 }
 
-std::vector<int32_t> BpeTokenizer::encode(const std::string& text) const {
+std::vector<int32_t> HfTokenizer::encode(const std::string& text) const {
   std::vector<int32_t> out;
   const auto encode_plain = [&](const std::string& segment, bool first) {
     if (segment.empty()) return;
@@ -591,7 +687,7 @@ std::vector<int32_t> BpeTokenizer::encode(const std::string& text) const {
   return out;
 }
 
-std::string BpeTokenizer::decode(const std::vector<int32_t>& ids) const {
+std::string HfTokenizer::decode(const std::vector<int32_t>& ids) const {
   std::vector<std::string> tokens;
   for (int32_t id : ids) {
     LUM_CHECK(id >= 0 && static_cast<size_t>(id) < tokens_.size())

@@ -1,4 +1,4 @@
-// BPE tokenizer.json (byte-level and SentencePiece-style) against the HF `tokenizers` library
+// tokenizer.json (byte-level and SentencePiece-style BPE, Unigram) against the HF `tokenizers` library
 // (fixtures: tools/fixtures/make_tokenizers.py).
 #include <gtest/gtest.h>
 
@@ -7,7 +7,7 @@
 #include <random>
 
 #include "luminal/error.hpp"
-#include "luminal/models/bpe_tokenizer.hpp"
+#include "luminal/models/hf_tokenizer.hpp"
 #include "models/json.hpp"
 #include "testing/expect_error.hpp"
 
@@ -23,10 +23,10 @@ std::string slurp(const std::string& path) {
   return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
 }
 
-class HfBpe : public ::testing::TestWithParam<const char*> {};
+class TokenizerJson : public ::testing::TestWithParam<const char*> {};
 
-TEST_P(HfBpe, EncodeAndDecodeMatchTokenizers) {
-  const BpeTokenizer tok(dir(GetParam()) + "/tokenizer.json");
+TEST_P(TokenizerJson, EncodeAndDecodeMatchTokenizers) {
+  const HfTokenizer tok(dir(GetParam()) + "/tokenizer.json");
   const std::string path = dir(GetParam()) + "/cases.json";
   const Json cases = parse_json(slurp(path), path);
   ASSERT_GE(cases.array().size(), 300u);
@@ -40,18 +40,19 @@ TEST_P(HfBpe, EncodeAndDecodeMatchTokenizers) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Tokenizers, HfBpe,
-                         ::testing::Values("gpt2", "llama3", "qwen2", "llama2", "metaspace"));
+INSTANTIATE_TEST_SUITE_P(Tokenizers, TokenizerJson,
+                         ::testing::Values("gpt2", "llama3", "qwen2", "llama2", "metaspace",
+                                           "unigram", "unigram_bytes"));
 
-TEST(BpeTokenizer, UnsupportedOrBrokenFilesAreClearErrors) {
+TEST(HfTokenizer, UnsupportedOrBrokenFilesAreClearErrors) {
   const std::string path =
       (std::filesystem::temp_directory_path() / "luminal_tokenizer.json").string();
   const auto with = [&](const std::string& body) {
     std::ofstream(path, std::ios::binary) << body;
-    return [&] { BpeTokenizer t(path); };
+    return [&] { HfTokenizer t(path); };
   };
-  testing::expect_error(with(R"({"model": {"type": "Unigram", "vocab": []}})"),
-                        {path.c_str(), "Unigram"});
+  testing::expect_error(with(R"({"model": {"type": "WordPiece", "vocab": {}}})"),
+                        {path.c_str(), "WordPiece"});
   testing::expect_error(with(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a b"]}})"),
                         {path.c_str(), "a b", "missing"});
   testing::expect_error(with(R"({"model": {"type": "BPE", "vocab": {}, "merges": []},
@@ -67,7 +68,7 @@ TEST(BpeTokenizer, UnsupportedOrBrokenFilesAreClearErrors) {
   testing::expect_error(with(R"({"model": {"type": "BPE", "vocab": {"a": "zero"}, "merges": []}})"),
                         {path.c_str(), "'a'"});
   testing::expect_error(with(R"({"model": {"type": "BPE")"), {path.c_str()});
-  testing::expect_error([] { BpeTokenizer t("/nonexistent/tokenizer.json"); },
+  testing::expect_error([] { HfTokenizer t("/nonexistent/tokenizer.json"); },
                         {"/nonexistent/tokenizer.json"});
   std::filesystem::remove(path);
 }
@@ -75,12 +76,12 @@ TEST(BpeTokenizer, UnsupportedOrBrokenFilesAreClearErrors) {
 // Mutations of real tokenizer.json files either load (and then encode and decode) or
 // raise luminal::Error, never crash: byte edits and truncations, which mostly break the
 // syntax, and value swaps, which keep it valid and hit the type checks.
-TEST(BpeTokenizer, MutatedFilesNeverCrash) {
+TEST(HfTokenizer, MutatedFilesNeverCrash) {
   const std::string path =
       (std::filesystem::temp_directory_path() / "luminal_tokenizer_fuzz.json").string();
   const char* values[] = {"0", "-1", "null", "\"x\"", "[]", "{}", "true", "[\"a\"]", "1e9"};
   std::mt19937 rng(7);
-  for (const char* name : {"llama3", "llama2", "metaspace"}) {
+  for (const char* name : {"llama3", "llama2", "metaspace", "unigram_bytes"}) {
     const std::string original = slurp(dir(name) + "/tokenizer.json");
     int loaded = 0;
     for (int trial = 0; trial < 300; ++trial) {
@@ -107,7 +108,7 @@ TEST(BpeTokenizer, MutatedFilesNeverCrash) {
       }
       std::ofstream(path, std::ios::binary) << s;
       try {
-        const BpeTokenizer t(path);
+        const HfTokenizer t(path);
         (void)t.decode(t.encode("Hello, world! 123 ünïcode 😀 <|im_start|>"));
         ++loaded;
       } catch (const Error&) {
