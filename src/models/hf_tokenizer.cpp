@@ -15,6 +15,7 @@
 #include <limits>
 
 #include "luminal/error.hpp"
+#include "models/gguf_arrays.hpp"
 #include "models/json.hpp"
 
 namespace luminal::models {
@@ -419,11 +420,90 @@ struct HfTokenizer::Impl {
 HfTokenizer::~HfTokenizer() = default;
 HfTokenizer::HfTokenizer(HfTokenizer&&) noexcept = default;
 
-HfTokenizer::HfTokenizer(const std::string& path) : impl_(std::make_unique<Impl>()) {
+HfTokenizer::HfTokenizer(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   LUM_CHECK(f) << "cannot open tokenizer " << path;
   const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  const Json j = parse_json(text, path);
+  load(parse_json(text, path), path);
+}
+
+namespace {
+
+Json json_string(std::string s) {
+  return Json{std::move(s)};
+}
+Json json_object(JsonObject members) {
+  return Json{std::make_shared<JsonObject>(std::move(members))};
+}
+Json json_array(JsonArray items) {
+  return Json{std::make_shared<JsonArray>(std::move(items))};
+}
+
+// llama.cpp's names for the pre-tokenizer regexes of byte-level BPE vocabularies.
+const char* gguf_pre_split(const std::string& pre) {
+  if (pre == "llama-bpe" || pre == "llama3")
+    return R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+  if (pre == "qwen2")
+    return R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+  return nullptr;
+}
+
+}  // namespace
+
+HfTokenizer HfTokenizer::from_gguf(const GgufFile& f) {
+  const std::string model =
+      f.find("tokenizer.ggml.model") ? f.get_string("tokenizer.ggml.model") : "";
+  LUM_CHECK(model == "gpt2")
+      << f.path() << ": tokenizer model '" << model
+      << "' is not byte-level BPE ('gpt2'); SentencePiece vocabularies load as SpmTokenizer";
+  const std::string pre =
+      f.find("tokenizer.ggml.pre") ? f.get_string("tokenizer.ggml.pre") : "default";
+  const std::vector<std::string> tokens = gguf_array<std::string>(f, "tokenizer.ggml.tokens", true);
+  const std::vector<std::string> merges = gguf_array<std::string>(f, "tokenizer.ggml.merges", true);
+  const std::vector<int32_t> types = gguf_array<int32_t>(f, "tokenizer.ggml.token_type", false);
+  // The same description a tokenizer.json would give.
+  JsonObject vocab;
+  JsonArray merge_list, added;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    vocab.emplace_back(tokens[i], Json{static_cast<int64_t>(i)});
+    constexpr int32_t kControl = 3, kUserDefined = 4;
+    if (i < types.size() && (types[i] == kControl || types[i] == kUserDefined))
+      added.push_back(json_object(
+          {{"id", Json{static_cast<int64_t>(i)}}, {"content", json_string(tokens[i])}}));
+  }
+  for (const std::string& m : merges) merge_list.push_back(json_string(m));
+  Json byte_level = json_object({{"type", json_string("ByteLevel")}, {"use_regex", Json{true}}});
+  Json pre_tokenizer = byte_level;
+  if (const char* split = gguf_pre_split(pre)) {
+    byte_level = json_object({{"type", json_string("ByteLevel")}, {"use_regex", Json{false}}});
+    pre_tokenizer = json_object(
+        {{"type", json_string("Sequence")},
+         {"pretokenizers",
+          json_array({json_object({{"type", json_string("Split")},
+                                   {"pattern", json_object({{"Regex", json_string(split)}})},
+                                   {"behavior", json_string("Isolated")}}),
+                      byte_level})}});
+  } else {
+    LUM_CHECK(pre == "default" || pre == "gpt-2" || pre == "gpt2")
+        << f.path() << ": tokenizer.ggml.pre '" << pre
+        << "' is not supported (supported: gpt-2, llama-bpe, qwen2)";
+  }
+  const Json j =
+      json_object({{"model", json_object({{"type", json_string("BPE")},
+                                          {"vocab", json_object(std::move(vocab))},
+                                          {"merges", json_array(std::move(merge_list))}})},
+                   {"added_tokens", json_array(std::move(added))},
+                   {"pre_tokenizer", pre_tokenizer},
+                   {"decoder", json_object({{"type", json_string("ByteLevel")}})}});
+  HfTokenizer t;
+  t.load(j, f.path());
+  return t;
+}
+
+HfTokenizer::HfTokenizer() : impl_(std::make_unique<Impl>()) {}
+
+void HfTokenizer::load(const Json& j, const std::string& path) {
+  impl_ = std::make_unique<Impl>();
   LUM_CHECK(j.is_object()) << path << ": tokenizer is not a JSON object";
 
   const Json& model = member(j, "model", path);

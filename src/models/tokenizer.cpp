@@ -6,6 +6,7 @@
 #include <queue>
 
 #include "luminal/error.hpp"
+#include "models/gguf_arrays.hpp"
 
 namespace luminal::models {
 namespace {
@@ -21,37 +22,6 @@ size_t utf8_len(unsigned char c) {
   return 1;  // invalid lead byte: treat as one byte
 }
 
-template <class T>
-std::vector<T> array_of(const GgufFile& f, const std::string& key, bool required) {
-  const GgufValue* v = f.find(key);
-  std::vector<T> out;
-  if (!v) {
-    LUM_CHECK(!required) << f.path() << ": tokenizer metadata '" << key << "' is missing";
-    return out;
-  }
-  const auto* arr = std::get_if<std::shared_ptr<GgufArray>>(&v->v);
-  LUM_CHECK(arr) << f.path() << ": tokenizer metadata '" << key << "' is not an array";
-  for (const GgufValue& e : **arr) {
-    if constexpr (std::is_same_v<T, std::string>) {
-      const auto* s = std::get_if<std::string>(&e.v);
-      LUM_CHECK(s) << f.path() << ": '" << key << "' holds a non-string";
-      out.push_back(*s);
-    } else if constexpr (std::is_same_v<T, float>) {
-      const auto* d = std::get_if<double>(&e.v);
-      LUM_CHECK(d) << f.path() << ": '" << key << "' holds a non-float";
-      out.push_back(static_cast<float>(*d));
-    } else {
-      if (const auto* i = std::get_if<int64_t>(&e.v))
-        out.push_back(static_cast<T>(*i));
-      else if (const auto* u = std::get_if<uint64_t>(&e.v))
-        out.push_back(static_cast<T>(*u));
-      else
-        LUM_FAIL() << f.path() << ": '" << key << "' holds a non-integer";
-    }
-  }
-  return out;
-}
-
 }  // namespace
 
 SpmTokenizer::SpmTokenizer(const GgufFile& f) {
@@ -59,9 +29,9 @@ SpmTokenizer::SpmTokenizer(const GgufFile& f) {
       f.find("tokenizer.ggml.model") ? f.get_string("tokenizer.ggml.model") : "";
   LUM_CHECK(model == "llama") << f.path() << ": tokenizer model '" << model
                               << "' is not supported (supported: llama / SentencePiece BPE)";
-  pieces_ = array_of<std::string>(f, "tokenizer.ggml.tokens", true);
-  scores_ = array_of<float>(f, "tokenizer.ggml.scores", false);
-  types_ = array_of<int32_t>(f, "tokenizer.ggml.token_type", false);
+  pieces_ = gguf_array<std::string>(f, "tokenizer.ggml.tokens", true);
+  scores_ = gguf_array<float>(f, "tokenizer.ggml.scores", false);
+  types_ = gguf_array<int32_t>(f, "tokenizer.ggml.token_type", false);
   scores_.resize(pieces_.size(), 0.0f);
   types_.resize(pieces_.size(), 1);
   bos_ = f.find("tokenizer.ggml.bos_token_id")

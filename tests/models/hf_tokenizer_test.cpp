@@ -1,5 +1,5 @@
-// tokenizer.json (byte-level and SentencePiece-style BPE, Unigram) against the HF `tokenizers` library
-// (fixtures: tools/fixtures/make_tokenizers.py).
+// tokenizer.json (byte-level and SentencePiece-style BPE, Unigram) against the HF `tokenizers`
+// library (fixtures: tools/fixtures/make_tokenizers.py).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -7,6 +7,7 @@
 #include <random>
 
 #include "luminal/error.hpp"
+#include "luminal/models/gguf.hpp"
 #include "luminal/models/hf_tokenizer.hpp"
 #include "models/json.hpp"
 #include "testing/expect_error.hpp"
@@ -23,11 +24,8 @@ std::string slurp(const std::string& path) {
   return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
 }
 
-class TokenizerJson : public ::testing::TestWithParam<const char*> {};
-
-TEST_P(TokenizerJson, EncodeAndDecodeMatchTokenizers) {
-  const HfTokenizer tok(dir(GetParam()) + "/tokenizer.json");
-  const std::string path = dir(GetParam()) + "/cases.json";
+void expect_cases(const HfTokenizer& tok, const std::string& name) {
+  const std::string path = dir(name) + "/cases.json";
   const Json cases = parse_json(slurp(path), path);
   ASSERT_GE(cases.array().size(), 300u);
   for (const Json& c : cases.array()) {
@@ -40,9 +38,30 @@ TEST_P(TokenizerJson, EncodeAndDecodeMatchTokenizers) {
   }
 }
 
+class TokenizerJson : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(TokenizerJson, EncodeAndDecodeMatchTokenizers) {
+  expect_cases(HfTokenizer(dir(GetParam()) + "/tokenizer.json"), GetParam());
+}
+
 INSTANTIATE_TEST_SUITE_P(Tokenizers, TokenizerJson,
                          ::testing::Values("gpt2", "llama3", "qwen2", "llama2", "metaspace",
                                            "unigram", "unigram_bytes"));
+
+// The same vocabularies as llama.cpp stores them in GGUF metadata.
+class GgufVocabulary : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(GgufVocabulary, EncodesAsTokenizers) {
+  expect_cases(HfTokenizer::from_gguf(GgufFile(dir(GetParam()) + "/vocab.gguf")), GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Tokenizers, GgufVocabulary, ::testing::Values("gpt2", "llama3"));
+
+TEST(HfTokenizer, GgufSentencePieceVocabularyIsRefused) {
+  const std::string gguf = std::string(LUMINAL_FIXTURE_DIR) + "/gguf/mixed.gguf";
+  testing::expect_error([&] { HfTokenizer::from_gguf(GgufFile(gguf)); },
+                        {gguf.c_str(), "tokenizer model"});
+}
 
 TEST(HfTokenizer, UnsupportedOrBrokenFilesAreClearErrors) {
   const std::string path =

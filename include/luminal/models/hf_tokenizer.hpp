@@ -16,11 +16,17 @@
 
 namespace luminal::models {
 
+class GgufFile;
+struct Json;
+
 class HfTokenizer {
  public:
   /// Reads `path` (a tokenizer.json). An unsupported model, normalizer or pre-tokenizer
   /// is an error naming it.
   explicit HfTokenizer(const std::string& path);
+  /// A byte-level BPE vocabulary stored in GGUF metadata (tokenizer.ggml.model = gpt2:
+  /// Llama 3, Qwen 2), with the pre-tokenizer that tokenizer.ggml.pre names.
+  static HfTokenizer from_gguf(const GgufFile& f);
   ~HfTokenizer();
   HfTokenizer(HfTokenizer&&) noexcept;
 
@@ -35,6 +41,8 @@ class HfTokenizer {
 
  private:
   struct Impl;
+  HfTokenizer();
+  void load(const Json& tokenizer_json, const std::string& what);
   void encode_word(const std::string& word, std::vector<int32_t>& out) const;
   void encode_unigram(const std::string& word, std::vector<int32_t>& out) const;
   void encode_unknown(const std::string& text, bool& last_unk, std::vector<int32_t>& out) const;

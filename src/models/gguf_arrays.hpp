@@ -1,0 +1,47 @@
+// Typed arrays from GGUF metadata (private to src/models).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "luminal/error.hpp"
+#include "luminal/models/gguf.hpp"
+
+namespace luminal::models {
+
+/// The array under `key` as T (std::string, float or an integer type); a missing key
+/// is an error when `required`, else an empty vector.
+template <class T>
+std::vector<T> gguf_array(const GgufFile& f, const std::string& key, bool required) {
+  const GgufValue* v = f.find(key);
+  std::vector<T> out;
+  if (!v) {
+    LUM_CHECK(!required) << f.path() << ": tokenizer metadata '" << key << "' is missing";
+    return out;
+  }
+  const auto* arr = std::get_if<std::shared_ptr<GgufArray>>(&v->v);
+  LUM_CHECK(arr) << f.path() << ": tokenizer metadata '" << key << "' is not an array";
+  for (const GgufValue& e : **arr) {
+    if constexpr (std::is_same_v<T, std::string>) {
+      const auto* s = std::get_if<std::string>(&e.v);
+      LUM_CHECK(s) << f.path() << ": '" << key << "' holds a non-string";
+      out.push_back(*s);
+    } else if constexpr (std::is_same_v<T, float>) {
+      const auto* d = std::get_if<double>(&e.v);
+      LUM_CHECK(d) << f.path() << ": '" << key << "' holds a non-float";
+      out.push_back(static_cast<float>(*d));
+    } else {
+      if (const auto* i = std::get_if<int64_t>(&e.v))
+        out.push_back(static_cast<T>(*i));
+      else if (const auto* u = std::get_if<uint64_t>(&e.v))
+        out.push_back(static_cast<T>(*u));
+      else
+        LUM_FAIL() << f.path() << ": '" << key << "' holds a non-integer";
+    }
+  }
+  return out;
+}
+
+}  // namespace luminal::models
