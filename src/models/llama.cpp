@@ -212,4 +212,22 @@ std::vector<std::string> load_safetensors_weights(const nn::Module& m, const std
   return unused;
 }
 
+void save_safetensors_weights(const nn::Module& m, const std::string& path) {
+  const nn::NamedTensors params = m.named_parameters();
+  std::vector<Buffer> buffers;
+  buffers.reserve(params.size());  // NamedTensor points into this
+  std::vector<NamedTensor> tensors;
+  for (const auto& [name, t] : params) {
+    buffers.push_back(t.data());
+    std::vector<int64_t> shape;
+    for (const Expr& d : t.shape()) {
+      const auto c = d.as_const();
+      LUM_CHECK(c) << "save_safetensors_weights: parameter '" << name << "' has a symbolic shape";
+      shape.push_back(*c);
+    }
+    tensors.push_back({name, shape, &buffers.back()});
+  }
+  save_safetensors(path, tensors);
+}
+
 }  // namespace luminal::models

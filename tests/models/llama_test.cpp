@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -114,6 +115,26 @@ TEST(Llama, ConfigFields) {
       LlamaConfig::from_hf_json(dir("llama3_rope") + "/config.json").rope_scaling;
   EXPECT_EQ(llama3.kind, nn::RopeScaling::Kind::Llama3);
   EXPECT_EQ(llama3.original_context, 64.0);
+}
+
+// Saving a loaded model writes back the checkpoint's tensors, byte for byte.
+TEST(Llama, SavedWeightsEqualTheCheckpoint) {
+  Graph cx;
+  Llama model(cx, LlamaConfig::from_hf_json(kDir + "/config.json"));
+  ASSERT_TRUE(load_safetensors_weights(model, kDir + "/model.safetensors").empty());
+  const std::string saved =
+      (std::filesystem::temp_directory_path() / "luminal_saved_llama.safetensors").string();
+  save_safetensors_weights(model, saved);
+  const SafetensorsFile original(kDir + "/model.safetensors"), copy(saved);
+  ASSERT_EQ(copy.tensors().size(), original.tensors().size());
+  for (const auto& t : original.tensors()) {
+    ASSERT_TRUE(copy.has(t.name)) << t.name;
+    EXPECT_EQ(copy.tensor(t.name).shape, t.shape) << t.name;
+    const auto a = original.data(t), b = copy.data(copy.tensor(t.name));
+    ASSERT_EQ(a.size(), b.size()) << t.name;
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size()), 0) << t.name;
+  }
+  std::filesystem::remove(saved);
 }
 
 // Scaling schemes we cannot run exactly are refused, naming the scheme.

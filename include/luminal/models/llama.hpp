@@ -60,4 +60,7 @@ class Llama final : public nn::Module {
 /// file's tensors that no parameter used (a model missing a part shows up here).
 std::vector<std::string> load_safetensors_weights(const nn::Module& m, const std::string& path);
 
+/// Writes every parameter's current value under its Hugging Face name (atomically).
+void save_safetensors_weights(const nn::Module& m, const std::string& path);
+
 }  // namespace luminal::models
