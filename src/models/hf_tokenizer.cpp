@@ -145,7 +145,7 @@ int byte_token(const std::string& t) {
 }
 
 bool valid_utf8(const std::string& s) {
-  return utf8_lossy(s) == s && s.find("\xEF\xBF\xBD") == std::string::npos;
+  return utf8_lossy(s) == s;
 }
 
 bool flag(const Json& j, const char* key, bool fallback) {
@@ -519,8 +519,7 @@ void HfTokenizer::load(const Json& j, const std::string& path) {
     LUM_CHECK(id.is_int() && id.integer() >= 0 && id.integer() < (1 << 24))
         << path << ": id of token '" << token << "' is not an integer in [0, 2^24)";
     const auto i = static_cast<size_t>(id.integer());
-    if (i >= tokens_.size())
-      tokens_.resize(i + 1), is_added_.resize(i + 1, false), scores_.resize(i + 1, 0.0);
+    if (i >= tokens_.size()) tokens_.resize(i + 1), scores_.resize(i + 1, 0.0);
     tokens_[i] = token;
     ids_[token] = static_cast<int32_t>(i);
     return i;
@@ -555,7 +554,7 @@ void HfTokenizer::load(const Json& j, const std::string& path) {
   if (const Json* added = j.find("added_tokens"); added && added->is_array()) {
     for (const Json& a : added->array()) {
       const std::string content = string_member(a, "content", path);
-      is_added_[add_token(content, member(a, "id", path))] = true;
+      add_token(content, member(a, "id", path));
       added_.push_back(content);
     }
   }

@@ -1,9 +1,9 @@
-// Hugging Face tokenizer.json with a BPE model, byte-level (GPT-2, Llama 3, Qwen 2) or
-// SentencePiece-style with <0xXX> byte fallback (Llama 2, Mistral), or a Unigram model
-// (T5, ALBERT; highest-scoring segmentation). Added tokens are
-// cut out of the raw text first; the rest is normalised (NFC / NFKC / NFD, Prepend,
-// Replace), pre-tokenised (regex Splits run on ICU as the library's Oniguruma
-// patterns, ByteLevel, Metaspace) and merged by rank (BPE) or segmented (Unigram). Decoding runs
+// Hugging Face tokenizer.json: a BPE model, byte-level (GPT-2, Llama 3, Qwen 2) or
+// SentencePiece-style with <0xXX> byte fallback (Llama 2, Mistral, Gemma), or a
+// Unigram model (T5, ALBERT; the highest-scoring segmentation). Added tokens are cut
+// out of the raw text first; the rest is normalised (NFC / NFKC / NFD, Prepend,
+// Replace), pre-tokenised (regex Splits run on ICU like the library's Oniguruma
+// patterns, ByteLevel, Metaspace) and then merged by rank or segmented. Decoding runs
 // the file's decoder steps (ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace).
 #pragma once
 
@@ -53,7 +53,6 @@ class HfTokenizer {
   std::unordered_map<uint64_t, std::pair<int32_t, int32_t>>
       merges_;                      // (left, right) -> (rank, merged)
   std::vector<std::string> added_;  // added token contents, longest first
-  std::vector<bool> is_added_;
   std::array<int32_t, 256> byte_ids_{};  // <0xXX> tokens (byte fallback)
   std::vector<double> scores_;           // Unigram log-probabilities
   double min_score_ = 0;
