@@ -1,4 +1,4 @@
-// Typed arrays from GGUF metadata (private to src/models).
+// Typed arrays and tokenizer constants from GGUF metadata (private to src/models).
 #pragma once
 
 #include <memory>
@@ -43,5 +43,10 @@ std::vector<T> gguf_array(const GgufFile& f, const std::string& key, bool requir
   }
   return out;
 }
+
+/// Values of tokenizer.ggml.token_type (llama.cpp's token attributes).
+namespace gguf_token_type {
+inline constexpr int32_t kControl = 3, kUserDefined = 4, kByte = 6;
+}  // namespace gguf_token_type
 
 }  // namespace luminal::models

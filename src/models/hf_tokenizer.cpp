@@ -17,6 +17,7 @@
 #include "luminal/error.hpp"
 #include "models/gguf_arrays.hpp"
 #include "models/json.hpp"
+#include "models/utf8.hpp"
 
 namespace luminal::models {
 namespace {
@@ -24,26 +25,6 @@ namespace {
 // The GPT-2 split used by a ByteLevel pre-tokenizer with use_regex.
 constexpr const char* kGpt2Split =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
-
-std::string utf8(char32_t c) {
-  std::string s;
-  if (c < 0x80) {
-    s += static_cast<char>(c);
-  } else if (c < 0x800) {
-    s += static_cast<char>(0xC0 | (c >> 6));
-    s += static_cast<char>(0x80 | (c & 0x3F));
-  } else if (c < 0x10000) {
-    s += static_cast<char>(0xE0 | (c >> 12));
-    s += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-    s += static_cast<char>(0x80 | (c & 0x3F));
-  } else {
-    s += static_cast<char>(0xF0 | (c >> 18));
-    s += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
-    s += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-    s += static_cast<char>(0x80 | (c & 0x3F));
-  }
-  return s;
-}
 
 // GPT-2's reversible map from bytes to printable code points: printable Latin-1 bytes
 // stand for themselves, the rest take 256, 257, ... in byte order.
@@ -67,42 +48,6 @@ std::string to_icu_pattern(const std::string& p) {
       out += c == 's' ? "\\p{White_Space}" : c == 'S' ? "\\P{White_Space}" : std::string{'\\', c};
     } else {
       out += p[i];
-    }
-  }
-  return out;
-}
-
-// Decodes UTF-8, replacing each maximal invalid subsequence with U+FFFD as Rust's
-// from_utf8_lossy does.
-std::string utf8_lossy(const std::string& s) {
-  std::string out;
-  size_t i = 0;
-  const auto cont = [&](size_t j) {
-    return j < s.size() && (static_cast<unsigned char>(s[j]) & 0xC0) == 0x80;
-  };
-  while (i < s.size()) {
-    const auto b = static_cast<unsigned char>(s[i]);
-    size_t len = b < 0x80                   ? 1
-                 : (b >= 0xC2 && b <= 0xDF) ? 2
-                 : (b >= 0xE0 && b <= 0xEF) ? 3
-                 : (b >= 0xF0 && b <= 0xF4) ? 4
-                                            : 0;
-    size_t ok = len ? 1 : 0;
-    if (len > 1) {
-      const auto b1 = i + 1 < s.size() ? static_cast<unsigned char>(s[i + 1]) : 0;
-      const bool first_ok = cont(i + 1) && !(b == 0xE0 && b1 < 0xA0) && !(b == 0xED && b1 > 0x9F) &&
-                            !(b == 0xF0 && b1 < 0x90) && !(b == 0xF4 && b1 > 0x8F);
-      if (first_ok) {
-        ok = 2;
-        while (ok < len && cont(i + ok)) ++ok;
-      }
-    }
-    if (len && ok == len) {
-      out.append(s, i, len);
-      i += len;
-    } else {
-      out += "\xEF\xBF\xBD";
-      i += std::max<size_t>(ok, 1);
     }
   }
   return out;
@@ -329,7 +274,8 @@ struct HfTokenizer::Impl {
           for (int32_t k = 0; k < u.length(); k = u.moveIndex32(k, 1)) {
             const auto c = static_cast<char32_t>(u.char32At(k));
             const auto it = to_byte.find(c);
-            bytes += it != to_byte.end() ? std::string(1, static_cast<char>(it->second)) : utf8(c);
+            bytes += it != to_byte.end() ? std::string(1, static_cast<char>(it->second))
+                                         : encode_utf8(c);
           }
         }
         tokens = {utf8_lossy(bytes)};
@@ -466,8 +412,8 @@ HfTokenizer HfTokenizer::from_gguf(const GgufFile& f) {
   JsonArray merge_list, added;
   for (size_t i = 0; i < tokens.size(); ++i) {
     vocab.emplace_back(tokens[i], Json{static_cast<int64_t>(i)});
-    constexpr int32_t kControl = 3, kUserDefined = 4;
-    if (i < types.size() && (types[i] == kControl || types[i] == kUserDefined))
+    if (i < types.size() &&
+        (types[i] == gguf_token_type::kControl || types[i] == gguf_token_type::kUserDefined))
       added.push_back(json_object(
           {{"id", Json{static_cast<int64_t>(i)}}, {"content", json_string(tokens[i])}}));
   }
@@ -634,10 +580,9 @@ void HfTokenizer::encode_unigram(const std::string& word, std::vector<int32_t>& 
   std::vector<Best> best(word.size() + 1);
   best[0].reached = true;
   const double unk_score = min_score_ - 10.0;
-  const auto char_len = [&](size_t at) {
-    const auto b = static_cast<unsigned char>(word[at]);
-    const size_t n = b < 0x80 ? 1 : b >= 0xF0 ? 4 : b >= 0xE0 ? 3 : b >= 0xC0 ? 2 : 1;
-    return std::min(n, word.size() - at);
+  const auto char_len = [&](size_t at) {  // words come from ICU, so they are valid UTF-8
+    return std::min(std::max<size_t>(utf8_length(static_cast<unsigned char>(word[at])), 1),
+                    word.size() - at);
   };
   const auto relax = [&](size_t from, size_t to, double score, int32_t id) {
     const double candidate = best[from].score + score;
@@ -682,7 +627,7 @@ void HfTokenizer::encode_word(const std::string& word, std::vector<int32_t>& out
   std::string mapped;       // the word in the vocabulary's alphabet
   if (impl_->byte_level) {  // each byte becomes one printable character
     for (unsigned char b : word) {
-      const std::string c = utf8(impl_->to_char[b]);
+      const std::string c = encode_utf8(impl_->to_char[b]);
       mapped += c;
       const int32_t id = find(c);
       LUM_CHECK(id >= 0) << "tokenizer vocabulary lacks the byte-level character for byte "
@@ -694,7 +639,7 @@ void HfTokenizer::encode_word(const std::string& word, std::vector<int32_t>& out
     const icu::UnicodeString u = icu::UnicodeString::fromUTF8(word);
     bool last_unk = false;
     for (int32_t k = 0; k < u.length(); k = u.moveIndex32(k, 1)) {
-      const std::string c = utf8(static_cast<char32_t>(u.char32At(k)));
+      const std::string c = encode_utf8(static_cast<uint32_t>(u.char32At(k)));
       if (const int32_t id = find(c); id >= 0) {
         symbols.push_back(id);
         last_unk = false;

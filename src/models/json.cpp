@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "luminal/error.hpp"
+#include "models/utf8.hpp"
 
 namespace luminal::models {
 namespace {
@@ -133,24 +134,6 @@ class Parser {
     return j;
   }
 
-  static void utf8(std::string& out, uint32_t cp) {
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      out += static_cast<char>(0xC0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      out += static_cast<char>(0xE0 | (cp >> 12));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      out += static_cast<char>(0xF0 | (cp >> 18));
-      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-  }
-
   uint32_t hex4() {
     if (pos_ + 4 > s_.size()) fail("short \\u escape");
     uint32_t v = 0;
@@ -218,7 +201,7 @@ class Parser {
           } else if (cp >= 0xDC00 && cp < 0xE000) {
             fail("unpaired surrogate");
           }
-          utf8(out, cp);
+          append_utf8(out, cp);
           break;
         }
         default:
@@ -236,8 +219,8 @@ class Parser {
 }  // namespace
 
 void Json::throw_type_error(const char* expected) const {
-  static constexpr const char* kNames[] = {"null", "a boolean", "an integer", "a number", "a string", "an array",
-                                           "an object"};
+  static constexpr const char* kNames[] = {"null",     "a boolean", "an integer", "a number",
+                                           "a string", "an array",  "an object"};
   throw Error(std::string("JSON value is ") + kNames[v.index()] + ", expected " + expected);
 }
 

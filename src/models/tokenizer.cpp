@@ -7,20 +7,13 @@
 
 #include "luminal/error.hpp"
 #include "models/gguf_arrays.hpp"
+#include "models/utf8.hpp"
 
 namespace luminal::models {
 namespace {
 
-constexpr int32_t kControl = 3, kUserDefined = 4, kByte = 6;
+using gguf_token_type::kByte, gguf_token_type::kControl, gguf_token_type::kUserDefined;
 const std::string kSpace = "\xE2\x96\x81";  // U+2581 LOWER ONE EIGHTH BLOCK
-
-size_t utf8_len(unsigned char c) {
-  if (c < 0x80) return 1;
-  if ((c >> 5) == 0x6) return 2;
-  if ((c >> 4) == 0xE) return 3;
-  if ((c >> 3) == 0x1E) return 4;
-  return 1;  // invalid lead byte: treat as one byte
-}
 
 }  // namespace
 
@@ -93,7 +86,9 @@ void SpmTokenizer::encode_plain(const std::string& raw, std::vector<int32_t>& ou
   };
   std::vector<Sym> syms;
   for (size_t i = 0; i < text.size();) {
-    const size_t n = std::min(utf8_len(static_cast<unsigned char>(text[i])), text.size() - i);
+    // A byte that cannot lead a sequence stands alone.
+    const size_t n = std::min(std::max<size_t>(utf8_length(static_cast<unsigned char>(text[i])), 1),
+                              text.size() - i);
     syms.push_back({i, n, static_cast<int>(syms.size()) - 1, static_cast<int>(syms.size()) + 1});
     i += n;
   }
