@@ -2,8 +2,6 @@
 #include "luminal/models/bert.hpp"
 
 #include <cmath>
-#include <fstream>
-#include <iterator>
 
 #include "luminal/error.hpp"
 #include "models/json.hpp"
@@ -11,16 +9,8 @@
 namespace luminal::models {
 
 BertConfig BertConfig::from_hf_json(const std::string& path) {
-  std::ifstream f(path);
-  LUM_CHECK(f) << "cannot open model config " << path;
-  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  const Json j = parse_json(text, path);
-  auto get = [&](const char* key) {
-    const Json* v = j.find(key);
-    LUM_CHECK(v && v->is_int()) << path << ": config field '" << key
-                                << "' is missing or not an integer";
-    return v->integer();
-  };
+  const Json j = read_json_object(path, "model config");
+  const auto get = [&](const char* key) { return int_field(j, key, path); };
   BertConfig c;
   c.vocab = get("vocab_size");
   c.hidden = get("hidden_size");
@@ -29,7 +19,7 @@ BertConfig BertConfig::from_hf_json(const std::string& path) {
   c.heads = get("num_attention_heads");
   c.max_positions = get("max_position_embeddings");
   c.type_vocab = get("type_vocab_size");
-  if (const Json* e = j.find("layer_norm_eps"); e && e->is_number()) c.eps = e->number();
+  c.eps = number_field(j, "layer_norm_eps", c.eps);
   const Json* act = j.find("hidden_act");
   LUM_CHECK(!act || (act->is_string() && act->string() == "gelu"))
       << path << ": only hidden_act \"gelu\" is supported";

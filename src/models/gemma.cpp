@@ -2,8 +2,6 @@
 #include "luminal/models/gemma.hpp"
 
 #include <cmath>
-#include <fstream>
-#include <iterator>
 #include <regex>
 #include <set>
 
@@ -41,21 +39,12 @@ GemmaConfig GemmaConfig::from_gguf(const GgufFile& f) {
 }
 
 GemmaConfig GemmaConfig::from_hf_json(const std::string& path) {
-  std::ifstream in(path);
-  LUM_CHECK(in) << "cannot open model config " << path;
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const Json j = parse_json(text, path);
-  auto integer = [&](const char* key, std::optional<int64_t> fallback = {}) {
-    const Json* v = j.find(key);
-    if (!v || !v->is_int()) {
-      LUM_CHECK(fallback) << path << ": config field '" << key << "' is missing";
-      return *fallback;
-    }
-    return v->integer();
+  const Json j = read_json_object(path, "model config");
+  const auto integer = [&](const char* key, std::optional<int64_t> fallback = {}) {
+    return int_field(j, key, path, fallback);
   };
-  auto number = [&](const char* key, double fallback) {
-    const Json* v = j.find(key);
-    return v && v->is_number() ? v->number() : fallback;
+  const auto number = [&](const char* key, double fallback) {
+    return number_field(j, key, fallback);
   };
   const Json* type = j.find("model_type");
   const std::string mt = type && type->is_string() ? type->string() : "";

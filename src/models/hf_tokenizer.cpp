@@ -9,9 +9,7 @@
 #include <array>
 #include <cctype>
 #include <cstdio>
-#include <fstream>
 #include <functional>
-#include <iterator>
 #include <limits>
 
 #include "luminal/error.hpp"
@@ -367,10 +365,7 @@ HfTokenizer::~HfTokenizer() = default;
 HfTokenizer::HfTokenizer(HfTokenizer&&) noexcept = default;
 
 HfTokenizer::HfTokenizer(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  LUM_CHECK(f) << "cannot open tokenizer " << path;
-  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  load(parse_json(text, path), path);
+  load(read_json_object(path, "tokenizer"), path);
 }
 
 namespace {
@@ -450,7 +445,6 @@ HfTokenizer::HfTokenizer() : impl_(std::make_unique<Impl>()) {}
 
 void HfTokenizer::load(const Json& j, const std::string& path) {
   impl_ = std::make_unique<Impl>();
-  LUM_CHECK(j.is_object()) << path << ": tokenizer is not a JSON object";
 
   const Json& model = member(j, "model", path);
   const std::string model_type = type_of(model);

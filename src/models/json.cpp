@@ -3,6 +3,8 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 
 #include "luminal/error.hpp"
 #include "models/utf8.hpp"
@@ -222,6 +224,31 @@ void Json::throw_type_error(const char* expected) const {
   static constexpr const char* kNames[] = {"null",     "a boolean", "an integer", "a number",
                                            "a string", "an array",  "an object"};
   throw Error(std::string("JSON value is ") + kNames[v.index()] + ", expected " + expected);
+}
+
+Json read_json_object(const std::string& path, const std::string& what) {
+  std::ifstream f(path, std::ios::binary);
+  LUM_CHECK(f) << "cannot open " << what << " " << path;
+  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  Json j = parse_json(text, path);
+  LUM_CHECK(j.is_object()) << path << ": " << what << " is not a JSON object";
+  return j;
+}
+
+int64_t int_field(const Json& j, const char* key, const std::string& path,
+                  std::optional<int64_t> fallback) {
+  const Json* v = j.find(key);
+  if (!v || v->is_string() || std::holds_alternative<std::nullptr_t>(v->v)) {
+    LUM_CHECK(fallback) << path << ": config field '" << key << "' is missing";
+    return *fallback;
+  }
+  LUM_CHECK(v->is_int()) << path << ": config field '" << key << "' is not an integer";
+  return v->integer();
+}
+
+double number_field(const Json& j, const char* key, double fallback) {
+  const Json* v = j.find(key);
+  return v && v->is_number() ? v->number() : fallback;
 }
 
 const Json* Json::find(std::string_view key) const {

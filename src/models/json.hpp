@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -32,7 +33,9 @@ struct Json {
   const JsonArray& array() const { return *get<std::shared_ptr<JsonArray>>("an array"); }
   const std::string& string() const { return get<std::string>("a string"); }
   int64_t integer() const { return get<int64_t>("an integer"); }
-  double number() const { return is_int() ? static_cast<double>(integer()) : get<double>("a number"); }
+  double number() const {
+    return is_int() ? static_cast<double>(integer()) : get<double>("a number");
+  }
   /// Member lookup in an object; nullptr if absent.
   const Json* find(std::string_view key) const;
 
@@ -47,6 +50,17 @@ struct Json {
 
 /// Parses one JSON document; `what` names the source in errors.
 Json parse_json(std::string_view text, const std::string& what);
+
+/// Reads and parses file `path`, which must hold a JSON object; `what` ("model config",
+/// "tokenizer") names it in errors.
+Json read_json_object(const std::string& path, const std::string& what);
+
+/// An integer field of a config object: absent, null or a string means `fallback`
+/// (an error naming `path` and `key` without one); any other non-integer is an error.
+int64_t int_field(const Json& j, const char* key, const std::string& path,
+                  std::optional<int64_t> fallback = {});
+/// A number field of a config object, or `fallback` when absent or not a number.
+double number_field(const Json& j, const char* key, double fallback);
 
 /// Escapes a string for output inside double quotes.
 std::string json_escape(std::string_view s);

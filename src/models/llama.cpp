@@ -2,8 +2,6 @@
 #include "luminal/models/llama.hpp"
 
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <set>
 
 #include "luminal/error.hpp"
@@ -12,32 +10,9 @@
 #include "models/rope_scaling.hpp"
 
 namespace luminal::models {
-namespace {
-
-int64_t int_field(const Json& j, const char* key, const std::string& path,
-                  std::optional<int64_t> fallback = {}) {
-  const Json* v = j.find(key);
-  if (!v || v->is_string() || std::holds_alternative<std::nullptr_t>(v->v)) {
-    LUM_CHECK(fallback) << path << ": config field '" << key << "' is missing";
-    return *fallback;
-  }
-  LUM_CHECK(v->is_int()) << path << ": config field '" << key << "' is not an integer";
-  return v->integer();
-}
-
-double float_field(const Json& j, const char* key, double fallback) {
-  const Json* v = j.find(key);
-  return v && v->is_number() ? v->number() : fallback;
-}
-
-}  // namespace
 
 LlamaConfig LlamaConfig::from_hf_json(const std::string& path) {
-  std::ifstream f(path);
-  LUM_CHECK(f) << "cannot open model config " << path;
-  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  const Json j = parse_json(text, path);
-  LUM_CHECK(j.is_object()) << path << ": config is not a JSON object";
+  const Json j = read_json_object(path, "model config");
   LlamaConfig c;
   c.vocab = int_field(j, "vocab_size", path);
   c.hidden = int_field(j, "hidden_size", path);
@@ -46,8 +21,8 @@ LlamaConfig LlamaConfig::from_hf_json(const std::string& path) {
   c.heads = int_field(j, "num_attention_heads", path);
   c.kv_heads = int_field(j, "num_key_value_heads", path, c.heads);
   c.head_dim = int_field(j, "head_dim", path, c.hidden / c.heads);
-  c.rms_eps = float_field(j, "rms_norm_eps", 1e-6);
-  c.rope_theta = float_field(j, "rope_theta", 10000.0);
+  c.rms_eps = number_field(j, "rms_norm_eps", 1e-6);
+  c.rope_theta = number_field(j, "rope_theta", 10000.0);
   c.rope_scaling = parse_rope_scaling(j, path);
   c.sliding_window = int_field(j, "sliding_window", path, 0);
   const Json* tie = j.find("tie_word_embeddings");
