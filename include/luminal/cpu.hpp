@@ -11,6 +11,11 @@ namespace luminal {
 struct CpuOptions {
   /// Fuse elementwise chains into their consumers (off: one kernel per op).
   bool fuse = true;
+  /// Products with block-quantised weights (QMatMul) quantise each 32-element block of
+  /// the activations to int8 and use integer dot products, as llama.cpp does: several
+  /// times faster, within 8-bit rounding of the activations. Off: f32 activations times
+  /// the decoded weights, which agrees with a dequantised f32 model to float rounding.
+  bool int8_activations = true;
 };
 
 class CpuBackend final : public Backend {

@@ -17,6 +17,7 @@
 #include "luminal/dtype.hpp"
 #include "luminal/expr.hpp"
 #include "luminal/op.hpp"
+#include "luminal/quant.hpp"
 #include "luminal/view.hpp"
 
 namespace luminal {
@@ -57,7 +58,16 @@ struct Node {
   Expr iota;                               // Iota: value at flat output index `z`
   int axis = -1;                           // SumReduce / MaxReduce
   std::shared_ptr<const CustomOp> custom;  // Custom: semantics; shape and dtype set by the builder
+  // Input only: the data are blocks of this ggml format (quant.hpp) that decode to the
+  // node's f32 values, e.g. a Q4_K weight kept compressed; kPlainStorage otherwise.
+  uint32_t quant = kPlainStorage;
 };
+
+/// Checks an input's data against its node (dtype, element or block count under the
+/// bound dims); throws luminal::Error naming the input.
+void check_input_data(const Node& n, NodeId id, const Buffer* data, const Bindings& dims);
+/// The f32 values of a quantized input's block data (n.quant != kPlainStorage).
+Buffer dequantized(const Node& n, const Buffer& raw);
 
 class Graph {
  public:
@@ -102,6 +112,13 @@ class Graph {
   const Bindings& dims() const { return dims_; }
 
   void set_data(NodeId id, Buffer data);
+  /// Stores an f32 input as blocks of a ggml format (`raw` is u8, whole rows of blocks
+  /// along the last dim); backends decode on the fly or select kernels that compute on
+  /// the blocks. The format is part of what is compiled: changing it needs a recompile.
+  void set_quantized_data(NodeId id, uint32_t ggml_type, Buffer raw);
+  /// Declares an input's block format without data (what set_quantized_data checks and
+  /// records; used when rebuilding a graph).
+  void set_storage(NodeId id, uint32_t ggml_type);
   /// The stored data of a node (inputs, and outputs after execute), or nullptr.
   const Buffer* data(NodeId id) const;
   void drop_data(NodeId id);

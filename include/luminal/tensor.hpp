@@ -178,6 +178,8 @@ class Tensor {
     return set_buffer(Buffer::from(values));
   }
   Tensor& set_buffer(Buffer data);
+  /// Sets an f32 input from raw ggml blocks, kept compressed (Graph::set_quantized_data).
+  Tensor& set_quantized(uint32_t ggml_type, Buffer raw);
   /// Marks this tensor to be read back after execute.
   Tensor& retrieve();
   /// Keeps this node through optimisation and its value after execute.

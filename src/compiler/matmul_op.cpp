@@ -1,6 +1,8 @@
 // The MatMul kernel op: reference semantics and the pattern check.
 #include "luminal/compiler/matmul_op.hpp"
 
+#include "luminal/quant.hpp"
+
 namespace luminal::compiler {
 
 Buffer MatMulOp::run(const std::vector<Buffer>& in, const std::vector<std::vector<int64_t>>& shapes,
@@ -24,6 +26,51 @@ Buffer MatMulOp::run(const std::vector<Buffer>& in, const std::vector<std::vecto
         out.set_f64(static_cast<size_t>((b * m + i) * n + j), acc);
       }
   return out;
+}
+
+std::string QMatMulOp::name() const {
+  return "QMatMul(" + ggml_type_name(format) + ")";
+}
+
+Buffer QMatMulOp::run(const std::vector<Buffer>& in, const std::vector<std::vector<int64_t>>& shapes,
+                      const std::vector<int64_t>& out_shape, DType out_dtype) const {
+  // a: [batch..., M, K, N] through its view; w: [N, K] decoded.
+  const auto& s = shapes[0];
+  const size_t r = s.size();
+  const int64_t m = s[r - 3], k = s[r - 2], n = s[r - 1];
+  int64_t batch = 1;
+  for (size_t d = 0; d + 3 < r; ++d) batch *= s[d];
+  (void)out_shape;
+  Buffer out(out_dtype, static_cast<size_t>(batch * m * n));
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double acc = 0;
+        for (int64_t p = 0; p < k; ++p)
+          acc += in[0].get_f64(static_cast<size_t>(((b * m + i) * k + p) * n + j)) *
+                 in[1].get_f64(static_cast<size_t>(j * k + p));
+        out.set_f64(static_cast<size_t>((b * m + i) * n + j), acc);
+      }
+  return out;
+}
+
+bool is_qgemm(int axis, const View& a, const View& b, const std::vector<Expr>& w_shape) {
+  const size_t r = a.rank();
+  if (r < 3 || b.rank() != r || axis != static_cast<int>(r) - 2 || w_shape.size() != 2)
+    return false;
+  if (a.has_mask() || b.has_mask()) return false;
+  const auto& sa = a.strides();
+  const auto& sb = b.strides();
+  const auto& shb = b.shape();
+  const Expr zero = 0, one = 1;
+  // b[..., m, k, n] = W[n, k]: exactly the transposed weight, shared by every batch and row.
+  if (!(b.offset() == zero) || !(shb[r - 1] == w_shape[0]) || !(shb[r - 2] == w_shape[1]))
+    return false;
+  if (!(sb[r - 2] == one) || !(sb[r - 1] == w_shape[1])) return false;
+  for (size_t d = 0; d + 2 < r; ++d)
+    if (!(sb[d] == zero)) return false;
+  // a is broadcast along N and reads K contiguously.
+  return sa[r - 1] == zero && sa[r - 2] == one;
 }
 
 bool is_gemm(int axis, const View& a, const View& b, DType dtype) {

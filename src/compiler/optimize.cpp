@@ -31,6 +31,7 @@ class Lowering {
   std::vector<View> views;
   std::vector<std::vector<Expr>> shapes;
   std::unordered_map<uint32_t, DType> dtype_of;  // class id -> dtype (lowered classes)
+  std::unordered_map<uint32_t, const Node*> quantized;  // class id -> block-stored input
 
   ClassId lower(NodeId id) {
     if (cls_[id.value].valid()) return cls_[id.value];
@@ -39,7 +40,7 @@ class Lowering {
     switch (n.op) {
       case Op::Input:
         attrs = {Attr::of_int(id.value), Attr::of_str(n.name), Attr::of_dtype(n.dtype),
-                 Attr::of_int(shape_id(n.shape))};
+                 Attr::of_int(shape_id(n.shape)), Attr::of_int(n.quant)};
         break;
       case Op::Constant:
         attrs = {n.value.is_int ? Attr::of_int(n.value.i) : Attr::of_float(n.value.f),
@@ -72,6 +73,7 @@ class Lowering {
     const ClassId c = egraph.add(sym(n.op), AttrList::of(attrs), children);
     cls_[id.value] = c;
     dtype_of[c.v] = n.dtype;
+    if (n.op == Op::Input && n.quant != kPlainStorage) quantized[c.v] = &n;
     return c;
   }
 
@@ -101,7 +103,7 @@ double kernel_cost(const eg::EGraph& g, uint32_t node) {
   const std::string_view op = g.node_op(node).name();
   if (op == "View") return 0.001;
   if (op == "Input" || op == "Constant" || op == "Iota") return 0.01;
-  if (op == "MatMul") return 1;
+  if (op == "MatMul" || op == "QMatMul") return 1;
   if (op == "SumReduce" || op == "MaxReduce") return 20;
   return 1;
 }
@@ -136,6 +138,7 @@ class Rebuild {
       const NodeId user{static_cast<uint32_t>(attrs[0].bits)};
       const Node& un = src_.node(user);
       id = g.named_tensor(un.name, un.shape, un.dtype).id();
+      if (un.quant != kPlainStorage) g.set_storage(id, un.quant);
       out_.source_of.resize(id.value + 1);
       out_.source_of[id.value] = user;
     } else if (op == "MatMul") {
@@ -143,6 +146,15 @@ class Rebuild {
       n.op = Op::Custom;
       n.custom = std::make_shared<MatMulOp>();
       n.inputs = {edge(children[0]), edge(children[1])};
+      n.dtype = DType::F32;
+      n.shape = n.inputs[0].view.shape();
+      n.shape.erase(n.shape.end() - 2);
+      id = g.add_node(std::move(n));
+    } else if (op == "QMatMul") {
+      Node n;
+      n.op = Op::Custom;
+      n.inputs = {edge(children[0]), edge(children[1])};
+      n.custom = std::make_shared<QMatMulOp>(g.node(n.inputs[1].source).quant);
       n.dtype = DType::F32;
       n.shape = n.inputs[0].view.shape();
       n.shape.erase(n.shape.end() - 2);
@@ -223,11 +235,22 @@ Optimized optimize(const Graph& g) {
   Lowering low(g);
   for (NodeId o : g.outputs()) low.lower(o);
   eg::Functions fns;
+  // (gemm $axis $va $vb ?a ?b): an f32 product BLAS can run; block-stored operands are
+  // left to qgemm.
   fns.predicates["gemm"] = [&low](const eg::EGraph& e, std::span<const eg::Value> a) {
     auto dt = low.dtype_of.find(e.find(a[3].c).v);
     if (dt == low.dtype_of.end()) return false;
+    if (low.quantized.count(e.find(a[3].c).v) || low.quantized.count(e.find(a[4].c).v))
+      return false;
     return is_gemm(static_cast<int>(a[0].a.bits), low.views[static_cast<size_t>(a[1].a.bits)],
                    low.views[static_cast<size_t>(a[2].a.bits)], dt->second);
+  };
+  // (qgemm $axis $va $vb ?w): x W^T with W a block-stored input.
+  fns.predicates["qgemm"] = [&low](const eg::EGraph& e, std::span<const eg::Value> a) {
+    auto w = low.quantized.find(e.find(a[3].c).v);
+    if (w == low.quantized.end()) return false;
+    return is_qgemm(static_cast<int>(a[0].a.bits), low.views[static_cast<size_t>(a[1].a.bits)],
+                    low.views[static_cast<size_t>(a[2].a.bits)], w->second->shape);
   };
   const auto& sets = rule_sets(fns);
   std::vector<const eg::RuleSet*> active;

@@ -157,6 +157,63 @@ void Graph::set_data(NodeId id, Buffer data) {
   data_[id.value] = std::move(data);
 }
 
+void Graph::set_storage(NodeId id, uint32_t ggml_type) {
+  LUM_CHECK(node(id).op == Op::Input) << "set_storage: node %" << id.value << " is not an input";
+  Node& n = nodes_[id.value];
+  LUM_CHECK(n.dtype == DType::F32 && !n.shape.empty())
+      << "set_storage: input '" << n.name << "' must be f32 with at least one dim";
+  size_t elems = 0, bytes = 0;
+  LUM_CHECK(ggml_block_layout(ggml_type, elems, bytes))
+      << "set_storage: unsupported format " << ggml_type_name(ggml_type) << " for '" << n.name
+      << "'";
+  const auto row = n.shape.back().as_const();
+  LUM_CHECK(row && *row % static_cast<int64_t>(elems) == 0)
+      << "set_storage: the last dim of '" << n.name << "' (" << n.shape.back()
+      << ") is not a whole number of " << elems << "-element " << ggml_type_name(ggml_type)
+      << " blocks";
+  LUM_CHECK(!executable_ || n.quant == ggml_type)
+      << "set_storage: '" << n.name << "' changes storage format after compile; "
+      << "set the data before compiling";
+  n.quant = ggml_type;
+}
+
+void Graph::set_quantized_data(NodeId id, uint32_t ggml_type, Buffer raw) {
+  LUM_CHECK(raw.dtype() == DType::U8) << "set_quantized_data: '" << node(id).name
+                                      << "' needs raw u8 block data, got " << dtype_name(raw.dtype());
+  set_storage(id, ggml_type);
+  data_[id.value] = std::move(raw);
+}
+
+Buffer dequantized(const Node& n, const Buffer& raw) {
+  size_t elems = 0, bytes = 0;
+  LUM_CHECK(ggml_block_layout(n.quant, elems, bytes) && raw.dtype() == DType::U8 &&
+            raw.numel() % bytes == 0)
+      << "input '" << n.name << "': data is not whole " << ggml_type_name(n.quant) << " blocks";
+  Buffer out(DType::F32, raw.numel() / bytes * elems, Buffer::Uninitialized{});
+  dequantize(n.quant, static_cast<const std::byte*>(raw.data()), out.numel(),
+             out.span<float>().data());
+  return out;
+}
+
+void check_input_data(const Node& n, NodeId id, const Buffer* b, const Bindings& dims) {
+  LUM_CHECK(b) << "input '" << n.name << "' (%" << id.value
+               << ") has no data: call set() before execute()";
+  size_t numel = 1;
+  for (Expr d : n.shape) numel *= static_cast<size_t>(d.eval(dims));
+  if (n.quant != kPlainStorage) {
+    const size_t bytes = quantized_bytes(n.quant, numel);
+    LUM_CHECK(b->dtype() == DType::U8 && b->numel() == bytes)
+        << "input '" << n.name << "' of shape " << to_string(n.shape) << " stored as "
+        << ggml_type_name(n.quant) << " needs " << bytes << " bytes of u8 blocks, got "
+        << b->numel() << " " << dtype_name(b->dtype()) << " elements";
+    return;
+  }
+  LUM_CHECK(b->dtype() == n.dtype) << "input '" << n.name << "' is " << dtype_name(n.dtype)
+                                   << " but its data is " << dtype_name(b->dtype());
+  LUM_CHECK(b->numel() == numel) << "input '" << n.name << "' of shape " << to_string(n.shape)
+                                 << " needs " << numel << " elements, got " << b->numel();
+}
+
 const Buffer* Graph::data(NodeId id) const {
   auto it = data_.find(id.value);
   return it == data_.end() ? nullptr : &it->second;

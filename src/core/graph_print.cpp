@@ -16,6 +16,7 @@ std::string attributes(const Node& n) {
   switch (n.op) {
     case Op::Input:
       os << " \"" << n.name << "\"";
+      if (n.quant != kPlainStorage) os << " as " << ggml_type_name(n.quant);
       break;
     case Op::Constant:
       if (n.value.is_int) {

@@ -199,11 +199,17 @@ bool ggml_block_layout(uint32_t type, size_t& block_elems, size_t& block_bytes) 
   return true;
 }
 
-void dequantize(uint32_t type, const std::byte* src, size_t n, float* dst) {
+size_t quantized_bytes(uint32_t type, size_t n) {
   const Format* f = format(type);
   LUM_CHECK(f) << "unsupported GGUF tensor type " << ggml_type_name(type);
   LUM_CHECK(n % f->elems == 0) << f->name << ": " << n << " elements is not a whole number of "
                                << f->elems << "-element blocks";
+  return n / f->elems * f->bytes;
+}
+
+void dequantize(uint32_t type, const std::byte* src, size_t n, float* dst) {
+  const Format* f = format(type);
+  quantized_bytes(type, n);  // validates the type and the block count
   for (size_t i = 0; i < n / f->elems; ++i) f->decode(src + i * f->bytes, dst + i * f->elems);
 }
 

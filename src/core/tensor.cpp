@@ -167,6 +167,8 @@ Tensor& Tensor::set_buffer(Buffer data) {
   LUM_CHECK(view_ == View::contiguous(n.shape))
       << "set: input '" << n.name << "' is seen through a view " << view_.to_string()
       << "; set the original input tensor";
+  LUM_CHECK(n.quant == kPlainStorage) << "set: input '" << n.name << "' is stored as "
+                                      << ggml_type_name(n.quant) << " blocks; use set_quantized";
   if (data.dtype() != n.dtype) {
     Buffer converted(n.dtype, data.numel());
     for (size_t i = 0; i < data.numel(); ++i) {
@@ -179,6 +181,13 @@ Tensor& Tensor::set_buffer(Buffer data) {
     data = std::move(converted);
   }
   graph().set_data(id_, std::move(data));
+  return *this;
+}
+
+Tensor& Tensor::set_quantized(uint32_t ggml_type, Buffer raw) {
+  LUM_CHECK(view_ == View::contiguous(graph().node(id_).shape))
+      << "set_quantized: the tensor is seen through a view; set the original input tensor";
+  graph().set_quantized_data(id_, ggml_type, std::move(raw));
   return *this;
 }
 
@@ -197,6 +206,7 @@ Buffer Tensor::data() const {
   const Buffer* b = graph().data(id_);
   LUM_CHECK(b) << "data: node %" << id_.value << " (" << op_name(n.op)
                << ") has no value; mark it with retrieve() and execute() first";
+  if (n.quant != kPlainStorage) return read_view(dequantized(n, *b), view_.resolve(graph().dims()));
   return read_view(*b, view_.resolve(graph().dims()));
 }
 

@@ -2,6 +2,7 @@
 #include "luminal/models/gemma.hpp"
 
 #include <cmath>
+#include <cstring>
 #include <regex>
 #include <set>
 
@@ -186,16 +187,28 @@ std::string gguf_tensor_name(const std::string& hf, const std::string& arch) {
 std::vector<std::string> load_gguf_weights(const nn::Module& m, const GgufFile& f,
                                            const std::string& arch) {
   std::set<std::string> used;
-  nn::load_parameters(
-      m, [&](const std::string& name, const std::vector<int64_t>& shape) -> std::optional<Buffer> {
-        const std::string gname = gguf_tensor_name(name, arch);
-        LUM_CHECK(!gname.empty()) << "no GGUF tensor name known for parameter '" << name << "'";
-        const GgufTensorInfo& t = f.tensor(gname);
-        LUM_CHECK(t.shape == shape)
-            << f.path() << ": tensor '" << gname << "' has the wrong shape for this model";
-        used.insert(gname);
-        return f.read(gname);
-      });
+  for (auto& [name, param] : m.named_parameters()) {
+    const std::string gname = gguf_tensor_name(name, arch);
+    LUM_CHECK(!gname.empty()) << "no GGUF tensor name known for parameter '" << name << "'";
+    const GgufTensorInfo& t = f.tensor(gname);
+    std::vector<int64_t> shape;
+    for (Expr d : param.shape()) shape.push_back(*d.as_const());
+    LUM_CHECK(t.shape == shape) << f.path() << ": tensor '" << gname << "' has the wrong shape "
+                                << "for this model (expected " << to_string(param.shape()) << ")";
+    used.insert(gname);
+    Tensor p = param;
+    size_t block_elems = 0, block_bytes = 0;
+    // Matrices stay in their file format; the compiler selects kernels that read the
+    // blocks. Vectors (norms, biases) are small and decoded.
+    if (t.type != 0 && shape.size() == 2 && ggml_block_layout(t.type, block_elems, block_bytes)) {
+      const std::span<const std::byte> bytes = f.data(t);
+      Buffer raw(DType::U8, bytes.size(), Buffer::Uninitialized{});
+      std::memcpy(raw.data(), bytes.data(), bytes.size());
+      p.set_quantized(t.type, std::move(raw));
+    } else {
+      p.set_buffer(f.read(gname));
+    }
+  }
   std::vector<std::string> unused;
   for (const auto& t : f.tensors())
     if (!used.count(t.name)) unused.push_back(t.name);

@@ -179,6 +179,15 @@ GenerationStats TextGenerator::generate(const std::string& prompt, int64_t max_t
   return st;
 }
 
+std::vector<std::vector<float>> TextGenerator::forced_logits(const std::vector<int32_t>& prompt,
+                                                             const std::vector<int32_t>& tokens) {
+  Impl& m = *impl_;
+  m.reset_cache();
+  std::vector<std::vector<float>> out{m.step(prompt)};
+  for (int32_t t : tokens) out.push_back(m.step({t}));
+  return out;
+}
+
 std::vector<int32_t> TextGenerator::greedy_ids(const std::vector<int32_t>& prompt, int64_t steps,
                                                std::vector<std::vector<float>>* all_logits) {
   Impl& m = *impl_;

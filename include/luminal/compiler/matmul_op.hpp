@@ -16,6 +16,24 @@ class MatMulOp final : public CustomOp {
              const std::vector<int64_t>& out_shape, DType out_dtype) const override;
 };
 
+/// QMatMul: the same product when `b` is a weight kept in a block format (an input with
+/// Node::quant set) read as its transpose, x W^T. Its inputs are the `a` edge, a
+/// [batch..., M, K, N] view, and the weight input itself, [N, K] (reference semantics
+/// see its decoded values); the output is [batch..., M, N].
+class QMatMulOp final : public CustomOp {
+ public:
+  explicit QMatMulOp(uint32_t format) : format(format) {}
+  std::string name() const override;
+  Buffer run(const std::vector<Buffer>& inputs, const std::vector<std::vector<int64_t>>& shapes,
+             const std::vector<int64_t>& out_shape, DType out_dtype) const override;
+  uint32_t format;
+};
+
+/// True if SumReduce over `axis` of Mul(a_view, b_view) is x W^T for a block-stored
+/// weight W of shape `w_shape`: `b` reads W transposed and broadcast along M and every
+/// batch dim, and `a` is broadcast along N with unit stride along K.
+bool is_qgemm(int axis, const View& a, const View& b, const std::vector<Expr>& w_shape);
+
 /// True if SumReduce over `axis` of Mul(a_view, b_view) is a GEMM a BLAS can run: f32,
 /// rank >= 3 with the sum over dim rank-2, `a` broadcast along the last dim and `b`
 /// along dim rank-3, no padding, and unit stride along one dim of each matrix.

@@ -56,8 +56,10 @@ class Gemma final : public nn::Module {
 };
 
 /// Loads parameters named as in Hugging Face checkpoints from a GGUF file using the
-/// llama.cpp tensor names, dequantising to f32. Missing tensors or unsupported types are
-/// errors naming the tensor. Returns the file's tensors that no parameter used.
+/// llama.cpp tensor names. Matrices in a block or half format stay in it (block-stored
+/// inputs, which the compiler turns into QMatMul kernels); everything else is decoded to
+/// f32. Missing tensors or unsupported types are errors naming the tensor. Returns the
+/// file's tensors that no parameter used.
 std::vector<std::string> load_gguf_weights(const nn::Module& m, const GgufFile& f,
                                            const std::string& architecture);
 

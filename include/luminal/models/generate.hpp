@@ -49,6 +49,10 @@ class TextGenerator {
   /// Greedy token ids and the logits of every generated step (for tests).
   std::vector<int32_t> greedy_ids(const std::vector<int32_t>& prompt, int64_t steps,
                                   std::vector<std::vector<float>>* logits = nullptr);
+  /// Teacher forcing: the logits after `prompt` and after each of `tokens` fed in turn
+  /// (row i predicts tokens[i]; the last row follows the last token).
+  std::vector<std::vector<float>> forced_logits(const std::vector<int32_t>& prompt,
+                                                const std::vector<int32_t>& tokens);
   std::vector<int32_t> encode(const std::string& text) const;
   /// general.architecture of the loaded model.
   std::string architecture() const;

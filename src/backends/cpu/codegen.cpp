@@ -5,6 +5,7 @@
 #include "backends/cpu/codegen.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -135,6 +136,11 @@ int64_t lowest_int(DType t) {
   }
 }
 
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
 // Row-major flat index of a multi-index in `shape`.
 Expr flatten(const std::vector<Expr>& idx, const std::vector<Expr>& shape) {
   Expr f = 0;
@@ -155,7 +161,8 @@ class KernelWriter {
     out_type_ = storage_type(root.dtype);
     os_ << "  " << out_type_ << "* out = (" << out_type_ << "*)bufs[0];\n";
     for (size_t i = 0; i < k_.reads.size(); ++i) {
-      const std::string t = storage_type(g_.node(k_.reads[i]).dtype);
+      const Node& r = g_.node(k_.reads[i]);
+      const std::string t = r.quant != kPlainStorage ? "uint8_t" : storage_type(r.dtype);
       os_ << "  const " << t << "* in" << (i + 1) << " = (const " << t << "*)bufs[" << (i + 1)
           << "];\n";
     }
@@ -300,7 +307,10 @@ class KernelWriter {
     if (n != k_.root && plan_.materialized[n.value]) {
       const Expr f = flatten(idx, node.shape);
       note_vars(f);
-      return load_expr(node.dtype, "in" + std::to_string(slot_.at(n.value)) + "[" + f.to_c() + "]");
+      const std::string buf = "in" + std::to_string(slot_.at(n.value));
+      if (node.quant != kPlainStorage)  // a block-stored input: decode the one element
+        return "lum_dq_" + lower(ggml_type_name(node.quant)) + "(" + buf + ", " + f.to_c() + ")";
+      return load_expr(node.dtype, buf + "[" + f.to_c() + "]");
     }
     auto bind = [&](const std::string& expr) {
       const std::string name = fresh();

@@ -12,6 +12,7 @@
 #include "backends/cpu/codegen.hpp"
 #include "backends/cpu/gemm.hpp"
 #include "backends/cpu/jit.hpp"
+#include "backends/cpu/qgemm.hpp"
 #include "luminal/compiler/matmul_op.hpp"
 #include "luminal/compiler/optimize.hpp"
 #include "luminal/cpu.hpp"
@@ -49,8 +50,9 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 class CpuExecutable final : public Executable {
  public:
   CpuExecutable(compiler::Optimized program, compiler::KernelPlan plan,
-                std::vector<std::string> dims, cpugen::JitResult jit)
-      : program_(std::move(program)),
+                std::vector<std::string> dims, cpugen::JitResult jit, CpuOptions options)
+      : options_(options),
+        program_(std::move(program)),
         plan_(std::move(plan)),
         dims_(std::move(dims)),
         jit_(std::move(jit)) {
@@ -161,15 +163,7 @@ class CpuExecutable final : public Executable {
     const Node& n = program_.graph->node(r);
     LUM_CHECK(n.op == Op::Input) << "internal: %" << r.value << " has no value";
     const Buffer* b = user.data(program_.source_of[r.value]);
-    LUM_CHECK(b) << "input '" << n.name << "' (%" << r.value
-                 << ") has no data: call set() before execute()";
-    LUM_CHECK(b->dtype() == n.dtype) << "input '" << n.name << "' is " << dtype_name(n.dtype)
-                                     << " but its data is " << dtype_name(b->dtype());
-    int64_t numel = 1;
-    for (Expr d : n.shape) numel *= d.eval(user.dims());
-    LUM_CHECK(b->numel() == static_cast<size_t>(numel))
-        << "input '" << n.name << "' of shape " << to_string(n.shape) << " needs " << numel
-        << " elements, got " << b->numel();
+    check_input_data(n, r, b, user.dims());
     return *b;
   }
 
@@ -185,6 +179,13 @@ class CpuExecutable final : public Executable {
     if (dynamic_cast<const compiler::MatMulOp*>(n.custom.get()) && n.dtype == DType::F32) {
       cpugen::matmul_f32(views[0], bufs[0]->span<float>().data(), views[1],
                          bufs[1]->span<float>().data(), out.span<float>().data());
+      return;
+    }
+    if (const auto* q = dynamic_cast<const compiler::QMatMulOp*>(n.custom.get())) {
+      const auto& w = views[1].dims;  // the weight [N, K]
+      cpugen::qmatmul(views[0], bufs[0]->span<float>().data(), q->format,
+                      bufs[1]->span<uint8_t>().data(), w[0], w[1], out.span<float>().data(),
+                      options_.int8_activations);
       return;
     }
     std::vector<Buffer> in;
@@ -208,6 +209,7 @@ class CpuExecutable final : public Executable {
                << " is out of range";
   }
 
+  CpuOptions options_;
   compiler::Optimized program_;
   compiler::KernelPlan plan_;
   std::vector<std::string> dims_;
@@ -253,7 +255,7 @@ std::unique_ptr<Executable> CpuBackend::compile(const Graph& graph) const {
                  jit.cache_hit ? "cache hit" : "compiled", seconds_since(start), threads);
   }
   return std::make_unique<CpuExecutable>(std::move(program), std::move(plan), std::move(src.dims),
-                                         std::move(jit));
+                                         std::move(jit), options_);
 }
 
 }  // namespace luminal

@@ -14,12 +14,12 @@ namespace {
 
 inline float lum_h2f(uint16_t h) {
   const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
-  float mag;
-  if (exp == 0) mag = std::ldexp((float)man, -24);
-  else if (exp == 31) { uint32_t b = 0x7f800000u | (man << 13); std::memcpy(&mag, &b, 4); }
-  else mag = std::ldexp((float)(man | 0x400u), (int)exp - 25);
-  uint32_t b; std::memcpy(&b, &mag, 4); b |= sign; std::memcpy(&mag, &b, 4);
-  return mag;
+  uint32_t b;
+  if (exp == 0) { const float m = (float)man * 0x1p-24f; std::memcpy(&b, &m, 4); b |= sign; }
+  else if (exp == 31) b = sign | 0x7f800000u | (man << 13);
+  else b = sign | ((exp + 112) << 23) | (man << 13);
+  float f; std::memcpy(&f, &b, 4);
+  return f;
 }
 // Round-to-nearest-even float -> binary16.
 inline uint16_t lum_f2h(float f) {
@@ -61,6 +61,65 @@ inline void lum_fail(int64_t* err, int64_t code, int64_t value, int64_t pos) {
 inline int64_t lum_imod(int64_t a, int64_t b, int64_t* err, int64_t pos) {
   if (b == 0) { lum_fail(err, 3, a, pos); return 0; }
   return b == -1 ? 0 : a % b;
+}
+// One element of a block-stored (ggml format) input, as luminal::dequantize decodes it.
+inline float lum_dq_half(const uint8_t* p) { uint16_t h; std::memcpy(&h, p, 2); return lum_h2f(h); }
+inline float lum_dq_f32(const uint8_t* p, int64_t i) { float v; std::memcpy(&v, p + 4 * i, 4); return v; }
+inline float lum_dq_f16(const uint8_t* p, int64_t i) { return lum_dq_half(p + 2 * i); }
+inline float lum_dq_bf16(const uint8_t* p, int64_t i) { uint16_t h; std::memcpy(&h, p + 2 * i, 2); return lum_bf2f(h); }
+inline float lum_dq_q4_0(const uint8_t* p, int64_t i) {
+  const uint8_t* b = p + (i / 32) * 18; const int j = (int)(i % 32);
+  const uint8_t q = b[2 + j % 16];
+  return (float)((j < 16 ? q & 0xF : q >> 4) - 8) * lum_dq_half(b);
+}
+inline float lum_dq_q4_1(const uint8_t* p, int64_t i) {
+  const uint8_t* b = p + (i / 32) * 20; const int j = (int)(i % 32);
+  const uint8_t q = b[4 + j % 16];
+  return (float)(j < 16 ? q & 0xF : q >> 4) * lum_dq_half(b) + lum_dq_half(b + 2);
+}
+inline int lum_q5_value(const uint8_t* qh_at, const uint8_t* qs, int j) {
+  uint32_t qh; std::memcpy(&qh, qh_at, 4);
+  const uint8_t q = qs[j % 16];
+  return (j < 16 ? q & 0xF : q >> 4) | (int)(((qh >> j) & 1u) << 4);
+}
+inline float lum_dq_q5_0(const uint8_t* p, int64_t i) {
+  const uint8_t* b = p + (i / 32) * 22; const int j = (int)(i % 32);
+  return (float)(lum_q5_value(b + 2, b + 6, j) - 16) * lum_dq_half(b);
+}
+inline float lum_dq_q5_1(const uint8_t* p, int64_t i) {
+  const uint8_t* b = p + (i / 32) * 24; const int j = (int)(i % 32);
+  return (float)lum_q5_value(b + 4, b + 8, j) * lum_dq_half(b) + lum_dq_half(b + 2);
+}
+inline float lum_dq_q8_0(const uint8_t* p, int64_t i) {
+  const uint8_t* b = p + (i / 32) * 34;
+  return (float)(int8_t)b[2 + i % 32] * lum_dq_half(b);
+}
+inline void lum_k4_scale_min(int j, const uint8_t* s, int* sc, int* m) {
+  if (j < 4) { *sc = s[j] & 63; *m = s[j + 4] & 63; }
+  else { *sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4); *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4); }
+}
+inline float lum_dq_k4(const uint8_t* b, const uint8_t* qh, const uint8_t* qs, int j) {
+  const int c = j / 64, l = j % 64, sub = 2 * c + (l >= 32);
+  int sc, m; lum_k4_scale_min(sub, b + 4, &sc, &m);
+  const uint8_t q = qs[32 * c + l % 32];
+  int v = l < 32 ? q & 0xF : q >> 4;
+  if (qh && ((qh[l % 32] >> sub) & 1)) v += 16;
+  return lum_dq_half(b) * (float)sc * (float)v - lum_dq_half(b + 2) * (float)m;
+}
+inline float lum_dq_q4_k(const uint8_t* p, int64_t i) {
+  const uint8_t* b = p + (i / 256) * 144;
+  return lum_dq_k4(b, nullptr, b + 16, (int)(i % 256));
+}
+inline float lum_dq_q5_k(const uint8_t* p, int64_t i) {
+  const uint8_t* b = p + (i / 256) * 176;
+  return lum_dq_k4(b, b + 16, b + 48, (int)(i % 256));
+}
+inline float lum_dq_q6_k(const uint8_t* p, int64_t i) {
+  const uint8_t* b = p + (i / 256) * 210; const int j = (int)(i % 256);
+  const int h = j / 128, e = j % 128, l = e % 32, k = e / 32;
+  const uint8_t lo = b[64 * h + l + 32 * (k & 1)];
+  const int q = ((k < 2 ? lo & 0xF : lo >> 4) | (((b[128 + 32 * h + l] >> (2 * k)) & 3) << 4)) - 32;
+  return lum_dq_half(b + 208) * (float)(int8_t)b[192 + 8 * h + l / 16 + 2 * k] * (float)q;
 }
 template <class T> inline T lum_max(T acc, T v) { return (acc != acc) ? acc : ((v != v || v > acc) ? v : acc); }
 

@@ -254,7 +254,12 @@ class ReferenceExecutable final : public Executable {
       const NodeId id{static_cast<uint32_t>(i)};
       const Node& n = g.node(id);
       if (n.op == Op::Input) {
-        check_input(g, n, id, dims);
+        check_input_data(n, id, g.data(id), dims);
+        // Block-stored inputs are read as their decoded values.
+        if (n.quant != kPlainStorage) {
+          values[i] = dequantized(n, *g.data(id));
+          live += values[i]->bytes();
+        }
         continue;
       }
       std::vector<Buffer> in;
@@ -289,16 +294,6 @@ class ReferenceExecutable final : public Executable {
  private:
   RunStats stats_;
 
-  static void check_input(const Graph& g, const Node& n, NodeId id, const Bindings& dims) {
-    const Buffer* b = g.data(id);
-    LUM_CHECK(b) << "input '" << n.name << "' (%" << id.value
-                 << ") has no data: call set() before execute()";
-    LUM_CHECK(b->dtype() == n.dtype) << "input '" << n.name << "' is " << dtype_name(n.dtype)
-                                     << " but its data is " << dtype_name(b->dtype());
-    const size_t expected = count(n.shape, dims);
-    LUM_CHECK(b->numel() == expected) << "input '" << n.name << "' of shape " << to_string(n.shape)
-                                      << " needs " << expected << " elements, got " << b->numel();
-  }
 
   static Buffer evaluate(const Node& n, NodeId id, std::vector<Buffer>& in,
                          const std::vector<int64_t>& in_shape, const Bindings& dims) {

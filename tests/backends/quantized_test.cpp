@@ -1,0 +1,231 @@
+// Block-stored weights (ggml formats) on the CPU backend, against the reference
+// interpreter, which decodes them with luminal::dequantize and computes in double:
+//  - x W^T is selected as QMatMul and agrees within the error bound of 8-bit activations
+//    (derived per output from the data, not fitted);
+//  - any other read of a block-stored input (a gather, an elementwise op) decodes the
+//    element in the generated kernel and agrees to float rounding;
+//  - misuse is reported naming the input.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "luminal/compiler/matmul_op.hpp"
+#include "luminal/compiler/optimize.hpp"
+#include "luminal/luminal.hpp"
+
+namespace luminal {
+namespace {
+
+struct FormatCase {
+  uint32_t type;
+  const char* name;
+};
+
+const FormatCase kFormats[] = {{0, "F32"},   {1, "F16"},   {30, "BF16"}, {2, "Q4_0"},
+                               {3, "Q4_1"},  {6, "Q5_0"},  {7, "Q5_1"},  {8, "Q8_0"},
+                               {12, "Q4_K"}, {13, "Q5_K"}, {14, "Q6_K"}};
+
+void put_half(std::byte* p, double v) {
+  const uint16_t h = f16_bits_from_double(v);
+  std::memcpy(p, &h, 2);
+}
+
+// Random blocks whose f16 scale fields hold small finite values (random bits there could
+// be NaN or huge); plain float formats get random values.
+Buffer random_blocks(uint32_t type, size_t rows, size_t cols, uint64_t seed) {
+  size_t elems = 0, bytes = 0;
+  EXPECT_TRUE(ggml_block_layout(type, elems, bytes));
+  const size_t blocks = rows * cols / elems;
+  Buffer raw(DType::U8, blocks * bytes);
+  auto* p = static_cast<std::byte*>(raw.data());
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> scale(0.001, 0.02), value(-1, 1);
+  for (size_t i = 0; i < raw.numel(); ++i) p[i] = static_cast<std::byte>(rng() & 0xFF);
+  for (size_t b = 0; b < blocks; ++b) {
+    std::byte* blk = p + b * bytes;
+    switch (type) {
+      case 0: {
+        const float v = static_cast<float>(value(rng));
+        std::memcpy(blk, &v, 4);
+        break;
+      }
+      case 1:
+        put_half(blk, value(rng));
+        break;
+      case 30: {
+        const uint16_t h = bf16_bits_from_double(value(rng));
+        std::memcpy(blk, &h, 2);
+        break;
+      }
+      case 2:
+      case 6:
+      case 8:
+        put_half(blk, scale(rng));
+        break;
+      case 3:
+      case 7:
+      case 12:
+      case 13:
+        put_half(blk, scale(rng));
+        put_half(blk + 2, scale(rng));
+        break;
+      case 14:
+        put_half(blk + 208, scale(rng) * 0.05);
+        break;
+      default:
+        ADD_FAILURE() << "no generator for type " << type;
+    }
+  }
+  return raw;
+}
+
+std::vector<float> random_floats(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> d(0, 1);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+size_t count_qmatmul(const Graph& g) {
+  const compiler::Optimized opt = compiler::optimize(g);
+  size_t n = 0;
+  for (uint32_t i = 0; i < opt.graph->num_nodes(); ++i) {
+    const Node& node = opt.graph->node(NodeId{i});
+    n += node.op == Op::Custom && dynamic_cast<const compiler::QMatMulOp*>(node.custom.get());
+  }
+  return n;
+}
+
+// y = x W^T for x [2, m, k]: QMatMul is selected, and each output is within the error
+// that quantising x to 8 bits can cause.
+void check_matmul(const FormatCase& f, int64_t m) {
+  const int64_t n = 37, k = 512;
+  Graph cx;
+  Tensor x = cx.named_tensor("x", {2, m, k});
+  Tensor w = cx.named_tensor("w", {n, k});
+  Tensor y = x.matmul(w.transpose(0, 1)).retrieve();
+  const std::vector<float> xv = random_floats(static_cast<size_t>(2 * m * k), 7 + m);
+  x.set(xv);
+  w.set_quantized(f.type, random_blocks(f.type, n, k, 11));
+  EXPECT_EQ(count_qmatmul(cx), 1u) << f.name;
+
+  cx.compile(reference());
+  cx.execute();
+  const std::vector<double> want = y.data().to_f64();
+  const std::vector<float> wd = w.to_f32();  // the decoded weights
+  cx.compile(cpu());
+  cx.execute();
+  const std::vector<float> got = y.to_f32();
+  ASSERT_EQ(got.size(), want.size());
+
+  size_t block_elems = 0, block_bytes = 0;
+  ggml_block_layout(f.type, block_elems, block_bytes);
+  const bool quantised_activations = block_elems > 1;
+  for (int64_t row = 0; row < 2 * m; ++row) {
+    // Rounding each 32-block of x to int8 moves an element by at most half a step,
+    // amax / 127 / 2; float accumulation adds a relative 1e-5 of sum |w x|.
+    std::vector<double> step(static_cast<size_t>(k / 32), 0);
+    for (int64_t c = 0; c < k; ++c) {
+      const double a = std::fabs(xv[static_cast<size_t>(row * k + c)]);
+      double& s = step[static_cast<size_t>(c / 32)];
+      s = std::max(s, a / 127.0);
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      double bound = 0, magnitude = 0;
+      for (int64_t c = 0; c < k; ++c) {
+        const double wj = std::fabs(wd[static_cast<size_t>(j * k + c)]);
+        if (quantised_activations) bound += wj * step[static_cast<size_t>(c / 32)] / 2;
+        magnitude += wj * std::fabs(xv[static_cast<size_t>(row * k + c)]);
+      }
+      bound += 1e-5 * magnitude + 1e-6;
+      const size_t at = static_cast<size_t>(row * n + j);
+      ASSERT_NEAR(got[at], want[at], bound) << f.name << " m=" << m << " row " << row << " col " << j;
+    }
+  }
+}
+
+class QuantizedFormat : public ::testing::TestWithParam<FormatCase> {};
+
+TEST_P(QuantizedFormat, MatmulIsSelectedAndWithinTheActivationQuantisationBound) {
+  for (const int64_t m : {1, 3, 6}) check_matmul(GetParam(), m);  // 6: a tile of four + two
+}
+
+TEST_P(QuantizedFormat, PortableKernelsAgreeToo) {
+  setenv("LUMINAL_CPU_SIMD", "off", 1);
+  check_matmul(GetParam(), 1);
+  check_matmul(GetParam(), 6);
+  unsetenv("LUMINAL_CPU_SIMD");
+}
+
+TEST_P(QuantizedFormat, GatherAndElementwiseReadsDecodeInTheKernel) {
+  const FormatCase f = GetParam();
+  const int64_t rows = 9, cols = 256;
+  Graph cx;
+  Tensor table = cx.named_tensor("table", {rows, cols});
+  Tensor ids = cx.named_tensor("ids", {4}, DType::I32);
+  Tensor picked = table.index_select(0, ids).retrieve();
+  Tensor scaled = (table.slice(1, 32, 96) * 2.0 + 1.0).retrieve();
+  table.set_quantized(f.type, random_blocks(f.type, rows, cols, 3));
+  ids.set(std::vector<int32_t>{8, 0, 3, 3});
+  EXPECT_EQ(count_qmatmul(cx), 0u);
+  cx.compile(reference());
+  cx.execute();
+  const std::vector<float> want_picked = picked.to_f32(), want_scaled = scaled.to_f32();
+  // The reference sees exactly luminal::dequantize's values.
+  const std::vector<float> decoded = table.to_f32();
+  for (size_t i = 0; i < static_cast<size_t>(cols); ++i)
+    ASSERT_EQ(want_picked[i], decoded[8 * static_cast<size_t>(cols) + i]);
+  cx.compile(cpu());
+  cx.execute();
+  const std::vector<float> got_picked = picked.to_f32(), got_scaled = scaled.to_f32();
+  for (size_t i = 0; i < got_picked.size(); ++i)
+    ASSERT_NEAR(got_picked[i], want_picked[i], 1e-6 * std::fabs(want_picked[i])) << f.name << " " << i;
+  for (size_t i = 0; i < got_scaled.size(); ++i)
+    ASSERT_NEAR(got_scaled[i], want_scaled[i], 1e-6 * std::fabs(want_scaled[i]) + 1e-7)
+        << f.name << " " << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, QuantizedFormat, ::testing::ValuesIn(kFormats),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST(Quantized, MisuseIsReportedNamingTheInput) {
+  Graph cx;
+  Tensor w = cx.named_tensor("w", {4, 48});
+  Tensor x = cx.named_tensor("x", {1, 48});
+  // 48 is not a whole number of 32-element blocks.
+  EXPECT_THROW(
+      {
+        try {
+          w.set_quantized(8, Buffer(DType::U8, 4 * 2 * 34));
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("'w'"), std::string::npos) << e.what();
+          throw;
+        }
+      },
+      Error);
+  EXPECT_EQ(cx.node(w.id()).quant, kPlainStorage) << "a refused format leaves the input as it was";
+  Graph g2;
+  Tensor w2 = g2.named_tensor("w2", {4, 64});
+  Tensor x2 = g2.named_tensor("x", {1, 64});
+  Tensor y = x2.matmul(w2.transpose(0, 1)).retrieve();
+  EXPECT_THROW(w2.set_quantized(8, Buffer(DType::F32, 8)), Error);  // not raw bytes
+  w2.set_quantized(8, Buffer(DType::U8, 3 * 34));                    // too few blocks
+  x2.set(std::vector<float>(64, 1.0f));
+  g2.compile(cpu());
+  try {
+    g2.execute();
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'w2'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("272 bytes"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(w2.set(std::vector<float>(256, 0.0f)), Error);  // stored as Q8_0 now
+  EXPECT_THROW(g2.tensor_of(y.id()).set_quantized(8, Buffer(DType::U8, 34)), Error);  // not an input
+  (void)x;
+}
+
+}  // namespace
+}  // namespace luminal
