@@ -16,6 +16,9 @@ struct CpuOptions {
   /// times faster, within 8-bit rounding of the activations. Off: f32 activations times
   /// the decoded weights, which agrees with a dequantised f32 model to float rounding.
   bool int8_activations = true;
+  /// Compile a second set of kernels, on first use, for runs where symbolic dims are
+  /// bound to 1 (one-token decoding): their index arithmetic simplifies.
+  bool specialize_unit_dims = true;
 };
 
 class CpuBackend final : public Backend {

@@ -82,6 +82,8 @@ class View {
   Expr index(Expr flat) const { return index(unflatten(flat)); }
   Expr valid(Expr flat) const { return valid(unflatten(flat)); }
 
+  /// The view with variables replaced (e.g. a symbolic dim fixed to a value).
+  View substitute(const std::vector<std::pair<std::string, Expr>>& map) const;
   ConcreteView resolve(const Bindings& b) const;
   std::string to_string() const;
   bool operator==(const View&) const = default;

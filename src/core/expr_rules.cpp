@@ -27,6 +27,10 @@ struct RuleText {
 constexpr RuleText kRuleTexts[] = {
     // Division (floor).
     {"x / c0 / c1", "x / (c0 * c1)", "c0 > 0 && c1 > 0"},
+    // The same for non-negative symbolic divisors (dims): one normal form, so a
+    // multi-index split off a flat index recombines (where a divisor is 0, both forms
+    // divide by zero).
+    {"x / y / z", "x / (y * z)", "lo(y) >= 0 && lo(z) >= 0"},
     {"x / c0", "0", "c0 > 0 && lo(x) >= 0 && hi(x) < c0"},
     {"x / c0", "-1", "c0 > 0 && lo(x) >= -c0 && hi(x) < 0"},
     {"x % c0 / c1", "x / c1 % (c0 / c1)", "c0 > 0 && c1 > 0 && c0 % c1 == 0"},

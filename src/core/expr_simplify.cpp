@@ -90,20 +90,26 @@ void sort_and_merge(Linear& l) {
 }
 
 // (x / c) * (c*k) + (x % c) * k  ==  x * k   (floor semantics, any sign of x).
+// (y / s) * s * k + (y % s) * k -> y * k, for any divisor s: the multi-index a flat
+// index splits into recombines even when the dims are symbolic. The quotient term is
+// found by building (y / s) * s and comparing its normal form.
 bool recombine_divmod(Linear& l) {
-  for (size_t i = 0; i < l.terms.size(); ++i) {
-    const Term& d = l.terms[i];
-    if (!is_op(d.mono, ExprOp::Div) || !d.mono.rhs().is_const()) continue;
-    const Expr x = d.mono.lhs(), c = d.mono.rhs();
-    for (size_t j = 0; j < l.terms.size(); ++j) {
-      const Term& m = l.terms[j];
-      if (!is_op(m.mono, ExprOp::Mod) || m.mono.lhs() != x || m.mono.rhs() != c) continue;
-      int64_t expect;
-      if (__builtin_mul_overflow(m.coef, *c.as_const(), &expect) || expect != d.coef) continue;
+  for (size_t j = 0; j < l.terms.size(); ++j) {
+    const Term& m = l.terms[j];
+    if (!is_op(m.mono, ExprOp::Mod)) continue;
+    const Expr y = m.mono.lhs(), s = m.mono.rhs();
+    Linear q;
+    collect((y / s) * s, 1, q);
+    if (q.overflow || q.constant != 0 || q.terms.size() != 1) continue;
+    int64_t expect;
+    if (__builtin_mul_overflow(m.coef, q.terms[0].coef, &expect)) continue;
+    for (size_t i = 0; i < l.terms.size(); ++i) {
+      const Term& d = l.terms[i];
+      if (i == j || d.mono != q.terms[0].mono || d.coef != expect) continue;
       const int64_t k = m.coef;
       l.terms.erase(l.terms.begin() + static_cast<std::ptrdiff_t>(std::max(i, j)));
       l.terms.erase(l.terms.begin() + static_cast<std::ptrdiff_t>(std::min(i, j)));
-      collect(x, k, l);
+      collect(y, k, l);
       return true;
     }
   }

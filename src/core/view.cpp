@@ -94,6 +94,14 @@ bool View::is_contiguous() const {
   return *this == contiguous(dims_) && offset_ == Expr(0);
 }
 
+View View::substitute(const std::vector<std::pair<std::string, Expr>>& map) const {
+  View v = *this;
+  for (auto* part : {&v.dims_, &v.strides_, &v.mask_lo_, &v.mask_hi_})
+    for (Expr& e : *part) e = e.substitute(map);
+  v.offset_ = offset_.substitute(map);
+  return v;
+}
+
 View View::permute(const std::vector<int>& axes) const {
   LUM_CHECK(axes.size() == rank()) << "permute: got " << axes.size() << " axes for a rank-"
                                    << rank() << " view of shape " << to_string();

@@ -278,6 +278,16 @@ class KernelWriter {
 
   std::string fresh() { return "t" + std::to_string(next_++); }
 
+  // Loads element `flat` of a stored value (decoding it if the input is block-stored).
+  std::string load(NodeId n, Expr flat) {
+    const Node& node = g_.node(n);
+    note_vars(flat);
+    const std::string buf = "in" + std::to_string(slot_.at(n.value));
+    if (node.quant != kPlainStorage)
+      return "lum_dq_" + lower(ggml_type_name(node.quant)) + "(" + buf + ", " + flat.to_c() + ")";
+    return load_expr(node.dtype, buf + "[" + flat.to_c() + "]");
+  }
+
   // The value an edge supplies at the consumer's logical index: through the view, with
   // padding reading zero.
   std::string operand(const Edge& e, const std::vector<Expr>& idx, const std::string& indent) {
@@ -289,12 +299,17 @@ class KernelWriter {
     const Expr valid = e.view.valid(idx);
     note_vars(flat);
     note_vars(valid);
-    const std::vector<Expr> pidx = contiguous.unflatten(flat);
-    if (valid == Expr(1)) return value(src, pidx, indent);
+    // A stored value is read at the flat offset itself; only a fused producer needs its
+    // multi-index (splitting the offset costs divisions when dims are symbolic).
+    const bool stored = src != k_.root && plan_.materialized[src.value];
+    const auto read = [&](const std::string& ind) {
+      return stored ? load(src, flat) : value(src, contiguous.unflatten(flat), ind);
+    };
+    if (valid == Expr(1)) return read(indent);
     const std::string t = compute_type(p.dtype), name = fresh();
     os_ << indent << t << " " << name << " = 0;\n";
     os_ << indent << "if (" << valid.to_c() << ") {\n";
-    const std::string inner = value(src, pidx, indent + "  ");
+    const std::string inner = read(indent + "  ");
     os_ << indent << "  " << name << " = " << inner << ";\n" << indent << "}\n";
     return name;
   }
@@ -304,14 +319,7 @@ class KernelWriter {
     n = plan_.canon(n);
     const Node& node = g_.node(n);
     const std::string t = compute_type(node.dtype);
-    if (n != k_.root && plan_.materialized[n.value]) {
-      const Expr f = flatten(idx, node.shape);
-      note_vars(f);
-      const std::string buf = "in" + std::to_string(slot_.at(n.value));
-      if (node.quant != kPlainStorage)  // a block-stored input: decode the one element
-        return "lum_dq_" + lower(ggml_type_name(node.quant)) + "(" + buf + ", " + f.to_c() + ")";
-      return load_expr(node.dtype, buf + "[" + f.to_c() + "]");
-    }
+    if (n != k_.root && plan_.materialized[n.value]) return load(n, flatten(idx, node.shape));
     auto bind = [&](const std::string& expr) {
       const std::string name = fresh();
       os_ << indent << "const " << t << " " << name << " = " << expr << ";\n";

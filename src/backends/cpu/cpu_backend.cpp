@@ -1,9 +1,11 @@
 // The CPU backend: plan -> generate -> compile -> run.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <optional>
 
@@ -51,27 +53,21 @@ class CpuExecutable final : public Executable {
  public:
   CpuExecutable(compiler::Optimized program, compiler::KernelPlan plan,
                 std::vector<std::string> dims, cpugen::JitResult jit, CpuOptions options)
-      : options_(options),
-        program_(std::move(program)),
-        plan_(std::move(plan)),
-        dims_(std::move(dims)),
-        jit_(std::move(jit)) {
-    for (size_t k = 0; k < plan_.kernels.size(); ++k) {
-      const bool custom = program_.graph->node(plan_.kernels[k].root).op == Op::Custom;
-      fns_.push_back(custom ? nullptr
-                            : reinterpret_cast<KernelFn>(
-                                  jit_.library->symbol("lum_kernel_" + std::to_string(k))));
-    }
+      : options_(options), program_(std::move(program)), plan_(std::move(plan)) {
+    variants_.emplace("", make_variant(std::move(dims), std::move(jit)));
+  }
+
+  ~CpuExecutable() override {
+    if (!profile_.empty()) print_profile();
   }
 
   void run(Graph& user) override {
     const Graph& g = *program_.graph;
+    const bool profiling = env_has("LUMINAL_PROFILE", "1");
+    if (profiling) profile_.resize(plan_.kernels.size());
+    const Variant& variant = variant_for(user.dims());
     std::vector<int64_t> dims;
-    for (const std::string& d : dims_) {
-      auto v = user.dims().get(d);
-      LUM_CHECK(v) << "unbound symbolic dimension '" << d << "' (bind it with set_dim)";
-      dims.push_back(*v);
-    }
+    for (const std::string& d : variant.dims) dims.push_back(*user.dims().get(d));
     const size_t count = g.num_nodes();
     // Last kernel reading each value, so it can be freed right after.
     std::vector<size_t> last_use(count, 0);
@@ -85,15 +81,20 @@ class CpuExecutable final : public Executable {
       const Node& root = g.node(kn.root);
       int64_t numel = 1;
       for (Expr d : root.shape) numel *= d.eval(user.dims());
+      const auto kernel_start = std::chrono::steady_clock::now();
       Buffer out = reuse(user, k, root.dtype, static_cast<size_t>(numel));
-      if (!fns_[k]) {
+      if (!variant.fns[k]) {
         run_custom(user, root, values, out);
       } else {
         std::vector<void*> bufs{out.data()};
         for (NodeId r : kn.reads) bufs.push_back(const_cast<void*>(input(user, r, values).data()));
         int64_t err[3] = {0, 0, 0};
-        fns_[k](bufs.data(), dims.data(), err);
+        variant.fns[k](bufs.data(), dims.data(), err);
         if (err[0]) report(g, kn, err);
+      }
+      if (profiling) {
+        profile_[k].seconds += seconds_since(kernel_start);
+        ++profile_[k].runs;
       }
       live += out.bytes();
       values[kn.root.value] = std::move(out);
@@ -130,6 +131,65 @@ class CpuExecutable final : public Executable {
   RunStats last_run() const override { return stats_; }
 
  private:
+  // Compiled kernels for one specialisation of the symbolic dims.
+  struct Variant {
+    std::vector<std::string> dims;  // symbolic dims the kernels take, in order
+    cpugen::JitResult jit;
+    std::vector<KernelFn> fns;  // per kernel; null for library kernels
+  };
+
+  Variant make_variant(std::vector<std::string> dims, cpugen::JitResult jit) const {
+    Variant v{std::move(dims), std::move(jit), {}};
+    for (size_t k = 0; k < plan_.kernels.size(); ++k) {
+      const bool custom = program_.graph->node(plan_.kernels[k].root).op == Op::Custom;
+      v.fns.push_back(custom ? nullptr
+                             : reinterpret_cast<KernelFn>(
+                                   v.jit.library->symbol("lum_kernel_" + std::to_string(k))));
+    }
+    return v;
+  }
+
+  // Symbolic dims bound to 1 get kernels of their own, compiled on first use (and cached
+  // on disk like any kernel file): with the dim fixed, index arithmetic through reshapes
+  // and permutes simplifies to plain strides instead of runtime divisions. Decoding one
+  // token at a time (seq = 1) is the case this is for.
+  const Variant& variant_for(const Bindings& bound) {
+    const Variant& generic = variants_.at("");
+    std::vector<std::pair<std::string, Expr>> fixed;
+    std::string key;
+    for (const std::string& d : generic.dims) {
+      auto v = bound.get(d);
+      LUM_CHECK(v) << "unbound symbolic dimension '" << d << "' (bind it with set_dim)";
+      if (*v == 1 && options_.specialize_unit_dims) {
+        fixed.emplace_back(d, Expr(1));
+        key += d + ";";
+      }
+    }
+    if (auto it = variants_.find(key); it != variants_.end()) return it->second;
+    const auto start = std::chrono::steady_clock::now();
+    const std::unique_ptr<Graph> g = with_dims_fixed(*program_.graph, fixed);
+    cpugen::GeneratedSource src = cpugen::generate_source(*g, plan_);
+    cpugen::JitResult jit = cpugen::compile_and_load(src.code);
+    if (env_has("LUMINAL_LOG", "info"))
+      std::fprintf(stderr, "luminal cpu: kernels for %s= 1: compile %.3f s (%s)\n", key.c_str(),
+                   seconds_since(start), jit.cache_hit ? "cache hit" : "compiled");
+    return variants_.emplace(key, make_variant(std::move(src.dims), std::move(jit))).first->second;
+  }
+
+  static std::unique_ptr<Graph> with_dims_fixed(
+      const Graph& g, const std::vector<std::pair<std::string, Expr>>& fixed) {
+    auto out = std::make_unique<Graph>();
+    for (uint32_t i = 0; i < g.num_nodes(); ++i) {
+      Node n = g.node(NodeId{i});
+      for (Expr& d : n.shape) d = d.substitute(fixed);
+      n.iota = n.iota.substitute(fixed);
+      for (Edge& e : n.inputs) e.view = e.view.substitute(fixed);
+      out->add_node(std::move(n));
+    }
+    for (NodeId o : g.outputs()) out->mark_retrieve(o);
+    return out;
+  }
+
   // Buffers survive between runs: a kernel whose output size is unchanged writes into
   // last run's memory instead of faulting in fresh pages.
   Buffer reuse(Graph& user, size_t k, DType dtype, size_t numel) {
@@ -153,6 +213,42 @@ class CpuExecutable final : public Executable {
         spare_[k] = std::move(b);
         return;
       }
+  }
+
+  // LUMINAL_PROFILE=1: seconds per kernel, printed (largest first) when the program is
+  // destroyed.
+  struct KernelTime {
+    double seconds = 0;
+    size_t runs = 0;
+  };
+  std::vector<KernelTime> profile_;
+
+  // Kernels with the same op and shape are summed: a transformer's layers show up as one
+  // line per kind of kernel.
+  void print_profile() const {
+    const Graph& g = *program_.graph;
+    std::map<std::string, std::pair<double, size_t>> groups;  // seconds, kernels
+    double total = 0;
+    size_t runs = 0;
+    for (size_t k = 0; k < profile_.size(); ++k) {
+      const Node& n = g.node(plan_.kernels[k].root);
+      const std::string what =
+          (n.op == Op::Custom ? n.custom->name() : std::string(op_name(n.op))) + " " +
+          to_string(n.shape);
+      groups[what].first += profile_[k].seconds;
+      ++groups[what].second;
+      total += profile_[k].seconds;
+      runs = std::max(runs, profile_[k].runs);
+    }
+    std::vector<std::pair<double, std::string>> order;
+    for (const auto& [what, t] : groups) order.emplace_back(t.first, what);
+    std::sort(order.rbegin(), order.rend());
+    std::fprintf(stderr, "luminal profile: %zu kernels, %zu runs, %.3f ms per run in kernels\n",
+                 profile_.size(), runs, 1e3 * total / static_cast<double>(std::max<size_t>(runs, 1)));
+    for (size_t i = 0; i < order.size() && i < 20; ++i)
+      std::fprintf(stderr, "  %6.2f%%  %8.3f ms/run  %4zu x %s\n", 100 * order[i].first / total,
+                   1e3 * order[i].first / static_cast<double>(std::max<size_t>(runs, 1)),
+                   groups[order[i].second].second, order[i].second.c_str());
   }
 
   std::vector<std::optional<Buffer>> spare_;
@@ -212,9 +308,7 @@ class CpuExecutable final : public Executable {
   CpuOptions options_;
   compiler::Optimized program_;
   compiler::KernelPlan plan_;
-  std::vector<std::string> dims_;
-  cpugen::JitResult jit_;
-  std::vector<KernelFn> fns_;
+  std::map<std::string, Variant> variants_;  // by the dims fixed to 1: "" is the generic code
   RunStats stats_;
 };
 

@@ -1,0 +1,96 @@
+// Quantised matrix-vector products (decode-time QMatMul) against the machine's read
+// bandwidth, in one run.
+//   BM_ReadBandwidth:  an OpenMP sum over 256 MiB of floats: what any kernel streaming
+//                      weights can reach at best
+//   BM_QMatVec/<type>: y = x W^T, x [1, 2048], W [N, 2048] in a ggml format (about
+//                      128 MiB of blocks), compiled through the graph API
+//   BM_QMatMul/<type>: the same weights against 64 activation rows (prompt processing)
+// bytes_per_second counts the weight bytes read, so QMatVec / ReadBandwidth is the
+// kernel's fraction of the bandwidth floor.
+#include <benchmark/benchmark.h>
+
+#include <omp.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "luminal/luminal.hpp"
+
+namespace {
+
+using namespace luminal;
+
+constexpr int64_t kK = 2048;
+constexpr size_t kTargetBytes = 128u << 20;
+
+void BM_ReadBandwidth(benchmark::State& state) {
+  const size_t n = (256u << 20) / sizeof(float);
+  std::vector<float> v(n, 1.0f);
+  for (auto _ : state) {
+    float total = 0;
+#pragma omp parallel for simd reduction(+ : total) schedule(static)
+    for (size_t i = 0; i < n; ++i) total += v[i];
+    benchmark::DoNotOptimize(total);
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * n * sizeof(float)));
+  state.counters["threads"] = omp_get_max_threads();
+}
+BENCHMARK(BM_ReadBandwidth)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// Random blocks with small finite f16 scales at the format's scale offsets.
+Buffer blocks(uint32_t type, int64_t rows, size_t& bytes_out) {
+  size_t elems = 0, bytes = 0;
+  ggml_block_layout(type, elems, bytes);
+  const size_t count = static_cast<size_t>(rows * kK) / elems;
+  Buffer raw(DType::U8, count * bytes);
+  auto* p = static_cast<uint8_t*>(raw.data());
+  std::mt19937 rng(1);
+  for (size_t i = 0; i < raw.numel(); ++i) p[i] = static_cast<uint8_t>(rng());
+  const uint16_t scale = f16_bits_from_double(0.01);
+  const size_t at = type == 14 ? 208 : 0;  // Q6_K keeps d at the end
+  for (size_t b = 0; b < count; ++b) {
+    std::memcpy(p + b * bytes + at, &scale, 2);
+    if (type == 12 || type == 13 || type == 3 || type == 7) std::memcpy(p + b * bytes + 2, &scale, 2);
+  }
+  bytes_out = raw.numel();
+  return raw;
+}
+
+void run(benchmark::State& state, uint32_t type, int64_t m) {
+  size_t elems = 0, bytes = 0;
+  ggml_block_layout(type, elems, bytes);
+  const int64_t n = static_cast<int64_t>(kTargetBytes / (static_cast<size_t>(kK) / elems * bytes));
+  Graph cx;
+  Tensor x = cx.named_tensor("x", {m, kK});
+  Tensor w = cx.named_tensor("w", {n, kK});
+  Tensor y = x.matmul(w.transpose(0, 1)).retrieve();
+  size_t weight_bytes = 0;
+  w.set_quantized(type, blocks(type, n, weight_bytes));
+  x.set(std::vector<float>(static_cast<size_t>(m * kK), 0.5f));
+  cx.compile(cpu());
+  cx.execute();  // warm up: pages faulted in, buffers allocated
+  for (auto _ : state) cx.execute();
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * weight_bytes));
+  state.counters["rows"] = static_cast<double>(n);
+  (void)y;
+}
+
+void BM_QMatVec(benchmark::State& state) {
+  run(state, static_cast<uint32_t>(state.range(0)), 1);
+  state.SetLabel(ggml_type_name(static_cast<uint32_t>(state.range(0))));
+}
+void BM_QMatMul(benchmark::State& state) {
+  run(state, static_cast<uint32_t>(state.range(0)), 64);
+  state.SetLabel(ggml_type_name(static_cast<uint32_t>(state.range(0))));
+}
+// ggml types: Q8_0 8, Q5_0 6, Q4_0 2, Q4_K 12, Q5_K 13, Q6_K 14, F16 1.
+BENCHMARK(BM_QMatVec)
+    ->Arg(8)->Arg(6)->Arg(2)->Arg(12)->Arg(13)->Arg(14)->Arg(1)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_QMatMul)->Arg(8)->Arg(12)->Arg(14)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+}  // namespace
+
+BENCHMARK_MAIN();
