@@ -239,15 +239,22 @@ TEST(Cpu, KernelsAreCachedAndDimsRebindWithoutRecompiling) {
   build(b);
   b.compile(cpu());  // identical source: a cache hit
   EXPECT_EQ(count_files(dir, ".so"), 1u);
-  for (int64_t s : {1, 4}) {
+  auto run = [&](int64_t s) {
     a.set_dim("s", s);
     Tensor x = a.tensor_of(NodeId{0});
     std::vector<float> v(static_cast<size_t>(s * 3), 0.0f);
     x.set(v);
     a.execute();
     for (float r : ya.to_f32()) EXPECT_NEAR(r, 2.0 / 3.0, 1e-6);
-  }
+  };
+  for (int64_t s : {4, 2, 7}) run(s);
   EXPECT_EQ(count_files(dir, ".so"), 1u);
+  // A dim bound to 1 gets kernels of its own, once (CpuOptions::specialize_unit_dims).
+  run(1);
+  run(1);
+  EXPECT_EQ(count_files(dir, ".so"), 2u);
+  run(5);
+  EXPECT_EQ(count_files(dir, ".so"), 2u);
   unsetenv("LUMINAL_CACHE_DIR");
 }
 
