@@ -9,6 +9,7 @@
 namespace luminal {
 
 class Graph;
+class Bindings;
 
 /// What the last run did (zero where a backend does not track it).
 struct RunStats {
@@ -22,6 +23,9 @@ class Executable {
   /// Runs with the graph's current inputs and bound dims, storing outputs in it.
   virtual void run(Graph& graph) = 0;
   virtual RunStats last_run() const { return {}; }
+  /// Does ahead of time whatever a run with these dim values would first have to do
+  /// (e.g. compile kernels specialised for them). Optional.
+  virtual void prepare(const Bindings& dims) { (void)dims; }
 };
 
 class Backend {

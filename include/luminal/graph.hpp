@@ -137,6 +137,9 @@ class Graph {
   void compile(const Backend& backend);
   /// Runs the compiled graph with the current inputs and dims.
   void execute();
+  /// Lets the backend prepare for runs with these dims (Executable::prepare), so the
+  /// first such run is not slowed by compiling.
+  void prepare(const Bindings& dims);
   /// Runs `hook` after every execute (debug printing and diffing).
   void add_after_run(std::function<void()> hook) { after_run_.push_back(std::move(hook)); }
   /// Statistics of the last execute (zeros before the first).

@@ -262,6 +262,11 @@ void Graph::execute() {
   for (const auto& hook : after_run_) hook();
 }
 
+void Graph::prepare(const Bindings& dims) {
+  LUM_CHECK(executable_) << "prepare: the graph is not compiled";
+  executable_->prepare(dims);
+}
+
 RunStats Graph::last_run_stats() const {
   return executable_ ? executable_->last_run() : RunStats{};
 }

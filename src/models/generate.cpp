@@ -136,6 +136,11 @@ TextGenerator::TextGenerator(const std::string& path, const Backend& backend,
   say("compiling for " + backend.name() + " (cached after the first run)...");
   const auto compile_start = Clock::now();
   m.graph.compile(backend);
+  // Decoding runs one token at a time; its kernels are specialised for that.
+  Bindings decode_dims;
+  decode_dims.set("seq", 1);
+  decode_dims.set("past", 2);  // any length but 1, which would specialise too
+  m.graph.prepare(decode_dims);
   m.compile_seconds = since(compile_start);
 }
 

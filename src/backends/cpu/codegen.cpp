@@ -197,9 +197,31 @@ class KernelWriter {
   }
 
   void write_map(const Node& root) {
-    const Expr o = open_loop(root.shape, "  ", true);
-    const std::string v = value(k_.root, View::contiguous(root.shape).unflatten(o), "    ");
-    os_ << "    out[lum_o] = " << store_expr(root.dtype, v) << ";\n  }\n";
+    const auto row = root.shape.empty() ? std::nullopt : root.shape.back().as_const();
+    if (!row || *row < 8) {
+      const Expr o = open_loop(root.shape, "  ", true);
+      const std::string v = value(k_.root, View::contiguous(root.shape).unflatten(o), "    ");
+      os_ << "    out[lum_o] = " << store_expr(root.dtype, v) << ";\n  }\n";
+      return;
+    }
+    // A constant last dim gets an inner loop of its own: its index is a plain counter
+    // (no division), masks along it become comparisons the compiler can vectorise, and
+    // index math over the outer dims is done once per row.
+    const std::vector<Expr> outer(root.shape.begin(), root.shape.end() - 1);
+    const Expr rows = product(outer);
+    note_vars(rows);
+    const auto rc = rows.as_const();
+    const Expr r = rc ? Expr::var("lum_row", 0, std::max<int64_t>(*rc - 1, 0)) : Expr::var("lum_row");
+    const Expr c = Expr::var("lum_col", 0, *row - 1);
+    std::vector<Expr> idx = View::contiguous(outer).unflatten(r);
+    idx.push_back(c);
+    os_ << "  const int64_t lum_rows = " << rows.to_c() << ";\n";
+    os_ << "  #pragma omp parallel for schedule(static) if(lum_rows * " << *row << " > 16384)\n";
+    os_ << "  for (int64_t lum_row = 0; lum_row < lum_rows; ++lum_row) {\n";
+    os_ << "    for (int64_t lum_col = 0; lum_col < " << *row << "; ++lum_col) {\n";
+    os_ << "      const int64_t lum_o = lum_row * " << *row << " + lum_col; (void)lum_o;\n";
+    const std::string v = value(k_.root, idx, "      ");
+    os_ << "      out[lum_o] = " << store_expr(root.dtype, v) << ";\n    }\n  }\n";
   }
 
   void write_reduce(const Node& root) {

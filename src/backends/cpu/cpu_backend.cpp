@@ -129,6 +129,7 @@ class CpuExecutable final : public Executable {
   }
 
   RunStats last_run() const override { return stats_; }
+  void prepare(const Bindings& dims) override { variant_for(dims); }
 
  private:
   // Compiled kernels for one specialisation of the symbolic dims.
