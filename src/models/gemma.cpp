@@ -116,7 +116,7 @@ Gemma::Gemma(Graph& g, const GemmaConfig& c)
   }
 }
 
-Gemma::Output Gemma::forward(const Tensor& tokens, Expr seq, Expr past) const {
+Gemma::Output Gemma::forward(const Tensor& tokens, Expr seq, Expr past, bool last_only) const {
   Output out;
   Tensor h = embed.forward(tokens) * std::sqrt(static_cast<double>(config.hidden));
   for (size_t i = 0; i < layers.size(); ++i) {
@@ -127,6 +127,7 @@ Gemma::Output Gemma::forward(const Tensor& tokens, Expr seq, Expr past) const {
     h = h + (l.post_ffn_norm ? l.post_ffn_norm->forward(mlp) : mlp);
     out.cache.push_back(cache);
   }
+  if (last_only) h = h.slice(0, seq - 1, seq);
   // The output projection is the (tied) embedding table.
   out.logits = norm.forward(h).matmul(embed.weight.transpose(0, 1));
   if (config.final_softcap > 0)

@@ -118,9 +118,9 @@ TextGenerator::TextGenerator(const std::string& path, const Backend& backend,
       std::to_string(cfg.hidden) + ", vocab " + std::to_string(cfg.vocab));
   m.model = std::make_unique<Gemma>(m.graph, cfg);
   m.tokens = m.graph.named_tensor("tokens", {"seq"}, DType::I32);
-  Gemma::Output out = m.model->forward(m.tokens);
   // Only the last position's logits are needed to pick the next token.
-  m.logits = out.logits.slice(0, Expr("seq") - 1, "seq").retrieve();
+  Gemma::Output out = m.model->forward(m.tokens, "seq", "past", /*last_only=*/true);
+  m.logits = out.logits.retrieve();
   m.cache_out = out.cache;
   for (auto& c : m.cache_out) {
     c.k.retrieve();

@@ -150,7 +150,8 @@ void check_matmul(const FormatCase& f, int64_t m) {
 class QuantizedFormat : public ::testing::TestWithParam<FormatCase> {};
 
 TEST_P(QuantizedFormat, MatmulIsSelectedAndWithinTheActivationQuantisationBound) {
-  for (const int64_t m : {1, 3, 6}) check_matmul(GetParam(), m);  // 6: a tile of four + two
+  // 6: a tile of four + two (12 rows); 20: 40 rows, decoded panels through sgemm.
+  for (const int64_t m : {1, 3, 6, 20}) check_matmul(GetParam(), m);
 }
 
 TEST_P(QuantizedFormat, PortableKernelsAgreeToo) {

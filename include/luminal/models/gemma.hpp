@@ -39,7 +39,10 @@ class Gemma final : public nn::Module {
     Tensor logits;                   // [seq, vocab]
     std::vector<nn::KVCache> cache;  // per layer, grown by seq
   };
-  Output forward(const Tensor& tokens, Expr seq = "seq", Expr past = "past") const;
+  /// `last_only`: logits of the last position only ([1, vocab]), all a generator needs;
+  /// the output projection, the largest product, then runs on one row.
+  Output forward(const Tensor& tokens, Expr seq = "seq", Expr past = "past",
+                 bool last_only = false) const;
   void parameters(const std::string& prefix, nn::NamedTensors& out) const override;
 
   GemmaConfig config;

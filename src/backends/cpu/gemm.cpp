@@ -2,6 +2,7 @@
 #include "backends/cpu/gemm.hpp"
 
 #include <cblas.h>
+#include <omp.h>
 
 #include <algorithm>
 
@@ -26,6 +27,38 @@ bool layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs, CBLAS_TRANSPOSE&
 
 }  // namespace
 
+void single_threaded_blas() {
+  static const bool done = [] {
+    openblas_set_num_threads(1);
+    return true;
+  }();
+  (void)done;
+}
+
+void sgemm_columns(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k,
+                   const float* a, int64_t lda, const float* b, int64_t ldb, int64_t b_col_stride,
+                   float* c, int64_t ldc) {
+  single_threaded_blas();
+  const auto call = [&](int64_t j0, int64_t j1) {
+    if (j1 <= j0) return;
+    cblas_sgemm(CblasRowMajor, ta, tb, static_cast<blasint>(m), static_cast<blasint>(j1 - j0),
+                static_cast<blasint>(k), 1.0f, a, static_cast<blasint>(lda),
+                b + j0 * b_col_stride, static_cast<blasint>(ldb), 0.0f, c + j0,
+                static_cast<blasint>(ldc));
+  };
+  // Enough work for every thread: split the columns, 16 at least per thread.
+  const int threads = omp_get_max_threads();
+  if (threads == 1 || n < 32 * threads || m * n * k < (1 << 18)) return call(0, n);
+#pragma omp parallel
+  {
+    const int64_t t = omp_get_thread_num(), count = omp_get_num_threads();
+    const int64_t step = (n + count - 1) / count;
+    const int64_t j0 = std::min(n, (t * step + 15) / 16 * 16);
+    const int64_t j1 = t + 1 == count ? n : std::min(n, ((t + 1) * step + 15) / 16 * 16);
+    call(j0, j1);
+  }
+}
+
 void matmul_f32(const ConcreteView& a, const float* ad, const ConcreteView& b, const float* bd,
                 float* out) {
   const size_t r = a.dims.size();
@@ -49,9 +82,7 @@ void matmul_f32(const ConcreteView& a, const float* ad, const ConcreteView& b, c
       if (k == 0) {
         std::fill(c, c + m * n, 0.0f);
       } else {
-        cblas_sgemm(CblasRowMajor, ta, tb, static_cast<blasint>(m), static_cast<blasint>(n),
-                    static_cast<blasint>(k), 1.0f, ad + oa, static_cast<blasint>(lda), bd + ob,
-                    static_cast<blasint>(ldb), 0.0f, c, static_cast<blasint>(n));
+        sgemm_columns(ta, tb, m, n, k, ad + oa, lda, bd + ob, ldb, sbn, c, n);
       }
     } else {
       for (int64_t i = 0; i < m; ++i)

@@ -4,6 +4,8 @@
 // once and reused for every activation row; threads split the weight rows.
 #include "backends/cpu/qgemm.hpp"
 
+#include "backends/cpu/gemm.hpp"
+
 #include <omp.h>
 
 #include <algorithm>
@@ -371,11 +373,32 @@ LUM_AVX2 inline float hsum(__m256 v) {
 }
 
 // kTile activation rows (a compile-time count, so the accumulators stay in registers).
-template <class F, int kTile>
-LUM_AVX2 void rows_avx2(const uint8_t* w, int64_t j0, int64_t j1, int64_t n, int64_t k,
-                        const RowTile& t, int64_t first, float* out) {
+// A weight row decoded once (the common form) and reused by every tile of activation
+// rows: prompt processing, where there are many.
+struct PredecodedRow {
+  std::vector<int8_t> q;
+  std::vector<float> s, b;
+};
+
+template <class F>
+LUM_AVX2 void predecode_avx2(const uint8_t* row, int64_t k, PredecodedRow& out) {
   alignas(32) int8_t scratch[F::kElems];
-  float s[F::kElems / 16], b[F::kElems / 16] = {};
+  const int64_t blocks = k / static_cast<int64_t>(F::kElems);
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const int64_t base = blk * static_cast<int64_t>(F::kElems);
+    const int8_t* q = decode_avx2(F{}, row + blk * static_cast<int64_t>(F::kBytes), scratch,
+                                  out.s.data() + base / 16, out.b.data() + base / 16);
+    std::memcpy(out.q.data() + base, q, F::kElems);
+  }
+}
+
+// kPredecoded: `pre` holds weight row j0 (and j1 == j0 + 1) already decoded.
+template <class F, int kTile, bool kPredecoded = false>
+LUM_AVX2 void rows_avx2(const uint8_t* w, int64_t j0, int64_t j1, int64_t n, int64_t k,
+                        const RowTile& t, int64_t first, float* out,
+                        const PredecodedRow* pre = nullptr) {
+  alignas(32) int8_t scratch[F::kElems];
+  float s_local[F::kElems / 16], b_local[F::kElems / 16] = {};
   const int64_t blocks = k / static_cast<int64_t>(F::kElems);
   const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t j = j0; j < j1; ++j) {
@@ -384,8 +407,17 @@ LUM_AVX2 void rows_avx2(const uint8_t* w, int64_t j0, int64_t j1, int64_t n, int
     for (auto& a : acc) a = _mm256_setzero_ps();
     const uint8_t* row = w + j * blocks * static_cast<int64_t>(F::kBytes);
     for (int64_t blk = 0; blk < blocks; ++blk) {
-      const int8_t* q = decode_avx2(F{}, row + blk * static_cast<int64_t>(F::kBytes), scratch, s, b);
       const int64_t base = blk * static_cast<int64_t>(F::kElems);
+      const int8_t* q;
+      const float *s = s_local, *b = b_local;
+      if constexpr (kPredecoded) {
+        q = pre->q.data() + base;
+        s = pre->s.data() + base / 16;
+        b = pre->b.data() + base / 16;
+      } else {
+        q = decode_avx2(F{}, row + blk * static_cast<int64_t>(F::kBytes), scratch, s_local,
+                        b_local);
+      }
       for (size_t c = 0; c < F::kElems / 32; ++c) {
         const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * c));
         const __m256i wabs = _mm256_sign_epi8(wv, wv);
@@ -459,6 +491,26 @@ void run_format(const uint8_t* w, int64_t n, int64_t k, const QuantizedRows& x, 
     for (int64_t first = 0; first < rows; first += kRowTile) {
       const RowTile t = tile_at(x, first, rows, k);
 #if defined(__x86_64__)
+      if (avx2 && rows > kRowTile) {  // many activation rows: decode each weight row once
+        PredecodedRow pre{std::vector<int8_t>(static_cast<size_t>(k)),
+                          std::vector<float>(static_cast<size_t>(k / 16)),
+                          std::vector<float>(static_cast<size_t>(k / 16))};
+        const int64_t row_bytes = k / static_cast<int64_t>(F::kElems) * static_cast<int64_t>(F::kBytes);
+        for (int64_t j = j0; j < j1; ++j) {
+          predecode_avx2<F>(w + j * row_bytes, k, pre);
+          for (int64_t f = 0; f < rows; f += kRowTile) {
+            const RowTile tile = tile_at(x, f, rows, k);
+            if (tile.count == kRowTile) {
+              rows_avx2<F, kRowTile, true>(w, j, j + 1, n, k, tile, f, out, &pre);
+            } else {
+              for (int64_t r = 0; r < tile.count; ++r)
+                rows_avx2<F, 1, true>(w, j, j + 1, n, k, tile_at(x, f + r, f + r + 1, k), f + r,
+                                      out, &pre);
+            }
+          }
+        }
+        break;
+      }
       if (avx2) {
         if (t.count == kRowTile) {
           rows_avx2<F, kRowTile>(w, j0, j1, n, k, t, first, out);
@@ -473,6 +525,28 @@ void run_format(const uint8_t* w, int64_t n, int64_t k, const QuantizedRows& x, 
       (void)avx2;
       rows_portable<F>(w, j0, j1, n, k, t, first, out);
     }
+  }
+}
+
+// From this many activation rows on (prompt processing), weights are decoded to f32 a
+// panel at a time and multiplied with BLAS: sgemm's register tiling outruns the int8
+// dot products once the decode is shared by enough rows, and activations stay f32.
+constexpr int64_t kBlasRows = 32;
+
+void dequantized_sgemm(const std::vector<const float*>& rows, uint32_t format, const uint8_t* w,
+                       int64_t n, int64_t k, size_t row_bytes, float* out) {
+  const auto m = static_cast<int64_t>(rows.size());
+  std::vector<float> a(static_cast<size_t>(m * k));
+  for (int64_t i = 0; i < m; ++i) std::memcpy(a.data() + i * k, rows[static_cast<size_t>(i)], static_cast<size_t>(k) * 4);
+  constexpr int64_t kPanel = 256;  // weight rows per decoded panel (~2 MB at K = 2048)
+  std::vector<float> panel(static_cast<size_t>(std::min(n, kPanel) * k));
+  for (int64_t j0 = 0; j0 < n; j0 += kPanel) {
+    const int64_t p = std::min(kPanel, n - j0);
+#pragma omp parallel for schedule(static)
+    for (int64_t j = 0; j < p; ++j)
+      dequantize(format, reinterpret_cast<const std::byte*>(w + (j0 + j) * static_cast<int64_t>(row_bytes)),
+                 static_cast<size_t>(k), panel.data() + j * k);
+    sgemm_columns(CblasNoTrans, CblasTrans, m, p, k, a.data(), k, panel.data(), k, k, out + j0, n);
   }
 }
 
@@ -521,6 +595,7 @@ void qmatmul(const ConcreteView& a, const float* a_data, uint32_t format, const 
     }
     return;
   }
+  if (nr >= kBlasRows) return dequantized_sgemm(rows, format, w, n, k, row_bytes, out);
   LUM_CHECK(k % 32 == 0) << "QMatMul: K = " << k << " is not a multiple of 32";
   QuantizedRows x;
   quantize_rows(rows, k, x);
