@@ -160,6 +160,10 @@ std::vector<double> Buffer::to_f64() const {
 }
 
 std::vector<float> Buffer::to_f32() const {
+  if (dtype_ == DType::F32) {
+    const auto* p = reinterpret_cast<const float*>(data_.get());
+    return std::vector<float>(p, p + numel_);
+  }
   std::vector<float> out(numel_);
   for (size_t i = 0; i < numel_; ++i) out[i] = static_cast<float>(get_f64(i));
   return out;

@@ -41,11 +41,25 @@ Buffer read_view(const Buffer& src, const ConcreteView& v) {
         << "view reads elements " << range->first << ".." << range->second << " of a buffer of "
         << src.numel();
   }
-  Buffer out(src.dtype(), static_cast<size_t>(v.numel()));
   const size_t size = dtype_size(src.dtype());
   const auto* in = static_cast<const std::byte*>(src.data());
-  auto* dst = static_cast<std::byte*>(out.data());
   const size_t rank = v.dims.size();
+  // Row-major, unmasked, unit innermost stride: one copy (the common case of reading
+  // back an output).
+  bool dense = true;
+  int64_t expect = 1;
+  for (size_t d = rank; d-- > 0;) {
+    dense = dense && (v.dims[d] == 1 || v.strides[d] == expect) && v.mask_lo[d] <= 0 &&
+            v.mask_hi[d] >= v.dims[d];
+    expect *= v.dims[d];
+  }
+  if (dense) {
+    Buffer out(src.dtype(), static_cast<size_t>(v.numel()), Buffer::Uninitialized{});
+    std::memcpy(out.data(), in + v.offset * static_cast<int64_t>(size), out.bytes());
+    return out;
+  }
+  Buffer out(src.dtype(), static_cast<size_t>(v.numel()));
+  auto* dst = static_cast<std::byte*>(out.data());
   std::vector<int64_t> idx(rank, 0);
   // Row-major walk with an odometer; the physical index follows incrementally.
   int64_t phys = v.offset;

@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""luminal generate vs llama.cpp (llama-cpp-python) on one GGUF file, same threads, same
+prompts, greedy decoding, in one run; plus the bandwidth floor: the bytes of weights one
+decoded token reads divided by the machine's measured read bandwidth
+(build/bench/bench_quant BM_ReadBandwidth). Writes bench/results/generate.md.
+Use bench/run_generate_bench.sh, which builds everything and installs the peer."""
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import time
+
+import gguf
+from llama_cpp import Llama
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+SHORT = "The capital of France is"
+LONG = " ".join(["The history of the city of Paris begins with a small settlement on an island "
+                 "in the river."] * 10)
+STATS = re.compile(r"prompt: (\d+) tokens, ([\d.]+) tokens/s \| time to first token: ([\d.]+) s \| "
+                   r"decode: (\d+) tokens, ([\d.]+) tokens/s")
+
+
+def cpu_name():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def read_bandwidth(env):
+    out = subprocess.run([os.path.join(ROOT, "build", "bench", "bench_quant"),
+                          "--benchmark_filter=BM_ReadBandwidth", "--benchmark_format=json",
+                          "--benchmark_repetitions=5", "--benchmark_report_aggregates_only=true"],
+                         check=True, capture_output=True, text=True, env=env).stdout
+    for b in json.loads(out)["benchmarks"]:
+        if b["name"].endswith("_median"):
+            return b["bytes_per_second"]
+    raise RuntimeError("BM_ReadBandwidth did not report")
+
+
+def luminal_run(model, prompt, tokens, env):
+    cmd = [os.path.join(ROOT, "build", "tools", "luminal"), "generate", "--model", model,
+           "--prompt", prompt, "--max-tokens", str(tokens)]
+    err = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stderr
+    m = STATS.search(err)
+    if not m:
+        raise RuntimeError("no statistics line from luminal:\n" + err)
+    return {"prompt_tokens": int(m[1]), "prompt_tps": float(m[2]), "ttft": float(m[3]),
+            "decode_tps": float(m[5])}
+
+
+def llama_run(llm, prompt, tokens):
+    ids = llm.tokenize(prompt.encode(), add_bos=True)
+    llm.reset()
+    start = time.perf_counter()
+    llm.eval(ids)
+    prefill = time.perf_counter() - start
+    token = llm.sample(temp=0.0)
+    decode_start = time.perf_counter()
+    for _ in range(tokens - 1):  # as luminal counts: tokens after the first
+        llm.eval([token])
+        token = llm.sample(temp=0.0)
+    decode = time.perf_counter() - decode_start
+    return {"prompt_tokens": len(ids), "prompt_tps": len(ids) / prefill, "ttft": prefill,
+            "decode_tps": (tokens - 1) / decode}
+
+
+def median_of(runs, key):
+    return statistics.median(r[key] for r in runs)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    args = ap.parse_args()
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads),
+           "LUMINAL_CACHE_DIR": os.path.join(ROOT, "build", "kernel-cache")}
+
+    reader = gguf.GGUFReader(args.model)
+    weight_bytes = sum(int(t.n_bytes) for t in reader.tensors)
+    bandwidth = read_bandwidth(env)
+    floor = bandwidth / weight_bytes
+
+    luminal_run(args.model, SHORT, 2, env)  # compiles (or finds) the kernels
+    llm = Llama(model_path=args.model, n_threads=args.threads, n_threads_batch=args.threads,
+                n_ctx=1024, verbose=False)
+    rows = []
+    for label, prompt in (("short prompt", SHORT), ("long prompt", LONG)):
+        ours = [luminal_run(args.model, prompt, args.tokens, env) for _ in range(args.reps)]
+        peer = [llama_run(llm, prompt, args.tokens) for _ in range(args.reps)]
+        rows.append((label, ours, peer))
+        print(f"{label}: luminal prompt {median_of(ours, 'prompt_tps'):.1f} tok/s decode "
+              f"{median_of(ours, 'decode_tps'):.2f} tok/s | llama.cpp prompt "
+              f"{median_of(peer, 'prompt_tps'):.1f} decode {median_of(peer, 'decode_tps'):.2f}")
+
+    lines = [
+        "# luminal generate vs llama.cpp: Gemma 3 270M (GGUF Q4_K_M) on the CPU",
+        "",
+        "Command: `bash bench/run_generate_bench.sh` (builds luminal, fetches the model,",
+        "builds llama-cpp-python 0.3.16 from source with `-DGGML_NATIVE=ON`, then runs",
+        "`bench/compare_generate.py`).",
+        "",
+        f"Machine: {cpu_name()}, {os.cpu_count()} cores; {args.threads} threads for both.",
+        f"Date: {datetime.date.today().isoformat()}. Greedy decoding, {args.tokens} tokens, "
+        f"median of {args.reps} runs each, kernels already compiled.",
+        "",
+        "| | prompt tokens | luminal prompt tok/s | llama.cpp prompt tok/s | ratio | "
+        "luminal decode tok/s | llama.cpp decode tok/s | ratio |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for label, ours, peer in rows:
+        op, pp = median_of(ours, "prompt_tps"), median_of(peer, "prompt_tps")
+        od, pd = median_of(ours, "decode_tps"), median_of(peer, "decode_tps")
+        lines.append(f"| {label} | {ours[0]['prompt_tokens']} | {op:.1f} | {pp:.1f} | {op / pp:.2f} | "
+                     f"{od:.2f} | {pd:.2f} | {od / pd:.2f} |")
+    best_decode = max(median_of(ours, "decode_tps") for _, ours, _ in rows)
+    lines += [
+        "",
+        "Bandwidth floor for decoding: every weight is read once per token (the tied",
+        "embedding table as the output projection), so a token reads at least "
+        f"{weight_bytes / 2**20:.1f} MiB.",
+        f"Measured read bandwidth (bench_quant BM_ReadBandwidth, {args.threads} threads): "
+        f"{bandwidth / 1e9:.1f} GB/s, so the floor is {floor:.1f} tokens/s.",
+        f"luminal reaches {best_decode:.1f} tokens/s = {100 * best_decode / floor:.0f}% of the floor "
+        f"(llama.cpp: {100 * max(median_of(p, 'decode_tps') for _, _, p in rows) / floor:.0f}%).",
+    ]
+    out = os.path.join(ROOT, "bench", "results", "generate.md")
+    with open(out, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("wrote", out)
+
+
+if __name__ == "__main__":
+    main()
