@@ -76,7 +76,8 @@ Buffer blocks(uint32_t type, int64_t rows, size_t& bytes_out) {
   const size_t at = type == 14 ? 208 : 0;  // Q6_K keeps d at the end
   for (size_t b = 0; b < count; ++b) {
     std::memcpy(p + b * bytes + at, &scale, 2);
-    if (type == 12 || type == 13 || type == 3 || type == 7) std::memcpy(p + b * bytes + 2, &scale, 2);
+    if (type == 12 || type == 13 || type == 3 || type == 7)
+      std::memcpy(p + b * bytes + 2, &scale, 2);
   }
   bytes_out = raw.numel();
   return raw;
@@ -111,7 +112,13 @@ void BM_QMatMul(benchmark::State& state) {
 }
 // ggml types: Q8_0 8, Q5_0 6, Q4_0 2, Q4_K 12, Q5_K 13, Q6_K 14, F16 1.
 BENCHMARK(BM_QMatVec)
-    ->Arg(8)->Arg(6)->Arg(2)->Arg(12)->Arg(13)->Arg(14)->Arg(1)
+    ->Arg(8)
+    ->Arg(6)
+    ->Arg(2)
+    ->Arg(12)
+    ->Arg(13)
+    ->Arg(14)
+    ->Arg(1)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK(BM_QMatMul)->Arg(8)->Arg(12)->Arg(14)->Unit(benchmark::kMillisecond)->UseRealTime();

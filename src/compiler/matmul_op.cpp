@@ -32,7 +32,8 @@ std::string QMatMulOp::name() const {
   return "QMatMul(" + ggml_type_name(format) + ")";
 }
 
-Buffer QMatMulOp::run(const std::vector<Buffer>& in, const std::vector<std::vector<int64_t>>& shapes,
+Buffer QMatMulOp::run(const std::vector<Buffer>& in,
+                      const std::vector<std::vector<int64_t>>& shapes,
                       const std::vector<int64_t>& out_shape, DType out_dtype) const {
   // a: [batch..., M, K, N] through its view; w: [N, K] decoded.
   const auto& s = shapes[0];

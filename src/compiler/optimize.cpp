@@ -30,7 +30,7 @@ class Lowering {
   eg::EGraph egraph;
   std::vector<View> views;
   std::vector<std::vector<Expr>> shapes;
-  std::unordered_map<uint32_t, DType> dtype_of;  // class id -> dtype (lowered classes)
+  std::unordered_map<uint32_t, DType> dtype_of;         // class id -> dtype (lowered classes)
   std::unordered_map<uint32_t, const Node*> quantized;  // class id -> block-stored input
 
   ClassId lower(NodeId id) {

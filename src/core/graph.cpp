@@ -178,8 +178,9 @@ void Graph::set_storage(NodeId id, uint32_t ggml_type) {
 }
 
 void Graph::set_quantized_data(NodeId id, uint32_t ggml_type, Buffer raw) {
-  LUM_CHECK(raw.dtype() == DType::U8) << "set_quantized_data: '" << node(id).name
-                                      << "' needs raw u8 block data, got " << dtype_name(raw.dtype());
+  LUM_CHECK(raw.dtype() == DType::U8)
+      << "set_quantized_data: '" << node(id).name << "' needs raw u8 block data, got "
+      << dtype_name(raw.dtype());
   set_storage(id, ggml_type);
   data_[id.value] = std::move(raw);
 }

@@ -142,7 +142,8 @@ void check_matmul(const FormatCase& f, int64_t m) {
       }
       bound += 1e-5 * magnitude + 1e-6;
       const size_t at = static_cast<size_t>(row * n + j);
-      ASSERT_NEAR(got[at], want[at], bound) << f.name << " m=" << m << " row " << row << " col " << j;
+      ASSERT_NEAR(got[at], want[at], bound)
+          << f.name << " m=" << m << " row " << row << " col " << j;
     }
   }
 }
@@ -183,7 +184,8 @@ TEST_P(QuantizedFormat, GatherAndElementwiseReadsDecodeInTheKernel) {
   cx.execute();
   const std::vector<float> got_picked = picked.to_f32(), got_scaled = scaled.to_f32();
   for (size_t i = 0; i < got_picked.size(); ++i)
-    ASSERT_NEAR(got_picked[i], want_picked[i], 1e-6 * std::fabs(want_picked[i])) << f.name << " " << i;
+    ASSERT_NEAR(got_picked[i], want_picked[i], 1e-6 * std::fabs(want_picked[i]))
+        << f.name << " " << i;
   for (size_t i = 0; i < got_scaled.size(); ++i)
     ASSERT_NEAR(got_scaled[i], want_scaled[i], 1e-6 * std::fabs(want_scaled[i]) + 1e-7)
         << f.name << " " << i;
@@ -213,7 +215,7 @@ TEST(Quantized, MisuseIsReportedNamingTheInput) {
   Tensor x2 = g2.named_tensor("x", {1, 64});
   Tensor y = x2.matmul(w2.transpose(0, 1)).retrieve();
   EXPECT_THROW(w2.set_quantized(8, Buffer(DType::F32, 8)), Error);  // not raw bytes
-  w2.set_quantized(8, Buffer(DType::U8, 3 * 34));                    // too few blocks
+  w2.set_quantized(8, Buffer(DType::U8, 3 * 34));                   // too few blocks
   x2.set(std::vector<float>(64, 1.0f));
   g2.compile(cpu());
   try {
@@ -224,7 +226,8 @@ TEST(Quantized, MisuseIsReportedNamingTheInput) {
     EXPECT_NE(std::string(e.what()).find("272 bytes"), std::string::npos) << e.what();
   }
   EXPECT_THROW(w2.set(std::vector<float>(256, 0.0f)), Error);  // stored as Q8_0 now
-  EXPECT_THROW(g2.tensor_of(y.id()).set_quantized(8, Buffer(DType::U8, 34)), Error);  // not an input
+  EXPECT_THROW(g2.tensor_of(y.id()).set_quantized(8, Buffer(DType::U8, 34)),
+               Error);  // not an input
   (void)x;
 }
 

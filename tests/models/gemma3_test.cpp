@@ -121,7 +121,8 @@ TEST_F(Gemma3Real, Int8ActivationKernelsTrackTransformers) {
         const auto id = static_cast<size_t>(top_ids[s * 5 + j]);
         const double err = std::fabs(logits[s][id] - top_logits[s * 5 + j]);
         worst = std::max(worst, err / std::fabs(top_logits[s * 5]));
-        EXPECT_LE(err, tol) << p << " step " << s << " rank " << j << ": " << logits[s][id] << " vs " << top_logits[s * 5 + j];
+        EXPECT_LE(err, tol) << p << " step " << s << " rank " << j << ": " << logits[s][id]
+                            << " vs " << top_logits[s * 5 + j];
       }
       if (top_logits[s * 5] - top_logits[s * 5 + 1] > 2 * tol) {
         const auto best = std::max_element(logits[s].begin(), logits[s].end()) - logits[s].begin();

@@ -211,7 +211,8 @@ class KernelWriter {
     const Expr rows = product(outer);
     note_vars(rows);
     const auto rc = rows.as_const();
-    const Expr r = rc ? Expr::var("lum_row", 0, std::max<int64_t>(*rc - 1, 0)) : Expr::var("lum_row");
+    const Expr r =
+        rc ? Expr::var("lum_row", 0, std::max<int64_t>(*rc - 1, 0)) : Expr::var("lum_row");
     const Expr c = Expr::var("lum_col", 0, *row - 1);
     std::vector<Expr> idx = View::contiguous(outer).unflatten(r);
     idx.push_back(c);

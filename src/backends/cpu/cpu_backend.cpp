@@ -5,8 +5,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <map>
 #include <fstream>
+#include <map>
 #include <optional>
 
 #include <omp.h>
@@ -245,7 +245,8 @@ class CpuExecutable final : public Executable {
     for (const auto& [what, t] : groups) order.emplace_back(t.first, what);
     std::sort(order.rbegin(), order.rend());
     std::fprintf(stderr, "luminal profile: %zu kernels, %zu runs, %.3f ms per run in kernels\n",
-                 profile_.size(), runs, 1e3 * total / static_cast<double>(std::max<size_t>(runs, 1)));
+                 profile_.size(), runs,
+                 1e3 * total / static_cast<double>(std::max<size_t>(runs, 1)));
     for (size_t i = 0; i < order.size() && i < 20; ++i)
       std::fprintf(stderr, "  %6.2f%%  %8.3f ms/run  %4zu x %s\n", 100 * order[i].first / total,
                    1e3 * order[i].first / static_cast<double>(std::max<size_t>(runs, 1)),

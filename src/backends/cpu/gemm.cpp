@@ -42,9 +42,8 @@ void sgemm_columns(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n,
   const auto call = [&](int64_t j0, int64_t j1) {
     if (j1 <= j0) return;
     cblas_sgemm(CblasRowMajor, ta, tb, static_cast<blasint>(m), static_cast<blasint>(j1 - j0),
-                static_cast<blasint>(k), 1.0f, a, static_cast<blasint>(lda),
-                b + j0 * b_col_stride, static_cast<blasint>(ldb), 0.0f, c + j0,
-                static_cast<blasint>(ldc));
+                static_cast<blasint>(k), 1.0f, a, static_cast<blasint>(lda), b + j0 * b_col_stride,
+                static_cast<blasint>(ldb), 0.0f, c + j0, static_cast<blasint>(ldc));
   };
   // Enough work for every thread: split the columns, 16 at least per thread.
   const int threads = omp_get_max_threads();

@@ -294,7 +294,6 @@ class ReferenceExecutable final : public Executable {
  private:
   RunStats stats_;
 
-
   static Buffer evaluate(const Node& n, NodeId id, std::vector<Buffer>& in,
                          const std::vector<int64_t>& in_shape, const Bindings& dims) {
     switch (traits(n.op).category) {
