@@ -5,15 +5,16 @@
 
 namespace luminal::compiler {
 
-Buffer MatMulOp::run(const std::vector<Buffer>& in, const std::vector<std::vector<int64_t>>& shapes,
-                     const std::vector<int64_t>& out_shape, DType out_dtype) const {
-  // Inputs are [batch..., M, K, N] (already read through their views); sum over K.
-  const auto& s = shapes[0];
+namespace {
+
+// out[batch.., i, j] = sum_p a[batch.., i, p, j] * b_at(batch, i, p, j), in double: `a`
+// is the [batch..., M, K, N] operand read through its view; `b_at` reads the other.
+template <class BAt>
+Buffer sum_of_products(const Buffer& a, const std::vector<int64_t>& s, DType out_dtype, BAt b_at) {
   const size_t r = s.size();
   const int64_t m = s[r - 3], k = s[r - 2], n = s[r - 1];
   int64_t batch = 1;
   for (size_t d = 0; d + 3 < r; ++d) batch *= s[d];
-  (void)out_shape;
   Buffer out(out_dtype, static_cast<size_t>(batch * m * n));
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t i = 0; i < m; ++i)
@@ -21,11 +22,20 @@ Buffer MatMulOp::run(const std::vector<Buffer>& in, const std::vector<std::vecto
         double acc = 0;
         for (int64_t p = 0; p < k; ++p) {
           const auto at = static_cast<size_t>(((b * m + i) * k + p) * n + j);
-          acc += in[0].get_f64(at) * in[1].get_f64(at);
+          acc += a.get_f64(at) * b_at(at, j * k + p);
         }
         out.set_f64(static_cast<size_t>((b * m + i) * n + j), acc);
       }
   return out;
+}
+
+}  // namespace
+
+Buffer MatMulOp::run(const std::vector<Buffer>& in, const std::vector<std::vector<int64_t>>& shapes,
+                     const std::vector<int64_t>& /*out_shape*/, DType out_dtype) const {
+  // Both inputs are [batch..., M, K, N] (already read through their views).
+  return sum_of_products(in[0], shapes[0], out_dtype,
+                         [&](size_t at, int64_t) { return in[1].get_f64(at); });
 }
 
 std::string QMatMulOp::name() const {
@@ -34,25 +44,11 @@ std::string QMatMulOp::name() const {
 
 Buffer QMatMulOp::run(const std::vector<Buffer>& in,
                       const std::vector<std::vector<int64_t>>& shapes,
-                      const std::vector<int64_t>& out_shape, DType out_dtype) const {
+                      const std::vector<int64_t>& /*out_shape*/, DType out_dtype) const {
   // a: [batch..., M, K, N] through its view; w: [N, K] decoded.
-  const auto& s = shapes[0];
-  const size_t r = s.size();
-  const int64_t m = s[r - 3], k = s[r - 2], n = s[r - 1];
-  int64_t batch = 1;
-  for (size_t d = 0; d + 3 < r; ++d) batch *= s[d];
-  (void)out_shape;
-  Buffer out(out_dtype, static_cast<size_t>(batch * m * n));
-  for (int64_t b = 0; b < batch; ++b)
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) {
-        double acc = 0;
-        for (int64_t p = 0; p < k; ++p)
-          acc += in[0].get_f64(static_cast<size_t>(((b * m + i) * k + p) * n + j)) *
-                 in[1].get_f64(static_cast<size_t>(j * k + p));
-        out.set_f64(static_cast<size_t>((b * m + i) * n + j), acc);
-      }
-  return out;
+  return sum_of_products(in[0], shapes[0], out_dtype, [&](size_t, int64_t wk) {
+    return in[1].get_f64(static_cast<size_t>(wk));
+  });
 }
 
 bool is_qgemm(int axis, const View& a, const View& b, const std::vector<Expr>& w_shape) {
