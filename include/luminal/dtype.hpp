@@ -2,6 +2,7 @@
 // round-to-nearest-even conversions.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -29,8 +30,17 @@ bool is_integer(DType t);
 /// becomes infinity, tiny values become subnormals or signed zero).
 uint16_t f16_bits_from_double(double x);
 uint16_t bf16_bits_from_double(double x);
-/// Exact widening conversions.
-float f16_bits_to_float(uint16_t bits);
+/// Exact widening conversions. The f16 one is inline, by bit assembly without libm:
+/// quantised kernels call it for every block scale.
+inline float f16_bits_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  const uint32_t exp = (h >> 10) & 0x1f;
+  const uint32_t man = h & 0x3ff;
+  if (exp == 0)  // zero or subnormal: man * 2^-24, exact in f32
+    return std::bit_cast<float>(std::bit_cast<uint32_t>(static_cast<float>(man) * 0x1p-24f) | sign);
+  if (exp == 31) return std::bit_cast<float>(sign | 0x7f800000u | (man << 13));
+  return std::bit_cast<float>(sign | ((exp + 112) << 23) | (man << 13));
+}
 float bf16_bits_to_float(uint16_t bits);
 
 /// IEEE binary16 storage type.

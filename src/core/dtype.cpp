@@ -105,17 +105,6 @@ uint16_t bf16_bits_from_double(double x) {
   return round_to_half_format(x, 8, 7);
 }
 
-float f16_bits_to_float(uint16_t h) {
-  // Bit assembly, no libm: this sits in the inner loop of quantised kernels.
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
-  const uint32_t exp = (h >> 10) & 0x1f;
-  const uint32_t man = h & 0x3ff;
-  if (exp == 0)  // zero or subnormal: man * 2^-24, exact in f32
-    return std::bit_cast<float>(std::bit_cast<uint32_t>(static_cast<float>(man) * 0x1p-24f) | sign);
-  if (exp == 31) return std::bit_cast<float>(sign | 0x7f800000u | (man << 13));
-  return std::bit_cast<float>(sign | ((exp + 112) << 23) | (man << 13));
-}
-
 float bf16_bits_to_float(uint16_t b) {
   return std::bit_cast<float>(static_cast<uint32_t>(b) << 16);
 }

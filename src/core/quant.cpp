@@ -68,15 +68,9 @@ void q8_0(const std::byte* b, float* y) {
   for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(static_cast<int8_t>(u8(b + 2 + j))) * d;
 }
 
-// The 6-bit scale and min of sub-block j in a K-quant's packed 12-byte table.
-void scale_min_k4(int j, const std::byte* s, uint8_t& sc, uint8_t& m) {
-  if (j < 4) {
-    sc = u8(s + j) & 63;
-    m = u8(s + j + 4) & 63;
-  } else {
-    sc = static_cast<uint8_t>((u8(s + j + 4) & 0xF) | ((u8(s + j - 4) >> 6) << 4));
-    m = static_cast<uint8_t>((u8(s + j + 4) >> 4) | ((u8(s + j) >> 6) << 4));
-  }
+// The 6-bit scale and min of sub-block j (quant.hpp's table reader, on std::byte).
+void scale_min_k4(int j, const std::byte* s, int& sc, int& m) {
+  ggml_k4_scale_min(j, reinterpret_cast<const uint8_t*>(s), sc, m);
 }
 
 void q4_k(const std::byte* b, float* y) {
@@ -84,7 +78,7 @@ void q4_k(const std::byte* b, float* y) {
   const std::byte* scales = b + 4;
   const std::byte* q = b + 16;
   for (int j = 0, is = 0; j < 256; j += 64, is += 2) {
-    uint8_t sc, m;
+    int sc, m;
     scale_min_k4(is, scales, sc, m);
     const float d1 = d * sc, m1 = dmin * m;
     scale_min_k4(is + 1, scales, sc, m);
@@ -103,7 +97,7 @@ void q5_k(const std::byte* b, float* y) {
   const std::byte* ql = b + 48;
   uint8_t u1 = 1, u2 = 2;
   for (int j = 0, is = 0; j < 256; j += 64, is += 2) {
-    uint8_t sc, m;
+    int sc, m;
     scale_min_k4(is, scales, sc, m);
     const float d1 = d * sc, m1 = dmin * m;
     scale_min_k4(is + 1, scales, sc, m);

@@ -4,7 +4,6 @@
 // versions of those whose unpacking dominates.
 #pragma once
 
-#include <bit>
 #include <cstdint>
 #include <cstring>
 
@@ -12,50 +11,16 @@
 #include <immintrin.h>
 #endif
 
+#include "luminal/dtype.hpp"
+#include "luminal/quant.hpp"
+
 namespace luminal::cpugen::qformats {
 
-// ggml type numbers (quant.cpp's table).
-enum : uint32_t {
-  kF32 = 0,
-  kF16 = 1,
-  kQ4_0 = 2,
-  kQ4_1 = 3,
-  kQ5_0 = 6,
-  kQ5_1 = 7,
-  kQ8_0 = 8,
-  kQ4_K = 12,
-  kQ5_K = 13,
-  kQ6_K = 14,
-  kBF16 = 30
-};
-
-// f16 -> f32 by bit assembly, inlined into the kernels (subnormal scales are rare but
-// handled exactly).
+// f16 scale fields, decoded inline in the kernels.
 inline float half(const uint8_t* p) {
   uint16_t h;
   std::memcpy(&h, p, 2);
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16, exp = (h >> 10) & 0x1f,
-                 man = h & 0x3ff;
-  uint32_t bits;
-  if (exp == 0) {
-    bits = std::bit_cast<uint32_t>(static_cast<float>(man) * 0x1p-24f) | sign;
-  } else if (exp == 31) {
-    bits = sign | 0x7f800000u | (man << 13);
-  } else {
-    bits = sign | ((exp + 112) << 23) | (man << 13);
-  }
-  return std::bit_cast<float>(bits);
-}
-
-// The 6-bit scale and min of sub-block j of a K-quant (as quant.cpp).
-inline void scale_min_k4(int j, const uint8_t* s, int& sc, int& m) {
-  if (j < 4) {
-    sc = s[j] & 63;
-    m = s[j + 4] & 63;
-  } else {
-    sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
-    m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-  }
+  return f16_bits_to_float(h);
 }
 
 // Each format decodes one block into q (kElems int8 values) and, per 16 elements, a
@@ -126,7 +91,7 @@ struct QK {  // Q4_K and Q5_K: 8 sub-blocks of 32 with 6-bit scales and mins
     }
     for (int sub = 0; sub < 8; ++sub) {
       int sc, m;
-      scale_min_k4(sub, scales, sc, m);
+      ggml_k4_scale_min(sub, scales, sc, m);
       s[2 * sub] = s[2 * sub + 1] = d * static_cast<float>(sc);
       b[2 * sub] = b[2 * sub + 1] = -(dmin * static_cast<float>(m));
     }
@@ -234,7 +199,7 @@ LUM_AVX2 const int8_t* decode_avx2(QK<kFive>, const uint8_t* blk, int8_t* q, flo
   const float d = half_f16c(blk), dmin = half_f16c(blk + 2);
   for (int sub = 0; sub < 8; ++sub) {
     int sc, m;
-    scale_min_k4(sub, blk + 4, sc, m);
+    ggml_k4_scale_min(sub, blk + 4, sc, m);
     s[2 * sub] = s[2 * sub + 1] = d * static_cast<float>(sc);
     b[2 * sub] = b[2 * sub + 1] = -(dmin * static_cast<float>(m));
   }

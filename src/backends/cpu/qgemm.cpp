@@ -348,22 +348,22 @@ void qmatmul(const ConcreteView& a, const float* a_data, uint32_t format, const 
   LUM_CHECK(k % 32 == 0) << "QMatMul: K = " << k << " is not a multiple of 32";
   QuantizedRows x;
   quantize_rows(rows, k, x);
-  switch (format) {
-    case kQ8_0:
+  switch (static_cast<GgmlType>(format)) {
+    case GgmlType::Q8_0:
       return run_format<Q8_0>(w, n, k, x, nr, out);
-    case kQ4_0:
+    case GgmlType::Q4_0:
       return run_format<Q4<false>>(w, n, k, x, nr, out);
-    case kQ4_1:
+    case GgmlType::Q4_1:
       return run_format<Q4<true>>(w, n, k, x, nr, out);
-    case kQ5_0:
+    case GgmlType::Q5_0:
       return run_format<Q5<false>>(w, n, k, x, nr, out);
-    case kQ5_1:
+    case GgmlType::Q5_1:
       return run_format<Q5<true>>(w, n, k, x, nr, out);
-    case kQ4_K:
+    case GgmlType::Q4_K:
       return run_format<QK<false>>(w, n, k, x, nr, out);
-    case kQ5_K:
+    case GgmlType::Q5_K:
       return run_format<QK<true>>(w, n, k, x, nr, out);
-    case kQ6_K:
+    case GgmlType::Q6_K:
       return run_format<Q6_K>(w, n, k, x, nr, out);
     default:
       LUM_FAIL() << "QMatMul: no kernel for " << ggml_type_name(format);
