@@ -215,9 +215,10 @@ bool has_avx2() {
 }
 #endif
 
-float dot_f32(const float* w, const float* x, int64_t k) {
+// `avx2`: has_avx2(), asked once per product rather than per dot.
+float dot_f32(const float* w, const float* x, int64_t k, bool avx2) {
 #if defined(__x86_64__)
-  if (has_avx2()) return dot_f32_avx2(w, x, k);
+  if (avx2) return dot_f32_avx2(w, x, k);
 #endif
   float total = 0;
   for (int64_t i = 0; i < k; ++i) total += w[i] * x[i];
@@ -332,6 +333,7 @@ void qmatmul(const ConcreteView& a, const float* a_data, uint32_t format, const 
   const size_t row_bytes = static_cast<size_t>(k) / block_elems * block_bytes;
   if (nr == 0 || n == 0) return;
   if (block_elems == 1 || !int8_activations) {  // decode each row exactly, f32 dot products
+    const bool avx2 = has_avx2();
 #pragma omp parallel
     {
       std::vector<float> wrow(static_cast<size_t>(k));
@@ -339,7 +341,7 @@ void qmatmul(const ConcreteView& a, const float* a_data, uint32_t format, const 
       for (int64_t j = 0; j < n; ++j) {
         dequantize(format, reinterpret_cast<const std::byte*>(w + j * row_bytes),
                    static_cast<size_t>(k), wrow.data());
-        for (int64_t i = 0; i < nr; ++i) out[i * n + j] = dot_f32(wrow.data(), rows[i], k);
+        for (int64_t i = 0; i < nr; ++i) out[i * n + j] = dot_f32(wrow.data(), rows[i], k, avx2);
       }
     }
     return;
