@@ -123,6 +123,17 @@ Expr ceil_div(Expr a, Expr b);
 Expr expr_raw(ExprOp op, Expr a, Expr b);
 /// Rebuilds bottom-up through the simplifying constructors.
 Expr simplify(Expr e);
+/// A loop counter's symbolic range: lo <= v < hi, where hi may be a symbolic dim.
+struct VarRange {
+  Expr lo, hi;
+};
+/// Symbolic ranges by variable name.
+using VarRanges = std::unordered_map<std::string, VarRange>;
+/// Simplifies `e` knowing the symbolic ranges of some variables (the others are fixed
+/// unknowns): divisions and remainders whose dividend is a multiple of the divisor plus
+/// something in [0, divisor) — `(i*seq + j) / seq` is i for j < seq — and comparisons
+/// decided by the ranges.
+Expr simplify_within(Expr e, const VarRanges& ranges);
 /// Parses the infix syntax of Expr::to_string (+ - * / % < <= > >= == != && || min max);
 /// throws luminal::Error with the column of a syntax error.
 Expr parse_expr(std::string_view text);

@@ -184,60 +184,122 @@ class KernelWriter {
   const std::set<std::string>& vars() const { return vars_; }
 
  private:
-  // Declares the flat output loop; returns the loop variable.
-  Expr open_loop(const std::vector<Expr>& shape, const std::string& indent, bool parallel) {
+  // Declares the flat output loop.
+  void open_loop(const std::vector<Expr>& shape, const std::string& indent) {
     const Expr n = product(shape);
     note_vars(n);
-    const auto c = n.as_const();
-    const Expr o = c ? Expr::var("lum_o", 0, std::max<int64_t>(*c - 1, 0)) : Expr::var("lum_o");
     os_ << indent << "const int64_t lum_n = " << n.to_c() << ";\n";
-    if (parallel) os_ << indent << "#pragma omp parallel for schedule(static) if(lum_n > 16384)\n";
+    os_ << indent << "#pragma omp parallel for schedule(static) if(lum_n > 16384)\n";
     os_ << indent << "for (int64_t lum_o = 0; lum_o < lum_n; ++lum_o) {\n";
-    return o;
+  }
+
+  // A loop counter named `name` over [0, size), with its range recorded.
+  Expr counter(const std::string& name, Expr size) {
+    const auto c = size.as_const();
+    const Expr v = c ? Expr::var(name, 0, std::max<int64_t>(*c - 1, 0)) : Expr::var(name);
+    ranges_[name] = {Expr(0), size};
+    counters_[name] = v;
+    return v;
+  }
+
+  // Splits the flat counter `flat` (a C variable) into one counter per dim of `shape`,
+  // declared once where it is called; dims of size 1 get index 0. The counters carry
+  // their (symbolic) ranges, so index math over them simplifies without divisions.
+  std::vector<Expr> split_counter(const std::string& flat, const std::vector<Expr>& shape,
+                                  const std::string& indent) {
+    const std::vector<Expr> parts = View::contiguous(shape).unflatten(Expr::var(flat));
+    std::vector<Expr> idx;
+    for (size_t d = 0; d < shape.size(); ++d) {
+      if (shape[d] == Expr(1)) {
+        idx.emplace_back(0);
+        continue;
+      }
+      const std::string name = "lum_i" + std::to_string(next_++);
+      note_vars(parts[d]);
+      os_ << indent << "const int64_t " << name << " = " << parts[d].to_c() << ";\n";
+      idx.push_back(counter(name, shape[d]));
+    }
+    return idx;
+  }
+
+  Expr within(Expr e) const { return simplify_within(e, ranges_); }
+
+  // Inside a padding guard, a masked dim's counter is known to lie within the mask.
+  void narrow(const View& view, const std::vector<Expr>& idx) {
+    for (size_t d = 0; d < view.rank(); ++d) {
+      if (!view.is_masked(d)) continue;
+      std::vector<std::string> ranged;
+      for (const std::string& name : idx[d].variables())
+        if (ranges_.count(name)) ranged.push_back(name);
+      if (ranged.size() != 1) continue;
+      const Expr offset = idx[d] - counters_.at(ranged[0]);  // idx = counter + offset?
+      const std::vector<std::string> rest = offset.variables();
+      if (std::any_of(rest.begin(), rest.end(),
+                      [&](const std::string& n) { return ranges_.count(n) > 0; }))
+        continue;
+      VarRange& r = ranges_[ranged[0]];
+      r = {max(r.lo, view.mask_lo(d) - offset), min(r.hi, view.mask_hi(d) - offset)};
+    }
   }
 
   void write_map(const Node& root) {
-    const auto row = root.shape.empty() ? std::nullopt : root.shape.back().as_const();
-    if (!row || *row < 8) {
-      const Expr o = open_loop(root.shape, "  ", true);
-      const std::string v = value(k_.root, View::contiguous(root.shape).unflatten(o), "    ");
-      os_ << "    out[lum_o] = " << store_expr(root.dtype, v) << ";\n  }\n";
+    if (root.shape.empty()) {
+      os_ << "  {\n    const int64_t lum_o = 0; (void)lum_o;\n";
+      const std::string v = value(k_.root, {}, "    ");
+      os_ << "    out[0] = " << store_expr(root.dtype, v) << ";\n  }\n";
       return;
     }
-    // A constant last dim gets an inner loop of its own: its index is a plain counter
-    // (no division), masks along it become comparisons the compiler can vectorise, and
-    // index math over the outer dims is done once per row.
+    // The last dim gets an inner loop of its own: its index is a plain counter, masks
+    // along it become comparisons the compiler can vectorise, and the outer dims are
+    // split from the row counter once per row. A single row (decoding) splits its
+    // columns over the threads instead.
+    const Expr cols = root.shape.back();
     const std::vector<Expr> outer(root.shape.begin(), root.shape.end() - 1);
     const Expr rows = product(outer);
     note_vars(rows);
-    const auto rc = rows.as_const();
-    const Expr r =
-        rc ? Expr::var("lum_row", 0, std::max<int64_t>(*rc - 1, 0)) : Expr::var("lum_row");
-    const Expr c = Expr::var("lum_col", 0, *row - 1);
-    std::vector<Expr> idx = View::contiguous(outer).unflatten(r);
-    idx.push_back(c);
-    os_ << "  const int64_t lum_rows = " << rows.to_c() << ";\n";
-    os_ << "  #pragma omp parallel for schedule(static) if(lum_rows * " << *row << " > 16384)\n";
-    os_ << "  for (int64_t lum_row = 0; lum_row < lum_rows; ++lum_row) {\n";
-    os_ << "    for (int64_t lum_col = 0; lum_col < " << *row << "; ++lum_col) {\n";
-    os_ << "      const int64_t lum_o = lum_row * " << *row << " + lum_col; (void)lum_o;\n";
+    note_vars(cols);
+    os_ << "  const int64_t lum_rows = " << rows.to_c() << ", lum_cols = " << cols.to_c() << ";\n";
+    // The column loop is declared `omp simd` (a kernel's output never aliases its
+    // inputs): GCC 12 otherwise vectorises the row loop around a short column loop,
+    // and miscompiles selects on byte masks when it does.
+    const bool one_row = rows == Expr(1);
+    std::vector<Expr> idx;
+    if (one_row) {
+      os_ << "  {\n    const int64_t lum_row = 0;\n";
+      idx = split_counter("lum_row", outer, "    ");
+    } else {
+      os_ << "  #pragma omp parallel for schedule(static) if(lum_rows * lum_cols > 16384)\n";
+      os_ << "  for (int64_t lum_row = 0; lum_row < lum_rows; ++lum_row) {\n";
+      idx = split_counter("lum_row", outer, "    ");
+    }
+    idx.push_back(counter("lum_col", cols));
+    // The body first, to see whether it can report errors (simd lanes would race to
+    // record the first one).
+    std::ostringstream head;
+    std::swap(head, os_);
+    os_ << "      const int64_t lum_o = lum_row * lum_cols + lum_col; (void)lum_o;\n";
     const std::string v = value(k_.root, idx, "      ");
     os_ << "      out[lum_o] = " << store_expr(root.dtype, v) << ";\n    }\n  }\n";
+    const std::string body = os_.str();
+    std::swap(head, os_);
+    const bool simd =
+        body.find("lum_fail") == std::string::npos && body.find("lum_imod") == std::string::npos;
+    if (one_row)
+      os_ << "    #pragma omp parallel for" << (simd ? " simd" : "")
+          << " schedule(static) if(lum_cols > 16384)\n";
+    else if (simd)
+      os_ << "    #pragma omp simd\n";
+    os_ << "    for (int64_t lum_col = 0; lum_col < lum_cols; ++lum_col) {\n" << body;
   }
 
   void write_reduce(const Node& root) {
     const Edge& e = root.inputs[0];
-    const Node& in = g_.node(plan_.canon(e.source));
-    (void)in;
     const auto axis = static_cast<size_t>(root.axis);
     const Expr len = e.view.shape()[axis];
     note_vars(len);
-    const Expr o = open_loop(root.shape, "  ", true);
-    const std::vector<Expr> out_idx = View::contiguous(root.shape).unflatten(o);
-    const auto lc = len.as_const();
-    const Expr r = lc ? Expr::var("lum_r", 0, std::max<int64_t>(*lc - 1, 0)) : Expr::var("lum_r");
-    std::vector<Expr> in_idx = out_idx;
-    in_idx.insert(in_idx.begin() + static_cast<std::ptrdiff_t>(axis), r);
+    open_loop(root.shape, "  ");
+    std::vector<Expr> in_idx = split_counter("lum_o", root.shape, "    ");
+    in_idx.insert(in_idx.begin() + static_cast<std::ptrdiff_t>(axis), counter("lum_r", len));
     const std::string t = compute_type(root.dtype);
     const bool sum = root.op == Op::SumReduce;
     std::string init;
@@ -275,18 +337,16 @@ class KernelWriter {
 
   void write_scatter(const Node& root) {
     // Copy the destination, then write sources in order (later writes win).
-    const Expr o = open_loop(root.shape, "  ", true);
+    open_loop(root.shape, "  ");
     const std::string d =
-        operand(root.inputs[0], View::contiguous(root.shape).unflatten(o), "    ");
+        operand(root.inputs[0], split_counter("lum_o", root.shape, "    "), "    ");
     os_ << "    out[lum_o] = " << store_expr(root.dtype, d) << ";\n  }\n";
     const std::vector<Expr>& ishape = root.inputs[1].view.shape();
     const Expr m = product(ishape);
     note_vars(m);
-    const auto mc = m.as_const();
-    const Expr j = mc ? Expr::var("lum_j", 0, std::max<int64_t>(*mc - 1, 0)) : Expr::var("lum_j");
-    const std::vector<Expr> jidx = View::contiguous(ishape).unflatten(j);
     os_ << "  for (int64_t lum_j = 0; lum_j < " << m.to_c() << "; ++lum_j) {\n";
     os_ << "    const int64_t lum_o = lum_j;\n";
+    const std::vector<Expr> jidx = split_counter("lum_j", ishape, "    ");
     const std::string pos = operand(root.inputs[1], jidx, "    ");
     const std::string src = operand(root.inputs[2], jidx, "    ");
     os_ << "    const int64_t lum_p = " << pos << ";\n";
@@ -304,6 +364,7 @@ class KernelWriter {
   // Loads element `flat` of a stored value (decoding it if the input is block-stored).
   std::string load(NodeId n, Expr flat) {
     const Node& node = g_.node(n);
+    flat = within(flat);
     note_vars(flat);
     const std::string buf = "in" + std::to_string(slot_.at(n.value));
     if (node.quant != kPlainStorage)
@@ -318,21 +379,26 @@ class KernelWriter {
     const Node& p = g_.node(src);
     const View contiguous = View::contiguous(p.shape);
     if (e.view == contiguous) return value(src, idx, indent);
-    const Expr flat = e.view.index(idx);
-    const Expr valid = e.view.valid(idx);
-    note_vars(flat);
-    note_vars(valid);
     // A stored value is read at the flat offset itself; only a fused producer needs its
-    // multi-index (splitting the offset costs divisions when dims are symbolic).
+    // multi-index.
     const bool stored = src != k_.root && plan_.materialized[src.value];
     const auto read = [&](const std::string& ind) {
-      return stored ? load(src, flat) : value(src, contiguous.unflatten(flat), ind);
+      const Expr flat = within(e.view.index(idx));
+      if (stored) return load(src, flat);
+      std::vector<Expr> pidx = contiguous.unflatten(flat);
+      for (Expr& i : pidx) i = within(i);
+      return value(src, pidx, ind);
     };
+    const Expr valid = within(e.view.valid(idx));
+    note_vars(valid);
     if (valid == Expr(1)) return read(indent);
     const std::string t = compute_type(p.dtype), name = fresh();
     os_ << indent << t << " " << name << " = 0;\n";
     os_ << indent << "if (" << valid.to_c() << ") {\n";
+    const VarRanges outside = ranges_;
+    narrow(e.view, idx);
     const std::string inner = read(indent + "  ");
+    ranges_ = outside;
     os_ << indent << "  " << name << " = " << inner << ";\n" << indent << "}\n";
     return name;
   }
@@ -357,7 +423,7 @@ class KernelWriter {
                                        : literal(node.value.as_double(), node.dtype);
       case Op::Iota: {
         const Expr z = flatten(idx, node.shape);
-        const Expr v = node.iota.substitute("z", z);
+        const Expr v = within(node.iota.substitute("z", z));
         note_vars(v);
         return bind(normalize(node.dtype, "(" + t + ")(" + v.to_c() + ")"));
       }
@@ -449,6 +515,8 @@ class KernelWriter {
   std::ostringstream os_;
   std::string out_type_;
   std::set<std::string> vars_;
+  VarRanges ranges_;                      // of the loop counters in scope
+  std::map<std::string, Expr> counters_;  // by name
   int next_ = 0;
 };
 
