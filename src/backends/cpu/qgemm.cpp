@@ -192,6 +192,27 @@ LUM_AVX2 void rows_avx2(const uint8_t* w, int64_t j0, int64_t j1, int64_t n, int
   }
 }
 
+// A weight row decoded to f32 through the common form: the sgemm path's panels.
+template <class F>
+LUM_AVX2 void decode_row_f32_avx2(const uint8_t* row, int64_t k, float* out) {
+  alignas(32) int8_t scratch[F::kElems];
+  float s[F::kElems / 16] = {}, b[F::kElems / 16] = {};
+  const int64_t blocks = k / static_cast<int64_t>(F::kElems);
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const int8_t* q = decode_avx2(F{}, row + blk * static_cast<int64_t>(F::kBytes), scratch, s, b);
+    float* o = out + blk * static_cast<int64_t>(F::kElems);
+    for (size_t g = 0; g < F::kElems / 16; ++g) {
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16 * g));
+      const size_t at = F::kScalePer32 ? g & ~size_t{1} : g;  // per-32 formats fill s[even]
+      const __m256 sv = _mm256_set1_ps(s[at]), bv = _mm256_set1_ps(b[at]);
+      const __m256 lo = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
+      const __m256 hi = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v, 8)));
+      _mm256_storeu_ps(o + 16 * g, _mm256_fmadd_ps(lo, sv, bv));
+      _mm256_storeu_ps(o + 16 * g + 8, _mm256_fmadd_ps(hi, sv, bv));
+    }
+  }
+}
+
 LUM_AVX2 float dot_f32_avx2(const float* w, const float* x, int64_t k) {
   __m256 acc = _mm256_setzero_ps();
   int64_t i = 0;
@@ -223,6 +244,31 @@ float dot_f32(const float* w, const float* x, int64_t k, bool avx2) {
   float total = 0;
   for (int64_t i = 0; i < k; ++i) total += w[i] * x[i];
   return total;
+}
+
+// Calls fn(F{}) with the decoder of a block format; false if there is none.
+template <class Fn>
+bool with_format(uint32_t format, Fn&& fn) {
+  switch (static_cast<GgmlType>(format)) {
+    case GgmlType::Q8_0:
+      return fn(Q8_0{}), true;
+    case GgmlType::Q4_0:
+      return fn(Q4<false>{}), true;
+    case GgmlType::Q4_1:
+      return fn(Q4<true>{}), true;
+    case GgmlType::Q5_0:
+      return fn(Q5<false>{}), true;
+    case GgmlType::Q5_1:
+      return fn(Q5<true>{}), true;
+    case GgmlType::Q4_K:
+      return fn(QK<false>{}), true;
+    case GgmlType::Q5_K:
+      return fn(QK<true>{}), true;
+    case GgmlType::Q6_K:
+      return fn(Q6_K{}), true;
+    default:
+      return false;
+  }
 }
 
 // All activation rows against all weight rows for one block format; threads split the
@@ -289,13 +335,21 @@ void dequantized_sgemm(const std::vector<const float*>& rows, uint32_t format, c
     std::memcpy(a.data() + i * k, rows[static_cast<size_t>(i)], static_cast<size_t>(k) * 4);
   constexpr int64_t kPanel = 256;  // weight rows per decoded panel (~2 MB at K = 2048)
   std::vector<float> panel(static_cast<size_t>(std::min(n, kPanel) * k));
+  const bool avx2 = has_avx2();
   for (int64_t j0 = 0; j0 < n; j0 += kPanel) {
     const int64_t p = std::min(kPanel, n - j0);
 #pragma omp parallel for schedule(static)
-    for (int64_t j = 0; j < p; ++j)
-      dequantize(format,
-                 reinterpret_cast<const std::byte*>(w + (j0 + j) * static_cast<int64_t>(row_bytes)),
-                 static_cast<size_t>(k), panel.data() + j * k);
+    for (int64_t j = 0; j < p; ++j) {
+      const uint8_t* row = w + (j0 + j) * static_cast<int64_t>(row_bytes);
+      float* dst = panel.data() + j * k;
+#if defined(__x86_64__)
+      if (avx2 &&
+          with_format(format, [&](auto f) { decode_row_f32_avx2<decltype(f)>(row, k, dst); }))
+        continue;
+#endif
+      (void)avx2;
+      dequantize(format, reinterpret_cast<const std::byte*>(row), static_cast<size_t>(k), dst);
+    }
     sgemm_columns(CblasNoTrans, CblasTrans, m, p, k, a.data(), k, panel.data(), k, k, out + j0, n);
   }
 }
@@ -350,26 +404,9 @@ void qmatmul(const ConcreteView& a, const float* a_data, uint32_t format, const 
   LUM_CHECK(k % 32 == 0) << "QMatMul: K = " << k << " is not a multiple of 32";
   QuantizedRows x;
   quantize_rows(rows, k, x);
-  switch (static_cast<GgmlType>(format)) {
-    case GgmlType::Q8_0:
-      return run_format<Q8_0>(w, n, k, x, nr, out);
-    case GgmlType::Q4_0:
-      return run_format<Q4<false>>(w, n, k, x, nr, out);
-    case GgmlType::Q4_1:
-      return run_format<Q4<true>>(w, n, k, x, nr, out);
-    case GgmlType::Q5_0:
-      return run_format<Q5<false>>(w, n, k, x, nr, out);
-    case GgmlType::Q5_1:
-      return run_format<Q5<true>>(w, n, k, x, nr, out);
-    case GgmlType::Q4_K:
-      return run_format<QK<false>>(w, n, k, x, nr, out);
-    case GgmlType::Q5_K:
-      return run_format<QK<true>>(w, n, k, x, nr, out);
-    case GgmlType::Q6_K:
-      return run_format<Q6_K>(w, n, k, x, nr, out);
-    default:
-      LUM_FAIL() << "QMatMul: no kernel for " << ggml_type_name(format);
-  }
+  const bool known =
+      with_format(format, [&](auto f) { run_format<decltype(f)>(w, n, k, x, nr, out); });
+  LUM_CHECK(known) << "QMatMul: no kernel for " << ggml_type_name(format);
 }
 
 }  // namespace luminal::cpugen
