@@ -433,8 +433,9 @@ class KernelWriter {
         return bind(cast(node.inputs[0], in(0), node.dtype));
       case Op::Log2:
         return bind(normalize(node.dtype, "log2" + suffix + "(" + in(0) + ")"));
-      case Op::Exp2:
-        return bind(normalize(node.dtype, "exp2" + suffix + "(" + in(0) + ")"));
+      case Op::Exp2:  // lum_exp2f vectorises; double keeps libm
+        return bind(normalize(
+            node.dtype, (f && suffix == "f" ? "lum_exp2f(" : "exp2" + suffix + "(") + in(0) + ")"));
       case Op::Sin:
         return bind(normalize(node.dtype, "sin" + suffix + "(" + in(0) + ")"));
       case Op::Sqrt:

@@ -36,6 +36,24 @@ inline uint16_t lum_f2h(float f) {
   a += 0xc8000fffu + mant_odd;  // rebias exponent (-112 << 23) and round
   return (uint16_t)(sign | (a >> 13));
 }
+// exp2 that vectorises (libm's exp2f is an opaque call): x = n + f with |f| <= 1/2,
+// 2^f by a degree-6 polynomial (relative error below 2e-7), 2^n applied in two halves
+// so that subnormal results and overflow to infinity come out right. NaN stays NaN.
+inline float lum_exp2f(float x) {
+  const float c = x < -151.0f ? -151.0f : (x > 129.0f ? 129.0f : x);
+  const float n = __builtin_rintf(c), f = c - n;
+  float p = 1.535336188319500e-4f;
+  p = p * f + 1.339887440266574e-3f;
+  p = p * f + 9.618437357674640e-3f;
+  p = p * f + 5.550332471162809e-2f;
+  p = p * f + 2.402264791363012e-1f;
+  p = p * f + 6.931472028550421e-1f;
+  p = p * f + 1.0f;
+  const int32_t ni = (int32_t)n, h = ni >> 1;
+  const uint32_t b1 = (uint32_t)(h + 127) << 23, b2 = (uint32_t)(ni - h + 127) << 23;
+  float s1, s2; std::memcpy(&s1, &b1, 4); std::memcpy(&s2, &b2, 4);
+  return p * s1 * s2;
+}
 inline float lum_bf2f(uint16_t b) { uint32_t x = (uint32_t)b << 16; float f; std::memcpy(&f, &x, 4); return f; }
 inline uint16_t lum_f2bf(float f) {
   uint32_t x; std::memcpy(&x, &f, 4);
