@@ -61,15 +61,25 @@ void sgemm_columns(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n,
 void matmul_f32(const ConcreteView& a, const float* ad, const ConcreteView& b, const float* bd,
                 float* out) {
   const size_t r = a.dims.size();
-  const int64_t m = a.dims[r - 3], k = a.dims[r - 2], n = a.dims[r - 1];
+  const int64_t k = a.dims[r - 2], n = a.dims[r - 1];
   const int64_t sam = a.strides[r - 3], sak = a.strides[r - 2];
   const int64_t sbk = b.strides[r - 2], sbn = b.strides[r - 1];
+  // Trailing batch dims over which B is shared (keys and values broadcast across the
+  // query heads of a group) fold into A's rows when those continue at A's row stride:
+  // one GEMM with more rows instead of several skinny ones (decoding has one row).
+  int64_t m = a.dims[r - 3];
+  size_t batch_dims = r - 3;
+  for (; batch_dims > 0; --batch_dims) {
+    const size_t d = batch_dims - 1;
+    if (a.dims[d] != 1 && (b.strides[d] != 0 || a.strides[d] != m * sam)) break;
+    m *= a.dims[d];
+  }
   CBLAS_TRANSPOSE ta = CblasNoTrans, tb = CblasNoTrans;
   int64_t lda = 1, ldb = 1;
   const bool blas = layout(m, k, sam, sak, ta, lda) && layout(k, n, sbk, sbn, tb, ldb);
   int64_t batch = 1;
-  for (size_t d = 0; d + 3 < r; ++d) batch *= a.dims[d];
-  std::vector<int64_t> idx(r > 3 ? r - 3 : 0, 0);
+  for (size_t d = 0; d < batch_dims; ++d) batch *= a.dims[d];
+  std::vector<int64_t> idx(batch_dims, 0);
   for (int64_t bi = 0; bi < batch; ++bi) {
     int64_t oa = a.offset, ob = b.offset;
     for (size_t d = 0; d < idx.size(); ++d) {
