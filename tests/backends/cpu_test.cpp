@@ -165,6 +165,42 @@ TEST(Optimize, RulesSelectGemmAndSimplify) {
     EXPECT_NEAR(got[i], want[i], 1e-4 * (1 + std::fabs(want[i])));
 }
 
+TEST(Cpu, BroadcastBatchMatmulsMatchTheReference) {
+  // B shared across trailing batch dims (grouped-query attention) folds those dims into
+  // A's rows; a transposed A or a B that varies must not.
+  struct Case {
+    std::vector<Expr> a, b;
+    bool transpose_a;
+  };
+  const std::vector<Case> cases = {{{2, 3, 1, 5}, {2, 1, 5, 7}, false},
+                                   {{1, 4, 3, 8}, {1, 1, 8, 6}, false},
+                                   {{2, 3, 4, 5}, {1, 3, 5, 6}, false},
+                                   {{2, 3, 5, 4}, {2, 1, 5, 6}, true}};
+  for (const Case& c : cases) {
+    Graph cx;
+    Tensor a = cx.named_tensor("a", c.a), b = cx.named_tensor("b", c.b);
+    const Tensor lhs = c.transpose_a ? a.transpose(-1, -2) : a;
+    Tensor y = lhs.matmul(b.broadcast_to({c.a[0], c.a[1], c.b[2], c.b[3]}));
+    y.retrieve();
+    std::vector<float> av(static_cast<size_t>(product(c.a).eval())),
+        bv(static_cast<size_t>(product(c.b).eval()));
+    for (size_t i = 0; i < av.size(); ++i) av[i] = std::sin(0.7f * static_cast<float>(i));
+    for (size_t i = 0; i < bv.size(); ++i) bv[i] = std::cos(0.3f * static_cast<float>(i));
+    a.set(av);
+    b.set(bv);
+    cx.compile(reference());
+    cx.execute();
+    const auto want = y.to_f32();
+    cx.compile(cpu());
+    cx.execute();
+    const auto got = y.to_f32();
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_NEAR(got[i], want[i], 1e-4 * (1 + std::fabs(want[i])))
+          << "case " << c.a << " element " << i;
+  }
+}
+
 TEST(Optimize, DeepResidualNetworksKeepEveryGemm) {
   // Each layer reuses the residual stream several times, so summed tree costs grow
   // exponentially with depth; kernel selection must still see every GEMM.
