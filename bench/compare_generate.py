@@ -82,7 +82,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--model", required=True)
     ap.add_argument("--tokens", type=int, default=128)
-    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     args = ap.parse_args()
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads),
@@ -98,8 +98,10 @@ def main():
                 n_ctx=1024, verbose=False)
     rows = []
     for label, prompt in (("short prompt", SHORT), ("long prompt", LONG)):
-        ours = [luminal_run(args.model, prompt, args.tokens, env) for _ in range(args.reps)]
-        peer = [llama_run(llm, prompt, args.tokens) for _ in range(args.reps)]
+        ours, peer = [], []
+        for _ in range(args.reps):  # interleaved, so that load from elsewhere hits both alike
+            ours.append(luminal_run(args.model, prompt, args.tokens, env))
+            peer.append(llama_run(llm, prompt, args.tokens))
         rows.append((label, ours, peer))
         print(f"{label}: luminal prompt {median_of(ours, 'prompt_tps'):.1f} tok/s decode "
               f"{median_of(ours, 'decode_tps'):.2f} tok/s | llama.cpp prompt "
@@ -114,7 +116,7 @@ def main():
         "",
         f"Machine: {cpu_name()}, {os.cpu_count()} cores; {args.threads} threads for both.",
         f"Date: {datetime.date.today().isoformat()}. Greedy decoding, {args.tokens} tokens, "
-        f"median of {args.reps} runs each, kernels already compiled.",
+        f"median of {args.reps} interleaved runs each, kernels already compiled.",
         "",
         "| | prompt tokens | luminal prompt tok/s | llama.cpp prompt tok/s | ratio | "
         "luminal decode tok/s | llama.cpp decode tok/s | ratio |",
