@@ -123,6 +123,9 @@ Expr ceil_div(Expr a, Expr b);
 Expr expr_raw(ExprOp op, Expr a, Expr b);
 /// Rebuilds bottom-up through the simplifying constructors.
 Expr simplify(Expr e);
+/// t / d when d provably divides t as products of the same factors (the coefficient
+/// divisible, every factor of d among t's); nullopt otherwise.
+std::optional<Expr> exact_quotient(Expr t, Expr d);
 /// A loop counter's symbolic range: lo <= v < hi, where hi may be a symbolic dim.
 struct VarRange {
   Expr lo, hi;

@@ -58,7 +58,8 @@ void factor(Expr e, Monomial& m) {
   }
 }
 
-// t / d as a monomial when d divides t exactly (coefficient and factors).
+}  // namespace
+
 std::optional<Expr> exact_quotient(Expr t, Expr d) {
   Monomial mt, md;
   factor(t, mt);
@@ -73,6 +74,8 @@ std::optional<Expr> exact_quotient(Expr t, Expr d) {
   for (Expr f : mt.factors) q = q * f;
   return q;
 }
+
+namespace {
 
 struct Range {  // inclusive
   Expr lo, hi;

@@ -190,32 +190,9 @@ View View::broadcast_to(const std::vector<Expr>& shape) const {
 
 namespace {
 
-// A product as (constant coefficient, sorted non-constant factors).
-struct Factored {
-  int64_t coef = 1;
-  std::vector<uint32_t> factors;
-};
-
-void factor_into(Expr e, Factored& f) {
-  if (auto c = e.as_const()) {
-    f.coef *= *c;
-  } else if (e.op() == ExprOp::Mul) {
-    factor_into(e.lhs(), f);
-    factor_into(e.rhs(), f);
-  } else {
-    f.factors.push_back(e.id());
-  }
-}
-
 // True when q is provably a factor of p (as products of the same symbols).
 bool divides(Expr p, Expr q) {
-  Factored fp, fq;
-  factor_into(p, fp);
-  factor_into(q, fq);
-  if (fq.coef == 0 || fp.coef % fq.coef != 0) return false;
-  std::sort(fp.factors.begin(), fp.factors.end());
-  std::sort(fq.factors.begin(), fq.factors.end());
-  return std::includes(fp.factors.begin(), fp.factors.end(), fq.factors.begin(), fq.factors.end());
+  return exact_quotient(p, q).has_value();
 }
 
 }  // namespace

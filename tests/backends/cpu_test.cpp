@@ -136,6 +136,19 @@ size_t count_ops(const Graph& g, Op op) {
   return n;
 }
 
+// Runs the graph on the reference interpreter, then compiled for the CPU, and compares y.
+void expect_cpu_matches_reference(Graph& cx, const Tensor& y, const std::string& what) {
+  cx.compile(reference());
+  cx.execute();
+  const auto want = y.to_f32();
+  cx.compile(cpu());
+  cx.execute();
+  const auto got = y.to_f32();
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], 1e-4 * (1 + std::fabs(want[i]))) << what << " element " << i;
+}
+
 TEST(Optimize, RulesSelectGemmAndSimplify) {
   Graph cx;
   Tensor a = cx.named_tensor("a", {"b", 8, 16}), w = cx.named_tensor("w", {16, 4});
@@ -155,14 +168,7 @@ TEST(Optimize, RulesSelectGemmAndSimplify) {
   for (size_t i = 0; i < wv.size(); ++i) wv[i] = std::cos(static_cast<float>(i));
   a.set(av);
   w.set(wv);
-  cx.compile(reference());
-  cx.execute();
-  const auto want = y.to_f32();
-  cx.compile(cpu());
-  cx.execute();
-  const auto got = y.to_f32();
-  for (size_t i = 0; i < got.size(); ++i)
-    EXPECT_NEAR(got[i], want[i], 1e-4 * (1 + std::fabs(want[i])));
+  expect_cpu_matches_reference(cx, y, "x W");
 }
 
 TEST(Cpu, BroadcastBatchMatmulsMatchTheReference) {
@@ -188,16 +194,7 @@ TEST(Cpu, BroadcastBatchMatmulsMatchTheReference) {
     for (size_t i = 0; i < bv.size(); ++i) bv[i] = std::cos(0.3f * static_cast<float>(i));
     a.set(av);
     b.set(bv);
-    cx.compile(reference());
-    cx.execute();
-    const auto want = y.to_f32();
-    cx.compile(cpu());
-    cx.execute();
-    const auto got = y.to_f32();
-    ASSERT_EQ(got.size(), want.size());
-    for (size_t i = 0; i < got.size(); ++i)
-      ASSERT_NEAR(got[i], want[i], 1e-4 * (1 + std::fabs(want[i])))
-          << "case " << c.a << " element " << i;
+    expect_cpu_matches_reference(cx, y, "case " + to_string(c.a));
   }
 }
 

@@ -263,15 +263,13 @@ class KernelWriter {
     // inputs): GCC 12 otherwise vectorises the row loop around a short column loop,
     // and miscompiles selects on byte masks when it does.
     const bool one_row = rows == Expr(1);
-    std::vector<Expr> idx;
     if (one_row) {
       os_ << "  {\n    const int64_t lum_row = 0;\n";
-      idx = split_counter("lum_row", outer, "    ");
     } else {
       os_ << "  #pragma omp parallel for schedule(static) if(lum_rows * lum_cols > 16384)\n";
       os_ << "  for (int64_t lum_row = 0; lum_row < lum_rows; ++lum_row) {\n";
-      idx = split_counter("lum_row", outer, "    ");
     }
+    std::vector<Expr> idx = split_counter("lum_row", outer, "    ");
     idx.push_back(counter("lum_col", cols));
     // The body first, to see whether it can report errors (simd lanes would race to
     // record the first one).
