@@ -8,8 +8,7 @@
 
 #include "luminal/error.hpp"
 #include "luminal/graph.hpp"
-#include "luminal/models/gemma.hpp"
-#include "luminal/models/tokenizer.hpp"
+#include "luminal/models/language_model.hpp"
 #include "luminal/tensor.hpp"
 
 namespace luminal::models {
@@ -64,20 +63,59 @@ int32_t sample(const std::vector<float>& logits, const SamplingOptions& o, uint6
   return idx[keep - 1];
 }
 
+// Streams generated text: the ids decoded together (so multi-byte characters split
+// across tokens, and spaces a decoder handles by context, come out right), after the
+// prompt's last token, which gives the first generated one its left context. Text is
+// held back while it ends inside a UTF-8 sequence, until flush().
+class TextStream {
+ public:
+  TextStream(const TextTokenizer& t, const std::vector<int32_t>& prompt) : t_(t) {
+    if (!prompt.empty()) ids_.push_back(prompt.back());
+    shown_ = t_.decode(ids_).size();
+  }
+  std::string push(int32_t id) {
+    ids_.push_back(id);
+    return take(false);
+  }
+  std::string flush() { return take(true); }
+
+
+ private:
+  std::string take(bool all) {
+    const std::string text = t_.decode(ids_);
+    if (text.size() <= shown_ || (!all && ends_inside_character(text))) return "";
+    std::string piece = text.substr(shown_);
+    shown_ = text.size();
+    return piece;
+  }
+
+  static bool ends_inside_character(const std::string& s) {
+    if (s.size() >= 3 && s.compare(s.size() - 3, 3, "\xEF\xBF\xBD") == 0) return true;  // U+FFFD
+    // Walk back over continuation bytes to the lead byte and compare lengths.
+    size_t i = s.size(), cont = 0;
+    while (i > 0 && cont < 4 && (static_cast<unsigned char>(s[i - 1]) & 0xC0) == 0x80) --i, ++cont;
+    if (i == 0) return cont > 0;
+    const auto lead = static_cast<unsigned char>(s[i - 1]);
+    const size_t need = lead >= 0xF0 ? 3 : lead >= 0xE0 ? 2 : lead >= 0xC0 ? 1 : 0;
+    return cont < need;
+  }
+
+  const TextTokenizer& t_;
+  std::vector<int32_t> ids_;
+  size_t shown_ = 0;
+};
+
 struct TextGenerator::Impl {
-  std::unique_ptr<GgufFile> file;
-  std::unique_ptr<SpmTokenizer> tokenizer;
   Graph graph;
-  std::unique_ptr<Gemma> model;
+  LanguageModel lm;
   Tensor tokens, logits;
   std::vector<nn::KVCache> cache_out;
-  std::vector<int32_t> stop_ids;
   int64_t past = 0;
   double load_seconds = 0, compile_seconds = 0;
 
   void reset_cache() {
     past = 0;
-    for (auto& c : model->cache_inputs) {
+    for (auto& c : lm.model->cache_inputs) {
       c.k.set(std::vector<float>{});
       c.v.set(std::vector<float>{});
     }
@@ -91,8 +129,8 @@ struct TextGenerator::Impl {
     graph.execute();
     past += static_cast<int64_t>(ids.size());
     for (size_t l = 0; l < cache_out.size(); ++l) {
-      model->cache_inputs[l].k.set_buffer(graph.take_data(cache_out[l].k.id()).value());
-      model->cache_inputs[l].v.set_buffer(graph.take_data(cache_out[l].v.id()).value());
+      lm.model->cache_inputs[l].k.set_buffer(graph.take_data(cache_out[l].k.id()).value());
+      lm.model->cache_inputs[l].v.set_buffer(graph.take_data(cache_out[l].v.id()).value());
     }
     return logits.to_f32();
   }
@@ -105,33 +143,18 @@ TextGenerator::TextGenerator(const std::string& path, const Backend& backend,
     if (progress) progress(s);
   };
   const auto start = Clock::now();
-  LUM_CHECK(path.size() > 5 && path.substr(path.size() - 5) == ".gguf")
-      << path << ": only GGUF model files are supported by this command so far";
   Impl& m = *impl_;
-  m.file = std::make_unique<GgufFile>(path);
-  const std::string arch = m.file->get_string("general.architecture");
-  LUM_CHECK(arch == "gemma3") << path << ": unsupported architecture '" << arch
-                              << "' (supported: gemma3)";
-  m.tokenizer = std::make_unique<SpmTokenizer>(*m.file);
-  const GemmaConfig cfg = GemmaConfig::from_gguf(*m.file);
-  say("loading " + arch + ": " + std::to_string(cfg.layers) + " layers, hidden " +
-      std::to_string(cfg.hidden) + ", vocab " + std::to_string(cfg.vocab));
-  m.model = std::make_unique<Gemma>(m.graph, cfg);
+  m.lm = open_language_model(path, m.graph);
+  say("loaded " + m.lm.summary);
   m.tokens = m.graph.named_tensor("tokens", {"seq"}, DType::I32);
   // Only the last position's logits are needed to pick the next token.
-  Gemma::Output out = m.model->forward(m.tokens, "seq", "past", /*last_only=*/true);
+  CausalLM::Output out = m.lm.model->forward(m.tokens, "seq", "past", /*last_only=*/true);
   m.logits = out.logits.retrieve();
   m.cache_out = out.cache;
   for (auto& c : m.cache_out) {
     c.k.retrieve();
     c.v.retrieve();
   }
-  const std::vector<std::string> unused = load_gguf_weights(*m.model, *m.file, arch);
-  LUM_CHECK(unused.empty()) << path << ": the " << arch << " model does not use tensor '"
-                            << unused.front() << "' (an unsupported variant?)";
-  for (const char* stop : {"<end_of_turn>", "<eos>"})
-    if (int32_t id = m.tokenizer->find(stop); id >= 0) m.stop_ids.push_back(id);
-  if (m.tokenizer->eos() >= 0) m.stop_ids.push_back(m.tokenizer->eos());
   m.load_seconds = since(start);
   say("compiling for " + backend.name() + " (cached after the first run)...");
   const auto compile_start = Clock::now();
@@ -147,14 +170,20 @@ TextGenerator::TextGenerator(const std::string& path, const Backend& backend,
 TextGenerator::~TextGenerator() = default;
 
 std::vector<int32_t> TextGenerator::encode(const std::string& text) const {
-  return impl_->tokenizer->encode(text, true);
+  return impl_->lm.tokenizer->encode(text);
 }
-std::string TextGenerator::architecture() const {
-  return impl_->file->get_string("general.architecture");
+std::string TextGenerator::architecture() const { return impl_->lm.architecture; }
+
+ChatFormat TextGenerator::chat_format() const {
+  // Llama 2 and Llama 3 checkpoints share the architecture name; the vocabulary tells.
+  if (architecture() == "llama")
+    return impl_->lm.tokenizer->find("<|start_header_id|>") >= 0 ? ChatFormat::Llama3
+                                                                 : ChatFormat::Llama2;
+  return chat_format_for(architecture());
 }
 
 std::string TextGenerator::decode(const std::vector<int32_t>& ids) const {
-  return impl_->tokenizer->decode(ids);
+  return impl_->lm.tokenizer->decode(ids);
 }
 
 GenerationStats TextGenerator::generate(const std::string& prompt, int64_t max_tokens,
@@ -165,8 +194,10 @@ GenerationStats TextGenerator::generate(const std::string& prompt, int64_t max_t
   st.load_seconds = m.load_seconds;
   st.compile_seconds = m.compile_seconds;
   m.reset_cache();
-  const std::vector<int32_t> ids = m.tokenizer->encode(prompt, true);
+  const std::vector<int32_t> ids = m.lm.tokenizer->encode(prompt);
+  LUM_CHECK(!ids.empty()) << "the prompt is empty and the model adds no start token";
   st.prompt_tokens = ids.size();
+  TextStream stream(*m.lm.tokenizer, ids);
   uint64_t rng = opts.seed;
   const auto start = Clock::now();
   std::vector<float> logits = m.step(ids);
@@ -175,11 +206,13 @@ GenerationStats TextGenerator::generate(const std::string& prompt, int64_t max_t
   for (int64_t i = 0; i < max_tokens; ++i) {
     const int32_t next = sample(logits, opts, rng);
     if (i == 0) st.ttft_seconds = since(start);
-    if (std::find(m.stop_ids.begin(), m.stop_ids.end(), next) != m.stop_ids.end()) break;
+    if (std::find(m.lm.stop_ids.begin(), m.lm.stop_ids.end(), next) != m.lm.stop_ids.end())
+      break;
     ++st.generated;
-    if (on_text) on_text(m.tokenizer->piece(next));
+    if (const std::string piece = stream.push(next); on_text && !piece.empty()) on_text(piece);
     if (i + 1 < max_tokens) logits = m.step({next});
   }
+  if (const std::string rest = stream.flush(); on_text && !rest.empty()) on_text(rest);
   st.decode_seconds = since(decode_start);
   return st;
 }

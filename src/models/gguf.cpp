@@ -218,6 +218,19 @@ double GgufFile::get_float(const std::string& key) const {
   return static_cast<double>(get_int(key));
 }
 
+bool GgufFile::get_flag(const std::string& key, bool fallback) const {
+  const GgufValue* v = find(key);
+  if (!v) return fallback;
+  if (const auto* b = std::get_if<bool>(&v->v)) return *b;
+  return get_int(key) != 0;
+}
+
+bool GgufFile::has_tensor(const std::string& name) const {
+  for (const GgufTensorInfo& t : tensors_)
+    if (t.name == name) return true;
+  return false;
+}
+
 const GgufTensorInfo& GgufFile::tensor(const std::string& name) const {
   for (const GgufTensorInfo& t : tensors_)
     if (t.name == name) return t;

@@ -438,6 +438,8 @@ HfTokenizer HfTokenizer::from_gguf(const GgufFile& f) {
                    {"decoder", json_object({{"type", json_string("ByteLevel")}})}});
   HfTokenizer t;
   t.load(j, f.path());
+  if (f.get_flag("tokenizer.ggml.add_bos_token", false) && f.find("tokenizer.ggml.bos_token_id"))
+    t.template_prefix_.push_back(static_cast<int32_t>(f.get_int("tokenizer.ggml.bos_token_id")));
   return t;
 }
 
@@ -529,6 +531,7 @@ void HfTokenizer::load(const Json& j, const std::string& path) {
   if (const Json* p = j.find("pre_tokenizer"); p && p->is_object())
     impl_->add_pre_tokenizer(*p, path);
   if (const Json* d = j.find("decoder"); d && d->is_object()) impl_->add_decoder(*d, path);
+  if (const Json* p = j.find("post_processor"); p && p->is_object()) add_post_processor(*p, path);
   for (int b = 0; b < 256; ++b)
     impl_->to_byte[impl_->to_char[static_cast<size_t>(b)]] = static_cast<unsigned char>(b);
   if (byte_fallback_) {
@@ -536,6 +539,37 @@ void HfTokenizer::load(const Json& j, const std::string& path) {
       char name[7];
       std::snprintf(name, sizeof name, "<0x%02X>", b);
       byte_ids_[static_cast<size_t>(b)] = find(name);
+    }
+  }
+}
+
+// The special tokens a TemplateProcessing step puts around a single sequence; other
+// post-processors (ByteLevel offsets, BERT's, RoBERTa's) add none to a plain encode here.
+void HfTokenizer::add_post_processor(const Json& p, const std::string& path) {
+  const std::string type = type_of(p);
+  if (type == "Sequence") {
+    for (const Json& part : member(p, "processors", path).array()) add_post_processor(part, path);
+    return;
+  }
+  if (type != "TemplateProcessing") return;
+  const Json& specials = member(p, "special_tokens", path);
+  bool seen_text = false;
+  for (const Json& item : member(p, "single", path).array()) {
+    if (item.find("Sequence")) {
+      seen_text = true;
+      continue;
+    }
+    const Json* special = item.find("SpecialToken");
+    LUM_CHECK(special && special->is_object())
+        << path << ": post_processor.single has an item that is neither Sequence nor SpecialToken";
+    const std::string name = string_member(*special, "id", path);
+    const Json* entry = specials.find(name);
+    LUM_CHECK(entry && entry->is_object())
+        << path << ": post_processor names special token '" << name << "' without its ids";
+    for (const Json& id : member(*entry, "ids", path).array()) {
+      LUM_CHECK(id.is_int() && id.integer() >= 0 && static_cast<size_t>(id.integer()) < tokens_.size())
+          << path << ": special token '" << name << "' has an id outside the vocabulary";
+      (seen_text ? template_suffix_ : template_prefix_).push_back(static_cast<int32_t>(id.integer()));
     }
   }
 }
@@ -676,8 +710,9 @@ void HfTokenizer::encode_word(const std::string& word, std::vector<int32_t>& out
   out.insert(out.end(), symbols.begin(), symbols.end());
 }
 
-std::vector<int32_t> HfTokenizer::encode(const std::string& text) const {
+std::vector<int32_t> HfTokenizer::encode(const std::string& text, bool add_special_tokens) const {
   std::vector<int32_t> out;
+  if (add_special_tokens) out = template_prefix_;
   const auto encode_plain = [&](const std::string& segment, bool first) {
     if (segment.empty()) return;
     icu::UnicodeString u = icu::UnicodeString::fromUTF8(segment);
@@ -702,6 +737,7 @@ std::vector<int32_t> HfTokenizer::encode(const std::string& text) const {
     start = i;
   }
   encode_plain(text.substr(start), start == 0);
+  if (add_special_tokens) out.insert(out.end(), template_suffix_.begin(), template_suffix_.end());
   return out;
 }
 

@@ -1,7 +1,9 @@
 // The Llama decoder.
 #include "luminal/models/llama.hpp"
 
+#include <algorithm>
 #include <cstring>
+#include <memory>
 #include <set>
 
 #include "luminal/error.hpp"
@@ -58,6 +60,49 @@ LlamaConfig LlamaConfig::from_hf_json(const std::string& path) {
   return c;
 }
 
+LlamaConfig LlamaConfig::from_gguf(const GgufFile& f) {
+  const std::string arch = f.get_string("general.architecture");
+  LUM_CHECK(arch == "llama" || arch == "qwen2" || arch == "qwen3")
+      << f.path() << ": architecture '" << arch << "' is not in the Llama family (llama, qwen2, qwen3)";
+  const auto key = [&](const char* k) { return arch + "." + k; };
+  LUM_CHECK(!f.find(key("expert_count")) || f.get_int(key("expert_count")) == 0)
+      << f.path() << ": mixture-of-experts GGUF files are not supported yet";
+  LUM_CHECK(!f.has_tensor("rope_freqs.weight"))
+      << f.path() << ": per-frequency RoPE factors (rope_freqs.weight, Llama 3.1 style) are "
+                     "not supported yet";
+  LlamaConfig c;
+  c.hidden = f.get_int(key("embedding_length"));
+  c.intermediate = f.get_int(key("feed_forward_length"));
+  c.layers = f.get_int(key("block_count"));
+  c.heads = f.get_int(key("attention.head_count"));
+  c.kv_heads = f.find(key("attention.head_count_kv")) ? f.get_int(key("attention.head_count_kv"))
+                                                      : c.heads;
+  LUM_CHECK(c.heads > 0 && c.kv_heads > 0 && c.hidden > 0 && c.layers > 0)
+      << f.path() << ": non-positive model sizes in the metadata";
+  c.head_dim = f.find(key("attention.key_length")) ? f.get_int(key("attention.key_length"))
+                                                   : c.hidden / c.heads;
+  c.rms_eps = f.get_float(key("attention.layer_norm_rms_epsilon"));
+  c.rope_theta = f.find(key("rope.freq_base")) ? f.get_float(key("rope.freq_base")) : 10000.0;
+  const std::string scaling =
+      f.find(key("rope.scaling.type")) ? f.get_string(key("rope.scaling.type")) : "none";
+  if (scaling == "linear" || scaling == "yarn") {
+    c.rope_scaling.kind =
+        scaling == "linear" ? nn::RopeScaling::Kind::Linear : nn::RopeScaling::Kind::Yarn;
+    c.rope_scaling.factor = f.get_float(key("rope.scaling.factor"));
+    if (scaling == "yarn")
+      c.rope_scaling.original_context = f.get_float(key("rope.scaling.original_context_length"));
+  } else {
+    LUM_CHECK(scaling == "none") << f.path() << ": RoPE scaling '" << scaling
+                                 << "' is not supported (supported: none, linear, yarn)";
+  }
+  c.vocab = f.tensor("token_embd.weight").shape.at(0);
+  c.tie_embeddings = !f.has_tensor("output.weight");
+  c.qkv_bias = f.has_tensor("blk.0.attn_q.bias");
+  c.qk_norm = f.has_tensor("blk.0.attn_q_norm.weight");
+  c.neox_rope = arch != "llama";
+  return c;
+}
+
 Llama::Llama(Graph& g, const LlamaConfig& c)
     : config(c),
       embed(g, "model.embed_tokens", c.vocab, c.hidden),
@@ -67,7 +112,8 @@ Llama::Llama(Graph& g, const LlamaConfig& c)
   for (int64_t i = 0; i < c.layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i);
     nn::Attention attn(g, p + ".self_attn", c.hidden, c.heads, c.kv_heads, c.head_dim, c.qkv_bias,
-                       nn::RopeConfig{c.rope_theta, true, c.rope_scaling}, c.sliding_window);
+                       nn::RopeConfig{c.rope_theta, c.neox_rope, c.rope_scaling},
+                       c.sliding_window);
     if (c.qk_norm) attn.enable_qk_norm(g, p + ".self_attn", c.rms_eps, false);
     Layer layer{nn::RMSNorm(g, p + ".input_layernorm", c.hidden, c.rms_eps),
                 nn::RMSNorm(g, p + ".post_attention_layernorm", c.hidden, c.rms_eps),
@@ -87,7 +133,7 @@ Llama::Llama(Graph& g, const LlamaConfig& c)
   }
 }
 
-Llama::Output Llama::forward(const Tensor& tokens, Expr seq, Expr past) const {
+Llama::Output Llama::forward(const Tensor& tokens, Expr seq, Expr past, bool last_only) const {
   Output out;
   Tensor h = embed.forward(tokens);
   for (size_t i = 0; i < layers.size(); ++i) {
@@ -98,6 +144,7 @@ Llama::Output Llama::forward(const Tensor& tokens, Expr seq, Expr past) const {
     h = h + (l.moe ? l.moe->forward(normed) : l.mlp->forward(normed));
     out.cache.push_back(cache);
   }
+  if (last_only) h = h.slice(0, seq - 1, seq);
   out.logits = lm_head.forward(norm.forward(h));
   return out;
 }
@@ -152,25 +199,34 @@ RowSource source_row_range(const std::string& name, const LlamaConfig* c) {
 }  // namespace
 
 std::vector<std::string> load_safetensors_weights(const nn::Module& m, const std::string& path) {
-  SafetensorsFile f(path);
+  return load_safetensors_weights(m, std::vector<std::string>{path});
+}
+
+std::vector<std::string> load_safetensors_weights(const nn::Module& m,
+                                                  const std::vector<std::string>& shards) {
+  std::vector<std::unique_ptr<SafetensorsFile>> files;
+  for (const std::string& path : shards) files.push_back(std::make_unique<SafetensorsFile>(path));
   const auto* llama = dynamic_cast<const Llama*>(&m);
   std::set<std::string> used;
   nn::load_parameters(
       m, [&](const std::string& name, const std::vector<int64_t>& shape) -> std::optional<Buffer> {
         const RowSource src = source_row_range(name, llama ? &llama->config : nullptr);
-        if (!f.has(src.tensor)) return std::nullopt;
+        const auto file = std::find_if(files.begin(), files.end(),
+                                       [&](const auto& f) { return f->has(src.tensor); });
+        if (file == files.end()) return std::nullopt;
+        const SafetensorsFile& f = **file;
         used.insert(src.tensor);
         const SafetensorsTensor& t = f.tensor(src.tensor);
         Buffer all = f.read(src.tensor);
         if (src.end < 0) {
           LUM_CHECK(t.shape == shape)
-              << path << ": tensor '" << name << "' has the wrong shape for this model";
+              << f.path() << ": tensor '" << name << "' has the wrong shape for this model";
           return all;
         }
         // A row range of a fused [rows, cols] matrix.
         LUM_CHECK(t.shape.size() == 2 && src.end <= t.shape[0] && shape.size() == 2 &&
                   shape[1] == t.shape[1] && shape[0] == src.end - src.begin)
-            << path << ": fused tensor '" << src.tensor << "' does not hold '" << name
+            << f.path() << ": fused tensor '" << src.tensor << "' does not hold '" << name
             << "' for this config";
         const size_t row_bytes = static_cast<size_t>(t.shape[1]) * dtype_size(t.dtype);
         Buffer part(t.dtype, static_cast<size_t>((src.end - src.begin) * t.shape[1]),
@@ -182,8 +238,9 @@ std::vector<std::string> load_safetensors_weights(const nn::Module& m, const std
         return part;
       });
   std::vector<std::string> unused;
-  for (const auto& t : f.tensors())
-    if (!used.count(t.name)) unused.push_back(t.name);
+  for (const auto& f : files)
+    for (const auto& t : f->tensors())
+      if (!used.count(t.name)) unused.push_back(t.name);
   return unused;
 }
 

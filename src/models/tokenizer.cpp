@@ -33,10 +33,7 @@ SpmTokenizer::SpmTokenizer(const GgufFile& f) {
   eos_ = f.find("tokenizer.ggml.eos_token_id")
              ? static_cast<int32_t>(f.get_int("tokenizer.ggml.eos_token_id"))
              : -1;
-  if (const GgufValue* p = f.find("tokenizer.ggml.add_space_prefix")) {
-    if (const auto* b = std::get_if<bool>(&p->v)) add_space_prefix_ = *b;
-    if (const auto* u = std::get_if<uint64_t>(&p->v)) add_space_prefix_ = *u != 0;
-  }
+  add_space_prefix_ = f.get_flag("tokenizer.ggml.add_space_prefix", false);
   index();
 }
 

@@ -35,7 +35,7 @@ constexpr const char* kChatUsage =
     "family's chat template.\n"
     "\n"
     "options:\n"
-    "  --model PATH        a .gguf file (architectures: gemma3)\n"
+    "  --model PATH        a .gguf file or a Hugging Face model folder (see generate --help)\n"
     "  --system TEXT       a system message\n"
     "  --max-tokens N      the longest reply (default: 256)\n"
     "  --temperature T     0 for greedy decoding (default: 0.7)\n"
@@ -48,11 +48,14 @@ constexpr const char* kChatUsage =
 constexpr const char* kGenerateUsage =
     "usage: luminal generate --model PATH [options]\n"
     "\n"
-    "Loads a GGUF model, compiles it (cached after the first run), streams the generated\n"
-    "text and reports prompt tokens/s, time to first token, decode tokens/s and peak memory.\n"
+    "Loads a model, compiles it (cached after the first run), streams the generated text\n"
+    "and reports prompt tokens/s, time to first token, decode tokens/s and peak memory.\n"
     "\n"
     "options:\n"
-    "  --model PATH        a .gguf file (architectures: gemma3)\n"
+    "  --model PATH        a .gguf file (architectures gemma3, llama, qwen2, qwen3), or a\n"
+    "                      Hugging Face model folder: config.json, model.safetensors (or\n"
+    "                      sharded) and tokenizer.json (Gemma 1-3, Llama, Mistral, Mixtral,\n"
+    "                      Phi-3, Qwen 2/3, Qwen3-MoE)\n"
     "  --prompt TEXT       the prompt (default: \"The capital of France is\")\n"
     "  --max-tokens N      tokens to generate (default: 32)\n"
     "  --temperature T     0 for greedy decoding (default: 0)\n"
@@ -172,7 +175,7 @@ int chat(int argc, char** argv) {
   const Options o = parse(argc, argv, kChatUsage, true);
   try {
     luminal::models::TextGenerator gen(o.model, backend_for(o.device), progress);
-    const auto format = luminal::models::chat_format_for(gen.architecture());
+    const auto format = gen.chat_format();
     std::vector<luminal::models::ChatMessage> history;
     if (!o.system.empty()) history.push_back({"system", o.system});
     std::fputs("type a message; /reset starts over, /quit leaves\n", stderr);

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "luminal/models/causal_lm.hpp"
 #include "luminal/models/gguf.hpp"
-#include "luminal/nn/attention.hpp"
 
 namespace luminal::models {
 
@@ -31,18 +31,12 @@ struct GemmaConfig {
   static GemmaConfig from_hf_json(const std::string& path);
 };
 
-class Gemma final : public nn::Module {
+class Gemma final : public CausalLM {
  public:
   Gemma(Graph& g, const GemmaConfig& c);
 
-  struct Output {
-    Tensor logits;                   // [seq, vocab]
-    std::vector<nn::KVCache> cache;  // per layer, grown by seq
-  };
-  /// `last_only`: logits of the last position only ([1, vocab]), all a generator needs;
-  /// the output projection, the largest product, then runs on one row.
   Output forward(const Tensor& tokens, Expr seq = "seq", Expr past = "past",
-                 bool last_only = false) const;
+                 bool last_only = false) const override;
   void parameters(const std::string& prefix, nn::NamedTensors& out) const override;
 
   GemmaConfig config;
@@ -55,7 +49,6 @@ class Gemma final : public nn::Module {
   };
   std::vector<Layer> layers;
   nn::RMSNorm norm;
-  std::vector<nn::KVCache> cache_inputs;
 };
 
 /// Loads parameters named as in Hugging Face checkpoints from a GGUF file using the

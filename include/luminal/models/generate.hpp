@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "luminal/backend.hpp"
+#include "luminal/models/chat_template.hpp"
 
 namespace luminal::models {
 
@@ -36,7 +37,8 @@ struct GenerationStats {
 
 class TextGenerator {
  public:
-  /// Loads a GGUF file (architectures: gemma3). `progress` receives status lines.
+  /// Loads a model (see open_language_model: a GGUF file or a Hugging Face folder) and
+  /// compiles it for `backend`. `progress` receives status lines.
   TextGenerator(const std::string& path, const Backend& backend,
                 const std::function<void(const std::string&)>& progress = {});
   ~TextGenerator();
@@ -54,8 +56,10 @@ class TextGenerator {
   std::vector<std::vector<float>> forced_logits(const std::vector<int32_t>& prompt,
                                                 const std::vector<int32_t>& tokens);
   std::vector<int32_t> encode(const std::string& text) const;
-  /// general.architecture of the loaded model.
+  /// The loaded model's architecture (GGUF general.architecture or HF model_type).
   std::string architecture() const;
+  /// The chat format its conversations are rendered in (an error if none is known).
+  ChatFormat chat_format() const;
   std::string decode(const std::vector<int32_t>& ids) const;
 
  private:

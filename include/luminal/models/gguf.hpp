@@ -51,8 +51,11 @@ class GgufFile {
   std::string get_string(const std::string& key) const;
   int64_t get_int(const std::string& key) const;
   double get_float(const std::string& key) const;
+  /// A boolean flag (stored as bool or integer); `fallback` if absent.
+  bool get_flag(const std::string& key, bool fallback) const;
   const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
   const GgufTensorInfo& tensor(const std::string& name) const;
+  bool has_tensor(const std::string& name) const;
   /// The raw bytes of a tensor in the mapping.
   std::span<const std::byte> data(const GgufTensorInfo& t) const;
   /// A tensor decoded to f32.

@@ -30,8 +30,11 @@ class HfTokenizer {
   ~HfTokenizer();
   HfTokenizer(HfTokenizer&&) noexcept;
 
-  /// Token ids for `text`, without BOS/EOS (HF's add_special_tokens=False).
-  std::vector<int32_t> encode(const std::string& text) const;
+  /// Token ids for `text`; with `add_special_tokens`, the post-processor's template
+  /// (a TemplateProcessing "single" sequence: BOS for Llama, Gemma) around them, as
+  /// HF's add_special_tokens=True. From GGUF, the template is BOS if
+  /// tokenizer.ggml.add_bos_token is set.
+  std::vector<int32_t> encode(const std::string& text, bool add_special_tokens = false) const;
   /// Text of token ids, added tokens included; invalid UTF-8 becomes U+FFFD.
   std::string decode(const std::vector<int32_t>& ids) const;
 
@@ -46,6 +49,7 @@ class HfTokenizer {
   void encode_word(const std::string& word, std::vector<int32_t>& out) const;
   void encode_unigram(const std::string& word, std::vector<int32_t>& out) const;
   void encode_unknown(const std::string& text, bool& last_unk, std::vector<int32_t>& out) const;
+  void add_post_processor(const Json& p, const std::string& path);
 
   std::unique_ptr<Impl> impl_;
   std::vector<std::string> tokens_;  // id -> token text (byte-level alphabet, or added content)
@@ -53,6 +57,7 @@ class HfTokenizer {
   std::unordered_map<uint64_t, std::pair<int32_t, int32_t>>
       merges_;                      // (left, right) -> (rank, merged)
   std::vector<std::string> added_;  // added token contents, longest first
+  std::vector<int32_t> template_prefix_, template_suffix_;  // special tokens around a text
   std::array<int32_t, 256> byte_ids_{};  // <0xXX> tokens (byte fallback)
   std::vector<double> scores_;           // Unigram log-probabilities
   double min_score_ = 0;

@@ -7,7 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "luminal/nn/attention.hpp"
+#include "luminal/models/causal_lm.hpp"
+#include "luminal/models/gguf.hpp"
 #include "luminal/nn/moe.hpp"
 
 namespace luminal::models {
@@ -21,25 +22,27 @@ struct LlamaConfig {
   bool tie_embeddings = false, qkv_bias = false;
   bool qk_norm = false;            // per-head RMS norms on queries and keys (Qwen 3)
   bool fused_projections = false;  // qkv_proj / gate_up_proj checkpoints (Phi-3)
+  /// RoPE over the two halves of each head (HF); GGUF "llama" files store q/k rows
+  /// permuted for llama.cpp's rotation of interleaved pairs, which then gives the same.
+  bool neox_rope = true;
   // Mixture of experts (Mixtral, Qwen3-MoE): 0 experts means a dense MLP.
   int64_t experts = 0, experts_per_token = 0, expert_intermediate = 0;
   bool renormalize_experts = true;
   std::string moe_block = "mlp";  // Mixtral: block_sparse_moe
   /// Reads a Hugging Face config.json; missing or malformed fields are errors naming them.
   static LlamaConfig from_hf_json(const std::string& path);
+  /// From GGUF metadata (architectures llama, qwen2, qwen3); what the file needs that
+  /// this model lacks (experts, RoPE frequency factors) is an error naming it.
+  static LlamaConfig from_gguf(const GgufFile& f);
 };
 
-class Llama final : public nn::Module {
+class Llama final : public CausalLM {
  public:
-  /// Builds parameters and per-layer KV-cache inputs ([kv_heads, "past", head_dim]).
+  /// Builds parameters and per-layer KV-cache inputs.
   Llama(Graph& g, const LlamaConfig& c);
 
-  struct Output {
-    Tensor logits;                   // [seq, vocab]
-    std::vector<nn::KVCache> cache;  // per layer, [kv_heads, past + seq, head_dim]
-  };
-  /// tokens: i32 [seq] at positions past .. past + seq - 1.
-  Output forward(const Tensor& tokens, Expr seq = "seq", Expr past = "past") const;
+  Output forward(const Tensor& tokens, Expr seq = "seq", Expr past = "past",
+                 bool last_only = false) const override;
   void parameters(const std::string& prefix, nn::NamedTensors& out) const override;
 
   LlamaConfig config;
@@ -53,12 +56,14 @@ class Llama final : public nn::Module {
   std::vector<Layer> layers;
   nn::RMSNorm norm;
   nn::Linear lm_head;
-  std::vector<nn::KVCache> cache_inputs;
 };
 
 /// Loads every parameter from a safetensors file with Hugging Face names. Returns the
 /// file's tensors that no parameter used (a model missing a part shows up here).
 std::vector<std::string> load_safetensors_weights(const nn::Module& m, const std::string& path);
+/// The same over the shards of one checkpoint (model-00001-of-00002.safetensors, ...).
+std::vector<std::string> load_safetensors_weights(const nn::Module& m,
+                                                  const std::vector<std::string>& shards);
 
 /// Writes every parameter's current value under its Hugging Face name (atomically).
 void save_safetensors_weights(const nn::Module& m, const std::string& path);

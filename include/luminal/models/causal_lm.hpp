@@ -1,0 +1,26 @@
+// A decoder-only language model as a generator drives it: token ids at positions
+// past .. past + seq - 1 in, next-token logits and the grown KV cache out.
+#pragma once
+
+#include <vector>
+
+#include "luminal/nn/attention.hpp"
+
+namespace luminal::models {
+
+class CausalLM : public nn::Module {
+ public:
+  struct Output {
+    Tensor logits;                   // [seq, vocab]; [1, vocab] with last_only
+    std::vector<nn::KVCache> cache;  // per layer, [kv_heads, past + seq, head_dim]
+  };
+  /// tokens: i32 [seq]. `last_only`: the logits of the last position only, all a
+  /// generator needs; the output projection, the largest product, then runs on one row.
+  virtual Output forward(const Tensor& tokens, Expr seq = "seq", Expr past = "past",
+                         bool last_only = false) const = 0;
+
+  /// Per layer, the cache the forward pass reads: [kv_heads, "past", head_dim].
+  std::vector<nn::KVCache> cache_inputs;
+};
+
+}  // namespace luminal::models

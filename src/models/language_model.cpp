@@ -1,0 +1,152 @@
+// Model loading for the generator: the file format and the architecture pick the
+// decoder, the weight loader and the tokenizer.
+#include "luminal/models/language_model.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <set>
+
+#include "luminal/error.hpp"
+#include "luminal/models/chat_template.hpp"
+#include "luminal/models/gemma.hpp"
+#include "luminal/models/gguf.hpp"
+#include "luminal/models/llama.hpp"
+#include "models/json.hpp"
+
+namespace luminal::models {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool is_gemma(const std::string& model_type) {
+  return model_type == "gemma" || model_type == "gemma2" || model_type == "gemma3_text";
+}
+bool is_llama_family(const std::string& model_type) {
+  static const std::set<std::string> kTypes{"llama", "mistral", "qwen2", "qwen3",
+                                            "mixtral", "qwen3_moe", "phi3"};
+  return kTypes.count(model_type) > 0;
+}
+
+std::string summary(const std::string& arch, int64_t layers, int64_t hidden, int64_t vocab) {
+  return arch + ": " + std::to_string(layers) + " layers, hidden " + std::to_string(hidden) +
+         ", vocab " + std::to_string(vocab);
+}
+
+void add_stop(std::vector<int32_t>& stops, int64_t id) {
+  if (id >= 0 && std::find(stops.begin(), stops.end(), id) == stops.end())
+    stops.push_back(static_cast<int32_t>(id));
+}
+
+// The end-of-turn markers of the chat formats we render, where the vocabulary has them:
+// a chat model ends its reply with one even when its EOS is another token.
+void add_end_of_turn_stops(LanguageModel& lm) {
+  for (ChatFormat f : {ChatFormat::Gemma, ChatFormat::ChatML, ChatFormat::Llama3})
+    add_stop(lm.stop_ids, lm.tokenizer->find(end_of_turn(f)));
+}
+
+void check_all_used(const std::vector<std::string>& unused, const std::string& path,
+                    const std::string& arch) {
+  LUM_CHECK(unused.empty()) << path << ": the " << arch << " model does not use tensor '"
+                            << unused.front() << "' (an unsupported variant?)";
+}
+
+LanguageModel open_gguf(const std::string& path, Graph& g) {
+  const GgufFile f(path);
+  LanguageModel lm;
+  lm.architecture = f.get_string("general.architecture");
+  if (lm.architecture == "gemma3") {
+    const GemmaConfig c = GemmaConfig::from_gguf(f);
+    lm.summary = summary(lm.architecture, c.layers, c.hidden, c.vocab);
+    lm.model = std::make_unique<Gemma>(g, c);
+  } else if (lm.architecture == "llama" || lm.architecture == "qwen2" ||
+             lm.architecture == "qwen3") {
+    const LlamaConfig c = LlamaConfig::from_gguf(f);
+    lm.summary = summary(lm.architecture, c.layers, c.hidden, c.vocab);
+    lm.model = std::make_unique<Llama>(g, c);
+  } else {
+    LUM_FAIL() << path << ": unsupported architecture '" << lm.architecture
+               << "' (supported in GGUF: gemma3, llama, qwen2, qwen3)";
+  }
+  lm.tokenizer = gguf_text_tokenizer(f);
+  check_all_used(load_gguf_weights(*lm.model, f, lm.architecture), path, lm.architecture);
+  for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"})
+    if (f.find(key)) add_stop(lm.stop_ids, f.get_int(key));
+  add_end_of_turn_stops(lm);
+  return lm;
+}
+
+// eos_token_id in a config: an id or a list of them.
+void add_eos_ids(const Json& j, std::vector<int32_t>& stops) {
+  const Json* eos = j.find("eos_token_id");
+  if (!eos) return;
+  if (eos->is_int()) add_stop(stops, eos->integer());
+  if (eos->is_array())
+    for (const Json& id : eos->array())
+      if (id.is_int()) add_stop(stops, id.integer());
+}
+
+// The checkpoint's safetensors files: one, or the shards its index names.
+std::vector<std::string> weight_files(const fs::path& dir) {
+  if (fs::exists(dir / "model.safetensors")) return {(dir / "model.safetensors").string()};
+  const fs::path index = dir / "model.safetensors.index.json";
+  LUM_CHECK(fs::exists(index)) << dir.string()
+                               << ": no model.safetensors or model.safetensors.index.json";
+  const Json j = read_json_object(index.string(), "safetensors index");
+  const Json* map = j.find("weight_map");
+  LUM_CHECK(map && map->is_object()) << index.string() << ": no weight_map object";
+  std::set<std::string> shards;
+  for (const auto& [tensor, file] : map->object()) {
+    LUM_CHECK(file.is_string() && fs::path(file.string()).filename() == file.string())
+        << index.string() << ": tensor '" << tensor << "' maps to a bad file name";
+    shards.insert((dir / file.string()).string());
+  }
+  return {shards.begin(), shards.end()};
+}
+
+LanguageModel open_hf_folder(const fs::path& dir, Graph& g) {
+  const fs::path config_path = dir / "config.json";
+  LUM_CHECK(fs::exists(config_path)) << dir.string() << ": no config.json (a Hugging Face model "
+                                                        "folder needs config.json, weights and "
+                                                        "tokenizer.json)";
+  const Json config = read_json_object(config_path.string(), "model config");
+  const Json* type = config.find("model_type");
+  LanguageModel lm;
+  lm.architecture = type && type->is_string() ? type->string() : "";
+  if (is_gemma(lm.architecture)) {
+    const GemmaConfig c = GemmaConfig::from_hf_json(config_path.string());
+    lm.summary = summary(lm.architecture, c.layers, c.hidden, c.vocab);
+    lm.model = std::make_unique<Gemma>(g, c);
+  } else if (is_llama_family(lm.architecture)) {
+    const LlamaConfig c = LlamaConfig::from_hf_json(config_path.string());
+    lm.summary = summary(lm.architecture, c.layers, c.hidden, c.vocab);
+    lm.model = std::make_unique<Llama>(g, c);
+  } else {
+    LUM_FAIL() << config_path.string() << ": unsupported model_type '" << lm.architecture
+               << "' (supported: gemma, gemma2, gemma3_text, llama, mistral, mixtral, phi3, "
+                  "qwen2, qwen3, qwen3_moe)";
+  }
+  const fs::path tokenizer = dir / "tokenizer.json";
+  LUM_CHECK(fs::exists(tokenizer)) << dir.string() << ": no tokenizer.json";
+  lm.tokenizer = hf_text_tokenizer(tokenizer.string());
+  check_all_used(load_safetensors_weights(*lm.model, weight_files(dir)), dir.string(),
+                 lm.architecture);
+  add_eos_ids(config, lm.stop_ids);
+  if (const fs::path gen = dir / "generation_config.json"; fs::exists(gen))
+    add_eos_ids(read_json_object(gen.string(), "generation config"), lm.stop_ids);
+  add_end_of_turn_stops(lm);
+  return lm;
+}
+
+}  // namespace
+
+LanguageModel open_language_model(const std::string& path, Graph& g) {
+  std::error_code ec;
+  const fs::file_status status = fs::status(path, ec);
+  LUM_CHECK(fs::exists(status)) << path << ": no such file or folder";
+  if (fs::is_directory(status)) return open_hf_folder(path, g);
+  LUM_CHECK(path.size() > 5 && path.substr(path.size() - 5) == ".gguf")
+      << path << ": not a model (expected a .gguf file or a Hugging Face model folder)";
+  return open_gguf(path, g);
+}
+
+}  // namespace luminal::models
