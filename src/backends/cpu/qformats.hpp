@@ -25,9 +25,11 @@ inline float half(const uint8_t* p) {
 
 // Each format decodes one block into q (kElems int8 values) and, per 16 elements, a
 // scale s and offset b: w = s * q + b. kOffset says whether b can be non-zero.
+// kUnsigned: the values lie in [0, 32) (formats with a min instead of a zero point), so
+// they go straight into maddubs, which takes its first operand unsigned.
 struct Q8_0 {
   static constexpr size_t kElems = 32, kBytes = 34;
-  static constexpr bool kOffset = false, kScalePer32 = true;
+  static constexpr bool kOffset = false, kScalePer32 = true, kUnsigned = false;
   static void decode(const uint8_t* blk, int8_t* q, float* s, float*) {
     std::memcpy(q, blk + 2, 32);
     s[0] = s[1] = half(blk);
@@ -37,7 +39,7 @@ struct Q8_0 {
 template <bool kWithMin>
 struct Q4 {  // Q4_0 (value - 8) and Q4_1 (value * d + m)
   static constexpr size_t kElems = 32, kBytes = kWithMin ? 20 : 18;
-  static constexpr bool kOffset = kWithMin, kScalePer32 = true;
+  static constexpr bool kOffset = kWithMin, kScalePer32 = true, kUnsigned = kWithMin;
   static void decode(const uint8_t* blk, int8_t* q, float* s, float* b) {
     const uint8_t* qs = blk + (kWithMin ? 4 : 2);
     const int bias = kWithMin ? 0 : 8;
@@ -53,7 +55,7 @@ struct Q4 {  // Q4_0 (value - 8) and Q4_1 (value * d + m)
 template <bool kWithMin>
 struct Q5 {  // Q5_0 (value - 16) and Q5_1 (value * d + m)
   static constexpr size_t kElems = 32, kBytes = kWithMin ? 24 : 22;
-  static constexpr bool kOffset = kWithMin, kScalePer32 = true;
+  static constexpr bool kOffset = kWithMin, kScalePer32 = true, kUnsigned = kWithMin;
   static void decode(const uint8_t* blk, int8_t* q, float* s, float* b) {
     uint32_t qh;
     std::memcpy(&qh, blk + (kWithMin ? 4 : 2), 4);
@@ -71,7 +73,7 @@ struct Q5 {  // Q5_0 (value - 16) and Q5_1 (value * d + m)
 template <bool kFive>
 struct QK {  // Q4_K and Q5_K: 8 sub-blocks of 32 with 6-bit scales and mins
   static constexpr size_t kElems = 256, kBytes = kFive ? 176 : 144;
-  static constexpr bool kOffset = true, kScalePer32 = true;
+  static constexpr bool kOffset = true, kScalePer32 = true, kUnsigned = true;
   static void decode(const uint8_t* blk, int8_t* q, float* s, float* b) {
     const float d = half(blk), dmin = half(blk + 2);
     const uint8_t* scales = blk + 4;
@@ -100,7 +102,7 @@ struct QK {  // Q4_K and Q5_K: 8 sub-blocks of 32 with 6-bit scales and mins
 
 struct Q6_K {  // 16 sub-blocks of 16 with int8 scales; values - 32
   static constexpr size_t kElems = 256, kBytes = 210;
-  static constexpr bool kOffset = false, kScalePer32 = false;
+  static constexpr bool kOffset = false, kScalePer32 = false, kUnsigned = false;
   static void decode(const uint8_t* blk, int8_t* q, float* s, float*) {
     const float d = half(blk + 208);
     for (int h = 0; h < 2; ++h) {

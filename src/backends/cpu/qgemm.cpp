@@ -139,41 +139,57 @@ LUM_AVX2 void predecode_avx2(const uint8_t* row, int64_t k, PredecodedRow& out) 
   }
 }
 
-// kPredecoded: `pre` holds weight row j0 (and j1 == j0 + 1) already decoded.
+LUM_AVX2 float dot_f32_avx2(const float* w, const float* x, int64_t k) {
+  __m256 acc = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= k; i += 8)
+    acc = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), acc);
+  float total = hsum(acc);
+  for (; i < k; ++i) total += w[i] * x[i];
+  return total;
+}
+
+// kPredecoded: `pre` holds weight row j0 (and j1 == j0 + 1) already decoded. Otherwise
+// each block is decoded as it is reached, its scales and offsets kept for the whole row:
+// the offsets' share of each dot product, sum(b * activation sums), is taken at the end
+// of the row in one vectorised pass.
 template <class F, int kTile, bool kPredecoded = false>
 LUM_AVX2 void rows_avx2(const uint8_t* w, int64_t j0, int64_t j1, int64_t n, int64_t k,
                         const RowTile& t, int64_t first, float* out,
                         const PredecodedRow* pre = nullptr) {
+  constexpr bool kUnsigned = F::kUnsigned;
   alignas(32) int8_t scratch[F::kElems];
-  float s_local[F::kElems / 16], b_local[F::kElems / 16] = {};
+  float s_local[F::kElems / 16];
+  std::vector<float> b_row;  // the row's offsets, when not predecoded
+  if (F::kOffset && !kPredecoded) b_row.assign(static_cast<size_t>(k / 16), 0.0f);
+  const float* b_all = kPredecoded ? pre->b.data() : b_row.data();
   const int64_t blocks = k / static_cast<int64_t>(F::kElems);
   const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t j = j0; j < j1; ++j) {
     __m256 acc[kTile];
-    float offset[kTile] = {};
     for (auto& a : acc) a = _mm256_setzero_ps();
     const uint8_t* row = w + j * blocks * static_cast<int64_t>(F::kBytes);
     for (int64_t blk = 0; blk < blocks; ++blk) {
       const int64_t base = blk * static_cast<int64_t>(F::kElems);
       const int8_t* q;
-      const float *s = s_local, *b = b_local;
+      const float* s = s_local;
       if constexpr (kPredecoded) {
         q = pre->q.data() + base;
         s = pre->s.data() + base / 16;
-        b = pre->b.data() + base / 16;
       } else {
         q = decode_avx2(F{}, row + blk * static_cast<int64_t>(F::kBytes), scratch, s_local,
-                        b_local);
+                        F::kOffset ? b_row.data() + base / 16 : nullptr);
       }
       for (size_t c = 0; c < F::kElems / 32; ++c) {
         const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * c));
-        const __m256i wabs = _mm256_sign_epi8(wv, wv);
+        // maddubs multiplies unsigned by signed bytes: unsigned weights go in as they are;
+        // signed ones as |w| against the activations given w's sign.
+        const __m256i wop = kUnsigned ? wv : _mm256_sign_epi8(wv, wv);
         const float* da = &t.d[0][base / 32 + static_cast<int64_t>(c)];
         for (int r = 0; r < kTile; ++r) {
           const __m256i xv =
               _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t.q[r] + base + 32 * c));
-          // |w| * (x with w's sign): the unsigned-by-signed product maddubs needs.
-          const __m256i p16 = _mm256_maddubs_epi16(wabs, _mm256_sign_epi8(xv, wv));
+          const __m256i p16 = _mm256_maddubs_epi16(wop, kUnsigned ? xv : _mm256_sign_epi8(xv, wv));
           const __m256i p32 = _mm256_madd_epi16(p16, ones);  // lanes 0-3: elements 0-15
           const float dr = r == 0 ? *da : t.d[r][base / 32 + static_cast<int64_t>(c)];
           const __m256 scale = F::kScalePer32 ? _mm256_set1_ps(s[2 * c] * dr)
@@ -182,13 +198,10 @@ LUM_AVX2 void rows_avx2(const uint8_t* w, int64_t j0, int64_t j1, int64_t n, int
           acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32), scale, acc[r]);
         }
       }
-      if (F::kOffset)
-        for (int r = 0; r < kTile; ++r)
-          for (size_t g = 0; g < F::kElems / 16; g += 2)  // b is per 32 where it exists
-            offset[r] += b[g] * (t.sum16[r][base / 16 + static_cast<int64_t>(g)] +
-                                 t.sum16[r][base / 16 + static_cast<int64_t>(g) + 1]);
     }
-    for (int r = 0; r < kTile; ++r) out[(first + r) * n + j] = hsum(acc[r]) + offset[r];
+    for (int r = 0; r < kTile; ++r)
+      out[(first + r) * n + j] =
+          hsum(acc[r]) + (F::kOffset ? dot_f32_avx2(b_all, t.sum16[r], k / 16) : 0.0f);
   }
 }
 
@@ -211,16 +224,6 @@ LUM_AVX2 void decode_row_f32_avx2(const uint8_t* row, int64_t k, float* out) {
       _mm256_storeu_ps(o + 16 * g + 8, _mm256_fmadd_ps(hi, sv, bv));
     }
   }
-}
-
-LUM_AVX2 float dot_f32_avx2(const float* w, const float* x, int64_t k) {
-  __m256 acc = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 8 <= k; i += 8)
-    acc = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), acc);
-  float total = hsum(acc);
-  for (; i < k; ++i) total += w[i] * x[i];
-  return total;
 }
 
 // LUMINAL_CPU_SIMD=off selects the portable kernels (for testing and comparison).
