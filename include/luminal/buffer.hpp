@@ -37,6 +37,10 @@ class Buffer {
 
   DType dtype() const { return dtype_; }
   size_t numel() const { return numel_; }
+  /// Resizes to `numel` elements, keeping the first min(old, new) values; new ones are
+  /// unset. Growth past the allocation reallocates geometrically, so growing by a row
+  /// at a time (a KV cache) moves the data O(log n) times rather than every time.
+  void resize(size_t numel);
   size_t bytes() const { return numel_ * dtype_size(dtype_); }
   void* data() { return data_.get(); }
   const void* data() const { return data_.get(); }
@@ -74,6 +78,7 @@ class Buffer {
 
   DType dtype_ = DType::F32;
   size_t numel_ = 0;
+  size_t capacity_ = 0;  // elements allocated (numel_ on construction and copy)
   std::unique_ptr<std::byte[], Free> data_;
 };
 

@@ -125,6 +125,12 @@ class Graph {
   /// Moves a node's data out (nullopt if none), e.g. to reuse an output buffer.
   std::optional<Buffer> take_data(NodeId id);
 
+  /// Lets runs consume an input's buffer: an op that can update it in place
+  /// (append_rows) takes it for its output, and the input holds no data after the run.
+  /// For state the caller replaces with an output after every run, such as a KV cache.
+  void donate(NodeId input);
+  bool is_donated(NodeId id) const { return donated_.count(id.value) > 0; }
+
   /// Marks a node whose value is read back after execute.
   void mark_retrieve(NodeId id);
   /// Marks a node that must survive optimisation and keep its value after execute.
@@ -157,7 +163,7 @@ class Graph {
   std::vector<Node> nodes_;
   Bindings dims_;
   std::unordered_map<uint32_t, Buffer> data_;
-  std::unordered_set<uint32_t> outputs_;
+  std::unordered_set<uint32_t> outputs_, donated_;
   std::unique_ptr<Executable> executable_;
   std::vector<std::function<void()>> after_run_;
   size_t compiled_nodes_ = 0;  // nodes present when compiled; later additions need a recompile

@@ -248,6 +248,9 @@ Tensor where(const Tensor& cond, double a, const Tensor& b);
 
 /// Joins tensors along an existing / a new axis.
 Tensor concat(const std::vector<Tensor>& parts, int axis);
+/// concat({base, rows}, 0) as one op that backends can run in place on a donated `base`
+/// (see AppendRowsOp): for state that grows every run, such as a KV cache.
+Tensor append_rows(const Tensor& base, const Tensor& rows);
 Tensor stack(const std::vector<Tensor>& parts, int axis);
 
 /// Convolutions over [N, C, L] / [N, C, H, W] with weights [O, C/groups, k...], via

@@ -1,6 +1,7 @@
 // Host buffers and dtype conversions element by element.
 #include "luminal/buffer.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -33,14 +34,34 @@ void Buffer::Free::operator()(std::byte* p) const {
 }
 
 Buffer::Buffer(DType dtype, size_t numel)
-    : dtype_(dtype), numel_(numel), data_(allocate(numel * dtype_size(dtype))) {}
+    : dtype_(dtype),
+      numel_(numel),
+      capacity_(numel),
+      data_(allocate(numel * dtype_size(dtype))) {}
 
 Buffer::Buffer(DType dtype, size_t numel, Uninitialized)
-    : dtype_(dtype), numel_(numel), data_(allocate(numel * dtype_size(dtype), false)) {}
+    : dtype_(dtype),
+      numel_(numel),
+      capacity_(numel),
+      data_(allocate(numel * dtype_size(dtype), false)) {}
 
 Buffer::Buffer(const Buffer& other)
-    : dtype_(other.dtype_), numel_(other.numel_), data_(allocate(other.bytes(), false)) {
+    : dtype_(other.dtype_),
+      numel_(other.numel_),
+      capacity_(other.numel_),
+      data_(allocate(other.bytes(), false)) {
   if (other.bytes()) std::memcpy(data_.get(), other.data_.get(), other.bytes());
+}
+
+void Buffer::resize(size_t numel) {
+  if (!data_ || numel > capacity_) {
+    const size_t capacity = data_ ? std::max(numel, capacity_ + capacity_ / 2) : numel;
+    std::unique_ptr<std::byte[], Free> grown(allocate(capacity * dtype_size(dtype_), false));
+    if (data_) std::memcpy(grown.get(), data_.get(), std::min(numel, numel_) * dtype_size(dtype_));
+    data_ = std::move(grown);
+    capacity_ = capacity;
+  }
+  numel_ = numel;
 }
 
 Buffer& Buffer::operator=(const Buffer& other) {

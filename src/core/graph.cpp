@@ -220,6 +220,11 @@ const Buffer* Graph::data(NodeId id) const {
   return it == data_.end() ? nullptr : &it->second;
 }
 
+void Graph::donate(NodeId input) {
+  LUM_CHECK(node(input).op == Op::Input) << "donate: %" << input.value << " is not an input";
+  donated_.insert(input.value);
+}
+
 void Graph::drop_data(NodeId id) {
   data_.erase(id.value);
 }

@@ -124,14 +124,18 @@ std::pair<Tensor, KVCache> Attention::forward(const Tensor& x, const KVCache& ca
   const Tensor vh = v.forward(x).reshape({seq, kv_heads, head_dim}).permute({1, 0, 2});
   const Tensor qr = apply_rope(q_norm ? q_norm->forward(qh) : qh, rope, past);
   const Tensor kr = apply_rope(k_norm ? k_norm->forward(kh) : kh, rope, past);
-  KVCache next{concat({cache.k, kr}, 1), concat({cache.v, vh}, 1)};  // [kv, past+seq, d]
+  // The cache is position-major ([past, kv, d]), so a step's keys and values append at
+  // its end, in place when the caller donates the cache (Graph::donate).
+  KVCache next{append_rows(cache.k, kr.permute({1, 0, 2})),
+               append_rows(cache.v, vh.permute({1, 0, 2}))};
+  const Tensor keys = next.k.permute({1, 0, 2}), values = next.v.permute({1, 0, 2});
   // Scores [kv, group, seq, total]; each key head serves its group of query heads.
-  Tensor scores = qr.matmul(next.k.unsqueeze(1).transpose(-1, -2)) * scale;
+  Tensor scores = qr.matmul(keys.unsqueeze(1).transpose(-1, -2)) * scale;
   if (softcap > 0) scores = (scores * (1.0 / softcap)).tanh() * softcap;
   scores = where(causal_mask(x.graph(), seq, past, window), scores,
                  -std::numeric_limits<double>::infinity());
   const Tensor probs = scores.softmax(-1);
-  const Tensor out = probs.matmul(next.v.unsqueeze(1));  // [kv, group, seq, d]
+  const Tensor out = probs.matmul(values.unsqueeze(1));  // [kv, group, seq, d]
   const Tensor merged = out.permute({2, 0, 1, 3}).reshape({seq, heads * head_dim});
   return {o.forward(merged), next};
 }

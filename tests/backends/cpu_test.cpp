@@ -171,6 +171,62 @@ TEST(Optimize, RulesSelectGemmAndSimplify) {
   expect_cpu_matches_reference(cx, y, "x W");
 }
 
+// State grown every run, as a KV cache: the output replaces the input after each run.
+// Donated, the input's buffer grows in place (its address changes only when the
+// geometric growth reallocates); not donated, the input is left as it was. Both give
+// the concatenation, checked against a plain vector, and so does the reference backend.
+TEST(Cpu, AppendRowsGrowsADonatedInputInPlace) {
+  for (const bool donate : {true, false}) {
+    for (const bool on_cpu : {true, false}) {
+      Graph cx;
+      Tensor state = cx.named_tensor("state", {"past", 3});
+      Tensor fresh = cx.named_tensor("fresh", {3, "n"});  // appended through a transpose
+      Tensor grown = append_rows(state, fresh.transpose(0, 1) * 2.0).retrieve();
+      Tensor total = grown.sum({0}).retrieve();  // another reader of the grown state
+      if (donate) cx.donate(state.id());
+      if (on_cpu) {
+        cx.compile(cpu());
+      } else {
+        cx.compile(reference());
+      }
+      std::vector<float> want;
+      state.set(want);
+      size_t moves = 0;
+      const void* last = nullptr;
+      for (int step = 0; step < 60; ++step) {
+        const int64_t n = 1 + step % 3;
+        std::vector<float> rows(static_cast<size_t>(3 * n));
+        for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<float>(step * 10 + i);
+        cx.set_dim("past", static_cast<int64_t>(want.size() / 3));
+        cx.set_dim("n", n);
+        fresh.set(rows);
+        cx.execute();
+        for (int64_t r = 0; r < n; ++r)
+          for (int64_t c = 0; c < 3; ++c) want.push_back(2.0f * rows[static_cast<size_t>(c * n + r)]);
+        ASSERT_EQ(grown.to_f32(), want) << "step " << step;
+        float column0 = 0;
+        for (size_t i = 0; i < want.size(); i += 3) column0 += want[i];
+        ASSERT_FLOAT_EQ(total.to_f32()[0], column0) << "step " << step;
+        if (!donate) {
+          const Buffer* kept = cx.data(state.id());
+          ASSERT_TRUE(kept) << "an input that is not donated keeps its data";
+          ASSERT_EQ(kept->numel(), want.size() - rows.size());
+        }
+        Buffer next = *cx.take_data(grown.id());
+        moves += next.data() != last;
+        last = next.data();
+        state.set_buffer(std::move(next));
+      }
+      if (donate && on_cpu) {
+        EXPECT_LT(moves, 20u) << "the donated state was copied most steps";
+      }
+      if (!donate) {
+        EXPECT_GT(moves, 50u);
+      }
+    }
+  }
+}
+
 TEST(Cpu, BroadcastBatchMatmulsMatchTheReference) {
   // B shared across trailing batch dims (grouped-query attention) folds those dims into
   // A's rows; a transposed A or a B that varies must not.

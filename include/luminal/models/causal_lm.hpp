@@ -12,14 +12,14 @@ class CausalLM : public nn::Module {
  public:
   struct Output {
     Tensor logits;                   // [seq, vocab]; [1, vocab] with last_only
-    std::vector<nn::KVCache> cache;  // per layer, [kv_heads, past + seq, head_dim]
+    std::vector<nn::KVCache> cache;  // per layer, [past + seq, kv_heads, head_dim]
   };
   /// tokens: i32 [seq]. `last_only`: the logits of the last position only, all a
   /// generator needs; the output projection, the largest product, then runs on one row.
   virtual Output forward(const Tensor& tokens, Expr seq = "seq", Expr past = "past",
                          bool last_only = false) const = 0;
 
-  /// Per layer, the cache the forward pass reads: [kv_heads, "past", head_dim].
+  /// Per layer, the cache the forward pass reads: ["past", kv_heads, head_dim].
   std::vector<nn::KVCache> cache_inputs;
 };
 

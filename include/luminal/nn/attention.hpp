@@ -1,7 +1,7 @@
 // Rotary position embeddings and multi-head attention with grouped key/value heads and
-// a functional KV cache: the cache is an input of [kv_heads, past, head_dim] per layer
-// and the updated cache an output, so decoding only rebinds the symbolic `past` and
-// `seq` dims (no recompilation).
+// a functional KV cache: the cache is an input of [past, kv_heads, head_dim] per layer
+// and the updated cache an output (append_rows, in place when the cache is donated), so
+// decoding only rebinds the symbolic `past` and `seq` dims (no recompilation).
 #pragma once
 
 #include <optional>
@@ -48,7 +48,7 @@ Tensor apply_rope(const Tensor& x, const RopeConfig& rope, Expr past);
 Tensor causal_mask(Graph& g, Expr seq, Expr past, int64_t window = 0);
 
 struct KVCache {
-  Tensor k, v;  // [kv_heads, past, head_dim]
+  Tensor k, v;  // [past, kv_heads, head_dim]: position-major, so steps append rows
 };
 
 class Attention final : public Module {

@@ -15,6 +15,7 @@
 #include "backends/cpu/gemm.hpp"
 #include "backends/cpu/jit.hpp"
 #include "backends/cpu/qgemm.hpp"
+#include "luminal/append_rows_op.hpp"
 #include "luminal/compiler/matmul_op.hpp"
 #include "luminal/compiler/optimize.hpp"
 #include "luminal/cpu.hpp"
@@ -82,8 +83,13 @@ class CpuExecutable final : public Executable {
       int64_t numel = 1;
       for (Expr d : root.shape) numel *= d.eval(user.dims());
       const auto kernel_start = std::chrono::steady_clock::now();
-      Buffer out = reuse(user, k, root.dtype, static_cast<size_t>(numel));
-      if (!variant.fns[k]) {
+      std::optional<Buffer> appended =
+          append_in_place(user, k, static_cast<size_t>(numel), values);
+      Buffer out = appended ? std::move(*appended)
+                            : reuse(user, k, root.dtype, static_cast<size_t>(numel));
+      if (appended) {
+        // written in place
+      } else if (!variant.fns[k]) {
         run_custom(user, root, values, out);
       } else {
         std::vector<void*> bufs{out.data()};
@@ -188,6 +194,35 @@ class CpuExecutable final : public Executable {
       out->add_node(std::move(n));
     }
     for (NodeId o : g.outputs()) out->mark_retrieve(o);
+    return out;
+  }
+
+  // AppendRows onto a donated input that nothing else reads: the input's buffer grows
+  // (geometrically, so rarely moves) and only the new rows are written. nullopt when the
+  // kernel is something else or the base cannot be taken.
+  std::optional<Buffer> append_in_place(Graph& user, size_t k, size_t numel,
+                                        const std::vector<std::optional<Buffer>>& values) {
+    const Graph& g = *program_.graph;
+    const Node& n = g.node(plan_.kernels[k].root);
+    if (n.op != Op::Custom || !dynamic_cast<const AppendRowsOp*>(n.custom.get())) return {};
+    const NodeId base = plan_.canon(n.inputs[0].source);
+    const Node& b = g.node(base);
+    if (b.op != Op::Input || !user.is_donated(program_.source_of[base.value]) ||
+        !(n.inputs[0].view == View::contiguous(b.shape)))
+      return {};
+    for (size_t other = 0; other < plan_.kernels.size(); ++other)
+      for (NodeId r : plan_.kernels[other].reads)
+        if (other != k && r == base) return {};
+    const Buffer* current = user.data(program_.source_of[base.value]);
+    check_input_data(b, base, current, user.dims());
+    const Buffer& rows_source = input(user, plan_.canon(n.inputs[1].source), values);
+    const Buffer rows = read_view(rows_source, n.inputs[1].view.resolve(user.dims()));
+    Buffer out = *user.take_data(program_.source_of[base.value]);
+    const size_t old_bytes = out.bytes();
+    LUM_CHECK(out.numel() + rows.numel() == numel && rows.dtype() == out.dtype())
+        << "internal: AppendRows operands do not add up to its output";
+    out.resize(numel);
+    std::memcpy(static_cast<std::byte*>(out.data()) + old_bytes, rows.data(), rows.bytes());
     return out;
   }
 
