@@ -1,6 +1,8 @@
 // The `luminal` command-line program.
 //   luminal generate --model PATH [--prompt TEXT] [--max-tokens N] [--temperature T]
 //                    [--top-k K] [--top-p P] [--seed S] [--device cpu|reference|cuda]
+//                    [--threads N]
+#include <omp.h>
 #include <sys/resource.h>
 
 #include <cstdio>
@@ -43,6 +45,7 @@ constexpr const char* kChatUsage =
     "  --top-p P           (default: 0.95)\n"
     "  --seed S            (default: 0)\n"
     "  --device DEV        cpu (default) or reference\n"
+    "  --threads N         CPU threads (default: one per core)\n"
     "  -h, --help          this help\n";
 
 constexpr const char* kGenerateUsage =
@@ -63,6 +66,7 @@ constexpr const char* kGenerateUsage =
     "  --top-p P           sample from the smallest set with probability P (default: 1)\n"
     "  --seed S            random seed for sampling (default: 0)\n"
     "  --device DEV        cpu (default) or reference; cuda when built with CUDA\n"
+    "  --threads N         CPU threads (default: one per core; fewer on a busy machine)\n"
     "  -h, --help          this help\n";
 
 // A usage error: one line on stderr, exit status 2.
@@ -123,6 +127,10 @@ Options parse(int argc, char** argv, const char* usage, bool chat) {
       o.sampling.seed = static_cast<uint64_t>(number(value()));
     } else if (a == "--device") {
       o.device = value();
+    } else if (a == "--threads") {
+      const double n = number(value());
+      if (n < 1 || n != static_cast<int>(n)) usage_error("--threads must be a positive integer");
+      omp_set_num_threads(static_cast<int>(n));
     } else {
       usage_error("unknown option '" + a + "'");
     }
