@@ -79,7 +79,6 @@ class TextStream {
   }
   std::string flush() { return take(true); }
 
-
  private:
   std::string take(bool all) {
     const std::string text = t_.decode(ids_);

@@ -83,20 +83,21 @@ class CpuExecutable final : public Executable {
       int64_t numel = 1;
       for (Expr d : root.shape) numel *= d.eval(user.dims());
       const auto kernel_start = std::chrono::steady_clock::now();
-      std::optional<Buffer> appended =
-          append_in_place(user, k, static_cast<size_t>(numel), values);
-      Buffer out = appended ? std::move(*appended)
-                            : reuse(user, k, root.dtype, static_cast<size_t>(numel));
-      if (appended) {
-        // written in place
-      } else if (!variant.fns[k]) {
-        run_custom(user, root, values, out);
+      Buffer out;
+      if (auto appended = append_in_place(user, k, static_cast<size_t>(numel), values)) {
+        out = std::move(*appended);
       } else {
-        std::vector<void*> bufs{out.data()};
-        for (NodeId r : kn.reads) bufs.push_back(const_cast<void*>(input(user, r, values).data()));
-        int64_t err[3] = {0, 0, 0};
-        variant.fns[k](bufs.data(), dims.data(), err);
-        if (err[0]) report(g, kn, err);
+        out = reuse(user, k, root.dtype, static_cast<size_t>(numel));
+        if (!variant.fns[k]) {
+          run_custom(user, root, values, out);
+        } else {
+          std::vector<void*> bufs{out.data()};
+          for (NodeId r : kn.reads)
+            bufs.push_back(const_cast<void*>(input(user, r, values).data()));
+          int64_t err[3] = {0, 0, 0};
+          variant.fns[k](bufs.data(), dims.data(), err);
+          if (err[0]) report(g, kn, err);
+        }
       }
       if (profiling) {
         profile_[k].seconds += seconds_since(kernel_start);
