@@ -127,9 +127,7 @@ Llama::Llama(Graph& g, const LlamaConfig& c)
       layer.mlp.emplace(g, p + ".mlp", c.hidden, c.intermediate, nn::Activation::SiLU);
     }
     layers.push_back(std::move(layer));
-    const std::vector<Expr> cache_shape{"past", c.kv_heads, c.head_dim};
-    cache_inputs.push_back({g.named_tensor("cache." + std::to_string(i) + ".k", cache_shape),
-                            g.named_tensor("cache." + std::to_string(i) + ".v", cache_shape)});
+    add_cache_inputs(g, c.kv_heads, c.head_dim);
   }
 }
 

@@ -2,6 +2,7 @@
 // past .. past + seq - 1 in, next-token logits and the grown KV cache out.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "luminal/nn/attention.hpp"
@@ -21,6 +22,14 @@ class CausalLM : public nn::Module {
 
   /// Per layer, the cache the forward pass reads: ["past", kv_heads, head_dim].
   std::vector<nn::KVCache> cache_inputs;
+
+ protected:
+  /// Appends the next layer's cache inputs, named cache.<layer>.k / .v.
+  void add_cache_inputs(Graph& g, int64_t kv_heads, int64_t head_dim) {
+    const std::vector<Expr> shape{"past", kv_heads, head_dim};
+    const std::string name = "cache." + std::to_string(cache_inputs.size());
+    cache_inputs.push_back({g.named_tensor(name + ".k", shape), g.named_tensor(name + ".v", shape)});
+  }
 };
 
 }  // namespace luminal::models
