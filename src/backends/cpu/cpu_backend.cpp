@@ -56,6 +56,7 @@ class CpuExecutable final : public Executable {
                 std::vector<std::string> dims, cpugen::JitResult jit, CpuOptions options)
       : options_(options), program_(std::move(program)), plan_(std::move(plan)) {
     variants_.emplace("", make_variant(std::move(dims), std::move(jit)));
+    find_appendable_bases();
   }
 
   ~CpuExecutable() override {
@@ -198,27 +199,40 @@ class CpuExecutable final : public Executable {
     return out;
   }
 
+  // Per kernel, the input an AppendRows kernel may grow in place: a whole input that no
+  // other kernel reads. Whether the caller donated it is asked per run.
+  void find_appendable_bases() {
+    const Graph& g = *program_.graph;
+    appendable_base_.assign(plan_.kernels.size(), std::nullopt);
+    std::vector<size_t> readers(g.num_nodes(), 0);
+    for (const compiler::Kernel& kn : plan_.kernels)
+      for (NodeId r : kn.reads) ++readers[r.value];
+    for (size_t k = 0; k < plan_.kernels.size(); ++k) {
+      const Node& n = g.node(plan_.kernels[k].root);
+      if (n.op != Op::Custom || !dynamic_cast<const AppendRowsOp*>(n.custom.get())) continue;
+      const NodeId base = plan_.canon(n.inputs[0].source);
+      const Node& b = g.node(base);
+      if (b.op == Op::Input && n.inputs[0].view == View::contiguous(b.shape) &&
+          readers[base.value] == 1)
+        appendable_base_[k] = base;
+    }
+  }
+
   // AppendRows onto a donated input that nothing else reads: the input's buffer grows
   // (geometrically, so rarely moves) and only the new rows are written. nullopt when the
   // kernel is something else or the base cannot be taken.
   std::optional<Buffer> append_in_place(Graph& user, size_t k, size_t numel,
                                         const std::vector<std::optional<Buffer>>& values) {
+    if (!appendable_base_[k]) return {};
+    const NodeId base = *appendable_base_[k];
+    const NodeId source = program_.source_of[base.value];
+    if (!user.is_donated(source)) return {};
     const Graph& g = *program_.graph;
-    const Node& n = g.node(plan_.kernels[k].root);
-    if (n.op != Op::Custom || !dynamic_cast<const AppendRowsOp*>(n.custom.get())) return {};
-    const NodeId base = plan_.canon(n.inputs[0].source);
-    const Node& b = g.node(base);
-    if (b.op != Op::Input || !user.is_donated(program_.source_of[base.value]) ||
-        !(n.inputs[0].view == View::contiguous(b.shape)))
-      return {};
-    for (size_t other = 0; other < plan_.kernels.size(); ++other)
-      for (NodeId r : plan_.kernels[other].reads)
-        if (other != k && r == base) return {};
-    const Buffer* current = user.data(program_.source_of[base.value]);
-    check_input_data(b, base, current, user.dims());
-    const Buffer& rows_source = input(user, plan_.canon(n.inputs[1].source), values);
-    const Buffer rows = read_view(rows_source, n.inputs[1].view.resolve(user.dims()));
-    Buffer out = *user.take_data(program_.source_of[base.value]);
+    const Edge& rows_edge = g.node(plan_.kernels[k].root).inputs[1];
+    check_input_data(g.node(base), base, user.data(source), user.dims());
+    const Buffer rows = read_view(input(user, plan_.canon(rows_edge.source), values),
+                                  rows_edge.view.resolve(user.dims()));
+    Buffer out = *user.take_data(source);
     const size_t old_bytes = out.bytes();
     LUM_CHECK(out.numel() + rows.numel() == numel && rows.dtype() == out.dtype())
         << "internal: AppendRows operands do not add up to its output";
@@ -290,6 +304,7 @@ class CpuExecutable final : public Executable {
   }
 
   std::vector<std::optional<Buffer>> spare_;
+  std::vector<std::optional<NodeId>> appendable_base_;  // per kernel
   // A kernel operand: a computed value, or the user's data for an input.
   const Buffer& input(const Graph& user, NodeId r,
                       const std::vector<std::optional<Buffer>>& values) {
