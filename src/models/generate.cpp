@@ -63,10 +63,11 @@ int32_t sample(const std::vector<float>& logits, const SamplingOptions& o, uint6
   return idx[keep - 1];
 }
 
-// Streams generated text: the ids decoded together (so multi-byte characters split
-// across tokens, and spaces a decoder handles by context, come out right), after the
-// prompt's last token, which gives the first generated one its left context. Text is
-// held back while it ends inside a UTF-8 sequence, until flush().
+// Streams generated text: the ids not yet shown are decoded together (so multi-byte
+// characters split across tokens come out whole), after the last token already shown
+// (at first the prompt's last), which gives them their left context for decoders that
+// handle spaces by position. Text is held back while it ends inside a UTF-8 sequence,
+// until flush(). Each step decodes a few tokens, not everything generated so far.
 class TextStream {
  public:
   TextStream(const TextTokenizer& t, const std::vector<int32_t>& prompt) : t_(t) {
@@ -84,7 +85,8 @@ class TextStream {
     const std::string text = t_.decode(ids_);
     if (text.size() <= shown_ || (!all && ends_inside_character(text))) return "";
     std::string piece = text.substr(shown_);
-    shown_ = text.size();
+    ids_.erase(ids_.begin(), ids_.end() - 1);  // the last token becomes the context
+    shown_ = t_.decode(ids_).size();
     return piece;
   }
 
