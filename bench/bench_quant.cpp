@@ -86,7 +86,9 @@ Buffer blocks(uint32_t type, int64_t rows, size_t& bytes_out) {
 void run(benchmark::State& state, uint32_t type, int64_t m) {
   size_t elems = 0, bytes = 0;
   ggml_block_layout(type, elems, bytes);
-  const int64_t n = static_cast<int64_t>(kTargetBytes / (static_cast<size_t>(kK) / elems * bytes));
+  // A multiple of 64 rows, as model weights are (the CPU interleaves rows in eights).
+  const int64_t n =
+      static_cast<int64_t>(kTargetBytes / (static_cast<size_t>(kK) / elems * bytes)) / 64 * 64;
   Graph cx;
   Tensor x = cx.named_tensor("x", {m, kK});
   Tensor w = cx.named_tensor("w", {n, kK});

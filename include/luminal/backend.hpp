@@ -23,9 +23,9 @@ class Executable {
   /// Runs with the graph's current inputs and bound dims, storing outputs in it.
   virtual void run(Graph& graph) = 0;
   virtual RunStats last_run() const { return {}; }
-  /// Does ahead of time whatever a run with these dim values would first have to do
-  /// (e.g. compile kernels specialised for them). Optional.
-  virtual void prepare(const Bindings& dims) { (void)dims; }
+  /// Does ahead of time whatever a run of `graph` with these dim values would first have
+  /// to do (compile kernels specialised for them, re-lay out weights). Optional.
+  virtual void prepare(const Graph& graph, const Bindings& dims) { (void)graph, (void)dims; }
 };
 
 class Backend {

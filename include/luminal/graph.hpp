@@ -121,6 +121,9 @@ class Graph {
   void set_storage(NodeId id, uint32_t ggml_type);
   /// The stored data of a node (inputs, and outputs after execute), or nullptr.
   const Buffer* data(NodeId id) const;
+  /// A number that changes whenever the node's data is set: backends that keep a derived
+  /// copy of an input (weights re-laid out for their kernels) know when to redo it.
+  uint64_t data_version(NodeId id) const;
   void drop_data(NodeId id);
   /// Moves a node's data out (nullopt if none), e.g. to reuse an output buffer.
   std::optional<Buffer> take_data(NodeId id);
@@ -143,8 +146,8 @@ class Graph {
   void compile(const Backend& backend);
   /// Runs the compiled graph with the current inputs and dims.
   void execute();
-  /// Lets the backend prepare for runs with these dims (Executable::prepare), so the
-  /// first such run is not slowed by compiling.
+  /// Lets the backend prepare for runs with these dims and the current inputs
+  /// (Executable::prepare), so the first such run is not slowed by compiling.
   void prepare(const Bindings& dims);
   /// Runs `hook` after every execute (debug printing and diffing).
   void add_after_run(std::function<void()> hook) { after_run_.push_back(std::move(hook)); }
@@ -163,6 +166,7 @@ class Graph {
   std::vector<Node> nodes_;
   Bindings dims_;
   std::unordered_map<uint32_t, Buffer> data_;
+  std::unordered_map<uint32_t, uint64_t> data_versions_;
   std::unordered_set<uint32_t> outputs_, donated_;
   std::unique_ptr<Executable> executable_;
   std::vector<std::function<void()>> after_run_;

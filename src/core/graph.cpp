@@ -2,6 +2,7 @@
 #include "luminal/graph.hpp"
 
 #include <algorithm>
+#include <atomic>
 
 #include "luminal/backend.hpp"
 #include "luminal/error.hpp"
@@ -9,6 +10,12 @@
 
 namespace luminal {
 namespace {
+
+// Process-wide, so a version is never reused, even by another graph.
+uint64_t next_data_version() {
+  static std::atomic<uint64_t> counter{0};
+  return ++counter;
+}
 
 bool is_index_dtype(DType t) {
   return t == DType::I32 || t == DType::I64;
@@ -155,6 +162,12 @@ void Graph::set_dim(std::string_view name, int64_t value) {
 void Graph::set_data(NodeId id, Buffer data) {
   node(id);  // validates the id
   data_[id.value] = std::move(data);
+  data_versions_[id.value] = next_data_version();
+}
+
+uint64_t Graph::data_version(NodeId id) const {
+  auto it = data_versions_.find(id.value);
+  return it == data_versions_.end() ? 0 : it->second;
 }
 
 void Graph::set_storage(NodeId id, uint32_t ggml_type) {
@@ -183,6 +196,7 @@ void Graph::set_quantized_data(NodeId id, uint32_t ggml_type, Buffer raw) {
       << dtype_name(raw.dtype());
   set_storage(id, ggml_type);
   data_[id.value] = std::move(raw);
+  data_versions_[id.value] = next_data_version();
 }
 
 Buffer dequantized(const Node& n, const Buffer& raw) {
@@ -270,7 +284,7 @@ void Graph::execute() {
 
 void Graph::prepare(const Bindings& dims) {
   LUM_CHECK(executable_) << "prepare: the graph is not compiled";
-  executable_->prepare(dims);
+  executable_->prepare(*this, dims);
 }
 
 RunStats Graph::last_run_stats() const {

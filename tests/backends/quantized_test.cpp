@@ -99,15 +99,16 @@ size_t count_qmatmul(const Graph& g) {
   return n;
 }
 
-// y = x W^T for x [2, m, k]: QMatMul is selected, and each output is within the error
-// that quantising x to 8 bits can cause.
-void check_matmul(const FormatCase& f, int64_t m) {
-  const int64_t n = 37, k = 512;
+// y = x W^T for x [batch, m, k]: QMatMul is selected, and each output is within the
+// error that quantising x to 8 bits can cause. A multiple of 8 for n lets the CPU
+// interleave the weight rows (qinterleaved.hpp); 37 keeps the row-at-a-time kernels.
+void check_matmul(const FormatCase& f, int64_t m, int64_t n = 37, int64_t batch = 2) {
+  const int64_t k = 512;
   Graph cx;
-  Tensor x = cx.named_tensor("x", {2, m, k});
+  Tensor x = cx.named_tensor("x", {batch, m, k});
   Tensor w = cx.named_tensor("w", {n, k});
   Tensor y = x.matmul(w.transpose(0, 1)).retrieve();
-  const std::vector<float> xv = random_floats(static_cast<size_t>(2 * m * k), 7 + m);
+  const std::vector<float> xv = random_floats(static_cast<size_t>(batch * m * k), 7 + m);
   x.set(xv);
   w.set_quantized(f.type, random_blocks(f.type, n, k, 11));
   EXPECT_EQ(count_qmatmul(cx), 1u) << f.name;
@@ -124,7 +125,7 @@ void check_matmul(const FormatCase& f, int64_t m) {
   size_t block_elems = 0, block_bytes = 0;
   ggml_block_layout(f.type, block_elems, block_bytes);
   const bool quantised_activations = block_elems > 1;
-  for (int64_t row = 0; row < 2 * m; ++row) {
+  for (int64_t row = 0; row < batch * m; ++row) {
     // Rounding each 32-block of x to int8 moves an element by at most half a step,
     // amax / 127 / 2; float accumulation adds a relative 1e-5 of sum |w x|.
     std::vector<double> step(static_cast<size_t>(k / 32), 0);
@@ -153,6 +154,12 @@ class QuantizedFormat : public ::testing::TestWithParam<FormatCase> {};
 TEST_P(QuantizedFormat, MatmulIsSelectedAndWithinTheActivationQuantisationBound) {
   // 6: a tile of four + two (12 rows); 20: 40 rows, decoded panels through sgemm.
   for (const int64_t m : {1, 3, 6, 20}) check_matmul(GetParam(), m);
+}
+
+TEST_P(QuantizedFormat, InterleavedWeightRowsAgreeForEveryActivationTile) {
+  // 1 to 6 activation rows: passes of 1, 2, 3 and 4 rows over each group of weights.
+  for (const int64_t m : {1, 2, 3, 5, 6}) check_matmul(GetParam(), m, 40, 1);
+  check_matmul(GetParam(), 20, 40);  // 40 rows: prompt-sized
 }
 
 TEST_P(QuantizedFormat, PortableKernelsAgreeToo) {
@@ -193,6 +200,36 @@ TEST_P(QuantizedFormat, GatherAndElementwiseReadsDecodeInTheKernel) {
 
 INSTANTIATE_TEST_SUITE_P(Formats, QuantizedFormat, ::testing::ValuesIn(kFormats),
                          [](const auto& info) { return std::string(info.param.name); });
+
+// The CPU keeps its interleaved copy of a weight across runs; new data for the input
+// must replace it.
+TEST(Quantized, NewWeightDataIsUsedByTheNextRun) {
+  const int64_t n = 16, k = 256;
+  Graph cx;
+  Tensor x = cx.named_tensor("x", {1, k});
+  Tensor w = cx.named_tensor("w", {n, k});
+  Tensor y = x.matmul(w.transpose(0, 1)).retrieve();
+  x.set(random_floats(static_cast<size_t>(k), 5));
+  std::vector<std::vector<float>> want, got;
+  for (const uint64_t seed : {1, 2}) {
+    w.set_quantized(12, random_blocks(12, n, k, seed));  // Q4_K
+    cx.compile(reference());
+    cx.execute();
+    want.push_back(y.to_f32());
+  }
+  cx.compile(cpu());
+  for (const uint64_t seed : {1, 2}) {
+    w.set_quantized(12, random_blocks(12, n, k, seed));
+    cx.execute();
+    got.push_back(y.to_f32());
+  }
+  for (size_t run = 0; run < 2; ++run) {
+    double scale = 0;
+    for (float v : want[run]) scale = std::max(scale, static_cast<double>(std::fabs(v)));
+    for (size_t j = 0; j < static_cast<size_t>(n); ++j)
+      ASSERT_NEAR(got[run][j], want[run][j], 0.02 * scale) << "run " << run << " col " << j;
+  }
+}
 
 TEST(Quantized, MisuseIsReportedNamingTheInput) {
   Graph cx;

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <unordered_map>
 
 #include <omp.h>
 
@@ -137,7 +138,21 @@ class CpuExecutable final : public Executable {
   }
 
   RunStats last_run() const override { return stats_; }
-  void prepare(const Bindings& dims) override { variant_for(dims); }
+  // Also re-lays out the QMatMul weights already set, which the first run would do.
+  void prepare(const Graph& user, const Bindings& dims) override {
+    variant_for(dims);
+    for (const compiler::Kernel& kn : plan_.kernels) {
+      const Node& n = program_.graph->node(kn.root);
+      const auto* q = dynamic_cast<const compiler::QMatMulOp*>(n.custom.get());
+      if (!q) continue;
+      const NodeId w = plan_.canon(n.inputs[1].source);
+      if (program_.graph->node(w).op != Op::Input) continue;
+      const Node& wn = program_.graph->node(w);
+      if (const Buffer* raw = user.data(program_.source_of[w.value]))
+        interleaved_weights(user, w, *raw, q->format, wn.shape[0].eval(dims),
+                            wn.shape[1].eval(dims));
+    }
+  }
 
  private:
   // Compiled kernels for one specialisation of the symbolic dims.
@@ -305,6 +320,9 @@ class CpuExecutable final : public Executable {
 
   std::vector<std::optional<Buffer>> spare_;
   std::vector<std::optional<NodeId>> appendable_base_;  // per kernel
+  // By weight input: the data version it was made from, and the interleaved weights.
+  std::unordered_map<uint32_t, std::optional<std::pair<uint64_t, cpugen::InterleavedWeights>>>
+      interleaved_;
   // A kernel operand: a computed value, or the user's data for an input.
   const Buffer& input(const Graph& user, NodeId r,
                       const std::vector<std::optional<Buffer>>& values) {
@@ -334,7 +352,9 @@ class CpuExecutable final : public Executable {
       const auto& w = views[1].dims;  // the weight [N, K]
       cpugen::qmatmul(views[0], bufs[0]->span<float>().data(), q->format,
                       bufs[1]->span<uint8_t>().data(), w[0], w[1], out.span<float>().data(),
-                      options_.int8_activations);
+                      options_.int8_activations,
+                      interleaved_weights(user, plan_.canon(n.inputs[1].source), *bufs[1],
+                                          q->format, w[0], w[1]));
       return;
     }
     std::vector<Buffer> in;
@@ -346,6 +366,21 @@ class CpuExecutable final : public Executable {
     std::vector<int64_t> out_shape;
     for (Expr d : n.shape) out_shape.push_back(d.eval(user.dims()));
     out = n.custom->run(in, shapes, out_shape, n.dtype);
+  }
+
+  // The interleaved copy of a QMatMul weight that is a user input, made on first use and
+  // redone when the input's data changes; nullptr where the format has none.
+  const cpugen::InterleavedWeights* interleaved_weights(const Graph& user, NodeId r,
+                                                        const Buffer& raw, uint32_t format,
+                                                        int64_t n, int64_t k) {
+    if (!options_.int8_activations || program_.graph->node(r).op != Op::Input ||
+        !cpugen::interleavable(format, n, k))
+      return nullptr;
+    const uint64_t version = user.data_version(program_.source_of[r.value]);
+    auto& slot = interleaved_[r.value];
+    if (!slot || slot->first != version)
+      slot.emplace(version, cpugen::interleave(format, raw.span<uint8_t>().data(), n, k));
+    return &slot->second;
   }
 
   [[noreturn]] static void report(const Graph& g, const compiler::Kernel& k, const int64_t* err) {

@@ -2,6 +2,8 @@
 // int8 values with a float scale and offset per 16 elements — so one integer dot
 // product serves all formats. Threads split the weight rows; each decoded block is used
 // by a tile of activation rows, or, for many rows, whole weight rows are decoded once.
+// Weights the executable has interleaved (qinterleaved.hpp) take that path instead, for
+// any number of rows: it outruns both of these.
 #include "backends/cpu/qgemm.hpp"
 
 #include <omp.h>
@@ -17,6 +19,7 @@
 #endif
 
 #include "backends/cpu/gemm.hpp"
+#include "backends/cpu/qactivations.hpp"
 #include "backends/cpu/qformats.hpp"
 #include "luminal/dtype.hpp"
 #include "luminal/error.hpp"
@@ -26,37 +29,6 @@ namespace luminal::cpugen {
 namespace {
 
 using namespace qformats;
-
-// An activation row quantised in 32-element blocks: x ~ d * q, plus d * sum(q) per 16.
-struct QuantizedRows {
-  std::vector<int8_t> q;
-  std::vector<float> d, sum16;
-};
-
-void quantize_rows(const std::vector<const float*>& rows, int64_t k, QuantizedRows& out) {
-  const size_t nr = rows.size(), kk = static_cast<size_t>(k);
-  out.q.resize(nr * kk);
-  out.d.resize(nr * kk / 32);
-  out.sum16.resize(nr * kk / 16);
-#pragma omp parallel for schedule(static) if (nr * kk > 65536)
-  for (size_t r = 0; r < nr; ++r) {
-    const float* x = rows[r];
-    for (size_t c = 0; c < kk / 32; ++c) {
-      float amax = 0;
-      for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[32 * c + j]));
-      const float d = amax / 127.0f, inv = d > 0 ? 1.0f / d : 0.0f;
-      int8_t* q = out.q.data() + r * kk + 32 * c;
-      int s0 = 0, s1 = 0;
-      for (int j = 0; j < 32; ++j) {
-        q[j] = static_cast<int8_t>(std::nearbyint(x[32 * c + j] * inv));
-        (j < 16 ? s0 : s1) += q[j];
-      }
-      out.d[r * kk / 32 + c] = d;
-      out.sum16[r * kk / 16 + 2 * c] = d * static_cast<float>(s0);
-      out.sum16[r * kk / 16 + 2 * c + 1] = d * static_cast<float>(s1);
-    }
-  }
-}
 
 // Activation rows handled together: each decoded weight block is reused this many times
 // before the next is decoded.
@@ -226,20 +198,9 @@ LUM_AVX2 void decode_row_f32_avx2(const uint8_t* row, int64_t k, float* out) {
   }
 }
 
-// LUMINAL_CPU_SIMD=off selects the portable kernels (for testing and comparison).
-bool has_avx2() {
-  static const bool cpu = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                          __builtin_cpu_supports("f16c");
-  const char* env = std::getenv("LUMINAL_CPU_SIMD");
-  return cpu && !(env && std::strcmp(env, "off") == 0);
-}
-#else
-bool has_avx2() {
-  return false;
-}
 #endif
 
-// `avx2`: has_avx2(), asked once per product rather than per dot.
+// `avx2`: use_avx2(), asked once per product rather than per dot.
 float dot_f32(const float* w, const float* x, int64_t k, bool avx2) {
 #if defined(__x86_64__)
   if (avx2) return dot_f32_avx2(w, x, k);
@@ -279,7 +240,7 @@ bool with_format(uint32_t format, Fn&& fn) {
 template <class F>
 void run_format(const uint8_t* w, int64_t n, int64_t k, const QuantizedRows& x, int64_t rows,
                 float* out) {
-  const bool avx2 = has_avx2();
+  const bool avx2 = use_avx2();
 #pragma omp parallel
   {
     const int threads = omp_get_num_threads(), me = omp_get_thread_num();
@@ -338,7 +299,7 @@ void dequantized_sgemm(const std::vector<const float*>& rows, uint32_t format, c
     std::memcpy(a.data() + i * k, rows[static_cast<size_t>(i)], static_cast<size_t>(k) * 4);
   constexpr int64_t kPanel = 256;  // weight rows per decoded panel (~2 MB at K = 2048)
   std::vector<float> panel(static_cast<size_t>(std::min(n, kPanel) * k));
-  const bool avx2 = has_avx2();
+  const bool avx2 = use_avx2();
   for (int64_t j0 = 0; j0 < n; j0 += kPanel) {
     const int64_t p = std::min(kPanel, n - j0);
 #pragma omp parallel for schedule(static)
@@ -357,31 +318,11 @@ void dequantized_sgemm(const std::vector<const float*>& rows, uint32_t format, c
   }
 }
 
-// Pointers to the K-contiguous activation rows, in output row order.
-std::vector<const float*> activation_rows(const ConcreteView& a, const float* data) {
-  const size_t r = a.dims.size();
-  int64_t batch = 1;
-  for (size_t d = 0; d + 3 < r; ++d) batch *= a.dims[d];
-  const int64_t m = a.dims[r - 3];
-  std::vector<const float*> rows;
-  rows.reserve(static_cast<size_t>(batch * m));
-  std::vector<int64_t> idx(r - 3, 0);
-  for (int64_t b = 0; b < batch; ++b) {
-    int64_t off = a.offset;
-    for (size_t d = 0; d < idx.size(); ++d) off += idx[d] * a.strides[d];
-    for (int64_t i = 0; i < m; ++i) rows.push_back(data + off + i * a.strides[r - 3]);
-    for (size_t d = idx.size(); d-- > 0;) {
-      if (++idx[d] < a.dims[d]) break;
-      idx[d] = 0;
-    }
-  }
-  return rows;
-}
-
 }  // namespace
 
 void qmatmul(const ConcreteView& a, const float* a_data, uint32_t format, const uint8_t* w,
-             int64_t n, int64_t k, float* out, bool int8_activations) {
+             int64_t n, int64_t k, float* out, bool int8_activations,
+             const InterleavedWeights* interleaved) {
   size_t block_elems = 0, block_bytes = 0;
   LUM_CHECK(ggml_block_layout(format, block_elems, block_bytes))
       << "QMatMul: unsupported weight format " << ggml_type_name(format);
@@ -390,7 +331,7 @@ void qmatmul(const ConcreteView& a, const float* a_data, uint32_t format, const 
   const size_t row_bytes = static_cast<size_t>(k) / block_elems * block_bytes;
   if (nr == 0 || n == 0) return;
   if (block_elems == 1 || !int8_activations) {  // decode each row exactly, f32 dot products
-    const bool avx2 = has_avx2();
+    const bool avx2 = use_avx2();
 #pragma omp parallel
     {
       std::vector<float> wrow(static_cast<size_t>(k));
@@ -403,6 +344,7 @@ void qmatmul(const ConcreteView& a, const float* a_data, uint32_t format, const 
     }
     return;
   }
+  if (interleaved) return qmatmul_interleaved(rows, *interleaved, out);
   if (nr >= kBlasRows) return dequantized_sgemm(rows, format, w, n, k, row_bytes, out);
   LUM_CHECK(k % 32 == 0) << "QMatMul: K = " << k << " is not a multiple of 32";
   QuantizedRows x;

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "backends/cpu/qinterleaved.hpp"
 #include "luminal/view.hpp"
 
 namespace luminal::cpugen {
@@ -19,7 +20,11 @@ namespace luminal::cpugen {
 /// block's largest magnitude per element). Otherwise, and always for F32, F16 and BF16
 /// storage, activations stay f32 and only the summation order differs from a dense
 /// product with the decoded weights.
+///
+/// `interleaved`, when given, is the same weights re-laid out (qinterleaved.hpp); the
+/// integer products read it instead (with int8_activations).
 void qmatmul(const ConcreteView& a, const float* a_data, uint32_t format, const uint8_t* w,
-             int64_t n, int64_t k, float* out, bool int8_activations = true);
+             int64_t n, int64_t k, float* out, bool int8_activations = true,
+             const InterleavedWeights* interleaved = nullptr);
 
 }  // namespace luminal::cpugen

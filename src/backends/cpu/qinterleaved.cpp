@@ -1,0 +1,463 @@
+// Interleaved QMatMul weights and their AVX2 kernels (see qinterleaved.hpp).
+//
+// A tile is eight weight rows by one block. In every layout "vector v" means 32 bytes
+// whose byte i is value 4v + i % 4 of row i / 4 (within the 32-value group), so after
+// `maddubs` with four broadcast activation bytes and `madd` with ones, int32 lane r is
+// row r's partial sum.
+//
+//   Q4_0 / Q5_0 (144 / 176 bytes):  8 f16 scales | [Q5_0: 32 bytes, bit v of byte i the
+//       fifth bit of vector v] | 4 x 32 bytes of nibbles, low nibbles vector 2p and high
+//       nibbles vector 2p + 1 of the p-th 32 bytes. Values are unsigned (0..15 / 0..31);
+//       the zero point (8 / 16) comes off as zero point x activation block sum.
+//   Q8_0 (272 bytes):  8 f16 scales | 8 vectors of int8 values.
+//   Q4_K (1184 bytes per 256 columns):  8 f16 d | 8 f16 dmin | then per 32-value
+//       sub-block: the rows' 6-bit scales, their 6-bit mins, 4 x 32 bytes of nibbles.
+//       Sub-block scales multiply the int16 pair sums inside `madd`, so the float work is
+//       once per sub-block for all eight rows.
+//   Q6_K (1680 bytes per 256 columns):  8 f16 d | then per 32-value group: the rows'
+//       int8 scales of its two 16-value sub-blocks, 2 x 32 bytes of high bit pairs (bits
+//       2u, 2u + 1 of byte i belong to vector u, then 4 + u), 4 x 32 bytes of low
+//       nibbles. Values are unsigned (0..63); the zero point 32 comes off with the
+//       activation sums.
+// Each tile's bytes are read front to back, which the hardware prefetchers follow.
+#include "backends/cpu/qinterleaved.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "backends/cpu/qactivations.hpp"
+#include "backends/cpu/qformats.hpp"
+#include "luminal/error.hpp"
+#include "luminal/quant.hpp"
+
+namespace luminal::cpugen {
+namespace {
+
+using namespace qformats;
+
+constexpr int64_t kRows = 8;  // weight rows per tile
+
+struct Layout {
+  int64_t block_elems, src_bytes, tile_bytes;
+};
+
+bool layout_of(uint32_t format, Layout& l) {
+  switch (static_cast<GgmlType>(format)) {
+    case GgmlType::Q4_0:
+      return l = {32, 18, 144}, true;
+    case GgmlType::Q5_0:
+      return l = {32, 22, 176}, true;
+    case GgmlType::Q8_0:
+      return l = {32, 34, 272}, true;
+    case GgmlType::Q4_K:
+      return l = {256, 144, 1184}, true;
+    case GgmlType::Q6_K:
+      return l = {256, 210, 1680}, true;
+    default:
+      return false;
+  }
+}
+
+// Byte i of vector v: value 4v + i % 4 of row i / 4 in a group of 32 values per row.
+template <class Value>
+uint8_t vector_byte(Value&& value, int v, int i) {
+  return value(i / 4, 4 * v + i % 4);
+}
+
+// Writes the 4 x 32 bytes of nibbles for a 32-value group; value(r, j) in 0..15.
+template <class Value>
+void put_nibbles(uint8_t* out, Value&& value) {
+  for (int p = 0; p < 4; ++p)
+    for (int i = 0; i < 32; ++i)
+      out[32 * p + i] = static_cast<uint8_t>((vector_byte(value, 2 * p, i) & 0xF) |
+                                             (vector_byte(value, 2 * p + 1, i) & 0xF) << 4);
+}
+
+// One tile of Q4_0 / Q5_0 / Q8_0: `src[r]` is row r's block.
+void interleave_32(GgmlType type, const uint8_t* const src[kRows], uint8_t* tile) {
+  int8_t q[kRows][32];
+  float s[2], b[2];
+  for (int r = 0; r < kRows; ++r) {
+    if (type == GgmlType::Q4_0) Q4<false>::decode(src[r], q[r], s, b);
+    if (type == GgmlType::Q5_0) Q5<false>::decode(src[r], q[r], s, b);
+    if (type == GgmlType::Q8_0) Q8_0::decode(src[r], q[r], s, b);
+    std::memcpy(tile + 2 * r, src[r], 2);  // the f16 scale leads every one of these blocks
+  }
+  uint8_t* body = tile + 16;
+  if (type == GgmlType::Q8_0) {
+    for (int v = 0; v < 8; ++v)
+      for (int i = 0; i < 32; ++i)
+        body[32 * v + i] = static_cast<uint8_t>(vector_byte([&](int r, int j) { return q[r][j]; }, v, i));
+    return;
+  }
+  const int zero = type == GgmlType::Q5_0 ? 16 : 8;
+  auto value = [&](int r, int j) { return q[r][j] + zero; };  // unsigned
+  if (type == GgmlType::Q5_0) {
+    for (int i = 0; i < 32; ++i) {
+      int bits = 0;
+      for (int v = 0; v < 8; ++v) bits |= (vector_byte(value, v, i) >> 4 & 1) << v;
+      body[i] = static_cast<uint8_t>(bits);
+    }
+    body += 32;
+  }
+  put_nibbles(body, value);
+}
+
+void interleave_q4_k(const uint8_t* const src[kRows], uint8_t* tile) {
+  int8_t q[kRows][256];
+  float s[16], b[16];
+  for (int r = 0; r < kRows; ++r) {
+    QK<false>::decode(src[r], q[r], s, b);
+    std::memcpy(tile + 2 * r, src[r], 2);           // d
+    std::memcpy(tile + 16 + 2 * r, src[r] + 2, 2);  // dmin
+    for (int sub = 0; sub < 8; ++sub) {
+      int sc, m;
+      ggml_k4_scale_min(sub, src[r] + 4, sc, m);
+      tile[32 + 144 * sub + r] = static_cast<uint8_t>(sc);
+      tile[40 + 144 * sub + r] = static_cast<uint8_t>(m);
+    }
+  }
+  for (int sub = 0; sub < 8; ++sub)
+    put_nibbles(tile + 48 + 144 * sub, [&](int r, int j) { return q[r][32 * sub + j]; });
+}
+
+void interleave_q6_k(const uint8_t* const src[kRows], uint8_t* tile) {
+  int8_t q[kRows][256];
+  float s[16];
+  for (int r = 0; r < kRows; ++r) {
+    Q6_K::decode(src[r], q[r], s, nullptr);
+    std::memcpy(tile + 2 * r, src[r] + 208, 2);  // d
+    for (int sub = 0; sub < 16; ++sub) tile[16 + 208 * (sub / 2) + 8 * (sub % 2) + r] = src[r][192 + sub];
+  }
+  for (int g = 0; g < 8; ++g) {
+    auto value = [&](int r, int j) { return q[r][32 * g + j] + 32; };  // unsigned
+    uint8_t* high = tile + 32 + 208 * g;
+    for (int half = 0; half < 2; ++half)
+      for (int i = 0; i < 32; ++i) {
+        int bits = 0;
+        for (int u = 0; u < 4; ++u) bits |= (vector_byte(value, 4 * half + u, i) >> 4 & 3) << (2 * u);
+        high[32 * half + i] = static_cast<uint8_t>(bits);
+      }
+    put_nibbles(tile + 96 + 208 * g, value);
+  }
+}
+
+#if defined(__x86_64__)
+LUM_AVX2 inline __m256i broadcast4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+LUM_AVX2 inline __m256i load32(const uint8_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+
+LUM_AVX2 inline __m256 load_f16x8(const uint8_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+// The eight vectors of a 32-value group from its 4 x 32 bytes of nibbles.
+LUM_AVX2 inline void unpack_nibbles(const uint8_t* p, __m256i q[8]) {
+  const __m256i m4 = _mm256_set1_epi8(0xF);
+  #pragma GCC unroll 8
+  for (int i = 0; i < 4; ++i) {
+    const __m256i x = load32(p + 32 * i);
+    q[2 * i] = _mm256_and_si256(x, m4);
+    q[2 * i + 1] = _mm256_and_si256(_mm256_srli_epi16(x, 4), m4);
+  }
+}
+
+// Sum over the group of maddubs(q[v], activations 4v..4v+3), as int16 pairs. Unsigned
+// values below 16 keep eight products of at most 2 * 15 * 127 within int16; below 32
+// (kFive), four.
+template <bool kFive>
+LUM_AVX2 inline __m256i group_dot(const __m256i q[8], const int8_t* y) {
+  __m256i p[8];
+  #pragma GCC unroll 8
+  for (int v = 0; v < 8; ++v) p[v] = _mm256_maddubs_epi16(q[v], broadcast4(y + 4 * v));
+  const __m256i lo = _mm256_add_epi16(_mm256_add_epi16(p[0], p[1]), _mm256_add_epi16(p[2], p[3]));
+  const __m256i hi = _mm256_add_epi16(_mm256_add_epi16(p[4], p[5]), _mm256_add_epi16(p[6], p[7]));
+  const __m256i ones = _mm256_set1_epi16(1);
+  if (kFive) return _mm256_add_epi32(_mm256_madd_epi16(lo, ones), _mm256_madd_epi16(hi, ones));
+  return _mm256_madd_epi16(_mm256_add_epi16(lo, hi), ones);
+}
+
+// Per activation row: its int8 values; per 32-block, the scale d and d * sum(q); per
+// 16 elements, d * sum(q).
+struct Row {
+  const int8_t* q;
+  const float* d;
+  const float* sum;
+  const float* sum16;
+};
+
+// Q4_0 / Q5_0 / Q8_0 tiles against kM activation rows; writes 8 outputs per row.
+template <GgmlType kType, int kM>
+LUM_AVX2 void tiles_32(const uint8_t* tiles, int64_t blocks, const Row* rows, float* const* out) {
+  constexpr int64_t kTile = kType == GgmlType::Q4_0 ? 144 : kType == GgmlType::Q5_0 ? 176 : 272;
+  const float zero = kType == GgmlType::Q5_0 ? 16.0f : 8.0f;
+  __m256 acc[kM];
+  for (auto& a : acc) a = _mm256_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t* t = tiles + b * kTile;
+    const __m256 dw = load_f16x8(t);
+    __m256i q[8];
+    if constexpr (kType == GgmlType::Q8_0) {
+      #pragma GCC unroll 8
+      for (int v = 0; v < 8; ++v) q[v] = load32(t + 16 + 32 * v);
+      __m256i mag[8];
+      #pragma GCC unroll 8
+      for (int v = 0; v < 8; ++v) mag[v] = _mm256_sign_epi8(q[v], q[v]);
+      const __m256i ones = _mm256_set1_epi16(1);
+      #pragma GCC unroll 8
+      for (int m = 0; m < kM; ++m) {
+        const int8_t* y = rows[m].q + 32 * b;
+        __m256i sum = _mm256_setzero_si256();
+        #pragma GCC unroll 8
+        for (int v = 0; v < 8; ++v) {
+          // maddubs takes its first operand unsigned: |w| against y given w's sign.
+          const __m256i p =
+              _mm256_maddubs_epi16(mag[v], _mm256_sign_epi8(broadcast4(y + 4 * v), q[v]));
+          sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p, ones));
+        }
+        const __m256 dot = _mm256_mul_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(rows[m].d[b]));
+        acc[m] = _mm256_fmadd_ps(dw, dot, acc[m]);
+      }
+      continue;
+    }
+    constexpr bool kFive = kType == GgmlType::Q5_0;
+    unpack_nibbles(t + (kFive ? 48 : 16), q);
+    if constexpr (kFive) {
+      const __m256i h = load32(t + 16), bit = _mm256_set1_epi8(0x10);
+      q[0] = _mm256_or_si256(q[0], _mm256_and_si256(_mm256_slli_epi16(h, 4), bit));
+      q[1] = _mm256_or_si256(q[1], _mm256_and_si256(_mm256_slli_epi16(h, 3), bit));
+      q[2] = _mm256_or_si256(q[2], _mm256_and_si256(_mm256_slli_epi16(h, 2), bit));
+      q[3] = _mm256_or_si256(q[3], _mm256_and_si256(_mm256_slli_epi16(h, 1), bit));
+      q[4] = _mm256_or_si256(q[4], _mm256_and_si256(h, bit));
+      q[5] = _mm256_or_si256(q[5], _mm256_and_si256(_mm256_srli_epi16(h, 1), bit));
+      q[6] = _mm256_or_si256(q[6], _mm256_and_si256(_mm256_srli_epi16(h, 2), bit));
+      q[7] = _mm256_or_si256(q[7], _mm256_and_si256(_mm256_srli_epi16(h, 3), bit));
+    }
+    #pragma GCC unroll 8
+    for (int m = 0; m < kM; ++m) {
+      const __m256i dot = group_dot<kFive>(q, rows[m].q + 32 * b);
+      // d_y * (sum of unsigned products) - zero * d_y * sum(q_y), then times d_w.
+      const __m256 signed_dot = _mm256_fmsub_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(rows[m].d[b]),
+                                                _mm256_set1_ps(zero * rows[m].sum[b]));
+      acc[m] = _mm256_fmadd_ps(dw, signed_dot, acc[m]);
+    }
+  }
+  #pragma GCC unroll 8
+  for (int m = 0; m < kM; ++m) _mm256_storeu_ps(out[m], acc[m]);
+}
+
+template <int kM>
+LUM_AVX2 void tiles_q4_k(const uint8_t* tiles, int64_t blocks, const Row* rows, float* const* out) {
+  // Each row's scale byte twice: madd multiplies int16 pair j (lanes 2j, 2j + 1) by it.
+  const __m128i twice = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+  __m256 acc[kM];
+  for (auto& a : acc) a = _mm256_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t* t = tiles + b * 1184;
+    __m256 scaled[kM], mins[kM];
+    #pragma GCC unroll 8
+    for (int m = 0; m < kM; ++m) scaled[m] = mins[m] = _mm256_setzero_ps();
+        for (int sub = 0; sub < 8; ++sub) {
+      __m256i q[8];
+      unpack_nibbles(t + 48 + 144 * sub, q);
+      const __m256i sc = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(
+          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(t + 32 + 144 * sub)), twice));
+      const __m256 mn = _mm256_cvtepi32_ps(
+          _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(t + 40 + 144 * sub))));
+      #pragma GCC unroll 8
+      for (int m = 0; m < kM; ++m) {
+        const int64_t at = 8 * b + sub;  // the activation block
+        const int8_t* y = rows[m].q + 32 * at;
+        __m256i p = _mm256_maddubs_epi16(q[0], broadcast4(y));
+        #pragma GCC unroll 8
+        for (int v = 1; v < 8; ++v)
+          p = _mm256_add_epi16(p, _mm256_maddubs_epi16(q[v], broadcast4(y + 4 * v)));
+        const __m256i dot = _mm256_madd_epi16(p, sc);
+        scaled[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(rows[m].d[at]), scaled[m]);
+        mins[m] = _mm256_fmadd_ps(mn, _mm256_set1_ps(rows[m].sum[at]), mins[m]);
+      }
+    }
+    const __m256 d = load_f16x8(t), dmin = load_f16x8(t + 16);
+    #pragma GCC unroll 8
+    for (int m = 0; m < kM; ++m)
+      acc[m] = _mm256_fnmadd_ps(dmin, mins[m], _mm256_fmadd_ps(d, scaled[m], acc[m]));
+  }
+  #pragma GCC unroll 8
+  for (int m = 0; m < kM; ++m) _mm256_storeu_ps(out[m], acc[m]);
+}
+
+template <int kM>
+LUM_AVX2 void tiles_q6_k(const uint8_t* tiles, int64_t blocks, const Row* rows, float* const* out) {
+  const __m128i twice = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+  const __m256i two_bits = _mm256_set1_epi8(0x30);
+  __m256 acc[kM];
+  for (auto& a : acc) a = _mm256_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t* t = tiles + b * 1680;
+    __m256 scaled[kM], zero[kM];
+#pragma GCC unroll 8
+    for (int m = 0; m < kM; ++m) scaled[m] = zero[m] = _mm256_setzero_ps();
+    for (int g = 0; g < 8; ++g) {
+      __m256i q[8];
+      unpack_nibbles(t + 96 + 208 * g, q);
+#pragma GCC unroll 8
+      for (int half = 0; half < 2; ++half) {
+        const __m256i h = load32(t + 32 + 208 * g + 32 * half);
+        q[4 * half] = _mm256_or_si256(q[4 * half], _mm256_and_si256(_mm256_slli_epi16(h, 4), two_bits));
+        q[4 * half + 1] =
+            _mm256_or_si256(q[4 * half + 1], _mm256_and_si256(_mm256_slli_epi16(h, 2), two_bits));
+        q[4 * half + 2] = _mm256_or_si256(q[4 * half + 2], _mm256_and_si256(h, two_bits));
+        q[4 * half + 3] =
+            _mm256_or_si256(q[4 * half + 3], _mm256_and_si256(_mm256_srli_epi16(h, 2), two_bits));
+      }
+      // The two 16-value sub-blocks' scales: as int16 pairs for madd, and as floats.
+      __m256i sc[2];
+      __m256 scf[2];
+#pragma GCC unroll 8
+      for (int half = 0; half < 2; ++half) {
+        const __m128i raw = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(t + 16 + 208 * g + 8 * half));
+        sc[half] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(raw, twice));
+        scf[half] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(raw));
+      }
+#pragma GCC unroll 8
+      for (int m = 0; m < kM; ++m) {
+        const int64_t at = 8 * b + g;  // the activation block
+        const int8_t* y = rows[m].q + 32 * at;
+        // Values below 64: two products of at most 2 * 63 * 127 stay within int16.
+        __m256i dot = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int v = 0; v < 8; v += 2) {
+          const __m256i pair = _mm256_add_epi16(_mm256_maddubs_epi16(q[v], broadcast4(y + 4 * v)),
+                                                _mm256_maddubs_epi16(q[v + 1], broadcast4(y + 4 * v + 4)));
+          dot = _mm256_add_epi32(dot, _mm256_madd_epi16(pair, sc[v / 4]));
+        }
+        scaled[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(rows[m].d[at]), scaled[m]);
+        zero[m] = _mm256_fmadd_ps(scf[0], _mm256_set1_ps(rows[m].sum16[2 * at]), zero[m]);
+        zero[m] = _mm256_fmadd_ps(scf[1], _mm256_set1_ps(rows[m].sum16[2 * at + 1]), zero[m]);
+      }
+    }
+    const __m256 d = load_f16x8(t);
+#pragma GCC unroll 8
+    for (int m = 0; m < kM; ++m)
+      acc[m] = _mm256_fmadd_ps(
+          d, _mm256_fnmadd_ps(_mm256_set1_ps(32.0f), zero[m], scaled[m]), acc[m]);
+  }
+#pragma GCC unroll 8
+  for (int m = 0; m < kM; ++m) _mm256_storeu_ps(out[m], acc[m]);
+}
+
+template <int kM>
+LUM_AVX2 void tiles(uint32_t format, const uint8_t* t, int64_t blocks, const Row* rows,
+                    float* const* out) {
+  switch (static_cast<GgmlType>(format)) {
+    case GgmlType::Q4_0:
+      return tiles_32<GgmlType::Q4_0, kM>(t, blocks, rows, out);
+    case GgmlType::Q5_0:
+      return tiles_32<GgmlType::Q5_0, kM>(t, blocks, rows, out);
+    case GgmlType::Q8_0:
+      return tiles_32<GgmlType::Q8_0, kM>(t, blocks, rows, out);
+    case GgmlType::Q4_K:
+      return tiles_q4_k<kM>(t, blocks, rows, out);
+    case GgmlType::Q6_K:
+      return tiles_q6_k<kM>(t, blocks, rows, out);
+    default:
+      LUM_FAIL() << "internal: no interleaved kernel for " << ggml_type_name(format);
+  }
+}
+#endif
+
+}  // namespace
+
+bool interleavable(uint32_t format, int64_t n, int64_t k) {
+  Layout l{};
+  return use_avx2() && layout_of(format, l) && n % kRows == 0 && k % l.block_elems == 0 && n > 0;
+}
+
+InterleavedWeights interleave(uint32_t format, const uint8_t* w, int64_t n, int64_t k) {
+  Layout l{};
+  LUM_CHECK(layout_of(format, l) && n % kRows == 0 && k % l.block_elems == 0)
+      << "internal: " << ggml_type_name(format) << " [" << n << ", " << k
+      << "] has no interleaved layout";
+  InterleavedWeights out{format, n, k, Buffer(DType::U8, 0)};
+  const int64_t blocks = k / l.block_elems;
+  out.data = Buffer(DType::U8, static_cast<size_t>(n / kRows * blocks * l.tile_bytes),
+                    Buffer::Uninitialized{});
+  auto* dst = static_cast<uint8_t*>(out.data.data());
+  const auto type = static_cast<GgmlType>(format);
+#pragma omp parallel for schedule(static)
+  for (int64_t g = 0; g < n / kRows; ++g) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      const uint8_t* src[kRows];
+      for (int64_t r = 0; r < kRows; ++r)
+        src[r] = w + ((kRows * g + r) * blocks + b) * l.src_bytes;
+      uint8_t* tile = dst + (g * blocks + b) * l.tile_bytes;
+      if (type == GgmlType::Q4_K)
+        interleave_q4_k(src, tile);
+      else if (type == GgmlType::Q6_K)
+        interleave_q6_k(src, tile);
+      else
+        interleave_32(type, src, tile);
+    }
+  }
+  return out;
+}
+
+void qmatmul_interleaved(const std::vector<const float*>& rows, const InterleavedWeights& w,
+                         float* out) {
+#if defined(__x86_64__)
+  Layout l{};
+  layout_of(w.format, l);
+  QuantizedRows x;
+  quantize_rows(rows, w.k, x);
+  const auto m = static_cast<int64_t>(rows.size());
+  const int64_t k32 = w.k / 32, blocks = w.k / l.block_elems;
+  std::vector<float> sum32(static_cast<size_t>(m * k32));  // d * sum(q) per 32-block
+  for (size_t i = 0; i < sum32.size(); ++i) sum32[i] = x.sum16[2 * i] + x.sum16[2 * i + 1];
+  const auto* data = static_cast<const uint8_t*>(w.data.data());
+  constexpr int64_t kTileRows = 4;  // activation rows per pass over a group's weights
+#pragma omp parallel for schedule(static)
+  for (int64_t g = 0; g < w.n / kRows; ++g) {
+    const uint8_t* t = data + g * blocks * l.tile_bytes;
+    for (int64_t first = 0; first < m; first += kTileRows) {
+      Row r[kTileRows];
+      float* o[kTileRows];
+      const int64_t count = std::min(kTileRows, m - first);
+      for (int64_t i = 0; i < count; ++i) {
+        r[i] = {x.q.data() + (first + i) * w.k, x.d.data() + (first + i) * k32,
+                sum32.data() + (first + i) * k32, x.sum16.data() + (first + i) * 2 * k32};
+        o[i] = out + (first + i) * w.n + kRows * g;
+      }
+      switch (count) {
+        case 1:
+          tiles<1>(w.format, t, blocks, r, o);
+          break;
+        case 2:
+          tiles<2>(w.format, t, blocks, r, o);
+          break;
+        case 3:
+          tiles<3>(w.format, t, blocks, r, o);
+          break;
+        default:
+          tiles<4>(w.format, t, blocks, r, o);
+      }
+    }
+  }
+#else
+  (void)rows, (void)w, (void)out;
+  LUM_FAIL() << "internal: interleaved QMatMul needs x86-64";
+#endif
+}
+
+}  // namespace luminal::cpugen
