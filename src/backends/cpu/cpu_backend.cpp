@@ -78,6 +78,7 @@ class CpuExecutable final : public Executable {
       for (NodeId r : plan_.kernels[k].reads) last_use[r.value] = k;
     std::vector<std::optional<Buffer>> values(count);
     stats_ = RunStats{};
+    start_pool(user);
     size_t live = 0;
     for (size_t k = 0; k < plan_.kernels.size(); ++k) {
       const compiler::Kernel& kn = plan_.kernels[k];
@@ -89,7 +90,7 @@ class CpuExecutable final : public Executable {
       if (auto appended = append_in_place(user, k, static_cast<size_t>(numel), values)) {
         out = std::move(*appended);
       } else {
-        out = reuse(user, k, root.dtype, static_cast<size_t>(numel));
+        out = allocate(root.dtype, static_cast<size_t>(numel));
         if (!variant.fns[k]) {
           run_custom(user, root, values, out);
         } else {
@@ -112,7 +113,7 @@ class CpuExecutable final : public Executable {
       for (NodeId r : kn.reads) {
         if (last_use[r.value] == k && values[r.value] && !g.is_output(r)) {
           live -= values[r.value]->bytes();
-          keep_for_next_run(r, std::move(*values[r.value]));
+          release(std::move(*values[r.value]));
           values[r.value].reset();
         }
       }
@@ -135,6 +136,7 @@ class CpuExecutable final : public Executable {
         user.set_data(user_out, input(user, c, values));
       }
     }
+    last_pool_.clear();
   }
 
   RunStats last_run() const override { return stats_; }
@@ -256,29 +258,37 @@ class CpuExecutable final : public Executable {
     return out;
   }
 
-  // Buffers survive between runs: a kernel whose output size is unchanged writes into
-  // last run's memory instead of faulting in fresh pages.
-  Buffer reuse(Graph& user, size_t k, DType dtype, size_t numel) {
-    if (spare_.size() < plan_.kernels.size()) spare_.resize(plan_.kernels.size());
-    std::optional<Buffer>& s = spare_[k];
-    // An output's buffer from the last run sits in the user's graph: take it back.
+  // Freed buffers, by dtype and size, for later kernels of this run and the next: the
+  // same shapes recur in every layer and every step, so memory stays near the peak of
+  // what is live at once, and pages are not faulted in again. Buffers the last run freed
+  // and this one has not reused are let go when it ends (a prompt's sizes are not kept
+  // through the decoding that follows).
+  using PoolKey = std::pair<DType, size_t>;
+  std::multimap<PoolKey, Buffer> pool_, last_pool_;
+
+  void start_pool(Graph& user) {
+    for (auto& [key, b] : pool_) last_pool_.emplace(key, std::move(b));
+    pool_.clear();
+    // Last run's outputs are replaced by this run's: their buffers are reusable.
     for (const auto& [user_out, node] : program_.outputs)
-      if (!s && plan_.canon(node) == plan_.kernels[k].root) s = user.take_data(user_out);
-    if (s && s->dtype() == dtype && s->numel() == numel) {
-      Buffer b = std::move(*s);
-      s.reset();
+      if (program_.graph->node(plan_.canon(node)).op != Op::Input)
+        if (auto b = user.take_data(user_out)) release(std::move(*b));
+  }
+
+  Buffer allocate(DType dtype, size_t numel) {
+    for (auto* pool : {&pool_, &last_pool_}) {
+      auto it = pool->find({dtype, numel});
+      if (it == pool->end()) continue;
+      Buffer b = std::move(it->second);
+      pool->erase(it);
       return b;
     }
     return Buffer(dtype, numel, Buffer::Uninitialized{});
   }
 
-  void keep_for_next_run(NodeId n, Buffer b) {
-    for (size_t k = 0; k < plan_.kernels.size(); ++k)
-      if (plan_.kernels[k].root == n) {
-        if (spare_.size() < plan_.kernels.size()) spare_.resize(plan_.kernels.size());
-        spare_[k] = std::move(b);
-        return;
-      }
+  void release(Buffer b) {
+    const PoolKey key{b.dtype(), b.numel()};
+    pool_.emplace(key, std::move(b));
   }
 
   // LUMINAL_PROFILE=1: seconds per kernel, printed (largest first) when the program is
@@ -318,7 +328,6 @@ class CpuExecutable final : public Executable {
                    groups[order[i].second].second, order[i].second.c_str());
   }
 
-  std::vector<std::optional<Buffer>> spare_;
   std::vector<std::optional<NodeId>> appendable_base_;  // per kernel
   // By weight input: the data version it was made from, and the interleaved weights.
   std::unordered_map<uint32_t, std::optional<std::pair<uint64_t, cpugen::InterleavedWeights>>>
