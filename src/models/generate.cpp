@@ -19,49 +19,8 @@ double since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-double uniform(uint64_t& s) {  // splitmix64 -> [0, 1)
-  uint64_t z = (s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return static_cast<double>((z ^ (z >> 31)) >> 11) * 0x1.0p-53;
-}
 
 }  // namespace
-
-int32_t sample(const std::vector<float>& logits, const SamplingOptions& o, uint64_t& rng) {
-  LUM_CHECK(!logits.empty()) << "sample: empty logits";
-  if (o.temperature <= 0)
-    return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-  std::vector<int32_t> idx(logits.size());
-  std::iota(idx.begin(), idx.end(), 0);
-  std::sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
-  if (o.top_k > 0 && static_cast<size_t>(o.top_k) < idx.size())
-    idx.resize(static_cast<size_t>(o.top_k));
-  std::vector<double> p(idx.size());
-  const double top = logits[idx[0]];
-  double sum = 0;
-  for (size_t i = 0; i < idx.size(); ++i)
-    sum += p[i] = std::exp((logits[idx[i]] - top) / o.temperature);
-  size_t keep = idx.size();
-  if (o.top_p < 1.0) {
-    double acc = 0;
-    for (size_t i = 0; i < idx.size(); ++i) {
-      acc += p[i] / sum;
-      if (acc >= o.top_p) {
-        keep = i + 1;
-        break;
-      }
-    }
-  }
-  double total = 0;
-  for (size_t i = 0; i < keep; ++i) total += p[i];
-  double r = uniform(rng) * total;
-  for (size_t i = 0; i < keep; ++i) {
-    r -= p[i];
-    if (r <= 0) return idx[i];
-  }
-  return idx[keep - 1];
-}
 
 // Streams generated text: the ids not yet shown are decoded together (so multi-byte
 // characters split across tokens come out whole), after the last token already shown

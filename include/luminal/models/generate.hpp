@@ -10,18 +10,9 @@
 
 #include "luminal/backend.hpp"
 #include "luminal/models/chat_template.hpp"
+#include "luminal/models/sampling.hpp"
 
 namespace luminal::models {
-
-struct SamplingOptions {
-  double temperature = 0.0;  // 0: greedy
-  int64_t top_k = 0;         // 0: off
-  double top_p = 1.0;        // 1: off
-  uint64_t seed = 0;
-};
-
-/// Picks a token from logits (row-major floats).
-int32_t sample(const std::vector<float>& logits, const SamplingOptions& opts, uint64_t& rng_state);
 
 struct GenerationStats {
   size_t prompt_tokens = 0, generated = 0;

@@ -1,0 +1,24 @@
+// Picking the next token from a model's logits: greedy, or temperature sampling
+// restricted to the top k and to the top-p nucleus.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace luminal::models {
+
+struct SamplingOptions {
+  double temperature = 0.0;  // 0: greedy
+  int64_t top_k = 0;         // 0: off
+  double top_p = 1.0;        // 1: off
+  uint64_t seed = 0;
+};
+
+/// Picks a token from logits. Sampling draws from softmax(logits / temperature) over the
+/// top_k most likely tokens, cut to the smallest most-likely-first prefix whose share of
+/// their probability reaches top_p. Ties in the order go to the lower id. Runs in time
+/// linear in the vocabulary (plus a sort of the nucleus), since a vocabulary of 262k
+/// fully sorted per token would cost more than the model's forward pass.
+int32_t sample(const std::vector<float>& logits, const SamplingOptions& opts, uint64_t& rng_state);
+
+}  // namespace luminal::models

@@ -1,0 +1,85 @@
+#include "luminal/models/sampling.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "luminal/error.hpp"
+
+namespace luminal::models {
+namespace {
+
+double uniform(uint64_t& s) {  // splitmix64 -> [0, 1)
+  uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return static_cast<double>((z ^ (z >> 31)) >> 11) * 0x1.0p-53;
+}
+
+// exp(-kNegligible) relative to the most likely token is below 1e-20: a vocabulary's
+// worth of such tokens moves no probability that a double can hold next to 1.
+constexpr double kNegligible = 46.0;
+
+}  // namespace
+
+int32_t sample(const std::vector<float>& logits, const SamplingOptions& o, uint64_t& rng) {
+  LUM_CHECK(!logits.empty()) << "sample: empty logits";
+  const auto best = std::max_element(logits.begin(), logits.end());
+  if (o.temperature <= 0) return static_cast<int32_t>(best - logits.begin());
+  auto before = [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  };
+  // Candidates: the top k (one pass keeping a heap of the k best), or every token within
+  // reach of the most likely one.
+  const double top = *best;
+  std::vector<int32_t> idx;
+  if (o.top_k > 0 && static_cast<size_t>(o.top_k) < logits.size()) {
+    const auto k = static_cast<size_t>(o.top_k);
+    for (size_t i = 0; i < logits.size(); ++i) {
+      const auto t = static_cast<int32_t>(i);
+      if (idx.size() < k) {
+        idx.push_back(t);
+        std::push_heap(idx.begin(), idx.end(), before);  // the worst kept on top
+      } else if (before(t, idx.front())) {
+        std::pop_heap(idx.begin(), idx.end(), before);
+        idx.back() = t;
+        std::push_heap(idx.begin(), idx.end(), before);
+      }
+    }
+  } else {
+    const double floor = top - kNegligible * o.temperature;
+    for (size_t i = 0; i < logits.size(); ++i)
+      if (logits[i] >= floor) idx.push_back(static_cast<int32_t>(i));
+  }
+  const float inv_t = static_cast<float>(1.0 / o.temperature), top_f = *best;
+  std::vector<double> p(idx.size());
+  double sum = 0;
+  for (size_t i = 0; i < idx.size(); ++i) sum += p[i] = std::exp((logits[idx[i]] - top_f) * inv_t);
+  size_t keep = idx.size();
+  if (o.top_p < 1.0) {
+    // Sort only as much of the most likely end as the nucleus needs, growing the sorted
+    // prefix until its share reaches top_p.
+    for (size_t sorted = std::min<size_t>(64, idx.size());; sorted = std::min(idx.size(), 4 * sorted)) {
+      std::partial_sort(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(sorted), idx.end(), before);
+      double acc = 0;
+      keep = 0;
+      for (size_t i = 0; i < sorted && keep == 0; ++i) {
+        acc += std::exp((logits[idx[i]] - top_f) * inv_t) / sum;
+        if (acc >= o.top_p) keep = i + 1;
+      }
+      if (keep > 0 || sorted == idx.size()) break;
+    }
+    if (keep == 0) keep = idx.size();
+    for (size_t i = 0; i < keep; ++i) p[i] = std::exp((logits[idx[i]] - top_f) * inv_t);
+  }
+  double total = 0;
+  for (size_t i = 0; i < keep; ++i) total += p[i];
+  double r = uniform(rng) * total;
+  for (size_t i = 0; i < keep; ++i) {
+    r -= p[i];
+    if (r <= 0) return idx[i];
+  }
+  return idx[keep - 1];
+}
+
+}  // namespace luminal::models

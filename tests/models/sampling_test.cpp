@@ -1,0 +1,93 @@
+// Token sampling against a brute-force statement of its definition: sort every token by
+// logit, keep the top k, softmax at the temperature, cut to the top-p nucleus. Draws
+// must land only inside that set, with frequencies within sampling error of it.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <numeric>
+#include <random>
+
+#include "luminal/models/sampling.hpp"
+
+namespace luminal::models {
+namespace {
+
+std::map<int32_t, double> brute_force(const std::vector<float>& logits, const SamplingOptions& o) {
+  std::vector<int32_t> order(logits.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  if (o.top_k > 0 && static_cast<size_t>(o.top_k) < order.size()) order.resize(o.top_k);
+  std::vector<double> w;
+  for (int32_t i : order) w.push_back(std::exp((logits[i] - logits[order[0]]) / o.temperature));
+  const double sum = std::accumulate(w.begin(), w.end(), 0.0);
+  size_t keep = order.size();
+  double acc = 0;
+  for (size_t i = 0; i < order.size() && o.top_p < 1.0; ++i)
+    if ((acc += w[i] / sum) >= o.top_p) {
+      keep = i + 1;
+      break;
+    }
+  const double kept = std::accumulate(w.begin(), w.begin() + static_cast<std::ptrdiff_t>(keep), 0.0);
+  std::map<int32_t, double> p;
+  for (size_t i = 0; i < keep; ++i) p[order[i]] = w[i] / kept;
+  return p;
+}
+
+std::vector<float> random_logits(size_t n, uint64_t seed, float spread) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> d(0, spread);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+void check_distribution(const std::vector<float>& logits, const SamplingOptions& o) {
+  const std::map<int32_t, double> want = brute_force(logits, o);
+  constexpr int kDraws = 40000;
+  std::map<int32_t, int> seen;
+  uint64_t rng = 12345;
+  for (int i = 0; i < kDraws; ++i) {
+    const int32_t t = sample(logits, o, rng);
+    ASSERT_TRUE(want.count(t)) << "token " << t << " is outside the top-k / top-p set";
+    ++seen[t];
+  }
+  for (const auto& [t, p] : want) {
+    const double sigma = std::sqrt(p * (1 - p) / kDraws);
+    EXPECT_NEAR(seen[t] / static_cast<double>(kDraws), p, 5 * sigma + 1e-4)
+        << "token " << t << " T=" << o.temperature << " k=" << o.top_k << " p=" << o.top_p;
+  }
+}
+
+TEST(Sampling, GreedyIsTheArgmax) {
+  const std::vector<float> logits = random_logits(1000, 1, 3);
+  uint64_t rng = 0;
+  EXPECT_EQ(sample(logits, {}, rng),
+            std::max_element(logits.begin(), logits.end()) - logits.begin());
+  EXPECT_EQ(sample(logits, {.temperature = 1.0, .top_k = 1}, rng),
+            std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
+TEST(Sampling, DrawsFollowTheTruncatedSoftmax) {
+  const std::vector<float> logits = random_logits(60, 2, 1.5f);
+  check_distribution(logits, {.temperature = 1.0});
+  check_distribution(logits, {.temperature = 0.7, .top_k = 10});
+  check_distribution(logits, {.temperature = 0.7, .top_p = 0.9});
+  check_distribution(logits, {.temperature = 1.3, .top_k = 40, .top_p = 0.95});
+}
+
+TEST(Sampling, ANucleusLargerThanTheFirstSortedPrefix) {
+  // Nearly flat logits over 3000 tokens: the 0.9 nucleus needs most of them, so the
+  // sorted prefix must grow several times.
+  const std::vector<float> logits = random_logits(3000, 3, 0.05f);
+  const std::map<int32_t, double> want = brute_force(logits, {.temperature = 1.0, .top_p = 0.9});
+  ASSERT_GT(want.size(), 1000u);
+  uint64_t rng = 7;
+  for (int i = 0; i < 2000; ++i)
+    ASSERT_TRUE(want.count(sample(logits, {.temperature = 1.0, .top_p = 0.9}, rng)));
+}
+
+}  // namespace
+}  // namespace luminal::models
