@@ -150,9 +150,11 @@ class CpuExecutable final : public Executable {
       const NodeId w = plan_.canon(n.inputs[1].source);
       if (program_.graph->node(w).op != Op::Input) continue;
       const Node& wn = program_.graph->node(w);
-      if (const Buffer* raw = user.data(program_.source_of[w.value]))
+      if (const Buffer* raw = user.data(program_.source_of[w.value])) {
+        check_input_data(wn, w, raw, dims);
         interleaved_weights(user, w, *raw, q->format, wn.shape[0].eval(dims),
                             wn.shape[1].eval(dims));
+      }
     }
   }
 
@@ -330,8 +332,7 @@ class CpuExecutable final : public Executable {
 
   std::vector<std::optional<NodeId>> appendable_base_;  // per kernel
   // By weight input: the data version it was made from, and the interleaved weights.
-  std::unordered_map<uint32_t, std::optional<std::pair<uint64_t, cpugen::InterleavedWeights>>>
-      interleaved_;
+  std::unordered_map<uint32_t, std::pair<uint64_t, cpugen::InterleavedWeights>> interleaved_;
   // A kernel operand: a computed value, or the user's data for an input.
   const Buffer& input(const Graph& user, NodeId r,
                       const std::vector<std::optional<Buffer>>& values) {
@@ -386,10 +387,13 @@ class CpuExecutable final : public Executable {
         !cpugen::interleavable(format, n, k))
       return nullptr;
     const uint64_t version = user.data_version(program_.source_of[r.value]);
-    auto& slot = interleaved_[r.value];
-    if (!slot || slot->first != version)
-      slot.emplace(version, cpugen::interleave(format, raw.span<uint8_t>().data(), n, k));
-    return &slot->second;
+    auto it = interleaved_.find(r.value);
+    if (it == interleaved_.end() || it->second.first != version)
+      it = interleaved_
+               .insert_or_assign(r.value, std::pair{version, cpugen::interleave(
+                                                                 format, raw.span<uint8_t>().data(), n, k)})
+               .first;
+    return &it->second.second;
   }
 
   [[noreturn]] static void report(const Graph& g, const compiler::Kernel& k, const int64_t* err) {
