@@ -59,8 +59,10 @@ int32_t sample(const std::vector<float>& logits, const SamplingOptions& o, uint6
   if (o.top_p < 1.0) {
     // Sort only as much of the most likely end as the nucleus needs, growing the sorted
     // prefix until its share reaches top_p.
-    for (size_t sorted = std::min<size_t>(64, idx.size());; sorted = std::min(idx.size(), 4 * sorted)) {
-      std::partial_sort(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(sorted), idx.end(), before);
+    for (size_t sorted = std::min<size_t>(64, idx.size());;
+         sorted = std::min(idx.size(), 4 * sorted)) {
+      std::partial_sort(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(sorted), idx.end(),
+                        before);
       double acc = 0;
       keep = 0;
       for (size_t i = 0; i < sorted && keep == 0; ++i) {

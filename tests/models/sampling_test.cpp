@@ -30,7 +30,8 @@ std::map<int32_t, double> brute_force(const std::vector<float>& logits, const Sa
       keep = i + 1;
       break;
     }
-  const double kept = std::accumulate(w.begin(), w.begin() + static_cast<std::ptrdiff_t>(keep), 0.0);
+  const double kept =
+      std::accumulate(w.begin(), w.begin() + static_cast<std::ptrdiff_t>(keep), 0.0);
   std::map<int32_t, double> p;
   for (size_t i = 0; i < keep; ++i) p[order[i]] = w[i] / kept;
   return p;

@@ -93,7 +93,8 @@ void interleave_32(GgmlType type, const uint8_t* const src[kRows], uint8_t* tile
   if (type == GgmlType::Q8_0) {
     for (int v = 0; v < 8; ++v)
       for (int i = 0; i < 32; ++i)
-        body[32 * v + i] = static_cast<uint8_t>(vector_byte([&](int r, int j) { return q[r][j]; }, v, i));
+        body[32 * v + i] =
+            static_cast<uint8_t>(vector_byte([&](int r, int j) { return q[r][j]; }, v, i));
     return;
   }
   const int zero = type == GgmlType::Q5_0 ? 16 : 8;
@@ -133,7 +134,8 @@ void interleave_q6_k(const uint8_t* const src[kRows], uint8_t* tile) {
   for (int r = 0; r < kRows; ++r) {
     Q6_K::decode(src[r], q[r], s, nullptr);
     std::memcpy(tile + 2 * r, src[r] + 208, 2);  // d
-    for (int sub = 0; sub < 16; ++sub) tile[16 + 208 * (sub / 2) + 8 * (sub % 2) + r] = src[r][192 + sub];
+    for (int sub = 0; sub < 16; ++sub)
+      tile[16 + 208 * (sub / 2) + 8 * (sub % 2) + r] = src[r][192 + sub];
   }
   for (int g = 0; g < 8; ++g) {
     auto value = [&](int r, int j) { return q[r][32 * g + j] + 32; };  // unsigned
@@ -141,7 +143,8 @@ void interleave_q6_k(const uint8_t* const src[kRows], uint8_t* tile) {
     for (int half = 0; half < 2; ++half)
       for (int i = 0; i < 32; ++i) {
         int bits = 0;
-        for (int u = 0; u < 4; ++u) bits |= (vector_byte(value, 4 * half + u, i) >> 4 & 3) << (2 * u);
+        for (int u = 0; u < 4; ++u)
+          bits |= (vector_byte(value, 4 * half + u, i) >> 4 & 3) << (2 * u);
         high[32 * half + i] = static_cast<uint8_t>(bits);
       }
     put_nibbles(tile + 96 + 208 * g, value);
@@ -166,7 +169,7 @@ LUM_AVX2 inline __m256 load_f16x8(const uint8_t* p) {
 // The eight vectors of a 32-value group from its 4 x 32 bytes of nibbles.
 LUM_AVX2 inline void unpack_nibbles(const uint8_t* p, __m256i q[8]) {
   const __m256i m4 = _mm256_set1_epi8(0xF);
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int i = 0; i < 4; ++i) {
     const __m256i x = load32(p + 32 * i);
     q[2 * i] = _mm256_and_si256(x, m4);
@@ -180,13 +183,23 @@ LUM_AVX2 inline void unpack_nibbles(const uint8_t* p, __m256i q[8]) {
 template <bool kFive>
 LUM_AVX2 inline __m256i group_dot(const __m256i q[8], const int8_t* y) {
   __m256i p[8];
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int v = 0; v < 8; ++v) p[v] = _mm256_maddubs_epi16(q[v], broadcast4(y + 4 * v));
   const __m256i lo = _mm256_add_epi16(_mm256_add_epi16(p[0], p[1]), _mm256_add_epi16(p[2], p[3]));
   const __m256i hi = _mm256_add_epi16(_mm256_add_epi16(p[4], p[5]), _mm256_add_epi16(p[6], p[7]));
   const __m256i ones = _mm256_set1_epi16(1);
   if (kFive) return _mm256_add_epi32(_mm256_madd_epi16(lo, ones), _mm256_madd_epi16(hi, ones));
   return _mm256_madd_epi16(_mm256_add_epi16(lo, hi), ones);
+}
+
+// Eight rows' sub-block scale bytes as int16, each twice: `madd` multiplies int16 pair r
+// (lanes 2r, 2r + 1) by row r's scale.
+template <bool kSigned>
+LUM_AVX2 inline __m256i scale_pairs(const uint8_t* p) {
+  const __m128i twice = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+  const __m128i bytes =
+      _mm_shuffle_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)), twice);
+  return kSigned ? _mm256_cvtepi8_epi16(bytes) : _mm256_cvtepu8_epi16(bytes);
 }
 
 // Per activation row: its int8 values; per 32-block, the scale d and d * sum(q); per
@@ -210,17 +223,17 @@ LUM_AVX2 void tiles_32(const uint8_t* tiles, int64_t blocks, const Row* rows, fl
     const __m256 dw = load_f16x8(t);
     __m256i q[8];
     if constexpr (kType == GgmlType::Q8_0) {
-      #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (int v = 0; v < 8; ++v) q[v] = load32(t + 16 + 32 * v);
       __m256i mag[8];
-      #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (int v = 0; v < 8; ++v) mag[v] = _mm256_sign_epi8(q[v], q[v]);
       const __m256i ones = _mm256_set1_epi16(1);
-      #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (int m = 0; m < kM; ++m) {
         const int8_t* y = rows[m].q + 32 * b;
         __m256i sum = _mm256_setzero_si256();
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int v = 0; v < 8; ++v) {
           // maddubs takes its first operand unsigned: |w| against y given w's sign.
           const __m256i p =
@@ -245,62 +258,60 @@ LUM_AVX2 void tiles_32(const uint8_t* tiles, int64_t blocks, const Row* rows, fl
       q[6] = _mm256_or_si256(q[6], _mm256_and_si256(_mm256_srli_epi16(h, 2), bit));
       q[7] = _mm256_or_si256(q[7], _mm256_and_si256(_mm256_srli_epi16(h, 3), bit));
     }
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int m = 0; m < kM; ++m) {
       const __m256i dot = group_dot<kFive>(q, rows[m].q + 32 * b);
       // d_y * (sum of unsigned products) - zero * d_y * sum(q_y), then times d_w.
-      const __m256 signed_dot = _mm256_fmsub_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(rows[m].d[b]),
-                                                _mm256_set1_ps(zero * rows[m].sum[b]));
+      const __m256 signed_dot =
+          _mm256_fmsub_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(rows[m].d[b]),
+                          _mm256_set1_ps(zero * rows[m].sum[b]));
       acc[m] = _mm256_fmadd_ps(dw, signed_dot, acc[m]);
     }
   }
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int m = 0; m < kM; ++m) _mm256_storeu_ps(out[m], acc[m]);
 }
 
 template <int kM>
 LUM_AVX2 void tiles_q4_k(const uint8_t* tiles, int64_t blocks, const Row* rows, float* const* out) {
-  // Each row's scale byte twice: madd multiplies int16 pair j (lanes 2j, 2j + 1) by it.
-  const __m128i twice = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
   __m256 acc[kM];
   for (auto& a : acc) a = _mm256_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     const uint8_t* t = tiles + b * 1184;
     __m256 scaled[kM], mins[kM];
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int m = 0; m < kM; ++m) scaled[m] = mins[m] = _mm256_setzero_ps();
-        for (int sub = 0; sub < 8; ++sub) {
+    for (int sub = 0; sub < 8; ++sub) {
       __m256i q[8];
       unpack_nibbles(t + 48 + 144 * sub, q);
-      const __m256i sc = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(
-          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(t + 32 + 144 * sub)), twice));
-      const __m256 mn = _mm256_cvtepi32_ps(
-          _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(t + 40 + 144 * sub))));
-      #pragma GCC unroll 8
+      const __m256i sc = scale_pairs<false>(t + 32 + 144 * sub);
+      const __m256 mn = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(t + 40 + 144 * sub))));
+#pragma GCC unroll 8
       for (int m = 0; m < kM; ++m) {
         const int64_t at = 8 * b + sub;  // the activation block
         const int8_t* y = rows[m].q + 32 * at;
         __m256i p = _mm256_maddubs_epi16(q[0], broadcast4(y));
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int v = 1; v < 8; ++v)
           p = _mm256_add_epi16(p, _mm256_maddubs_epi16(q[v], broadcast4(y + 4 * v)));
         const __m256i dot = _mm256_madd_epi16(p, sc);
-        scaled[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(rows[m].d[at]), scaled[m]);
+        scaled[m] =
+            _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(rows[m].d[at]), scaled[m]);
         mins[m] = _mm256_fmadd_ps(mn, _mm256_set1_ps(rows[m].sum[at]), mins[m]);
       }
     }
     const __m256 d = load_f16x8(t), dmin = load_f16x8(t + 16);
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int m = 0; m < kM; ++m)
       acc[m] = _mm256_fnmadd_ps(dmin, mins[m], _mm256_fmadd_ps(d, scaled[m], acc[m]));
   }
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int m = 0; m < kM; ++m) _mm256_storeu_ps(out[m], acc[m]);
 }
 
 template <int kM>
 LUM_AVX2 void tiles_q6_k(const uint8_t* tiles, int64_t blocks, const Row* rows, float* const* out) {
-  const __m128i twice = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
   const __m256i two_bits = _mm256_set1_epi8(0x30);
   __m256 acc[kM];
   for (auto& a : acc) a = _mm256_setzero_ps();
@@ -315,7 +326,8 @@ LUM_AVX2 void tiles_q6_k(const uint8_t* tiles, int64_t blocks, const Row* rows, 
 #pragma GCC unroll 8
       for (int half = 0; half < 2; ++half) {
         const __m256i h = load32(t + 32 + 208 * g + 32 * half);
-        q[4 * half] = _mm256_or_si256(q[4 * half], _mm256_and_si256(_mm256_slli_epi16(h, 4), two_bits));
+        q[4 * half] =
+            _mm256_or_si256(q[4 * half], _mm256_and_si256(_mm256_slli_epi16(h, 4), two_bits));
         q[4 * half + 1] =
             _mm256_or_si256(q[4 * half + 1], _mm256_and_si256(_mm256_slli_epi16(h, 2), two_bits));
         q[4 * half + 2] = _mm256_or_si256(q[4 * half + 2], _mm256_and_si256(h, two_bits));
@@ -327,8 +339,9 @@ LUM_AVX2 void tiles_q6_k(const uint8_t* tiles, int64_t blocks, const Row* rows, 
       __m256 scf[2];
 #pragma GCC unroll 8
       for (int half = 0; half < 2; ++half) {
-        const __m128i raw = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(t + 16 + 208 * g + 8 * half));
-        sc[half] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(raw, twice));
+        const __m128i raw =
+            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(t + 16 + 208 * g + 8 * half));
+        sc[half] = scale_pairs<true>(t + 16 + 208 * g + 8 * half);
         scf[half] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(raw));
       }
 #pragma GCC unroll 8
@@ -339,11 +352,13 @@ LUM_AVX2 void tiles_q6_k(const uint8_t* tiles, int64_t blocks, const Row* rows, 
         __m256i dot = _mm256_setzero_si256();
 #pragma GCC unroll 8
         for (int v = 0; v < 8; v += 2) {
-          const __m256i pair = _mm256_add_epi16(_mm256_maddubs_epi16(q[v], broadcast4(y + 4 * v)),
-                                                _mm256_maddubs_epi16(q[v + 1], broadcast4(y + 4 * v + 4)));
+          const __m256i pair =
+              _mm256_add_epi16(_mm256_maddubs_epi16(q[v], broadcast4(y + 4 * v)),
+                               _mm256_maddubs_epi16(q[v + 1], broadcast4(y + 4 * v + 4)));
           dot = _mm256_add_epi32(dot, _mm256_madd_epi16(pair, sc[v / 4]));
         }
-        scaled[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(rows[m].d[at]), scaled[m]);
+        scaled[m] =
+            _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(rows[m].d[at]), scaled[m]);
         zero[m] = _mm256_fmadd_ps(scf[0], _mm256_set1_ps(rows[m].sum16[2 * at]), zero[m]);
         zero[m] = _mm256_fmadd_ps(scf[1], _mm256_set1_ps(rows[m].sum16[2 * at + 1]), zero[m]);
       }
@@ -351,8 +366,8 @@ LUM_AVX2 void tiles_q6_k(const uint8_t* tiles, int64_t blocks, const Row* rows, 
     const __m256 d = load_f16x8(t);
 #pragma GCC unroll 8
     for (int m = 0; m < kM; ++m)
-      acc[m] = _mm256_fmadd_ps(
-          d, _mm256_fnmadd_ps(_mm256_set1_ps(32.0f), zero[m], scaled[m]), acc[m]);
+      acc[m] =
+          _mm256_fmadd_ps(d, _mm256_fnmadd_ps(_mm256_set1_ps(32.0f), zero[m], scaled[m]), acc[m]);
   }
 #pragma GCC unroll 8
   for (int m = 0; m < kM; ++m) _mm256_storeu_ps(out[m], acc[m]);
@@ -400,8 +415,7 @@ InterleavedWeights interleave(uint32_t format, const uint8_t* w, int64_t n, int6
   for (int64_t g = 0; g < n / kRows; ++g) {
     for (int64_t b = 0; b < blocks; ++b) {
       const uint8_t* src[kRows];
-      for (int64_t r = 0; r < kRows; ++r)
-        src[r] = w + ((kRows * g + r) * blocks + b) * l.src_bytes;
+      for (int64_t r = 0; r < kRows; ++r) src[r] = w + ((kRows * g + r) * blocks + b) * l.src_bytes;
       uint8_t* tile = dst + (g * blocks + b) * l.tile_bytes;
       if (type == GgmlType::Q4_K)
         interleave_q4_k(src, tile);
