@@ -148,13 +148,11 @@ class CpuExecutable final : public Executable {
       const auto* q = dynamic_cast<const compiler::QMatMulOp*>(n.custom.get());
       if (!q) continue;
       const NodeId w = plan_.canon(n.inputs[1].source);
-      if (program_.graph->node(w).op != Op::Input) continue;
       const Node& wn = program_.graph->node(w);
-      if (const Buffer* raw = user.data(program_.source_of[w.value])) {
-        check_input_data(wn, w, raw, dims);
-        interleaved_weights(user, w, *raw, q->format, wn.shape[0].eval(dims),
-                            wn.shape[1].eval(dims));
-      }
+      const Buffer* raw = wn.op == Op::Input ? user.data(program_.source_of[w.value]) : nullptr;
+      if (!raw) continue;  // computed, or not set yet: the first run will see
+      check_input_data(wn, w, raw, dims);
+      interleaved_weights(user, w, *raw, q->format, wn.shape[0].eval(dims), wn.shape[1].eval(dims));
     }
   }
 
@@ -388,11 +386,11 @@ class CpuExecutable final : public Executable {
       return nullptr;
     const uint64_t version = user.data_version(program_.source_of[r.value]);
     auto it = interleaved_.find(r.value);
-    if (it == interleaved_.end() || it->second.first != version)
-      it = interleaved_
-               .insert_or_assign(r.value, std::pair{version, cpugen::interleave(
-                                                                 format, raw.span<uint8_t>().data(), n, k)})
-               .first;
+    if (it == interleaved_.end() || it->second.first != version) {
+      cpugen::InterleavedWeights made =
+          cpugen::interleave(format, raw.span<uint8_t>().data(), n, k);
+      it = interleaved_.insert_or_assign(r.value, std::pair{version, std::move(made)}).first;
+    }
     return &it->second.second;
   }
 

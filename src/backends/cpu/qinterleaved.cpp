@@ -44,24 +44,28 @@ using namespace qformats;
 constexpr int64_t kRows = 8;  // weight rows per tile
 
 struct Layout {
-  int64_t block_elems, src_bytes, tile_bytes;
+  int64_t block_elems = 0, src_bytes = 0, tile_bytes = 0;  // all 0: no interleaved layout
 };
 
-bool layout_of(uint32_t format, Layout& l) {
-  switch (static_cast<GgmlType>(format)) {
+constexpr Layout layout_of(GgmlType type) {
+  switch (type) {
     case GgmlType::Q4_0:
-      return l = {32, 18, 144}, true;
+      return {32, 18, 144};
     case GgmlType::Q5_0:
-      return l = {32, 22, 176}, true;
+      return {32, 22, 176};
     case GgmlType::Q8_0:
-      return l = {32, 34, 272}, true;
+      return {32, 34, 272};
     case GgmlType::Q4_K:
-      return l = {256, 144, 1184}, true;
+      return {256, 144, 1184};
     case GgmlType::Q6_K:
-      return l = {256, 210, 1680}, true;
+      return {256, 210, 1680};
     default:
-      return false;
+      return {};
   }
+}
+
+Layout layout_of(uint32_t format) {
+  return layout_of(static_cast<GgmlType>(format));
 }
 
 // Byte i of vector v: value 4v + i % 4 of row i / 4 in a group of 32 values per row.
@@ -214,7 +218,7 @@ struct Row {
 // Q4_0 / Q5_0 / Q8_0 tiles against kM activation rows; writes 8 outputs per row.
 template <GgmlType kType, int kM>
 LUM_AVX2 void tiles_32(const uint8_t* tiles, int64_t blocks, const Row* rows, float* const* out) {
-  constexpr int64_t kTile = kType == GgmlType::Q4_0 ? 144 : kType == GgmlType::Q5_0 ? 176 : 272;
+  constexpr int64_t kTile = layout_of(kType).tile_bytes;
   const float zero = kType == GgmlType::Q5_0 ? 16.0f : 8.0f;
   __m256 acc[kM];
   for (auto& a : acc) a = _mm256_setzero_ps();
@@ -274,10 +278,11 @@ LUM_AVX2 void tiles_32(const uint8_t* tiles, int64_t blocks, const Row* rows, fl
 
 template <int kM>
 LUM_AVX2 void tiles_q4_k(const uint8_t* tiles, int64_t blocks, const Row* rows, float* const* out) {
+  constexpr int64_t kTile = layout_of(GgmlType::Q4_K).tile_bytes;
   __m256 acc[kM];
   for (auto& a : acc) a = _mm256_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
-    const uint8_t* t = tiles + b * 1184;
+    const uint8_t* t = tiles + b * kTile;
     __m256 scaled[kM], mins[kM];
 #pragma GCC unroll 8
     for (int m = 0; m < kM; ++m) scaled[m] = mins[m] = _mm256_setzero_ps();
@@ -312,11 +317,12 @@ LUM_AVX2 void tiles_q4_k(const uint8_t* tiles, int64_t blocks, const Row* rows, 
 
 template <int kM>
 LUM_AVX2 void tiles_q6_k(const uint8_t* tiles, int64_t blocks, const Row* rows, float* const* out) {
+  constexpr int64_t kTile = layout_of(GgmlType::Q6_K).tile_bytes;
   const __m256i two_bits = _mm256_set1_epi8(0x30);
   __m256 acc[kM];
   for (auto& a : acc) a = _mm256_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
-    const uint8_t* t = tiles + b * 1680;
+    const uint8_t* t = tiles + b * kTile;
     __m256 scaled[kM], zero[kM];
 #pragma GCC unroll 8
     for (int m = 0; m < kM; ++m) scaled[m] = zero[m] = _mm256_setzero_ps();
@@ -396,13 +402,13 @@ LUM_AVX2 void tiles(uint32_t format, const uint8_t* t, int64_t blocks, const Row
 }  // namespace
 
 bool interleavable(uint32_t format, int64_t n, int64_t k) {
-  Layout l{};
-  return use_avx2() && layout_of(format, l) && n % kRows == 0 && k % l.block_elems == 0 && n > 0;
+  const Layout l = layout_of(format);
+  return use_avx2() && l.tile_bytes > 0 && n % kRows == 0 && k % l.block_elems == 0 && n > 0;
 }
 
 InterleavedWeights interleave(uint32_t format, const uint8_t* w, int64_t n, int64_t k) {
-  Layout l{};
-  LUM_CHECK(layout_of(format, l) && n % kRows == 0 && k % l.block_elems == 0)
+  const Layout l = layout_of(format);
+  LUM_CHECK(l.tile_bytes > 0 && n % kRows == 0 && k % l.block_elems == 0)
       << "internal: " << ggml_type_name(format) << " [" << n << ", " << k
       << "] has no interleaved layout";
   InterleavedWeights out{format, n, k, Buffer(DType::U8, 0)};
@@ -431,8 +437,7 @@ InterleavedWeights interleave(uint32_t format, const uint8_t* w, int64_t n, int6
 void qmatmul_interleaved(const std::vector<const float*>& rows, const InterleavedWeights& w,
                          float* out) {
 #if defined(__x86_64__)
-  Layout l{};
-  layout_of(w.format, l);
+  const Layout l = layout_of(w.format);
   QuantizedRows x;
   quantize_rows(rows, w.k, x);
   const auto m = static_cast<int64_t>(rows.size());
