@@ -3,13 +3,12 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
-#include <numeric>
 
 #include "luminal/error.hpp"
 #include "luminal/graph.hpp"
 #include "luminal/models/language_model.hpp"
 #include "luminal/tensor.hpp"
+#include "models/utf8.hpp"
 
 namespace luminal::models {
 namespace {
@@ -18,7 +17,6 @@ using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
-
 
 }  // namespace
 
@@ -55,9 +53,8 @@ class TextStream {
     size_t i = s.size(), cont = 0;
     while (i > 0 && cont < 4 && (static_cast<unsigned char>(s[i - 1]) & 0xC0) == 0x80) --i, ++cont;
     if (i == 0) return cont > 0;
-    const auto lead = static_cast<unsigned char>(s[i - 1]);
-    const size_t need = lead >= 0xF0 ? 3 : lead >= 0xE0 ? 2 : lead >= 0xC0 ? 1 : 0;
-    return cont < need;
+    const size_t length = utf8_length(static_cast<unsigned char>(s[i - 1]));
+    return length > 0 && cont < length - 1;
   }
 
   const TextTokenizer& t_;

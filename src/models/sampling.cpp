@@ -31,7 +31,8 @@ int32_t sample(const std::vector<float>& logits, const SamplingOptions& o, uint6
   };
   // Candidates: the top k (one pass keeping a heap of the k best), or every token within
   // reach of the most likely one.
-  const double top = *best;
+  const float top = *best, inv_t = static_cast<float>(1.0 / o.temperature);
+  auto weight = [&](int32_t t) -> double { return std::exp((logits[t] - top) * inv_t); };
   std::vector<int32_t> idx;
   if (o.top_k > 0 && static_cast<size_t>(o.top_k) < logits.size()) {
     const auto k = static_cast<size_t>(o.top_k);
@@ -51,14 +52,13 @@ int32_t sample(const std::vector<float>& logits, const SamplingOptions& o, uint6
     for (size_t i = 0; i < logits.size(); ++i)
       if (logits[i] >= floor) idx.push_back(static_cast<int32_t>(i));
   }
-  const float inv_t = static_cast<float>(1.0 / o.temperature), top_f = *best;
-  std::vector<double> p(idx.size());
+  std::vector<double> p(idx.size());  // weights, in idx order
   double sum = 0;
-  for (size_t i = 0; i < idx.size(); ++i) sum += p[i] = std::exp((logits[idx[i]] - top_f) * inv_t);
+  for (size_t i = 0; i < idx.size(); ++i) sum += p[i] = weight(idx[i]);
   size_t keep = idx.size();
   if (o.top_p < 1.0) {
     // Sort only as much of the most likely end as the nucleus needs, growing the sorted
-    // prefix until its share reaches top_p.
+    // prefix until its share reaches top_p; p follows the new order as far as it is read.
     for (size_t sorted = std::min<size_t>(64, idx.size());;
          sorted = std::min(idx.size(), 4 * sorted)) {
       std::partial_sort(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(sorted), idx.end(),
@@ -66,13 +66,12 @@ int32_t sample(const std::vector<float>& logits, const SamplingOptions& o, uint6
       double acc = 0;
       keep = 0;
       for (size_t i = 0; i < sorted && keep == 0; ++i) {
-        acc += std::exp((logits[idx[i]] - top_f) * inv_t) / sum;
+        acc += (p[i] = weight(idx[i])) / sum;
         if (acc >= o.top_p) keep = i + 1;
       }
       if (keep > 0 || sorted == idx.size()) break;
     }
     if (keep == 0) keep = idx.size();
-    for (size_t i = 0; i < keep; ++i) p[i] = std::exp((logits[idx[i]] - top_f) * inv_t);
   }
   double total = 0;
   for (size_t i = 0; i < keep; ++i) total += p[i];
