@@ -33,6 +33,21 @@ std::vector<int32_t> ids_of(const Buffer& b) {
   return out;
 }
 
+// One prompt of the reference fixture: its ids, transformers' greedy tokens, and each
+// step's top-5 token ids and logits.
+struct ReferencePrompt {
+  std::string name;
+  std::vector<int32_t> prompt, tokens;
+  std::vector<int64_t> top_ids;
+  std::vector<float> top_logits;
+};
+
+ReferencePrompt reference_prompt(const SafetensorsFile& ref, int k) {
+  const std::string p = "p" + std::to_string(k);
+  return {p, ids_of(ref.read(p + ".prompt_ids")), ids_of(ref.read(p + ".tokens")),
+          ref.read(p + ".top5_ids").to_i64(), ref.read(p + ".top5_logits").to_f32()};
+}
+
 class Gemma3Real : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -76,11 +91,7 @@ TEST_F(Gemma3Real, GreedyGenerationMatchesTransformers) {
   TextGenerator gen(model_path(), cpu({.int8_activations = false}));
   SafetensorsFile ref(kReference);
   for (int k = 0; k < 3; ++k) {
-    const std::string p = "p" + std::to_string(k);
-    const auto prompt = ids_of(ref.read(p + ".prompt_ids"));
-    const auto want = ids_of(ref.read(p + ".tokens"));
-    const auto top_ids = ref.read(p + ".top5_ids").to_i64();
-    const auto top_logits = ref.read(p + ".top5_logits").to_f32();
+    const auto& [p, prompt, want, top_ids, top_logits] = reference_prompt(ref, k);
     std::vector<std::vector<float>> logits;
     const auto got = gen.greedy_ids(prompt, static_cast<int64_t>(want.size()), &logits);
     EXPECT_EQ(got, want) << p << ": " << gen.decode(got) << " vs " << gen.decode(want);
@@ -106,11 +117,7 @@ TEST_F(Gemma3Real, Int8ActivationKernelsTrackTransformers) {
   SafetensorsFile ref(kReference);
   double worst = 0;
   for (int k = 0; k < 3; ++k) {
-    const std::string p = "p" + std::to_string(k);
-    const auto prompt = ids_of(ref.read(p + ".prompt_ids"));
-    const auto want = ids_of(ref.read(p + ".tokens"));
-    const auto top_ids = ref.read(p + ".top5_ids").to_i64();
-    const auto top_logits = ref.read(p + ".top5_logits").to_f32();
+    const auto& [p, prompt, want, top_ids, top_logits] = reference_prompt(ref, k);
     const auto logits = gen.forced_logits(prompt, want);
     for (size_t s = 0; s < want.size(); ++s) {
       // Documented tolerance: 8% of the step's largest logit magnitude. llama.cpp on the
