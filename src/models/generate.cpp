@@ -78,8 +78,14 @@ struct TextGenerator::Impl {
     }
   }
 
-  // Runs `ids` at the current position; returns the last position's logits.
+  // Runs `ids` at the current position; returns the last position's logits. They are
+  // read straight from the graph's output (Tensor::to_f32 would copy the buffer first).
   std::vector<float> step(const std::vector<int32_t>& ids) {
+    std::vector<float> out;
+    step(ids, out);
+    return out;
+  }
+  void step(const std::vector<int32_t>& ids, std::vector<float>& out) {
     graph.set_dim("seq", static_cast<int64_t>(ids.size()));
     graph.set_dim("past", past);
     tokens.set(ids);
@@ -89,7 +95,14 @@ struct TextGenerator::Impl {
       lm.model->cache_inputs[l].k.set_buffer(graph.take_data(cache_out[l].k.id()).value());
       lm.model->cache_inputs[l].v.set_buffer(graph.take_data(cache_out[l].v.id()).value());
     }
-    return logits.to_f32();
+    const Buffer* data = graph.data(logits.id());
+    LUM_CHECK(data) << "the model produced no logits";
+    if (data->dtype() != DType::F32) {
+      out = data->to_f32();
+      return;
+    }
+    const auto values = data->span<float>();
+    out.assign(values.begin(), values.end());
   }
 };
 
@@ -172,7 +185,7 @@ GenerationStats TextGenerator::generate(const std::string& prompt, int64_t max_t
       break;
     ++st.generated;
     if (const std::string piece = stream.push(next); on_text && !piece.empty()) on_text(piece);
-    if (i + 1 < max_tokens) logits = m.step({next});
+    if (i + 1 < max_tokens) m.step({next}, logits);
   }
   if (const std::string rest = stream.flush(); on_text && !rest.empty()) on_text(rest);
   st.decode_seconds = since(decode_start);
@@ -199,7 +212,7 @@ std::vector<int32_t> TextGenerator::greedy_ids(const std::vector<int32_t>& promp
     uint64_t rng = 0;
     const int32_t next = sample(logits, {}, rng);
     out.push_back(next);
-    if (i + 1 < steps) logits = m.step({next});
+    if (i + 1 < steps) m.step({next}, logits);
   }
   return out;
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "luminal/error.hpp"
@@ -20,18 +21,45 @@ double uniform(uint64_t& s) {  // splitmix64 -> [0, 1)
 // worth of such tokens moves no probability that a double can hold next to 1.
 constexpr double kNegligible = 46.0;
 
+// The largest logit's index, the lowest on ties (NaN never wins). A scan keeping one
+// running maximum is a chain of dependent compares, about half a millisecond over a 262k
+// vocabulary; maxima of 64-value blocks taken over independent lanes vectorise, and only
+// a block that beats the best so far is searched for its index.
+size_t argmax(const std::vector<float>& x) {
+  constexpr size_t kLanes = 16, kBlock = 64;
+  size_t best = 0;
+  float best_value = -std::numeric_limits<float>::infinity();
+  auto take = [&](size_t from, size_t to, float m) {
+    if (!(m > best_value)) return;
+    best_value = m;
+    best = static_cast<size_t>(std::find(x.begin() + from, x.begin() + to, m) - x.begin());
+  };
+  size_t i = 0;
+  for (; i + kBlock <= x.size(); i += kBlock) {
+    float lane[kLanes];
+    for (size_t l = 0; l < kLanes; ++l) lane[l] = x[i + l];
+    for (size_t j = kLanes; j < kBlock; j += kLanes)
+      for (size_t l = 0; l < kLanes; ++l) lane[l] = std::max(lane[l], x[i + j + l]);
+    float m = lane[0];
+    for (size_t l = 1; l < kLanes; ++l) m = std::max(m, lane[l]);
+    take(i, i + kBlock, m);
+  }
+  for (; i < x.size(); ++i) take(i, i + 1, x[i]);
+  return best;
+}
+
 }  // namespace
 
 int32_t sample(const std::vector<float>& logits, const SamplingOptions& o, uint64_t& rng) {
   LUM_CHECK(!logits.empty()) << "sample: empty logits";
-  const auto best = std::max_element(logits.begin(), logits.end());
-  if (o.temperature <= 0) return static_cast<int32_t>(best - logits.begin());
+  const size_t best = argmax(logits);
+  if (o.temperature <= 0) return static_cast<int32_t>(best);
   auto before = [&](int32_t a, int32_t b) {
     return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
   };
   // Candidates: the top k (one pass keeping a heap of the k best), or every token within
   // reach of the most likely one.
-  const float top = *best, inv_t = static_cast<float>(1.0 / o.temperature);
+  const float top = logits[best], inv_t = static_cast<float>(1.0 / o.temperature);
   auto weight = [&](int32_t t) -> double { return std::exp((logits[t] - top) * inv_t); };
   std::vector<int32_t> idx;
   if (o.top_k > 0 && static_cast<size_t>(o.top_k) < logits.size()) {

@@ -71,6 +71,27 @@ TEST(Sampling, GreedyIsTheArgmax) {
             std::max_element(logits.begin(), logits.end()) - logits.begin());
 }
 
+TEST(Sampling, GreedyTakesTheFirstOfTiedMaximaAnywhere) {
+  // Lengths around the argmax's 64-value blocks, the maximum placed in a block's middle,
+  // at its edges and in the tail, with a tie after it and values quantised so that ties
+  // between other values are common too.
+  uint64_t rng = 0;
+  for (size_t n : {1, 7, 63, 64, 65, 128, 200, 1000}) {
+    std::vector<float> logits = random_logits(n, n, 2);
+    for (float& v : logits) v = std::round(v * 4) / 4;
+    for (size_t at : {size_t{0}, n / 2, n - 1, std::min<size_t>(n - 1, 63)}) {
+      std::vector<float> x = logits;
+      x[at] = 100;
+      if (at + 1 < n) x[n - 1] = 100;
+      EXPECT_EQ(sample(x, {}, rng), std::max_element(x.begin(), x.end()) - x.begin())
+          << "n=" << n << " max at " << at;
+    }
+    EXPECT_EQ(sample(logits, {}, rng),
+              std::max_element(logits.begin(), logits.end()) - logits.begin())
+        << "n=" << n;
+  }
+}
+
 TEST(Sampling, DrawsFollowTheTruncatedSoftmax) {
   const std::vector<float> logits = random_logits(60, 2, 1.5f);
   check_distribution(logits, {.temperature = 1.0});
