@@ -222,6 +222,16 @@ class Rebuild {
   std::unordered_map<uint32_t, NodeId> done_;
 };
 
+// Whether class `c` holds a Cast of an f16 value (what gemm-f16-b reads directly).
+bool widens_f16(const eg::EGraph& e, const Lowering& low, ClassId c) {
+  for (uint32_t node : e.node_ids(e.find(c))) {
+    if (e.node_op(node).name() != "Cast") continue;
+    auto from = low.dtype_of.find(e.find(e.node_children(node)[0]).v);
+    if (from != low.dtype_of.end() && from->second == DType::F16) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 std::string Optimized::summary() const {
@@ -240,10 +250,22 @@ Optimized optimize(const Graph& g) {
   fns.predicates["gemm"] = [&low](const eg::EGraph& e, std::span<const eg::Value> a) {
     auto dt = low.dtype_of.find(e.find(a[3].c).v);
     if (dt == low.dtype_of.end()) return false;
-    if (low.quantized.count(e.find(a[3].c).v) || low.quantized.count(e.find(a[4].c).v))
+    if (low.quantized.count(e.find(a[3].c).v) || low.quantized.count(e.find(a[4].c).v) ||
+        widens_f16(e, low, a[4].c))
       return false;
     return is_gemm(static_cast<int>(a[0].a.bits), low.views[static_cast<size_t>(a[1].a.bits)],
                    low.views[static_cast<size_t>(a[2].a.bits)], dt->second);
+  };
+  // (gemm-f16-b $axis $va $vb ?a ?b): the same with ?b an f16 value widened by a Cast;
+  // the plain rule then declines the widened operand, so the MatMul reading f16 is the
+  // only one built (extraction by longest path could not tell the two apart).
+  fns.predicates["gemm-f16-b"] = [&low](const eg::EGraph& e, std::span<const eg::Value> a) {
+    auto da = low.dtype_of.find(e.find(a[3].c).v), db = low.dtype_of.find(e.find(a[4].c).v);
+    if (da == low.dtype_of.end() || db == low.dtype_of.end() || db->second != DType::F16 ||
+        low.quantized.count(e.find(a[4].c).v))
+      return false;
+    return is_gemm(static_cast<int>(a[0].a.bits), low.views[static_cast<size_t>(a[1].a.bits)],
+                   low.views[static_cast<size_t>(a[2].a.bits)], da->second);
   };
   // (qgemm $axis $va $vb ?w): x W^T with W a block-stored input.
   fns.predicates["qgemm"] = [&low](const eg::EGraph& e, std::span<const eg::Value> a) {

@@ -80,7 +80,7 @@ GemmaConfig GemmaConfig::from_hf_json(const std::string& path) {
   return c;
 }
 
-Gemma::Gemma(Graph& g, const GemmaConfig& c)
+Gemma::Gemma(Graph& g, const GemmaConfig& c, DType kv_cache)
     : config(c),
       embed(g, "model.embed_tokens", c.vocab, c.hidden),
       norm(g, "model.norm", c.hidden, c.rms_eps, c.unit_offset) {
@@ -110,7 +110,7 @@ Gemma::Gemma(Graph& g, const GemmaConfig& c)
                                   c.unit_offset);
     }
     layers.push_back(std::move(layer));
-    add_cache_inputs(g, c.kv_heads, c.head_dim);
+    add_cache_inputs(g, c.kv_heads, c.head_dim, kv_cache);
   }
 }
 

@@ -73,8 +73,8 @@ struct TextGenerator::Impl {
   void reset_cache() {
     past = 0;
     for (auto& c : lm.model->cache_inputs) {
-      c.k.set(std::vector<float>{});
-      c.v.set(std::vector<float>{});
+      c.k.set_buffer(Buffer(c.k.dtype(), 0));
+      c.v.set_buffer(Buffer(c.v.dtype(), 0));
     }
   }
 
@@ -107,14 +107,15 @@ struct TextGenerator::Impl {
 };
 
 TextGenerator::TextGenerator(const std::string& path, const Backend& backend,
-                             const std::function<void(const std::string&)>& progress)
+                             const std::function<void(const std::string&)>& progress,
+                             DType kv_cache)
     : impl_(std::make_unique<Impl>()) {
   auto say = [&](const std::string& s) {
     if (progress) progress(s);
   };
   const auto start = Clock::now();
   Impl& m = *impl_;
-  m.lm = open_language_model(path, m.graph);
+  m.lm = open_language_model(path, m.graph, kv_cache);
   say("loaded " + m.lm.summary);
   m.tokens = m.graph.named_tensor("tokens", {"seq"}, DType::I32);
   // Only the last position's logits are needed to pick the next token.
@@ -147,7 +148,9 @@ TextGenerator::~TextGenerator() = default;
 std::vector<int32_t> TextGenerator::encode(const std::string& text) const {
   return impl_->lm.tokenizer->encode(text);
 }
-std::string TextGenerator::architecture() const { return impl_->lm.architecture; }
+std::string TextGenerator::architecture() const {
+  return impl_->lm.architecture;
+}
 
 ChatFormat TextGenerator::chat_format() const {
   // Llama 2 and Llama 3 checkpoints share the architecture name; the vocabulary tells.
@@ -181,8 +184,7 @@ GenerationStats TextGenerator::generate(const std::string& prompt, int64_t max_t
   for (int64_t i = 0; i < max_tokens; ++i) {
     const int32_t next = sample(logits, opts, rng);
     if (i == 0) st.ttft_seconds = since(start);
-    if (std::find(m.lm.stop_ids.begin(), m.lm.stop_ids.end(), next) != m.lm.stop_ids.end())
-      break;
+    if (std::find(m.lm.stop_ids.begin(), m.lm.stop_ids.end(), next) != m.lm.stop_ids.end()) break;
     ++st.generated;
     if (const std::string piece = stream.push(next); on_text && !piece.empty()) on_text(piece);
     if (i + 1 < max_tokens) m.step({next}, logits);

@@ -22,7 +22,7 @@ bool is_gemma(const std::string& model_type) {
   return model_type == "gemma" || model_type == "gemma2" || model_type == "gemma3_text";
 }
 bool is_llama_family(const std::string& model_type) {
-  static const std::set<std::string> kTypes{"llama", "mistral", "qwen2", "qwen3",
+  static const std::set<std::string> kTypes{"llama",   "mistral",   "qwen2", "qwen3",
                                             "mixtral", "qwen3_moe", "phi3"};
   return kTypes.count(model_type) > 0;
 }
@@ -50,19 +50,19 @@ void check_all_used(const std::vector<std::string>& unused, const std::string& p
                             << unused.front() << "' (an unsupported variant?)";
 }
 
-LanguageModel open_gguf(const std::string& path, Graph& g) {
+LanguageModel open_gguf(const std::string& path, Graph& g, DType kv_cache) {
   const GgufFile f(path);
   LanguageModel lm;
   lm.architecture = f.get_string("general.architecture");
   if (lm.architecture == "gemma3") {
     const GemmaConfig c = GemmaConfig::from_gguf(f);
     lm.summary = summary(lm.architecture, c.layers, c.hidden, c.vocab);
-    lm.model = std::make_unique<Gemma>(g, c);
+    lm.model = std::make_unique<Gemma>(g, c, kv_cache);
   } else if (lm.architecture == "llama" || lm.architecture == "qwen2" ||
              lm.architecture == "qwen3") {
     const LlamaConfig c = LlamaConfig::from_gguf(f);
     lm.summary = summary(lm.architecture, c.layers, c.hidden, c.vocab);
-    lm.model = std::make_unique<Llama>(g, c);
+    lm.model = std::make_unique<Llama>(g, c, kv_cache);
   } else {
     LUM_FAIL() << path << ": unsupported architecture '" << lm.architecture
                << "' (supported in GGUF: gemma3, llama, qwen2, qwen3)";
@@ -103,11 +103,12 @@ std::vector<std::string> weight_files(const fs::path& dir) {
   return {shards.begin(), shards.end()};
 }
 
-LanguageModel open_hf_folder(const fs::path& dir, Graph& g) {
+LanguageModel open_hf_folder(const fs::path& dir, Graph& g, DType kv_cache) {
   const fs::path config_path = dir / "config.json";
-  LUM_CHECK(fs::exists(config_path)) << dir.string() << ": no config.json (a Hugging Face model "
-                                                        "folder needs config.json, weights and "
-                                                        "tokenizer.json)";
+  LUM_CHECK(fs::exists(config_path)) << dir.string()
+                                     << ": no config.json (a Hugging Face model "
+                                        "folder needs config.json, weights and "
+                                        "tokenizer.json)";
   const Json config = read_json_object(config_path.string(), "model config");
   const Json* type = config.find("model_type");
   LanguageModel lm;
@@ -115,11 +116,11 @@ LanguageModel open_hf_folder(const fs::path& dir, Graph& g) {
   if (is_gemma(lm.architecture)) {
     const GemmaConfig c = GemmaConfig::from_hf_json(config_path.string());
     lm.summary = summary(lm.architecture, c.layers, c.hidden, c.vocab);
-    lm.model = std::make_unique<Gemma>(g, c);
+    lm.model = std::make_unique<Gemma>(g, c, kv_cache);
   } else if (is_llama_family(lm.architecture)) {
     const LlamaConfig c = LlamaConfig::from_hf_json(config_path.string());
     lm.summary = summary(lm.architecture, c.layers, c.hidden, c.vocab);
-    lm.model = std::make_unique<Llama>(g, c);
+    lm.model = std::make_unique<Llama>(g, c, kv_cache);
   } else {
     LUM_FAIL() << config_path.string() << ": unsupported model_type '" << lm.architecture
                << "' (supported: gemma, gemma2, gemma3_text, llama, mistral, mixtral, phi3, "
@@ -139,14 +140,14 @@ LanguageModel open_hf_folder(const fs::path& dir, Graph& g) {
 
 }  // namespace
 
-LanguageModel open_language_model(const std::string& path, Graph& g) {
+LanguageModel open_language_model(const std::string& path, Graph& g, DType kv_cache) {
   std::error_code ec;
   const fs::file_status status = fs::status(path, ec);
   LUM_CHECK(fs::exists(status)) << path << ": no such file or folder";
-  if (fs::is_directory(status)) return open_hf_folder(path, g);
+  if (fs::is_directory(status)) return open_hf_folder(path, g, kv_cache);
   LUM_CHECK(path.size() > 5 && path.substr(path.size() - 5) == ".gguf")
       << path << ": not a model (expected a .gguf file or a Hugging Face model folder)";
-  return open_gguf(path, g);
+  return open_gguf(path, g, kv_cache);
 }
 
 }  // namespace luminal::models

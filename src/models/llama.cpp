@@ -103,7 +103,7 @@ LlamaConfig LlamaConfig::from_gguf(const GgufFile& f) {
   return c;
 }
 
-Llama::Llama(Graph& g, const LlamaConfig& c)
+Llama::Llama(Graph& g, const LlamaConfig& c, DType kv_cache)
     : config(c),
       embed(g, "model.embed_tokens", c.vocab, c.hidden),
       norm(g, "model.norm", c.hidden, c.rms_eps),
@@ -127,7 +127,7 @@ Llama::Llama(Graph& g, const LlamaConfig& c)
       layer.mlp.emplace(g, p + ".mlp", c.hidden, c.intermediate, nn::Activation::SiLU);
     }
     layers.push_back(std::move(layer));
-    add_cache_inputs(g, c.kv_heads, c.head_dim);
+    add_cache_inputs(g, c.kv_heads, c.head_dim, kv_cache);
   }
 }
 

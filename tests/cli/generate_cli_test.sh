@@ -35,21 +35,24 @@ expect 2 "unknown option '--bogus'" generate --model x.gguf --bogus
 expect 2 "expects a number" generate --model x.gguf --max-tokens many
 expect 2 "no CUDA backend" generate --model x.gguf --device cuda
 expect 2 "--threads must be a positive integer" generate --model x.gguf --threads 0
+expect 2 "--kv-cache must be f32 or f16" generate --model x.gguf --kv-cache bf16
 expect 2 "no such file or folder" generate --model "$work/missing.gguf"
 expect 2 "expected a .gguf file" generate --model "$fixtures/generate/expected_llama_gguf.json"
 expect 2 "no tokenizer.json" generate --model "$fixtures/models/llama"
 printf 'GGUF\3\0\0\0' >"$work/truncated.gguf"
 expect 2 "truncated.gguf" generate --model "$work/truncated.gguf"
 
-# A real run on the tiny Hugging Face folder model.
+# A real run on the tiny Hugging Face folder model, with each KV cache type.
 export LUMINAL_CACHE_DIR=$work/cache
-"$bin" generate --model "$fixtures/generate/llama_folder" --prompt "Hello" --max-tokens 4 --threads 1 \
-  >"$work/out" 2>"$work/err"
-status=$?
-if [[ $status != 0 ]] || ! grep -q "^Hello" "$work/out" || ! grep -q "decode: [0-9]* tokens" "$work/err"; then
-  echo "FAIL: generate on the folder model (exit $status)"; cat "$work/out" "$work/err"
-  failures=$((failures + 1))
-fi
+for kv in f16 f32; do
+  "$bin" generate --model "$fixtures/generate/llama_folder" --prompt "Hello" --max-tokens 4 \
+    --threads 1 --kv-cache $kv >"$work/out" 2>"$work/err"
+  status=$?
+  if [[ $status != 0 ]] || ! grep -q "^Hello" "$work/out" || ! grep -q "decode: [0-9]* tokens" "$work/err"; then
+    echo "FAIL: generate on the folder model, $kv cache (exit $status)"; cat "$work/out" "$work/err"
+    failures=$((failures + 1))
+  fi
+done
 
 [[ $failures == 0 ]] && echo "all CLI checks passed"
 exit $((failures > 0))

@@ -1,7 +1,7 @@
 // The `luminal` command-line program.
 //   luminal generate --model PATH [--prompt TEXT] [--max-tokens N] [--temperature T]
 //                    [--top-k K] [--top-p P] [--seed S] [--device cpu|reference|cuda]
-//                    [--threads N]
+//                    [--threads N] [--kv-cache f32|f16]
 #include <omp.h>
 #include <sys/resource.h>
 
@@ -46,6 +46,8 @@ constexpr const char* kChatUsage =
     "  --seed S            (default: 0)\n"
     "  --device DEV        cpu (default) or reference\n"
     "  --threads N         CPU threads (default: one per core)\n"
+    "  --kv-cache TYPE     the KV cache's element type: f16 (default; half the memory)\n"
+    "                      or f32\n"
     "  -h, --help          this help\n";
 
 constexpr const char* kGenerateUsage =
@@ -67,6 +69,8 @@ constexpr const char* kGenerateUsage =
     "  --seed S            random seed for sampling (default: 0)\n"
     "  --device DEV        cpu (default) or reference; cuda when built with CUDA\n"
     "  --threads N         CPU threads (default: one per core; fewer on a busy machine)\n"
+    "  --kv-cache TYPE     the KV cache's element type: f16 (default; half the memory)\n"
+    "                      or f32\n"
     "  -h, --help          this help\n";
 
 // A usage error: one line on stderr, exit status 2.
@@ -85,6 +89,7 @@ struct Options {
   std::string model, prompt = "The capital of France is", device = "cpu", system;
   int64_t max_tokens = 32;
   luminal::models::SamplingOptions sampling;
+  luminal::DType kv_cache = luminal::DType::F16;
 };
 
 // Parses the options both commands share; `usage` is printed for --help.
@@ -127,6 +132,10 @@ Options parse(int argc, char** argv, const char* usage, bool chat) {
       o.sampling.seed = static_cast<uint64_t>(number(value()));
     } else if (a == "--device") {
       o.device = value();
+    } else if (a == "--kv-cache") {
+      const std::string t = value();
+      if (t != "f32" && t != "f16") usage_error("--kv-cache must be f32 or f16, got '" + t + "'");
+      o.kv_cache = t == "f32" ? luminal::DType::F32 : luminal::DType::F16;
     } else if (a == "--threads") {
       const double n = number(value());
       if (n < 1 || n != static_cast<int>(n)) usage_error("--threads must be a positive integer");
@@ -138,7 +147,8 @@ Options parse(int argc, char** argv, const char* usage, bool chat) {
   if (o.model.empty()) usage_error(std::string(chat ? "chat" : "generate") + " needs --model PATH");
   if (o.max_tokens < 0) usage_error("--max-tokens must be non-negative");
   if (o.device == "cuda") usage_error("this build has no CUDA backend; use --device cpu");
-  if (o.device != "cpu" && o.device != "reference") usage_error("unknown device '" + o.device + "'");
+  if (o.device != "cpu" && o.device != "reference")
+    usage_error("unknown device '" + o.device + "'");
   return o;
 }
 
@@ -149,20 +159,23 @@ const luminal::Backend& backend_for(const std::string& device) {
   return ref_backend;
 }
 
-void progress(const std::string& s) { std::fprintf(stderr, "%s\n", s.c_str()); }
+void progress(const std::string& s) {
+  std::fprintf(stderr, "%s\n", s.c_str());
+}
 
 void print_stats(const luminal::models::GenerationStats& st) {
-  std::fprintf(stderr,
-               "prompt: %zu tokens, %.1f tokens/s | time to first token: %.3f s | decode: %zu tokens, "
-               "%.2f tokens/s | load %.1f s, compile %.1f s | peak memory %.0f MiB\n",
-               st.prompt_tokens, st.prompt_tokens_per_second(), st.ttft_seconds, st.generated,
-               st.decode_tokens_per_second(), st.load_seconds, st.compile_seconds, peak_memory_mib());
+  std::fprintf(
+      stderr,
+      "prompt: %zu tokens, %.1f tokens/s | time to first token: %.3f s | decode: %zu tokens, "
+      "%.2f tokens/s | load %.1f s, compile %.1f s | peak memory %.0f MiB\n",
+      st.prompt_tokens, st.prompt_tokens_per_second(), st.ttft_seconds, st.generated,
+      st.decode_tokens_per_second(), st.load_seconds, st.compile_seconds, peak_memory_mib());
 }
 
 int generate(int argc, char** argv) {
   const Options o = parse(argc, argv, kGenerateUsage, false);
   try {
-    luminal::models::TextGenerator gen(o.model, backend_for(o.device), progress);
+    luminal::models::TextGenerator gen(o.model, backend_for(o.device), progress, o.kv_cache);
     std::fputs(o.prompt.c_str(), stdout);
     std::fflush(stdout);
     const auto st = gen.generate(o.prompt, o.max_tokens, o.sampling, [](const std::string& piece) {
@@ -182,7 +195,7 @@ int generate(int argc, char** argv) {
 int chat(int argc, char** argv) {
   const Options o = parse(argc, argv, kChatUsage, true);
   try {
-    luminal::models::TextGenerator gen(o.model, backend_for(o.device), progress);
+    luminal::models::TextGenerator gen(o.model, backend_for(o.device), progress, o.kv_cache);
     const auto format = gen.chat_format();
     std::vector<luminal::models::ChatMessage> history;
     if (!o.system.empty()) history.push_back({"system", o.system});
@@ -198,8 +211,8 @@ int chat(int argc, char** argv) {
       if (line.empty()) continue;
       history.push_back({"user", line});
       std::string reply;
-      const auto st = gen.generate(luminal::models::render_chat(format, history), o.max_tokens, o.sampling,
-                                   [&](const std::string& piece) {
+      const auto st = gen.generate(luminal::models::render_chat(format, history), o.max_tokens,
+                                   o.sampling, [&](const std::string& piece) {
                                      reply += piece;
                                      std::fputs(piece.c_str(), stdout);
                                      std::fflush(stdout);

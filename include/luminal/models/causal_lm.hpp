@@ -20,15 +20,19 @@ class CausalLM : public nn::Module {
   virtual Output forward(const Tensor& tokens, Expr seq = "seq", Expr past = "past",
                          bool last_only = false) const = 0;
 
-  /// Per layer, the cache the forward pass reads: ["past", kv_heads, head_dim].
+  /// Per layer, the cache the forward pass reads: ["past", kv_heads, head_dim], f32 or
+  /// f16 (attention computes in f32 either way; see nn::Attention::forward).
   std::vector<nn::KVCache> cache_inputs;
 
  protected:
   /// Appends the next layer's cache inputs, named cache.<layer>.k / .v.
-  void add_cache_inputs(Graph& g, int64_t kv_heads, int64_t head_dim) {
+  void add_cache_inputs(Graph& g, int64_t kv_heads, int64_t head_dim, DType dtype) {
+    LUM_CHECK(dtype == DType::F32 || dtype == DType::F16)
+        << "KV cache: " << dtype_name(dtype) << " is not supported (f32 or f16)";
     const std::vector<Expr> shape{"past", kv_heads, head_dim};
     const std::string name = "cache." + std::to_string(cache_inputs.size());
-    cache_inputs.push_back({g.named_tensor(name + ".k", shape), g.named_tensor(name + ".v", shape)});
+    cache_inputs.push_back(
+        {g.named_tensor(name + ".k", shape, dtype), g.named_tensor(name + ".v", shape, dtype)});
   }
 };
 

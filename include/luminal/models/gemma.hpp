@@ -33,7 +33,8 @@ struct GemmaConfig {
 
 class Gemma final : public CausalLM {
  public:
-  Gemma(Graph& g, const GemmaConfig& c);
+  /// `kv_cache`: the KV cache's element type, f32 or f16.
+  Gemma(Graph& g, const GemmaConfig& c, DType kv_cache = DType::F32);
 
   Output forward(const Tensor& tokens, Expr seq = "seq", Expr past = "past",
                  bool last_only = false) const override;

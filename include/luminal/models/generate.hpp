@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "luminal/backend.hpp"
+#include "luminal/dtype.hpp"
 #include "luminal/models/chat_template.hpp"
 #include "luminal/models/sampling.hpp"
 
@@ -29,9 +30,11 @@ struct GenerationStats {
 class TextGenerator {
  public:
   /// Loads a model (see open_language_model: a GGUF file or a Hugging Face folder) and
-  /// compiles it for `backend`. `progress` receives status lines.
+  /// compiles it for `backend`. `progress` receives status lines. `kv_cache`: the KV
+  /// cache's element type, f32 or f16.
   TextGenerator(const std::string& path, const Backend& backend,
-                const std::function<void(const std::string&)>& progress = {});
+                const std::function<void(const std::string&)>& progress = {},
+                DType kv_cache = DType::F32);
   ~TextGenerator();
 
   /// Generates up to `max_tokens` after `prompt`, calling `on_text` with each piece as

@@ -55,11 +55,11 @@ class HfTokenizer {
   std::vector<std::string> tokens_;  // id -> token text (byte-level alphabet, or added content)
   std::unordered_map<std::string, int32_t> ids_;
   std::unordered_map<uint64_t, std::pair<int32_t, int32_t>>
-      merges_;                      // (left, right) -> (rank, merged)
-  std::vector<std::string> added_;  // added token contents, longest first
+      merges_;                                              // (left, right) -> (rank, merged)
+  std::vector<std::string> added_;                          // added token contents, longest first
   std::vector<int32_t> template_prefix_, template_suffix_;  // special tokens around a text
-  std::array<int32_t, 256> byte_ids_{};  // <0xXX> tokens (byte fallback)
-  std::vector<double> scores_;           // Unigram log-probabilities
+  std::array<int32_t, 256> byte_ids_{};                     // <0xXX> tokens (byte fallback)
+  std::vector<double> scores_;                              // Unigram log-probabilities
   double min_score_ = 0;
   size_t max_piece_bytes_ = 0;
   int32_t unk_ = -1;

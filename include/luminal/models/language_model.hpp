@@ -27,7 +27,8 @@ struct LanguageModel {
 /// `path`: a .gguf file, or a folder with config.json, model.safetensors (or shards
 /// listed in model.safetensors.index.json) and tokenizer.json. The model's parameters
 /// and KV-cache inputs are created in `g`. An unsupported architecture, a missing file
-/// or tensor, or a tensor the model does not use is an error naming it.
-LanguageModel open_language_model(const std::string& path, Graph& g);
+/// or tensor, or a tensor the model does not use is an error naming it. `kv_cache` is the
+/// KV cache's element type, f32 or f16.
+LanguageModel open_language_model(const std::string& path, Graph& g, DType kv_cache = DType::F32);
 
 }  // namespace luminal::models

@@ -39,7 +39,8 @@ struct LlamaConfig {
 class Llama final : public CausalLM {
  public:
   /// Builds parameters and per-layer KV-cache inputs.
-  Llama(Graph& g, const LlamaConfig& c);
+  /// `kv_cache`: the KV cache's element type, f32 or f16.
+  Llama(Graph& g, const LlamaConfig& c, DType kv_cache = DType::F32);
 
   Output forward(const Tensor& tokens, Expr seq = "seq", Expr past = "past",
                  bool last_only = false) const override;

@@ -351,10 +351,16 @@ class CpuExecutable final : public Executable {
       views.push_back(e.view.resolve(user.dims()));
       bufs.push_back(&input(user, plan_.canon(e.source), values));
     }
-    if (dynamic_cast<const compiler::MatMulOp*>(n.custom.get()) && n.dtype == DType::F32) {
-      cpugen::matmul_f32(views[0], bufs[0]->span<float>().data(), views[1],
-                         bufs[1]->span<float>().data(), out.span<float>().data());
-      return;
+    if (dynamic_cast<const compiler::MatMulOp*>(n.custom.get()) && n.dtype == DType::F32 &&
+        bufs[0]->dtype() == DType::F32) {
+      const float* a = bufs[0]->span<float>().data();
+      if (bufs[1]->dtype() == DType::F32)
+        return cpugen::matmul_f32(views[0], a, views[1], bufs[1]->span<float>().data(),
+                                  out.span<float>().data());
+      if (bufs[1]->dtype() == DType::F16)
+        return cpugen::matmul_f32_f16(views[0], a, views[1],
+                                      static_cast<const uint16_t*>(bufs[1]->data()),
+                                      out.span<float>().data());
     }
     if (const auto* q = dynamic_cast<const compiler::QMatMulOp*>(n.custom.get())) {
       const auto& w = views[1].dims;  // the weight [N, K]

@@ -1,10 +1,14 @@
-// MatMul through OpenBLAS.
+// MatMul through OpenBLAS, and a kernel of its own for a few rows of A.
 #include "backends/cpu/gemm.hpp"
 
 #include <cblas.h>
 #include <omp.h>
 
 #include <algorithm>
+#include <vector>
+
+#include "backends/cpu/simd.hpp"
+#include "luminal/dtype.hpp"
 
 namespace luminal::cpugen {
 namespace {
@@ -23,6 +27,176 @@ bool layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs, CBLAS_TRANSPOSE&
     return true;
   }
   return false;
+}
+
+// The product as matrices: [batch..., M, K, N] with the trailing batch dims over which B
+// is shared (keys and values broadcast across the query heads of a group) folded into
+// A's rows when those continue at A's row stride: one product with more rows instead of
+// several skinny ones (decoding has one row).
+struct Folded {
+  int64_t m, k, n, sam, sak, sbk, sbn;
+  size_t batch_dims;
+  int64_t batch;
+};
+
+Folded fold(const ConcreteView& a, const ConcreteView& b) {
+  const size_t r = a.dims.size();
+  Folded f{a.dims[r - 3],
+           a.dims[r - 2],
+           a.dims[r - 1],
+           a.strides[r - 3],
+           a.strides[r - 2],
+           b.strides[r - 2],
+           b.strides[r - 1],
+           r - 3,
+           1};
+  for (; f.batch_dims > 0; --f.batch_dims) {
+    const size_t d = f.batch_dims - 1;
+    if (a.dims[d] != 1 && (b.strides[d] != 0 || a.strides[d] != f.m * f.sam)) break;
+    f.m *= a.dims[d];
+  }
+  for (size_t d = 0; d < f.batch_dims; ++d) f.batch *= a.dims[d];
+  return f;
+}
+
+// Calls body(entry, a_offset, b_offset) for every batch entry left after folding.
+template <class Body>
+void for_each_batch(const ConcreteView& a, const ConcreteView& b, const Folded& f, Body&& body) {
+  std::vector<int64_t> idx(f.batch_dims, 0);
+  for (int64_t bi = 0; bi < f.batch; ++bi) {
+    int64_t oa = a.offset, ob = b.offset;
+    for (size_t d = 0; d < idx.size(); ++d) {
+      oa += idx[d] * a.strides[d];
+      ob += idx[d] * b.strides[d];
+    }
+    body(bi, oa, ob);
+    for (size_t d = idx.size(); d-- > 0;) {
+      if (++idx[d] < a.dims[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
+// ---- A few rows of A (decoding) -------------------------------------------------------
+// BLAS would pack B before multiplying; with a handful of rows that copy costs as much as
+// the product. This kernel reads each element of B once, where it lies, widening f16 on
+// the way, and uses it for every row of A.
+
+constexpr int64_t kFewRows = 8;
+
+#if defined(__x86_64__)
+LUM_AVX2 void widen_f16_avx2(const uint16_t* p, int64_t n, float* out) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(out + i,
+                     _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i))));
+  for (; i < n; ++i) out[i] = f16_bits_to_float(p[i]);
+}
+
+LUM_AVX2 float dot_avx2(const float* x, const float* y, int64_t n) {
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                   _mm256_setzero_ps()};
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32)
+    for (int u = 0; u < 4; ++u)
+      acc[u] =
+          _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8 * u), _mm256_loadu_ps(y + i + 8 * u), acc[u]);
+  for (; i + 8 <= n; i += 8)
+    acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), acc[0]);
+  const __m256 v = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+  const __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  float lanes[4];
+  _mm_storeu_ps(lanes, h);
+  float sum = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+  for (; i < n; ++i) sum += x[i] * y[i];
+  return sum;
+}
+
+LUM_AVX2 void axpy_avx2(float alpha, const float* x, float* y, int64_t n) {
+  const __m256 va = _mm256_set1_ps(alpha);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+  for (; i < n; ++i) y[i] += alpha * x[i];
+}
+#endif
+
+float dot(const float* x, const float* y, int64_t n, bool avx2) {
+#if defined(__x86_64__)
+  if (avx2) return dot_avx2(x, y, n);
+#endif
+  (void)avx2;
+  float sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += x[i] * y[i];
+  return sum;
+}
+
+void axpy(float alpha, const float* x, float* y, int64_t n, bool avx2) {
+#if defined(__x86_64__)
+  if (avx2) return axpy_avx2(alpha, x, y, n);
+#endif
+  (void)avx2;
+  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+}
+
+// n values of B from p at stride s, as contiguous f32: in place where they already are,
+// else widened or gathered into tmp.
+const float* run_of(const float* p, int64_t s, int64_t n, float* tmp, bool) {
+  if (s == 1) return p;
+  for (int64_t i = 0; i < n; ++i) tmp[i] = p[i * s];
+  return tmp;
+}
+const float* run_of(const uint16_t* p, int64_t s, int64_t n, float* tmp, bool avx2) {
+#if defined(__x86_64__)
+  if (avx2 && s == 1) {
+    widen_f16_avx2(p, n, tmp);
+    return tmp;
+  }
+#endif
+  (void)avx2;
+  for (int64_t i = 0; i < n; ++i) tmp[i] = f16_bits_to_float(p[i * s]);
+  return tmp;
+}
+
+// c[m, n] = A B for one batch entry, A at `a` with strides (sam, sak), B at `b`.
+template <class BT>
+void few_rows(const Folded& f, const float* a, const BT* b, float* c) {
+  const int64_t m = f.m, k = f.k, n = f.n;
+  const bool avx2 = use_avx2();
+  std::vector<float> rows(static_cast<size_t>(m * k));  // A, K-contiguous
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t p = 0; p < k; ++p) rows[i * k + p] = a[i * f.sam + p * f.sak];
+  const int threads = m * n * k >= (1 << 16) ? omp_get_max_threads() : 1;
+  if (f.sbk == 1) {
+    // Each column of B lies along K (keys, weights read as W^T): one dot per row of A.
+#pragma omp parallel num_threads(threads)
+    {
+      std::vector<float> tmp(static_cast<size_t>(k));
+#pragma omp for schedule(static)
+      for (int64_t j = 0; j < n; ++j) {
+        const float* col = run_of(b + j * f.sbn, 1, k, tmp.data(), avx2);
+        for (int64_t i = 0; i < m; ++i) c[i * n + j] = dot(rows.data() + i * k, col, k, avx2);
+      }
+    }
+    return;
+  }
+  // Rows of B lie along N (values): each thread adds its share of K's rows, scaled by A's
+  // entries, into a partial product of its own; the partials are summed at the end.
+  std::vector<float> partial(static_cast<size_t>(threads * m * n), 0.0f);
+#pragma omp parallel num_threads(threads)
+  {
+    const int64_t t = omp_get_thread_num(), count = omp_get_num_threads();
+    const int64_t p0 = k * t / count, p1 = k * (t + 1) / count;
+    float* acc = partial.data() + t * m * n;
+    std::vector<float> tmp(static_cast<size_t>(n));
+    for (int64_t p = p0; p < p1; ++p) {
+      const float* row = run_of(b + p * f.sbk, f.sbn, n, tmp.data(), avx2);
+      for (int64_t i = 0; i < m; ++i) axpy(rows[i * k + p], row, acc + i * n, n, avx2);
+    }
+  }
+  std::copy(partial.begin(), partial.begin() + m * n, c);
+  for (int t = 1; t < threads; ++t)
+    for (int64_t e = 0; e < m * n; ++e) c[e] += partial[t * m * n + e];
 }
 
 }  // namespace
@@ -60,53 +234,53 @@ void sgemm_columns(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n,
 
 void matmul_f32(const ConcreteView& a, const float* ad, const ConcreteView& b, const float* bd,
                 float* out) {
-  const size_t r = a.dims.size();
-  const int64_t k = a.dims[r - 2], n = a.dims[r - 1];
-  const int64_t sam = a.strides[r - 3], sak = a.strides[r - 2];
-  const int64_t sbk = b.strides[r - 2], sbn = b.strides[r - 1];
-  // Trailing batch dims over which B is shared (keys and values broadcast across the
-  // query heads of a group) fold into A's rows when those continue at A's row stride:
-  // one GEMM with more rows instead of several skinny ones (decoding has one row).
-  int64_t m = a.dims[r - 3];
-  size_t batch_dims = r - 3;
-  for (; batch_dims > 0; --batch_dims) {
-    const size_t d = batch_dims - 1;
-    if (a.dims[d] != 1 && (b.strides[d] != 0 || a.strides[d] != m * sam)) break;
-    m *= a.dims[d];
+  const Folded f = fold(a, b);
+  const int64_t m = f.m, k = f.k, n = f.n;
+  if (m == 0 || n == 0) return;
+  if (k == 0) return std::fill(out, out + f.batch * m * n, 0.0f);
+  if (m <= kFewRows) {
+    for_each_batch(a, b, f, [&](int64_t bi, int64_t oa, int64_t ob) {
+      few_rows(f, ad + oa, bd + ob, out + bi * m * n);
+    });
+    return;
   }
   CBLAS_TRANSPOSE ta = CblasNoTrans, tb = CblasNoTrans;
   int64_t lda = 1, ldb = 1;
-  const bool blas = layout(m, k, sam, sak, ta, lda) && layout(k, n, sbk, sbn, tb, ldb);
-  int64_t batch = 1;
-  for (size_t d = 0; d < batch_dims; ++d) batch *= a.dims[d];
-  std::vector<int64_t> idx(batch_dims, 0);
-  for (int64_t bi = 0; bi < batch; ++bi) {
-    int64_t oa = a.offset, ob = b.offset;
-    for (size_t d = 0; d < idx.size(); ++d) {
-      oa += idx[d] * a.strides[d];
-      ob += idx[d] * b.strides[d];
-    }
+  const bool blas = layout(m, k, f.sam, f.sak, ta, lda) && layout(k, n, f.sbk, f.sbn, tb, ldb);
+  for_each_batch(a, b, f, [&](int64_t bi, int64_t oa, int64_t ob) {
     float* c = out + bi * m * n;
-    if (blas && m > 0 && n > 0) {
-      if (k == 0) {
-        std::fill(c, c + m * n, 0.0f);
-      } else {
-        sgemm_columns(ta, tb, m, n, k, ad + oa, lda, bd + ob, ldb, sbn, c, n);
+    if (blas) return sgemm_columns(ta, tb, m, n, k, ad + oa, lda, bd + ob, ldb, f.sbn, c, n);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        float acc = 0;
+        for (int64_t p = 0; p < k; ++p)
+          acc += ad[oa + i * f.sam + p * f.sak] * bd[ob + p * f.sbk + j * f.sbn];
+        c[i * n + j] = acc;
       }
-    } else {
-      for (int64_t i = 0; i < m; ++i)
-        for (int64_t j = 0; j < n; ++j) {
-          float acc = 0;
-          for (int64_t p = 0; p < k; ++p)
-            acc += ad[oa + i * sam + p * sak] * bd[ob + p * sbk + j * sbn];
-          c[i * n + j] = acc;
-        }
-    }
-    for (size_t d = idx.size(); d-- > 0;) {
-      if (++idx[d] < a.dims[d]) break;
-      idx[d] = 0;
-    }
+  });
+}
+
+void matmul_f32_f16(const ConcreteView& a, const float* ad, const ConcreteView& b,
+                    const uint16_t* bd, float* out) {
+  const Folded f = fold(a, b);
+  const int64_t m = f.m, k = f.k, n = f.n;
+  if (m == 0 || n == 0) return;
+  if (k == 0) return std::fill(out, out + f.batch * m * n, 0.0f);
+  if (m <= kFewRows) {
+    for_each_batch(a, b, f, [&](int64_t bi, int64_t oa, int64_t ob) {
+      few_rows(f, ad + oa, bd + ob, out + bi * m * n);
+    });
+    return;
   }
+  // Many rows (a prompt): the product is compute-bound, so B's span is widened to f32
+  // once and multiplied through BLAS.
+  const auto range = b.physical_range();
+  const int64_t lo = range ? range->first : 0, hi = range ? range->second + 1 : 0;
+  std::vector<float> wide(static_cast<size_t>(hi - lo));
+  run_of(bd + lo, 1, hi - lo, wide.data(), use_avx2());
+  ConcreteView shifted = b;
+  shifted.offset -= lo;
+  matmul_f32(a, ad, shifted, wide.data(), out);
 }
 
 }  // namespace luminal::cpugen

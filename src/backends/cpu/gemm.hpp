@@ -1,5 +1,6 @@
 // The MatMul kernel on the CPU: one OpenBLAS sgemm per batch entry, straight from the
-// input views' strides (private to src/backends/cpu).
+// input views' strides, or for a few rows (decoding) a kernel that reads B once in its
+// own layout, f32 or f16 (private to src/backends/cpu).
 #pragma once
 
 #include <cblas.h>
@@ -23,5 +24,9 @@ void sgemm_columns(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n,
 /// f32 buffers; writes the row-major [batch..., M, N] result to `out`.
 void matmul_f32(const ConcreteView& a, const float* a_data, const ConcreteView& b,
                 const float* b_data, float* out);
+
+/// The same product with b stored as f16 (a half-precision KV cache), read as it is.
+void matmul_f32_f16(const ConcreteView& a, const float* a_data, const ConcreteView& b,
+                    const uint16_t* b_data, float* out);
 
 }  // namespace luminal::cpugen

@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 
 namespace luminal::cpugen {
 
@@ -50,17 +48,6 @@ std::vector<const float*> activation_rows(const ConcreteView& a, const float* da
     }
   }
   return rows;
-}
-
-bool use_avx2() {
-#if defined(__x86_64__)
-  static const bool cpu = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                          __builtin_cpu_supports("f16c");
-  const char* env = std::getenv("LUMINAL_CPU_SIMD");
-  return cpu && !(env && std::strcmp(env, "off") == 0);
-#else
-  return false;
-#endif
 }
 
 }  // namespace luminal::cpugen

@@ -22,8 +22,4 @@ void quantize_rows(const std::vector<const float*>& rows, int64_t k, QuantizedRo
 /// in output row order.
 std::vector<const float*> activation_rows(const ConcreteView& a, const float* data);
 
-/// Whether the AVX2 kernels run: the CPU has AVX2, FMA and F16C, and LUMINAL_CPU_SIMD is
-/// not "off" (which selects the portable kernels, for testing and comparison).
-bool use_avx2();
-
 }  // namespace luminal::cpugen

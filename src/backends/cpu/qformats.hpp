@@ -11,6 +11,7 @@
 #include <immintrin.h>
 #endif
 
+#include "backends/cpu/simd.hpp"
 #include "luminal/dtype.hpp"
 #include "luminal/quant.hpp"
 
@@ -125,7 +126,6 @@ struct Q6_K {  // 16 sub-blocks of 16 with int8 scales; values - 32
 #if defined(__x86_64__)
 // AVX2 versions of the decoders whose scalar loops dominate (the nibble and high-bit
 // unpacking); the others are already a copy plus a few scalars.
-#define LUM_AVX2 __attribute__((target("avx2,fma,f16c")))
 
 LUM_AVX2 inline float half_f16c(const uint8_t* p) {
   uint16_t h;

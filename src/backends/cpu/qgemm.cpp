@@ -20,6 +20,7 @@
 
 #include "backends/cpu/gemm.hpp"
 #include "backends/cpu/qactivations.hpp"
+#include "backends/cpu/simd.hpp"
 #include "backends/cpu/qformats.hpp"
 #include "luminal/dtype.hpp"
 #include "luminal/error.hpp"

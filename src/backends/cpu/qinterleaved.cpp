@@ -32,6 +32,7 @@
 #endif
 
 #include "backends/cpu/qactivations.hpp"
+#include "backends/cpu/simd.hpp"
 #include "backends/cpu/qformats.hpp"
 #include "luminal/error.hpp"
 #include "luminal/quant.hpp"
