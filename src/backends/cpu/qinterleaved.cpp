@@ -32,8 +32,8 @@
 #endif
 
 #include "backends/cpu/qactivations.hpp"
-#include "backends/cpu/simd.hpp"
 #include "backends/cpu/qformats.hpp"
+#include "backends/cpu/simd.hpp"
 #include "luminal/error.hpp"
 #include "luminal/quant.hpp"
 
@@ -412,11 +412,11 @@ InterleavedWeights interleave(uint32_t format, const uint8_t* w, int64_t n, int6
   LUM_CHECK(l.tile_bytes > 0 && n % kRows == 0 && k % l.block_elems == 0)
       << "internal: " << ggml_type_name(format) << " [" << n << ", " << k
       << "] has no interleaved layout";
-  InterleavedWeights out{format, n, k, Buffer(DType::U8, 0)};
   const int64_t blocks = k / l.block_elems;
-  out.data = Buffer(DType::U8, static_cast<size_t>(n / kRows * blocks * l.tile_bytes),
-                    Buffer::Uninitialized{});
-  auto* dst = static_cast<uint8_t*>(out.data.data());
+  InterleavedWeights out{
+      format, n, k,
+      HugePageBytes::allocate(static_cast<size_t>(n / kRows * blocks * l.tile_bytes))};
+  uint8_t* dst = out.data.data();
   const auto type = static_cast<GgmlType>(format);
 #pragma omp parallel for schedule(static)
   for (int64_t g = 0; g < n / kRows; ++g) {
@@ -445,7 +445,7 @@ void qmatmul_interleaved(const std::vector<const float*>& rows, const Interleave
   const int64_t k32 = w.k / 32, blocks = w.k / l.block_elems;
   std::vector<float> sum32(static_cast<size_t>(m * k32));  // d * sum(q) per 32-block
   for (size_t i = 0; i < sum32.size(); ++i) sum32[i] = x.sum16[2 * i] + x.sum16[2 * i + 1];
-  const auto* data = static_cast<const uint8_t*>(w.data.data());
+  const uint8_t* data = w.data.data();
   constexpr int64_t kTileRows = 4;  // activation rows per pass over a group's weights
 #pragma omp parallel for schedule(static)
   for (int64_t g = 0; g < w.n / kRows; ++g) {

@@ -12,14 +12,14 @@
 #include <cstdint>
 #include <vector>
 
-#include "luminal/buffer.hpp"
+#include "backends/cpu/huge_pages.hpp"
 
 namespace luminal::cpugen {
 
 struct InterleavedWeights {
   uint32_t format = 0;  // the ggml format the blocks came from
   int64_t n = 0, k = 0;
-  Buffer data;  // u8 tiles: eight rows by one block, groups of eight rows in order
+  HugePageBytes data;  // tiles: eight rows by one block, groups of eight rows in order
 };
 
 /// Whether [n, k] weights in `format` have an interleaved layout and kernel here (AVX2,
