@@ -41,10 +41,12 @@ def read_bandwidth(env):
                           "--benchmark_filter=BM_ReadBandwidth", "--benchmark_format=json",
                           "--benchmark_repetitions=5", "--benchmark_report_aggregates_only=true"],
                          check=True, capture_output=True, text=True, env=env).stdout
-    for b in json.loads(out)["benchmarks"]:
-        if b["name"].endswith("_median"):
-            return b["bytes_per_second"]
-    raise RuntimeError("BM_ReadBandwidth did not report")
+    # The faster of 4 KiB and 2 MiB pages: the floor is what any reader could reach.
+    medians = [b["bytes_per_second"] for b in json.loads(out)["benchmarks"]
+               if b["name"].endswith("_median")]
+    if not medians:
+        raise RuntimeError("BM_ReadBandwidth did not report")
+    return max(medians)
 
 
 def luminal_run(model, prompt, tokens, env):
@@ -133,7 +135,8 @@ def main():
         "Bandwidth floor for decoding: every weight is read once per token (the tied",
         "embedding table as the output projection), so a token reads at least "
         f"{weight_bytes / 2**20:.1f} MiB.",
-        f"Measured read bandwidth (bench_quant BM_ReadBandwidth, {args.threads} threads): "
+        f"Measured read bandwidth (bench_quant BM_ReadBandwidth, {args.threads} threads, the "
+        "faster of 4 KiB and 2 MiB pages): "
         f"{bandwidth / 1e9:.1f} GB/s, so the floor is {floor:.1f} tokens/s.",
         f"luminal reaches {best_decode:.1f} tokens/s = {100 * best_decode / floor:.0f}% of the floor "
         f"(llama.cpp: {100 * max(median_of(p, 'decode_tps') for _, _, p in rows) / floor:.0f}%).",

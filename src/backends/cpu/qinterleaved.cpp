@@ -398,6 +398,278 @@ LUM_AVX2 void tiles(uint32_t format, const uint8_t* t, int64_t blocks, const Row
       LUM_FAIL() << "internal: no interleaved kernel for " << ggml_type_name(format);
   }
 }
+
+// ---- AVX-512: two groups of eight rows per pass -------------------------------------
+// The same tiles, read as pairs: the tile of group g in the low 256 bits of each vector
+// and that of group g + 1 (`stride` bytes on) in the high 256, so every instruction
+// serves sixteen rows and the sixteen outputs of an activation row are one store.
+// Products of unsigned weight bytes and signed activation bytes go through VNNI's
+// dpbusd, which sums four of them into each int32 lane without int16 saturation.
+
+// GCC 12's AVX-512 intrinsics start from _mm512_undefined_*, which its flow analysis
+// reports as maybe uninitialised; the values are always fully written.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+LUM_AVX512 inline __m512i load2x32(const uint8_t* p, int64_t stride) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(load32(p)), load32(p + stride), 1);
+}
+
+LUM_AVX512 inline __m512 load2_f16x8(const uint8_t* p, int64_t stride) {
+  const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + stride));
+  return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1));
+}
+
+LUM_AVX512 inline __m512i broadcast4x16(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+LUM_AVX512 inline void unpack_nibbles2(const uint8_t* p, int64_t stride, __m512i q[8]) {
+  const __m512i m4 = _mm512_set1_epi8(0xF);
+#pragma GCC unroll 8
+  for (int i = 0; i < 4; ++i) {
+    const __m512i x = load2x32(p + 32 * i, stride);
+    q[2 * i] = _mm512_and_si512(x, m4);
+    q[2 * i + 1] = _mm512_and_si512(_mm512_srli_epi16(x, 4), m4);
+  }
+}
+
+// Sixteen rows' sub-block scale bytes as int16 pairs (see scale_pairs).
+template <bool kSigned>
+LUM_AVX512 inline __m512i scale_pairs2(const uint8_t* p, int64_t stride) {
+  const __m128i twice = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+  const __m128i lo = _mm_shuffle_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)), twice);
+  const __m128i hi =
+      _mm_shuffle_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + stride)), twice);
+  const __m256i bytes = _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
+  return kSigned ? _mm512_cvtepi8_epi16(bytes) : _mm512_cvtepu8_epi16(bytes);
+}
+
+// Sixteen rows' eight bytes each (8 from p, 8 from p + stride) as floats.
+template <bool kSigned>
+LUM_AVX512 inline __m512 bytes_to_ps2(const uint8_t* p, int64_t stride) {
+  const __m128i b = _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)),
+                                       _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + stride)));
+  return _mm512_cvtepi32_ps(kSigned ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b));
+}
+
+template <GgmlType kType, int kM>
+LUM_AVX512 void tiles_32_x16(const uint8_t* tiles, int64_t stride, int64_t blocks, const Row* rows,
+                             float* const* out) {
+  constexpr int64_t kTile = layout_of(kType).tile_bytes;
+  const float zero = kType == GgmlType::Q5_0 ? 16.0f : 8.0f;
+  __m512 acc[kM];
+  for (auto& a : acc) a = _mm512_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t* t = tiles + b * kTile;
+    const __m512 dw = load2_f16x8(t, stride);
+    __m512i q[8];
+    if constexpr (kType == GgmlType::Q8_0) {
+      // dpbusd takes its first operand unsigned: |w| (abs(-128) reads as 128) against y
+      // negated where w is negative.
+      __mmask64 negative[8];
+#pragma GCC unroll 8
+      for (int v = 0; v < 8; ++v) {
+        const __m512i w = load2x32(t + 16 + 32 * v, stride);
+        negative[v] = _mm512_movepi8_mask(w);
+        q[v] = _mm512_abs_epi8(w);
+      }
+#pragma GCC unroll 8
+      for (int m = 0; m < kM; ++m) {
+        const int8_t* y = rows[m].q + 32 * b;
+        __m512i sum = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int v = 0; v < 8; ++v) {
+          const __m512i yv = broadcast4x16(y + 4 * v);
+          sum = _mm512_dpbusd_epi32(
+              sum, q[v], _mm512_mask_sub_epi8(yv, negative[v], _mm512_setzero_si512(), yv));
+        }
+        const __m512 dot = _mm512_mul_ps(_mm512_cvtepi32_ps(sum), _mm512_set1_ps(rows[m].d[b]));
+        acc[m] = _mm512_fmadd_ps(dw, dot, acc[m]);
+      }
+      continue;
+    }
+    constexpr bool kFive = kType == GgmlType::Q5_0;
+    unpack_nibbles2(t + (kFive ? 48 : 16), stride, q);
+    if constexpr (kFive) {
+      const __m512i h = load2x32(t + 16, stride), bit = _mm512_set1_epi8(0x10);
+      q[0] = _mm512_or_si512(q[0], _mm512_and_si512(_mm512_slli_epi16(h, 4), bit));
+      q[1] = _mm512_or_si512(q[1], _mm512_and_si512(_mm512_slli_epi16(h, 3), bit));
+      q[2] = _mm512_or_si512(q[2], _mm512_and_si512(_mm512_slli_epi16(h, 2), bit));
+      q[3] = _mm512_or_si512(q[3], _mm512_and_si512(_mm512_slli_epi16(h, 1), bit));
+      q[4] = _mm512_or_si512(q[4], _mm512_and_si512(h, bit));
+      q[5] = _mm512_or_si512(q[5], _mm512_and_si512(_mm512_srli_epi16(h, 1), bit));
+      q[6] = _mm512_or_si512(q[6], _mm512_and_si512(_mm512_srli_epi16(h, 2), bit));
+      q[7] = _mm512_or_si512(q[7], _mm512_and_si512(_mm512_srli_epi16(h, 3), bit));
+    }
+#pragma GCC unroll 8
+    for (int m = 0; m < kM; ++m) {
+      const int8_t* y = rows[m].q + 32 * b;
+      __m512i dot = _mm512_setzero_si512();
+#pragma GCC unroll 8
+      for (int v = 0; v < 8; ++v) dot = _mm512_dpbusd_epi32(dot, q[v], broadcast4x16(y + 4 * v));
+      const __m512 signed_dot =
+          _mm512_fmsub_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(rows[m].d[b]),
+                          _mm512_set1_ps(zero * rows[m].sum[b]));
+      acc[m] = _mm512_fmadd_ps(dw, signed_dot, acc[m]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int m = 0; m < kM; ++m) _mm512_storeu_ps(out[m], acc[m]);
+}
+
+template <int kM>
+LUM_AVX512 void tiles_q4_k_x16(const uint8_t* tiles, int64_t stride, int64_t blocks,
+                               const Row* rows, float* const* out) {
+  constexpr int64_t kTile = layout_of(GgmlType::Q4_K).tile_bytes;
+  __m512 acc[kM];
+  for (auto& a : acc) a = _mm512_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t* t = tiles + b * kTile;
+    __m512 scaled[kM], mins[kM];
+#pragma GCC unroll 8
+    for (int m = 0; m < kM; ++m) scaled[m] = mins[m] = _mm512_setzero_ps();
+    for (int sub = 0; sub < 8; ++sub) {
+      __m512i q[8];
+      unpack_nibbles2(t + 48 + 144 * sub, stride, q);
+      const __m512i sc = scale_pairs2<false>(t + 32 + 144 * sub, stride);
+      const __m512 mn = bytes_to_ps2<false>(t + 40 + 144 * sub, stride);
+#pragma GCC unroll 8
+      for (int m = 0; m < kM; ++m) {
+        const int64_t at = 8 * b + sub;  // the activation block
+        const int8_t* y = rows[m].q + 32 * at;
+        __m512i p = _mm512_maddubs_epi16(q[0], broadcast4x16(y));
+#pragma GCC unroll 8
+        for (int v = 1; v < 8; ++v)
+          p = _mm512_add_epi16(p, _mm512_maddubs_epi16(q[v], broadcast4x16(y + 4 * v)));
+        const __m512i dot = _mm512_madd_epi16(p, sc);
+        scaled[m] =
+            _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(rows[m].d[at]), scaled[m]);
+        mins[m] = _mm512_fmadd_ps(mn, _mm512_set1_ps(rows[m].sum[at]), mins[m]);
+      }
+    }
+    const __m512 d = load2_f16x8(t, stride), dmin = load2_f16x8(t + 16, stride);
+#pragma GCC unroll 8
+    for (int m = 0; m < kM; ++m)
+      acc[m] = _mm512_fnmadd_ps(dmin, mins[m], _mm512_fmadd_ps(d, scaled[m], acc[m]));
+  }
+#pragma GCC unroll 8
+  for (int m = 0; m < kM; ++m) _mm512_storeu_ps(out[m], acc[m]);
+}
+
+template <int kM>
+LUM_AVX512 void tiles_q6_k_x16(const uint8_t* tiles, int64_t stride, int64_t blocks,
+                               const Row* rows, float* const* out) {
+  constexpr int64_t kTile = layout_of(GgmlType::Q6_K).tile_bytes;
+  const __m512i two_bits = _mm512_set1_epi8(0x30);
+  __m512 acc[kM];
+  for (auto& a : acc) a = _mm512_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t* t = tiles + b * kTile;
+    __m512 scaled[kM], zero[kM];
+#pragma GCC unroll 8
+    for (int m = 0; m < kM; ++m) scaled[m] = zero[m] = _mm512_setzero_ps();
+    for (int g = 0; g < 8; ++g) {
+      __m512i q[8];
+      unpack_nibbles2(t + 96 + 208 * g, stride, q);
+#pragma GCC unroll 8
+      for (int half = 0; half < 2; ++half) {
+        const __m512i h = load2x32(t + 32 + 208 * g + 32 * half, stride);
+        q[4 * half] =
+            _mm512_or_si512(q[4 * half], _mm512_and_si512(_mm512_slli_epi16(h, 4), two_bits));
+        q[4 * half + 1] =
+            _mm512_or_si512(q[4 * half + 1], _mm512_and_si512(_mm512_slli_epi16(h, 2), two_bits));
+        q[4 * half + 2] = _mm512_or_si512(q[4 * half + 2], _mm512_and_si512(h, two_bits));
+        q[4 * half + 3] =
+            _mm512_or_si512(q[4 * half + 3], _mm512_and_si512(_mm512_srli_epi16(h, 2), two_bits));
+      }
+      __m512i sc[2];
+      __m512 scf[2];
+#pragma GCC unroll 8
+      for (int half = 0; half < 2; ++half) {
+        sc[half] = scale_pairs2<true>(t + 16 + 208 * g + 8 * half, stride);
+        scf[half] = bytes_to_ps2<true>(t + 16 + 208 * g + 8 * half, stride);
+      }
+#pragma GCC unroll 8
+      for (int m = 0; m < kM; ++m) {
+        const int64_t at = 8 * b + g;  // the activation block
+        const int8_t* y = rows[m].q + 32 * at;
+        __m512i dot = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int v = 0; v < 8; v += 2) {
+          const __m512i pair =
+              _mm512_add_epi16(_mm512_maddubs_epi16(q[v], broadcast4x16(y + 4 * v)),
+                               _mm512_maddubs_epi16(q[v + 1], broadcast4x16(y + 4 * v + 4)));
+          dot = _mm512_add_epi32(dot, _mm512_madd_epi16(pair, sc[v / 4]));
+        }
+        scaled[m] =
+            _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(rows[m].d[at]), scaled[m]);
+        zero[m] = _mm512_fmadd_ps(scf[0], _mm512_set1_ps(rows[m].sum16[2 * at]), zero[m]);
+        zero[m] = _mm512_fmadd_ps(scf[1], _mm512_set1_ps(rows[m].sum16[2 * at + 1]), zero[m]);
+      }
+    }
+    const __m512 d = load2_f16x8(t, stride);
+#pragma GCC unroll 8
+    for (int m = 0; m < kM; ++m)
+      acc[m] =
+          _mm512_fmadd_ps(d, _mm512_fnmadd_ps(_mm512_set1_ps(32.0f), zero[m], scaled[m]), acc[m]);
+  }
+#pragma GCC unroll 8
+  for (int m = 0; m < kM; ++m) _mm512_storeu_ps(out[m], acc[m]);
+}
+
+template <int kM>
+LUM_AVX512 void tiles_x16(uint32_t format, const uint8_t* t, int64_t stride, int64_t blocks,
+                          const Row* rows, float* const* out) {
+  switch (static_cast<GgmlType>(format)) {
+    case GgmlType::Q4_0:
+      return tiles_32_x16<GgmlType::Q4_0, kM>(t, stride, blocks, rows, out);
+    case GgmlType::Q5_0:
+      return tiles_32_x16<GgmlType::Q5_0, kM>(t, stride, blocks, rows, out);
+    case GgmlType::Q8_0:
+      return tiles_32_x16<GgmlType::Q8_0, kM>(t, stride, blocks, rows, out);
+    case GgmlType::Q4_K:
+      return tiles_q4_k_x16<kM>(t, stride, blocks, rows, out);
+    case GgmlType::Q6_K:
+      return tiles_q6_k_x16<kM>(t, stride, blocks, rows, out);
+    default:
+      LUM_FAIL() << "internal: no interleaved kernel for " << ggml_type_name(format);
+  }
+}
+
+#pragma GCC diagnostic pop
+
+// The kernel instance for `count` (1 to 4) activation rows.
+void tiles_for(int64_t count, uint32_t format, const uint8_t* t, int64_t blocks, const Row* r,
+               float* const* o) {
+  switch (count) {
+    case 1:
+      return tiles<1>(format, t, blocks, r, o);
+    case 2:
+      return tiles<2>(format, t, blocks, r, o);
+    case 3:
+      return tiles<3>(format, t, blocks, r, o);
+    default:
+      return tiles<4>(format, t, blocks, r, o);
+  }
+}
+
+void tiles_x16_for(int64_t count, uint32_t format, const uint8_t* t, int64_t stride,
+                   int64_t blocks, const Row* r, float* const* o) {
+  switch (count) {
+    case 1:
+      return tiles_x16<1>(format, t, stride, blocks, r, o);
+    case 2:
+      return tiles_x16<2>(format, t, stride, blocks, r, o);
+    case 3:
+      return tiles_x16<3>(format, t, stride, blocks, r, o);
+    default:
+      return tiles_x16<4>(format, t, stride, blocks, r, o);
+  }
+}
 #endif
 
 }  // namespace
@@ -447,9 +719,14 @@ void qmatmul_interleaved(const std::vector<const float*>& rows, const Interleave
   for (size_t i = 0; i < sum32.size(); ++i) sum32[i] = x.sum16[2 * i] + x.sum16[2 * i + 1];
   const uint8_t* data = w.data.data();
   constexpr int64_t kTileRows = 4;  // activation rows per pass over a group's weights
+  // With AVX-512 a pass covers two groups of eight rows (an odd last group runs alone).
+  const int64_t groups = w.n / kRows, per_pass = use_avx512() ? 2 : 1;
+  const int64_t group_bytes = blocks * l.tile_bytes;
 #pragma omp parallel for schedule(static)
-  for (int64_t g = 0; g < w.n / kRows; ++g) {
-    const uint8_t* t = data + g * blocks * l.tile_bytes;
+  for (int64_t pass = 0; pass < (groups + per_pass - 1) / per_pass; ++pass) {
+    const int64_t g = pass * per_pass;
+    const bool pair = per_pass == 2 && g + 1 < groups;
+    const uint8_t* t = data + g * group_bytes;
     for (int64_t first = 0; first < m; first += kTileRows) {
       Row r[kTileRows];
       float* o[kTileRows];
@@ -459,18 +736,10 @@ void qmatmul_interleaved(const std::vector<const float*>& rows, const Interleave
                 sum32.data() + (first + i) * k32, x.sum16.data() + (first + i) * 2 * k32};
         o[i] = out + (first + i) * w.n + kRows * g;
       }
-      switch (count) {
-        case 1:
-          tiles<1>(w.format, t, blocks, r, o);
-          break;
-        case 2:
-          tiles<2>(w.format, t, blocks, r, o);
-          break;
-        case 3:
-          tiles<3>(w.format, t, blocks, r, o);
-          break;
-        default:
-          tiles<4>(w.format, t, blocks, r, o);
+      if (pair) {
+        tiles_x16_for(count, w.format, t, group_bytes, blocks, r, o);
+      } else {
+        tiles_for(count, w.format, t, blocks, r, o);
       }
     }
   }
