@@ -1,4 +1,5 @@
-// QMatMul weights re-laid out for the AVX2 integer kernels (private to src/backends/cpu).
+// QMatMul weights re-laid out for the AVX2 and AVX-512 integer kernels (private to
+// src/backends/cpu).
 //
 // In a ggml file each weight row is a run of blocks, so a dot product with one row ends
 // every 32 elements in a horizontal sum and a scalar scale. Interleaving eight rows
