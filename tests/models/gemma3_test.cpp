@@ -139,7 +139,7 @@ double expect_forced_logits_track(TextGenerator& gen, const SafetensorsFile& ref
 // paths may part where two tokens are nearly tied; teacher-forced, they track the
 // reference. Documented tolerance: 8% of the step's largest logit magnitude. llama.cpp
 // on the same file (it also quantises activations to 8 bits) deviates from this
-// reference by up to 6.0% on these prompts (bench/results/generate.md).
+// reference by up to 6.0% on these prompts (docs/models.md).
 TEST_F(Gemma3Real, Int8ActivationKernelsTrackTransformers) {
   TextGenerator gen(model_path(), cpu());
   const double worst = expect_forced_logits_track(gen, SafetensorsFile(kReference), 0.08f);
