@@ -199,6 +199,24 @@ void few_rows(const Folded& f, const float* a, const BT* b, float* c) {
     for (int64_t e = 0; e < m * n; ++e) c[e] += partial[t * m * n + e];
 }
 
+// Products with no output, an empty sum, or few enough rows for few_rows; false leaves
+// the product to the caller.
+template <class BT>
+bool empty_or_few_rows(const ConcreteView& a, const float* ad, const ConcreteView& b, const BT* bd,
+                       const Folded& f, float* out) {
+  const int64_t size = f.m * f.n;  // of one batch entry's output
+  if (size == 0) return true;
+  if (f.k == 0) {
+    std::fill(out, out + f.batch * size, 0.0f);
+    return true;
+  }
+  if (f.m > kFewRows) return false;
+  for_each_batch(a, b, f, [&](int64_t bi, int64_t oa, int64_t ob) {
+    few_rows(f, ad + oa, bd + ob, out + bi * size);
+  });
+  return true;
+}
+
 }  // namespace
 
 void single_threaded_blas() {
@@ -235,15 +253,8 @@ void sgemm_columns(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n,
 void matmul_f32(const ConcreteView& a, const float* ad, const ConcreteView& b, const float* bd,
                 float* out) {
   const Folded f = fold(a, b);
+  if (empty_or_few_rows(a, ad, b, bd, f, out)) return;
   const int64_t m = f.m, k = f.k, n = f.n;
-  if (m == 0 || n == 0) return;
-  if (k == 0) return std::fill(out, out + f.batch * m * n, 0.0f);
-  if (m <= kFewRows) {
-    for_each_batch(a, b, f, [&](int64_t bi, int64_t oa, int64_t ob) {
-      few_rows(f, ad + oa, bd + ob, out + bi * m * n);
-    });
-    return;
-  }
   CBLAS_TRANSPOSE ta = CblasNoTrans, tb = CblasNoTrans;
   int64_t lda = 1, ldb = 1;
   const bool blas = layout(m, k, f.sam, f.sak, ta, lda) && layout(k, n, f.sbk, f.sbn, tb, ldb);
@@ -262,16 +273,7 @@ void matmul_f32(const ConcreteView& a, const float* ad, const ConcreteView& b, c
 
 void matmul_f32_f16(const ConcreteView& a, const float* ad, const ConcreteView& b,
                     const uint16_t* bd, float* out) {
-  const Folded f = fold(a, b);
-  const int64_t m = f.m, k = f.k, n = f.n;
-  if (m == 0 || n == 0) return;
-  if (k == 0) return std::fill(out, out + f.batch * m * n, 0.0f);
-  if (m <= kFewRows) {
-    for_each_batch(a, b, f, [&](int64_t bi, int64_t oa, int64_t ob) {
-      few_rows(f, ad + oa, bd + ob, out + bi * m * n);
-    });
-    return;
-  }
+  if (empty_or_few_rows(a, ad, b, bd, fold(a, b), out)) return;
   // Many rows (a prompt): the product is compute-bound, so B's span is widened to f32
   // once and multiplied through BLAS.
   const auto range = b.physical_range();
