@@ -93,25 +93,6 @@ LUM_AVX2 void widen_f16_avx2(const uint16_t* p, int64_t n, float* out) {
   for (; i < n; ++i) out[i] = f16_bits_to_float(p[i]);
 }
 
-LUM_AVX2 float dot_avx2(const float* x, const float* y, int64_t n) {
-  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                   _mm256_setzero_ps()};
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32)
-    for (int u = 0; u < 4; ++u)
-      acc[u] =
-          _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8 * u), _mm256_loadu_ps(y + i + 8 * u), acc[u]);
-  for (; i + 8 <= n; i += 8)
-    acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), acc[0]);
-  const __m256 v = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
-  const __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  float lanes[4];
-  _mm_storeu_ps(lanes, h);
-  float sum = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
-  for (; i < n; ++i) sum += x[i] * y[i];
-  return sum;
-}
-
 LUM_AVX2 void axpy_avx2(float alpha, const float* x, float* y, int64_t n) {
   const __m256 va = _mm256_set1_ps(alpha);
   int64_t i = 0;
@@ -120,16 +101,6 @@ LUM_AVX2 void axpy_avx2(float alpha, const float* x, float* y, int64_t n) {
   for (; i < n; ++i) y[i] += alpha * x[i];
 }
 #endif
-
-float dot(const float* x, const float* y, int64_t n, bool avx2) {
-#if defined(__x86_64__)
-  if (avx2) return dot_avx2(x, y, n);
-#endif
-  (void)avx2;
-  float sum = 0;
-  for (int64_t i = 0; i < n; ++i) sum += x[i] * y[i];
-  return sum;
-}
 
 void axpy(float alpha, const float* x, float* y, int64_t n, bool avx2) {
 #if defined(__x86_64__)
@@ -175,7 +146,7 @@ void few_rows(const Folded& f, const float* a, const BT* b, float* c) {
 #pragma omp for schedule(static)
       for (int64_t j = 0; j < n; ++j) {
         const float* col = run_of(b + j * f.sbn, 1, k, tmp.data(), avx2);
-        for (int64_t i = 0; i < m; ++i) c[i * n + j] = dot(rows.data() + i * k, col, k, avx2);
+        for (int64_t i = 0; i < m; ++i) c[i * n + j] = dot_f32(rows.data() + i * k, col, k, avx2);
       }
     }
     return;

@@ -14,14 +14,10 @@
 #include <cstring>
 #include <vector>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
 #include "backends/cpu/gemm.hpp"
 #include "backends/cpu/qactivations.hpp"
-#include "backends/cpu/simd.hpp"
 #include "backends/cpu/qformats.hpp"
+#include "backends/cpu/simd.hpp"
 #include "luminal/dtype.hpp"
 #include "luminal/error.hpp"
 #include "luminal/quant.hpp"
@@ -112,16 +108,6 @@ LUM_AVX2 void predecode_avx2(const uint8_t* row, int64_t k, PredecodedRow& out) 
   }
 }
 
-LUM_AVX2 float dot_f32_avx2(const float* w, const float* x, int64_t k) {
-  __m256 acc = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 8 <= k; i += 8)
-    acc = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), acc);
-  float total = hsum(acc);
-  for (; i < k; ++i) total += w[i] * x[i];
-  return total;
-}
-
 // kPredecoded: `pre` holds weight row j0 (and j1 == j0 + 1) already decoded. Otherwise
 // each block is decoded as it is reached, its scales and offsets kept for the whole row:
 // the offsets' share of each dot product, sum(b * activation sums), is taken at the end
@@ -174,7 +160,7 @@ LUM_AVX2 void rows_avx2(const uint8_t* w, int64_t j0, int64_t j1, int64_t n, int
     }
     for (int r = 0; r < kTile; ++r)
       out[(first + r) * n + j] =
-          hsum(acc[r]) + (F::kOffset ? dot_f32_avx2(b_all, t.sum16[r], k / 16) : 0.0f);
+          hsum(acc[r]) + (F::kOffset ? dot_f32(b_all, t.sum16[r], k / 16, true) : 0.0f);
   }
 }
 
@@ -200,16 +186,6 @@ LUM_AVX2 void decode_row_f32_avx2(const uint8_t* row, int64_t k, float* out) {
 }
 
 #endif
-
-// `avx2`: use_avx2(), asked once per product rather than per dot.
-float dot_f32(const float* w, const float* x, int64_t k, bool avx2) {
-#if defined(__x86_64__)
-  if (avx2) return dot_f32_avx2(w, x, k);
-#endif
-  float total = 0;
-  for (int64_t i = 0; i < k; ++i) total += w[i] * x[i];
-  return total;
-}
 
 // Calls fn(F{}) with the decoder of a block format; false if there is none.
 template <class Fn>

@@ -3,11 +3,12 @@
 // LUM_AVX2 / LUM_AVX512 and run only where use_avx2() / use_avx512() say so.
 #pragma once
 
+#include <cstdint>
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #define LUM_AVX2 __attribute__((target("avx2,fma,f16c")))
-#define LUM_AVX512 \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+#define LUM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 #endif
 
 namespace luminal::cpugen {
@@ -19,5 +20,8 @@ bool use_avx2();
 /// Whether the AVX-512 kernels run: use_avx2(), the CPU has AVX-512 F, BW, VL and VNNI,
 /// and LUMINAL_CPU_SIMD is not "avx2" (which keeps such a CPU on the AVX2 kernels).
 bool use_avx512();
+
+/// sum_i x[i] * y[i]; `avx2` is use_avx2(), asked once per product rather than per dot.
+float dot_f32(const float* x, const float* y, int64_t n, bool avx2);
 
 }  // namespace luminal::cpugen
