@@ -128,16 +128,11 @@ std::pair<Tensor, KVCache> Attention::forward(const Tensor& x, const KVCache& ca
   // its end, in place when the caller donates the cache (Graph::donate). A cache kept in
   // another type (f16 halves its memory and reads) is rounded on the way in and widened
   // on the way out; the compiler's MatMul reads the narrow values without a widened copy.
-  const auto stored = [&](const Tensor& t, const Tensor& into) {
-    return t.dtype() == into.dtype() ? t : t.cast(into.dtype());
-  };
-  const auto computed = [&](const Tensor& t) {
-    return t.dtype() == x.dtype() ? t : t.cast(x.dtype());
-  };
-  KVCache next{append_rows(cache.k, stored(kr.permute({1, 0, 2}), cache.k)),
-               append_rows(cache.v, stored(vh.permute({1, 0, 2}), cache.v))};
-  const Tensor keys = computed(next.k).permute({1, 0, 2}),
-               values = computed(next.v).permute({1, 0, 2});
+  // (cast is the tensor itself where the types already agree.)
+  KVCache next{append_rows(cache.k, kr.permute({1, 0, 2}).cast(cache.k.dtype())),
+               append_rows(cache.v, vh.permute({1, 0, 2}).cast(cache.v.dtype()))};
+  const Tensor keys = next.k.cast(x.dtype()).permute({1, 0, 2}),
+               values = next.v.cast(x.dtype()).permute({1, 0, 2});
   // Scores [kv, group, seq, total]; each key head serves its group of query heads.
   Tensor scores = qr.matmul(keys.unsqueeze(1).transpose(-1, -2)) * scale;
   if (softcap > 0) scores = (scores * (1.0 / softcap)).tanh() * softcap;
