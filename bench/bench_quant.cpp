@@ -5,6 +5,9 @@
 //   BM_QMatVec/<type>: y = x W^T, x [1, 2048], W [N, 2048] in a ggml format (about
 //                      128 MiB of blocks), compiled through the graph API
 //   BM_QMatMul/<type>: the same weights against 64 activation rows (prompt processing)
+//   BM_DecodeLayers:   one activation row through 18 layers of Gemma 3 270M's shapes and
+//                      formats (about 64 MiB): many small products one after another,
+//                      where each kernel's start-up and the threads' hand-offs count
 // bytes_per_second counts the weight bytes read, so QMatVec / ReadBandwidth is the
 // kernel's fraction of the bandwidth floor.
 #include <benchmark/benchmark.h>
@@ -28,7 +31,7 @@ namespace {
 using namespace luminal;
 
 constexpr int64_t kK = 2048;
-constexpr size_t kTargetBytes = 128u << 20;
+const size_t kTargetBytes = static_cast<size_t>(std::atoi(std::getenv("TB") ? std::getenv("TB") : "128")) << 20;
 
 // Sums a range with four independent vector accumulators: enough loads in flight that
 // memory, not the add latency, is the limit.
@@ -81,10 +84,10 @@ BENCHMARK(BM_ReadBandwidth)
     ->UseRealTime();
 
 // Random blocks with small finite f16 scales at the format's scale offsets.
-Buffer blocks(uint32_t type, int64_t rows, size_t& bytes_out) {
+Buffer blocks(uint32_t type, int64_t rows, int64_t k, size_t& bytes_out) {
   size_t elems = 0, bytes = 0;
   ggml_block_layout(type, elems, bytes);
-  const size_t count = static_cast<size_t>(rows * kK) / elems;
+  const size_t count = static_cast<size_t>(rows * k) / elems;
   Buffer raw(DType::U8, count * bytes);
   auto* p = static_cast<uint8_t*>(raw.data());
   std::mt19937 rng(1);
@@ -111,7 +114,7 @@ void run(benchmark::State& state, uint32_t type, int64_t m) {
   Tensor w = cx.named_tensor("w", {n, kK});
   Tensor y = x.matmul(w.transpose(0, 1)).retrieve();
   size_t weight_bytes = 0;
-  w.set_quantized(type, blocks(type, n, weight_bytes));
+  w.set_quantized(type, blocks(type, n, kK, weight_bytes));
   x.set(std::vector<float>(static_cast<size_t>(m * kK), 0.5f));
   cx.compile(cpu());
   cx.execute();  // warm up: pages faulted in, buffers allocated
@@ -129,6 +132,40 @@ void BM_QMatMul(benchmark::State& state) {
   run(state, static_cast<uint32_t>(state.range(0)), 64);
   state.SetLabel(ggml_type_name(static_cast<uint32_t>(state.range(0))));
 }
+void BM_DecodeLayers(benchmark::State& state) {
+  constexpr int64_t kHidden = 640, kLayers = 18;
+  Graph cx;
+  Tensor x = cx.named_tensor("x", {1, kHidden});
+  size_t weight_bytes = 0;
+  auto project = [&](const Tensor& in, int64_t n, uint32_t type) {
+    const int64_t k = *in.shape().back().as_const();
+    Tensor w = cx.named_tensor("w", {n, k});
+    size_t bytes = 0;
+    w.set_quantized(type, blocks(type, n, k, bytes));
+    weight_bytes += bytes;
+    return in.matmul(w.transpose(0, 1));
+  };
+  // Q5_0 where a row of 640 cannot hold 256-value K-quant blocks, as Q4_K_M files do.
+  constexpr uint32_t kQ5_0 = 6, kQ8_0 = 8, kQ4_K = 12, kQ6_K = 14;
+  Tensor h = x;
+  for (int64_t layer = 0; layer < kLayers; ++layer) {
+    const bool six = layer % 2 == 0;  // Q4_K_M keeps half the V and down weights in 6 bits
+    Tensor q = project(h, 1024, kQ5_0);
+    project(h, 256, kQ5_0).retrieve();
+    project(h, 256, six ? kQ8_0 : kQ5_0).retrieve();
+    h = h + project(q, kHidden, kQ4_K);
+    h = h + project(project(h, 2048, kQ5_0) * project(h, 2048, kQ5_0), kHidden,
+                    six ? kQ6_K : kQ4_K);
+  }
+  h.retrieve();
+  x.set(std::vector<float>(kHidden, 0.01f));
+  cx.compile(cpu());
+  cx.execute();
+  for (auto _ : state) cx.execute();
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * weight_bytes));
+}
+BENCHMARK(BM_DecodeLayers)->Unit(benchmark::kMillisecond)->UseRealTime();
+
 // ggml types: Q8_0 8, Q5_0 6, Q4_0 2, Q4_K 12, Q5_K 13, Q6_K 14, F16 1.
 BENCHMARK(BM_QMatVec)
     ->Arg(8)
@@ -145,3 +182,22 @@ BENCHMARK(BM_QMatMul)->Arg(8)->Arg(12)->Arg(14)->Unit(benchmark::kMillisecond)->
 }  // namespace
 
 BENCHMARK_MAIN();
+namespace {
+void BM_TmpOverhead(benchmark::State& state) {
+  Graph cx;
+  Tensor x = cx.named_tensor("x", {1, 64});
+  Tensor h = x;
+  for (int i = 0; i < 100; ++i) {
+    Tensor w = cx.named_tensor("w", {64, 64});
+    size_t bytes = 0;
+    w.set_quantized(8, blocks(8, 64, 64, bytes));
+    h = h.matmul(w.transpose(0, 1));
+  }
+  h.retrieve();
+  x.set(std::vector<float>(64, 0.01f));
+  cx.compile(cpu());
+  cx.execute();
+  for (auto _ : state) cx.execute();
+}
+BENCHMARK(BM_TmpOverhead)->Unit(benchmark::kMicrosecond)->UseRealTime();
+}

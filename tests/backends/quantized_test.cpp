@@ -165,7 +165,8 @@ TEST_P(QuantizedFormat, InterleavedWeightRowsAgreeForEveryActivationTile) {
     // 40 weight rows are five groups (an odd one out under AVX-512), 48 six.
     for (const int64_t m : {1, 2, 3, 5, 6}) check_matmul(GetParam(), m, 40, 1);
     check_matmul(GetParam(), 3, 48, 1);
-    check_matmul(GetParam(), 20, 40);  // 40 rows: prompt-sized
+    check_matmul(GetParam(), 2, 256, 1);  // over 64 KiB of weights: split across threads
+    check_matmul(GetParam(), 20, 40);     // 40 rows: prompt-sized
   }
   unsetenv("LUMINAL_CPU_SIMD");
 }

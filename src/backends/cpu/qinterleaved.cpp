@@ -43,6 +43,9 @@ namespace {
 using namespace qformats;
 
 constexpr int64_t kRows = 8;  // weight rows per tile
+// How far ahead of the tile being read the kernels ask for weights: with 2 MiB pages
+// 4 KiB measured best for both one large product and a decode step's small ones.
+constexpr int64_t kPrefetchAhead = 4096;
 
 struct Layout {
   int64_t block_elems = 0, src_bytes = 0, tile_bytes = 0;  // all 0: no interleaved layout
@@ -163,6 +166,21 @@ LUM_AVX2 inline __m256i broadcast4(const int8_t* p) {
   return _mm256_set1_epi32(v);
 }
 
+// Asks for the cache lines `kPrefetchAhead` bytes past the `bytes` about to be read. The
+// hardware prefetchers alone fall behind on these streams, most of all in the first
+// kilobytes of a product, and decode runs a hundred small products back to back.
+inline void prefetch_ahead(const uint8_t* p, int64_t bytes) {
+  for (int64_t line = 0; line < bytes; line += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchAhead + line), _MM_HINT_T0);
+}
+
+// Asks for the first `kPrefetchAhead` bytes of a run about to be read, which
+// prefetch_ahead inside the kernels does not cover.
+inline void prefetch_start(const uint8_t* p, int64_t bytes) {
+  for (int64_t line = 0; line < std::min(bytes, kPrefetchAhead); line += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(p + line), _MM_HINT_T0);
+}
+
 LUM_AVX2 inline __m256i load32(const uint8_t* p) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
 }
@@ -225,6 +243,7 @@ LUM_AVX2 void tiles_32(const uint8_t* tiles, int64_t blocks, const Row* rows, fl
   for (auto& a : acc) a = _mm256_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     const uint8_t* t = tiles + b * kTile;
+    prefetch_ahead(t, kTile);
     const __m256 dw = load_f16x8(t);
     __m256i q[8];
     if constexpr (kType == GgmlType::Q8_0) {
@@ -284,6 +303,7 @@ LUM_AVX2 void tiles_q4_k(const uint8_t* tiles, int64_t blocks, const Row* rows, 
   for (auto& a : acc) a = _mm256_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     const uint8_t* t = tiles + b * kTile;
+    prefetch_ahead(t, kTile);
     __m256 scaled[kM], mins[kM];
 #pragma GCC unroll 8
     for (int m = 0; m < kM; ++m) scaled[m] = mins[m] = _mm256_setzero_ps();
@@ -324,6 +344,7 @@ LUM_AVX2 void tiles_q6_k(const uint8_t* tiles, int64_t blocks, const Row* rows, 
   for (auto& a : acc) a = _mm256_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     const uint8_t* t = tiles + b * kTile;
+    prefetch_ahead(t, kTile);
     __m256 scaled[kM], zero[kM];
 #pragma GCC unroll 8
     for (int m = 0; m < kM; ++m) scaled[m] = zero[m] = _mm256_setzero_ps();
@@ -465,6 +486,8 @@ LUM_AVX512 void tiles_32_x16(const uint8_t* tiles, int64_t stride, int64_t block
   for (auto& a : acc) a = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     const uint8_t* t = tiles + b * kTile;
+    prefetch_ahead(t, kTile);
+    prefetch_ahead(t + stride, kTile);
     const __m512 dw = load2_f16x8(t, stride);
     __m512i q[8];
     if constexpr (kType == GgmlType::Q8_0) {
@@ -529,6 +552,8 @@ LUM_AVX512 void tiles_q4_k_x16(const uint8_t* tiles, int64_t stride, int64_t blo
   for (auto& a : acc) a = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     const uint8_t* t = tiles + b * kTile;
+    prefetch_ahead(t, kTile);
+    prefetch_ahead(t + stride, kTile);
     __m512 scaled[kM], mins[kM];
 #pragma GCC unroll 8
     for (int m = 0; m < kM; ++m) scaled[m] = mins[m] = _mm512_setzero_ps();
@@ -569,6 +594,8 @@ LUM_AVX512 void tiles_q6_k_x16(const uint8_t* tiles, int64_t stride, int64_t blo
   for (auto& a : acc) a = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     const uint8_t* t = tiles + b * kTile;
+    prefetch_ahead(t, kTile);
+    prefetch_ahead(t + stride, kTile);
     __m512 scaled[kM], zero[kM];
 #pragma GCC unroll 8
     for (int m = 0; m < kM; ++m) scaled[m] = zero[m] = _mm512_setzero_ps();
@@ -711,35 +738,48 @@ void qmatmul_interleaved(const std::vector<const float*>& rows, const Interleave
                          float* out) {
 #if defined(__x86_64__)
   const Layout l = layout_of(w.format);
-  QuantizedRows x;
+  // Kept between calls: decode runs a hundred of these per token. The team reads the
+  // calling thread's copies through these references.
+  thread_local QuantizedRows kept_rows;
+  thread_local std::vector<float> kept_sums;
+  QuantizedRows& x = kept_rows;
+  std::vector<float>& sum32 = kept_sums;  // d * sum(q) per 32-block
   quantize_rows(rows, w.k, x);
   const auto m = static_cast<int64_t>(rows.size());
   const int64_t k32 = w.k / 32, blocks = w.k / l.block_elems;
-  std::vector<float> sum32(static_cast<size_t>(m * k32));  // d * sum(q) per 32-block
+  sum32.resize(static_cast<size_t>(m * k32));
   for (size_t i = 0; i < sum32.size(); ++i) sum32[i] = x.sum16[2 * i] + x.sum16[2 * i + 1];
   const uint8_t* data = w.data.data();
   constexpr int64_t kTileRows = 4;  // activation rows per pass over a group's weights
   // With AVX-512 a pass covers two groups of eight rows (an odd last group runs alone).
   const int64_t groups = w.n / kRows, per_pass = use_avx512() ? 2 : 1;
-  const int64_t group_bytes = blocks * l.tile_bytes;
-#pragma omp parallel for schedule(static)
-  for (int64_t pass = 0; pass < (groups + per_pass - 1) / per_pass; ++pass) {
-    const int64_t g = pass * per_pass;
-    const bool pair = per_pass == 2 && g + 1 < groups;
-    const uint8_t* t = data + g * group_bytes;
-    for (int64_t first = 0; first < m; first += kTileRows) {
-      Row r[kTileRows];
-      float* o[kTileRows];
-      const int64_t count = std::min(kTileRows, m - first);
-      for (int64_t i = 0; i < count; ++i) {
-        r[i] = {x.q.data() + (first + i) * w.k, x.d.data() + (first + i) * k32,
-                sum32.data() + (first + i) * k32, x.sum16.data() + (first + i) * 2 * k32};
-        o[i] = out + (first + i) * w.n + kRows * g;
-      }
-      if (pair) {
-        tiles_x16_for(count, w.format, t, group_bytes, blocks, r, o);
-      } else {
-        tiles_for(count, w.format, t, blocks, r, o);
+  const int64_t passes = (groups + per_pass - 1) / per_pass, group_bytes = blocks * l.tile_bytes;
+  const int threads = passes * group_bytes < (64 << 10) ? 1 : omp_get_max_threads();
+#pragma omp parallel num_threads(threads)
+  {
+    // Each thread reads one contiguous run of groups.
+    const int64_t count = omp_get_num_threads(), id = omp_get_thread_num();
+    const int64_t begin = passes * id / count, end = passes * (id + 1) / count;
+    if (begin < end) prefetch_start(data + begin * per_pass * group_bytes,
+                                    (end - begin) * per_pass * group_bytes);
+    for (int64_t pass = begin; pass < end; ++pass) {
+      const int64_t g = pass * per_pass;
+      const bool pair = per_pass == 2 && g + 1 < groups;
+      const uint8_t* t = data + g * group_bytes;
+      for (int64_t first = 0; first < m; first += kTileRows) {
+        Row r[kTileRows];
+        float* o[kTileRows];
+        const int64_t n_rows = std::min(kTileRows, m - first);
+        for (int64_t i = 0; i < n_rows; ++i) {
+          r[i] = {x.q.data() + (first + i) * w.k, x.d.data() + (first + i) * k32,
+                  sum32.data() + (first + i) * k32, x.sum16.data() + (first + i) * 2 * k32};
+          o[i] = out + (first + i) * w.n + kRows * g;
+        }
+        if (pair) {
+          tiles_x16_for(n_rows, w.format, t, group_bytes, blocks, r, o);
+        } else {
+          tiles_for(n_rows, w.format, t, blocks, r, o);
+        }
       }
     }
   }
