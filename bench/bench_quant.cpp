@@ -31,7 +31,7 @@ namespace {
 using namespace luminal;
 
 constexpr int64_t kK = 2048;
-const size_t kTargetBytes = static_cast<size_t>(std::atoi(std::getenv("TB") ? std::getenv("TB") : "128")) << 20;
+constexpr size_t kTargetBytes = 128u << 20;
 
 // Sums a range with four independent vector accumulators: enough loads in flight that
 // memory, not the add latency, is the limit.
@@ -182,22 +182,3 @@ BENCHMARK(BM_QMatMul)->Arg(8)->Arg(12)->Arg(14)->Unit(benchmark::kMillisecond)->
 }  // namespace
 
 BENCHMARK_MAIN();
-namespace {
-void BM_TmpOverhead(benchmark::State& state) {
-  Graph cx;
-  Tensor x = cx.named_tensor("x", {1, 64});
-  Tensor h = x;
-  for (int i = 0; i < 100; ++i) {
-    Tensor w = cx.named_tensor("w", {64, 64});
-    size_t bytes = 0;
-    w.set_quantized(8, blocks(8, 64, 64, bytes));
-    h = h.matmul(w.transpose(0, 1));
-  }
-  h.retrieve();
-  x.set(std::vector<float>(64, 0.01f));
-  cx.compile(cpu());
-  cx.execute();
-  for (auto _ : state) cx.execute();
-}
-BENCHMARK(BM_TmpOverhead)->Unit(benchmark::kMicrosecond)->UseRealTime();
-}
