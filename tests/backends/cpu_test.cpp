@@ -114,6 +114,40 @@ TEST(Cpu, RandomGraphsMatchTheReference) {
   }
 }
 
+TEST(Cpu, LargeKernelsSplitAcrossThreadsMatchTheReference) {
+  // Past 16384 elements a kernel's rows (or a single row's columns, or a reduction's
+  // outputs) are shared among the threads; below, one thread runs it.
+  Graph cx;
+  Tensor row = cx.named_tensor("row", {1, 40000});
+  Tensor rows = cx.named_tensor("rows", {5, 9000});
+  Tensor tall = cx.named_tensor("tall", {20000, 8});
+  std::mt19937 rng(3);
+  auto fill = [&](Tensor& t, size_t n) {
+    std::vector<float> v(n);
+    for (float& x : v) x = std::uniform_real_distribution<float>(-2.0f, 2.0f)(rng);
+    t.set(v);
+  };
+  fill(row, 40000);
+  fill(rows, 45000);
+  fill(tall, 160000);
+  const std::vector<Tensor> outs{(row * row + row.exp2()).retrieve(),
+                                 (rows.sin() * 0.5 + rows).retrieve(),
+                                 tall.sum_reduce(1).retrieve(), tall.max_reduce(1).retrieve()};
+  cx.compile(reference());
+  cx.execute();
+  std::vector<std::vector<float>> want;
+  for (const Tensor& t : outs) want.push_back(t.to_f32());
+  cx.compile(cpu());
+  cx.execute();
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const auto got = outs[i].to_f32();
+    ASSERT_EQ(got.size(), want[i].size());
+    for (size_t k = 0; k < got.size(); ++k)
+      ASSERT_NEAR(got[k], want[i][k], 1e-5 * (1 + std::fabs(want[i][k])))
+          << "output " << i << " element " << k;
+  }
+}
+
 TEST(Cpu, FusionLeavesOneKernelPerMaterialisedValue) {
   Graph cx;
   Tensor x = cx.named_tensor("x", {64});
