@@ -276,15 +276,23 @@ class CpuExecutable final : public Executable {
   }
 
   Buffer allocate(DType dtype, size_t numel) {
+    std::optional<Buffer> b;
     for (auto* pool : {&pool_, &last_pool_}) {
       auto it = pool->find({dtype, numel});
       if (it == pool->end()) continue;
-      Buffer b = std::move(it->second);
+      b = std::move(it->second);
       pool->erase(it);
-      return b;
+      break;
     }
-    return Buffer(dtype, numel, Buffer::Uninitialized{});
+    if (!b) b = Buffer(dtype, numel, Buffer::Uninitialized{});
+    // LUMINAL_CPU_POISON=1 (the tests set it): every output starts as all-ones bytes (NaN
+    // for floats), so a kernel that leaves elements unwritten cannot pass on what a
+    // recycled buffer held, such as the reference interpreter's result for the same
+    // output.
+    if (poison_ && b->bytes() > 0) std::memset(b->data(), 0xFF, b->bytes());
+    return std::move(*b);
   }
+  const bool poison_ = env_has("LUMINAL_CPU_POISON", "1");
 
   void release(Buffer b) {
     const PoolKey key{b.dtype(), b.numel()};
