@@ -285,7 +285,7 @@ class CpuExecutable final : public Executable {
       break;
     }
     if (!b) b = Buffer(dtype, numel, Buffer::Uninitialized{});
-    // LUMINAL_CPU_POISON=1 (the tests set it): every output starts as all-ones bytes (NaN
+    // LUMINAL_CPU_POISON=1 (every test binary sets it): every output starts as all-ones bytes (NaN
     // for floats), so a kernel that leaves elements unwritten cannot pass on what a
     // recycled buffer held, such as the reference interpreter's result for the same
     // output.
