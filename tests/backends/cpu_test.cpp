@@ -302,6 +302,8 @@ TEST(Cpu, MatmulsReadHalfPrecisionRightOperandsDirectly) {
                                          {4, 1, 70, 256, false},
                                          {1, 3, 40, 9, true},
                                          {2, 1, 33, 5, false},
+                                         {4, 2, 37, 11, true},
+                                         {2, 3, 37, 64, false},
                                          {4, 12, 64, 20, true},
                                          {4, 12, 20, 64, false}}) {
     const std::string what = "group " + std::to_string(c.group) + " rows " +

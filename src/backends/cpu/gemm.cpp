@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "backends/cpu/simd.hpp"
@@ -100,6 +101,126 @@ LUM_AVX2 void axpy_avx2(float alpha, const float* x, float* y, int64_t n) {
     _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
   for (; i < n; ++i) y[i] += alpha * x[i];
 }
+
+LUM_AVX2 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+LUM_AVX2 inline __m256 load8(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+inline float load1(const float* p) { return *p; }
+inline float load1(const uint16_t* p) { return f16_bits_to_float(*p); }
+
+LUM_AVX2 inline float hsum(__m256 v) {
+  const __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  float lanes[4];
+  _mm_storeu_ps(lanes, h);
+  return (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+}
+
+// Columns j0..j1 of c = A B where B's columns run along K (keys): R rows of A (K-contiguous,
+// from `rows`) against each column, read once and widened on the way.
+template <int R, class BT>
+LUM_AVX2 void dot_columns(const float* rows, int64_t k, const BT* b, int64_t sbn, int64_t j0,
+                          int64_t j1, float* c, int64_t ldc) {
+  for (int64_t j = j0; j < j1; ++j) {
+    const BT* col = b + j * sbn;
+    __m256 acc[R];
+    for (auto& a : acc) a = _mm256_setzero_ps();
+    int64_t p = 0;
+    for (; p + 8 <= k; p += 8) {
+      const __m256 x = load8(col + p);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(rows + r * k + p), x, acc[r]);
+    }
+    for (int r = 0; r < R; ++r) {
+      float sum = hsum(acc[r]);
+      for (int64_t q = p; q < k; ++q) sum += rows[r * k + q] * load1(col + q);
+      c[r * ldc + j] = sum;
+    }
+  }
+}
+
+// Columns [n0, n1) (a multiple of 32 wide) of c = A B where B's rows run along N (values):
+// R rows of A times K rows of B, 32 columns at a time in registers, so each element of B
+// is read once and no partial sums go through memory.
+template <int R, class BT>
+LUM_AVX2 void row_panels(const float* rows, int64_t k, const BT* b, int64_t sbk, int64_t n0,
+                         int64_t n1, float* c, int64_t ldc) {
+  for (int64_t j = n0; j < n1; j += 32) {
+    __m256 acc[R][4];
+    for (auto& row : acc)
+      for (auto& a : row) a = _mm256_setzero_ps();
+    for (int64_t p = 0; p < k; ++p) {
+      const BT* src = b + p * sbk + j;
+      // A row's 32 values are one or two cache lines, a row apart: out of the reach of
+      // the hardware prefetchers, which follow runs of neighbouring lines.
+      _mm_prefetch(reinterpret_cast<const char*>(src + 8 * sbk), _MM_HINT_T0);
+      if constexpr (sizeof(BT) == 4)
+        _mm_prefetch(reinterpret_cast<const char*>(src + 8 * sbk + 16), _MM_HINT_T0);
+      const __m256 v[4] = {load8(src), load8(src + 8), load8(src + 16), load8(src + 24)};
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const __m256 a = _mm256_broadcast_ss(rows + r * k + p);
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; ++q) acc[r][q] = _mm256_fmadd_ps(a, v[q], acc[r][q]);
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int q = 0; q < 4; ++q) _mm256_storeu_ps(c + r * ldc + j + 8 * q, acc[r][q]);
+  }
+}
+
+// Up to four rows at a time through the kernels above.
+template <class Kernel>
+LUM_AVX2 void by_fours(int64_t m, int64_t k, const float* rows, float* c, int64_t ldc, Kernel&& run) {
+  for (int64_t i = 0; i < m; i += 4) {
+    const float* r = rows + i * k;
+    float* out = c + i * ldc;
+    switch (std::min<int64_t>(4, m - i)) {
+      case 1:
+        run(std::integral_constant<int, 1>{}, r, out);
+        break;
+      case 2:
+        run(std::integral_constant<int, 2>{}, r, out);
+        break;
+      case 3:
+        run(std::integral_constant<int, 3>{}, r, out);
+        break;
+      default:
+        run(std::integral_constant<int, 4>{}, r, out);
+        break;
+    }
+  }
+}
+
+// few_rows with AVX2 where B's elements along the inner loop are contiguous; false where
+// they are not.
+template <class BT>
+LUM_AVX2 bool few_rows_avx2(const Folded& f, const std::vector<float>& rows, const BT* b, float* c,
+                            int threads) {
+  const int64_t m = f.m, k = f.k, n = f.n;
+  if (f.sbk == 1) {
+#pragma omp parallel num_threads(threads)
+    {
+      const int64_t t = omp_get_thread_num(), count = omp_get_num_threads();
+      const int64_t j0 = n * t / count, j1 = n * (t + 1) / count;
+      by_fours(m, k, rows.data(), c, n, [&](auto r, const float* a, float* out) {
+        dot_columns<decltype(r)::value>(a, k, b, f.sbn, j0, j1, out, n);
+      });
+    }
+    return true;
+  }
+  if (f.sbn != 1 || n % 32 != 0) return false;
+  const int64_t panels = n / 32;
+#pragma omp parallel num_threads(static_cast<int>(std::min<int64_t>(threads, panels)))
+  {
+    const int64_t t = omp_get_thread_num(), count = omp_get_num_threads();
+    const int64_t n0 = 32 * (panels * t / count), n1 = 32 * (panels * (t + 1) / count);
+    by_fours(m, k, rows.data(), c, n, [&](auto r, const float* a, float* out) {
+      row_panels<decltype(r)::value>(a, k, b, f.sbk, n0, n1, out, n);
+    });
+  }
+  return true;
+}
 #endif
 
 void axpy(float alpha, const float* x, float* y, int64_t n, bool avx2) {
@@ -138,6 +259,9 @@ void few_rows(const Folded& f, const float* a, const BT* b, float* c) {
   for (int64_t i = 0; i < m; ++i)
     for (int64_t p = 0; p < k; ++p) rows[i * k + p] = a[i * f.sam + p * f.sak];
   const int threads = m * n * k >= (1 << 16) ? omp_get_max_threads() : 1;
+#if defined(__x86_64__)
+  if (avx2 && few_rows_avx2(f, rows, b, c, threads)) return;
+#endif
   if (f.sbk == 1) {
     // Each column of B lies along K (keys, weights read as W^T): one dot per row of A.
 #pragma omp parallel num_threads(threads)
