@@ -68,6 +68,7 @@ class CpuExecutable final : public Executable {
     const Graph& g = *program_.graph;
     const bool profiling = env_has("LUMINAL_PROFILE", "1");
     if (profiling) profile_.resize(plan_.kernels.size());
+    const auto run_start = std::chrono::steady_clock::now();
     const Variant& variant = variant_for(user.dims());
     std::vector<int64_t> dims;
     for (const std::string& d : variant.dims) dims.push_back(*user.dims().get(d));
@@ -137,6 +138,7 @@ class CpuExecutable final : public Executable {
       }
     }
     last_pool_.clear();
+    if (profiling) run_seconds_ += seconds_since(run_start);
   }
 
   RunStats last_run() const override { return stats_; }
@@ -306,6 +308,7 @@ class CpuExecutable final : public Executable {
     size_t runs = 0;
   };
   std::vector<KernelTime> profile_;
+  double run_seconds_ = 0;  // whole runs, kernels and what the executor does between them
 
   // Kernels with the same op and shape are summed: a transformer's layers show up as one
   // line per kind of kernel.
@@ -327,9 +330,11 @@ class CpuExecutable final : public Executable {
     std::vector<std::pair<double, std::string>> order;
     for (const auto& [what, t] : groups) order.emplace_back(t.first, what);
     std::sort(order.rbegin(), order.rend());
-    std::fprintf(stderr, "luminal profile: %zu kernels, %zu runs, %.3f ms per run in kernels\n",
-                 profile_.size(), runs,
-                 1e3 * total / static_cast<double>(std::max<size_t>(runs, 1)));
+    const double per_run = 1e3 / static_cast<double>(std::max<size_t>(runs, 1));
+    std::fprintf(stderr,
+                 "luminal profile: %zu kernels, %zu runs, %.3f ms per run in kernels of %.3f ms "
+                 "per run\n",
+                 profile_.size(), runs, total * per_run, run_seconds_ * per_run);
     for (size_t i = 0; i < order.size() && i < 20; ++i)
       std::fprintf(stderr, "  %6.2f%%  %8.3f ms/run  %4zu x %s\n", 100 * order[i].first / total,
                    1e3 * order[i].first / static_cast<double>(std::max<size_t>(runs, 1)),
