@@ -154,8 +154,8 @@ void BM_DecodeLayers(benchmark::State& state) {
     project(h, 256, kQ5_0).retrieve();
     project(h, 256, six ? kQ8_0 : kQ5_0).retrieve();
     h = h + project(q, kHidden, kQ4_K);
-    h = h + project(project(h, 2048, kQ5_0) * project(h, 2048, kQ5_0), kHidden,
-                    six ? kQ6_K : kQ4_K);
+    h = h +
+        project(project(h, 2048, kQ5_0) * project(h, 2048, kQ5_0), kHidden, six ? kQ6_K : kQ4_K);
   }
   h.retrieve();
   x.set(std::vector<float>(kHidden, 0.01f));

@@ -287,10 +287,10 @@ class CpuExecutable final : public Executable {
       break;
     }
     if (!b) b = Buffer(dtype, numel, Buffer::Uninitialized{});
-    // LUMINAL_CPU_POISON=1 (every test binary sets it): every output starts as all-ones bytes (NaN
-    // for floats), so a kernel that leaves elements unwritten cannot pass on what a
-    // recycled buffer held, such as the reference interpreter's result for the same
-    // output.
+    // LUMINAL_CPU_POISON=1 (every test binary sets it): every output starts as all-ones
+    // bytes (NaN for floats), so a kernel that leaves elements unwritten cannot pass on
+    // what a recycled buffer held, such as the reference interpreter's result for the
+    // same output.
     if (poison_ && b->bytes() > 0) std::memset(b->data(), 0xFF, b->bytes());
     return std::move(*b);
   }

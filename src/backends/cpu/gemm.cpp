@@ -102,12 +102,18 @@ LUM_AVX2 void axpy_avx2(float alpha, const float* x, float* y, int64_t n) {
   for (; i < n; ++i) y[i] += alpha * x[i];
 }
 
-LUM_AVX2 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+LUM_AVX2 inline __m256 load8(const float* p) {
+  return _mm256_loadu_ps(p);
+}
 LUM_AVX2 inline __m256 load8(const uint16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
-inline float load1(const float* p) { return *p; }
-inline float load1(const uint16_t* p) { return f16_bits_to_float(*p); }
+inline float load1(const float* p) {
+  return *p;
+}
+inline float load1(const uint16_t* p) {
+  return f16_bits_to_float(*p);
+}
 
 LUM_AVX2 inline float hsum(__m256 v) {
   const __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -129,7 +135,8 @@ LUM_AVX2 void dot_columns(const float* rows, int64_t k, const BT* b, int64_t sbn
     for (; p + 8 <= k; p += 8) {
       const __m256 x = load8(col + p);
 #pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(rows + r * k + p), x, acc[r]);
+      for (int r = 0; r < R; ++r)
+        acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(rows + r * k + p), x, acc[r]);
     }
     for (int r = 0; r < R; ++r) {
       float sum = hsum(acc[r]);
@@ -171,7 +178,8 @@ LUM_AVX2 void row_panels(const float* rows, int64_t k, const BT* b, int64_t sbk,
 
 // Up to four rows at a time through the kernels above.
 template <class Kernel>
-LUM_AVX2 void by_fours(int64_t m, int64_t k, const float* rows, float* c, int64_t ldc, Kernel&& run) {
+LUM_AVX2 void by_fours(int64_t m, int64_t k, const float* rows, float* c, int64_t ldc,
+                       Kernel&& run) {
   for (int64_t i = 0; i < m; i += 4) {
     const float* r = rows + i * k;
     float* out = c + i * ldc;

@@ -49,8 +49,8 @@ LUM_AVX2 void quantize_block_avx2(const float* x, int8_t* q, float& d_out, float
   __m256i r[4];
   for (int i = 0; i < 4; ++i) r[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], _mm256_set1_ps(inv)));
   // Packing interleaves 128-bit lanes; the permute puts the 32 bytes back in order.
-  const __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]),
-                                            _mm256_packs_epi32(r[2], r[3]));
+  const __m256i packed =
+      _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]), _mm256_packs_epi32(r[2], r[3]));
   const __m256i ordered =
       _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), ordered);
