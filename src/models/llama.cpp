@@ -8,6 +8,7 @@
 
 #include "luminal/error.hpp"
 #include "luminal/models/safetensors.hpp"
+#include "luminal/quant.hpp"
 #include "models/json.hpp"
 #include "models/rope_scaling.hpp"
 
@@ -248,7 +249,21 @@ void save_safetensors_weights(const nn::Module& m, const std::string& path) {
   buffers.reserve(params.size());  // NamedTensor points into this
   std::vector<NamedTensor> tensors;
   for (const auto& [name, t] : params) {
-    buffers.push_back(t.data());
+    // F16 / BF16 block storage is written as those dtypes, bit for bit; Tensor::data
+    // decodes any other ggml format (safetensors has no dtype for them).
+    const uint32_t quant = t.graph().node(t.id()).quant;
+    if (quant == static_cast<uint32_t>(GgmlType::F16) ||
+        quant == static_cast<uint32_t>(GgmlType::BF16)) {
+      const Buffer* stored = t.graph().data(t.id());
+      LUM_CHECK(stored) << "save_safetensors_weights: parameter '" << name << "' has no data";
+      const Buffer& raw = *stored;
+      Buffer half(quant == static_cast<uint32_t>(GgmlType::F16) ? DType::F16 : DType::BF16,
+                  raw.bytes() / 2, Buffer::Uninitialized{});
+      std::memcpy(half.data(), raw.data(), raw.bytes());
+      buffers.push_back(std::move(half));
+    } else {
+      buffers.push_back(t.data());
+    }
     std::vector<int64_t> shape;
     for (const Expr& d : t.shape()) {
       const auto c = d.as_const();

@@ -137,6 +137,85 @@ TEST(Llama, SavedWeightsEqualTheCheckpoint) {
   std::filesystem::remove(saved);
 }
 
+// The llama fixture's prompt logits with its weights from `weights`, on `backend`; the
+// model's parameters are left in `params`.
+std::vector<float> prompt_logits(const std::string& weights, const Backend& backend,
+                                 std::vector<std::pair<std::string, uint32_t>>* storage = nullptr) {
+  Graph cx;
+  Llama model(cx, LlamaConfig::from_hf_json(kDir + "/config.json"));
+  Tensor tokens = cx.named_tensor("tokens", {"seq"}, DType::I32);
+  Llama::Output out = model.forward(tokens);
+  out.logits.retrieve();
+  EXPECT_TRUE(load_safetensors_weights(model, weights).empty());
+  if (storage)
+    for (const auto& [name, t] : model.named_parameters())
+      storage->emplace_back(name, cx.node(t.id()).quant);
+  for (auto& c : model.cache_inputs) {
+    c.k.set(std::vector<float>{});
+    c.v.set(std::vector<float>{});
+  }
+  const std::vector<int64_t> ids = SafetensorsFile(kDir + "/expected.safetensors").read("tokens").to_i64();
+  cx.compile(backend);
+  cx.set_dim("seq", static_cast<int64_t>(ids.size()));
+  cx.set_dim("past", 0);
+  tokens.set(std::vector<int32_t>(ids.begin(), ids.end()));
+  cx.execute();
+  return out.logits.to_f32();
+}
+
+TEST(Llama, HalfPrecisionCheckpointsStayHalfPrecision) {
+  // The f32 fixture rounded to f16 and to bf16, matrices and vectors alike.
+  const SafetensorsFile original(kDir + "/model.safetensors");
+  for (const DType half : {DType::F16, DType::BF16}) {
+    const std::string what(dtype_name(half));
+    std::vector<Buffer> buffers;
+    buffers.reserve(original.tensors().size());
+    std::vector<NamedTensor> tensors;
+    for (const auto& t : original.tensors()) {
+      buffers.push_back(Buffer::from_doubles(original.read(t.name).to_f64(), half));
+      tensors.push_back({t.name, t.shape, &buffers.back()});
+    }
+    const std::string path = (std::filesystem::temp_directory_path() /
+                              ("luminal_half_llama_" + what + ".safetensors"))
+                                 .string();
+    save_safetensors(path, tensors);
+
+    // Matrices keep the file's 16 bits; vectors (norms) are widened.
+    std::vector<std::pair<std::string, uint32_t>> storage;
+    const std::vector<float> got = prompt_logits(path, cpu(), &storage);
+    const auto kept = static_cast<uint32_t>(half == DType::F16 ? GgmlType::F16 : GgmlType::BF16);
+    for (const auto& [name, quant] : storage) {
+      const bool matrix = original.tensor(name).shape.size() == 2;
+      EXPECT_EQ(quant, matrix ? kept : kPlainStorage) << what << " " << name;
+    }
+    // The CPU's products over the 16-bit weights against the reference interpreter,
+    // which decodes every value and computes in f64.
+    const std::vector<float> want = prompt_logits(path, reference());
+    ASSERT_EQ(got.size(), want.size());
+    float scale = 0;
+    for (float v : want) scale = std::max(scale, std::fabs(v));
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_NEAR(got[i], want[i], 1e-4f * scale) << what << " element " << i;
+
+    // Saving writes the 16-bit values back bit for bit.
+    Graph cx;
+    Llama model(cx, LlamaConfig::from_hf_json(kDir + "/config.json"));
+    ASSERT_TRUE(load_safetensors_weights(model, path).empty());
+    const std::string saved = path + ".saved";
+    save_safetensors_weights(model, saved);
+    const SafetensorsFile written(path), copy(saved);
+    for (const auto& t : written.tensors()) {
+      if (t.shape.size() != 2) continue;
+      ASSERT_EQ(copy.tensor(t.name).dtype, half) << what << " " << t.name;
+      const auto a = written.data(t), b = copy.data(copy.tensor(t.name));
+      ASSERT_EQ(a.size(), b.size()) << t.name;
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size()), 0) << what << " " << t.name;
+    }
+    std::filesystem::remove(path);
+    std::filesystem::remove(saved);
+  }
+}
+
 // Scaling schemes we cannot run exactly are refused, naming the scheme.
 TEST(Llama, UnsupportedRopeScalingIsAClearError) {
   const std::string path =

@@ -32,7 +32,9 @@ using WeightSource = std::function<std::optional<Buffer>(const std::string& name
                                                          const std::vector<int64_t>& shape)>;
 
 /// Sets every parameter of `m` from `source`. A missing tensor or a shape mismatch
-/// raises luminal::Error naming the tensor.
+/// raises luminal::Error naming the tensor. F16 and BF16 matrices for f32 parameters are
+/// kept as they are (Tensor::set_quantized with the ggml F16 / BF16 type) rather than
+/// widened: matrix products read them directly.
 void load_parameters(const Module& m, const WeightSource& source, const std::string& prefix = "");
 
 /// A new parameter: an input named `name` of a concrete shape.

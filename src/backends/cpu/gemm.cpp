@@ -86,14 +86,6 @@ void for_each_batch(const ConcreteView& a, const ConcreteView& b, const Folded& 
 constexpr int64_t kFewRows = 8;
 
 #if defined(__x86_64__)
-LUM_AVX2 void widen_f16_avx2(const uint16_t* p, int64_t n, float* out) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(out + i,
-                     _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i))));
-  for (; i < n; ++i) out[i] = f16_bits_to_float(p[i]);
-}
-
 LUM_AVX2 void axpy_avx2(float alpha, const float* x, float* y, int64_t n) {
   const __m256 va = _mm256_set1_ps(alpha);
   int64_t i = 0;
@@ -247,13 +239,10 @@ const float* run_of(const float* p, int64_t s, int64_t n, float* tmp, bool) {
   return tmp;
 }
 const float* run_of(const uint16_t* p, int64_t s, int64_t n, float* tmp, bool avx2) {
-#if defined(__x86_64__)
-  if (avx2 && s == 1) {
-    widen_f16_avx2(p, n, tmp);
+  if (s == 1) {
+    widen_f16(p, n, tmp, avx2);
     return tmp;
   }
-#endif
-  (void)avx2;
   for (int64_t i = 0; i < n; ++i) tmp[i] = f16_bits_to_float(p[i * s]);
   return tmp;
 }

@@ -263,6 +263,20 @@ void run_format(const uint8_t* w, int64_t n, int64_t k, const QuantizedRows& x, 
   }
 }
 
+// One weight row as f32: F16 and BF16 widened with vector instructions, other formats
+// through luminal::dequantize.
+void decode_row(uint32_t format, const uint8_t* row, int64_t k, float* dst, bool avx2) {
+  const auto* half = reinterpret_cast<const uint16_t*>(row);
+  switch (static_cast<GgmlType>(format)) {
+    case GgmlType::F16:
+      return widen_f16(half, k, dst, avx2);
+    case GgmlType::BF16:
+      return widen_bf16(half, k, dst, avx2);
+    default:
+      dequantize(format, reinterpret_cast<const std::byte*>(row), static_cast<size_t>(k), dst);
+  }
+}
+
 // From this many activation rows on (prompt processing), weights are decoded to f32 a
 // panel at a time and multiplied with BLAS: sgemm's register tiling outruns the int8
 // dot products once the decode is shared by enough rows, and activations stay f32.
@@ -288,8 +302,7 @@ void dequantized_sgemm(const std::vector<const float*>& rows, uint32_t format, c
           with_format(format, [&](auto f) { decode_row_f32_avx2<decltype(f)>(row, k, dst); }))
         continue;
 #endif
-      (void)avx2;
-      dequantize(format, reinterpret_cast<const std::byte*>(row), static_cast<size_t>(k), dst);
+      decode_row(format, row, k, dst, avx2);
     }
     sgemm_columns(CblasNoTrans, CblasTrans, m, p, k, a.data(), k, panel.data(), k, k, out + j0, n);
   }
@@ -307,6 +320,18 @@ void qmatmul(const ConcreteView& a, const float* a_data, uint32_t format, const 
   const auto nr = static_cast<int64_t>(rows.size());
   const size_t row_bytes = static_cast<size_t>(k) / block_elems * block_bytes;
   if (nr == 0 || n == 0) return;
+  const bool f16 = format == static_cast<uint32_t>(GgmlType::F16),
+             bf16 = format == static_cast<uint32_t>(GgmlType::BF16);
+  if ((f16 || bf16) && nr < kBlasRows) {  // 16-bit weights widened inside the dot products
+    const bool avx2 = use_avx2();
+#pragma omp parallel for schedule(static)
+    for (int64_t j = 0; j < n; ++j) {
+      const auto* row = reinterpret_cast<const uint16_t*>(w + j * row_bytes);
+      for (int64_t i = 0; i < nr; ++i)
+        out[i * n + j] = f16 ? dot_f16(row, rows[i], k, avx2) : dot_bf16(row, rows[i], k, avx2);
+    }
+    return;
+  }
   if (block_elems == 1 || !int8_activations) {  // decode each row exactly, f32 dot products
     const bool avx2 = use_avx2();
 #pragma omp parallel
@@ -314,8 +339,7 @@ void qmatmul(const ConcreteView& a, const float* a_data, uint32_t format, const 
       std::vector<float> wrow(static_cast<size_t>(k));
 #pragma omp for schedule(static)
       for (int64_t j = 0; j < n; ++j) {
-        dequantize(format, reinterpret_cast<const std::byte*>(w + j * row_bytes),
-                   static_cast<size_t>(k), wrow.data());
+        decode_row(format, w + j * row_bytes, k, wrow.data(), avx2);
         for (int64_t i = 0; i < nr; ++i) out[i * n + j] = dot_f32(wrow.data(), rows[i], k, avx2);
       }
     }

@@ -24,4 +24,13 @@ bool use_avx512();
 /// sum_i x[i] * y[i]; `avx2` is use_avx2(), asked once per product rather than per dot.
 float dot_f32(const float* x, const float* y, int64_t n, bool avx2);
 
+/// sum_i w[i] * y[i] with w's f16 (dot_f16) or bf16 (dot_bf16) bit patterns widened as
+/// they are loaded.
+float dot_f16(const uint16_t* w, const float* y, int64_t n, bool avx2);
+float dot_bf16(const uint16_t* w, const float* y, int64_t n, bool avx2);
+
+/// out[i] = p[i] for i < n, p holding f16 (widen_f16) or bf16 (widen_bf16) bit patterns.
+void widen_f16(const uint16_t* p, int64_t n, float* out, bool avx2);
+void widen_bf16(const uint16_t* p, int64_t n, float* out, bool avx2);
+
 }  // namespace luminal::cpugen
