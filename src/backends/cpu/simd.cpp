@@ -30,32 +30,30 @@ bool use_avx512() {
 #endif
 }
 
-#if defined(__x86_64__)
 namespace {
 
-LUM_AVX2 inline __m256 load8_f16(const uint16_t* p) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
-// A bf16 value is the top half of an f32's bits.
-LUM_AVX2 inline __m256 load8_bf16(const uint16_t* p) {
-  const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
-}
-
-enum class Bits { F32, F16, BF16 };  // what the left operand of a dot product holds
+enum class Bits { F32, F16, BF16 };  // what an operand's 16 or 32 bits per value hold
 
 template <Bits kBits, class X>
-LUM_AVX2 inline __m256 load8(const X* p) {
-  if constexpr (kBits == Bits::F16) return load8_f16(p);
-  if constexpr (kBits == Bits::BF16) return load8_bf16(p);
-  if constexpr (kBits == Bits::F32) return _mm256_loadu_ps(p);
-}
-
-template <Bits kBits, class X>
-inline float load1(const X* p) {
+float load1(const X* p) {
   if constexpr (kBits == Bits::F16) return f16_bits_to_float(*p);
   if constexpr (kBits == Bits::BF16) return bf16_bits_to_float(*p);
   if constexpr (kBits == Bits::F32) return *p;
+}
+
+#if defined(__x86_64__)
+template <Bits kBits, class X>
+LUM_AVX2 inline __m256 load8(const X* p) {
+  if constexpr (kBits == Bits::F32) {
+    return _mm256_loadu_ps(p);
+  } else {
+    const __m128i bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    if constexpr (kBits == Bits::F16) {
+      return _mm256_cvtph_ps(bits);
+    } else {  // a bf16 value is the top half of an f32's bits
+      return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16));
+    }
+  }
 }
 
 // sum_i x[i] * y[i], x's elements widened as they are loaded.
@@ -67,8 +65,7 @@ LUM_AVX2 float dot_avx2(const X* x, const float* y, int64_t n) {
   int64_t i = 0;
   for (; i + 32 <= n; i += 32)
     for (int u = 0; u < 4; ++u)
-      acc[u] =
-          _mm256_fmadd_ps(load8<kBits>(x + i + 8 * u), _mm256_loadu_ps(y + i + 8 * u), acc[u]);
+      acc[u] = _mm256_fmadd_ps(load8<kBits>(x + i + 8 * u), _mm256_loadu_ps(y + i + 8 * u), acc[u]);
   for (; i + 8 <= n; i += 8)
     acc[0] = _mm256_fmadd_ps(load8<kBits>(x + i), _mm256_loadu_ps(y + i), acc[0]);
   const __m256 v = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
@@ -80,65 +77,50 @@ LUM_AVX2 float dot_avx2(const X* x, const float* y, int64_t n) {
   return sum;
 }
 
-LUM_AVX2 void widen_f16_avx2(const uint16_t* p, int64_t n, float* out) {
+template <Bits kBits>
+LUM_AVX2 void widen_avx2(const uint16_t* p, int64_t n, float* out) {
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, load8_f16(p + i));
-  for (; i < n; ++i) out[i] = f16_bits_to_float(p[i]);
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, load8<kBits>(p + i));
+  for (; i < n; ++i) out[i] = load1<kBits>(p + i);
+}
+#endif
+
+template <Bits kBits, class X>
+float dot(const X* x, const float* y, int64_t n, bool avx2) {
+#if defined(__x86_64__)
+  if (avx2) return dot_avx2<kBits>(x, y, n);
+#endif
+  (void)avx2;
+  float sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += load1<kBits>(x + i) * y[i];
+  return sum;
 }
 
-LUM_AVX2 void widen_bf16_avx2(const uint16_t* p, int64_t n, float* out) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, load8_bf16(p + i));
-  for (; i < n; ++i) out[i] = bf16_bits_to_float(p[i]);
+template <Bits kBits>
+void widen(const uint16_t* p, int64_t n, float* out, bool avx2) {
+#if defined(__x86_64__)
+  if (avx2) return widen_avx2<kBits>(p, n, out);
+#endif
+  (void)avx2;
+  for (int64_t i = 0; i < n; ++i) out[i] = load1<kBits>(p + i);
 }
 
 }  // namespace
-#endif
-
-float dot_f16(const uint16_t* w, const float* y, int64_t n, bool avx2) {
-#if defined(__x86_64__)
-  if (avx2) return dot_avx2<Bits::F16>(w, y, n);
-#endif
-  (void)avx2;
-  float sum = 0;
-  for (int64_t i = 0; i < n; ++i) sum += f16_bits_to_float(w[i]) * y[i];
-  return sum;
-}
-
-float dot_bf16(const uint16_t* w, const float* y, int64_t n, bool avx2) {
-#if defined(__x86_64__)
-  if (avx2) return dot_avx2<Bits::BF16>(w, y, n);
-#endif
-  (void)avx2;
-  float sum = 0;
-  for (int64_t i = 0; i < n; ++i) sum += bf16_bits_to_float(w[i]) * y[i];
-  return sum;
-}
-
-void widen_f16(const uint16_t* p, int64_t n, float* out, bool avx2) {
-#if defined(__x86_64__)
-  if (avx2) return widen_f16_avx2(p, n, out);
-#endif
-  (void)avx2;
-  for (int64_t i = 0; i < n; ++i) out[i] = f16_bits_to_float(p[i]);
-}
-
-void widen_bf16(const uint16_t* p, int64_t n, float* out, bool avx2) {
-#if defined(__x86_64__)
-  if (avx2) return widen_bf16_avx2(p, n, out);
-#endif
-  (void)avx2;
-  for (int64_t i = 0; i < n; ++i) out[i] = bf16_bits_to_float(p[i]);
-}
 
 float dot_f32(const float* x, const float* y, int64_t n, bool avx2) {
-#if defined(__x86_64__)
-  if (avx2) return dot_avx2<Bits::F32>(x, y, n);
-#endif
-  (void)avx2;
-  float sum = 0;
-  for (int64_t i = 0; i < n; ++i) sum += x[i] * y[i];
-  return sum;
+  return dot<Bits::F32>(x, y, n, avx2);
+}
+float dot_f16(const uint16_t* w, const float* y, int64_t n, bool avx2) {
+  return dot<Bits::F16>(w, y, n, avx2);
+}
+float dot_bf16(const uint16_t* w, const float* y, int64_t n, bool avx2) {
+  return dot<Bits::BF16>(w, y, n, avx2);
+}
+void widen_f16(const uint16_t* p, int64_t n, float* out, bool avx2) {
+  widen<Bits::F16>(p, n, out, avx2);
+}
+void widen_bf16(const uint16_t* p, int64_t n, float* out, bool avx2) {
+  widen<Bits::BF16>(p, n, out, avx2);
 }
 
 }  // namespace luminal::cpugen
