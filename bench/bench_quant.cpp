@@ -8,6 +8,9 @@
 //   BM_DecodeLayers:   one activation row through 18 layers of Gemma 3 270M's shapes and
 //                      formats (about 64 MiB): many small products one after another,
 //                      where each kernel's start-up and the threads' hand-offs count
+//   BM_DecodeAttention/<past>: one query row's attention products against 18 layers' f16
+//                      key and value caches of `past` positions, laid out as nn::Attention
+//                      keeps them; bytes_per_second counts the cache bytes read
 // bytes_per_second counts the weight bytes read, so QMatVec / ReadBandwidth is the
 // kernel's fraction of the bandwidth floor.
 #include <benchmark/benchmark.h>
@@ -165,6 +168,39 @@ void BM_DecodeLayers(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * weight_bytes));
 }
 BENCHMARK(BM_DecodeLayers)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_DecodeAttention(benchmark::State& state) {
+  constexpr int64_t kLayers = 18, kGroup = 4, kHeadDim = 256;
+  const int64_t past = state.range(0);
+  Graph cx;
+  std::mt19937 rng(2);
+  std::uniform_real_distribution<double> value(-1.0, 1.0);
+  auto random = [&](size_t n) {
+    std::vector<double> v(n);
+    for (double& x : v) x = value(rng);
+    return v;
+  };
+  const size_t cache = static_cast<size_t>(past * kHeadDim);
+  for (int64_t layer = 0; layer < kLayers; ++layer) {
+    // [kv = 1, group, seq = 1, d] queries; [past, kv = 1, d] caches, as nn::Attention.
+    Tensor q = cx.named_tensor("q", {1, kGroup, 1, kHeadDim});
+    Tensor k = cx.named_tensor("k", {past, 1, kHeadDim}, DType::F16);
+    Tensor v = cx.named_tensor("v", {past, 1, kHeadDim}, DType::F16);
+    q.set_buffer(Buffer::from_doubles(random(kGroup * kHeadDim), DType::F32));
+    k.set_buffer(Buffer::from_doubles(random(cache), DType::F16));
+    v.set_buffer(Buffer::from_doubles(random(cache), DType::F16));
+    const Tensor keys = k.cast(DType::F32).permute({1, 0, 2});
+    const Tensor values = v.cast(DType::F32).permute({1, 0, 2});
+    const Tensor scores = q.matmul(keys.unsqueeze(1).transpose(-1, -2)) * (1.0 / kHeadDim);
+    scores.softmax(-1).matmul(values.unsqueeze(1)).retrieve();
+  }
+  cx.compile(cpu());
+  cx.execute();
+  for (auto _ : state) cx.execute();
+  state.SetBytesProcessed(
+      static_cast<int64_t>(state.iterations() * kLayers * 2 * cache * sizeof(uint16_t)));
+}
+BENCHMARK(BM_DecodeAttention)->Arg(256)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // ggml types: Q8_0 8, Q5_0 6, Q4_0 2, Q4_K 12, Q5_K 13, Q6_K 14, F16 1.
 BENCHMARK(BM_QMatVec)

@@ -115,57 +115,84 @@ LUM_AVX2 inline float hsum(__m256 v) {
 }
 
 // Columns j0..j1 of c = A B where B's columns run along K (keys): R rows of A (K-contiguous,
-// from `rows`) against each column, read once and widened on the way.
+// from `rows`) against each column, read once and widened on the way. Two sums per row
+// keep enough independent FMAs in flight.
 template <int R, class BT>
 LUM_AVX2 void dot_columns(const float* rows, int64_t k, const BT* b, int64_t sbn, int64_t j0,
                           int64_t j1, float* c, int64_t ldc) {
   for (int64_t j = j0; j < j1; ++j) {
     const BT* col = b + j * sbn;
-    __m256 acc[R];
-    for (auto& a : acc) a = _mm256_setzero_ps();
+    __m256 lo[R], hi[R];  // kept in registers as in row_panels
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) lo[r] = hi[r] = _mm256_setzero_ps();
     int64_t p = 0;
+    for (; p + 16 <= k; p += 16) {
+      const __m256 x0 = load8(col + p), x1 = load8(col + p + 8);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        lo[r] = _mm256_fmadd_ps(_mm256_loadu_ps(rows + r * k + p), x0, lo[r]);
+        hi[r] = _mm256_fmadd_ps(_mm256_loadu_ps(rows + r * k + p + 8), x1, hi[r]);
+      }
+    }
     for (; p + 8 <= k; p += 8) {
       const __m256 x = load8(col + p);
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r)
-        acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(rows + r * k + p), x, acc[r]);
+        lo[r] = _mm256_fmadd_ps(_mm256_loadu_ps(rows + r * k + p), x, lo[r]);
     }
+#pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
-      float sum = hsum(acc[r]);
+      float sum = hsum(_mm256_add_ps(lo[r], hi[r]));
       for (int64_t q = p; q < k; ++q) sum += rows[r * k + q] * load1(col + q);
       c[r * ldc + j] = sum;
     }
   }
 }
 
-// Columns [n0, n1) (a multiple of 32 wide) of c = A B where B's rows run along N (values):
-// R rows of A times K rows of B, 32 columns at a time in registers, so each element of B
-// is read once and no partial sums go through memory.
+// c = A B over rows [p0, p1) of B, whose rows run along N (values), n a multiple of 16:
+// R rows of A, 16 columns at a time summed in registers down a chunk of rows small enough
+// to stay in L1 while every 16 columns take their turn (passes over a whole long cache
+// fell out of L2), the sums carried from chunk to chunk in c.
 template <int R, class BT>
-LUM_AVX2 void row_panels(const float* rows, int64_t k, const BT* b, int64_t sbk, int64_t n0,
-                         int64_t n1, float* c, int64_t ldc) {
-  for (int64_t j = n0; j < n1; j += 32) {
-    __m256 acc[R][4];
-    for (auto& row : acc)
-      for (auto& a : row) a = _mm256_setzero_ps();
-    for (int64_t p = 0; p < k; ++p) {
-      const BT* src = b + p * sbk + j;
-      // A row's 32 values are one or two cache lines, a row apart: out of the reach of
-      // the hardware prefetchers, which follow runs of neighbouring lines.
-      _mm_prefetch(reinterpret_cast<const char*>(src + 8 * sbk), _MM_HINT_T0);
-      if constexpr (sizeof(BT) == 4)
-        _mm_prefetch(reinterpret_cast<const char*>(src + 8 * sbk + 16), _MM_HINT_T0);
-      const __m256 v[4] = {load8(src), load8(src + 8), load8(src + 16), load8(src + 24)};
+LUM_AVX2 void row_panels(const float* rows, int64_t k, const BT* b, int64_t sbk, int64_t p0,
+                         int64_t p1, int64_t n, float* c, int64_t ldc) {
+  constexpr int64_t kChunk = 32;
+  const int64_t row_bytes = n * static_cast<int64_t>(sizeof(BT));
+  for (int64_t pc = p0; pc < p1; pc += kChunk) {
+    const int64_t pe = std::min(p1, pc + kChunk);
+    // The next chunk, while this one is summed.
+    for (int64_t p = pe; p < std::min(p1, pe + kChunk); ++p)
+      for (int64_t at = 0; at < row_bytes; at += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(b + p * sbk) + at, _MM_HINT_T0);
+    for (int64_t j = 0; j < n; j += 16) {
+      // Separate arrays, every loop over them unrolled: GCC then keeps the sums in
+      // registers (as a two-dimensional array they went through the stack).
+      __m256 lo[R], hi[R];
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
-        const __m256 a = _mm256_broadcast_ss(rows + r * k + p);
+        lo[r] = pc == p0 ? _mm256_setzero_ps() : _mm256_loadu_ps(c + r * ldc + j);
+        hi[r] = pc == p0 ? _mm256_setzero_ps() : _mm256_loadu_ps(c + r * ldc + j + 8);
+      }
+      for (int64_t p = pc; p < pe; ++p) {
+        const BT* src = b + p * sbk + j;
+        const __m256 v0 = load8(src), v1 = load8(src + 8);
 #pragma GCC unroll 4
-        for (int q = 0; q < 4; ++q) acc[r][q] = _mm256_fmadd_ps(a, v[q], acc[r][q]);
+        for (int r = 0; r < R; ++r) {
+          const __m256 a = _mm256_broadcast_ss(rows + r * k + p);
+          lo[r] = _mm256_fmadd_ps(a, v0, lo[r]);
+          hi[r] = _mm256_fmadd_ps(a, v1, hi[r]);
+        }
+      }
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        _mm256_storeu_ps(c + r * ldc + j, lo[r]);
+        _mm256_storeu_ps(c + r * ldc + j + 8, hi[r]);
       }
     }
-    for (int r = 0; r < R; ++r)
-      for (int q = 0; q < 4; ++q) _mm256_storeu_ps(c + r * ldc + j + 8 * q, acc[r][q]);
   }
+  if (p0 == p1)  // no rows: a zero partial
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) std::fill(c + r * ldc, c + r * ldc + n, 0.0f);
 }
 
 // Up to four rows at a time through the kernels above.
@@ -209,16 +236,22 @@ LUM_AVX2 bool few_rows_avx2(const Folded& f, const std::vector<float>& rows, con
     }
     return true;
   }
-  if (f.sbn != 1 || n % 32 != 0) return false;
-  const int64_t panels = n / 32;
-#pragma omp parallel num_threads(static_cast<int>(std::min<int64_t>(threads, panels)))
+  if (f.sbn != 1 || n % 16 != 0) return false;
+  // Each thread sums its own run of B's rows (one stream through memory) into a partial
+  // product of its own; the partials are added at the end.
+  std::vector<float> partial(static_cast<size_t>(threads * m * n));
+#pragma omp parallel num_threads(threads)
   {
     const int64_t t = omp_get_thread_num(), count = omp_get_num_threads();
-    const int64_t n0 = 32 * (panels * t / count), n1 = 32 * (panels * (t + 1) / count);
-    by_fours(m, k, rows.data(), c, n, [&](auto r, const float* a, float* out) {
-      row_panels<decltype(r)::value>(a, k, b, f.sbk, n0, n1, out, n);
+    const int64_t p0 = k * t / count, p1 = k * (t + 1) / count;
+    float* mine = partial.data() + t * m * n;
+    by_fours(m, k, rows.data(), mine, n, [&](auto r, const float* a, float* out) {
+      row_panels<decltype(r)::value>(a, k, b, f.sbk, p0, p1, n, out, n);
     });
   }
+  std::copy(partial.begin(), partial.begin() + m * n, c);
+  for (int t = 1; t < threads; ++t)
+    for (int64_t e = 0; e < m * n; ++e) c[e] += partial[t * m * n + e];
   return true;
 }
 #endif
