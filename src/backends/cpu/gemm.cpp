@@ -85,6 +85,13 @@ void for_each_batch(const ConcreteView& a, const ConcreteView& b, const Folded& 
 
 constexpr int64_t kFewRows = 8;
 
+// c = the sum of `threads` partial products of `size` elements each, laid end to end.
+void add_partials(const std::vector<float>& partial, int threads, int64_t size, float* c) {
+  std::copy(partial.begin(), partial.begin() + size, c);
+  for (int t = 1; t < threads; ++t)
+    for (int64_t e = 0; e < size; ++e) c[e] += partial[t * size + e];
+}
+
 #if defined(__x86_64__)
 LUM_AVX2 void axpy_avx2(float alpha, const float* x, float* y, int64_t n) {
   const __m256 va = _mm256_set1_ps(alpha);
@@ -98,20 +105,13 @@ LUM_AVX2 inline __m256 load8(const float* p) {
   return _mm256_loadu_ps(p);
 }
 LUM_AVX2 inline __m256 load8(const uint16_t* p) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return load8_f16(p);
 }
 inline float load1(const float* p) {
   return *p;
 }
 inline float load1(const uint16_t* p) {
   return f16_bits_to_float(*p);
-}
-
-LUM_AVX2 inline float hsum(__m256 v) {
-  const __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  float lanes[4];
-  _mm_storeu_ps(lanes, h);
-  return (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
 }
 
 // Columns j0..j1 of c = A B where B's columns run along K (keys): R rows of A (K-contiguous,
@@ -249,9 +249,7 @@ LUM_AVX2 bool few_rows_avx2(const Folded& f, const std::vector<float>& rows, con
       row_panels<decltype(r)::value>(a, k, b, f.sbk, p0, p1, n, out, n);
     });
   }
-  std::copy(partial.begin(), partial.begin() + m * n, c);
-  for (int t = 1; t < threads; ++t)
-    for (int64_t e = 0; e < m * n; ++e) c[e] += partial[t * m * n + e];
+  add_partials(partial, threads, m * n, c);
   return true;
 }
 #endif
@@ -319,9 +317,7 @@ void few_rows(const Folded& f, const float* a, const BT* b, float* c) {
       for (int64_t i = 0; i < m; ++i) axpy(rows[i * k + p], row, acc + i * n, n, avx2);
     }
   }
-  std::copy(partial.begin(), partial.begin() + m * n, c);
-  for (int t = 1; t < threads; ++t)
-    for (int64_t e = 0; e < m * n; ++e) c[e] += partial[t * m * n + e];
+  add_partials(partial, threads, m * n, c);
 }
 
 // Products with no output, an empty sum, or few enough rows for few_rows; false leaves

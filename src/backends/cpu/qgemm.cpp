@@ -81,13 +81,6 @@ void rows_portable(const uint8_t* w, int64_t j0, int64_t j1, int64_t n, int64_t 
 }
 
 #if defined(__x86_64__)
-LUM_AVX2 inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
 // kTile activation rows (a compile-time count, so the accumulators stay in registers).
 // A weight row decoded once (the common form) and reused by every tile of activation
 // rows: prompt processing, where there are many.

@@ -187,7 +187,7 @@ LUM_AVX2 inline __m256i load32(const uint8_t* p) {
 }
 
 LUM_AVX2 inline __m256 load_f16x8(const uint8_t* p) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return load8_f16(reinterpret_cast<const uint16_t*>(p));
 }
 
 // The eight vectors of a 32-value group from its 4 x 32 bytes of nibbles.

@@ -44,16 +44,9 @@ float load1(const X* p) {
 #if defined(__x86_64__)
 template <Bits kBits, class X>
 LUM_AVX2 inline __m256 load8(const X* p) {
-  if constexpr (kBits == Bits::F32) {
-    return _mm256_loadu_ps(p);
-  } else {
-    const __m128i bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    if constexpr (kBits == Bits::F16) {
-      return _mm256_cvtph_ps(bits);
-    } else {  // a bf16 value is the top half of an f32's bits
-      return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16));
-    }
-  }
+  if constexpr (kBits == Bits::F32) return _mm256_loadu_ps(p);
+  if constexpr (kBits == Bits::F16) return load8_f16(p);
+  if constexpr (kBits == Bits::BF16) return load8_bf16(p);
 }
 
 // sum_i x[i] * y[i], x's elements widened as they are loaded.
@@ -68,11 +61,7 @@ LUM_AVX2 float dot_avx2(const X* x, const float* y, int64_t n) {
       acc[u] = _mm256_fmadd_ps(load8<kBits>(x + i + 8 * u), _mm256_loadu_ps(y + i + 8 * u), acc[u]);
   for (; i + 8 <= n; i += 8)
     acc[0] = _mm256_fmadd_ps(load8<kBits>(x + i), _mm256_loadu_ps(y + i), acc[0]);
-  const __m256 v = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
-  const __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  float lanes[4];
-  _mm_storeu_ps(lanes, h);
-  float sum = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+  float sum = hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
   for (; i < n; ++i) sum += load1<kBits>(x + i) * y[i];
   return sum;
 }

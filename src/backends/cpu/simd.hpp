@@ -13,6 +13,26 @@
 
 namespace luminal::cpugen {
 
+#if defined(__x86_64__)
+/// The sum of a vector's eight lanes.
+LUM_AVX2 inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+/// Eight f16 / bf16 bit patterns from p, as floats.
+LUM_AVX2 inline __m256 load8_f16(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+LUM_AVX2 inline __m256 load8_bf16(const uint16_t* p) {
+  // A bf16 value is the top half of an f32's bits.
+  const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+}
+#endif
+
 /// Whether the AVX2 kernels run: the CPU has AVX2, FMA and F16C, and LUMINAL_CPU_SIMD is
 /// not "off" (which selects the portable kernels, for testing and comparison).
 bool use_avx2();
