@@ -3,12 +3,11 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
-#include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "luminal/backend.hpp"
@@ -132,13 +131,13 @@ class Graph {
   /// (append_rows) takes it for its output, and the input holds no data after the run.
   /// For state the caller replaces with an output after every run, such as a KV cache.
   void donate(NodeId input);
-  bool is_donated(NodeId id) const { return donated_.count(id.value) > 0; }
+  bool is_donated(NodeId id) const { return flag(donated_, id); }
 
   /// Marks a node whose value is read back after execute.
   void mark_retrieve(NodeId id);
   /// Marks a node that must survive optimisation and keep its value after execute.
   void mark_keep(NodeId id);
-  bool is_output(NodeId id) const { return outputs_.count(id.value) > 0; }
+  bool is_output(NodeId id) const { return flag(outputs_, id); }
   std::vector<NodeId> outputs() const;
 
   // --- running --------------------------------------------------------------------
@@ -162,12 +161,21 @@ class Graph {
 
  private:
   void validate(const Node& n) const;
+  static bool flag(const std::vector<bool>& flags, NodeId id) {
+    return id.value < flags.size() && flags[id.value];
+  }
+  // Room for per-node state up to `id`.
+  void grow_state(NodeId id);
 
   std::vector<Node> nodes_;
   Bindings dims_;
-  std::unordered_map<uint32_t, Buffer> data_;
-  std::unordered_map<uint32_t, uint64_t> data_versions_;
-  std::unordered_set<uint32_t> outputs_, donated_;
+  // Per-node state, indexed by node id (grown on demand): a backend looks these up for
+  // every kernel of every run, where a hash map's scattered nodes cost a cache miss each
+  // once a decode step's weight traffic has evicted them. A deque, so that growing it
+  // keeps the Buffers that data() has handed out where they are.
+  std::deque<std::optional<Buffer>> data_;
+  std::vector<uint64_t> data_versions_;  // 0: never set
+  std::vector<bool> outputs_, donated_;
   std::unique_ptr<Executable> executable_;
   std::vector<std::function<void()>> after_run_;
   size_t compiled_nodes_ = 0;  // nodes present when compiled; later additions need a recompile

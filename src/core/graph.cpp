@@ -159,15 +159,24 @@ void Graph::set_dim(std::string_view name, int64_t value) {
   dims_.set(name, value);
 }
 
-void Graph::set_data(NodeId id, Buffer data) {
+void Graph::grow_state(NodeId id) {
   node(id);  // validates the id
+  if (id.value < data_.size()) return;
+  const size_t n = nodes_.size();
+  data_.resize(n);
+  data_versions_.resize(n, 0);
+  outputs_.resize(n, false);
+  donated_.resize(n, false);
+}
+
+void Graph::set_data(NodeId id, Buffer data) {
+  grow_state(id);
   data_[id.value] = std::move(data);
   data_versions_[id.value] = next_data_version();
 }
 
 uint64_t Graph::data_version(NodeId id) const {
-  auto it = data_versions_.find(id.value);
-  return it == data_versions_.end() ? 0 : it->second;
+  return id.value < data_versions_.size() ? data_versions_[id.value] : 0;
 }
 
 void Graph::set_storage(NodeId id, uint32_t ggml_type) {
@@ -195,6 +204,7 @@ void Graph::set_quantized_data(NodeId id, uint32_t ggml_type, Buffer raw) {
       << "set_quantized_data: '" << node(id).name << "' needs raw u8 block data, got "
       << dtype_name(raw.dtype());
   set_storage(id, ggml_type);
+  grow_state(id);
   data_[id.value] = std::move(raw);
   data_versions_[id.value] = next_data_version();
 }
@@ -230,30 +240,30 @@ void check_input_data(const Node& n, NodeId id, const Buffer* b, const Bindings&
 }
 
 const Buffer* Graph::data(NodeId id) const {
-  auto it = data_.find(id.value);
-  return it == data_.end() ? nullptr : &it->second;
+  if (id.value >= data_.size() || !data_[id.value]) return nullptr;
+  return &*data_[id.value];
 }
 
 void Graph::donate(NodeId input) {
   LUM_CHECK(node(input).op == Op::Input) << "donate: %" << input.value << " is not an input";
-  donated_.insert(input.value);
+  grow_state(input);
+  donated_[input.value] = true;
 }
 
 void Graph::drop_data(NodeId id) {
-  data_.erase(id.value);
+  if (id.value < data_.size()) data_[id.value].reset();
 }
 
 std::optional<Buffer> Graph::take_data(NodeId id) {
-  auto it = data_.find(id.value);
-  if (it == data_.end()) return std::nullopt;
-  Buffer b = std::move(it->second);
-  data_.erase(it);
+  if (id.value >= data_.size()) return std::nullopt;
+  std::optional<Buffer> b = std::move(data_[id.value]);
+  data_[id.value].reset();
   return b;
 }
 
 void Graph::mark_retrieve(NodeId id) {
-  node(id);
-  outputs_.insert(id.value);
+  grow_state(id);
+  outputs_[id.value] = true;
 }
 
 void Graph::mark_keep(NodeId id) {
@@ -262,8 +272,8 @@ void Graph::mark_keep(NodeId id) {
 
 std::vector<NodeId> Graph::outputs() const {
   std::vector<NodeId> out;
-  for (uint32_t v : outputs_) out.push_back(NodeId{v});
-  std::sort(out.begin(), out.end());
+  for (uint32_t v = 0; v < outputs_.size(); ++v)
+    if (outputs_[v]) out.push_back(NodeId{v});
   return out;
 }
 

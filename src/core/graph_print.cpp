@@ -61,7 +61,7 @@ std::string Graph::to_text() const {
       os << ')';
     }
     os << trailing_attributes(n) << " : " << type_of(n);
-    if (outputs_.count(static_cast<uint32_t>(i))) os << "  [output]";
+    if (is_output(NodeId{static_cast<uint32_t>(i)})) os << "  [output]";
     os << '\n';
   }
   return os.str();
@@ -76,7 +76,7 @@ std::string Graph::to_dot() const {
                              attributes(n) + trailing_attributes(n);
     os << "  n" << i << " [label=\"" << dot_escape(head) << "\\n"
        << dot_escape(type_of(n)) << "\""
-       << (outputs_.count(static_cast<uint32_t>(i)) ? ", style=bold" : "") << "];\n";
+       << (is_output(NodeId{static_cast<uint32_t>(i)}) ? ", style=bold" : "") << "];\n";
     for (const Edge& e : n.inputs) {
       os << "  n" << e.source.value << " -> n" << i;
       if (!(e.view == View::contiguous(node(e.source).shape)))

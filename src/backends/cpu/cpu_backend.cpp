@@ -58,6 +58,7 @@ class CpuExecutable final : public Executable {
       : options_(options), program_(std::move(program)), plan_(std::move(plan)) {
     variants_.emplace("", make_variant(std::move(dims), std::move(jit)));
     find_appendable_bases();
+    plan_steps();
   }
 
   ~CpuExecutable() override {
@@ -66,79 +67,70 @@ class CpuExecutable final : public Executable {
 
   void run(Graph& user) override {
     const Graph& g = *program_.graph;
-    const bool profiling = env_has("LUMINAL_PROFILE", "1");
-    if (profiling) profile_.resize(plan_.kernels.size());
+    if (profiling_) profile_.resize(plan_.kernels.size());
     const auto run_start = std::chrono::steady_clock::now();
     const Variant& variant = variant_for(user.dims());
     std::vector<int64_t> dims;
     for (const std::string& d : variant.dims) dims.push_back(*user.dims().get(d));
-    const size_t count = g.num_nodes();
-    // Last kernel reading each value, so it can be freed right after.
-    std::vector<size_t> last_use(count, 0);
-    for (size_t k = 0; k < plan_.kernels.size(); ++k)
-      for (NodeId r : plan_.kernels[k].reads) last_use[r.value] = k;
-    std::vector<std::optional<Buffer>> values(count);
     stats_ = RunStats{};
     start_pool(user);
     size_t live = 0;
     for (size_t k = 0; k < plan_.kernels.size(); ++k) {
       const compiler::Kernel& kn = plan_.kernels[k];
-      const Node& root = g.node(kn.root);
-      int64_t numel = 1;
-      for (Expr d : root.shape) numel *= d.eval(user.dims());
-      const auto kernel_start = std::chrono::steady_clock::now();
+      Step& step = steps_[k];
+      const auto numel = static_cast<size_t>(step.numel.eval(user.dims()));
+      const auto kernel_start = profiling_ ? std::chrono::steady_clock::now()
+                                           : std::chrono::steady_clock::time_point{};
       Buffer out;
-      if (auto appended = append_in_place(user, k, static_cast<size_t>(numel), values)) {
+      if (auto appended = append_in_place(user, k, numel)) {
         out = std::move(*appended);
       } else {
-        out = allocate(root.dtype, static_cast<size_t>(numel));
+        out = allocate(g.node(kn.root).dtype, numel);
         if (!variant.fns[k]) {
-          run_custom(user, root, values, out);
+          run_custom(user, step, g.node(kn.root), out);
         } else {
-          std::vector<void*> bufs{out.data()};
-          for (NodeId r : kn.reads)
-            bufs.push_back(const_cast<void*>(input(user, r, values).data()));
+          args_.assign(1, out.data());
+          for (NodeId r : kn.reads) args_.push_back(const_cast<void*>(input(user, r).data()));
           int64_t err[3] = {0, 0, 0};
-          variant.fns[k](bufs.data(), dims.data(), err);
+          variant.fns[k](args_.data(), dims.data(), err);
           if (err[0]) report(g, kn, err);
         }
       }
-      if (profiling) {
+      if (profiling_) {
         profile_[k].seconds += seconds_since(kernel_start);
         ++profile_[k].runs;
       }
       live += out.bytes();
-      values[kn.root.value] = std::move(out);
+      value(kn.root) = std::move(out);
       stats_.peak_bytes = std::max(stats_.peak_bytes, live);
       ++stats_.nodes_run;
-      for (NodeId r : kn.reads) {
-        if (last_use[r.value] == k && values[r.value] && !g.is_output(r)) {
-          live -= values[r.value]->bytes();
-          release(std::move(*values[r.value]));
-          values[r.value].reset();
-        }
+      for (NodeId r : step.last_reads) {
+        if (!value(r)) continue;
+        live -= value(r)->bytes();
+        release(std::move(*value(r)));
+        value(r).reset();
       }
     }
     for (size_t i = 0; i < program_.outputs.size(); ++i) {
       const auto& [user_out, node] = program_.outputs[i];
       const NodeId c = plan_.canon(node);
-      if (values[c.value]) {
+      if (value(c)) {
         // The last output naming a value takes the buffer itself; others get copies.
         bool later = false;
         for (size_t j = i + 1; j < program_.outputs.size(); ++j)
           later |= plan_.canon(program_.outputs[j].second) == c;
         if (later) {
-          user.set_data(user_out, *values[c.value]);
+          user.set_data(user_out, *value(c));
         } else {
-          user.set_data(user_out, std::move(*values[c.value]));
-          values[c.value].reset();
+          user.set_data(user_out, std::move(*value(c)));
         }
       } else if (g.node(c).op == Op::Input && program_.source_of[c.value] != user_out) {
-        user.set_data(user_out, input(user, c, values));
+        user.set_data(user_out, input(user, c));
       }
     }
+    for (std::optional<Buffer>& v : values_) v.reset();
     last_pool_.clear();
-    if (profiling) run_seconds_ += seconds_since(run_start);
+    if (profiling_) run_seconds_ += seconds_since(run_start);
   }
 
   RunStats last_run() const override { return stats_; }
@@ -218,6 +210,95 @@ class CpuExecutable final : public Executable {
     return out;
   }
 
+  // A custom kernel's operand views resolved for the symbolic dims they mention, and
+  // resolved again only when one of those changes: a decode step's QMatMuls see the same
+  // views every step while the context length moves on.
+  class ResolvedViews {
+   public:
+    const std::vector<ConcreteView>& get(const Node& n, const Bindings& dims) {
+      if (!resolved_)
+        for (const Edge& e : n.inputs) note_variables(e.view);
+      bool same = resolved_;
+      for (size_t i = 0; same && i < vars_.size(); ++i) same = vars_[i].eval(dims) == at_[i];
+      if (same) return views_;
+      views_.clear();
+      for (const Edge& e : n.inputs) views_.push_back(e.view.resolve(dims));
+      for (size_t i = 0; i < vars_.size(); ++i) at_[i] = vars_[i].eval(dims);
+      resolved_ = true;
+      return views_;
+    }
+
+   private:
+    void note_variables(const View& v) {
+      std::vector<Expr> exprs = v.shape();
+      exprs.insert(exprs.end(), v.strides().begin(), v.strides().end());
+      exprs.push_back(v.offset());
+      for (size_t d = 0; d < v.rank(); ++d) {
+        exprs.push_back(v.mask_lo(d));
+        exprs.push_back(v.mask_hi(d));
+      }
+      for (Expr e : exprs)
+        for (const std::string& name : e.variables())
+          if (std::find(vars_.begin(), vars_.end(), Expr::var(name)) == vars_.end())
+            vars_.push_back(Expr::var(name));
+      at_.assign(vars_.size(), 0);
+    }
+
+    bool resolved_ = false;
+    std::vector<Expr> vars_;
+    std::vector<int64_t> at_;
+    std::vector<ConcreteView> views_;
+  };
+
+  // What a run needs of each kernel beyond the plan, worked out once: a run's own work
+  // between kernels is a few array lookups.
+  struct Step {
+    Expr numel;                      // of the output
+    std::vector<NodeId> last_reads;  // values no later kernel reads (outputs excepted)
+    bool matmul = false;
+    const compiler::QMatMulOp* qmatmul = nullptr;
+    ResolvedViews views;  // custom kernels
+  };
+  std::vector<Step> steps_;
+  // Computed values during a run, by slot: kernel k's output has slot k, so a run walks
+  // this in order instead of touching a scattered line per node of the graph.
+  std::vector<std::optional<Buffer>> values_;
+  std::vector<int32_t> slot_of_;  // by node: its slot, or -1 (user inputs)
+  std::optional<Buffer> no_value_;
+  std::optional<Buffer>& value(NodeId n) {
+    const int32_t slot = slot_of_[n.value];
+    return slot < 0 ? no_value_ : values_[static_cast<size_t>(slot)];
+  }
+  std::vector<void*> args_;                    // a generated kernel's buffers
+  std::vector<const Buffer*> custom_inputs_;
+  const bool profiling_ = env_has("LUMINAL_PROFILE", "1");
+
+  void plan_steps() {
+    const Graph& g = *program_.graph;
+    std::vector<size_t> last_use(g.num_nodes(), 0);
+    for (size_t k = 0; k < plan_.kernels.size(); ++k)
+      for (NodeId r : plan_.kernels[k].reads) last_use[r.value] = k;
+    steps_.resize(plan_.kernels.size());
+    for (size_t k = 0; k < plan_.kernels.size(); ++k) {
+      const compiler::Kernel& kn = plan_.kernels[k];
+      const Node& root = g.node(kn.root);
+      Step& step = steps_[k];
+      step.numel = product(root.shape);
+      for (NodeId r : kn.reads)
+        if (last_use[r.value] == k && !g.is_output(r) &&
+            std::find(step.last_reads.begin(), step.last_reads.end(), r) == step.last_reads.end())
+          step.last_reads.push_back(r);
+      if (root.op == Op::Custom) {
+        step.matmul = dynamic_cast<const compiler::MatMulOp*>(root.custom.get()) != nullptr;
+        step.qmatmul = dynamic_cast<const compiler::QMatMulOp*>(root.custom.get());
+      }
+    }
+    slot_of_.assign(g.num_nodes(), -1);
+    for (size_t k = 0; k < plan_.kernels.size(); ++k)
+      slot_of_[plan_.kernels[k].root.value] = static_cast<int32_t>(k);
+    values_.resize(plan_.kernels.size());
+  }
+
   // Per kernel, the input an AppendRows kernel may grow in place: a whole input that no
   // other kernel reads. Whether the caller donated it is asked per run.
   void find_appendable_bases() {
@@ -240,8 +321,7 @@ class CpuExecutable final : public Executable {
   // AppendRows onto a donated input that nothing else reads: the input's buffer grows
   // (geometrically, so rarely moves) and only the new rows are written. nullopt when the
   // kernel is something else or the base cannot be taken.
-  std::optional<Buffer> append_in_place(Graph& user, size_t k, size_t numel,
-                                        const std::vector<std::optional<Buffer>>& values) {
+  std::optional<Buffer> append_in_place(Graph& user, size_t k, size_t numel) {
     if (!appendable_base_[k]) return {};
     const NodeId base = *appendable_base_[k];
     const NodeId source = program_.source_of[base.value];
@@ -249,7 +329,7 @@ class CpuExecutable final : public Executable {
     const Graph& g = *program_.graph;
     const Edge& rows_edge = g.node(plan_.kernels[k].root).inputs[1];
     check_input_data(g.node(base), base, user.data(source), user.dims());
-    const Buffer rows = read_view(input(user, plan_.canon(rows_edge.source), values),
+    const Buffer rows = read_view(input(user, plan_.canon(rows_edge.source)),
                                   rows_edge.view.resolve(user.dims()));
     Buffer out = *user.take_data(source);
     const size_t old_bytes = out.bytes();
@@ -345,9 +425,8 @@ class CpuExecutable final : public Executable {
   // By weight input: the data version it was made from, and the interleaved weights.
   std::unordered_map<uint32_t, std::pair<uint64_t, cpugen::InterleavedWeights>> interleaved_;
   // A kernel operand: a computed value, or the user's data for an input.
-  const Buffer& input(const Graph& user, NodeId r,
-                      const std::vector<std::optional<Buffer>>& values) {
-    if (values[r.value]) return *values[r.value];
+  const Buffer& input(const Graph& user, NodeId r) {
+    if (value(r)) return *value(r);
     const Node& n = program_.graph->node(r);
     LUM_CHECK(n.op == Op::Input) << "internal: %" << r.value << " has no value";
     const Buffer* b = user.data(program_.source_of[r.value]);
@@ -356,16 +435,12 @@ class CpuExecutable final : public Executable {
   }
 
   // Library kernels: MatMul through BLAS; any other CustomOp by its reference semantics.
-  void run_custom(const Graph& user, const Node& n,
-                  const std::vector<std::optional<Buffer>>& values, Buffer& out) {
-    std::vector<ConcreteView> views;
-    std::vector<const Buffer*> bufs;
-    for (const Edge& e : n.inputs) {
-      views.push_back(e.view.resolve(user.dims()));
-      bufs.push_back(&input(user, plan_.canon(e.source), values));
-    }
-    if (dynamic_cast<const compiler::MatMulOp*>(n.custom.get()) && n.dtype == DType::F32 &&
-        bufs[0]->dtype() == DType::F32) {
+  void run_custom(const Graph& user, Step& step, const Node& n, Buffer& out) {
+    const std::vector<ConcreteView>& views = step.views.get(n, user.dims());
+    std::vector<const Buffer*>& bufs = custom_inputs_;
+    bufs.clear();
+    for (const Edge& e : n.inputs) bufs.push_back(&input(user, plan_.canon(e.source)));
+    if (step.matmul && n.dtype == DType::F32 && bufs[0]->dtype() == DType::F32) {
       const float* a = bufs[0]->span<float>().data();
       if (bufs[1]->dtype() == DType::F32)
         return cpugen::matmul_f32(views[0], a, views[1], bufs[1]->span<float>().data(),
@@ -375,13 +450,13 @@ class CpuExecutable final : public Executable {
                                       static_cast<const uint16_t*>(bufs[1]->data()),
                                       out.span<float>().data());
     }
-    if (const auto* q = dynamic_cast<const compiler::QMatMulOp*>(n.custom.get())) {
+    if (step.qmatmul) {
       const auto& w = views[1].dims;  // the weight [N, K]
-      cpugen::qmatmul(views[0], bufs[0]->span<float>().data(), q->format,
+      cpugen::qmatmul(views[0], bufs[0]->span<float>().data(), step.qmatmul->format,
                       bufs[1]->span<uint8_t>().data(), w[0], w[1], out.span<float>().data(),
                       options_.int8_activations,
                       interleaved_weights(user, plan_.canon(n.inputs[1].source), *bufs[1],
-                                          q->format, w[0], w[1]));
+                                          step.qmatmul->format, w[0], w[1]));
       return;
     }
     std::vector<Buffer> in;
