@@ -85,6 +85,8 @@ class View {
   /// The view with variables replaced (e.g. a symbolic dim fixed to a value).
   View substitute(const std::vector<std::pair<std::string, Expr>>& map) const;
   ConcreteView resolve(const Bindings& b) const;
+  /// resolve() into `out`, reusing its storage.
+  void resolve_into(const Bindings& b, ConcreteView& out) const;
   std::string to_string() const;
   bool operator==(const View&) const = default;
 

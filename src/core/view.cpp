@@ -357,14 +357,22 @@ std::vector<Expr> View::unflatten(Expr flat) const {
 
 ConcreteView View::resolve(const Bindings& b) const {
   ConcreteView c;
-  c.offset = offset_.eval(b);
-  for (size_t d = 0; d < rank(); ++d) {
-    c.dims.push_back(dims_[d].eval(b));
-    c.strides.push_back(strides_[d].eval(b));
-    c.mask_lo.push_back(mask_lo_[d].eval(b));
-    c.mask_hi.push_back(mask_hi_[d].eval(b));
-  }
+  resolve_into(b, c);
   return c;
+}
+
+void View::resolve_into(const Bindings& b, ConcreteView& c) const {
+  c.offset = offset_.eval(b);
+  c.dims.resize(rank());
+  c.strides.resize(rank());
+  c.mask_lo.resize(rank());
+  c.mask_hi.resize(rank());
+  for (size_t d = 0; d < rank(); ++d) {
+    c.dims[d] = dims_[d].eval(b);
+    c.strides[d] = strides_[d].eval(b);
+    c.mask_lo[d] = mask_lo_[d].eval(b);
+    c.mask_hi[d] = mask_hi_[d].eval(b);
+  }
 }
 
 std::string View::to_string() const {

@@ -75,25 +75,31 @@ class CpuExecutable final : public Executable {
     stats_ = RunStats{};
     start_pool(user);
     size_t live = 0;
-    for (size_t k = 0; k < plan_.kernels.size(); ++k) {
-      const compiler::Kernel& kn = plan_.kernels[k];
-      Step& step = steps_[k];
-      const auto numel = static_cast<size_t>(step.numel.eval(user.dims()));
+    for (size_t k = 0; k < steps_.size(); ++k) {
+      const Step& step = steps_[k];
+      const auto numel =
+          static_cast<size_t>(step.numel >= 0 ? step.numel : step.numel_expr.eval(user.dims()));
       const auto kernel_start = profiling_ ? std::chrono::steady_clock::now()
                                            : std::chrono::steady_clock::time_point{};
       Buffer out;
       if (auto appended = append_in_place(user, k, numel)) {
         out = std::move(*appended);
       } else {
-        out = allocate(g.node(kn.root).dtype, numel);
+        out = allocate(step.dtype, numel);
         if (!variant.fns[k]) {
-          run_custom(user, step, g.node(kn.root), out);
+          run_custom(user, k, out);
         } else {
           args_.assign(1, out.data());
-          for (NodeId r : kn.reads) args_.push_back(const_cast<void*>(input(user, r).data()));
+          for (uint32_t i = step.reads; i < step.reads_end; ++i) {
+            const Operand& o = operands_[i];
+            const Buffer& b = o.slot >= 0 && values_[static_cast<size_t>(o.slot)]
+                                  ? *values_[static_cast<size_t>(o.slot)]
+                                  : input(user, o.node);
+            args_.push_back(const_cast<void*>(b.data()));
+          }
           int64_t err[3] = {0, 0, 0};
           variant.fns[k](args_.data(), dims.data(), err);
-          if (err[0]) report(g, kn, err);
+          if (err[0]) report(g, plan_.kernels[k], err);
         }
       }
       if (profiling_) {
@@ -101,14 +107,15 @@ class CpuExecutable final : public Executable {
         ++profile_[k].runs;
       }
       live += out.bytes();
-      value(kn.root) = std::move(out);
+      values_[k] = std::move(out);
       stats_.peak_bytes = std::max(stats_.peak_bytes, live);
       ++stats_.nodes_run;
-      for (NodeId r : step.last_reads) {
-        if (!value(r)) continue;
-        live -= value(r)->bytes();
-        release(std::move(*value(r)));
-        value(r).reset();
+      for (uint32_t i = step.frees; i < step.frees_end; ++i) {
+        std::optional<Buffer>& v = values_[static_cast<size_t>(frees_[i])];
+        if (!v) continue;
+        live -= v->bytes();
+        release(std::move(*v));
+        v.reset();
       }
     }
     for (size_t i = 0; i < program_.outputs.size(); ++i) {
@@ -221,8 +228,8 @@ class CpuExecutable final : public Executable {
       bool same = resolved_;
       for (size_t i = 0; same && i < vars_.size(); ++i) same = vars_[i].eval(dims) == at_[i];
       if (same) return views_;
-      views_.clear();
-      for (const Edge& e : n.inputs) views_.push_back(e.view.resolve(dims));
+      views_.resize(n.inputs.size());
+      for (size_t i = 0; i < n.inputs.size(); ++i) n.inputs[i].view.resolve_into(dims, views_[i]);
       for (size_t i = 0; i < vars_.size(); ++i) at_[i] = vars_[i].eval(dims);
       resolved_ = true;
       return views_;
@@ -250,18 +257,28 @@ class CpuExecutable final : public Executable {
     std::vector<ConcreteView> views_;
   };
 
-  // What a run needs of each kernel beyond the plan, worked out once: a run's own work
-  // between kernels is a few array lookups.
+  // What a run needs of each kernel beyond the plan, worked out once and kept in flat
+  // arrays walked in order: a decode step's weight traffic evicts everything from the
+  // caches, and a run that chased each kernel's Node and read list through the heap
+  // spent a cache miss on each.
+  struct Operand {
+    NodeId node;
+    int32_t slot;  // of a computed value; -1 for a user input
+  };
   struct Step {
-    Expr numel;                      // of the output
-    std::vector<NodeId> last_reads;  // values no later kernel reads (outputs excepted)
+    int64_t numel = -1;  // of the output; -1 when symbolic (numel_expr)
+    Expr numel_expr;
+    DType dtype = DType::F32;
+    uint32_t reads = 0, reads_end = 0;  // its operands in operands_
+    uint32_t frees = 0, frees_end = 0;  // slots in frees_ that no later kernel reads
     bool matmul = false;
     const compiler::QMatMulOp* qmatmul = nullptr;
-    ResolvedViews views;  // custom kernels
   };
   std::vector<Step> steps_;
-  // Computed values during a run, by slot: kernel k's output has slot k, so a run walks
-  // this in order instead of touching a scattered line per node of the graph.
+  std::vector<Operand> operands_;
+  std::vector<int32_t> frees_;
+  std::vector<ResolvedViews> views_;  // by kernel; used by custom kernels
+  // Computed values during a run, by slot: kernel k's output has slot k.
   std::vector<std::optional<Buffer>> values_;
   std::vector<int32_t> slot_of_;  // by node: its slot, or -1 (user inputs)
   std::optional<Buffer> no_value_;
@@ -269,12 +286,18 @@ class CpuExecutable final : public Executable {
     const int32_t slot = slot_of_[n.value];
     return slot < 0 ? no_value_ : values_[static_cast<size_t>(slot)];
   }
-  std::vector<void*> args_;                    // a generated kernel's buffers
+  // By node: the data version of a constant-shaped user input last checked against its
+  // node, so that its checks do not repeat every run.
+  std::vector<uint64_t> checked_version_;
+  std::vector<void*> args_;  // a generated kernel's buffers
   std::vector<const Buffer*> custom_inputs_;
   const bool profiling_ = env_has("LUMINAL_PROFILE", "1");
 
   void plan_steps() {
     const Graph& g = *program_.graph;
+    slot_of_.assign(g.num_nodes(), -1);
+    for (size_t k = 0; k < plan_.kernels.size(); ++k)
+      slot_of_[plan_.kernels[k].root.value] = static_cast<int32_t>(k);
     std::vector<size_t> last_use(g.num_nodes(), 0);
     for (size_t k = 0; k < plan_.kernels.size(); ++k)
       for (NodeId r : plan_.kernels[k].reads) last_use[r.value] = k;
@@ -283,20 +306,28 @@ class CpuExecutable final : public Executable {
       const compiler::Kernel& kn = plan_.kernels[k];
       const Node& root = g.node(kn.root);
       Step& step = steps_[k];
-      step.numel = product(root.shape);
-      for (NodeId r : kn.reads)
-        if (last_use[r.value] == k && !g.is_output(r) &&
-            std::find(step.last_reads.begin(), step.last_reads.end(), r) == step.last_reads.end())
-          step.last_reads.push_back(r);
+      step.numel_expr = product(root.shape);
+      step.numel = step.numel_expr.as_const().value_or(-1);
+      step.dtype = root.dtype;
+      step.reads = static_cast<uint32_t>(operands_.size());
+      for (NodeId r : kn.reads) operands_.push_back({r, slot_of_[r.value]});
+      step.reads_end = static_cast<uint32_t>(operands_.size());
+      step.frees = static_cast<uint32_t>(frees_.size());
+      for (NodeId r : kn.reads) {
+        const int32_t slot = slot_of_[r.value];
+        if (slot >= 0 && last_use[r.value] == k && !g.is_output(r) &&
+            std::find(frees_.begin() + step.frees, frees_.end(), slot) == frees_.end())
+          frees_.push_back(slot);
+      }
+      step.frees_end = static_cast<uint32_t>(frees_.size());
       if (root.op == Op::Custom) {
         step.matmul = dynamic_cast<const compiler::MatMulOp*>(root.custom.get()) != nullptr;
         step.qmatmul = dynamic_cast<const compiler::QMatMulOp*>(root.custom.get());
       }
     }
-    slot_of_.assign(g.num_nodes(), -1);
-    for (size_t k = 0; k < plan_.kernels.size(); ++k)
-      slot_of_[plan_.kernels[k].root.value] = static_cast<int32_t>(k);
+    views_.resize(plan_.kernels.size());
     values_.resize(plan_.kernels.size());
+    checked_version_.assign(g.num_nodes(), 0);
   }
 
   // Per kernel, the input an AppendRows kernel may grow in place: a whole input that no
@@ -304,6 +335,7 @@ class CpuExecutable final : public Executable {
   void find_appendable_bases() {
     const Graph& g = *program_.graph;
     appendable_base_.assign(plan_.kernels.size(), std::nullopt);
+    appended_rows_whole_.assign(plan_.kernels.size(), false);
     std::vector<size_t> readers(g.num_nodes(), 0);
     for (const compiler::Kernel& kn : plan_.kernels)
       for (NodeId r : kn.reads) ++readers[r.value];
@@ -315,6 +347,9 @@ class CpuExecutable final : public Executable {
       if (b.op == Op::Input && n.inputs[0].view == View::contiguous(b.shape) &&
           readers[base.value] == 1)
         appendable_base_[k] = base;
+      const Edge& rows = n.inputs[1];
+      appended_rows_whole_[k] =
+          rows.view == View::contiguous(g.node(plan_.canon(rows.source)).shape);
     }
   }
 
@@ -327,10 +362,17 @@ class CpuExecutable final : public Executable {
     const NodeId source = program_.source_of[base.value];
     if (!user.is_donated(source)) return {};
     const Graph& g = *program_.graph;
-    const Edge& rows_edge = g.node(plan_.kernels[k].root).inputs[1];
+    const Node& n = g.node(plan_.kernels[k].root);
+    const Edge& rows_edge = n.inputs[1];
     check_input_data(g.node(base), base, user.data(source), user.dims());
-    const Buffer rows = read_view(input(user, plan_.canon(rows_edge.source)),
-                                  rows_edge.view.resolve(user.dims()));
+    const NodeId rows_node = plan_.canon(rows_edge.source);
+    const Buffer& rows_data = input(user, rows_node);
+    // New rows that are a whole value in order (a decode step's keys or values) are
+    // copied straight from it.
+    std::optional<Buffer> gathered;
+    if (!appended_rows_whole_[k])
+      gathered = read_view(rows_data, views_[k].get(n, user.dims())[1]);
+    const Buffer& rows = gathered ? *gathered : rows_data;
     Buffer out = *user.take_data(source);
     const size_t old_bytes = out.bytes();
     LUM_CHECK(out.numel() + rows.numel() == numel && rows.dtype() == out.dtype())
@@ -422,21 +464,31 @@ class CpuExecutable final : public Executable {
   }
 
   std::vector<std::optional<NodeId>> appendable_base_;  // per kernel
+  std::vector<bool> appended_rows_whole_;  // per kernel: its new rows are a whole value
   // By weight input: the data version it was made from, and the interleaved weights.
   std::unordered_map<uint32_t, std::pair<uint64_t, cpugen::InterleavedWeights>> interleaved_;
   // A kernel operand: a computed value, or the user's data for an input.
   const Buffer& input(const Graph& user, NodeId r) {
     if (value(r)) return *value(r);
-    const Node& n = program_.graph->node(r);
-    LUM_CHECK(n.op == Op::Input) << "internal: %" << r.value << " has no value";
-    const Buffer* b = user.data(program_.source_of[r.value]);
-    check_input_data(n, r, b, user.dims());
+    const NodeId source = program_.source_of[r.value];
+    const Buffer* b = user.data(source);
+    const uint64_t version = user.data_version(source);
+    if (!b || version != checked_version_[r.value]) {
+      const Node& n = program_.graph->node(r);
+      LUM_CHECK(n.op == Op::Input) << "internal: %" << r.value << " has no value";
+      check_input_data(n, r, b, user.dims());
+      const bool constant_shape = std::all_of(n.shape.begin(), n.shape.end(),
+                                              [](Expr d) { return d.as_const().has_value(); });
+      if (constant_shape) checked_version_[r.value] = version;
+    }
     return *b;
   }
 
   // Library kernels: MatMul through BLAS; any other CustomOp by its reference semantics.
-  void run_custom(const Graph& user, Step& step, const Node& n, Buffer& out) {
-    const std::vector<ConcreteView>& views = step.views.get(n, user.dims());
+  void run_custom(const Graph& user, size_t k, Buffer& out) {
+    const Step& step = steps_[k];
+    const Node& n = program_.graph->node(plan_.kernels[k].root);
+    const std::vector<ConcreteView>& views = views_[k].get(n, user.dims());
     std::vector<const Buffer*>& bufs = custom_inputs_;
     bufs.clear();
     for (const Edge& e : n.inputs) bufs.push_back(&input(user, plan_.canon(e.source)));
