@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <span>
 
 #include "luminal/error.hpp"
 #include "luminal/graph.hpp"
@@ -80,12 +81,10 @@ struct TextGenerator::Impl {
 
   // Runs `ids` at the current position; returns the last position's logits. They are
   // read straight from the graph's output (Tensor::to_f32 would copy the buffer first).
-  std::vector<float> step(const std::vector<int32_t>& ids) {
-    std::vector<float> out;
-    step(ids, out);
-    return out;
-  }
-  void step(const std::vector<int32_t>& ids, std::vector<float>& out) {
+  // Runs the model on `ids` after the cached positions; returns the last position's
+  // logits, which stay valid until the next step (they are the graph's output buffer:
+  // a copy of a 262k vocabulary's logits per token is a megabyte written and read).
+  std::span<const float> step(const std::vector<int32_t>& ids) {
     graph.set_dim("seq", static_cast<int64_t>(ids.size()));
     graph.set_dim("past", past);
     tokens.set(ids);
@@ -97,13 +96,11 @@ struct TextGenerator::Impl {
     }
     const Buffer* data = graph.data(logits.id());
     LUM_CHECK(data) << "the model produced no logits";
-    if (data->dtype() != DType::F32) {
-      out = data->to_f32();
-      return;
-    }
-    const auto values = data->span<float>();
-    out.assign(values.begin(), values.end());
+    if (data->dtype() == DType::F32) return data->span<float>();
+    widened = data->to_f32();
+    return widened;
   }
+  std::vector<float> widened;  // logits of another dtype, as f32
 };
 
 TextGenerator::TextGenerator(const std::string& path, const Backend& backend,
@@ -178,7 +175,7 @@ GenerationStats TextGenerator::generate(const std::string& prompt, int64_t max_t
   TextStream stream(*m.lm.tokenizer, ids);
   uint64_t rng = opts.seed;
   const auto start = Clock::now();
-  std::vector<float> logits = m.step(ids);
+  std::span<const float> logits = m.step(ids);
   st.prefill_seconds = since(start);
   const auto decode_start = Clock::now();
   for (int64_t i = 0; i < max_tokens; ++i) {
@@ -187,7 +184,7 @@ GenerationStats TextGenerator::generate(const std::string& prompt, int64_t max_t
     if (std::find(m.lm.stop_ids.begin(), m.lm.stop_ids.end(), next) != m.lm.stop_ids.end()) break;
     ++st.generated;
     if (const std::string piece = stream.push(next); on_text && !piece.empty()) on_text(piece);
-    if (i + 1 < max_tokens) m.step({next}, logits);
+    if (i + 1 < max_tokens) logits = m.step({next});
   }
   if (const std::string rest = stream.flush(); on_text && !rest.empty()) on_text(rest);
   st.decode_seconds = since(decode_start);
@@ -198,8 +195,9 @@ std::vector<std::vector<float>> TextGenerator::forced_logits(const std::vector<i
                                                              const std::vector<int32_t>& tokens) {
   Impl& m = *impl_;
   m.reset_cache();
-  std::vector<std::vector<float>> out{m.step(prompt)};
-  for (int32_t t : tokens) out.push_back(m.step({t}));
+  auto copy = [](std::span<const float> x) { return std::vector<float>(x.begin(), x.end()); };
+  std::vector<std::vector<float>> out{copy(m.step(prompt))};
+  for (int32_t t : tokens) out.push_back(copy(m.step({t})));
   return out;
 }
 
@@ -208,13 +206,13 @@ std::vector<int32_t> TextGenerator::greedy_ids(const std::vector<int32_t>& promp
   Impl& m = *impl_;
   m.reset_cache();
   std::vector<int32_t> out;
-  std::vector<float> logits = m.step(prompt);
+  std::span<const float> logits = m.step(prompt);
   for (int64_t i = 0; i < steps; ++i) {
-    if (all_logits) all_logits->push_back(logits);
+    if (all_logits) all_logits->emplace_back(logits.begin(), logits.end());
     uint64_t rng = 0;
     const int32_t next = sample(logits, {}, rng);
     out.push_back(next);
-    if (i + 1 < steps) m.step({next}, logits);
+    if (i + 1 < steps) logits = m.step({next});
   }
   return out;
 }

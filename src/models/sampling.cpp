@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <vector>
 
 #include "luminal/error.hpp"
 
@@ -25,7 +26,7 @@ constexpr double kNegligible = 46.0;
 // running maximum is a chain of dependent compares, about half a millisecond over a 262k
 // vocabulary; maxima of 64-value blocks taken over independent lanes vectorise, and only
 // a block that beats the best so far is searched for its index.
-size_t argmax(const std::vector<float>& x) {
+size_t argmax(std::span<const float> x) {
   constexpr size_t kLanes = 16, kBlock = 64;
   size_t best = 0;
   float best_value = -std::numeric_limits<float>::infinity();
@@ -50,7 +51,7 @@ size_t argmax(const std::vector<float>& x) {
 
 }  // namespace
 
-int32_t sample(const std::vector<float>& logits, const SamplingOptions& o, uint64_t& rng) {
+int32_t sample(std::span<const float> logits, const SamplingOptions& o, uint64_t& rng) {
   LUM_CHECK(!logits.empty()) << "sample: empty logits";
   const size_t best = argmax(logits);
   if (o.temperature <= 0) return static_cast<int32_t>(best);

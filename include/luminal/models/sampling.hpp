@@ -3,7 +3,7 @@
 #pragma once
 
 #include <cstdint>
-#include <vector>
+#include <span>
 
 namespace luminal::models {
 
@@ -19,6 +19,6 @@ struct SamplingOptions {
 /// their probability reaches top_p. Ties in the order go to the lower id. Runs in time
 /// linear in the vocabulary (plus a sort of the nucleus), since a vocabulary of 262k
 /// fully sorted per token would cost more than the model's forward pass.
-int32_t sample(const std::vector<float>& logits, const SamplingOptions& opts, uint64_t& rng_state);
+int32_t sample(std::span<const float> logits, const SamplingOptions& opts, uint64_t& rng_state);
 
 }  // namespace luminal::models
