@@ -79,8 +79,6 @@ struct TextGenerator::Impl {
     }
   }
 
-  // Runs `ids` at the current position; returns the last position's logits. They are
-  // read straight from the graph's output (Tensor::to_f32 would copy the buffer first).
   // Runs the model on `ids` after the cached positions; returns the last position's
   // logits, which stay valid until the next step (they are the graph's output buffer:
   // a copy of a 262k vocabulary's logits per token is a megabyte written and read).
