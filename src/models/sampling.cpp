@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <vector>
@@ -24,10 +25,12 @@ constexpr double kNegligible = 46.0;
 
 // The largest logit's index, the lowest on ties (NaN never wins). A scan keeping one
 // running maximum is a chain of dependent compares, about half a millisecond over a 262k
-// vocabulary; maxima of 64-value blocks taken over independent lanes vectorise, and only
-// a block that beats the best so far is searched for its index.
-size_t argmax(std::span<const float> x) {
-  constexpr size_t kLanes = 16, kBlock = 64;
+// vocabulary. Here four independent eight-lane maxima of each 256-value block (AVX2 where
+// the CPU has it) take a twentieth of that, and only a block that beats the best so far is
+// searched for its index.
+__attribute__((target_clones("avx2", "default"))) size_t argmax(std::span<const float> x) {
+  using Lanes = float __attribute__((vector_size(32)));
+  constexpr size_t kLanes = 8, kBlock = 256;
   size_t best = 0;
   float best_value = -std::numeric_limits<float>::infinity();
   auto take = [&](size_t from, size_t to, float m) {
@@ -37,13 +40,20 @@ size_t argmax(std::span<const float> x) {
   };
   size_t i = 0;
   for (; i + kBlock <= x.size(); i += kBlock) {
-    float lane[kLanes];
-    for (size_t l = 0; l < kLanes; ++l) lane[l] = x[i + l];
-    for (size_t j = kLanes; j < kBlock; j += kLanes)
-      for (size_t l = 0; l < kLanes; ++l) lane[l] = std::max(lane[l], x[i + j + l]);
-    float m = lane[0];
-    for (size_t l = 1; l < kLanes; ++l) m = std::max(m, lane[l]);
-    take(i, i + kBlock, m);
+    // Lanes m[l] take every fourth vector; a NaN compares false and is never taken.
+    Lanes m[4], v;
+    for (Lanes& l : m) l = Lanes{} - std::numeric_limits<float>::infinity();
+    for (size_t j = 0; j < kBlock; j += 4 * kLanes)
+      for (size_t l = 0; l < 4; ++l) {
+        std::memcpy(&v, x.data() + i + j + l * kLanes, sizeof v);
+        m[l] = v > m[l] ? v : m[l];
+      }
+    m[0] = m[1] > m[0] ? m[1] : m[0];
+    m[2] = m[3] > m[2] ? m[3] : m[2];
+    const Lanes lanes = m[2] > m[0] ? m[2] : m[0];
+    float top = lanes[0];
+    for (size_t l = 1; l < kLanes; ++l) top = lanes[l] > top ? lanes[l] : top;
+    take(i, i + kBlock, top);
   }
   for (; i < x.size(); ++i) take(i, i + 1, x[i]);
   return best;

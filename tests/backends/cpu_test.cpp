@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <random>
 
+#include "backends/cpu/codegen.hpp"
 #include "luminal/compiler/matmul_op.hpp"
 #include "luminal/compiler/optimize.hpp"
 #include "luminal/compiler/plan.hpp"
@@ -181,6 +182,37 @@ void expect_cpu_matches_reference(Graph& cx, const Tensor& y, const std::string&
   ASSERT_EQ(got.size(), want.size()) << what;
   for (size_t i = 0; i < got.size(); ++i)
     ASSERT_NEAR(got[i], want[i], 1e-4 * (1 + std::fabs(want[i]))) << what << " element " << i;
+}
+
+TEST(Cpu, RepeatedKernelsAreCompiledOnce) {
+  // Four "layers" of the same ops, each on its own weights: every kernel of layers 2-4
+  // repeats one of layer 1 and is an alias of its code, and the results still match.
+  Graph cx;
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<double> value(-1, 1);
+  auto random = [&](size_t n) {
+    std::vector<double> v(n);
+    for (double& x : v) x = value(rng);
+    return v;
+  };
+  Tensor h = cx.named_tensor("x", {4, 16});
+  h.set(random(64));
+  for (int layer = 0; layer < 4; ++layer) {
+    Tensor w = cx.named_tensor("w", {16});
+    w.set(random(16));
+    const Tensor scaled = h * w.expand(0, 4);
+    h = scaled / (scaled * scaled).sum({1}).sqrt().expand(1, 16) + h;
+  }
+  h.retrieve();
+  const compiler::KernelPlan plan = compiler::plan_kernels(cx);
+  const std::string code = cpugen::generate_source(cx, plan).code;
+  size_t aliases = 0;
+  for (size_t at = code.find("alias(\"lum_kernel_"); at != std::string::npos;
+       at = code.find("alias(\"lum_kernel_", at + 1))
+    ++aliases;
+  ASSERT_EQ(plan.kernels.size() % 4, 0u);
+  EXPECT_EQ(aliases, plan.kernels.size() / 4 * 3);
+  expect_cpu_matches_reference(cx, h, "four repeated layers");
 }
 
 TEST(Optimize, RulesSelectGemmAndSimplify) {

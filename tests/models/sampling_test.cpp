@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <random>
@@ -72,14 +73,14 @@ TEST(Sampling, GreedyIsTheArgmax) {
 }
 
 TEST(Sampling, GreedyTakesTheFirstOfTiedMaximaAnywhere) {
-  // Lengths around the argmax's 64-value blocks, the maximum placed in a block's middle,
+  // Lengths around the argmax's blocks (256 values), the maximum placed in a block's middle,
   // at its edges and in the tail, with a tie after it and values quantised so that ties
   // between other values are common too.
   uint64_t rng = 0;
-  for (size_t n : {1, 7, 63, 64, 65, 128, 200, 1000}) {
+  for (size_t n : {1, 7, 63, 64, 65, 128, 200, 255, 256, 257, 1000}) {
     std::vector<float> logits = random_logits(n, n, 2);
     for (float& v : logits) v = std::round(v * 4) / 4;
-    for (size_t at : {size_t{0}, n / 2, n - 1, std::min<size_t>(n - 1, 63)}) {
+    for (size_t at : {size_t{0}, n / 2, n - 1, std::min<size_t>(n - 1, 255)}) {
       std::vector<float> x = logits;
       x[at] = 100;
       if (at + 1 < n) x[n - 1] = 100;
@@ -89,6 +90,19 @@ TEST(Sampling, GreedyTakesTheFirstOfTiedMaximaAnywhere) {
     EXPECT_EQ(sample(logits, {}, rng),
               std::max_element(logits.begin(), logits.end()) - logits.begin())
         << "n=" << n;
+  }
+}
+
+TEST(Sampling, GreedySkipsNaNs) {
+  // NaNs before, beside and after the maximum, in its block and in others: the answer is
+  // the largest of the other values.
+  uint64_t rng = 0;
+  for (size_t at : {size_t{0}, size_t{5}, size_t{300}, size_t{999}}) {
+    std::vector<float> x = random_logits(1000, at + 1, 2);
+    for (size_t i : {size_t{0}, size_t{1}, size_t{256}, size_t{301}, size_t{998}})
+      if (i != at) x[i] = std::numeric_limits<float>::quiet_NaN();
+    x[at] = 50;
+    EXPECT_EQ(sample(x, {}, rng), static_cast<int32_t>(at)) << "max at " << at;
   }
 }
 

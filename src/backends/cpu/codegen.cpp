@@ -11,6 +11,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <string_view>
 
 #include "luminal/error.hpp"
 
@@ -552,8 +553,20 @@ GeneratedSource generate_source(const Graph& g, const compiler::KernelPlan& plan
   out.dims.assign(vars.begin(), vars.end());
   std::ostringstream os;
   os << kernel_prelude() << expr_c_prelude() << "\n";
+  // A transformer's layers make the same kernels over and over, on other buffers: each
+  // body is compiled once and its repeats are aliases of it. Less code to compile, and a
+  // decode step runs a few dozen kernels' code, which the caches keep, instead of hundreds
+  // that the weights streaming through them evict.
+  std::map<std::string_view, size_t> first_with_body;
   for (size_t k = 0; k < bodies.size(); ++k) {
     if (bodies[k].empty()) continue;
+    const auto [first, fresh] = first_with_body.emplace(bodies[k], k);
+    if (!fresh) {
+      os << "extern \"C\" void lum_kernel_" << k
+         << "(void**, const int64_t*, int64_t*) __attribute__((alias(\"lum_kernel_"
+         << first->second << "\")));\n\n";
+      continue;
+    }
     os << "extern \"C\" void lum_kernel_" << k
        << "(void** bufs, const int64_t* dims, int64_t* err) {\n"
        << "  (void)dims; (void)err;\n";
