@@ -25,6 +25,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #if defined(__x86_64__)
@@ -735,6 +736,62 @@ InterleavedWeights interleave(uint32_t format, const uint8_t* w, int64_t n, int6
   return out;
 }
 
+namespace {
+
+// How a product's groups of eight rows are split between threads: in passes of one group
+// (two with AVX-512), each thread one contiguous run of passes.
+struct Split {
+  int64_t groups = 0, per_pass = 1, passes = 0, group_bytes = 0;
+
+  explicit Split(const InterleavedWeights& w) {
+    const Layout l = layout_of(w.format);
+    groups = w.n / kRows;
+    per_pass = use_avx512() ? 2 : 1;
+    passes = (groups + per_pass - 1) / per_pass;
+    group_bytes = w.k / l.block_elems * l.tile_bytes;
+  }
+  // Below 64 KiB of weights a second thread costs more than it saves.
+  int threads() const { return passes * group_bytes < (64 << 10) ? 1 : omp_get_max_threads(); }
+  int64_t begin(int64_t id, int64_t count) const { return passes * id / count; }
+  int64_t end(int64_t id, int64_t count) const { return passes * (id + 1) / count; }
+  int64_t offset(int64_t pass) const { return std::min(pass * per_pass, groups) * group_bytes; }
+};
+
+// One thread's share of a product's passes, [front, back). Its owner takes runs from the
+// front, in order, so its reads stay one stream; a thread done with its own share takes
+// runs from the back. Runs are a quarter of what is left (at least `min`), so a share is
+// taken in a few dozen steps and the threads still end within a small run of each other:
+// static halves left one waiting up to a tenth of a product (cores do not stream at the
+// same rate on a shared machine).
+class Share {
+ public:
+  void set(int64_t front, int64_t back) {
+    v_.store(pack(front, back), std::memory_order_relaxed);
+  }
+  bool take_front(int64_t min, int64_t& from, int64_t& to) { return take(min, true, from, to); }
+  bool take_back(int64_t min, int64_t& from, int64_t& to) { return take(min, false, from, to); }
+
+ private:
+  static uint64_t pack(int64_t front, int64_t back) {
+    return static_cast<uint64_t>(front) << 32 | static_cast<uint32_t>(back);
+  }
+  bool take(int64_t min, bool front_end, int64_t& from, int64_t& to) {
+    uint64_t v = v_.load(std::memory_order_relaxed);
+    for (;;) {
+      const auto front = static_cast<int64_t>(v >> 32), back = static_cast<int64_t>(v & 0xFFFFFFFF);
+      if (front >= back) return false;
+      const int64_t run = std::min(back - front, std::max(min, (back - front) / 4));
+      from = front_end ? front : back - run;
+      to = front_end ? front + run : back;
+      const uint64_t left = front_end ? pack(to, back) : pack(front, from);
+      if (v_.compare_exchange_weak(v, left, std::memory_order_relaxed)) return true;
+    }
+  }
+  alignas(64) std::atomic<uint64_t> v_{0};  // front << 32 | back; a line of its own
+};
+
+}  // namespace
+
 void qmatmul_interleaved(const std::vector<const float*>& rows, const InterleavedWeights& w,
                          float* out) {
 #if defined(__x86_64__)
@@ -752,21 +809,19 @@ void qmatmul_interleaved(const std::vector<const float*>& rows, const Interleave
   for (size_t i = 0; i < sum32.size(); ++i) sum32[i] = x.sum16[2 * i] + x.sum16[2 * i + 1];
   const uint8_t* data = w.data.data();
   constexpr int64_t kTileRows = 4;  // activation rows per pass over a group's weights
-  // With AVX-512 a pass covers two groups of eight rows (an odd last group runs alone).
-  const int64_t groups = w.n / kRows, per_pass = use_avx512() ? 2 : 1;
-  const int64_t passes = (groups + per_pass - 1) / per_pass, group_bytes = blocks * l.tile_bytes;
-  const int threads = passes * group_bytes < (64 << 10) ? 1 : omp_get_max_threads();
-#pragma omp parallel num_threads(threads)
-  {
-    // Each thread reads one contiguous run of groups.
-    const int64_t count = omp_get_num_threads(), id = omp_get_thread_num();
-    const int64_t begin = passes * id / count, end = passes * (id + 1) / count;
-    if (begin < end)
-      prefetch_start(data + begin * per_pass * group_bytes, (end - begin) * per_pass * group_bytes);
+  const Split split(w);
+  const int product_threads = split.threads();
+  // Passes per run taken at least: 8 KiB of weights.
+  const int64_t min_run = std::max<int64_t>(1, (8 << 10) / (split.per_pass * split.group_bytes));
+  constexpr int kMaxShares = 64;
+  const int shares = std::min(product_threads, kMaxShares);
+  Share share[kMaxShares];
+  for (int i = 0; i < shares; ++i) share[i].set(split.begin(i, shares), split.end(i, shares));
+  auto run_passes = [&](int64_t begin, int64_t end) {
     for (int64_t pass = begin; pass < end; ++pass) {
-      const int64_t g = pass * per_pass;
-      const bool pair = per_pass == 2 && g + 1 < groups;
-      const uint8_t* t = data + g * group_bytes;
+      const int64_t g = pass * split.per_pass;
+      const bool pair = split.per_pass == 2 && g + 1 < split.groups;
+      const uint8_t* t = data + g * split.group_bytes;
       for (int64_t first = 0; first < m; first += kTileRows) {
         Row r[kTileRows];
         float* o[kTileRows];
@@ -777,10 +832,29 @@ void qmatmul_interleaved(const std::vector<const float*>& rows, const Interleave
           o[i] = out + (first + i) * w.n + kRows * g;
         }
         if (pair) {
-          tiles_x16_for(n_rows, w.format, t, group_bytes, blocks, r, o);
+          tiles_x16_for(n_rows, w.format, t, split.group_bytes, blocks, r, o);
         } else {
           tiles_for(n_rows, w.format, t, blocks, r, o);
         }
+      }
+    }
+  };
+#pragma omp parallel num_threads(product_threads)
+  {
+    const int id = omp_get_thread_num();
+    int64_t from = 0, to = 0;
+    if (id < shares) {
+      // The whole share is asked for up front: its first run alone is a quarter of it.
+      prefetch_start(data + split.offset(split.begin(id, shares)),
+                     split.offset(split.end(id, shares)) - split.offset(split.begin(id, shares)));
+      while (share[id].take_front(min_run, from, to)) run_passes(from, to);
+    }
+    // Then help with the others' shares, from their ends.
+    for (int other = 1; other < shares; ++other) {
+      Share& s = share[(id + other) % shares];
+      while (s.take_back(min_run, from, to)) {
+        prefetch_start(data + split.offset(from), split.offset(to) - split.offset(from));
+        run_passes(from, to);
       }
     }
   }
