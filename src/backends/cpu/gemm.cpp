@@ -158,13 +158,18 @@ LUM_AVX2 void row_panels(const float* rows, int64_t k, const BT* b, int64_t sbk,
                          int64_t p1, int64_t n, float* c, int64_t ldc) {
   constexpr int64_t kChunk = 32;
   const int64_t row_bytes = n * static_cast<int64_t>(sizeof(BT));
+  // The next chunk is asked for while this one is summed, a few rows with each 16
+  // columns: asked for all at once, most of the requests found the core's miss queue
+  // full and were dropped, and the loads then waited on memory half the time.
+  const int64_t blocks = std::max<int64_t>(1, n / 16),
+                rows_per_block = (kChunk + blocks - 1) / blocks;
   for (int64_t pc = p0; pc < p1; pc += kChunk) {
-    const int64_t pe = std::min(p1, pc + kChunk);
-    // The next chunk, while this one is summed.
-    for (int64_t p = pe; p < std::min(p1, pe + kChunk); ++p)
-      for (int64_t at = 0; at < row_bytes; at += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(b + p * sbk) + at, _MM_HINT_T0);
+    const int64_t pe = std::min(p1, pc + kChunk), next_end = std::min(p1, pe + kChunk);
     for (int64_t j = 0; j < n; j += 16) {
+      const int64_t ask = pe + j / 16 * rows_per_block;
+      for (int64_t p = ask; p < std::min(next_end, ask + rows_per_block); ++p)
+        for (int64_t at = 0; at < row_bytes; at += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(b + p * sbk) + at, _MM_HINT_T0);
       // Separate arrays, every loop over them unrolled: GCC then keeps the sums in
       // registers (as a two-dimensional array they went through the stack).
       __m256 lo[R], hi[R];
