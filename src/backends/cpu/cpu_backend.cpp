@@ -16,6 +16,7 @@
 #include "backends/cpu/gemm.hpp"
 #include "backends/cpu/jit.hpp"
 #include "backends/cpu/qgemm.hpp"
+#include "backends/cpu/simd.hpp"
 #include "luminal/append_rows_op.hpp"
 #include "luminal/compiler/matmul_op.hpp"
 #include "luminal/compiler/optimize.hpp"
@@ -560,6 +561,7 @@ class CpuExecutable final : public Executable {
 }  // namespace
 
 std::unique_ptr<Executable> CpuBackend::compile(const Graph& graph) const {
+  cpugen::reread_simd_env();
   const auto start = std::chrono::steady_clock::now();
   // Kernels run on OpenMP's thread pool. Asking for its size here also makes this
   // library depend on the OpenMP runtime, so it is never unloaded together with a kernel

@@ -1,5 +1,6 @@
 #include "backends/cpu/simd.hpp"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -7,12 +8,33 @@
 
 namespace luminal::cpugen {
 
+namespace {
+
+enum class SimdEnv { Default, Off, Avx2 };  // LUMINAL_CPU_SIMD unset or other, "off", "avx2"
+
+SimdEnv read_simd_env() {
+  const char* env = std::getenv("LUMINAL_CPU_SIMD");
+  if (env && std::strcmp(env, "off") == 0) return SimdEnv::Off;
+  if (env && std::strcmp(env, "avx2") == 0) return SimdEnv::Avx2;
+  return SimdEnv::Default;
+}
+
+std::atomic<SimdEnv>& simd_env() {
+  static std::atomic<SimdEnv> env{read_simd_env()};
+  return env;
+}
+
+}  // namespace
+
+void reread_simd_env() {
+  simd_env().store(read_simd_env(), std::memory_order_relaxed);
+}
+
 bool use_avx2() {
 #if defined(__x86_64__)
   static const bool cpu = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                           __builtin_cpu_supports("f16c");
-  const char* env = std::getenv("LUMINAL_CPU_SIMD");
-  return cpu && !(env && std::strcmp(env, "off") == 0);
+  return cpu && simd_env().load(std::memory_order_relaxed) != SimdEnv::Off;
 #else
   return false;
 #endif
@@ -23,8 +45,7 @@ bool use_avx512() {
   static const bool cpu = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                           __builtin_cpu_supports("avx512vl") &&
                           __builtin_cpu_supports("avx512vnni");
-  const char* env = std::getenv("LUMINAL_CPU_SIMD");
-  return cpu && use_avx2() && !(env && std::strcmp(env, "avx2") == 0);
+  return cpu && use_avx2() && simd_env().load(std::memory_order_relaxed) != SimdEnv::Avx2;
 #else
   return false;
 #endif

@@ -33,6 +33,11 @@ LUM_AVX2 inline __m256 load8_bf16(const uint16_t* p) {
 }
 #endif
 
+/// Reads LUMINAL_CPU_SIMD again (the CPU backend does at every compile). The kernels ask
+/// use_avx2() a few times per product, and a decode step's weight traffic evicts the
+/// environment strings that getenv would scan each time.
+void reread_simd_env();
+
 /// Whether the AVX2 kernels run: the CPU has AVX2, FMA and F16C, and LUMINAL_CPU_SIMD is
 /// not "off" (which selects the portable kernels, for testing and comparison).
 bool use_avx2();
