@@ -2,6 +2,7 @@
 // primitive ops over random views, errors, the kernel cache and dynamic dims.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -189,10 +190,10 @@ TEST(Cpu, RepeatedKernelsAreCompiledOnce) {
   // repeats one of layer 1 and is an alias of its code, and the results still match.
   Graph cx;
   std::mt19937 rng(5);
-  std::uniform_real_distribution<double> value(-1, 1);
   auto random = [&](size_t n) {
     std::vector<double> v(n);
-    for (double& x : v) x = value(rng);
+    std::generate(v.begin(), v.end(),
+                  [&] { return std::uniform_real_distribution(-1.0, 1.0)(rng); });
     return v;
   };
   Tensor h = cx.named_tensor("x", {4, 16});

@@ -563,8 +563,8 @@ GeneratedSource generate_source(const Graph& g, const compiler::KernelPlan& plan
     const auto [first, fresh] = first_with_body.emplace(bodies[k], k);
     if (!fresh) {
       os << "extern \"C\" void lum_kernel_" << k
-         << "(void**, const int64_t*, int64_t*) __attribute__((alias(\"lum_kernel_"
-         << first->second << "\")));\n\n";
+         << "(void**, const int64_t*, int64_t*) __attribute__((alias(\"lum_kernel_" << first->second
+         << "\")));\n\n";
       continue;
     }
     os << "extern \"C\" void lum_kernel_" << k

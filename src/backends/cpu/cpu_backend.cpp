@@ -80,8 +80,8 @@ class CpuExecutable final : public Executable {
       const Step& step = steps_[k];
       const auto numel =
           static_cast<size_t>(step.numel >= 0 ? step.numel : step.numel_expr.eval(user.dims()));
-      const auto kernel_start = profiling_ ? std::chrono::steady_clock::now()
-                                           : std::chrono::steady_clock::time_point{};
+      const auto kernel_start =
+          profiling_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
       Buffer out;
       if (auto appended = append_in_place(user, k, numel)) {
         out = std::move(*appended);
@@ -371,8 +371,7 @@ class CpuExecutable final : public Executable {
     // New rows that are a whole value in order (a decode step's keys or values) are
     // copied straight from it.
     std::optional<Buffer> gathered;
-    if (!appended_rows_whole_[k])
-      gathered = read_view(rows_data, views_[k].get(n, user.dims())[1]);
+    if (!appended_rows_whole_[k]) gathered = read_view(rows_data, views_[k].get(n, user.dims())[1]);
     const Buffer& rows = gathered ? *gathered : rows_data;
     Buffer out = *user.take_data(source);
     const size_t old_bytes = out.bytes();

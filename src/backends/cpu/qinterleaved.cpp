@@ -474,8 +474,9 @@ LUM_AVX512 inline __m512i scale_pairs2(const uint8_t* p, int64_t stride) {
 // Sixteen rows' eight bytes each (8 from p, 8 from p + stride) as floats.
 template <bool kSigned>
 LUM_AVX512 inline __m512 bytes_to_ps2(const uint8_t* p, int64_t stride) {
-  const __m128i b = _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)),
-                                       _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + stride)));
+  const __m128i b =
+      _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)),
+                         _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + stride)));
   return _mm512_cvtepi32_ps(kSigned ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b));
 }
 
@@ -686,8 +687,8 @@ void tiles_for(int64_t count, uint32_t format, const uint8_t* t, int64_t blocks,
   }
 }
 
-void tiles_x16_for(int64_t count, uint32_t format, const uint8_t* t, int64_t stride,
-                   int64_t blocks, const Row* r, float* const* o) {
+void tiles_x16_for(int64_t count, uint32_t format, const uint8_t* t, int64_t stride, int64_t blocks,
+                   const Row* r, float* const* o) {
   switch (count) {
     case 1:
       return tiles_x16<1>(format, t, stride, blocks, r, o);
@@ -765,9 +766,7 @@ struct Split {
 // same rate on a shared machine).
 class Share {
  public:
-  void set(int64_t front, int64_t back) {
-    v_.store(pack(front, back), std::memory_order_relaxed);
-  }
+  void set(int64_t front, int64_t back) { v_.store(pack(front, back), std::memory_order_relaxed); }
   bool take_front(int64_t min, int64_t& from, int64_t& to) { return take(min, true, from, to); }
   bool take_back(int64_t min, int64_t& from, int64_t& to) { return take(min, false, from, to); }
 
