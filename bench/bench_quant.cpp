@@ -8,9 +8,11 @@
 //   BM_DecodeLayers:   one activation row through 18 layers of Gemma 3 270M's shapes and
 //                      formats (about 64 MiB): many small products one after another,
 //                      where each kernel's start-up and the threads' hand-offs count
-//   BM_DecodeAttention/<past>: one query row's attention products against 18 layers' f16
-//                      key and value caches of `past` positions, laid out as nn::Attention
-//                      keeps them; bytes_per_second counts the cache bytes read
+//   BM_DecodeAttention/past:<past>/cold:<0|1>: one query row's attention products against
+//                      18 layers' f16 key and value caches of `past` positions, laid out as
+//                      nn::Attention keeps them, with the caches warm or (cold) evicted before
+//                      each run as a decode step's weight traffic does; bytes_per_second
+//                      counts the cache bytes read
 // bytes_per_second counts the weight bytes read, so QMatVec / ReadBandwidth is the
 // kernel's fraction of the bandwidth floor.
 #include <benchmark/benchmark.h>
@@ -196,11 +198,25 @@ void BM_DecodeAttention(benchmark::State& state) {
   }
   cx.compile(cpu());
   cx.execute();
-  for (auto _ : state) cx.execute();
+  // cold: as in a decode step, where the weights streamed since the last step have
+  // evicted the caches from every cache level, 64 MiB are read before each run (untimed).
+  std::vector<float> evict(state.range(1) ? (64u << 20) / sizeof(float) : 0, 1.0f);
+  for (auto _ : state) {
+    if (!evict.empty()) {
+      state.PauseTiming();
+      benchmark::DoNotOptimize(sum_avx2(evict.data(), evict.size()));
+      state.ResumeTiming();
+    }
+    cx.execute();
+  }
   state.SetBytesProcessed(
       static_cast<int64_t>(state.iterations() * kLayers * 2 * cache * sizeof(uint16_t)));
 }
-BENCHMARK(BM_DecodeAttention)->Arg(256)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_DecodeAttention)
+    ->ArgsProduct({{256, 2048}, {0, 1}})
+    ->ArgNames({"past", "cold"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 // ggml types: Q8_0 8, Q5_0 6, Q4_0 2, Q4_K 12, Q5_K 13, Q6_K 14, F16 1.
 BENCHMARK(BM_QMatVec)
