@@ -23,12 +23,19 @@ double uniform(uint64_t& s) {  // splitmix64 -> [0, 1)
 // worth of such tokens moves no probability that a double can hold next to 1.
 constexpr double kNegligible = 46.0;
 
+// x86-64 builds carry an AVX2 copy of argmax, picked at load time where the CPU has it.
+#if defined(__x86_64__)
+#define ARGMAX_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define ARGMAX_CLONES
+#endif
+
 // The largest logit's index, the lowest on ties (NaN never wins). A scan keeping one
 // running maximum is a chain of dependent compares, about half a millisecond over a 262k
 // vocabulary. Here four independent eight-lane maxima of each 256-value block (AVX2 where
 // the CPU has it) take a twentieth of that, and only a block that beats the best so far is
 // searched for its index.
-__attribute__((target_clones("avx2", "default"))) size_t argmax(std::span<const float> x) {
+ARGMAX_CLONES size_t argmax(std::span<const float> x) {
   using Lanes = float __attribute__((vector_size(32)));
   constexpr size_t kLanes = 8, kBlock = 256;
   size_t best = 0;
