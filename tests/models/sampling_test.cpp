@@ -106,6 +106,25 @@ TEST(Sampling, GreedySkipsNaNs) {
   }
 }
 
+TEST(Sampling, GreedyOverALargeVocabularySplitAcrossThreads) {
+  // A vocabulary large enough that each thread scans a part: the maximum in either part,
+  // tied across the split, NaNs in both, against a scan that skips NaNs.
+  const size_t n = 300001;
+  uint64_t rng = 0;
+  std::vector<float> x = random_logits(n, 7, 3);
+  for (size_t i = 3; i < n; i += 9973) x[i] = std::numeric_limits<float>::quiet_NaN();
+  auto first_max = [&] {
+    size_t best = 0;
+    for (size_t i = 0; i < n; ++i)
+      if (!std::isnan(x[i]) && (std::isnan(x[best]) || x[i] > x[best])) best = i;
+    return static_cast<int32_t>(best);
+  };
+  for (size_t at : {size_t{250000}, size_t{150001}, size_t{20}}) {
+    x[at] = 60;  // each a tie with the ones placed before, further on
+    EXPECT_EQ(sample(x, {}, rng), first_max()) << "max at " << at;
+  }
+}
+
 TEST(Sampling, DrawsFollowTheTruncatedSoftmax) {
   const std::vector<float> logits = random_logits(60, 2, 1.5f);
   check_distribution(logits, {.temperature = 1.0});
