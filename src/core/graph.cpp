@@ -204,9 +204,7 @@ void Graph::set_quantized_data(NodeId id, uint32_t ggml_type, Buffer raw) {
       << "set_quantized_data: '" << node(id).name << "' needs raw u8 block data, got "
       << dtype_name(raw.dtype());
   set_storage(id, ggml_type);
-  grow_state(id);
-  data_[id.value] = std::move(raw);
-  data_versions_[id.value] = next_data_version();
+  set_data(id, std::move(raw));
 }
 
 Buffer dequantized(const Node& n, const Buffer& raw) {

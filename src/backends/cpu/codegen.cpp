@@ -195,14 +195,16 @@ class KernelWriter {
   }
 
   // The pragma that splits the next loop over the threads when the kernel touches more
-  // than 16384 elements. A parallel region costs about 0.7 us even when its `if` keeps
-  // it to one thread, so a kernel whose size is a small constant (most of a decode
-  // step's hundreds of kernels) gets no pragma at all.
+  // than kParallelElements (the bound lum_for in the prelude uses too). A parallel region
+  // costs about 0.7 us even when its `if` keeps it to one thread, so a kernel whose size
+  // is a small constant (most of a decode step's hundreds of kernels) gets no pragma.
   static std::string parallel_for(const Expr& elements, const std::string& c_elements,
                                   const std::string& indent) {
+    constexpr int64_t kParallelElements = 16384;
     const auto c = elements.as_const();
-    if (c && *c <= 16384) return "";
-    return indent + "#pragma omp parallel for schedule(static) if(" + c_elements + " > 16384)\n";
+    if (c && *c <= kParallelElements) return "";
+    return indent + "#pragma omp parallel for schedule(static) if(" + c_elements + " > " +
+           std::to_string(kParallelElements) + ")\n";
   }
 
   // A loop counter named `name` over [0, size), with its range recorded.

@@ -93,10 +93,7 @@ class CpuExecutable final : public Executable {
           args_.assign(1, out.data());
           for (uint32_t i = step.reads; i < step.reads_end; ++i) {
             const Operand& o = operands_[i];
-            const Buffer& b = o.slot >= 0 && values_[static_cast<size_t>(o.slot)]
-                                  ? *values_[static_cast<size_t>(o.slot)]
-                                  : input(user, o.node);
-            args_.push_back(const_cast<void*>(b.data()));
+            args_.push_back(const_cast<void*>(input(user, o.node, o.slot).data()));
           }
           int64_t err[3] = {0, 0, 0};
           variant.fns[k](args_.data(), dims.data(), err);
@@ -467,9 +464,11 @@ class CpuExecutable final : public Executable {
   std::vector<bool> appended_rows_whole_;  // per kernel: its new rows are a whole value
   // By weight input: the data version it was made from, and the interleaved weights.
   std::unordered_map<uint32_t, std::pair<uint64_t, cpugen::InterleavedWeights>> interleaved_;
-  // A kernel operand: a computed value, or the user's data for an input.
-  const Buffer& input(const Graph& user, NodeId r) {
-    if (value(r)) return *value(r);
+  // A kernel operand: a computed value, or the user's data for an input. `slot` is
+  // slot_of_[r], passed where the caller has it at hand (the flat operand records).
+  const Buffer& input(const Graph& user, NodeId r) { return input(user, r, slot_of_[r.value]); }
+  const Buffer& input(const Graph& user, NodeId r, int32_t slot) {
+    if (slot >= 0 && values_[static_cast<size_t>(slot)]) return *values_[static_cast<size_t>(slot)];
     const NodeId source = program_.source_of[r.value];
     const Buffer* b = user.data(source);
     const uint64_t version = user.data_version(source);

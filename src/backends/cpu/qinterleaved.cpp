@@ -740,7 +740,7 @@ InterleavedWeights interleave(uint32_t format, const uint8_t* w, int64_t n, int6
 namespace {
 
 // How a product's groups of eight rows are split between threads: in passes of one group
-// (two with AVX-512), each thread one contiguous run of passes.
+// (two with AVX-512, an odd last group alone), each thread one contiguous run of passes.
 struct Split {
   int64_t groups = 0, per_pass = 1, passes = 0, group_bytes = 0;
 
