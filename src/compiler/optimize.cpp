@@ -1,10 +1,14 @@
 // HLIR -> e-graph -> saturate -> extract -> HLIR.
 #include "luminal/compiler/optimize.hpp"
 
+#include <cmath>
+#include <limits>
 #include <map>
+#include <numbers>
 #include <sstream>
 #include <unordered_map>
 
+#include "luminal/compiler/attention_op.hpp"
 #include "luminal/compiler/matmul_op.hpp"
 #include "luminal/egraph/extract.hpp"
 #include "luminal/egraph/rules.hpp"
@@ -103,7 +107,8 @@ double kernel_cost(const eg::EGraph& g, uint32_t node) {
   const std::string_view op = g.node_op(node).name();
   if (op == "View") return 0.001;
   if (op == "Input" || op == "Constant" || op == "Iota") return 0.01;
-  if (op == "MatMul" || op == "QMatMul") return 1;
+  if (op == "MatMul" || op == "QMatMul" || op == "Attention") return 1;
+  if (op == "Softmax") return 1e9;  // only a step towards Attention, never a kernel
   if (op == "SumReduce" || op == "MaxReduce") return 20;
   return 1;
 }
@@ -157,6 +162,16 @@ class Rebuild {
       n.custom = std::make_shared<QMatMulOp>(g.node(n.inputs[1].source).quant);
       n.dtype = DType::F32;
       n.shape = n.inputs[0].view.shape();
+      n.shape.erase(n.shape.end() - 2);
+      id = g.add_node(std::move(n));
+    } else if (op == "Attention") {
+      Node n;
+      n.op = Op::Custom;
+      n.custom = std::make_shared<AttentionOp>(attrs[0].as_float());
+      for (ClassId ch : children) n.inputs.push_back(edge(ch));
+      n.dtype = DType::F32;
+      // [batch..., M, Dv]: the value operand's shape without its T.
+      n.shape = n.inputs[2].view.shape();
       n.shape.erase(n.shape.end() - 2);
       id = g.add_node(std::move(n));
     } else if (op == "Custom") {
@@ -273,6 +288,38 @@ Optimized optimize(const Graph& g) {
     if (w == low.quantized.end()) return false;
     return is_qgemm(static_cast<int>(a[0].a.bits), low.views[static_cast<size_t>(a[1].a.bits)],
                     low.views[static_cast<size_t>(a[2].a.bits)], w->second->shape);
+  };
+  // (softmax $axis $vn $vm $vc $vl $log2e $vr $vs): the matched exp / sum is a softmax
+  // along the last axis: the max and the sum are broadcast back along it, the constants
+  // read unmasked, and the exp's factor is log2(e).
+  fns.predicates["softmax"] = [&low](const eg::EGraph&, std::span<const eg::Value> a) {
+    auto view = [&](size_t i) -> const View& {
+      return low.views[static_cast<size_t>(a[i].a.bits)];
+    };
+    const View& full = view(1);
+    if (a[0].a.bits != static_cast<int64_t>(full.rank()) - 1) return false;
+    if (std::abs(a[5].a.as_float() - std::numbers::log2e) > 1e-12) return false;
+    return is_broadcast_along_last(full) && is_broadcast_along_last(view(6)) &&
+           is_broadcast_along_last(view(2)) && is_broadcast_along_last(view(7)) &&
+           !view(3).has_mask() && !view(4).has_mask();
+  };
+  // (attention $vp $vmask $vscale $vinf ?q ?k ?v ?mask): the probabilities are the
+  // value product's left operand as they are, the mask is bool and the constants unmasked.
+  fns.predicates["attention"] = [&low](const eg::EGraph& e, std::span<const eg::Value> a) {
+    auto view = [&](size_t i) -> const View& {
+      return low.views[static_cast<size_t>(a[i].a.bits)];
+    };
+    auto dtype = [&](size_t i) {
+      auto it = low.dtype_of.find(e.find(a[i].c).v);
+      return it == low.dtype_of.end() ? std::optional<DType>{} : std::optional{it->second};
+    };
+    auto stored = [&](size_t i) {
+      const auto t = dtype(i);
+      return (t == DType::F32 || t == DType::F16) && !low.quantized.count(e.find(a[i].c).v);
+    };
+    return dtype(4) == DType::F32 && stored(5) && stored(6) && dtype(7) == DType::Bool &&
+           is_broadcast_along_last(view(0)) && !view(1).has_mask() && !view(2).has_mask() &&
+           !view(3).has_mask() && view(1).rank() + 1 == view(0).rank();
   };
   const auto& sets = rule_sets(fns);
   std::vector<const eg::RuleSet*> active;

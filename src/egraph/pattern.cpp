@@ -19,11 +19,15 @@ int var_index(std::vector<std::string>& names, const std::string& name, bool cre
 }
 
 bool parse_number(const std::string& t, Attr& out) {
+  if (t == "inf" || t == "+inf" || t == "-inf") {
+    out = Attr::of_float(t[0] == '-' ? -HUGE_VAL : HUGE_VAL);
+    return true;
+  }
   if (t.empty()) return false;
   const size_t start = (t[0] == '-' || t[0] == '+') ? 1 : 0;
   if (start >= t.size() || !(std::isdigit(static_cast<unsigned char>(t[start])) || t[start] == '.'))
     return false;
-  const bool is_float = t.find_first_of(".eE") != std::string::npos || t == "inf" || t == "-inf";
+  const bool is_float = t.find_first_of(".eE") != std::string::npos;
   try {
     size_t used = 0;
     if (is_float) {

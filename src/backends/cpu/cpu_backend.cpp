@@ -12,12 +12,14 @@
 
 #include <omp.h>
 
+#include "backends/cpu/attention.hpp"
 #include "backends/cpu/codegen.hpp"
 #include "backends/cpu/gemm.hpp"
 #include "backends/cpu/jit.hpp"
 #include "backends/cpu/qgemm.hpp"
 #include "backends/cpu/simd.hpp"
 #include "luminal/append_rows_op.hpp"
+#include "luminal/compiler/attention_op.hpp"
 #include "luminal/compiler/matmul_op.hpp"
 #include "luminal/compiler/optimize.hpp"
 #include "luminal/cpu.hpp"
@@ -271,6 +273,7 @@ class CpuExecutable final : public Executable {
     uint32_t frees = 0, frees_end = 0;  // slots in frees_ that no later kernel reads
     bool matmul = false;
     const compiler::QMatMulOp* qmatmul = nullptr;
+    const compiler::AttentionOp* attention = nullptr;
   };
   std::vector<Step> steps_;
   std::vector<Operand> operands_;
@@ -321,6 +324,7 @@ class CpuExecutable final : public Executable {
       if (root.op == Op::Custom) {
         step.matmul = dynamic_cast<const compiler::MatMulOp*>(root.custom.get()) != nullptr;
         step.qmatmul = dynamic_cast<const compiler::QMatMulOp*>(root.custom.get());
+        step.attention = dynamic_cast<const compiler::AttentionOp*>(root.custom.get());
       }
     }
     views_.resize(plan_.kernels.size());
@@ -510,6 +514,12 @@ class CpuExecutable final : public Executable {
                                           step.qmatmul->format, w[0], w[1]));
       return;
     }
+    if (step.attention && bufs[0]->dtype() == DType::F32 && bufs[3]->dtype() == DType::Bool &&
+        cpugen::attention(views[0], bufs[0]->span<float>().data(), views[1], bufs[1]->data(),
+                          bufs[1]->dtype(), views[2], bufs[2]->data(), bufs[2]->dtype(), views[3],
+                          static_cast<const uint8_t*>(bufs[3]->data()), step.attention->scale,
+                          out.span<float>().data()))
+      return;
     std::vector<Buffer> in;
     std::vector<std::vector<int64_t>> shapes;
     for (size_t i = 0; i < bufs.size(); ++i) {

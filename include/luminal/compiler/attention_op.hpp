@@ -1,0 +1,30 @@
+// Attention: the kernel the compiler selects for softmax(where(mask, (q k^T) * scale, -inf))
+// v, the decomposition nn::Attention writes (rules `softmax` and `attention` in
+// hlir.rules). One kernel instead of eight: the scores, the masked softmax and the value
+// product run in one pass over the keys and values, which decoding reads straight after
+// the weights have evicted them from every cache.
+#pragma once
+
+#include "luminal/custom_op.hpp"
+#include "luminal/graph.hpp"
+
+namespace luminal::compiler {
+
+/// Inputs, read through the two products' views: q and k as the score product's operands,
+/// both [batch..., M, D, T]; v as the value product's, [batch..., M, T, Dv]; the mask,
+/// [batch..., M, T] (bool; false drops the key). Output [batch..., M, Dv] (f32).
+class AttentionOp final : public CustomOp {
+ public:
+  explicit AttentionOp(double scale) : scale(scale) {}
+  std::string name() const override { return "Attention"; }
+  Buffer run(const std::vector<Buffer>& inputs, const std::vector<std::vector<int64_t>>& shapes,
+             const std::vector<int64_t>& out_shape, DType out_dtype) const override;
+  double scale;
+};
+
+/// True if `v` reads a contiguous tensor of v's shape without its last dim, repeated along
+/// that last dim (stride 0 or size 1): how a keepdim reduction's result, or softmax's
+/// probabilities as a product's left operand, are broadcast back.
+bool is_broadcast_along_last(const View& v);
+
+}  // namespace luminal::compiler

@@ -1,0 +1,382 @@
+// The Attention kernel (see attention.hpp).
+//
+// Query rows that share their keys, values and mask row (the query heads of one key
+// head, at one position) form a group of up to four, so each key and value is read once
+// for all of them. A group's keys are split into one range per thread when there are
+// fewer groups than threads (decoding: one group per key head); each range yields its
+// rows' running max, sum of exponentials and unnormalised output, which are combined at
+// the end as in flash-decoding. Masked keys are skipped, so a causal prompt does half
+// the work. Decoding reads the key and value caches right after the weights evicted them:
+// one pass and one thread team per layer replace two products, five small kernels and
+// two thread teams, each of which stalled on memory anew.
+#include "backends/cpu/attention.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <numbers>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+#include "backends/cpu/simd.hpp"
+
+namespace luminal::cpugen {
+namespace {
+
+constexpr int kGroup = 4;            // query rows per group at most
+constexpr int64_t kMinKeys = 64;     // keys per thread at least when a group's keys are split
+constexpr int64_t kValueChunk = 32;  // value rows summed per pass over the columns (L1)
+
+// Where a group's data lies: its rows (of the output), and offsets into k, v and mask.
+// Its rows' scaled queries are rows kGroup * index.. of the scaled copy.
+struct Group {
+  int64_t row[kGroup] = {};
+  int rows = 0;
+  int64_t k = 0, v = 0, mask = 0;
+};
+
+struct Shape {
+  int64_t d = 0, dv = 0, keys = 0;
+  int64_t k_stride = 0, v_stride = 0, mask_stride = 0;  // per key
+};
+
+inline float load1(const float* p) {
+  return *p;
+}
+inline float load1(const uint16_t* p) {
+  return f16_bits_to_float(*p);
+}
+
+#if defined(__x86_64__)
+LUM_AVX2 inline __m256 load8(const float* p) {
+  return _mm256_loadu_ps(p);
+}
+LUM_AVX2 inline __m256 load8(const uint16_t* p) {
+  return load8_f16(p);
+}
+
+// 2^x for x <= 0 (a score less the row's max): Cephes' exp2f polynomial on the fraction,
+// relative error about 2e-7; below -126 the result is 2^-126 rather than smaller, which
+// next to the max's own term of 1 is nothing.
+LUM_AVX2 inline __m256 exp2_nonpositive(__m256 x) {
+  x = _mm256_max_ps(x, _mm256_set1_ps(-126.0f));
+  const __m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m256 f = _mm256_sub_ps(x, n);
+  __m256 p = _mm256_set1_ps(1.535336188319500e-4f);
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.339887440266574e-3f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.618437357674640e-3f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.550332471162809e-2f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.402264791363012e-1f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.931472028550421e-1f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+  const __m256i e = _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23);
+  return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), e));
+}
+
+// score[r * count + i] = q_r . key(kept[i]) for R rows: each key read once for all rows,
+// two sums per row keeping enough FMAs in flight.
+template <int R, class KT>
+LUM_AVX2 void scores_avx2(const float* q, int64_t d, const KT* k, int64_t stride,
+                          const int32_t* kept, int64_t count, float* score) {
+  for (int64_t i = 0; i < count; ++i) {
+    const KT* key = k + kept[i] * stride;
+    __m256 lo[R], hi[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) lo[r] = hi[r] = _mm256_setzero_ps();
+    int64_t p = 0;
+    for (; p + 16 <= d; p += 16) {
+      const __m256 k0 = load8(key + p), k1 = load8(key + p + 8);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        lo[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q + r * d + p), k0, lo[r]);
+        hi[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q + r * d + p + 8), k1, hi[r]);
+      }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      float sum = hsum(_mm256_add_ps(lo[r], hi[r]));
+      for (int64_t t = p; t < d; ++t) sum += q[r * d + t] * load1(key + t);
+      score[r * count + i] = sum;
+    }
+  }
+}
+
+// o[r, :] += sum_i weight[r * count + i] * value(kept[i]) for R rows, 16 columns at a
+// time in registers down a chunk of value rows that stays in L1; the next chunk is asked
+// for a few rows with each 16 columns (see row_panels in gemm.cpp).
+template <int R, class VT>
+LUM_AVX2 void values_avx2(const float* weight, const VT* v, int64_t stride, int64_t dv,
+                          const int32_t* kept, int64_t count, float* o) {
+  const int64_t wide = dv / 16 * 16, row_bytes = dv * static_cast<int64_t>(sizeof(VT));
+  const int64_t blocks = std::max<int64_t>(1, dv / 16),
+                per_block = (kValueChunk + blocks - 1) / blocks;
+  for (int64_t c0 = 0; c0 < count; c0 += kValueChunk) {
+    const int64_t c1 = std::min(count, c0 + kValueChunk), next = std::min(count, c1 + kValueChunk);
+    for (int64_t j = 0; j < wide; j += 16) {
+      const int64_t ask = c1 + j / 16 * per_block;
+      for (int64_t i = ask; i < std::min(next, ask + per_block); ++i)
+        for (int64_t at = 0; at < row_bytes; at += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(v + kept[i] * stride) + at, _MM_HINT_T0);
+      __m256 lo[R], hi[R];
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        lo[r] = _mm256_loadu_ps(o + r * dv + j);
+        hi[r] = _mm256_loadu_ps(o + r * dv + j + 8);
+      }
+      for (int64_t i = c0; i < c1; ++i) {
+        const VT* row = v + kept[i] * stride + j;
+        const __m256 v0 = load8(row), v1 = load8(row + 8);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+          const __m256 w = _mm256_broadcast_ss(weight + r * count + i);
+          lo[r] = _mm256_fmadd_ps(w, v0, lo[r]);
+          hi[r] = _mm256_fmadd_ps(w, v1, hi[r]);
+        }
+      }
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        _mm256_storeu_ps(o + r * dv + j, lo[r]);
+        _mm256_storeu_ps(o + r * dv + j + 8, hi[r]);
+      }
+    }
+    for (int64_t j = wide; j < dv; ++j)
+      for (int64_t i = c0; i < c1; ++i) {
+        const float x = load1(v + kept[i] * stride + j);
+        for (int r = 0; r < R; ++r) o[r * dv + j] += weight[r * count + i] * x;
+      }
+  }
+}
+
+// score = 2^(score - max) in place over `count` values; returns their sum.
+LUM_AVX2 float exponentiate_avx2(float* score, int64_t count, float max) {
+  const __m256 m = _mm256_set1_ps(max);
+  __m256 total = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    const __m256 e = exp2_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(score + i), m));
+    _mm256_storeu_ps(score + i, e);
+    total = _mm256_add_ps(total, e);
+  }
+  float sum = hsum(total);
+  for (; i < count; ++i) sum += (score[i] = std::exp2(score[i] - max));
+  return sum;
+}
+#endif
+
+// The portable versions of the three steps above.
+template <class KT>
+void scores_portable(const float* q, int rows, int64_t d, const KT* k, int64_t stride,
+                     const int32_t* kept, int64_t count, float* score) {
+  for (int r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < count; ++i) {
+      const KT* key = k + kept[i] * stride;
+      float sum = 0;
+      for (int64_t p = 0; p < d; ++p) sum += q[r * d + p] * load1(key + p);
+      score[r * count + i] = sum;
+    }
+}
+
+template <class VT>
+void values_portable(const float* weight, int rows, const VT* v, int64_t stride, int64_t dv,
+                     const int32_t* kept, int64_t count, float* o) {
+  for (int64_t i = 0; i < count; ++i) {
+    const VT* row = v + kept[i] * stride;
+    for (int r = 0; r < rows; ++r) {
+      const float w = weight[r * count + i];
+      for (int64_t j = 0; j < dv; ++j) o[r * dv + j] += w * load1(row + j);
+    }
+  }
+}
+
+float exponentiate_portable(float* score, int64_t count, float max) {
+  float sum = 0;
+  for (int64_t i = 0; i < count; ++i) sum += (score[i] = std::exp2(score[i] - max));
+  return sum;
+}
+
+// Calls run(std::integral_constant<int, R>) for R = rows (1 to kGroup).
+template <class Run>
+void with_rows(int rows, Run&& run) {
+  switch (rows) {
+    case 1:
+      return run(std::integral_constant<int, 1>{});
+    case 2:
+      return run(std::integral_constant<int, 2>{});
+    case 3:
+      return run(std::integral_constant<int, 3>{});
+    default:
+      return run(std::integral_constant<int, 4>{});
+  }
+}
+
+// One group's rows against keys [t0, t1): o (rows x dv) gets the unnormalised output,
+// max and sum each row's largest score and sum of 2^(score - max); a row with no kept
+// key gets max -inf, sum 0 and o 0.
+template <class KT, class VT>
+void attend(const Shape& s, const Group& g, const float* qg, const KT* k, const VT* v,
+            const uint8_t* mask, int64_t t0, int64_t t1, bool avx2, float* o, float* max,
+            float* sum) {
+  thread_local std::vector<int32_t> kept;
+  thread_local std::vector<float> score;
+  kept.clear();
+  for (int64_t t = t0; t < t1; ++t)
+    if (mask[g.mask + t * s.mask_stride]) kept.push_back(static_cast<int32_t>(t));
+  const auto count = static_cast<int64_t>(kept.size());
+  score.resize(static_cast<size_t>(g.rows * count));
+  std::fill(o, o + g.rows * s.dv, 0.0f);
+  const KT* kg = k + g.k;
+  const VT* vg = v + g.v;
+#if defined(__x86_64__)
+  if (avx2)
+    with_rows(g.rows, [&](auto r) {
+      scores_avx2<decltype(r)::value>(qg, s.d, kg, s.k_stride, kept.data(), count, score.data());
+    });
+#endif
+  if (!avx2) scores_portable(qg, g.rows, s.d, kg, s.k_stride, kept.data(), count, score.data());
+  for (int r = 0; r < g.rows; ++r) {
+    float* row = score.data() + r * count;
+    max[r] = count ? *std::max_element(row, row + count) : -std::numeric_limits<float>::infinity();
+#if defined(__x86_64__)
+    if (avx2) {
+      sum[r] = count ? exponentiate_avx2(row, count, max[r]) : 0.0f;
+      continue;
+    }
+#endif
+    sum[r] = count ? exponentiate_portable(row, count, max[r]) : 0.0f;
+  }
+#if defined(__x86_64__)
+  if (avx2 && count > 0) {
+    with_rows(g.rows, [&](auto r) {
+      values_avx2<decltype(r)::value>(score.data(), vg, s.v_stride, s.dv, kept.data(), count, o);
+    });
+    return;
+  }
+#endif
+  values_portable(score.data(), g.rows, vg, s.v_stride, s.dv, kept.data(), count, o);
+}
+
+template <class KT, class VT>
+void run(const Shape& s, const std::vector<Group>& groups, const float* q, const KT* k, const VT* v,
+         const uint8_t* mask, float* out) {
+  const bool avx2 = use_avx2();
+  const auto n_groups = static_cast<int64_t>(groups.size());
+  int64_t rows = 0;
+  for (const Group& g : groups) rows += g.rows;
+  const int64_t work = rows * s.keys * (s.d + s.dv);
+  int threads = work < (1 << 16) ? 1 : omp_get_max_threads();
+  // Fewer groups than threads: split each group's keys.
+  const int64_t splits =
+      n_groups >= threads ? 1 : std::clamp<int64_t>(s.keys / kMinKeys, 1, threads);
+  const int64_t items = n_groups * splits;
+  threads = static_cast<int>(std::min<int64_t>(threads, items));
+  const int64_t part = kGroup * (s.dv + 2);  // an item's o, max and sum
+  std::vector<float> partial(static_cast<size_t>((splits > 1 ? items : threads) * part));
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (threads > 1)
+  for (int64_t item = 0; item < items; ++item) {
+    const int64_t gi = item / splits, piece = item % splits;
+    const Group& g = groups[static_cast<size_t>(gi)];
+    const int64_t t0 = s.keys * piece / splits, t1 = s.keys * (piece + 1) / splits;
+    // Pieces of a split group keep their results for the combination below; a whole
+    // group's go straight to its output rows.
+    float* p = partial.data() + (splits > 1 ? item : omp_get_thread_num()) * part;
+    float *o = p, *max = p + kGroup * s.dv, *sum = max + kGroup;
+    attend(s, g, q + gi * kGroup * s.d, k, v, mask, t0, t1, avx2, o, max, sum);
+    if (splits > 1) continue;
+    for (int r = 0; r < g.rows; ++r)
+      for (int64_t j = 0; j < s.dv; ++j) out[g.row[r] * s.dv + j] = o[r * s.dv + j] / sum[r];
+  }
+  if (splits == 1) return;
+  // Each row: the pieces' outputs rescaled to the largest max, over the rescaled sums.
+  for (int64_t gi = 0; gi < n_groups; ++gi) {
+    const Group& g = groups[static_cast<size_t>(gi)];
+    for (int r = 0; r < g.rows; ++r) {
+      const float* first = partial.data() + gi * splits * part;
+      float top = -std::numeric_limits<float>::infinity();
+      for (int64_t p = 0; p < splits; ++p) top = std::max(top, first[p * part + kGroup * s.dv + r]);
+      float total = 0;
+      float* o = out + g.row[r] * s.dv;
+      std::fill(o, o + s.dv, 0.0f);
+      for (int64_t p = 0; p < splits; ++p) {
+        const float* piece = first + p * part;
+        const float piece_max = piece[kGroup * s.dv + r];
+        if (piece_max == -std::numeric_limits<float>::infinity()) continue;
+        const float f = std::exp2(piece_max - top);
+        total += f * piece[kGroup * s.dv + kGroup + r];
+        for (int64_t j = 0; j < s.dv; ++j) o[j] += f * piece[r * s.dv + j];
+      }
+      for (int64_t j = 0; j < s.dv; ++j) o[j] /= total;
+    }
+  }
+}
+
+bool has_mask(const ConcreteView& v) {
+  for (size_t d = 0; d < v.mask_lo.size(); ++d)
+    if (v.mask_lo[d] > 0 || v.mask_hi[d] < v.dims[d]) return true;
+  return false;
+}
+
+}  // namespace
+
+bool attention(const ConcreteView& q, const float* q_data, const ConcreteView& k,
+               const void* k_data, DType k_type, const ConcreteView& v, const void* v_data,
+               DType v_type, const ConcreteView& mask, const uint8_t* mask_data, double scale,
+               float* out) {
+  const size_t r = q.dims.size();
+  if (r < 3 || has_mask(q) || has_mask(k) || has_mask(v) || has_mask(mask)) return false;
+  Shape s{q.dims[r - 2],    v.dims[r - 1],    q.dims[r - 1],
+          k.strides[r - 1], v.strides[r - 2], mask.strides[r - 2]};
+  if ((s.d > 1 && k.strides[r - 2] != 1) || (s.dv > 1 && v.strides[r - 1] != 1)) return false;
+  // Every row ([batch..., M]) with its offsets; rows sharing keys, values and mask row
+  // are grouped, up to kGroup at a time.
+  int64_t rows = 1;
+  for (size_t i = 0; i + 2 < r; ++i) rows *= q.dims[i];
+  std::vector<Group> groups;
+  std::map<std::tuple<int64_t, int64_t, int64_t>, size_t> open;  // offsets -> group
+  std::vector<float> scaled;                                     // kGroup rows of d per group
+  // Scores go through 2^x: scale by log2(e) as well.
+  const auto factor = static_cast<float>(scale * std::numbers::log2e);
+  std::vector<int64_t> idx(r - 2, 0);
+  for (int64_t row = 0; row < rows; ++row) {
+    int64_t qo = q.offset, ko = k.offset, vo = v.offset, mo = mask.offset;
+    for (size_t i = 0; i + 2 < r; ++i) {
+      qo += idx[i] * q.strides[i];
+      ko += idx[i] * k.strides[i];
+      vo += idx[i] * v.strides[i];
+      mo += idx[i] * mask.strides[i];
+    }
+    auto [it, fresh] = open.try_emplace({ko, vo, mo}, groups.size());
+    if (!fresh && groups[it->second].rows == kGroup) {
+      fresh = true;
+      it->second = groups.size();
+    }
+    if (fresh) {
+      groups.push_back({{}, 0, ko, vo, mo});
+      scaled.resize(groups.size() * kGroup * static_cast<size_t>(s.d), 0.0f);
+    }
+    Group& g = groups[it->second];
+    float* dst = scaled.data() + (it->second * kGroup + static_cast<size_t>(g.rows)) * s.d;
+    for (int64_t p = 0; p < s.d; ++p) dst[p] = q_data[qo + p * q.strides[r - 2]] * factor;
+    g.row[g.rows++] = row;
+    for (size_t i = idx.size(); i-- > 0;) {
+      if (++idx[i] < q.dims[i]) break;
+      idx[i] = 0;
+    }
+  }
+  auto dispatch = [&](auto* kd) {
+    if (v_type == DType::F16)
+      run(s, groups, scaled.data(), kd, static_cast<const uint16_t*>(v_data), mask_data, out);
+    else
+      run(s, groups, scaled.data(), kd, static_cast<const float*>(v_data), mask_data, out);
+  };
+  if (k_type == DType::F16)
+    dispatch(static_cast<const uint16_t*>(k_data));
+  else
+    dispatch(static_cast<const float*>(k_data));
+  return true;
+}
+
+}  // namespace luminal::cpugen

@@ -1,0 +1,58 @@
+// The Attention kernel op: reference semantics and its view check.
+#include "luminal/compiler/attention_op.hpp"
+
+#include <cmath>
+#include <limits>
+
+namespace luminal::compiler {
+
+Buffer AttentionOp::run(const std::vector<Buffer>& in, const std::vector<std::vector<int64_t>>& s,
+                        const std::vector<int64_t>& /*out_shape*/, DType out_dtype) const {
+  // q, k: [batch..., M, D, T]; v: [batch..., M, T, Dv]; mask: [batch..., M, T]; all
+  // row-major (already read through their views). In double, as the products and the
+  // softmax they replace would be on the reference interpreter.
+  const size_t r = s[0].size();
+  const int64_t d = s[0][r - 2], t_len = s[0][r - 1], dv = s[2][r - 1];
+  int64_t rows = 1;
+  for (size_t i = 0; i + 2 < r; ++i) rows *= s[0][i];
+  Buffer out(out_dtype, static_cast<size_t>(rows * dv));
+  std::vector<double> score(static_cast<size_t>(t_len));
+  for (int64_t row = 0; row < rows; ++row) {
+    double top = -std::numeric_limits<double>::infinity();
+    for (int64_t t = 0; t < t_len; ++t) {
+      double dot = 0;
+      for (int64_t p = 0; p < d; ++p) {
+        const auto at = static_cast<size_t>((row * d + p) * t_len + t);
+        dot += in[0].get_f64(at) * in[1].get_f64(at);
+      }
+      const bool keep = in[3].get_f64(static_cast<size_t>(row * t_len + t)) != 0;
+      score[t] = keep ? dot * scale : -std::numeric_limits<double>::infinity();
+      top = std::max(top, score[t]);
+    }
+    double sum = 0;
+    for (double& e : score) sum += (e = std::exp(e - top));
+    for (int64_t j = 0; j < dv; ++j) {
+      double acc = 0;
+      for (int64_t t = 0; t < t_len; ++t)
+        acc += score[t] / sum * in[2].get_f64(static_cast<size_t>((row * t_len + t) * dv + j));
+      out.set_f64(static_cast<size_t>(row * dv + j), acc);
+    }
+  }
+  return out;
+}
+
+bool is_broadcast_along_last(const View& v) {
+  const size_t r = v.rank();
+  if (r == 0 || v.has_mask() || !(v.offset() == Expr(0))) return false;
+  const auto& shape = v.shape();
+  const auto& strides = v.strides();
+  if (!(strides[r - 1] == Expr(0)) && !(shape[r - 1] == Expr(1))) return false;
+  Expr expected = 1;
+  for (size_t i = r - 1; i-- > 0;) {
+    if (!(shape[i] == Expr(1)) && !(strides[i] == expected)) return false;
+    expected = expected * shape[i];
+  }
+  return true;
+}
+
+}  // namespace luminal::compiler
