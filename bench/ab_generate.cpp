@@ -2,11 +2,11 @@
 // the drift between separate runs on a shared machine (the same binary moves by 10% within
 // minutes there; alternating generations in one process cancel that drift).
 //
-// Two generators load the same model. B is compiled with $COMPILE_ENV=1 and A without it
-// (for a change the CPU backend reads at compile time), and $RUN_ENV=1 is set during B's
-// generations only (for a switch read at run time). They then take turns over short
-// greedy generations, in alternating order, and the median of the per-pair decode time
-// ratios B/A is printed. With neither option it is an A/A run: the noise floor.
+// Two generators load the same model. B is compiled with $COMPILE_ENV=1 (or the value
+// given after '=') and A without it (for a change the compiler reads at compile time), and
+// $RUN_ENV=1 is set during B's generations only (for a switch read at run time). They then take
+// turns over short greedy generations, in alternating order, and the median of the per-pair decode
+// time ratios B/A is printed. With neither option it is an A/A run: the noise floor.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -23,7 +23,8 @@ const char* kUsage =
     "                   [--compile-env VAR] [--run-env VAR]\n"
     "  --pairs N          generations per side (default 30)\n"
     "  --tokens N         tokens per generation (default 48)\n"
-    "  --compile-env VAR  compile B with VAR=1 and A without\n"
+    "  --compile-env VAR[=VALUE]\n"
+    "                     compile B with VAR=VALUE (default 1) and A without\n"
     "  --run-env VAR      set VAR=1 while B generates, unset while A does\n";
 
 double median(std::vector<double> v) {
@@ -72,11 +73,14 @@ int main(int argc, char** argv) {
   }
   try {
     using luminal::models::TextGenerator;
-    if (!compile_env.empty()) unsetenv(compile_env.c_str());
+    const size_t eq = compile_env.find('=');
+    const std::string compile_var = compile_env.substr(0, eq),
+                      compile_value = eq == std::string::npos ? "1" : compile_env.substr(eq + 1);
+    if (!compile_var.empty()) unsetenv(compile_var.c_str());
     TextGenerator a(model, luminal::cpu(), {}, luminal::DType::F16);
-    if (!compile_env.empty()) setenv(compile_env.c_str(), "1", 1);
+    if (!compile_var.empty()) setenv(compile_var.c_str(), compile_value.c_str(), 1);
     TextGenerator b(model, luminal::cpu(), {}, luminal::DType::F16);
-    if (!compile_env.empty()) unsetenv(compile_env.c_str());
+    if (!compile_var.empty()) unsetenv(compile_var.c_str());
     luminal::models::SamplingOptions greedy;
     greedy.temperature = 0;
     auto seconds_per_token = [&](TextGenerator& g) {

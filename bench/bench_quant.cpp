@@ -8,7 +8,7 @@
 //   BM_DecodeLayers:   one activation row through 18 layers of Gemma 3 270M's shapes and
 //                      formats (about 64 MiB): many small products one after another,
 //                      where each kernel's start-up and the threads' hand-offs count
-//   BM_DecodeAttention/past:<past>/cold:<0|1>: one query row's attention products against
+//   BM_DecodeAttention/past:<past>/cold:<0|1>: one query row's attention against
 //                      18 layers' f16 key and value caches of `past` positions, laid out as
 //                      nn::Attention keeps them, with the caches warm or (cold) evicted before
 //                      each run as a decode step's weight traffic does; bytes_per_second
@@ -24,12 +24,14 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <random>
 #include <span>
 #include <vector>
 
 #include "luminal/luminal.hpp"
+#include "luminal/nn/attention.hpp"
 
 namespace {
 
@@ -193,7 +195,10 @@ void BM_DecodeAttention(benchmark::State& state) {
     v.set_buffer(Buffer::from_doubles(random(cache), DType::F16));
     const Tensor keys = k.cast(DType::F32).permute({1, 0, 2});
     const Tensor values = v.cast(DType::F32).permute({1, 0, 2});
-    const Tensor scores = q.matmul(keys.unsqueeze(1).transpose(-1, -2)) * (1.0 / kHeadDim);
+    Tensor scores = q.matmul(keys.unsqueeze(1).transpose(-1, -2)) * (1.0 / kHeadDim);
+    // The newest of `past` positions queries them all, as in nn::Attention.
+    scores =
+        where(nn::causal_mask(cx, 1, past - 1), scores, -std::numeric_limits<double>::infinity());
     scores.softmax(-1).matmul(values.unsqueeze(1)).retrieve();
   }
   cx.compile(cpu());

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """luminal generate vs llama.cpp (llama-cpp-python) on one GGUF file, same threads, same
-prompts, greedy decoding, in one run; plus the bandwidth floor: the bytes of weights one
-decoded token reads divided by the machine's read bandwidth, measured just before each run
+prompts, greedy decoding, in one run; plus the bandwidth floor: the bytes one decoded token
+must read (every weight, and the f16 key and value caches so far) divided by the machine's
+read bandwidth, measured just before each run
 (build/bench/bench_quant BM_ReadBandwidth). Writes bench/results/generate.md.
 Use bench/run_generate_bench.sh, which builds everything and installs the peer."""
 import argparse
@@ -49,6 +50,21 @@ def read_bandwidth(env, reps=5):
     return max(medians)
 
 
+def kv_bytes_per_position(reader):
+    """Bytes of f16 keys and values one cached position holds over all layers."""
+    def value(key):
+        field = reader.fields[key]
+        return field.parts[field.data[0]]
+    def scalar(key):
+        return value(key)[0]
+    arch = bytes(value("general.architecture")).decode()
+    layers = int(scalar(f"{arch}.block_count"))
+    kv_heads = int(scalar(f"{arch}.attention.head_count_kv"))
+    key = int(scalar(f"{arch}.attention.key_length"))
+    value = int(scalar(f"{arch}.attention.value_length"))
+    return layers * kv_heads * (key + value) * 2
+
+
 def luminal_run(model, prompt, tokens, env):
     cmd = [os.path.join(ROOT, "build", "tools", "luminal"), "generate", "--model", model,
            "--prompt", prompt, "--max-tokens", str(tokens)]
@@ -92,6 +108,12 @@ def main():
 
     reader = gguf.GGUFReader(args.model)
     weight_bytes = sum(int(t.n_bytes) for t in reader.tensors)
+    per_position = kv_bytes_per_position(reader)
+
+    def floor_bytes(prompt_tokens):
+        # A step attends over every cached position (these contexts stay inside Gemma 3's
+        # 512-position window); on average the cache holds prompt + tokens / 2 positions.
+        return weight_bytes + per_position * (prompt_tokens + args.tokens / 2)
 
     luminal_run(args.model, SHORT, 2, env)  # compiles (or finds) the kernels
     llm = Llama(model_path=args.model, n_threads=args.threads, n_threads_batch=args.threads,
@@ -107,7 +129,7 @@ def main():
                 bandwidth = read_bandwidth(env, reps=2)
                 r = run()
                 r["bandwidth"] = bandwidth
-                r["floor_fraction"] = r["decode_tps"] * weight_bytes / bandwidth
+                r["floor_fraction"] = r["decode_tps"] * floor_bytes(r["prompt_tokens"]) / bandwidth
                 runs.append(r)
         rows.append((label, ours, peer))
         print(f"{label}: luminal prompt {median_of(ours, 'prompt_tps'):.1f} tok/s decode "
@@ -139,8 +161,12 @@ def main():
     lines += [
         "",
         "Bandwidth floor for decoding: every weight is read once per token (the tied",
-        "embedding table as the output projection), so a token reads at least "
-        f"{weight_bytes / 2**20:.1f} MiB. Read bandwidth (bench_quant BM_ReadBandwidth, "
+        "embedding table as the output projection), "
+        f"{weight_bytes / 2**20:.1f} MiB, and so is the f16 key and value cache so far, "
+        f"{per_position / 2**10:.0f} KiB per position: on average "
+        + ", ".join(f"{per_position * (ours[0]['prompt_tokens'] + args.tokens / 2) / 2**20:.1f} MiB "
+                    f"after the {label}" for label, ours, _ in rows)
+        + ". Read bandwidth (bench_quant BM_ReadBandwidth, "
         f"{args.threads} threads, the faster of 4 KiB and 2 MiB pages) is measured just before",
         "every run, since the shared machine's bandwidth drifts; each run's decode rate is",
         "divided by the floor at that moment. Bandwidth over the runs: median "

@@ -2,9 +2,11 @@
 #include "luminal/compiler/optimize.hpp"
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <map>
 #include <numbers>
+#include <set>
 #include <sstream>
 #include <unordered_map>
 
@@ -116,6 +118,26 @@ double kernel_cost(const eg::EGraph& g, uint32_t node) {
 const std::vector<eg::RuleSet>& rule_sets(const eg::Functions& fns) {
   static const std::vector<eg::RuleSet> sets = eg::load_embedded_rules("hlir", fns);
   return sets;
+}
+
+// The rule sets less the rules LUMINAL_DISABLE_RULES names (comma-separated): to see what
+// a rewrite is worth, or to step around one.
+std::vector<eg::RuleSet> without_disabled_rules(const std::vector<eg::RuleSet>& sets) {
+  const char* env = std::getenv("LUMINAL_DISABLE_RULES");
+  if (!env || !*env) return sets;
+  std::set<std::string> off;
+  std::stringstream list(env);
+  for (std::string name; std::getline(list, name, ',');)
+    if (!name.empty()) off.insert(name);
+  std::vector<eg::RuleSet> out = sets;
+  std::string known;
+  for (eg::RuleSet& s : out) {
+    for (const eg::Rule& r : s.rules) known += " " + r.name;
+    std::erase_if(s.rules, [&](const eg::Rule& r) { return off.erase(r.name) > 0; });
+  }
+  LUM_CHECK(off.empty()) << "LUMINAL_DISABLE_RULES: no rule named '" << *off.begin()
+                         << "'; the rules are:" << known;
+  return out;
 }
 
 class Rebuild {
@@ -321,7 +343,7 @@ Optimized optimize(const Graph& g) {
            is_broadcast_along_last(view(0)) && !view(1).has_mask() && !view(2).has_mask() &&
            !view(3).has_mask() && view(1).rank() + 1 == view(0).rank();
   };
-  const auto& sets = rule_sets(fns);
+  const std::vector<eg::RuleSet> sets = without_disabled_rules(rule_sets(fns));
   std::vector<const eg::RuleSet*> active;
   for (const auto& s : sets) active.push_back(&s);
   Optimized out;

@@ -77,30 +77,37 @@ LUM_AVX2 inline __m256 exp2_nonpositive(__m256 x) {
   return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), e));
 }
 
-// score[r * count + i] = q_r . key(kept[i]) for R rows: each key read once for all rows,
-// two sums per row keeping enough FMAs in flight.
+// score[r * count + i] = q_r . key(kept[i]) for R rows: two keys at a time, so each
+// query load serves two FMAs (with one key, loads of the queries outnumbered the FMAs).
 template <int R, class KT>
 LUM_AVX2 void scores_avx2(const float* q, int64_t d, const KT* k, int64_t stride,
                           const int32_t* kept, int64_t count, float* score) {
-  for (int64_t i = 0; i < count; ++i) {
-    const KT* key = k + kept[i] * stride;
-    __m256 lo[R], hi[R];
+  const int64_t wide = d / 8 * 8;
+  for (int64_t i = 0; i < count; i += 2) {
+    const bool pair = i + 1 < count;
+    const KT* k0 = k + kept[i] * stride;
+    const KT* k1 = pair ? k + kept[i + 1] * stride : k0;
+    __m256 a0[R], a1[R];
 #pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) lo[r] = hi[r] = _mm256_setzero_ps();
-    int64_t p = 0;
-    for (; p + 16 <= d; p += 16) {
-      const __m256 k0 = load8(key + p), k1 = load8(key + p + 8);
+    for (int r = 0; r < R; ++r) a0[r] = a1[r] = _mm256_setzero_ps();
+    for (int64_t p = 0; p < wide; p += 8) {
+      const __m256 x0 = load8(k0 + p), x1 = load8(k1 + p);
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
-        lo[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q + r * d + p), k0, lo[r]);
-        hi[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q + r * d + p + 8), k1, hi[r]);
+        const __m256 qv = _mm256_loadu_ps(q + r * d + p);
+        a0[r] = _mm256_fmadd_ps(qv, x0, a0[r]);
+        a1[r] = _mm256_fmadd_ps(qv, x1, a1[r]);
       }
     }
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
-      float sum = hsum(_mm256_add_ps(lo[r], hi[r]));
-      for (int64_t t = p; t < d; ++t) sum += q[r * d + t] * load1(key + t);
-      score[r * count + i] = sum;
+      float s0 = hsum(a0[r]), s1 = hsum(a1[r]);
+      for (int64_t t = wide; t < d; ++t) {
+        s0 += q[r * d + t] * load1(k0 + t);
+        s1 += q[r * d + t] * load1(k1 + t);
+      }
+      score[r * count + i] = s0;
+      if (pair) score[r * count + i + 1] = s1;
     }
   }
 }
@@ -198,6 +205,26 @@ float exponentiate_portable(float* score, int64_t count, float max) {
   return sum;
 }
 
+// y = a x (assign) or y += a x, over n floats.
+#if defined(__x86_64__)
+LUM_AVX2 void scale_add_avx2(float a, const float* x, float* y, int64_t n, bool assign) {
+  const __m256 va = _mm256_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 ax = _mm256_mul_ps(va, _mm256_loadu_ps(x + i));
+    _mm256_storeu_ps(y + i, assign ? ax : _mm256_add_ps(ax, _mm256_loadu_ps(y + i)));
+  }
+  for (; i < n; ++i) y[i] = assign ? a * x[i] : y[i] + a * x[i];
+}
+#endif
+
+void scale_add(float a, const float* x, float* y, int64_t n, bool assign, bool avx2) {
+#if defined(__x86_64__)
+  if (avx2) return scale_add_avx2(a, x, y, n, assign);
+#endif
+  for (int64_t i = 0; i < n; ++i) y[i] = assign ? a * x[i] : y[i] + a * x[i];
+}
+
 // Calls run(std::integral_constant<int, R>) for R = rows (1 to kGroup).
 template <class Run>
 void with_rows(int rows, Run&& run) {
@@ -275,40 +302,50 @@ void run(const Shape& s, const std::vector<Group>& groups, const float* q, const
   threads = static_cast<int>(std::min<int64_t>(threads, items));
   const int64_t part = kGroup * (s.dv + 2);  // an item's o, max and sum
   std::vector<float> partial(static_cast<size_t>((splits > 1 ? items : threads) * part));
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (threads > 1)
-  for (int64_t item = 0; item < items; ++item) {
-    const int64_t gi = item / splits, piece = item % splits;
-    const Group& g = groups[static_cast<size_t>(gi)];
-    const int64_t t0 = s.keys * piece / splits, t1 = s.keys * (piece + 1) / splits;
-    // Pieces of a split group keep their results for the combination below; a whole
-    // group's go straight to its output rows.
-    float* p = partial.data() + (splits > 1 ? item : omp_get_thread_num()) * part;
-    float *o = p, *max = p + kGroup * s.dv, *sum = max + kGroup;
-    attend(s, g, q + gi * kGroup * s.d, k, v, mask, t0, t1, avx2, o, max, sum);
-    if (splits > 1) continue;
-    for (int r = 0; r < g.rows; ++r)
-      for (int64_t j = 0; j < s.dv; ++j) out[g.row[r] * s.dv + j] = o[r * s.dv + j] / sum[r];
-  }
-  if (splits == 1) return;
-  // Each row: the pieces' outputs rescaled to the largest max, over the rescaled sums.
-  for (int64_t gi = 0; gi < n_groups; ++gi) {
-    const Group& g = groups[static_cast<size_t>(gi)];
-    for (int r = 0; r < g.rows; ++r) {
-      const float* first = partial.data() + gi * splits * part;
-      float top = -std::numeric_limits<float>::infinity();
-      for (int64_t p = 0; p < splits; ++p) top = std::max(top, first[p * part + kGroup * s.dv + r]);
-      float total = 0;
-      float* o = out + g.row[r] * s.dv;
-      std::fill(o, o + s.dv, 0.0f);
-      for (int64_t p = 0; p < splits; ++p) {
-        const float* piece = first + p * part;
-        const float piece_max = piece[kGroup * s.dv + r];
-        if (piece_max == -std::numeric_limits<float>::infinity()) continue;
-        const float f = std::exp2(piece_max - top);
-        total += f * piece[kGroup * s.dv + kGroup + r];
-        for (int64_t j = 0; j < s.dv; ++j) o[j] += f * piece[r * s.dv + j];
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t item = 0; item < items; ++item) {
+      const int64_t gi = item / splits, piece = item % splits;
+      const Group& g = groups[static_cast<size_t>(gi)];
+      const int64_t t0 = s.keys * piece / splits, t1 = s.keys * (piece + 1) / splits;
+      // Pieces of a split group keep their results for the combination below; a whole
+      // group's go straight to its output rows.
+      float* p = partial.data() + (splits > 1 ? item : omp_get_thread_num()) * part;
+      float *o = p, *max = p + kGroup * s.dv, *sum = max + kGroup;
+      attend(s, g, q + gi * kGroup * s.d, k, v, mask, t0, t1, avx2, o, max, sum);
+      if (splits > 1) continue;
+      for (int r = 0; r < g.rows; ++r)
+        scale_add(1.0f / sum[r], o + r * s.dv, out + g.row[r] * s.dv, s.dv, true, avx2);
+    }
+    // Each row of a split group: its pieces' outputs rescaled to the largest max, over
+    // the rescaled sums.
+    if (splits > 1) {
+#pragma omp for schedule(static)
+      for (int64_t at = 0; at < n_groups * kGroup; ++at) {
+        const Group& g = groups[static_cast<size_t>(at / kGroup)];
+        const int r = static_cast<int>(at % kGroup);
+        if (r >= g.rows) continue;
+        const float* first = partial.data() + at / kGroup * splits * part;
+        auto max_of = [&](int64_t piece) { return first[piece * part + kGroup * s.dv + r]; };
+        auto sum_of = [&](int64_t piece) {
+          return first[piece * part + kGroup * s.dv + kGroup + r];
+        };
+        float top = -std::numeric_limits<float>::infinity(), total = 0;
+        for (int64_t piece = 0; piece < splits; ++piece) top = std::max(top, max_of(piece));
+        for (int64_t piece = 0; piece < splits; ++piece)
+          if (max_of(piece) > -std::numeric_limits<float>::infinity())
+            total += std::exp2(max_of(piece) - top) * sum_of(piece);
+        float* o = out + g.row[r] * s.dv;
+        bool first_piece = true;
+        for (int64_t piece = 0; piece < splits; ++piece) {
+          if (max_of(piece) == -std::numeric_limits<float>::infinity()) continue;
+          scale_add(std::exp2(max_of(piece) - top) / total, first + piece * part + r * s.dv, o,
+                    s.dv, first_piece, avx2);
+          first_piece = false;
+        }
+        if (first_piece) std::fill(o, o + s.dv, std::numeric_limits<float>::quiet_NaN());
       }
-      for (int64_t j = 0; j < s.dv; ++j) o[j] /= total;
     }
   }
 }
