@@ -19,17 +19,16 @@
 #include <map>
 #include <numbers>
 #include <tuple>
-#include <type_traits>
 #include <vector>
 
+#include "backends/cpu/few_rows.hpp"
 #include "backends/cpu/simd.hpp"
 
 namespace luminal::cpugen {
 namespace {
 
-constexpr int kGroup = 4;            // query rows per group at most
-constexpr int64_t kMinKeys = 64;     // keys per thread at least when a group's keys are split
-constexpr int64_t kValueChunk = 32;  // value rows summed per pass over the columns (L1)
+constexpr int kGroup = 4;         // query rows per group at most
+constexpr int64_t kMinKeys = 64;  // keys per thread at least when a group's keys are split
 
 // Where a group's data lies: its rows (of the output), and offsets into k, v and mask.
 // Its rows' scaled queries are rows kGroup * index.. of the scaled copy.
@@ -44,21 +43,7 @@ struct Shape {
   int64_t k_stride = 0, v_stride = 0, mask_stride = 0;  // per key
 };
 
-inline float load1(const float* p) {
-  return *p;
-}
-inline float load1(const uint16_t* p) {
-  return f16_bits_to_float(*p);
-}
-
 #if defined(__x86_64__)
-LUM_AVX2 inline __m256 load8(const float* p) {
-  return _mm256_loadu_ps(p);
-}
-LUM_AVX2 inline __m256 load8(const uint16_t* p) {
-  return load8_f16(p);
-}
-
 // 2^x for x <= 0 (a score less the row's max): Cephes' exp2f polynomial on the fraction,
 // relative error about 2e-7; below -126 the result is 2^-126 rather than smaller, which
 // next to the max's own term of 1 is nothing.
@@ -77,87 +62,6 @@ LUM_AVX2 inline __m256 exp2_nonpositive(__m256 x) {
   return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), e));
 }
 
-// score[r * count + i] = q_r . key(kept[i]) for R rows: two keys at a time, so each
-// query load serves two FMAs (with one key, loads of the queries outnumbered the FMAs).
-template <int R, class KT>
-LUM_AVX2 void scores_avx2(const float* q, int64_t d, const KT* k, int64_t stride,
-                          const int32_t* kept, int64_t count, float* score) {
-  const int64_t wide = d / 8 * 8;
-  for (int64_t i = 0; i < count; i += 2) {
-    const bool pair = i + 1 < count;
-    const KT* k0 = k + kept[i] * stride;
-    const KT* k1 = pair ? k + kept[i + 1] * stride : k0;
-    __m256 a0[R], a1[R];
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) a0[r] = a1[r] = _mm256_setzero_ps();
-    for (int64_t p = 0; p < wide; p += 8) {
-      const __m256 x0 = load8(k0 + p), x1 = load8(k1 + p);
-#pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) {
-        const __m256 qv = _mm256_loadu_ps(q + r * d + p);
-        a0[r] = _mm256_fmadd_ps(qv, x0, a0[r]);
-        a1[r] = _mm256_fmadd_ps(qv, x1, a1[r]);
-      }
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) {
-      float s0 = hsum(a0[r]), s1 = hsum(a1[r]);
-      for (int64_t t = wide; t < d; ++t) {
-        s0 += q[r * d + t] * load1(k0 + t);
-        s1 += q[r * d + t] * load1(k1 + t);
-      }
-      score[r * count + i] = s0;
-      if (pair) score[r * count + i + 1] = s1;
-    }
-  }
-}
-
-// o[r, :] += sum_i weight[r * count + i] * value(kept[i]) for R rows, 16 columns at a
-// time in registers down a chunk of value rows that stays in L1; the next chunk is asked
-// for a few rows with each 16 columns (see row_panels in gemm.cpp).
-template <int R, class VT>
-LUM_AVX2 void values_avx2(const float* weight, const VT* v, int64_t stride, int64_t dv,
-                          const int32_t* kept, int64_t count, float* o) {
-  const int64_t wide = dv / 16 * 16, row_bytes = dv * static_cast<int64_t>(sizeof(VT));
-  const int64_t blocks = std::max<int64_t>(1, dv / 16),
-                per_block = (kValueChunk + blocks - 1) / blocks;
-  for (int64_t c0 = 0; c0 < count; c0 += kValueChunk) {
-    const int64_t c1 = std::min(count, c0 + kValueChunk), next = std::min(count, c1 + kValueChunk);
-    for (int64_t j = 0; j < wide; j += 16) {
-      const int64_t ask = c1 + j / 16 * per_block;
-      for (int64_t i = ask; i < std::min(next, ask + per_block); ++i)
-        for (int64_t at = 0; at < row_bytes; at += 64)
-          _mm_prefetch(reinterpret_cast<const char*>(v + kept[i] * stride) + at, _MM_HINT_T0);
-      __m256 lo[R], hi[R];
-#pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) {
-        lo[r] = _mm256_loadu_ps(o + r * dv + j);
-        hi[r] = _mm256_loadu_ps(o + r * dv + j + 8);
-      }
-      for (int64_t i = c0; i < c1; ++i) {
-        const VT* row = v + kept[i] * stride + j;
-        const __m256 v0 = load8(row), v1 = load8(row + 8);
-#pragma GCC unroll 4
-        for (int r = 0; r < R; ++r) {
-          const __m256 w = _mm256_broadcast_ss(weight + r * count + i);
-          lo[r] = _mm256_fmadd_ps(w, v0, lo[r]);
-          hi[r] = _mm256_fmadd_ps(w, v1, hi[r]);
-        }
-      }
-#pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) {
-        _mm256_storeu_ps(o + r * dv + j, lo[r]);
-        _mm256_storeu_ps(o + r * dv + j + 8, hi[r]);
-      }
-    }
-    for (int64_t j = wide; j < dv; ++j)
-      for (int64_t i = c0; i < c1; ++i) {
-        const float x = load1(v + kept[i] * stride + j);
-        for (int r = 0; r < R; ++r) o[r * dv + j] += weight[r * count + i] * x;
-      }
-  }
-}
-
 // score = 2^(score - max) in place over `count` values; returns their sum.
 LUM_AVX2 float exponentiate_avx2(float* score, int64_t count, float max) {
   const __m256 m = _mm256_set1_ps(max);
@@ -174,70 +78,34 @@ LUM_AVX2 float exponentiate_avx2(float* score, int64_t count, float max) {
 }
 #endif
 
-// The portable versions of the three steps above.
-template <class KT>
-void scores_portable(const float* q, int rows, int64_t d, const KT* k, int64_t stride,
-                     const int32_t* kept, int64_t count, float* score) {
+// Portable versions of the scores, the exponentials (above) and the value sums, over
+// the kept keys and values (key(i), value(i)).
+template <class KeyAt>
+void scores_portable(const float* q, int rows, int64_t d, KeyAt&& key, int64_t count,
+                     float* score) {
   for (int r = 0; r < rows; ++r)
     for (int64_t i = 0; i < count; ++i) {
-      const KT* key = k + kept[i] * stride;
       float sum = 0;
-      for (int64_t p = 0; p < d; ++p) sum += q[r * d + p] * load1(key + p);
+      for (int64_t p = 0; p < d; ++p) sum += q[r * d + p] * load1(key(i) + p);
       score[r * count + i] = sum;
     }
 }
 
-template <class VT>
-void values_portable(const float* weight, int rows, const VT* v, int64_t stride, int64_t dv,
-                     const int32_t* kept, int64_t count, float* o) {
-  for (int64_t i = 0; i < count; ++i) {
-    const VT* row = v + kept[i] * stride;
+template <class ValueAt>
+void values_portable(const float* weight, int rows, ValueAt&& value, int64_t count, int64_t dv,
+                     float* o) {
+  std::fill(o, o + rows * dv, 0.0f);
+  for (int64_t i = 0; i < count; ++i)
     for (int r = 0; r < rows; ++r) {
       const float w = weight[r * count + i];
-      for (int64_t j = 0; j < dv; ++j) o[r * dv + j] += w * load1(row + j);
+      for (int64_t j = 0; j < dv; ++j) o[r * dv + j] += w * load1(value(i) + j);
     }
-  }
 }
 
 float exponentiate_portable(float* score, int64_t count, float max) {
   float sum = 0;
   for (int64_t i = 0; i < count; ++i) sum += (score[i] = std::exp2(score[i] - max));
   return sum;
-}
-
-// y = a x (assign) or y += a x, over n floats.
-#if defined(__x86_64__)
-LUM_AVX2 void scale_add_avx2(float a, const float* x, float* y, int64_t n, bool assign) {
-  const __m256 va = _mm256_set1_ps(a);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256 ax = _mm256_mul_ps(va, _mm256_loadu_ps(x + i));
-    _mm256_storeu_ps(y + i, assign ? ax : _mm256_add_ps(ax, _mm256_loadu_ps(y + i)));
-  }
-  for (; i < n; ++i) y[i] = assign ? a * x[i] : y[i] + a * x[i];
-}
-#endif
-
-void scale_add(float a, const float* x, float* y, int64_t n, bool assign, bool avx2) {
-#if defined(__x86_64__)
-  if (avx2) return scale_add_avx2(a, x, y, n, assign);
-#endif
-  for (int64_t i = 0; i < n; ++i) y[i] = assign ? a * x[i] : y[i] + a * x[i];
-}
-
-// Calls run(std::integral_constant<int, R>) for R = rows (1 to kGroup).
-template <class Run>
-void with_rows(int rows, Run&& run) {
-  switch (rows) {
-    case 1:
-      return run(std::integral_constant<int, 1>{});
-    case 2:
-      return run(std::integral_constant<int, 2>{});
-    case 3:
-      return run(std::integral_constant<int, 3>{});
-    default:
-      return run(std::integral_constant<int, 4>{});
-  }
 }
 
 // One group's rows against keys [t0, t1): o (rows x dv) gets the unnormalised output,
@@ -254,16 +122,15 @@ void attend(const Shape& s, const Group& g, const float* qg, const KT* k, const 
     if (mask[g.mask + t * s.mask_stride]) kept.push_back(static_cast<int32_t>(t));
   const auto count = static_cast<int64_t>(kept.size());
   score.resize(static_cast<size_t>(g.rows * count));
-  std::fill(o, o + g.rows * s.dv, 0.0f);
-  const KT* kg = k + g.k;
-  const VT* vg = v + g.v;
+  auto key = [&](int64_t i) { return k + g.k + kept[static_cast<size_t>(i)] * s.k_stride; };
+  auto value = [&](int64_t i) { return v + g.v + kept[static_cast<size_t>(i)] * s.v_stride; };
 #if defined(__x86_64__)
   if (avx2)
     with_rows(g.rows, [&](auto r) {
-      scores_avx2<decltype(r)::value>(qg, s.d, kg, s.k_stride, kept.data(), count, score.data());
+      dot_columns<decltype(r)::value>(qg, s.d, key, 0, count, score.data(), count);
     });
 #endif
-  if (!avx2) scores_portable(qg, g.rows, s.d, kg, s.k_stride, kept.data(), count, score.data());
+  if (!avx2) scores_portable(qg, g.rows, s.d, key, count, score.data());
   for (int r = 0; r < g.rows; ++r) {
     float* row = score.data() + r * count;
     max[r] = count ? *std::max_element(row, row + count) : -std::numeric_limits<float>::infinity();
@@ -276,14 +143,14 @@ void attend(const Shape& s, const Group& g, const float* qg, const KT* k, const 
     sum[r] = count ? exponentiate_portable(row, count, max[r]) : 0.0f;
   }
 #if defined(__x86_64__)
-  if (avx2 && count > 0) {
+  if (avx2) {
     with_rows(g.rows, [&](auto r) {
-      values_avx2<decltype(r)::value>(score.data(), vg, s.v_stride, s.dv, kept.data(), count, o);
+      row_panels<decltype(r)::value>(score.data(), count, value, 0, count, s.dv, o, s.dv);
     });
     return;
   }
 #endif
-  values_portable(score.data(), g.rows, vg, s.v_stride, s.dv, kept.data(), count, o);
+  values_portable(score.data(), g.rows, value, count, s.dv, o);
 }
 
 template <class KT, class VT>
@@ -315,8 +182,11 @@ void run(const Shape& s, const std::vector<Group>& groups, const float* q, const
       float *o = p, *max = p + kGroup * s.dv, *sum = max + kGroup;
       attend(s, g, q + gi * kGroup * s.d, k, v, mask, t0, t1, avx2, o, max, sum);
       if (splits > 1) continue;
-      for (int r = 0; r < g.rows; ++r)
-        scale_add(1.0f / sum[r], o + r * s.dv, out + g.row[r] * s.dv, s.dv, true, avx2);
+      for (int r = 0; r < g.rows; ++r) {
+        float* row = out + g.row[r] * s.dv;
+        std::fill(row, row + s.dv, 0.0f);
+        axpy(1.0f / sum[r], o + r * s.dv, row, s.dv, avx2);
+      }
     }
     // Each row of a split group: its pieces' outputs rescaled to the largest max, over
     // the rescaled sums.
@@ -331,20 +201,17 @@ void run(const Shape& s, const std::vector<Group>& groups, const float* q, const
         auto sum_of = [&](int64_t piece) {
           return first[piece * part + kGroup * s.dv + kGroup + r];
         };
+        // A piece without kept keys (max -inf, sum 0, output 0) weighs 0; a row without
+        // any comes out NaN (weights 2^(-inf - -inf)), as the decomposition's 0 / 0.
         float top = -std::numeric_limits<float>::infinity(), total = 0;
         for (int64_t piece = 0; piece < splits; ++piece) top = std::max(top, max_of(piece));
         for (int64_t piece = 0; piece < splits; ++piece)
-          if (max_of(piece) > -std::numeric_limits<float>::infinity())
-            total += std::exp2(max_of(piece) - top) * sum_of(piece);
+          total += std::exp2(max_of(piece) - top) * sum_of(piece);
         float* o = out + g.row[r] * s.dv;
-        bool first_piece = true;
-        for (int64_t piece = 0; piece < splits; ++piece) {
-          if (max_of(piece) == -std::numeric_limits<float>::infinity()) continue;
-          scale_add(std::exp2(max_of(piece) - top) / total, first + piece * part + r * s.dv, o,
-                    s.dv, first_piece, avx2);
-          first_piece = false;
-        }
-        if (first_piece) std::fill(o, o + s.dv, std::numeric_limits<float>::quiet_NaN());
+        std::fill(o, o + s.dv, 0.0f);
+        for (int64_t piece = 0; piece < splits; ++piece)
+          axpy(std::exp2(max_of(piece) - top) / total, first + piece * part + r * s.dv, o, s.dv,
+               avx2);
       }
     }
   }

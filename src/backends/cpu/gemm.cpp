@@ -8,6 +8,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "backends/cpu/few_rows.hpp"
 #include "backends/cpu/simd.hpp"
 #include "luminal/dtype.hpp"
 
@@ -93,135 +94,12 @@ void add_partials(const std::vector<float>& partial, int threads, int64_t size, 
 }
 
 #if defined(__x86_64__)
-LUM_AVX2 void axpy_avx2(float alpha, const float* x, float* y, int64_t n) {
-  const __m256 va = _mm256_set1_ps(alpha);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
-  for (; i < n; ++i) y[i] += alpha * x[i];
-}
-
-LUM_AVX2 inline __m256 load8(const float* p) {
-  return _mm256_loadu_ps(p);
-}
-LUM_AVX2 inline __m256 load8(const uint16_t* p) {
-  return load8_f16(p);
-}
-inline float load1(const float* p) {
-  return *p;
-}
-inline float load1(const uint16_t* p) {
-  return f16_bits_to_float(*p);
-}
-
-// Columns j0..j1 of c = A B where B's columns run along K (keys): R rows of A (K-contiguous,
-// from `rows`) against each column, read once and widened on the way. Two sums per row
-// keep enough independent FMAs in flight.
-template <int R, class BT>
-LUM_AVX2 void dot_columns(const float* rows, int64_t k, const BT* b, int64_t sbn, int64_t j0,
-                          int64_t j1, float* c, int64_t ldc) {
-  for (int64_t j = j0; j < j1; ++j) {
-    const BT* col = b + j * sbn;
-    __m256 lo[R], hi[R];  // kept in registers as in row_panels
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) lo[r] = hi[r] = _mm256_setzero_ps();
-    int64_t p = 0;
-    for (; p + 16 <= k; p += 16) {
-      const __m256 x0 = load8(col + p), x1 = load8(col + p + 8);
-#pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) {
-        lo[r] = _mm256_fmadd_ps(_mm256_loadu_ps(rows + r * k + p), x0, lo[r]);
-        hi[r] = _mm256_fmadd_ps(_mm256_loadu_ps(rows + r * k + p + 8), x1, hi[r]);
-      }
-    }
-    for (; p + 8 <= k; p += 8) {
-      const __m256 x = load8(col + p);
-#pragma GCC unroll 4
-      for (int r = 0; r < R; ++r)
-        lo[r] = _mm256_fmadd_ps(_mm256_loadu_ps(rows + r * k + p), x, lo[r]);
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) {
-      float sum = hsum(_mm256_add_ps(lo[r], hi[r]));
-      for (int64_t q = p; q < k; ++q) sum += rows[r * k + q] * load1(col + q);
-      c[r * ldc + j] = sum;
-    }
-  }
-}
-
-// c = A B over rows [p0, p1) of B, whose rows run along N (values), n a multiple of 16:
-// R rows of A, 16 columns at a time summed in registers down a chunk of rows small enough
-// to stay in L1 while every 16 columns take their turn (passes over a whole long cache
-// fell out of L2), the sums carried from chunk to chunk in c.
-template <int R, class BT>
-LUM_AVX2 void row_panels(const float* rows, int64_t k, const BT* b, int64_t sbk, int64_t p0,
-                         int64_t p1, int64_t n, float* c, int64_t ldc) {
-  constexpr int64_t kChunk = 32;
-  const int64_t row_bytes = n * static_cast<int64_t>(sizeof(BT));
-  // The next chunk is asked for while this one is summed, a few rows with each 16
-  // columns: asked for all at once, most of the requests found the core's miss queue
-  // full and were dropped, and the loads then waited on memory half the time.
-  const int64_t blocks = std::max<int64_t>(1, n / 16),
-                rows_per_block = (kChunk + blocks - 1) / blocks;
-  for (int64_t pc = p0; pc < p1; pc += kChunk) {
-    const int64_t pe = std::min(p1, pc + kChunk), next_end = std::min(p1, pe + kChunk);
-    for (int64_t j = 0; j < n; j += 16) {
-      const int64_t ask = pe + j / 16 * rows_per_block;
-      for (int64_t p = ask; p < std::min(next_end, ask + rows_per_block); ++p)
-        for (int64_t at = 0; at < row_bytes; at += 64)
-          _mm_prefetch(reinterpret_cast<const char*>(b + p * sbk) + at, _MM_HINT_T0);
-      // Separate arrays, every loop over them unrolled: GCC then keeps the sums in
-      // registers (as a two-dimensional array they went through the stack).
-      __m256 lo[R], hi[R];
-#pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) {
-        lo[r] = pc == p0 ? _mm256_setzero_ps() : _mm256_loadu_ps(c + r * ldc + j);
-        hi[r] = pc == p0 ? _mm256_setzero_ps() : _mm256_loadu_ps(c + r * ldc + j + 8);
-      }
-      for (int64_t p = pc; p < pe; ++p) {
-        const BT* src = b + p * sbk + j;
-        const __m256 v0 = load8(src), v1 = load8(src + 8);
-#pragma GCC unroll 4
-        for (int r = 0; r < R; ++r) {
-          const __m256 a = _mm256_broadcast_ss(rows + r * k + p);
-          lo[r] = _mm256_fmadd_ps(a, v0, lo[r]);
-          hi[r] = _mm256_fmadd_ps(a, v1, hi[r]);
-        }
-      }
-#pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) {
-        _mm256_storeu_ps(c + r * ldc + j, lo[r]);
-        _mm256_storeu_ps(c + r * ldc + j + 8, hi[r]);
-      }
-    }
-  }
-  if (p0 == p1)  // no rows: a zero partial
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) std::fill(c + r * ldc, c + r * ldc + n, 0.0f);
-}
-
-// Up to four rows at a time through the kernels above.
+// Up to four rows at a time through the kernels of few_rows.hpp.
 template <class Kernel>
 LUM_AVX2 void by_fours(int64_t m, int64_t k, const float* rows, float* c, int64_t ldc,
                        Kernel&& run) {
-  for (int64_t i = 0; i < m; i += 4) {
-    const float* r = rows + i * k;
-    float* out = c + i * ldc;
-    switch (std::min<int64_t>(4, m - i)) {
-      case 1:
-        run(std::integral_constant<int, 1>{}, r, out);
-        break;
-      case 2:
-        run(std::integral_constant<int, 2>{}, r, out);
-        break;
-      case 3:
-        run(std::integral_constant<int, 3>{}, r, out);
-        break;
-      default:
-        run(std::integral_constant<int, 4>{}, r, out);
-        break;
-    }
-  }
+  for (int64_t i = 0; i < m; i += 4)
+    with_rows(std::min<int64_t>(4, m - i), [&](auto r) { run(r, rows + i * k, c + i * ldc); });
 }
 
 // few_rows with AVX2 where B's elements along the inner loop are contiguous; false where
@@ -236,12 +114,13 @@ LUM_AVX2 bool few_rows_avx2(const Folded& f, const std::vector<float>& rows, con
       const int64_t t = omp_get_thread_num(), count = omp_get_num_threads();
       const int64_t j0 = n * t / count, j1 = n * (t + 1) / count;
       by_fours(m, k, rows.data(), c, n, [&](auto r, const float* a, float* out) {
-        dot_columns<decltype(r)::value>(a, k, b, f.sbn, j0, j1, out, n);
+        dot_columns<decltype(r)::value>(
+            a, k, [&](int64_t j) { return b + j * f.sbn; }, j0, j1, out, n);
       });
     }
     return true;
   }
-  if (f.sbn != 1 || n % 16 != 0) return false;
+  if (f.sbn != 1) return false;
   // Each thread sums its own run of B's rows (one stream through memory) into a partial
   // product of its own; the partials are added at the end.
   std::vector<float> partial(static_cast<size_t>(threads * m * n));
@@ -251,21 +130,14 @@ LUM_AVX2 bool few_rows_avx2(const Folded& f, const std::vector<float>& rows, con
     const int64_t p0 = k * t / count, p1 = k * (t + 1) / count;
     float* mine = partial.data() + t * m * n;
     by_fours(m, k, rows.data(), mine, n, [&](auto r, const float* a, float* out) {
-      row_panels<decltype(r)::value>(a, k, b, f.sbk, p0, p1, n, out, n);
+      row_panels<decltype(r)::value>(
+          a, k, [&](int64_t p) { return b + p * f.sbk; }, p0, p1, n, out, n);
     });
   }
   add_partials(partial, threads, m * n, c);
   return true;
 }
 #endif
-
-void axpy(float alpha, const float* x, float* y, int64_t n, bool avx2) {
-#if defined(__x86_64__)
-  if (avx2) return axpy_avx2(alpha, x, y, n);
-#endif
-  (void)avx2;
-  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
-}
 
 // n values of B from p at stride s, as contiguous f32: in place where they already are,
 // else widened or gathered into tmp.

@@ -115,7 +115,25 @@ void widen(const uint16_t* p, int64_t n, float* out, bool avx2) {
   for (int64_t i = 0; i < n; ++i) out[i] = load1<kBits>(p + i);
 }
 
+#if defined(__x86_64__)
+LUM_AVX2 void axpy_avx2(float alpha, const float* x, float* y, int64_t n) {
+  const __m256 va = _mm256_set1_ps(alpha);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+  for (; i < n; ++i) y[i] += alpha * x[i];
+}
+#endif
+
 }  // namespace
+
+void axpy(float alpha, const float* x, float* y, int64_t n, bool avx2) {
+#if defined(__x86_64__)
+  if (avx2) return axpy_avx2(alpha, x, y, n);
+#endif
+  (void)avx2;
+  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+}
 
 float dot_f32(const float* x, const float* y, int64_t n, bool avx2) {
   return dot<Bits::F32>(x, y, n, avx2);

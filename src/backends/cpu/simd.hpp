@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "luminal/dtype.hpp"
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #define LUM_AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -31,7 +33,24 @@ LUM_AVX2 inline __m256 load8_bf16(const uint16_t* p) {
   const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
 }
+
+/// Eight values from p as floats, for kernels templated on an f32 or f16 operand
+/// (uint16_t: f16 bit patterns, as in a half-precision KV cache).
+LUM_AVX2 inline __m256 load8(const float* p) {
+  return _mm256_loadu_ps(p);
+}
+LUM_AVX2 inline __m256 load8(const uint16_t* p) {
+  return load8_f16(p);
+}
 #endif
+
+/// One value of such an operand as a float.
+inline float load1(const float* p) {
+  return *p;
+}
+inline float load1(const uint16_t* p) {
+  return f16_bits_to_float(*p);
+}
 
 /// Reads LUMINAL_CPU_SIMD again (the CPU backend does at every compile). The kernels ask
 /// use_avx2() a few times per product, and a decode step's weight traffic evicts the
@@ -48,6 +67,9 @@ bool use_avx512();
 
 /// sum_i x[i] * y[i]; `avx2` is use_avx2(), asked once per product rather than per dot.
 float dot_f32(const float* x, const float* y, int64_t n, bool avx2);
+
+/// y[i] += alpha * x[i] for i < n.
+void axpy(float alpha, const float* x, float* y, int64_t n, bool avx2);
 
 /// sum_i w[i] * y[i] with w's f16 (dot_f16) or bf16 (dot_bf16) bit patterns widened as
 /// they are loaded.
