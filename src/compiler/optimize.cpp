@@ -84,6 +84,18 @@ class Lowering {
 
   ClassId class_of(NodeId id) const { return cls_[id.value]; }
 
+  // Rule predicate arguments: a $view attribute's View; a ?class's dtype (nullopt for a
+  // class the rules made) and its block-stored input (nullptr if it is none).
+  const View& view(const eg::Value& v) const { return views[static_cast<size_t>(v.a.bits)]; }
+  std::optional<DType> dtype(const eg::EGraph& e, const eg::Value& v) const {
+    auto it = dtype_of.find(e.find(v.c).v);
+    return it == dtype_of.end() ? std::nullopt : std::optional{it->second};
+  }
+  const Node* quantized_input(const eg::EGraph& e, const eg::Value& v) const {
+    auto it = quantized.find(e.find(v.c).v);
+    return it == quantized.end() ? nullptr : it->second;
+  }
+
  private:
   int64_t view_id(const View& v) {
     const std::string key = v.to_string();
@@ -167,32 +179,20 @@ class Rebuild {
       if (un.quant != kPlainStorage) g.set_storage(id, un.quant);
       out_.source_of.resize(id.value + 1);
       out_.source_of[id.value] = user;
-    } else if (op == "MatMul") {
+    } else if (op == "MatMul" || op == "QMatMul" || op == "Attention") {
       Node n;
       n.op = Op::Custom;
-      n.custom = std::make_shared<MatMulOp>();
-      n.inputs = {edge(children[0]), edge(children[1])};
-      n.dtype = DType::F32;
-      n.shape = n.inputs[0].view.shape();
-      n.shape.erase(n.shape.end() - 2);
-      id = g.add_node(std::move(n));
-    } else if (op == "QMatMul") {
-      Node n;
-      n.op = Op::Custom;
-      n.inputs = {edge(children[0]), edge(children[1])};
-      n.custom = std::make_shared<QMatMulOp>(g.node(n.inputs[1].source).quant);
-      n.dtype = DType::F32;
-      n.shape = n.inputs[0].view.shape();
-      n.shape.erase(n.shape.end() - 2);
-      id = g.add_node(std::move(n));
-    } else if (op == "Attention") {
-      Node n;
-      n.op = Op::Custom;
-      n.custom = std::make_shared<AttentionOp>(attrs[0].as_float());
       for (ClassId ch : children) n.inputs.push_back(edge(ch));
+      if (op == "MatMul")
+        n.custom = std::make_shared<MatMulOp>();
+      else if (op == "QMatMul")
+        n.custom = std::make_shared<QMatMulOp>(g.node(n.inputs[1].source).quant);
+      else
+        n.custom = std::make_shared<AttentionOp>(attrs[0].as_float());
       n.dtype = DType::F32;
-      // [batch..., M, Dv]: the value operand's shape without its T.
-      n.shape = n.inputs[2].view.shape();
+      // [batch..., M, N]: the [batch..., M, K, N] product operand's shape without K (the
+      // value operand's, without its T, for Attention).
+      n.shape = n.inputs[op == "Attention" ? 2 : 0].view.shape();
       n.shape.erase(n.shape.end() - 2);
       id = g.add_node(std::move(n));
     } else if (op == "Custom") {
@@ -284,63 +284,47 @@ Optimized optimize(const Graph& g) {
   // (gemm $axis $va $vb ?a ?b): an f32 product BLAS can run; block-stored operands are
   // left to qgemm.
   fns.predicates["gemm"] = [&low](const eg::EGraph& e, std::span<const eg::Value> a) {
-    auto dt = low.dtype_of.find(e.find(a[3].c).v);
-    if (dt == low.dtype_of.end()) return false;
-    if (low.quantized.count(e.find(a[3].c).v) || low.quantized.count(e.find(a[4].c).v) ||
+    const auto dt = low.dtype(e, a[3]);
+    if (!dt || low.quantized_input(e, a[3]) || low.quantized_input(e, a[4]) ||
         widens_f16(e, low, a[4].c))
       return false;
-    return is_gemm(static_cast<int>(a[0].a.bits), low.views[static_cast<size_t>(a[1].a.bits)],
-                   low.views[static_cast<size_t>(a[2].a.bits)], dt->second);
+    return is_gemm(static_cast<int>(a[0].a.bits), low.view(a[1]), low.view(a[2]), *dt);
   };
   // (gemm-f16-b $axis $va $vb ?a ?b): the same with ?b an f16 value widened by a Cast;
   // the plain rule then declines the widened operand, so the MatMul reading f16 is the
   // only one built (extraction by longest path could not tell the two apart).
   fns.predicates["gemm-f16-b"] = [&low](const eg::EGraph& e, std::span<const eg::Value> a) {
-    auto da = low.dtype_of.find(e.find(a[3].c).v), db = low.dtype_of.find(e.find(a[4].c).v);
-    if (da == low.dtype_of.end() || db == low.dtype_of.end() || db->second != DType::F16 ||
-        low.quantized.count(e.find(a[4].c).v))
-      return false;
-    return is_gemm(static_cast<int>(a[0].a.bits), low.views[static_cast<size_t>(a[1].a.bits)],
-                   low.views[static_cast<size_t>(a[2].a.bits)], da->second);
+    const auto da = low.dtype(e, a[3]);
+    if (!da || low.dtype(e, a[4]) != DType::F16 || low.quantized_input(e, a[4])) return false;
+    return is_gemm(static_cast<int>(a[0].a.bits), low.view(a[1]), low.view(a[2]), *da);
   };
   // (qgemm $axis $va $vb ?w): x W^T with W a block-stored input.
   fns.predicates["qgemm"] = [&low](const eg::EGraph& e, std::span<const eg::Value> a) {
-    auto w = low.quantized.find(e.find(a[3].c).v);
-    if (w == low.quantized.end()) return false;
-    return is_qgemm(static_cast<int>(a[0].a.bits), low.views[static_cast<size_t>(a[1].a.bits)],
-                    low.views[static_cast<size_t>(a[2].a.bits)], w->second->shape);
+    const Node* w = low.quantized_input(e, a[3]);
+    return w && is_qgemm(static_cast<int>(a[0].a.bits), low.view(a[1]), low.view(a[2]), w->shape);
   };
   // (softmax $axis $vn $vm $vc $vl $log2e $vr $vs): the matched exp / sum is a softmax
   // along the last axis: the max and the sum are broadcast back along it, the constants
   // read unmasked, and the exp's factor is log2(e).
   fns.predicates["softmax"] = [&low](const eg::EGraph&, std::span<const eg::Value> a) {
-    auto view = [&](size_t i) -> const View& {
-      return low.views[static_cast<size_t>(a[i].a.bits)];
-    };
-    const View& full = view(1);
+    const View& full = low.view(a[1]);
     if (a[0].a.bits != static_cast<int64_t>(full.rank()) - 1) return false;
     if (std::abs(a[5].a.as_float() - std::numbers::log2e) > 1e-12) return false;
-    return is_broadcast_along_last(full) && is_broadcast_along_last(view(6)) &&
-           is_broadcast_along_last(view(2)) && is_broadcast_along_last(view(7)) &&
-           !view(3).has_mask() && !view(4).has_mask();
+    return is_broadcast_along_last(full) && is_broadcast_along_last(low.view(a[6])) &&
+           is_broadcast_along_last(low.view(a[2])) && is_broadcast_along_last(low.view(a[7])) &&
+           !low.view(a[3]).has_mask() && !low.view(a[4]).has_mask();
   };
   // (attention $vp $vmask $vscale $vinf ?q ?k ?v ?mask): the probabilities are the
   // value product's left operand as they are, the mask is bool and the constants unmasked.
   fns.predicates["attention"] = [&low](const eg::EGraph& e, std::span<const eg::Value> a) {
-    auto view = [&](size_t i) -> const View& {
-      return low.views[static_cast<size_t>(a[i].a.bits)];
+    auto stored = [&](const eg::Value& v) {
+      const auto t = low.dtype(e, v);
+      return (t == DType::F32 || t == DType::F16) && !low.quantized_input(e, v);
     };
-    auto dtype = [&](size_t i) {
-      auto it = low.dtype_of.find(e.find(a[i].c).v);
-      return it == low.dtype_of.end() ? std::optional<DType>{} : std::optional{it->second};
-    };
-    auto stored = [&](size_t i) {
-      const auto t = dtype(i);
-      return (t == DType::F32 || t == DType::F16) && !low.quantized.count(e.find(a[i].c).v);
-    };
-    return dtype(4) == DType::F32 && stored(5) && stored(6) && dtype(7) == DType::Bool &&
-           is_broadcast_along_last(view(0)) && !view(1).has_mask() && !view(2).has_mask() &&
-           !view(3).has_mask() && view(1).rank() + 1 == view(0).rank();
+    return low.dtype(e, a[4]) == DType::F32 && stored(a[5]) && stored(a[6]) &&
+           low.dtype(e, a[7]) == DType::Bool && is_broadcast_along_last(low.view(a[0])) &&
+           !low.view(a[1]).has_mask() && !low.view(a[2]).has_mask() && !low.view(a[3]).has_mask() &&
+           low.view(a[1]).rank() + 1 == low.view(a[0]).rank();
   };
   const std::vector<eg::RuleSet> sets = without_disabled_rules(rule_sets(fns));
   std::vector<const eg::RuleSet*> active;
