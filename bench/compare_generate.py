@@ -2,7 +2,7 @@
 """luminal generate vs llama.cpp (llama-cpp-python) on one GGUF file, same threads, same
 prompts, greedy decoding, in one run; plus the bandwidth floor: the bytes one decoded token
 must read (every weight, and the f16 key and value caches so far) divided by the machine's
-read bandwidth, measured just before each run
+read bandwidth, measured between runs
 (build/bench/bench_quant BM_ReadBandwidth). Writes bench/results/generate.md.
 Use bench/run_generate_bench.sh, which builds everything and installs the peer."""
 import argparse
@@ -121,16 +121,19 @@ def main():
     rows = []
     for label, prompt in (("short prompt", SHORT), ("long prompt", LONG)):
         ours, peer = [], []
+        # The shared machine's bandwidth drifts by tens of percent within minutes, so
+        # the runs alternate with measurements of it, and each run is paired with the mean
+        # of the measurements just before and just after it.
+        before = read_bandwidth(env, reps=2)
         for _ in range(args.reps):  # interleaved, so that load from elsewhere hits both alike
-            # The shared machine's bandwidth drifts by tens of percent within minutes, so
-            # every run is paired with a measurement taken just before it.
             for runs, run in ((ours, lambda: luminal_run(args.model, prompt, args.tokens, env)),
                               (peer, lambda: llama_run(llm, prompt, args.tokens))):
-                bandwidth = read_bandwidth(env, reps=2)
                 r = run()
-                r["bandwidth"] = bandwidth
-                r["floor_fraction"] = r["decode_tps"] * floor_bytes(r["prompt_tokens"]) / bandwidth
+                after = read_bandwidth(env, reps=2)
+                r["bandwidth"] = (before + after) / 2
+                r["floor_fraction"] = r["decode_tps"] * floor_bytes(r["prompt_tokens"]) / r["bandwidth"]
                 runs.append(r)
+                before = after
         rows.append((label, ours, peer))
         print(f"{label}: luminal prompt {median_of(ours, 'prompt_tps'):.1f} tok/s decode "
               f"{median_of(ours, 'decode_tps'):.2f} tok/s | llama.cpp prompt "
@@ -167,18 +170,22 @@ def main():
         + ", ".join(f"{per_position * (ours[0]['prompt_tokens'] + args.tokens / 2) / 2**20:.1f} MiB "
                     f"after the {label}" for label, ours, _ in rows)
         + ". Read bandwidth (bench_quant BM_ReadBandwidth, "
-        f"{args.threads} threads, the faster of 4 KiB and 2 MiB pages) is measured just before",
-        "every run, since the shared machine's bandwidth drifts; each run's decode rate is",
-        "divided by the floor at that moment. Bandwidth over the runs: median "
+        f"{args.threads} threads, the faster of 4 KiB and 2 MiB pages) is measured between",
+        "runs, since the shared machine's bandwidth drifts; each run's decode rate is divided",
+        "by the floor at the mean of the measurements just before and after it. Bandwidth over",
+        "the runs: median "
         f"{statistics.median(bandwidths) / 1e9:.1f} GB/s, from {min(bandwidths) / 1e9:.1f} to "
         f"{max(bandwidths) / 1e9:.1f}.",
         "",
-        "| | luminal decode / floor | llama.cpp decode / floor |",
-        "| --- | --- | --- |",
+        "| | luminal decode / floor | (runs from, to) | llama.cpp decode / floor | (runs from, to) |",
+        "| --- | --- | --- | --- | --- |",
     ]
+    def spread(runs):
+        fractions = [r["floor_fraction"] for r in runs]
+        return (f"{100 * statistics.median(fractions):.0f}% | "
+                f"{100 * min(fractions):.0f}%, {100 * max(fractions):.0f}%")
     for label, ours, peer in rows:
-        lines.append(f"| {label} | {100 * median_of(ours, 'floor_fraction'):.0f}% | "
-                     f"{100 * median_of(peer, 'floor_fraction'):.0f}% |")
+        lines.append(f"| {label} | {spread(ours)} | {spread(peer)} |")
     out = os.path.join(ROOT, "bench", "results", "generate.md")
     with open(out, "w") as f:
         f.write("\n".join(lines) + "\n")

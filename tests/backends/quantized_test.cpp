@@ -99,6 +99,37 @@ size_t count_qmatmul(const Graph& g) {
   return n;
 }
 
+// Each of got = x W^T ([rows, n]) against want: within the error that quantising x
+// (rows of k values) to 8 bits per 32-block can cause, given the decoded weights wd.
+void expect_within_activation_bound(const char* name, const std::vector<float>& xv, int64_t rows,
+                                    int64_t k, const std::vector<float>& wd, int64_t n,
+                                    bool quantised_activations, const std::vector<float>& got,
+                                    const std::vector<double>& want) {
+  ASSERT_EQ(got.size(), want.size()) << name;
+  ASSERT_EQ(got.size(), static_cast<size_t>(rows * n)) << name;
+  for (int64_t row = 0; row < rows; ++row) {
+    // Rounding each 32-block of x to int8 moves an element by at most half a step,
+    // amax / 127 / 2; float accumulation adds a relative 1e-5 of sum |w x|.
+    std::vector<double> step(static_cast<size_t>(k / 32), 0);
+    for (int64_t c = 0; c < k; ++c) {
+      const double a = std::fabs(xv[static_cast<size_t>(row * k + c)]);
+      double& s = step[static_cast<size_t>(c / 32)];
+      s = std::max(s, a / 127.0);
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      double bound = 0, magnitude = 0;
+      for (int64_t c = 0; c < k; ++c) {
+        const double wj = std::fabs(wd[static_cast<size_t>(j * k + c)]);
+        if (quantised_activations) bound += wj * step[static_cast<size_t>(c / 32)] / 2;
+        magnitude += wj * std::fabs(xv[static_cast<size_t>(row * k + c)]);
+      }
+      bound += 1e-5 * magnitude + 1e-6;
+      const size_t at = static_cast<size_t>(row * n + j);
+      ASSERT_NEAR(got[at], want[at], bound) << name << " row " << row << " col " << j;
+    }
+  }
+}
+
 // y = x W^T for x [batch, m, k]: QMatMul is selected, and each output is within the
 // error that quantising x to 8 bits can cause. A multiple of 8 for n lets the CPU
 // interleave the weight rows (qinterleaved.hpp); 37 keeps the row-at-a-time kernels.
@@ -119,34 +150,11 @@ void check_matmul(const FormatCase& f, int64_t m, int64_t n = 37, int64_t batch 
   const std::vector<float> wd = w.to_f32();  // the decoded weights
   cx.compile(cpu());
   cx.execute();
-  const std::vector<float> got = y.to_f32();
-  ASSERT_EQ(got.size(), want.size());
-
   size_t block_elems = 0, block_bytes = 0;
   ggml_block_layout(f.type, block_elems, block_bytes);
-  const bool quantised_activations = block_elems > 1;
-  for (int64_t row = 0; row < batch * m; ++row) {
-    // Rounding each 32-block of x to int8 moves an element by at most half a step,
-    // amax / 127 / 2; float accumulation adds a relative 1e-5 of sum |w x|.
-    std::vector<double> step(static_cast<size_t>(k / 32), 0);
-    for (int64_t c = 0; c < k; ++c) {
-      const double a = std::fabs(xv[static_cast<size_t>(row * k + c)]);
-      double& s = step[static_cast<size_t>(c / 32)];
-      s = std::max(s, a / 127.0);
-    }
-    for (int64_t j = 0; j < n; ++j) {
-      double bound = 0, magnitude = 0;
-      for (int64_t c = 0; c < k; ++c) {
-        const double wj = std::fabs(wd[static_cast<size_t>(j * k + c)]);
-        if (quantised_activations) bound += wj * step[static_cast<size_t>(c / 32)] / 2;
-        magnitude += wj * std::fabs(xv[static_cast<size_t>(row * k + c)]);
-      }
-      bound += 1e-5 * magnitude + 1e-6;
-      const size_t at = static_cast<size_t>(row * n + j);
-      ASSERT_NEAR(got[at], want[at], bound)
-          << f.name << " m=" << m << " row " << row << " col " << j;
-    }
-  }
+  const std::string name = std::string(f.name) + " m=" + std::to_string(m);
+  expect_within_activation_bound(name.c_str(), xv, batch * m, k, wd, n, block_elems > 1, y.to_f32(),
+                                 want);
 }
 
 class QuantizedFormat : public ::testing::TestWithParam<FormatCase> {};
@@ -237,6 +245,52 @@ TEST(Quantized, NewWeightDataIsUsedByTheNextRun) {
     for (float v : want[run]) scale = std::max(scale, static_cast<double>(std::fabs(v)));
     for (size_t j = 0; j < static_cast<size_t>(n); ++j)
       ASSERT_NEAR(got[run][j], want[run][j], 0.02 * scale) << "run " << run << " col " << j;
+  }
+}
+
+// Products of the same activations (a layer's query, key and value projections) run on
+// the CPU as one, over all their weights with one thread team; each output must still be
+// its own product, whatever the mix of formats and sizes. A product of other rows of the
+// same input stays apart.
+TEST(Quantized, ProductsOfTheSameActivationsRunAsOneAndEachAgrees) {
+  const int64_t k = 512;
+  struct Part {
+    uint32_t type;
+    int64_t n;
+  };
+  // Q5_0, Q8_0 (over 64 KiB alone: the team splits it), Q4_K, Q6_K.
+  const Part parts[] = {{6, 64}, {8, 256}, {12, 40}, {14, 48}};
+  for (const int64_t m : {1, 3, 6}) {
+    Graph cx;
+    Tensor x = cx.named_tensor("x", {m, k});
+    std::vector<Tensor> ws, ys;
+    for (size_t i = 0; i < std::size(parts); ++i) {
+      ws.push_back(cx.named_tensor("w" + std::to_string(i), {parts[i].n, k}));
+      ys.push_back(x.matmul(ws.back().transpose(0, 1)).retrieve());
+    }
+    const int64_t skip = m > 1 ? 1 : 0;  // m = 1: the same product (merged with the first)
+    Tensor other = x.slice(0, skip, m).matmul(ws[0].transpose(0, 1)).retrieve();
+    const std::vector<float> xv = random_floats(static_cast<size_t>(m * k), 40 + m);
+    x.set(xv);
+    for (size_t i = 0; i < std::size(parts); ++i)
+      ws[i].set_quantized(parts[i].type, random_blocks(parts[i].type, parts[i].n, k, 50 + i));
+    EXPECT_EQ(count_qmatmul(cx), std::size(parts) + static_cast<size_t>(skip));
+
+    cx.compile(reference());
+    cx.execute();
+    std::vector<std::vector<double>> want;
+    for (const Tensor& y : ys) want.push_back(y.data().to_f64());
+    const std::vector<double> want_other = other.data().to_f64();
+    cx.compile(cpu());
+    cx.execute();
+    for (size_t i = 0; i < std::size(parts); ++i) {
+      const std::string name = "product " + std::to_string(i) + " m=" + std::to_string(m);
+      expect_within_activation_bound(name.c_str(), xv, m, k, ws[i].to_f32(), parts[i].n, true,
+                                     ys[i].to_f32(), want[i]);
+    }
+    const std::vector<float> rest(xv.begin() + skip * k, xv.end());
+    expect_within_activation_bound("other rows", rest, m - skip, k, ws[0].to_f32(), parts[0].n,
+                                   true, other.to_f32(), want_other);
   }
 }
 

@@ -80,34 +80,8 @@ class CpuExecutable final : public Executable {
     size_t live = 0;
     for (size_t k = 0; k < steps_.size(); ++k) {
       const Step& step = steps_[k];
-      const auto numel =
-          static_cast<size_t>(step.numel >= 0 ? step.numel : step.numel_expr.eval(user.dims()));
-      const auto kernel_start =
-          profiling_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
-      Buffer out;
-      if (auto appended = append_in_place(user, k, numel)) {
-        out = std::move(*appended);
-      } else {
-        out = allocate(step.dtype, numel);
-        if (!variant.fns[k]) {
-          run_custom(user, k, out);
-        } else {
-          args_.assign(1, out.data());
-          for (uint32_t i = step.reads; i < step.reads_end; ++i) {
-            const Operand& o = operands_[i];
-            args_.push_back(const_cast<void*>(input(user, o.node, o.slot).data()));
-          }
-          int64_t err[3] = {0, 0, 0};
-          variant.fns[k](args_.data(), dims.data(), err);
-          if (err[0]) report(g, plan_.kernels[k], err);
-        }
-      }
-      if (profiling_) {
-        profile_[k].seconds += seconds_since(kernel_start);
-        ++profile_[k].runs;
-      }
-      live += out.bytes();
-      values_[k] = std::move(out);
+      // Already there when an earlier QMatMul of the same activations computed it.
+      if (!values_[k]) run_step(user, variant, dims, k, live);
       stats_.peak_bytes = std::max(stats_.peak_bytes, live);
       ++stats_.nodes_run;
       for (uint32_t i = step.frees; i < step.frees_end; ++i) {
@@ -274,10 +248,14 @@ class CpuExecutable final : public Executable {
     bool matmul = false;
     const compiler::QMatMulOp* qmatmul = nullptr;
     const compiler::AttentionOp* attention = nullptr;
+    uint32_t joined = 0, joined_end = 0;  // later QMatMuls run with this one, in joined_
   };
   std::vector<Step> steps_;
   std::vector<Operand> operands_;
   std::vector<int32_t> frees_;
+  std::vector<uint32_t> joined_;
+  std::vector<cpugen::InterleavedProduct> joined_products_;
+  std::vector<Buffer> joined_outs_;
   std::vector<ResolvedViews> views_;  // by kernel; used by custom kernels
   // Computed values during a run, by slot: kernel k's output has slot k.
   std::vector<std::optional<Buffer>> values_;
@@ -330,6 +308,34 @@ class CpuExecutable final : public Executable {
     views_.resize(plan_.kernels.size());
     values_.resize(plan_.kernels.size());
     checked_version_.assign(g.num_nodes(), 0);
+    join_products();
+  }
+
+  // QMatMuls of the same activations with user-input weights (a layer's query, key and
+  // value projections; its gate and up projections) run together when the first of them
+  // is due: their other input is a weight, so the later ones are ready too. One thread
+  // team and one stream of weights then serve all of them (cpugen::qmatmul_group).
+  void join_products() {
+    const Graph& g = *program_.graph;
+    constexpr uint32_t kMaxJoined = 7;  // qmatmul_interleaved takes eight products at most
+    auto activations = [&](size_t k) {
+      return plan_.canon(g.node(plan_.kernels[k].root).inputs[0].source);
+    };
+    auto input_weight = [&](size_t k) {
+      return g.node(plan_.canon(g.node(plan_.kernels[k].root).inputs[1].source)).op == Op::Input;
+    };
+    std::vector<bool> taken(steps_.size(), false);
+    for (size_t k = 0; k < steps_.size(); ++k) {
+      Step& step = steps_[k];
+      step.joined = step.joined_end = static_cast<uint32_t>(joined_.size());
+      if (!step.qmatmul || taken[k] || !input_weight(k)) continue;
+      for (size_t j = k + 1; j < steps_.size() && step.joined_end - step.joined < kMaxJoined; ++j)
+        if (steps_[j].qmatmul && !taken[j] && activations(j) == activations(k) && input_weight(j)) {
+          joined_.push_back(static_cast<uint32_t>(j));
+          taken[j] = true;
+          ++step.joined_end;
+        }
+    }
   }
 
   // Per kernel, the input an AppendRows kernel may grow in place: a whole input that no
@@ -487,6 +493,46 @@ class CpuExecutable final : public Executable {
     return *b;
   }
 
+  size_t numel_of(const Graph& user, size_t k) const {
+    const Step& step = steps_[k];
+    return static_cast<size_t>(step.numel >= 0 ? step.numel : step.numel_expr.eval(user.dims()));
+  }
+
+  // Runs kernel k into a new value; `live` counts the bytes of values held.
+  void run_step(Graph& user, const Variant& variant, const std::vector<int64_t>& dims, size_t k,
+                size_t& live) {
+    const Step& step = steps_[k];
+    const size_t numel = numel_of(user, k);
+    const auto kernel_start =
+        profiling_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+    Buffer out;
+    if (auto appended = append_in_place(user, k, numel)) {
+      out = std::move(*appended);
+    } else {
+      out = allocate(step.dtype, numel);
+      if (!variant.fns[k]) {
+        run_custom(user, k, out);
+        for (uint32_t i = step.joined; i < step.joined_end; ++i)
+          if (const std::optional<Buffer>& early = values_[joined_[i]]) live += early->bytes();
+      } else {
+        args_.assign(1, out.data());
+        for (uint32_t i = step.reads; i < step.reads_end; ++i) {
+          const Operand& o = operands_[i];
+          args_.push_back(const_cast<void*>(input(user, o.node, o.slot).data()));
+        }
+        int64_t err[3] = {0, 0, 0};
+        variant.fns[k](args_.data(), dims.data(), err);
+        if (err[0]) report(*program_.graph, plan_.kernels[k], err);
+      }
+    }
+    if (profiling_) {
+      profile_[k].seconds += seconds_since(kernel_start);
+      ++profile_[k].runs;
+    }
+    live += out.bytes();
+    values_[k] = std::move(out);
+  }
+
   // Library kernels: MatMul through BLAS; any other CustomOp by its reference semantics.
   void run_custom(const Graph& user, size_t k, Buffer& out) {
     const Step& step = steps_[k];
@@ -506,6 +552,7 @@ class CpuExecutable final : public Executable {
                                       out.span<float>().data());
     }
     if (step.qmatmul) {
+      if (step.joined != step.joined_end && run_joined(user, k, views, out)) return;
       const auto& w = views[1].dims;  // the weight [N, K]
       cpugen::qmatmul(views[0], bufs[0]->span<float>().data(), step.qmatmul->format,
                       bufs[1]->span<uint8_t>().data(), w[0], w[1], out.span<float>().data(),
@@ -529,6 +576,53 @@ class CpuExecutable final : public Executable {
     std::vector<int64_t> out_shape;
     for (Expr d : n.shape) out_shape.push_back(d.eval(user.dims()));
     out = n.custom->run(in, shapes, out_shape, n.dtype);
+  }
+
+  // Kernel k's QMatMul together with the later ones of the same activations
+  // (join_products), when all have interleaved weights and read the activations through
+  // the same view; their outputs become their values now. False: kernel k alone.
+  bool run_joined(const Graph& user, size_t k, const std::vector<ConcreteView>& views,
+                  Buffer& out) {
+    const Graph& g = *program_.graph;
+    auto weights = [&](size_t j, const std::vector<ConcreteView>& v) {
+      const NodeId w = plan_.canon(g.node(plan_.kernels[j].root).inputs[1].source);
+      return interleaved_weights(user, w, input(user, w), steps_[j].qmatmul->format, v[1].dims[0],
+                                 v[1].dims[1]);
+    };
+    std::vector<cpugen::InterleavedProduct>& products = joined_products_;
+    std::vector<Buffer>& outs = joined_outs_;
+    products.clear();
+    outs.clear();
+    const cpugen::InterleavedWeights* w = weights(k, views);
+    if (!w) return false;
+    products.push_back({w, out.span<float>().data()});
+    for (uint32_t i = steps_[k].joined; i < steps_[k].joined_end; ++i) {
+      const size_t j = joined_[i];
+      const std::vector<ConcreteView>& vj =
+          views_[j].get(g.node(plan_.kernels[j].root), user.dims());
+      const cpugen::InterleavedWeights* wj = same_rows(vj[0], views[0]) ? weights(j, vj) : nullptr;
+      if (!wj) return false;
+      outs.push_back(allocate(steps_[j].dtype, numel_of(user, j)));
+      products.push_back({wj, outs.back().span<float>().data()});
+    }
+    const NodeId a = plan_.canon(g.node(plan_.kernels[k].root).inputs[0].source);
+    cpugen::qmatmul_group(views[0], input(user, a).span<float>().data(), products);
+    for (uint32_t i = steps_[k].joined; i < steps_[k].joined_end; ++i)
+      values_[joined_[i]] = std::move(outs[i - steps_[k].joined]);
+    return true;
+  }
+
+  // Whether two QMatMuls' [batch..., M, K, N] activation views select the same rows: all
+  // but N (their weights' row counts) agree.
+  static bool same_rows(const ConcreteView& a, const ConcreteView& b) {
+    auto rows = [](const std::vector<int64_t>& v) {
+      return std::span<const int64_t>(v.data(), v.size() - 1);
+    };
+    auto equal = [&](const std::vector<int64_t>& x, const std::vector<int64_t>& y) {
+      return x.size() == y.size() && std::ranges::equal(rows(x), rows(y));
+    };
+    return a.offset == b.offset && equal(a.dims, b.dims) && equal(a.strides, b.strides) &&
+           equal(a.mask_lo, b.mask_lo) && equal(a.mask_hi, b.mask_hi);
   }
 
   // The interleaved copy of a QMatMul weight that is a user input, made on first use and

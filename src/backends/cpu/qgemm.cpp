@@ -338,7 +338,10 @@ void qmatmul(const ConcreteView& a, const float* a_data, uint32_t format, const 
     }
     return;
   }
-  if (interleaved) return qmatmul_interleaved(rows, *interleaved, out);
+  if (interleaved) {
+    const InterleavedProduct product{interleaved, out};
+    return qmatmul_interleaved(rows, {&product, 1});
+  }
   if (nr >= kBlasRows) return dequantized_sgemm(rows, format, w, n, k, row_bytes, out);
   LUM_CHECK(k % 32 == 0) << "QMatMul: K = " << k << " is not a multiple of 32";
   QuantizedRows x;
@@ -346,6 +349,12 @@ void qmatmul(const ConcreteView& a, const float* a_data, uint32_t format, const 
   const bool known =
       with_format(format, [&](auto f) { run_format<decltype(f)>(w, n, k, x, nr, out); });
   LUM_CHECK(known) << "QMatMul: no kernel for " << ggml_type_name(format);
+}
+
+void qmatmul_group(const ConcreteView& a, const float* a_data,
+                   std::span<const InterleavedProduct> products) {
+  const std::vector<const float*> rows = activation_rows(a, a_data);
+  if (!rows.empty()) qmatmul_interleaved(rows, products);
 }
 
 }  // namespace luminal::cpugen

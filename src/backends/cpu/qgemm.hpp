@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "backends/cpu/qinterleaved.hpp"
 #include "luminal/view.hpp"
@@ -26,5 +27,10 @@ namespace luminal::cpugen {
 void qmatmul(const ConcreteView& a, const float* a_data, uint32_t format, const uint8_t* w,
              int64_t n, int64_t k, float* out, bool int8_activations = true,
              const InterleavedWeights* interleaved = nullptr);
+
+/// Several QMatMuls of the same activations `a` (as above), each with interleaved
+/// weights and its own output, run as one product (qmatmul_interleaved).
+void qmatmul_group(const ConcreteView& a, const float* a_data,
+                   std::span<const InterleavedProduct> products);
 
 }  // namespace luminal::cpugen

@@ -25,6 +25,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstring>
 
@@ -739,11 +740,12 @@ InterleavedWeights interleave(uint32_t format, const uint8_t* w, int64_t n, int6
 
 namespace {
 
-// How a product's groups of eight rows are split between threads: in passes of one group
-// (two with AVX-512, an odd last group alone), each thread one contiguous run of passes.
+// How a product's groups of eight rows are read: in passes of one group (two with
+// AVX-512, an odd last group alone).
 struct Split {
   int64_t groups = 0, per_pass = 1, passes = 0, group_bytes = 0;
 
+  Split() = default;
   explicit Split(const InterleavedWeights& w) {
     const Layout l = layout_of(w.format);
     groups = w.n / kRows;
@@ -751,19 +753,16 @@ struct Split {
     passes = (groups + per_pass - 1) / per_pass;
     group_bytes = w.k / l.block_elems * l.tile_bytes;
   }
-  // Below 64 KiB of weights a second thread costs more than it saves.
-  int threads() const { return passes * group_bytes < (64 << 10) ? 1 : omp_get_max_threads(); }
-  int64_t begin(int64_t id, int64_t count) const { return passes * id / count; }
-  int64_t end(int64_t id, int64_t count) const { return passes * (id + 1) / count; }
   int64_t offset(int64_t pass) const { return std::min(pass * per_pass, groups) * group_bytes; }
+  int64_t bytes() const { return groups * group_bytes; }
 };
 
-// One thread's share of a product's passes, [front, back). Its owner takes runs from the
-// front, in order, so its reads stay one stream; a thread done with its own share takes
-// runs from the back. Runs are a quarter of what is left (at least `min`), so a share is
-// taken in a few dozen steps and the threads still end within a small run of each other:
-// static halves left one waiting up to a tenth of a product (cores do not stream at the
-// same rate on a shared machine).
+// One thread's share of a group of products' passes, [front, back). Its owner takes
+// runs from the front, in order, so its reads stay one stream; a thread done with its own
+// share takes runs from the back. Runs are a quarter of what is left (at least `min`), so a share
+// is taken in a few dozen steps and the threads still end within a small run of each other: static
+// halves left one waiting up to a tenth of a product (cores do not stream at the same rate on a
+// shared machine).
 class Share {
  public:
   void set(int64_t front, int64_t back) { v_.store(pack(front, back), std::memory_order_relaxed); }
@@ -791,52 +790,95 @@ class Share {
 
 }  // namespace
 
-void qmatmul_interleaved(const std::vector<const float*>& rows, const InterleavedWeights& w,
-                         float* out) {
+void qmatmul_interleaved(const std::vector<const float*>& rows,
+                         std::span<const InterleavedProduct> products) {
 #if defined(__x86_64__)
-  const Layout l = layout_of(w.format);
+  constexpr size_t kMaxProducts = 8;
+  const size_t count = products.size();
+  LUM_CHECK(count > 0 && count <= kMaxProducts)
+      << "internal: " << count << " products in one interleaved group";
+  const int64_t k = products[0].w->k;
+  for (const InterleavedProduct& p : products)
+    LUM_CHECK(p.w->k == k) << "internal: interleaved products of K " << k << " and " << p.w->k;
   // Kept between calls: decode runs a hundred of these per token. The team reads the
   // calling thread's copies through these references.
   thread_local QuantizedRows kept_rows;
   thread_local std::vector<float> kept_sums;
   QuantizedRows& x = kept_rows;
   std::vector<float>& sum32 = kept_sums;  // d * sum(q) per 32-block
-  quantize_rows(rows, w.k, x);
+  quantize_rows(rows, k, x);
   const auto m = static_cast<int64_t>(rows.size());
-  const int64_t k32 = w.k / 32, blocks = w.k / l.block_elems;
+  const int64_t k32 = k / 32;
   sum32.resize(static_cast<size_t>(m * k32));
   for (size_t i = 0; i < sum32.size(); ++i) sum32[i] = x.sum16[2 * i] + x.sum16[2 * i + 1];
-  const uint8_t* data = w.data.data();
-  constexpr int64_t kTileRows = 4;  // activation rows per pass over a group's weights
-  const Split split(w);
-  const int product_threads = split.threads();
-  // Passes per run taken at least: 8 KiB of weights.
-  const int64_t min_run = std::max<int64_t>(1, (8 << 10) / (split.per_pass * split.group_bytes));
+  // The group's passes are its products' passes, one product after another: first[p] is
+  // where product p's begin.
+  std::array<Split, kMaxProducts> split;
+  std::array<int64_t, kMaxProducts + 1> first{};
+  int64_t bytes = 0;
+  for (size_t p = 0; p < count; ++p) {
+    split[p] = Split(*products[p].w);
+    first[p + 1] = first[p] + split[p].passes;
+    bytes += split[p].bytes();
+  }
+  const int64_t passes = first[count];
+  auto product_of = [&](int64_t pass) {
+    size_t p = 0;
+    while (pass >= first[p + 1]) ++p;
+    return p;
+  };
+  // Below 64 KiB of weights a second thread costs more than it saves.
+  const int product_threads = bytes < (64 << 10) ? 1 : omp_get_max_threads();
+  // Passes per run taken at least: 8 KiB of the first product's weights.
+  const int64_t min_run =
+      std::max<int64_t>(1, (8 << 10) / (split[0].per_pass * split[0].group_bytes));
   constexpr int kMaxShares = 64;
   const int shares = std::min(product_threads, kMaxShares);
-  Share share[kMaxShares];
-  for (int i = 0; i < shares; ++i) share[i].set(split.begin(i, shares), split.end(i, shares));
-  auto run_passes = [&](int64_t begin, int64_t end) {
+  thread_local std::array<Share, kMaxShares> kept_shares;  // not rebuilt (4 KiB) per call
+  std::array<Share, kMaxShares>& share = kept_shares;
+  for (int i = 0; i < shares; ++i) share[i].set(passes * i / shares, passes * (i + 1) / shares);
+  constexpr int64_t kTileRows = 4;  // activation rows per pass over a group's weights
+  // Passes [begin, end) of product p.
+  auto run_product = [&](size_t p, int64_t begin, int64_t end) {
+    const InterleavedWeights& w = *products[p].w;
+    const Split& sp = split[p];
+    const int64_t blocks = w.k / layout_of(w.format).block_elems;
     for (int64_t pass = begin; pass < end; ++pass) {
-      const int64_t g = pass * split.per_pass;
-      const bool pair = split.per_pass == 2 && g + 1 < split.groups;
-      const uint8_t* t = data + g * split.group_bytes;
-      for (int64_t first = 0; first < m; first += kTileRows) {
+      const int64_t g = pass * sp.per_pass;
+      const bool pair = sp.per_pass == 2 && g + 1 < sp.groups;
+      const uint8_t* t = w.data.data() + g * sp.group_bytes;
+      for (int64_t first_row = 0; first_row < m; first_row += kTileRows) {
         Row r[kTileRows];
         float* o[kTileRows];
-        const int64_t n_rows = std::min(kTileRows, m - first);
+        const int64_t n_rows = std::min(kTileRows, m - first_row);
         for (int64_t i = 0; i < n_rows; ++i) {
-          r[i] = {x.q.data() + (first + i) * w.k, x.d.data() + (first + i) * k32,
-                  sum32.data() + (first + i) * k32, x.sum16.data() + (first + i) * 2 * k32};
-          o[i] = out + (first + i) * w.n + kRows * g;
+          const int64_t row = first_row + i;
+          r[i] = {x.q.data() + row * k, x.d.data() + row * k32, sum32.data() + row * k32,
+                  x.sum16.data() + row * 2 * k32};
+          o[i] = products[p].out + row * w.n + kRows * g;
         }
         if (pair) {
-          tiles_x16_for(n_rows, w.format, t, split.group_bytes, blocks, r, o);
+          tiles_x16_for(n_rows, w.format, t, sp.group_bytes, blocks, r, o);
         } else {
           tiles_for(n_rows, w.format, t, blocks, r, o);
         }
       }
     }
+  };
+  auto run_passes = [&](int64_t begin, int64_t end) {
+    for (size_t p = product_of(begin); begin < end; ++p) {
+      const int64_t stop = std::min(end, first[p + 1]);
+      run_product(p, begin - first[p], stop - first[p]);
+      begin = stop;
+    }
+  };
+  // Asks for the start of passes [begin, end), which the kernels' own prefetching does not
+  // cover.
+  auto prefetch_run = [&](int64_t begin, int64_t end) {
+    const size_t p = product_of(begin);
+    const int64_t from = split[p].offset(begin - first[p]);
+    const int64_t to = split[p].offset(std::min(end, first[p + 1]) - first[p]);
+    prefetch_start(products[p].w->data.data() + from, to - from);
   };
 #pragma omp parallel num_threads(product_threads)
   {
@@ -844,21 +886,20 @@ void qmatmul_interleaved(const std::vector<const float*>& rows, const Interleave
     int64_t from = 0, to = 0;
     if (id < shares) {
       // The whole share is asked for up front: its first run alone is a quarter of it.
-      prefetch_start(data + split.offset(split.begin(id, shares)),
-                     split.offset(split.end(id, shares)) - split.offset(split.begin(id, shares)));
+      prefetch_run(passes * id / shares, passes * (id + 1) / shares);
       while (share[id].take_front(min_run, from, to)) run_passes(from, to);
     }
     // Then help with the others' shares, from their ends.
     for (int other = 1; other < shares; ++other) {
       Share& s = share[(id + other) % shares];
       while (s.take_back(min_run, from, to)) {
-        prefetch_start(data + split.offset(from), split.offset(to) - split.offset(from));
+        prefetch_run(from, to);
         run_passes(from, to);
       }
     }
   }
 #else
-  (void)rows, (void)w, (void)out;
+  (void)rows, (void)products;
   LUM_FAIL() << "internal: interleaved QMatMul needs x86-64";
 #endif
 }

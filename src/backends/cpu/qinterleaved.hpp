@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "backends/cpu/huge_pages.hpp"
@@ -30,9 +31,18 @@ bool interleavable(uint32_t format, int64_t n, int64_t k);
 /// Re-lays out n rows of k elements of ggml blocks (interleavable must hold).
 InterleavedWeights interleave(uint32_t format, const uint8_t* w, int64_t n, int64_t k);
 
-/// out[i, j] = rows[i] . W[j] for every activation row (each k floats), with the
-/// activations quantised to int8 per 32 elements as QMatMul's other integer kernels do.
-void qmatmul_interleaved(const std::vector<const float*>& rows, const InterleavedWeights& w,
-                         float* out);
+/// One weight of a group of products and where its [rows, n] result goes.
+struct InterleavedProduct {
+  const InterleavedWeights* w = nullptr;
+  float* out = nullptr;
+};
+
+/// out[i, j] = rows[i] . W[j] for every activation row (each k floats) and every product
+/// of the group (all with that k), with the activations quantised to int8 per 32
+/// elements as QMatMul's other integer kernels do. Products that read the same
+/// activations (a layer's query, key and value projections) run as one: one
+/// quantisation, one thread team and one stream of weights instead of one each.
+void qmatmul_interleaved(const std::vector<const float*>& rows,
+                         std::span<const InterleavedProduct> products);
 
 }  // namespace luminal::cpugen
