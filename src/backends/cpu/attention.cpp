@@ -28,7 +28,7 @@ namespace luminal::cpugen {
 namespace {
 
 constexpr int kGroup = 4;         // query rows per group at most
-constexpr int64_t kMinKeys = 64;  // keys per thread at least when a group's keys are split
+constexpr int64_t kMinKeys = 32;  // keys per thread at least when a group's keys are split
 
 // Where a group's data lies: its rows (of the output), and offsets into k, v and mask.
 // Its rows' scaled queries are rows kGroup * index.. of the scaled copy.

@@ -247,9 +247,9 @@ LUM_AVX2 void tiles_32(const uint8_t* tiles, int64_t blocks, const Row* rows, fl
   for (int64_t b = 0; b < blocks; ++b) {
     const uint8_t* t = tiles + b * kTile;
     prefetch_ahead(t, kTile);
-    const __m256 dw = load_f16x8(t);
     __m256i q[8];
     if constexpr (kType == GgmlType::Q8_0) {
+      const __m256 dw = load_f16x8(t);
 #pragma GCC unroll 8
       for (int v = 0; v < 8; ++v) q[v] = load32(t + 16 + 32 * v);
       __m256i mag[8];
@@ -285,6 +285,7 @@ LUM_AVX2 void tiles_32(const uint8_t* tiles, int64_t blocks, const Row* rows, fl
       q[6] = _mm256_or_si256(q[6], _mm256_and_si256(_mm256_srli_epi16(h, 2), bit));
       q[7] = _mm256_or_si256(q[7], _mm256_and_si256(_mm256_srli_epi16(h, 3), bit));
     }
+    const __m256 dw = load_f16x8(t);  // loaded late: kept live across the unpacking, it spilled
 #pragma GCC unroll 8
     for (int m = 0; m < kM; ++m) {
       const __m256i dot = group_dot<kFive>(q, rows[m].q + 32 * b);
