@@ -552,7 +552,9 @@ class CpuExecutable final : public Executable {
                                       out.span<float>().data());
     }
     if (step.qmatmul) {
-      if (step.joined != step.joined_end && run_joined(user, k, views, out)) return;
+      if (step.joined != step.joined_end &&
+          run_joined(user, k, views, bufs[0]->span<float>().data(), out))
+        return;
       const auto& w = views[1].dims;  // the weight [N, K]
       cpugen::qmatmul(views[0], bufs[0]->span<float>().data(), step.qmatmul->format,
                       bufs[1]->span<uint8_t>().data(), w[0], w[1], out.span<float>().data(),
@@ -582,7 +584,7 @@ class CpuExecutable final : public Executable {
   // (join_products), when all have interleaved weights and read the activations through
   // the same view; their outputs become their values now. False: kernel k alone.
   bool run_joined(const Graph& user, size_t k, const std::vector<ConcreteView>& views,
-                  Buffer& out) {
+                  const float* activations, Buffer& out) {
     const Graph& g = *program_.graph;
     auto weights = [&](size_t j, const std::vector<ConcreteView>& v) {
       const NodeId w = plan_.canon(g.node(plan_.kernels[j].root).inputs[1].source);
@@ -605,8 +607,7 @@ class CpuExecutable final : public Executable {
       outs.push_back(allocate(steps_[j].dtype, numel_of(user, j)));
       products.push_back({wj, outs.back().span<float>().data()});
     }
-    const NodeId a = plan_.canon(g.node(plan_.kernels[k].root).inputs[0].source);
-    cpugen::qmatmul_group(views[0], input(user, a).span<float>().data(), products);
+    cpugen::qmatmul_group(views[0], activations, products);
     for (uint32_t i = steps_[k].joined; i < steps_[k].joined_end; ++i)
       values_[joined_[i]] = std::move(outs[i - steps_[k].joined]);
     return true;
@@ -615,11 +616,8 @@ class CpuExecutable final : public Executable {
   // Whether two QMatMuls' [batch..., M, K, N] activation views select the same rows: all
   // but N (their weights' row counts) agree.
   static bool same_rows(const ConcreteView& a, const ConcreteView& b) {
-    auto rows = [](const std::vector<int64_t>& v) {
-      return std::span<const int64_t>(v.data(), v.size() - 1);
-    };
-    auto equal = [&](const std::vector<int64_t>& x, const std::vector<int64_t>& y) {
-      return x.size() == y.size() && std::ranges::equal(rows(x), rows(y));
+    auto equal = [](const std::vector<int64_t>& x, const std::vector<int64_t>& y) {
+      return x.size() == y.size() && (x.empty() || std::equal(x.begin(), x.end() - 1, y.begin()));
     };
     return a.offset == b.offset && equal(a.dims, b.dims) && equal(a.strides, b.strides) &&
            equal(a.mask_lo, b.mask_lo) && equal(a.mask_hi, b.mask_hi);

@@ -760,10 +760,10 @@ struct Split {
 
 // One thread's share of a group of products' passes, [front, back). Its owner takes
 // runs from the front, in order, so its reads stay one stream; a thread done with its own
-// share takes runs from the back. Runs are a quarter of what is left (at least `min`), so a share
-// is taken in a few dozen steps and the threads still end within a small run of each other: static
-// halves left one waiting up to a tenth of a product (cores do not stream at the same rate on a
-// shared machine).
+// share takes runs from the back. Runs are a quarter of what is left (at least `min`), so
+// a share is taken in a few dozen steps and the threads still end within a small run of
+// each other: static halves left one waiting up to a tenth of a product (cores do not
+// stream at the same rate on a shared machine).
 class Share {
  public:
   void set(int64_t front, int64_t back) { v_.store(pack(front, back), std::memory_order_relaxed); }
@@ -812,8 +812,8 @@ void qmatmul_interleaved(const std::vector<const float*>& rows,
   const int64_t k32 = k / 32;
   sum32.resize(static_cast<size_t>(m * k32));
   for (size_t i = 0; i < sum32.size(); ++i) sum32[i] = x.sum16[2 * i] + x.sum16[2 * i + 1];
-  // The group's passes are its products' passes, one product after another: first[p] is
-  // where product p's begin.
+  // The group's passes are its products' passes, one product after another; product p's
+  // begin at first[p].
   std::array<Split, kMaxProducts> split;
   std::array<int64_t, kMaxProducts + 1> first{};
   int64_t bytes = 0;
@@ -876,6 +876,7 @@ void qmatmul_interleaved(const std::vector<const float*>& rows,
   // Asks for the start of passes [begin, end), which the kernels' own prefetching does not
   // cover.
   auto prefetch_run = [&](int64_t begin, int64_t end) {
+    if (begin >= end) return;
     const size_t p = product_of(begin);
     const int64_t from = split[p].offset(begin - first[p]);
     const int64_t to = split[p].offset(std::min(end, first[p + 1]) - first[p]);
