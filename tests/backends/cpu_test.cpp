@@ -187,17 +187,20 @@ void expect_cpu_matches_reference(Graph& cx, const Tensor& y, const std::string&
     ASSERT_NEAR(got[i], want[i], 1e-4 * (1 + std::fabs(want[i]))) << what << " element " << i;
 }
 
+// n values drawn uniformly from [-bound, bound].
+std::vector<double> uniform_values(std::mt19937& rng, size_t n, double bound) {
+  std::vector<double> v(n);
+  std::generate(v.begin(), v.end(),
+                [&] { return std::uniform_real_distribution(-bound, bound)(rng); });
+  return v;
+}
+
 TEST(Cpu, RepeatedKernelsAreCompiledOnce) {
   // Four "layers" of the same ops, each on its own weights: every kernel of layers 2-4
   // repeats one of layer 1 and is an alias of its code, and the results still match.
   Graph cx;
   std::mt19937 rng(5);
-  auto random = [&](size_t n) {
-    std::vector<double> v(n);
-    std::generate(v.begin(), v.end(),
-                  [&] { return std::uniform_real_distribution(-1.0, 1.0)(rng); });
-    return v;
-  };
+  auto random = [&](size_t n) { return uniform_values(rng, n, 1.0); };
   Tensor h = cx.named_tensor("x", {4, 16});
   h.set(random(64));
   for (int layer = 0; layer < 4; ++layer) {
@@ -378,12 +381,7 @@ TEST(Optimize, AttentionIsOneKernel) {
     DType cache;
   };
   std::mt19937 rng(11);
-  auto random = [&](size_t n) {
-    std::vector<double> v(n);
-    std::generate(v.begin(), v.end(),
-                  [&] { return std::uniform_real_distribution(-2.0, 2.0)(rng); });
-    return v;
-  };
+  auto random = [&](size_t n) { return uniform_values(rng, n, 2.0); };
   for (const char* simd : {"", "off"}) {
     if (*simd)
       setenv("LUMINAL_CPU_SIMD", simd, 1);
