@@ -2,12 +2,15 @@
 // bandwidth, in one run.
 //   BM_ReadBandwidth:  an OpenMP sum over 256 MiB of floats: what any kernel streaming
 //                      weights can reach at best
-//   BM_QMatVec/<type>: y = x W^T, x [1, 2048], W [N, 2048] in a ggml format (about
-//                      128 MiB of blocks), compiled through the graph API
-//   BM_QMatMul/<type>: the same weights against 64 activation rows (prompt processing)
-//   BM_DecodeLayers:   one activation row through 18 layers of Gemma 3 270M's shapes and
-//                      formats (about 64 MiB): many small products one after another,
-//                      where each kernel's start-up and the threads' hand-offs count
+//   BM_QMatVec/type:<ggml type>/mib:<size>: y = x W^T, x [1, 2048], W [N, 2048] in a
+//                      ggml format (about `size` MiB of blocks), compiled through the
+//                      graph API; 128 MiB streams from memory, 4 MiB stays in the L3 cache
+//   BM_QMatMul/<type>: 128 MiB of weights against 64 activation rows (prompt processing)
+//   BM_DecodeLayers/layers:<n>: one activation row through n layers of Gemma 3 270M's
+//                      shapes and formats (3.8 MiB each): many small products one after
+//                      another, where each kernel's start-up and the threads' hand-offs
+//                      count; 18 layers (the model, 68 MiB) stream from memory, one layer
+//                      stays in the L3 cache and so measures the kernels' own speed
 //   BM_DecodeAttention/past:<past>/cold:<0|1>: one query row's attention against
 //                      18 layers' f16 key and value caches of `past` positions, laid out as
 //                      nn::Attention keeps them, with the caches warm or (cold) evicted before
@@ -38,7 +41,7 @@ namespace {
 using namespace luminal;
 
 constexpr int64_t kK = 2048;
-constexpr size_t kTargetBytes = 128u << 20;
+constexpr size_t kMiB = 1u << 20;
 
 // Sums a range with four independent vector accumulators: enough loads in flight that
 // memory, not the add latency, is the limit.
@@ -110,12 +113,12 @@ Buffer blocks(uint32_t type, int64_t rows, int64_t k, size_t& bytes_out) {
   return raw;
 }
 
-void run(benchmark::State& state, uint32_t type, int64_t m) {
+void run(benchmark::State& state, uint32_t type, int64_t m, size_t target_bytes) {
   size_t elems = 0, bytes = 0;
   ggml_block_layout(type, elems, bytes);
   // A multiple of 64 rows, as model weights are (the CPU interleaves rows in eights).
   const int64_t n =
-      static_cast<int64_t>(kTargetBytes / (static_cast<size_t>(kK) / elems * bytes)) / 64 * 64;
+      static_cast<int64_t>(target_bytes / (static_cast<size_t>(kK) / elems * bytes)) / 64 * 64;
   Graph cx;
   Tensor x = cx.named_tensor("x", {m, kK});
   Tensor w = cx.named_tensor("w", {n, kK});
@@ -132,15 +135,16 @@ void run(benchmark::State& state, uint32_t type, int64_t m) {
 }
 
 void BM_QMatVec(benchmark::State& state) {
-  run(state, static_cast<uint32_t>(state.range(0)), 1);
+  run(state, static_cast<uint32_t>(state.range(0)), 1, state.range(1) * kMiB);
   state.SetLabel(ggml_type_name(static_cast<uint32_t>(state.range(0))));
 }
 void BM_QMatMul(benchmark::State& state) {
-  run(state, static_cast<uint32_t>(state.range(0)), 64);
+  run(state, static_cast<uint32_t>(state.range(0)), 64, 128 * kMiB);
   state.SetLabel(ggml_type_name(static_cast<uint32_t>(state.range(0))));
 }
 void BM_DecodeLayers(benchmark::State& state) {
-  constexpr int64_t kHidden = 640, kLayers = 18;
+  constexpr int64_t kHidden = 640;
+  const int64_t layers = state.range(0);
   Graph cx;
   Tensor x = cx.named_tensor("x", {1, kHidden});
   size_t weight_bytes = 0;
@@ -155,7 +159,7 @@ void BM_DecodeLayers(benchmark::State& state) {
   // Q5_0 where a row of 640 cannot hold 256-value K-quant blocks, as Q4_K_M files do.
   constexpr uint32_t kQ5_0 = 6, kQ8_0 = 8, kQ4_K = 12, kQ6_K = 14;
   Tensor h = x;
-  for (int64_t layer = 0; layer < kLayers; ++layer) {
+  for (int64_t layer = 0; layer < layers; ++layer) {
     const bool six = layer % 2 == 0;  // Q4_K_M keeps half the V and down weights in 6 bits
     Tensor q = project(h, 1024, kQ5_0);
     project(h, 256, kQ5_0).retrieve();
@@ -171,7 +175,12 @@ void BM_DecodeLayers(benchmark::State& state) {
   for (auto _ : state) cx.execute();
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * weight_bytes));
 }
-BENCHMARK(BM_DecodeLayers)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_DecodeLayers)
+    ->Arg(18)
+    ->Arg(1)
+    ->ArgName("layers")
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 void BM_DecodeAttention(benchmark::State& state) {
   constexpr int64_t kLayers = 18, kGroup = 4, kHeadDim = 256;
@@ -225,13 +234,8 @@ BENCHMARK(BM_DecodeAttention)
 
 // ggml types: Q8_0 8, Q5_0 6, Q4_0 2, Q4_K 12, Q5_K 13, Q6_K 14, F16 1.
 BENCHMARK(BM_QMatVec)
-    ->Arg(8)
-    ->Arg(6)
-    ->Arg(2)
-    ->Arg(12)
-    ->Arg(13)
-    ->Arg(14)
-    ->Arg(1)
+    ->ArgsProduct({{8, 6, 2, 12, 13, 14, 1}, {128, 4}})
+    ->ArgNames({"type", "mib"})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK(BM_QMatMul)->Arg(8)->Arg(12)->Arg(14)->Unit(benchmark::kMillisecond)->UseRealTime();

@@ -307,11 +307,11 @@ LUM_AVX2 void tiles_q4_k(const uint8_t* tiles, int64_t blocks, const Row* rows, 
   for (auto& a : acc) a = _mm256_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     const uint8_t* t = tiles + b * kTile;
-    prefetch_ahead(t, kTile);
     __m256 scaled[kM], mins[kM];
 #pragma GCC unroll 8
     for (int m = 0; m < kM; ++m) scaled[m] = mins[m] = _mm256_setzero_ps();
     for (int sub = 0; sub < 8; ++sub) {
+      prefetch_ahead(t + kTile / 8 * sub, kTile / 8);
       __m256i q[8];
       unpack_nibbles(t + 48 + 144 * sub, q);
       const __m256i sc = scale_pairs<false>(t + 32 + 144 * sub);
@@ -348,11 +348,11 @@ LUM_AVX2 void tiles_q6_k(const uint8_t* tiles, int64_t blocks, const Row* rows, 
   for (auto& a : acc) a = _mm256_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     const uint8_t* t = tiles + b * kTile;
-    prefetch_ahead(t, kTile);
     __m256 scaled[kM], zero[kM];
 #pragma GCC unroll 8
     for (int m = 0; m < kM; ++m) scaled[m] = zero[m] = _mm256_setzero_ps();
     for (int g = 0; g < 8; ++g) {
+      prefetch_ahead(t + kTile / 8 * g, kTile / 8);
       __m256i q[8];
       unpack_nibbles(t + 96 + 208 * g, q);
 #pragma GCC unroll 8
@@ -557,12 +557,12 @@ LUM_AVX512 void tiles_q4_k_x16(const uint8_t* tiles, int64_t stride, int64_t blo
   for (auto& a : acc) a = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     const uint8_t* t = tiles + b * kTile;
-    prefetch_ahead(t, kTile);
-    prefetch_ahead(t + stride, kTile);
     __m512 scaled[kM], mins[kM];
 #pragma GCC unroll 8
     for (int m = 0; m < kM; ++m) scaled[m] = mins[m] = _mm512_setzero_ps();
     for (int sub = 0; sub < 8; ++sub) {
+      prefetch_ahead(t + kTile / 8 * sub, kTile / 8);
+      prefetch_ahead(t + stride + kTile / 8 * sub, kTile / 8);
       __m512i q[8];
       unpack_nibbles2(t + 48 + 144 * sub, stride, q);
       const __m512i sc = scale_pairs2<false>(t + 32 + 144 * sub, stride);
@@ -599,12 +599,12 @@ LUM_AVX512 void tiles_q6_k_x16(const uint8_t* tiles, int64_t stride, int64_t blo
   for (auto& a : acc) a = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     const uint8_t* t = tiles + b * kTile;
-    prefetch_ahead(t, kTile);
-    prefetch_ahead(t + stride, kTile);
     __m512 scaled[kM], zero[kM];
 #pragma GCC unroll 8
     for (int m = 0; m < kM; ++m) scaled[m] = zero[m] = _mm512_setzero_ps();
     for (int g = 0; g < 8; ++g) {
+      prefetch_ahead(t + kTile / 8 * g, kTile / 8);
+      prefetch_ahead(t + stride + kTile / 8 * g, kTile / 8);
       __m512i q[8];
       unpack_nibbles2(t + 96 + 208 * g, stride, q);
 #pragma GCC unroll 8
