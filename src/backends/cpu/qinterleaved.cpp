@@ -20,10 +20,11 @@
 //       Sub-block scales multiply the int16 pair sums inside `madd`, so the float work is
 //       once per sub-block for all eight rows.
 //   Q6_K (1680 bytes per 256 columns):  8 f16 d | then per 32-value group: the rows'
-//       int8 scales of its two 16-value sub-blocks, 2 x 32 bytes of high bit pairs (bits
-//       2u, 2u + 1 of byte i belong to vector u, then 4 + u), 4 x 32 bytes of low
-//       nibbles. Values are unsigned (0..63); the zero point 32 comes off with the
-//       activation sums.
+//       int8 scales of its two 16-value sub-blocks, 6 x 32 bytes s0..s5 of unsigned
+//       6-bit values (0..63; the zero point 32 comes off with the activation sums). Bits
+//       0-5 of s_k hold vector k; the spare top two bits of s0, s1, s2 hold bits 0-1,
+//       2-3, 4-5 of vector 6, those of s3, s4, s5 vector 7 (22 operations to unpack a
+//       group where nibbles and a separate two bits per value took 34).
 // Each tile's bytes are read front to back, which the hardware prefetchers follow.
 #include "backends/cpu/qinterleaved.hpp"
 
@@ -155,15 +156,13 @@ void interleave_q6_k(const uint8_t* const src[kRows], uint8_t* tile) {
   }
   for (int g = 0; g < 8; ++g) {
     auto value = [&](int r, int j) { return q[r][32 * g + j] + 32; };  // unsigned
-    uint8_t* high = tile + 32 + 208 * g;
-    for (int half = 0; half < 2; ++half)
-      for (int i = 0; i < 32; ++i) {
-        int bits = 0;
-        for (int u = 0; u < 4; ++u)
-          bits |= (vector_byte(value, 4 * half + u, i) >> 4 & 3) << (2 * u);
-        high[32 * half + i] = static_cast<uint8_t>(bits);
-      }
-    put_nibbles(tile + 96 + 208 * g, value);
+    uint8_t* body = tile + 32 + 208 * g;
+    for (int i = 0; i < 32; ++i) {
+      int v[8];
+      for (int k = 0; k < 8; ++k) v[k] = vector_byte(value, k, i);
+      for (int k = 0; k < 6; ++k)
+        body[32 * k + i] = static_cast<uint8_t>(v[k] | (v[6 + k / 3] >> (2 * (k % 3)) & 3) << 6);
+    }
   }
 }
 
@@ -229,6 +228,25 @@ LUM_AVX2 inline void unpack_five(const uint8_t* p, __m256i q[8]) {
       top3[2],
       _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(s[1], 4), _mm256_set1_epi8(0x08)),
                       _mm256_and_si256(_mm256_srli_epi16(s[3], 3), _mm256_set1_epi8(0x10))));
+}
+
+// The eight vectors of a Q6_K group from its 6 x 32 bytes (see the layout above).
+LUM_AVX2 inline void unpack_six(const uint8_t* p, __m256i q[8]) {
+  const __m256i low6 = _mm256_set1_epi8(0x3F);
+  __m256i s[6];
+#pragma GCC unroll 6
+  for (int k = 0; k < 6; ++k) {
+    s[k] = load32(p + 32 * k);
+    q[k] = _mm256_and_si256(s[k], low6);
+  }
+#pragma GCC unroll 2
+  for (int u = 0; u < 2; ++u) {
+    const __m256i* t = s + 3 * u;
+    q[6 + u] = _mm256_or_si256(
+        _mm256_and_si256(_mm256_srli_epi16(t[0], 6), _mm256_set1_epi8(0x03)),
+        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(t[1], 4), _mm256_set1_epi8(0x0C)),
+                        _mm256_and_si256(_mm256_srli_epi16(t[2], 2), _mm256_set1_epi8(0x30))));
+  }
 }
 
 // Sum over the group of maddubs(q[v], activations 4v..4v+3), as int16 pairs. Unsigned
@@ -363,7 +381,6 @@ LUM_AVX2 void tiles_q4_k(const uint8_t* tiles, int64_t blocks, const Row* rows, 
 template <int kM>
 LUM_AVX2 void tiles_q6_k(const uint8_t* tiles, int64_t blocks, const Row* rows, float* const* out) {
   constexpr int64_t kTile = layout_of(GgmlType::Q6_K).tile_bytes;
-  const __m256i two_bits = _mm256_set1_epi8(0x30);
   __m256 acc[kM];
   for (auto& a : acc) a = _mm256_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
@@ -374,18 +391,7 @@ LUM_AVX2 void tiles_q6_k(const uint8_t* tiles, int64_t blocks, const Row* rows, 
     for (int g = 0; g < 8; ++g) {
       prefetch_ahead(t + kTile / 8 * g, kTile / 8);
       __m256i q[8];
-      unpack_nibbles(t + 96 + 208 * g, q);
-#pragma GCC unroll 8
-      for (int half = 0; half < 2; ++half) {
-        const __m256i h = load32(t + 32 + 208 * g + 32 * half);
-        q[4 * half] =
-            _mm256_or_si256(q[4 * half], _mm256_and_si256(_mm256_slli_epi16(h, 4), two_bits));
-        q[4 * half + 1] =
-            _mm256_or_si256(q[4 * half + 1], _mm256_and_si256(_mm256_slli_epi16(h, 2), two_bits));
-        q[4 * half + 2] = _mm256_or_si256(q[4 * half + 2], _mm256_and_si256(h, two_bits));
-        q[4 * half + 3] =
-            _mm256_or_si256(q[4 * half + 3], _mm256_and_si256(_mm256_srli_epi16(h, 2), two_bits));
-      }
+      unpack_six(t + 32 + 208 * g, q);
       // The two 16-value sub-blocks' scales: as int16 pairs for madd, and as floats.
       __m256i sc[2];
       __m256 scf[2];
@@ -500,6 +506,24 @@ LUM_AVX512 inline void unpack_five2(const uint8_t* p, int64_t stride, __m512i q[
       top3[2],
       _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(s[1], 4), _mm512_set1_epi8(0x08)),
                       _mm512_and_si512(_mm512_srli_epi16(s[3], 3), _mm512_set1_epi8(0x10))));
+}
+
+LUM_AVX512 inline void unpack_six2(const uint8_t* p, int64_t stride, __m512i q[8]) {
+  const __m512i low6 = _mm512_set1_epi8(0x3F);
+  __m512i s[6];
+#pragma GCC unroll 6
+  for (int k = 0; k < 6; ++k) {
+    s[k] = load2x32(p + 32 * k, stride);
+    q[k] = _mm512_and_si512(s[k], low6);
+  }
+#pragma GCC unroll 2
+  for (int u = 0; u < 2; ++u) {
+    const __m512i* t = s + 3 * u;
+    q[6 + u] = _mm512_or_si512(
+        _mm512_and_si512(_mm512_srli_epi16(t[0], 6), _mm512_set1_epi8(0x03)),
+        _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(t[1], 4), _mm512_set1_epi8(0x0C)),
+                        _mm512_and_si512(_mm512_srli_epi16(t[2], 2), _mm512_set1_epi8(0x30))));
+  }
 }
 
 // Sixteen rows' sub-block scale bytes as int16 pairs (see scale_pairs).
@@ -625,7 +649,6 @@ template <int kM>
 LUM_AVX512 void tiles_q6_k_x16(const uint8_t* tiles, int64_t stride, int64_t blocks,
                                const Row* rows, float* const* out) {
   constexpr int64_t kTile = layout_of(GgmlType::Q6_K).tile_bytes;
-  const __m512i two_bits = _mm512_set1_epi8(0x30);
   __m512 acc[kM];
   for (auto& a : acc) a = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
@@ -637,18 +660,7 @@ LUM_AVX512 void tiles_q6_k_x16(const uint8_t* tiles, int64_t stride, int64_t blo
       prefetch_ahead(t + kTile / 8 * g, kTile / 8);
       prefetch_ahead(t + stride + kTile / 8 * g, kTile / 8);
       __m512i q[8];
-      unpack_nibbles2(t + 96 + 208 * g, stride, q);
-#pragma GCC unroll 8
-      for (int half = 0; half < 2; ++half) {
-        const __m512i h = load2x32(t + 32 + 208 * g + 32 * half, stride);
-        q[4 * half] =
-            _mm512_or_si512(q[4 * half], _mm512_and_si512(_mm512_slli_epi16(h, 4), two_bits));
-        q[4 * half + 1] =
-            _mm512_or_si512(q[4 * half + 1], _mm512_and_si512(_mm512_slli_epi16(h, 2), two_bits));
-        q[4 * half + 2] = _mm512_or_si512(q[4 * half + 2], _mm512_and_si512(h, two_bits));
-        q[4 * half + 3] =
-            _mm512_or_si512(q[4 * half + 3], _mm512_and_si512(_mm512_srli_epi16(h, 2), two_bits));
-      }
+      unpack_six2(t + 32 + 208 * g, stride, q);
       __m512i sc[2];
       __m512 scf[2];
 #pragma GCC unroll 8
