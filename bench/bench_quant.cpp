@@ -7,9 +7,9 @@
 //                      graph API; 128 MiB streams from memory, 4 MiB stays in the L3 cache
 //   BM_QMatMul/<type>: 128 MiB of weights against 64 activation rows (prompt processing)
 //   BM_DecodeLayers/layers:<n>: one activation row through n layers of Gemma 3 270M's
-//                      shapes and formats (3.8 MiB each): many small products one after
+//                      shapes and formats (3.6-3.8 MiB each): many small products one after
 //                      another, where each kernel's start-up and the threads' hand-offs
-//                      count; 18 layers (the model, 68 MiB) stream from memory, one layer
+//                      count; 18 layers (the model, 65 MiB) stream from memory, one layer
 //                      stays in the L3 cache and so measures the kernels' own speed
 //   BM_DecodeAttention/past:<past>/cold:<0|1>: one query row's attention against
 //                      18 layers' f16 key and value caches of `past` positions, laid out as
