@@ -51,9 +51,10 @@ namespace {
 using namespace qformats;
 
 constexpr int64_t kRows = 8;  // weight rows per tile
-// How far ahead of the tile being read the kernels ask for weights: 2 to 8 KiB measured
+// How far ahead of the bytes being read the kernels ask for weights: 4 and 8 KiB measured
 // alike (within a shared machine's noise) for one large product and for a decode step's
-// small ones; 512 bytes gained little over no prefetching.
+// small ones, 2 KiB about 6% slower on the small ones (bench_quant BM_DecodeLayers);
+// 512 bytes gained little over no prefetching.
 constexpr int64_t kPrefetchAhead = 4096;
 
 struct Layout {
