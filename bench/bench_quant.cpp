@@ -15,7 +15,9 @@
 //                      18 layers' f16 key and value caches of `past` positions, laid out as
 //                      nn::Attention keeps them, with the caches warm or (cold) evicted before
 //                      each run as a decode step's weight traffic does; bytes_per_second
-//                      counts the cache bytes read
+//                      counts the cache bytes read. Warm flatters on a shared machine:
+//                      3 ms of both cores idling, memory untouched, already cost about
+//                      half the gap to cold (other tenants share the L3 cache)
 // bytes_per_second counts the weight bytes read, so QMatVec / ReadBandwidth is the
 // kernel's fraction of the bandwidth floor.
 #include <benchmark/benchmark.h>

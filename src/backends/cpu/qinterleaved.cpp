@@ -54,7 +54,9 @@ constexpr int64_t kRows = 8;  // weight rows per tile
 // How far ahead of the bytes being read the kernels ask for weights: 4 and 8 KiB measured
 // alike (within a shared machine's noise) for one large product and for a decode step's
 // small ones, 2 KiB about 6% slower on the small ones (bench_quant BM_DecodeLayers);
-// 512 bytes gained little over no prefetching.
+// 512 bytes gained little over no prefetching. Over one long stream (the output
+// projection) no distance or hint beats none: there the core's arithmetic, not the
+// prefetching, sets the pace (docs/architecture.md, "Block-stored (quantised) weights").
 constexpr int64_t kPrefetchAhead = 4096;
 
 struct Layout {
