@@ -59,20 +59,24 @@ class CpuExecutable final : public Executable {
   CpuExecutable(compiler::Optimized program, compiler::KernelPlan plan,
                 std::vector<std::string> dims, cpugen::JitResult jit, CpuOptions options)
       : options_(options), program_(std::move(program)), plan_(std::move(plan)) {
-    variants_.emplace("", make_variant(std::move(dims), std::move(jit)));
+    variants_.emplace("", make_variant("", std::move(dims), std::move(jit)));
     find_appendable_bases();
     plan_steps();
   }
 
   ~CpuExecutable() override {
-    if (!profile_.empty()) print_profile();
+    for (const auto& [key, profile] : profiles_) print_profile(key, profile);
   }
 
   void run(Graph& user) override {
     const Graph& g = *program_.graph;
-    if (profiling_) profile_.resize(plan_.kernels.size());
     const auto run_start = std::chrono::steady_clock::now();
     const Variant& variant = variant_for(user.dims());
+    profile_ = nullptr;
+    if (profiling_) {
+      profile_ = &profiles_[variant.key];
+      profile_->kernels.resize(plan_.kernels.size());
+    }
     std::vector<int64_t> dims;
     for (const std::string& d : variant.dims) dims.push_back(*user.dims().get(d));
     stats_ = RunStats{};
@@ -111,7 +115,10 @@ class CpuExecutable final : public Executable {
     }
     for (std::optional<Buffer>& v : values_) v.reset();
     last_pool_.clear();
-    if (profiling_) run_seconds_ += seconds_since(run_start);
+    if (profile_) {
+      profile_->run_seconds += seconds_since(run_start);
+      ++profile_->runs;
+    }
   }
 
   RunStats last_run() const override { return stats_; }
@@ -134,13 +141,15 @@ class CpuExecutable final : public Executable {
  private:
   // Compiled kernels for one specialisation of the symbolic dims.
   struct Variant {
+    std::string key;                // the dims fixed to 1, each followed by ';'
     std::vector<std::string> dims;  // symbolic dims the kernels take, in order
     cpugen::JitResult jit;
     std::vector<KernelFn> fns;  // per kernel; null for library kernels
   };
 
-  Variant make_variant(std::vector<std::string> dims, cpugen::JitResult jit) const {
-    Variant v{std::move(dims), std::move(jit), {}};
+  Variant make_variant(std::string key, std::vector<std::string> dims,
+                       cpugen::JitResult jit) const {
+    Variant v{std::move(key), std::move(dims), std::move(jit), {}};
     for (size_t k = 0; k < plan_.kernels.size(); ++k) {
       const bool custom = program_.graph->node(plan_.kernels[k].root).op == Op::Custom;
       v.fns.push_back(custom ? nullptr
@@ -174,7 +183,8 @@ class CpuExecutable final : public Executable {
     if (env_has("LUMINAL_LOG", "info"))
       std::fprintf(stderr, "luminal cpu: kernels for %s= 1: compile %.3f s (%s)\n", key.c_str(),
                    seconds_since(start), jit.cache_hit ? "cache hit" : "compiled");
-    return variants_.emplace(key, make_variant(std::move(src.dims), std::move(jit))).first->second;
+    return variants_.emplace(key, make_variant(key, std::move(src.dims), std::move(jit)))
+        .first->second;
   }
 
   static std::unique_ptr<Graph> with_dims_fixed(
@@ -431,39 +441,44 @@ class CpuExecutable final : public Executable {
   }
 
   // LUMINAL_PROFILE=1: seconds per kernel, printed (largest first) when the program is
-  // destroyed.
-  struct KernelTime {
-    double seconds = 0;
+  // destroyed; one table per variant, so that a decode step's (seq = 1) times are not
+  // mixed with the prompt's, whose products take a hundred times as long.
+  struct Profile {
+    std::vector<double> kernels;  // seconds, by kernel
+    double run_seconds = 0;       // whole runs, kernels and what the executor does between
     size_t runs = 0;
   };
-  std::vector<KernelTime> profile_;
-  double run_seconds_ = 0;  // whole runs, kernels and what the executor does between them
+  std::map<std::string, Profile> profiles_;  // by variant key
+  Profile* profile_ = nullptr;               // this run's, while profiling
 
   // Kernels with the same op and shape are summed: a transformer's layers show up as one
   // line per kind of kernel.
-  void print_profile() const {
+  void print_profile(const std::string& key, const Profile& p) const {
     const Graph& g = *program_.graph;
     std::map<std::string, std::pair<double, size_t>> groups;  // seconds, kernels
     double total = 0;
-    size_t runs = 0;
-    for (size_t k = 0; k < profile_.size(); ++k) {
+    for (size_t k = 0; k < p.kernels.size(); ++k) {
       const Node& n = g.node(plan_.kernels[k].root);
       const std::string what =
           (n.op == Op::Custom ? n.custom->name() : std::string(op_name(n.op))) + " " +
           to_string(n.shape);
-      groups[what].first += profile_[k].seconds;
+      groups[what].first += p.kernels[k];
       ++groups[what].second;
-      total += profile_[k].seconds;
-      runs = std::max(runs, profile_[k].runs);
+      total += p.kernels[k];
     }
     std::vector<std::pair<double, std::string>> order;
     for (const auto& [what, t] : groups) order.emplace_back(t.first, what);
     std::sort(order.rbegin(), order.rend());
+    const size_t runs = p.runs;
     const double per_run = 1e3 / static_cast<double>(std::max<size_t>(runs, 1));
+    std::string fixed;  // "seq;past;" -> "seq = 1, past = 1"
+    for (size_t at = 0, end; (end = key.find(';', at)) != std::string::npos; at = end + 1)
+      fixed += (fixed.empty() ? "" : ", ") + key.substr(at, end - at) + " = 1";
     std::fprintf(stderr,
-                 "luminal profile: %zu kernels, %zu runs, %.3f ms per run in kernels of %.3f ms "
-                 "per run\n",
-                 profile_.size(), runs, total * per_run, run_seconds_ * per_run);
+                 "luminal profile (%s): %zu kernels, %zu runs, %.3f ms per run in kernels of "
+                 "%.3f ms per run\n",
+                 fixed.empty() ? "dims as bound" : fixed.c_str(), p.kernels.size(), runs,
+                 total * per_run, p.run_seconds * per_run);
     for (size_t i = 0; i < order.size() && i < 20; ++i)
       std::fprintf(stderr, "  %6.2f%%  %8.3f ms/run  %4zu x %s\n", 100 * order[i].first / total,
                    1e3 * order[i].first / static_cast<double>(std::max<size_t>(runs, 1)),
@@ -504,7 +519,7 @@ class CpuExecutable final : public Executable {
     const Step& step = steps_[k];
     const size_t numel = numel_of(user, k);
     const auto kernel_start =
-        profiling_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+        profile_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     Buffer out;
     if (auto appended = append_in_place(user, k, numel)) {
       out = std::move(*appended);
@@ -525,10 +540,7 @@ class CpuExecutable final : public Executable {
         if (err[0]) report(*program_.graph, plan_.kernels[k], err);
       }
     }
-    if (profiling_) {
-      profile_[k].seconds += seconds_since(kernel_start);
-      ++profile_[k].runs;
-    }
+    if (profile_) profile_->kernels[k] += seconds_since(kernel_start);
     live += out.bytes();
     values_[k] = std::move(out);
   }
