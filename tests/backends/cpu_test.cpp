@@ -331,6 +331,30 @@ TEST(Cpu, BroadcastBatchMatmulsMatchTheReference) {
 // as they lie (B's rows along N), shared by a group of query rows, for a decoding step's
 // few rows and a prompt's many. The compiled MatMul must read the f16 input itself (no
 // widened copy) and agree with the reference interpreter's unfused graph.
+TEST(Cpu, CastsToHalfPrecisionRoundOnceAtTheStore) {
+  // A kernel whose result is a cast to f16 or bf16 leaves the rounding to its store (the
+  // key and value cache writes of a decode step): ties to even, overflow, NaN, subnormals
+  // and negative zero must come out as a single rounding of the f32 value does.
+  const std::vector<float> xs{1.9f,           -1.9f,     std::nanf(""), 3e10f, 65519.99f,
+                              1.00048828125f, 2049.0f,   3e-6f,         -0.0f, -7e-8f,
+                              1.0f / 3,       -65536.0f, 1.00390625f,   1e-40f};
+  const auto n = static_cast<int64_t>(xs.size());
+  Graph cx;
+  Tensor x = cx.named_tensor("x", {n});
+  x.set(xs);
+  Tensor h = x.cast(DType::F16).retrieve();
+  Tensor b = x.cast(DType::BF16).retrieve();
+  Tensor h3 = (x * 3.0).cast(DType::F16).retrieve();  // the cast fused after arithmetic
+  cx.compile(cpu());
+  cx.execute();
+  const Buffer hb = h.data(), bb = b.data(), h3b = h3.data();
+  for (size_t k = 0; k < xs.size(); ++k) {
+    EXPECT_EQ(hb.span<f16>()[k].bits, f16_bits_from_double(xs[k])) << xs[k];
+    EXPECT_EQ(bb.span<bf16>()[k].bits, bf16_bits_from_double(xs[k])) << xs[k];
+    EXPECT_EQ(h3b.span<f16>()[k].bits, f16_bits_from_double(xs[k] * 3.0f)) << xs[k];
+  }
+}
+
 TEST(Cpu, MatmulsReadHalfPrecisionRightOperandsDirectly) {
   struct Case {
     int64_t group, rows, k, n;
