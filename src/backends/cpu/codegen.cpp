@@ -447,8 +447,8 @@ class KernelWriter {
         return in(0);
       case Op::Cast:
         // A kernel's result is rounded to f16 or bf16 by its store: rounding it before
-        // as well (a float -> half -> float -> half trip per element) cost a 2-byte
-        // cache write a third of its time.
+        // as well (float -> half -> float -> half per element) made a decode step's key
+        // and value cache casts take twice as long.
         if (n == k_.root && (node.dtype == DType::F16 || node.dtype == DType::BF16) &&
             is_float(g_.node(plan_.canon(node.inputs[0].source)).dtype))
           return in(0);
