@@ -355,6 +355,39 @@ TEST(Cpu, CastsToHalfPrecisionRoundOnceAtTheStore) {
   }
 }
 
+TEST(Cpu, KernelResultsRoundOrWrapOnceAtTheStore) {
+  // A kernel's result is rounded or wrapped to its dtype by its store alone: f16 and bf16
+  // arithmetic comes out as one rounding of the exact value, integer arithmetic wrapped.
+  const std::vector<double> av{1.5, -3.25, 1000.5, 0.0999755859375, 65504, -0.0009765625},
+      bv{1.0009765625, 7.75, 65.5, -3.0, 2, 0.5};
+  const std::vector<int32_t> iv{2000000000, -7, 65536, 123456789, -2147483647, 3},
+      jv{3, 5, 65536, 100, 2, -1};
+  const auto n = static_cast<int64_t>(av.size());
+  Graph cx;
+  Tensor a = cx.named_tensor("a", {n}, DType::F16), b = cx.named_tensor("b", {n}, DType::F16);
+  Tensor c = cx.named_tensor("c", {n}, DType::BF16), d = cx.named_tensor("d", {n}, DType::BF16);
+  Tensor i = cx.named_tensor("i", {n}, DType::I32), j = cx.named_tensor("j", {n}, DType::I32);
+  a.set_buffer(Buffer::from_doubles(av, DType::F16));
+  b.set_buffer(Buffer::from_doubles(bv, DType::F16));
+  c.set_buffer(Buffer::from_doubles(av, DType::BF16));
+  d.set_buffer(Buffer::from_doubles(bv, DType::BF16));
+  i.set(iv);
+  j.set(jv);
+  Tensor product = (a * b).retrieve(), sum = (c + d).retrieve(), wrapped = (i * j).retrieve();
+  cx.compile(cpu());
+  cx.execute();
+  const Buffer ab = a.data(), bb = b.data(), cb = c.data(), db = d.data();
+  const Buffer pb = product.data(), sb = sum.data();
+  const std::vector<int64_t> w = wrapped.to_i64();
+  for (size_t k = 0; k < av.size(); ++k) {
+    EXPECT_EQ(pb.span<f16>()[k].bits, f16_bits_from_double(ab.get_f64(k) * bb.get_f64(k))) << k;
+    EXPECT_EQ(sb.span<bf16>()[k].bits, bf16_bits_from_double(cb.get_f64(k) + db.get_f64(k))) << k;
+    const auto expected = static_cast<int32_t>(
+        static_cast<uint32_t>(static_cast<int64_t>(iv[k]) * static_cast<int64_t>(jv[k])));
+    EXPECT_EQ(w[k], expected) << k;
+  }
+}
+
 TEST(Cpu, MatmulsReadHalfPrecisionRightOperandsDirectly) {
   struct Case {
     int64_t group, rows, k, n;

@@ -347,8 +347,7 @@ class KernelWriter {
     os_ << "    }\n";
     if (simd && !sum)
       os_ << "    if (lum_nan) acc = std::numeric_limits<" << t << ">::quiet_NaN();\n";
-    os_ << "    out[lum_o] = " << store_expr(root.dtype, normalize(root.dtype, "acc"))
-        << ";\n  }\n";
+    os_ << "    out[lum_o] = " << store_expr(root.dtype, "acc") << ";\n  }\n";
   }
 
   void write_scatter(const Node& root) {
@@ -441,43 +440,39 @@ class KernelWriter {
         const Expr z = flatten(idx, node.shape);
         const Expr v = within(node.iota.substitute("z", z));
         note_vars(v);
-        return bind(normalize(node.dtype, "(" + t + ")(" + v.to_c() + ")"));
+        return bind(rounded(n, node.dtype, "(" + t + ")(" + v.to_c() + ")"));
       }
       case Op::Contiguous:
         return in(0);
       case Op::Cast:
-        // A kernel's result is rounded to f16 or bf16 by its store: rounding it before
-        // as well (float -> half -> float -> half per element) made a decode step's key
-        // and value cache casts take twice as long.
-        if (n == k_.root && (node.dtype == DType::F16 || node.dtype == DType::BF16) &&
-            is_float(g_.node(plan_.canon(node.inputs[0].source)).dtype))
-          return in(0);
-        return bind(cast(node.inputs[0], in(0), node.dtype));
+        return bind(cast(n, node.inputs[0], in(0), node.dtype));
       case Op::Log2:
-        return bind(normalize(node.dtype, "log2" + suffix + "(" + in(0) + ")"));
+        return bind(rounded(n, node.dtype, "log2" + suffix + "(" + in(0) + ")"));
       case Op::Exp2:  // lum_exp2f vectorises; double keeps libm
-        return bind(normalize(
-            node.dtype, (f && suffix == "f" ? "lum_exp2f(" : "exp2" + suffix + "(") + in(0) + ")"));
+        return bind(
+            rounded(n, node.dtype,
+                    (f && suffix == "f" ? "lum_exp2f(" : "exp2" + suffix + "(") + in(0) + ")"));
       case Op::Sin:
-        return bind(normalize(node.dtype, "sin" + suffix + "(" + in(0) + ")"));
+        return bind(rounded(n, node.dtype, "sin" + suffix + "(" + in(0) + ")"));
       case Op::Sqrt:
-        return bind(normalize(node.dtype, "sqrt" + suffix + "(" + in(0) + ")"));
+        return bind(rounded(n, node.dtype, "sqrt" + suffix + "(" + in(0) + ")"));
       case Op::Recip:
-        return bind(normalize(node.dtype, "(" + t + ")1 / " + in(0)));
+        return bind(rounded(n, node.dtype, "(" + t + ")1 / " + in(0)));
       case Op::Add: {
         const std::string a = in(0), b = in(1);
         return bind(
-            normalize(node.dtype, f ? a + " + " + b : "lum_wrap_add(" + a + ", " + b + ")"));
+            rounded(n, node.dtype, f ? a + " + " + b : "lum_wrap_add(" + a + ", " + b + ")"));
       }
       case Op::Mul: {
         const std::string a = in(0), b = in(1);
         return bind(
-            normalize(node.dtype, f ? a + " * " + b : "lum_wrap_mul(" + a + ", " + b + ")"));
+            rounded(n, node.dtype, f ? a + " * " + b : "lum_wrap_mul(" + a + ", " + b + ")"));
       }
       case Op::Mod: {
         const std::string a = in(0), b = in(1);
-        return bind(normalize(node.dtype, f ? "fmod" + suffix + "(" + a + ", " + b + ")"
-                                            : "lum_imod(" + a + ", " + b + ", err, lum_o)"));
+        return bind(rounded(n, node.dtype,
+                            f ? "fmod" + suffix + "(" + a + ", " + b + ")"
+                              : "lum_imod(" + a + ", " + b + ", err, lum_o)"));
       }
       case Op::LessThan: {
         const std::string a = in(0), b = in(1);
@@ -496,19 +491,28 @@ class KernelWriter {
                << ")";
   }
 
-  std::string cast(const Edge& e, const std::string& v, DType to) {
+  // Node n's value rounded or wrapped as the reference stores a value of dtype t (see
+  // normalize), except at the kernel's root, whose store does the same: rounding there as
+  // well (float -> half -> float -> half per element) made a decode step's key and value
+  // cache casts take twice as long.
+  std::string rounded(NodeId n, DType t, const std::string& v) const {
+    return n == k_.root ? v : normalize(t, v);
+  }
+
+  std::string cast(NodeId n, const Edge& e, const std::string& v, DType to) {
     const DType from = g_.node(plan_.canon(e.source)).dtype;
     if (to == DType::Bool) return "(int64_t)(" + v + " != 0)";
     if (is_float(to)) {
       const std::string widened = "(" + compute_type(to) + ")(" + v + ")";
-      return normalize(to, widened);
+      return rounded(n, to, widened);
     }
     if (is_float(from)) {
       const auto [lo, hi] = int_range(to);
-      return normalize(to, "lum_f2i(" + v + ", " + literal(lo, DType::F64) + ", " +
-                               literal(hi, DType::F64) + ")");
+      return rounded(
+          n, to,
+          "lum_f2i(" + v + ", " + literal(lo, DType::F64) + ", " + literal(hi, DType::F64) + ")");
     }
-    return normalize(to, v);
+    return rounded(n, to, v);
   }
 
   std::string gather(const Node& node, const std::vector<Expr>& idx, const std::string& indent) {
