@@ -469,20 +469,19 @@ class CpuExecutable final : public Executable {
     std::vector<std::pair<double, std::string>> order;
     for (const auto& [what, t] : groups) order.emplace_back(t.first, what);
     std::sort(order.rbegin(), order.rend());
-    const size_t runs = p.runs;
-    const double per_run = 1e3 / static_cast<double>(std::max<size_t>(runs, 1));
+    const double per_run = 1e3 / static_cast<double>(std::max<size_t>(p.runs, 1));
     std::string fixed;  // "seq;past;" -> "seq = 1, past = 1"
     for (size_t at = 0, end; (end = key.find(';', at)) != std::string::npos; at = end + 1)
       fixed += (fixed.empty() ? "" : ", ") + key.substr(at, end - at) + " = 1";
     std::fprintf(stderr,
                  "luminal profile (%s): %zu kernels, %zu runs, %.3f ms per run in kernels of "
                  "%.3f ms per run\n",
-                 fixed.empty() ? "dims as bound" : fixed.c_str(), p.kernels.size(), runs,
+                 fixed.empty() ? "dims as bound" : fixed.c_str(), p.kernels.size(), p.runs,
                  total * per_run, p.run_seconds * per_run);
     for (size_t i = 0; i < order.size() && i < 20; ++i)
       std::fprintf(stderr, "  %6.2f%%  %8.3f ms/run  %4zu x %s\n", 100 * order[i].first / total,
-                   1e3 * order[i].first / static_cast<double>(std::max<size_t>(runs, 1)),
-                   groups[order[i].second].second, order[i].second.c_str());
+                   order[i].first * per_run, groups[order[i].second].second,
+                   order[i].second.c_str());
   }
 
   std::vector<std::optional<NodeId>> appendable_base_;  // per kernel
