@@ -100,7 +100,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--model", required=True)
     ap.add_argument("--tokens", type=int, default=128)
-    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     args = ap.parse_args()
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads),
@@ -118,14 +118,16 @@ def main():
     luminal_run(args.model, SHORT, 2, env)  # compiles (or finds) the kernels
     llm = Llama(model_path=args.model, n_threads=args.threads, n_threads_batch=args.threads,
                 n_ctx=1024, verbose=False)
-    rows = []
-    for label, prompt in (("short prompt", SHORT), ("long prompt", LONG)):
-        ours, peer = [], []
-        # The shared machine's bandwidth drifts by tens of percent within minutes, so
-        # the runs alternate with measurements of it, and each run is paired with the mean
-        # of the measurements just before and just after it.
-        before = read_bandwidth(env, reps=2)
-        for _ in range(args.reps):  # interleaved, so that load from elsewhere hits both alike
+    prompts = (("short prompt", SHORT), ("long prompt", LONG))
+    rows = [(label, [], []) for label, _ in prompts]
+    # The shared machine's bandwidth drifts by tens of percent within minutes, so the
+    # runs alternate with measurements of it, and each run is paired with the mean of the
+    # measurements just before and just after it. Every repetition runs both programs on
+    # both prompts, so that load from elsewhere hits all four alike.
+    before = read_bandwidth(env, reps=2)
+    for rep in range(args.reps):
+        print(f"repetition {rep + 1} of {args.reps}", flush=True)
+        for (label, ours, peer), (_, prompt) in zip(rows, prompts):
             for runs, run in ((ours, lambda: luminal_run(args.model, prompt, args.tokens, env)),
                               (peer, lambda: llama_run(llm, prompt, args.tokens))):
                 r = run()
@@ -134,7 +136,7 @@ def main():
                 r["floor_fraction"] = r["decode_tps"] * floor_bytes(r["prompt_tokens"]) / r["bandwidth"]
                 runs.append(r)
                 before = after
-        rows.append((label, ours, peer))
+    for label, ours, peer in rows:
         print(f"{label}: luminal prompt {median_of(ours, 'prompt_tps'):.1f} tok/s decode "
               f"{median_of(ours, 'decode_tps'):.2f} tok/s | llama.cpp prompt "
               f"{median_of(peer, 'prompt_tps'):.1f} decode {median_of(peer, 'decode_tps'):.2f}")
@@ -148,7 +150,8 @@ def main():
         "",
         f"Machine: {cpu_name()}, {os.cpu_count()} cores; {args.threads} threads for both.",
         f"Date: {datetime.date.today().isoformat()}. Greedy decoding, {args.tokens} tokens, "
-        f"median of {args.reps} interleaved runs each, kernels already compiled.",
+        f"median of {args.reps} runs each (every repetition runs both programs on both prompts), "
+        "kernels already compiled.",
         "",
         "| | prompt tokens | luminal prompt tok/s | llama.cpp prompt tok/s | ratio | "
         "luminal decode tok/s | llama.cpp decode tok/s | ratio |",

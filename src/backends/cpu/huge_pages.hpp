@@ -1,7 +1,7 @@
 // Long-lived memory backed by 2 MiB pages where the kernel grants them (private to
 // src/backends/cpu), for the weights a decoding step streams through once per token.
 //
-// With 4 KiB pages every 64 cache lines of a weight cost a page walk; on a 2-core Zen 3
+// With 4 KiB pages every 64 cache lines of a weight cost a page walk; on a 2-core Zen 2
 // that held a streaming read to 34 GB/s against 40 GB/s with 2 MiB pages (bench_quant
 // BM_ReadBandwidth/huge_pages). Most weight matrices are smaller than 2 MiB, so they are
 // carved out of shared 2 MiB-aligned chunks; a chunk is freed with its last user.
