@@ -331,6 +331,45 @@ TEST(Cpu, BroadcastBatchMatmulsMatchTheReference) {
 // as they lie (B's rows along N), shared by a group of query rows, for a decoding step's
 // few rows and a prompt's many. The compiled MatMul must read the f16 input itself (no
 // widened copy) and agree with the reference interpreter's unfused graph.
+TEST(Cpu, MatmulsReadHalfPrecisionRightOperandsDirectly) {
+  struct Case {
+    int64_t group, rows, k, n;
+    bool transposed;
+  };
+  for (const Case& c : std::vector<Case>{{4, 1, 256, 70, true},
+                                         {4, 1, 70, 256, false},
+                                         {1, 3, 40, 9, true},
+                                         {2, 1, 33, 5, false},
+                                         {4, 2, 37, 11, true},
+                                         {2, 3, 37, 64, false},
+                                         {4, 12, 64, 20, true},
+                                         {4, 12, 20, 64, false}}) {
+    const std::string what = "group " + std::to_string(c.group) + " rows " +
+                             std::to_string(c.rows) + " k " + std::to_string(c.k) + " n " +
+                             std::to_string(c.n) + (c.transposed ? " transposed" : "");
+    Graph cx;
+    Tensor a = cx.named_tensor("a", {1, c.group, c.rows, c.k});
+    Tensor b = c.transposed ? cx.named_tensor("b", {c.n, c.k}, DType::F16)
+                            : cx.named_tensor("b", {c.k, c.n}, DType::F16);
+    Tensor wide = b.cast(DType::F32);
+    if (c.transposed) wide = wide.transpose(0, 1);
+    Tensor y = a.matmul(wide.unsqueeze(0).unsqueeze(0)).retrieve();
+    std::vector<float> av(static_cast<size_t>(c.group * c.rows * c.k));
+    std::vector<double> bv(static_cast<size_t>(c.k * c.n));
+    for (size_t i = 0; i < av.size(); ++i) av[i] = std::sin(0.7f * static_cast<float>(i));
+    for (size_t i = 0; i < bv.size(); ++i) bv[i] = std::cos(0.3 * static_cast<double>(i));
+    a.set(av);
+    b.set_buffer(Buffer::from_doubles(bv, DType::F16));
+    const compiler::Optimized opt = compiler::optimize(cx);
+    EXPECT_EQ(count_ops(*opt.graph, Op::Cast), 0u) << what << "\n" << opt.graph->to_text();
+    const Node& mm = opt.graph->node(opt.outputs[0].second);
+    ASSERT_TRUE(dynamic_cast<const compiler::MatMulOp*>(mm.custom.get())) << what << "\n"
+                                                                          << opt.graph->to_text();
+    EXPECT_EQ(opt.graph->node(mm.inputs[1].source).dtype, DType::F16) << what;
+    expect_cpu_matches_reference(cx, y, what);
+  }
+}
+
 TEST(Cpu, CastsToHalfPrecisionRoundOnceAtTheStore) {
   // A kernel whose result is a cast to f16 or bf16 leaves the rounding to its store (the
   // key and value cache writes of a decode step): ties to even, overflow, NaN, subnormals
@@ -385,45 +424,6 @@ TEST(Cpu, KernelResultsRoundOrWrapOnceAtTheStore) {
     const auto expected = static_cast<int32_t>(
         static_cast<uint32_t>(static_cast<int64_t>(iv[k]) * static_cast<int64_t>(jv[k])));
     EXPECT_EQ(w[k], expected) << k;
-  }
-}
-
-TEST(Cpu, MatmulsReadHalfPrecisionRightOperandsDirectly) {
-  struct Case {
-    int64_t group, rows, k, n;
-    bool transposed;
-  };
-  for (const Case& c : std::vector<Case>{{4, 1, 256, 70, true},
-                                         {4, 1, 70, 256, false},
-                                         {1, 3, 40, 9, true},
-                                         {2, 1, 33, 5, false},
-                                         {4, 2, 37, 11, true},
-                                         {2, 3, 37, 64, false},
-                                         {4, 12, 64, 20, true},
-                                         {4, 12, 20, 64, false}}) {
-    const std::string what = "group " + std::to_string(c.group) + " rows " +
-                             std::to_string(c.rows) + " k " + std::to_string(c.k) + " n " +
-                             std::to_string(c.n) + (c.transposed ? " transposed" : "");
-    Graph cx;
-    Tensor a = cx.named_tensor("a", {1, c.group, c.rows, c.k});
-    Tensor b = c.transposed ? cx.named_tensor("b", {c.n, c.k}, DType::F16)
-                            : cx.named_tensor("b", {c.k, c.n}, DType::F16);
-    Tensor wide = b.cast(DType::F32);
-    if (c.transposed) wide = wide.transpose(0, 1);
-    Tensor y = a.matmul(wide.unsqueeze(0).unsqueeze(0)).retrieve();
-    std::vector<float> av(static_cast<size_t>(c.group * c.rows * c.k));
-    std::vector<double> bv(static_cast<size_t>(c.k * c.n));
-    for (size_t i = 0; i < av.size(); ++i) av[i] = std::sin(0.7f * static_cast<float>(i));
-    for (size_t i = 0; i < bv.size(); ++i) bv[i] = std::cos(0.3 * static_cast<double>(i));
-    a.set(av);
-    b.set_buffer(Buffer::from_doubles(bv, DType::F16));
-    const compiler::Optimized opt = compiler::optimize(cx);
-    EXPECT_EQ(count_ops(*opt.graph, Op::Cast), 0u) << what << "\n" << opt.graph->to_text();
-    const Node& mm = opt.graph->node(opt.outputs[0].second);
-    ASSERT_TRUE(dynamic_cast<const compiler::MatMulOp*>(mm.custom.get())) << what << "\n"
-                                                                          << opt.graph->to_text();
-    EXPECT_EQ(opt.graph->node(mm.inputs[1].source).dtype, DType::F16) << what;
-    expect_cpu_matches_reference(cx, y, what);
   }
 }
 
