@@ -3,7 +3,8 @@
 prompts, greedy decoding, in one run; plus the bandwidth floor: the bytes one decoded token
 must read (every weight, and the f16 key and value caches so far) divided by the machine's
 read bandwidth, measured between runs
-(build/bench/bench_quant BM_ReadBandwidth). Writes bench/results/generate.md.
+(build/bench/bench_quant BM_ReadBandwidth). Writes bench/results/generate.md and adds a
+line to bench/results/generate_runs.md, since on a shared machine one run is one sample.
 Use bench/run_generate_bench.sh, which builds everything and installs the peer."""
 import argparse
 import datetime
@@ -193,6 +194,36 @@ def main():
     with open(out, "w") as f:
         f.write("\n".join(lines) + "\n")
     print("wrote", out)
+    append_run(rows, statistics.median(bandwidths))
+
+
+def commit():
+    try:
+        return subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], check=True,
+                              capture_output=True, text=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def append_run(rows, bandwidth):
+    """One line per run in generate_runs.md: the shared machine moves a run's medians by
+    several points, so the spread over runs is part of the result."""
+    path = os.path.join(ROOT, "bench", "results", "generate_runs.md")
+    if not os.path.exists(path):
+        with open(path, "w") as f:
+            f.write("# Runs of bench/run_generate_bench.sh, one line each\n\n"
+                    "Medians over each run's repetitions; decode / floor as in generate.md.\n\n"
+                    "| date | commit | bandwidth GB/s | short: decode / floor | vs llama.cpp | "
+                    "long: decode / floor | vs llama.cpp |\n"
+                    "| --- | --- | --- | --- | --- | --- | --- |\n")
+    cells = []
+    for _, ours, peer in rows:
+        fraction = statistics.median(r["floor_fraction"] for r in ours)
+        ratio = median_of(ours, "decode_tps") / median_of(peer, "decode_tps")
+        cells += [f"{100 * fraction:.0f}%", f"{ratio:.2f}x"]
+    with open(path, "a") as f:
+        f.write(f"| {datetime.date.today().isoformat()} | {commit()} | {bandwidth / 1e9:.1f} | "
+                + " | ".join(cells) + " |\n")
 
 
 if __name__ == "__main__":
