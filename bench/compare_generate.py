@@ -186,7 +186,7 @@ def main():
     ]
     def spread(runs):
         fractions = [r["floor_fraction"] for r in runs]
-        return (f"{100 * statistics.median(fractions):.0f}% | "
+        return (f"{100 * median_of(runs, 'floor_fraction'):.0f}% | "
                 f"{100 * min(fractions):.0f}%, {100 * max(fractions):.0f}%")
     for label, ours, peer in rows:
         lines.append(f"| {label} | {spread(ours)} | {spread(peer)} |")
@@ -218,9 +218,8 @@ def append_run(rows, bandwidth):
                     "| --- | --- | --- | --- | --- | --- | --- |\n")
     cells = []
     for _, ours, peer in rows:
-        fraction = statistics.median(r["floor_fraction"] for r in ours)
         ratio = median_of(ours, "decode_tps") / median_of(peer, "decode_tps")
-        cells += [f"{100 * fraction:.0f}%", f"{ratio:.2f}x"]
+        cells += [f"{100 * median_of(ours, 'floor_fraction'):.0f}%", f"{ratio:.2f}x"]
     with open(path, "a") as f:
         f.write(f"| {datetime.date.today().isoformat()} | {commit()} | {bandwidth / 1e9:.1f} | "
                 + " | ".join(cells) + " |\n")
