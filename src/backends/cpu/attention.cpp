@@ -14,6 +14,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -23,6 +24,7 @@
 
 #include "backends/cpu/few_rows.hpp"
 #include "backends/cpu/simd.hpp"
+#include "backends/cpu/team.hpp"
 
 namespace luminal::cpugen {
 namespace {
@@ -169,16 +171,15 @@ void run(const Shape& s, const std::vector<Group>& groups, const float* q, const
   threads = static_cast<int>(std::min<int64_t>(threads, items));
   const int64_t part = kGroup * (s.dv + 2);  // an item's o, max and sum
   std::vector<float> partial(static_cast<size_t>((splits > 1 ? items : threads) * part));
-#pragma omp parallel num_threads(threads) if (threads > 1)
-  {
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t item = 0; item < items; ++item) {
+  std::atomic<int64_t> next{0};
+  run_parallel(threads, [&](int id, int) {
+    for (int64_t item; (item = next.fetch_add(1, std::memory_order_relaxed)) < items;) {
       const int64_t gi = item / splits, piece = item % splits;
       const Group& g = groups[static_cast<size_t>(gi)];
       const int64_t t0 = s.keys * piece / splits, t1 = s.keys * (piece + 1) / splits;
       // Pieces of a split group keep their results for the combination below; a whole
       // group's go straight to its output rows.
-      float* p = partial.data() + (splits > 1 ? item : omp_get_thread_num()) * part;
+      float* p = partial.data() + (splits > 1 ? item : id) * part;
       float *o = p, *max = p + kGroup * s.dv, *sum = max + kGroup;
       attend(s, g, q + gi * kGroup * s.d, k, v, mask, t0, t1, avx2, o, max, sum);
       if (splits > 1) continue;
@@ -188,32 +189,28 @@ void run(const Shape& s, const std::vector<Group>& groups, const float* q, const
         axpy(1.0f / sum[r], o + r * s.dv, row, s.dv, avx2);
       }
     }
-    // Each row of a split group: its pieces' outputs rescaled to the largest max, over
-    // the rescaled sums.
-    if (splits > 1) {
-#pragma omp for schedule(static)
-      for (int64_t at = 0; at < n_groups * kGroup; ++at) {
-        const Group& g = groups[static_cast<size_t>(at / kGroup)];
-        const int r = static_cast<int>(at % kGroup);
-        if (r >= g.rows) continue;
-        const float* first = partial.data() + at / kGroup * splits * part;
-        auto max_of = [&](int64_t piece) { return first[piece * part + kGroup * s.dv + r]; };
-        auto sum_of = [&](int64_t piece) {
-          return first[piece * part + kGroup * s.dv + kGroup + r];
-        };
-        // A piece without kept keys (max -inf, sum 0, output 0) weighs 0; a row without
-        // any comes out NaN (weights 2^(-inf - -inf)), as the decomposition's 0 / 0.
-        float top = -std::numeric_limits<float>::infinity(), total = 0;
-        for (int64_t piece = 0; piece < splits; ++piece) top = std::max(top, max_of(piece));
-        for (int64_t piece = 0; piece < splits; ++piece)
-          total += std::exp2(max_of(piece) - top) * sum_of(piece);
-        float* o = out + g.row[r] * s.dv;
-        std::fill(o, o + s.dv, 0.0f);
-        for (int64_t piece = 0; piece < splits; ++piece)
-          axpy(std::exp2(max_of(piece) - top) / total, first + piece * part + r * s.dv, o, s.dv,
-               avx2);
-      }
-    }
+  });
+  if (splits == 1) return;
+  // Each row of a split group: its pieces' outputs rescaled to the largest max, over the
+  // rescaled sums. Groups are split only when there are fewer of them than threads, so
+  // these are a few rows, done here.
+  for (int64_t at = 0; at < n_groups * kGroup; ++at) {
+    const Group& g = groups[static_cast<size_t>(at / kGroup)];
+    const int r = static_cast<int>(at % kGroup);
+    if (r >= g.rows) continue;
+    const float* first = partial.data() + at / kGroup * splits * part;
+    auto max_of = [&](int64_t piece) { return first[piece * part + kGroup * s.dv + r]; };
+    auto sum_of = [&](int64_t piece) { return first[piece * part + kGroup * s.dv + kGroup + r]; };
+    // A piece without kept keys (max -inf, sum 0, output 0) weighs 0; a row without
+    // any comes out NaN (weights 2^(-inf - -inf)), as the decomposition's 0 / 0.
+    float top = -std::numeric_limits<float>::infinity(), total = 0;
+    for (int64_t piece = 0; piece < splits; ++piece) top = std::max(top, max_of(piece));
+    for (int64_t piece = 0; piece < splits; ++piece)
+      total += std::exp2(max_of(piece) - top) * sum_of(piece);
+    float* o = out + g.row[r] * s.dv;
+    std::fill(o, o + s.dv, 0.0f);
+    for (int64_t piece = 0; piece < splits; ++piece)
+      axpy(std::exp2(max_of(piece) - top) / total, first + piece * part + r * s.dv, o, s.dv, avx2);
   }
 }
 

@@ -200,7 +200,6 @@ class KernelWriter {
   // is a small constant (most of a decode step's hundreds of kernels) gets no pragma.
   static std::string parallel_for(const Expr& elements, const std::string& c_elements,
                                   const std::string& indent) {
-    constexpr int64_t kParallelElements = 16384;
     const auto c = elements.as_const();
     if (c && *c <= kParallelElements) return "";
     return indent + "#pragma omp parallel for schedule(static) if(" + c_elements + " > " +

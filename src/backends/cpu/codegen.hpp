@@ -1,6 +1,7 @@
 // C++ source generation for the CPU backend (private to src/backends/cpu).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,6 +19,10 @@ struct GeneratedSource {
 };
 
 GeneratedSource generate_source(const Graph& g, const compiler::KernelPlan& plan);
+
+/// Generated kernels split their loops over the threads above this many output elements
+/// (at or below it, a parallel region costs more than it saves).
+constexpr int64_t kParallelElements = 16384;
 
 /// Helpers included at the top of every generated file.
 std::string_view kernel_prelude();

@@ -18,6 +18,7 @@
 #include "backends/cpu/jit.hpp"
 #include "backends/cpu/qgemm.hpp"
 #include "backends/cpu/simd.hpp"
+#include "backends/cpu/team.hpp"
 #include "luminal/append_rows_op.hpp"
 #include "luminal/compiler/attention_op.hpp"
 #include "luminal/compiler/matmul_op.hpp"
@@ -82,19 +83,26 @@ class CpuExecutable final : public Executable {
     stats_ = RunStats{};
     start_pool(user);
     size_t live = 0;
-    for (size_t k = 0; k < steps_.size(); ++k) {
-      const Step& step = steps_[k];
-      // Already there when an earlier QMatMul of the same activations computed it.
-      if (!values_[k]) run_step(user, variant, dims, k, live);
-      stats_.peak_bytes = std::max(stats_.peak_bytes, live);
-      ++stats_.nodes_run;
-      for (uint32_t i = step.frees; i < step.frees_end; ++i) {
-        std::optional<Buffer>& v = values_[static_cast<size_t>(frees_[i])];
-        if (!v) continue;
-        live -= v->bytes();
-        release(std::move(*v));
-        v.reset();
+    auto run_kernels = [&] {
+      for (size_t k = 0; k < steps_.size(); ++k) {
+        const Step& step = steps_[k];
+        // Already there when an earlier QMatMul of the same activations computed it.
+        if (!values_[k]) run_step(user, variant, dims, k, live);
+        stats_.peak_bytes = std::max(stats_.peak_bytes, live);
+        ++stats_.nodes_run;
+        for (uint32_t i = step.frees; i < step.frees_end; ++i) {
+          std::optional<Buffer>& v = values_[static_cast<size_t>(frees_[i])];
+          if (!v) continue;
+          live -= v->bytes();
+          release(std::move(*v));
+          v.reset();
+        }
       }
+    };
+    if (team_fits(user)) {
+      cpugen::with_team(omp_get_max_threads(), run_kernels);
+    } else {
+      run_kernels();
     }
     for (size_t i = 0; i < program_.outputs.size(); ++i) {
       const auto& [user_out, node] = program_.outputs[i];
@@ -256,6 +264,7 @@ class CpuExecutable final : public Executable {
     uint32_t reads = 0, reads_end = 0;  // its operands in operands_
     uint32_t frees = 0, frees_end = 0;  // slots in frees_ that no later kernel reads
     bool matmul = false;
+    bool team_aware = false;  // splits its work through cpugen::run_parallel at any size
     const compiler::QMatMulOp* qmatmul = nullptr;
     const compiler::AttentionOp* attention = nullptr;
     uint32_t joined = 0, joined_end = 0;  // later QMatMuls run with this one, in joined_
@@ -314,11 +323,38 @@ class CpuExecutable final : public Executable {
         step.qmatmul = dynamic_cast<const compiler::QMatMulOp*>(root.custom.get());
         step.attention = dynamic_cast<const compiler::AttentionOp*>(root.custom.get());
       }
+      step.team_aware = step.attention || appendable_base_[k] || interleaved_product(root);
     }
     views_.resize(plan_.kernels.size());
     values_.resize(plan_.kernels.size());
     checked_version_.assign(g.num_nodes(), 0);
     join_products();
+  }
+
+  // Whether a QMatMul runs on interleaved weights (qmatmul_interleaved).
+  bool interleaved_product(const Node& n) const {
+    const auto* q = dynamic_cast<const compiler::QMatMulOp*>(n.custom.get());
+    if (!q || !options_.int8_activations) return false;
+    const Node& w = program_.graph->node(plan_.canon(n.inputs[1].source));
+    if (w.op != Op::Input || w.shape.size() != 2) return false;
+    const auto rows = w.shape[0].as_const(), cols = w.shape[1].as_const();
+    return rows && cols && cpugen::interleavable(q->format, *rows, *cols);
+  }
+
+  // Whether this run's kernels go on one thread team held for the whole run
+  // (cpugen::with_team): when every kernel either splits its work through run_parallel
+  // or is too small to split at all (a decode step). Any other kernel would open an
+  // OpenMP region of its own, which inside the team gets one thread.
+  bool team_fits(const Graph& user) const {
+    if (omp_get_max_threads() < 2) return false;
+    for (size_t k = 0; k < steps_.size(); ++k) {
+      const Step& step = steps_[k];
+      if (step.team_aware) continue;
+      if (step.matmul || step.qmatmul ||
+          numel_of(user, k) > static_cast<size_t>(cpugen::kParallelElements))
+        return false;
+    }
+    return true;
   }
 
   // QMatMuls of the same activations with user-input weights (a layer's query, key and

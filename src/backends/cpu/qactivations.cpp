@@ -1,9 +1,12 @@
 #include "backends/cpu/qactivations.hpp"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 
 #include "backends/cpu/simd.hpp"
+#include "backends/cpu/team.hpp"
 
 namespace luminal::cpugen {
 namespace {
@@ -89,8 +92,10 @@ void quantize_rows(const std::vector<const float*>& rows, int64_t k, QuantizedRo
     for (size_t r = 0; r < nr; ++r) row(r);
     return;
   }
-#pragma omp parallel for schedule(static)
-  for (size_t r = 0; r < nr; ++r) row(r);
+  run_parallel(omp_get_max_threads(), [&](int id, int count) {
+    const auto t = static_cast<size_t>(id), c = static_cast<size_t>(count);
+    for (size_t r = nr * t / c; r < nr * (t + 1) / c; ++r) row(r);
+  });
 }
 
 std::vector<const float*> activation_rows(const ConcreteView& a, const float* data) {

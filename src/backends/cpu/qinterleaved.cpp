@@ -42,6 +42,7 @@
 #include "backends/cpu/qactivations.hpp"
 #include "backends/cpu/qformats.hpp"
 #include "backends/cpu/simd.hpp"
+#include "backends/cpu/team.hpp"
 #include "luminal/error.hpp"
 #include "luminal/quant.hpp"
 
@@ -768,20 +769,23 @@ InterleavedWeights interleave(uint32_t format, const uint8_t* w, int64_t n, int6
       HugePageBytes::allocate(static_cast<size_t>(n / kRows * blocks * l.tile_bytes))};
   uint8_t* dst = out.data.data();
   const auto type = static_cast<GgmlType>(format);
-#pragma omp parallel for schedule(static)
-  for (int64_t g = 0; g < n / kRows; ++g) {
-    for (int64_t b = 0; b < blocks; ++b) {
-      const uint8_t* src[kRows];
-      for (int64_t r = 0; r < kRows; ++r) src[r] = w + ((kRows * g + r) * blocks + b) * l.src_bytes;
-      uint8_t* tile = dst + (g * blocks + b) * l.tile_bytes;
-      if (type == GgmlType::Q4_K)
-        interleave_q4_k(src, tile);
-      else if (type == GgmlType::Q6_K)
-        interleave_q6_k(src, tile);
-      else
-        interleave_32(type, src, tile);
+  const int64_t groups = n / kRows;
+  run_parallel(omp_get_max_threads(), [&](int id, int count) {
+    for (int64_t g = groups * id / count; g < groups * (id + 1) / count; ++g) {
+      for (int64_t b = 0; b < blocks; ++b) {
+        const uint8_t* src[kRows];
+        for (int64_t r = 0; r < kRows; ++r)
+          src[r] = w + ((kRows * g + r) * blocks + b) * l.src_bytes;
+        uint8_t* tile = dst + (g * blocks + b) * l.tile_bytes;
+        if (type == GgmlType::Q4_K)
+          interleave_q4_k(src, tile);
+        else if (type == GgmlType::Q6_K)
+          interleave_q6_k(src, tile);
+        else
+          interleave_32(type, src, tile);
+      }
     }
-  }
+  });
   return out;
 }
 
@@ -928,9 +932,8 @@ void qmatmul_interleaved(const std::vector<const float*>& rows,
     const int64_t to = split[p].offset(std::min(end, first[p + 1]) - first[p]);
     prefetch_start(products[p].w->data.data() + from, to - from);
   };
-#pragma omp parallel num_threads(product_threads)
-  {
-    const int id = omp_get_thread_num();
+  // Shares not started (fewer threads than asked for) are taken from the back by the rest.
+  run_parallel(product_threads, [&](int id, int) {
     int64_t from = 0, to = 0;
     if (id < shares) {
       // The whole share is asked for up front: its first run alone is a quarter of it.
@@ -945,7 +948,7 @@ void qmatmul_interleaved(const std::vector<const float*>& rows,
         run_passes(from, to);
       }
     }
-  }
+  });
 #else
   (void)rows, (void)products;
   LUM_FAIL() << "internal: interleaved QMatMul needs x86-64";
