@@ -334,11 +334,18 @@ class CpuExecutable final : public Executable {
   // Whether a QMatMul runs on interleaved weights (qmatmul_interleaved).
   bool interleaved_product(const Node& n) const {
     const auto* q = dynamic_cast<const compiler::QMatMulOp*>(n.custom.get());
-    if (!q || !options_.int8_activations) return false;
-    const Node& w = program_.graph->node(plan_.canon(n.inputs[1].source));
-    if (w.op != Op::Input || w.shape.size() != 2) return false;
-    const auto rows = w.shape[0].as_const(), cols = w.shape[1].as_const();
-    return rows && cols && cpugen::interleavable(q->format, *rows, *cols);
+    if (!q) return false;
+    const NodeId w = plan_.canon(n.inputs[1].source);
+    const std::vector<Expr>& shape = program_.graph->node(w).shape;
+    if (shape.size() != 2) return false;
+    const auto rows = shape[0].as_const(), cols = shape[1].as_const();
+    return rows && cols && interleaves(w, q->format, *rows, *cols);
+  }
+
+  // Whether QMatMul weights `w`, [n, k] in `format`, get an interleaved copy.
+  bool interleaves(NodeId w, uint32_t format, int64_t n, int64_t k) const {
+    return options_.int8_activations && program_.graph->node(w).op == Op::Input &&
+           cpugen::interleavable(format, n, k);
   }
 
   // Whether this run's kernels go on one thread team held for the whole run
@@ -675,9 +682,7 @@ class CpuExecutable final : public Executable {
   const cpugen::InterleavedWeights* interleaved_weights(const Graph& user, NodeId r,
                                                         const Buffer& raw, uint32_t format,
                                                         int64_t n, int64_t k) {
-    if (!options_.int8_activations || program_.graph->node(r).op != Op::Input ||
-        !cpugen::interleavable(format, n, k))
-      return nullptr;
+    if (!interleaves(r, format, n, k)) return nullptr;
     const uint64_t version = user.data_version(program_.source_of[r.value]);
     auto it = interleaved_.find(r.value);
     if (it == interleaved_.end() || it->second.first != version) {

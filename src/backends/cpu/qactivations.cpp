@@ -92,10 +92,10 @@ void quantize_rows(const std::vector<const float*>& rows, int64_t k, QuantizedRo
     for (size_t r = 0; r < nr; ++r) row(r);
     return;
   }
-  run_parallel(omp_get_max_threads(), [&](int id, int count) {
-    const auto t = static_cast<size_t>(id), c = static_cast<size_t>(count);
-    for (size_t r = nr * t / c; r < nr * (t + 1) / c; ++r) row(r);
-  });
+  run_parallel_for(omp_get_max_threads(), static_cast<int64_t>(nr),
+                   [&](int64_t begin, int64_t end) {
+                     for (int64_t r = begin; r < end; ++r) row(static_cast<size_t>(r));
+                   });
 }
 
 std::vector<const float*> activation_rows(const ConcreteView& a, const float* data) {

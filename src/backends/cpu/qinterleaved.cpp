@@ -769,9 +769,8 @@ InterleavedWeights interleave(uint32_t format, const uint8_t* w, int64_t n, int6
       HugePageBytes::allocate(static_cast<size_t>(n / kRows * blocks * l.tile_bytes))};
   uint8_t* dst = out.data.data();
   const auto type = static_cast<GgmlType>(format);
-  const int64_t groups = n / kRows;
-  run_parallel(omp_get_max_threads(), [&](int id, int count) {
-    for (int64_t g = groups * id / count; g < groups * (id + 1) / count; ++g) {
+  run_parallel_for(omp_get_max_threads(), n / kRows, [&](int64_t begin, int64_t end) {
+    for (int64_t g = begin; g < end; ++g) {
       for (int64_t b = 0; b < blocks; ++b) {
         const uint8_t* src[kRows];
         for (int64_t r = 0; r < kRows; ++r)

@@ -8,6 +8,7 @@
 // parallel call instead: a call is a store, and a wait for each thread's answer.
 #pragma once
 
+#include <cstdint>
 #include <type_traits>
 #include <utility>
 
@@ -29,6 +30,13 @@ void run_parallel(int count, F&& body) {
   team_detail::dispatch(
       count, [](void* c, int id, int n) { (*static_cast<Fn*>(c))(id, n); },
       const_cast<void*>(static_cast<const void*>(&body)));
+}
+
+/// Runs body(begin, end) over [0, n) split into one contiguous range per thread of
+/// `threads` (fewer where fewer are given).
+template <class F>
+void run_parallel_for(int threads, int64_t n, F&& body) {
+  run_parallel(threads, [&](int id, int count) { body(n * id / count, n * (id + 1) / count); });
 }
 
 /// Runs `main` on the calling thread while `threads - 1` other threads wait, spinning, for
