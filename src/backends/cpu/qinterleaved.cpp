@@ -33,12 +33,14 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
 
+#include "backends/cpu/prefetch_tuning.hpp"
 #include "backends/cpu/qactivations.hpp"
 #include "backends/cpu/qformats.hpp"
 #include "backends/cpu/simd.hpp"
@@ -52,13 +54,11 @@ namespace {
 using namespace qformats;
 
 constexpr int64_t kRows = 8;  // weight rows per tile
-// How far ahead of the bytes being read the kernels ask for weights: 4 and 8 KiB measured
-// alike (within a shared machine's noise) for one large product and for a decode step's
-// small ones, 2 KiB about 6% slower on the small ones (bench_quant BM_DecodeLayers);
-// 512 bytes gained little over no prefetching. Over one long stream (the output
-// projection) no distance or hint beats none: there the core's arithmetic, not the
-// prefetching, sets the pace (docs/architecture.md, "Block-stored (quantised) weights").
-constexpr int64_t kPrefetchAhead = 4096;
+// How much of a run each thread asks for before it starts reading. How far ahead of the
+// bytes being read the kernels ask for the rest is tuned on the machine
+// (prefetch_tuning.hpp): on a Zen 2 EPYC machine 1 KiB ahead took a decode step of Gemma
+// 3 270M from 11.2-11.5 to 10.1-10.4 ms against the 4 KiB that suits a Xeon.
+constexpr int64_t kPrefetchStart = 4096;
 
 struct Layout {
   int64_t block_elems = 0, src_bytes = 0, tile_bytes = 0;  // all 0: no interleaved layout
@@ -177,18 +177,18 @@ LUM_AVX2 inline __m256i broadcast4(const int8_t* p) {
   return _mm256_set1_epi32(v);
 }
 
-// Asks for the cache lines `kPrefetchAhead` bytes past the `bytes` about to be read. The
-// hardware prefetchers alone fall behind on these streams, most of all in the first
-// kilobytes of a product, and decode runs a hundred small products back to back.
-inline void prefetch_ahead(const uint8_t* p, int64_t bytes) {
+// Asks for the cache lines `ahead` bytes past the `bytes` about to be read. The hardware
+// prefetchers alone fall behind on these streams, most of all in the first kilobytes of a
+// product, and decode runs a hundred small products back to back.
+inline void prefetch_ahead(const uint8_t* p, int64_t bytes, int64_t ahead) {
   for (int64_t line = 0; line < bytes; line += 64)
-    _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchAhead + line), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(p + ahead + line), _MM_HINT_T0);
 }
 
-// Asks for the first `kPrefetchAhead` bytes of a run about to be read, which
+// Asks for the first `kPrefetchStart` bytes of a run about to be read, which
 // prefetch_ahead inside the kernels does not cover.
 inline void prefetch_start(const uint8_t* p, int64_t bytes) {
-  for (int64_t line = 0; line < std::min(bytes, kPrefetchAhead); line += 64)
+  for (int64_t line = 0; line < std::min(bytes, kPrefetchStart); line += 64)
     _mm_prefetch(reinterpret_cast<const char*>(p + line), _MM_HINT_T0);
 }
 
@@ -289,14 +289,15 @@ struct Row {
 
 // Q4_0 / Q5_0 / Q8_0 tiles against kM activation rows; writes 8 outputs per row.
 template <GgmlType kType, int kM>
-LUM_AVX2 void tiles_32(const uint8_t* tiles, int64_t blocks, const Row* rows, float* const* out) {
+LUM_AVX2 void tiles_32(const uint8_t* tiles, int64_t blocks, int64_t ahead, const Row* rows,
+                       float* const* out) {
   constexpr int64_t kTile = layout_of(kType).tile_bytes;
   const float zero = kType == GgmlType::Q5_0 ? 16.0f : 8.0f;
   __m256 acc[kM];
   for (auto& a : acc) a = _mm256_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     const uint8_t* t = tiles + b * kTile;
-    prefetch_ahead(t, kTile);
+    prefetch_ahead(t, kTile, ahead);
     __m256i q[8];
     if constexpr (kType == GgmlType::Q8_0) {
       const __m256 dw = load_f16x8(t);
@@ -343,7 +344,8 @@ LUM_AVX2 void tiles_32(const uint8_t* tiles, int64_t blocks, const Row* rows, fl
 }
 
 template <int kM>
-LUM_AVX2 void tiles_q4_k(const uint8_t* tiles, int64_t blocks, const Row* rows, float* const* out) {
+LUM_AVX2 void tiles_q4_k(const uint8_t* tiles, int64_t blocks, int64_t ahead, const Row* rows,
+                         float* const* out) {
   constexpr int64_t kTile = layout_of(GgmlType::Q4_K).tile_bytes;
   __m256 acc[kM];
   for (auto& a : acc) a = _mm256_setzero_ps();
@@ -353,7 +355,7 @@ LUM_AVX2 void tiles_q4_k(const uint8_t* tiles, int64_t blocks, const Row* rows, 
 #pragma GCC unroll 8
     for (int m = 0; m < kM; ++m) scaled[m] = mins[m] = _mm256_setzero_ps();
     for (int sub = 0; sub < 8; ++sub) {
-      prefetch_ahead(t + kTile / 8 * sub, kTile / 8);
+      prefetch_ahead(t + kTile / 8 * sub, kTile / 8, ahead);
       __m256i q[8];
       unpack_nibbles(t + 48 + 144 * sub, q);
       const __m256i sc = scale_pairs<false>(t + 32 + 144 * sub);
@@ -383,7 +385,8 @@ LUM_AVX2 void tiles_q4_k(const uint8_t* tiles, int64_t blocks, const Row* rows, 
 }
 
 template <int kM>
-LUM_AVX2 void tiles_q6_k(const uint8_t* tiles, int64_t blocks, const Row* rows, float* const* out) {
+LUM_AVX2 void tiles_q6_k(const uint8_t* tiles, int64_t blocks, int64_t ahead, const Row* rows,
+                         float* const* out) {
   constexpr int64_t kTile = layout_of(GgmlType::Q6_K).tile_bytes;
   __m256 acc[kM];
   for (auto& a : acc) a = _mm256_setzero_ps();
@@ -393,7 +396,7 @@ LUM_AVX2 void tiles_q6_k(const uint8_t* tiles, int64_t blocks, const Row* rows, 
 #pragma GCC unroll 8
     for (int m = 0; m < kM; ++m) scaled[m] = zero[m] = _mm256_setzero_ps();
     for (int g = 0; g < 8; ++g) {
-      prefetch_ahead(t + kTile / 8 * g, kTile / 8);
+      prefetch_ahead(t + kTile / 8 * g, kTile / 8, ahead);
       __m256i q[8];
       unpack_six(t + 32 + 208 * g, q);
       // The two 16-value sub-blocks' scales: as int16 pairs for madd, and as floats.
@@ -436,19 +439,19 @@ LUM_AVX2 void tiles_q6_k(const uint8_t* tiles, int64_t blocks, const Row* rows, 
 }
 
 template <int kM>
-LUM_AVX2 void tiles(uint32_t format, const uint8_t* t, int64_t blocks, const Row* rows,
-                    float* const* out) {
+LUM_AVX2 void tiles(uint32_t format, const uint8_t* t, int64_t blocks, int64_t ahead,
+                    const Row* rows, float* const* out) {
   switch (static_cast<GgmlType>(format)) {
     case GgmlType::Q4_0:
-      return tiles_32<GgmlType::Q4_0, kM>(t, blocks, rows, out);
+      return tiles_32<GgmlType::Q4_0, kM>(t, blocks, ahead, rows, out);
     case GgmlType::Q5_0:
-      return tiles_32<GgmlType::Q5_0, kM>(t, blocks, rows, out);
+      return tiles_32<GgmlType::Q5_0, kM>(t, blocks, ahead, rows, out);
     case GgmlType::Q8_0:
-      return tiles_32<GgmlType::Q8_0, kM>(t, blocks, rows, out);
+      return tiles_32<GgmlType::Q8_0, kM>(t, blocks, ahead, rows, out);
     case GgmlType::Q4_K:
-      return tiles_q4_k<kM>(t, blocks, rows, out);
+      return tiles_q4_k<kM>(t, blocks, ahead, rows, out);
     case GgmlType::Q6_K:
-      return tiles_q6_k<kM>(t, blocks, rows, out);
+      return tiles_q6_k<kM>(t, blocks, ahead, rows, out);
     default:
       LUM_FAIL() << "internal: no interleaved kernel for " << ggml_type_name(format);
   }
@@ -551,16 +554,16 @@ LUM_AVX512 inline __m512 bytes_to_ps2(const uint8_t* p, int64_t stride) {
 }
 
 template <GgmlType kType, int kM>
-LUM_AVX512 void tiles_32_x16(const uint8_t* tiles, int64_t stride, int64_t blocks, const Row* rows,
-                             float* const* out) {
+LUM_AVX512 void tiles_32_x16(const uint8_t* tiles, int64_t stride, int64_t blocks, int64_t ahead,
+                             const Row* rows, float* const* out) {
   constexpr int64_t kTile = layout_of(kType).tile_bytes;
   const float zero = kType == GgmlType::Q5_0 ? 16.0f : 8.0f;
   __m512 acc[kM];
   for (auto& a : acc) a = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     const uint8_t* t = tiles + b * kTile;
-    prefetch_ahead(t, kTile);
-    prefetch_ahead(t + stride, kTile);
+    prefetch_ahead(t, kTile, ahead);
+    prefetch_ahead(t + stride, kTile, ahead);
     const __m512 dw = load2_f16x8(t, stride);
     __m512i q[8];
     if constexpr (kType == GgmlType::Q8_0) {
@@ -609,7 +612,7 @@ LUM_AVX512 void tiles_32_x16(const uint8_t* tiles, int64_t stride, int64_t block
 }
 
 template <int kM>
-LUM_AVX512 void tiles_q4_k_x16(const uint8_t* tiles, int64_t stride, int64_t blocks,
+LUM_AVX512 void tiles_q4_k_x16(const uint8_t* tiles, int64_t stride, int64_t blocks, int64_t ahead,
                                const Row* rows, float* const* out) {
   constexpr int64_t kTile = layout_of(GgmlType::Q4_K).tile_bytes;
   __m512 acc[kM];
@@ -620,8 +623,8 @@ LUM_AVX512 void tiles_q4_k_x16(const uint8_t* tiles, int64_t stride, int64_t blo
 #pragma GCC unroll 8
     for (int m = 0; m < kM; ++m) scaled[m] = mins[m] = _mm512_setzero_ps();
     for (int sub = 0; sub < 8; ++sub) {
-      prefetch_ahead(t + kTile / 8 * sub, kTile / 8);
-      prefetch_ahead(t + stride + kTile / 8 * sub, kTile / 8);
+      prefetch_ahead(t + kTile / 8 * sub, kTile / 8, ahead);
+      prefetch_ahead(t + stride + kTile / 8 * sub, kTile / 8, ahead);
       __m512i q[8];
       unpack_nibbles2(t + 48 + 144 * sub, stride, q);
       const __m512i sc = scale_pairs2<false>(t + 32 + 144 * sub, stride);
@@ -650,7 +653,7 @@ LUM_AVX512 void tiles_q4_k_x16(const uint8_t* tiles, int64_t stride, int64_t blo
 }
 
 template <int kM>
-LUM_AVX512 void tiles_q6_k_x16(const uint8_t* tiles, int64_t stride, int64_t blocks,
+LUM_AVX512 void tiles_q6_k_x16(const uint8_t* tiles, int64_t stride, int64_t blocks, int64_t ahead,
                                const Row* rows, float* const* out) {
   constexpr int64_t kTile = layout_of(GgmlType::Q6_K).tile_bytes;
   __m512 acc[kM];
@@ -661,8 +664,8 @@ LUM_AVX512 void tiles_q6_k_x16(const uint8_t* tiles, int64_t stride, int64_t blo
 #pragma GCC unroll 8
     for (int m = 0; m < kM; ++m) scaled[m] = zero[m] = _mm512_setzero_ps();
     for (int g = 0; g < 8; ++g) {
-      prefetch_ahead(t + kTile / 8 * g, kTile / 8);
-      prefetch_ahead(t + stride + kTile / 8 * g, kTile / 8);
+      prefetch_ahead(t + kTile / 8 * g, kTile / 8, ahead);
+      prefetch_ahead(t + stride + kTile / 8 * g, kTile / 8, ahead);
       __m512i q[8];
       unpack_six2(t + 32 + 208 * g, stride, q);
       __m512i sc[2];
@@ -702,18 +705,18 @@ LUM_AVX512 void tiles_q6_k_x16(const uint8_t* tiles, int64_t stride, int64_t blo
 
 template <int kM>
 LUM_AVX512 void tiles_x16(uint32_t format, const uint8_t* t, int64_t stride, int64_t blocks,
-                          const Row* rows, float* const* out) {
+                          int64_t ahead, const Row* rows, float* const* out) {
   switch (static_cast<GgmlType>(format)) {
     case GgmlType::Q4_0:
-      return tiles_32_x16<GgmlType::Q4_0, kM>(t, stride, blocks, rows, out);
+      return tiles_32_x16<GgmlType::Q4_0, kM>(t, stride, blocks, ahead, rows, out);
     case GgmlType::Q5_0:
-      return tiles_32_x16<GgmlType::Q5_0, kM>(t, stride, blocks, rows, out);
+      return tiles_32_x16<GgmlType::Q5_0, kM>(t, stride, blocks, ahead, rows, out);
     case GgmlType::Q8_0:
-      return tiles_32_x16<GgmlType::Q8_0, kM>(t, stride, blocks, rows, out);
+      return tiles_32_x16<GgmlType::Q8_0, kM>(t, stride, blocks, ahead, rows, out);
     case GgmlType::Q4_K:
-      return tiles_q4_k_x16<kM>(t, stride, blocks, rows, out);
+      return tiles_q4_k_x16<kM>(t, stride, blocks, ahead, rows, out);
     case GgmlType::Q6_K:
-      return tiles_q6_k_x16<kM>(t, stride, blocks, rows, out);
+      return tiles_q6_k_x16<kM>(t, stride, blocks, ahead, rows, out);
     default:
       LUM_FAIL() << "internal: no interleaved kernel for " << ggml_type_name(format);
   }
@@ -722,31 +725,31 @@ LUM_AVX512 void tiles_x16(uint32_t format, const uint8_t* t, int64_t stride, int
 #pragma GCC diagnostic pop
 
 // The kernel instance for `count` (1 to 4) activation rows.
-void tiles_for(int64_t count, uint32_t format, const uint8_t* t, int64_t blocks, const Row* r,
-               float* const* o) {
+void tiles_for(int64_t count, uint32_t format, const uint8_t* t, int64_t blocks, int64_t ahead,
+               const Row* r, float* const* o) {
   switch (count) {
     case 1:
-      return tiles<1>(format, t, blocks, r, o);
+      return tiles<1>(format, t, blocks, ahead, r, o);
     case 2:
-      return tiles<2>(format, t, blocks, r, o);
+      return tiles<2>(format, t, blocks, ahead, r, o);
     case 3:
-      return tiles<3>(format, t, blocks, r, o);
+      return tiles<3>(format, t, blocks, ahead, r, o);
     default:
-      return tiles<4>(format, t, blocks, r, o);
+      return tiles<4>(format, t, blocks, ahead, r, o);
   }
 }
 
 void tiles_x16_for(int64_t count, uint32_t format, const uint8_t* t, int64_t stride, int64_t blocks,
-                   const Row* r, float* const* o) {
+                   int64_t ahead, const Row* r, float* const* o) {
   switch (count) {
     case 1:
-      return tiles_x16<1>(format, t, stride, blocks, r, o);
+      return tiles_x16<1>(format, t, stride, blocks, ahead, r, o);
     case 2:
-      return tiles_x16<2>(format, t, stride, blocks, r, o);
+      return tiles_x16<2>(format, t, stride, blocks, ahead, r, o);
     case 3:
-      return tiles_x16<3>(format, t, stride, blocks, r, o);
+      return tiles_x16<3>(format, t, stride, blocks, ahead, r, o);
     default:
-      return tiles_x16<4>(format, t, stride, blocks, r, o);
+      return tiles_x16<4>(format, t, stride, blocks, ahead, r, o);
   }
 }
 #endif
@@ -888,6 +891,9 @@ void qmatmul_interleaved(const std::vector<const float*>& rows,
   std::array<Share, kMaxShares>& share = kept_shares;
   for (int i = 0; i < shares; ++i) share[i].set(passes * i / shares, passes * (i + 1) / shares);
   constexpr int64_t kTileRows = 4;  // activation rows per pass over a group's weights
+  PrefetchTuner& tuner = prefetch_tuner();
+  const PrefetchTuner::Choice prefetch = tuner.choose(bytes, m);
+  const int64_t ahead = prefetch.distance;
   // Passes [begin, end) of product p.
   auto run_product = [&](size_t p, int64_t begin, int64_t end) {
     const InterleavedWeights& w = *products[p].w;
@@ -908,9 +914,9 @@ void qmatmul_interleaved(const std::vector<const float*>& rows,
           o[i] = products[p].out + row * w.n + kRows * g;
         }
         if (pair) {
-          tiles_x16_for(n_rows, w.format, t, sp.group_bytes, blocks, r, o);
+          tiles_x16_for(n_rows, w.format, t, sp.group_bytes, blocks, ahead, r, o);
         } else {
-          tiles_for(n_rows, w.format, t, blocks, r, o);
+          tiles_for(n_rows, w.format, t, blocks, ahead, r, o);
         }
       }
     }
@@ -932,6 +938,7 @@ void qmatmul_interleaved(const std::vector<const float*>& rows,
     prefetch_start(products[p].w->data.data() + from, to - from);
   };
   // Shares not started (fewer threads than asked for) are taken from the back by the rest.
+  const auto start = std::chrono::steady_clock::now();
   run_parallel(product_threads, [&](int id, int) {
     int64_t from = 0, to = 0;
     if (id < shares) {
@@ -948,6 +955,10 @@ void qmatmul_interleaved(const std::vector<const float*>& rows,
       }
     }
   });
+  if (prefetch.timed) {
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+    if (tuner.report(ahead, bytes, took.count())) log_prefetch_choice(tuner);
+  }
 #else
   (void)rows, (void)products;
   LUM_FAIL() << "internal: interleaved QMatMul needs x86-64";

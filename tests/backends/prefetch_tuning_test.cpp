@@ -1,0 +1,116 @@
+// The prefetch-distance tuner (src/backends/cpu/prefetch_tuning.hpp): which products it
+// times, which distance it keeps, and what it remembers between processes.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/prefetch_tuning.hpp"
+#include "luminal/error.hpp"
+
+namespace {
+
+using luminal::cpugen::parse_prefetch_distance;
+using luminal::cpugen::PrefetchTuner;
+
+constexpr int64_t kBig = PrefetchTuner::kTimedBytes;
+constexpr auto& kCandidates = PrefetchTuner::kCandidates;
+
+// Runs one product per step as the kernels do: asks for a distance and reports `bytes`
+// read at rate(distance) bytes per second.
+template <class Rate>
+void run_products(PrefetchTuner& t, int count, Rate&& rate) {
+  for (int i = 0; i < count; ++i) {
+    const PrefetchTuner::Choice c = t.choose(kBig, 1);
+    if (c.timed) t.report(c.distance, kBig, static_cast<double>(kBig) / rate(c.distance, i));
+  }
+}
+
+TEST(PrefetchTuning, KeepsTheDistanceWithTheBestMedianRate) {
+  PrefetchTuner t(3);
+  const int trials = 3 * static_cast<int>(kCandidates.size());
+  // 1024 is fastest in the median; 4096 has one outlier faster than anything else.
+  auto rate = [](int64_t d, int i) {
+    if (d == 1024) return 25e9;
+    if (d == 4096 && i < static_cast<int>(kCandidates.size())) return 40e9;
+    return 20e9;
+  };
+  run_products(t, trials - 1, rate);
+  EXPECT_EQ(t.kept(), 0) << "kept before every candidate had its rounds";
+  run_products(t, 1, rate);
+  EXPECT_EQ(t.kept(), 1024);
+  // Kept from now on, and no longer timed.
+  const PrefetchTuner::Choice c = t.choose(kBig, 1);
+  EXPECT_EQ(c.distance, 1024);
+  EXPECT_FALSE(c.timed);
+  EXPECT_EQ(t.choose(1024, 8).distance, 1024);
+}
+
+TEST(PrefetchTuning, TimesOnlyLargeSingleRowProducts) {
+  PrefetchTuner t(1);
+  for (const auto& [bytes, rows] : {std::pair<int64_t, int64_t>{kBig - 1, 1}, {kBig, 2}}) {
+    const PrefetchTuner::Choice c = t.choose(bytes, rows);
+    EXPECT_FALSE(c.timed) << bytes << " bytes, " << rows << " rows";
+    EXPECT_EQ(c.distance, PrefetchTuner::kUntuned);
+  }
+  const PrefetchTuner::Choice c = t.choose(kBig, 1);
+  EXPECT_TRUE(c.timed);
+  EXPECT_EQ(c.distance, kCandidates[0]);
+}
+
+TEST(PrefetchTuning, IgnoresReportsAtADistanceNotOnTrial) {
+  PrefetchTuner t(1);
+  const PrefetchTuner::Choice first = t.choose(kBig, 1);
+  EXPECT_FALSE(t.report(kCandidates[1], kBig, 1.0));  // not on trial: ignored
+  EXPECT_FALSE(t.report(first.distance, kBig, 0.0));  // no time measured: ignored
+  EXPECT_EQ(t.medians()[0], 0.0);
+  EXPECT_FALSE(t.report(first.distance, kBig, 1.0));
+  EXPECT_EQ(t.medians()[0], static_cast<double>(kBig));
+  EXPECT_EQ(t.choose(kBig, 1).distance, kCandidates[1]);  // the trial moved on
+}
+
+TEST(PrefetchTuning, RemembersTheKeptDistance) {
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("luminal-prefetch-test-" + std::to_string(getpid())))
+                               .string();
+  std::filesystem::remove(path);
+  {
+    PrefetchTuner t(1, 0, path);
+    EXPECT_EQ(t.kept(), 0);
+    run_products(t, static_cast<int>(kCandidates.size()),
+                 [](int64_t d, int) { return d == 2048 ? 30e9 : 20e9; });
+    EXPECT_EQ(t.kept(), 2048);
+  }
+  EXPECT_EQ(PrefetchTuner(1, 0, path).kept(), 2048);
+  // A file without one of the candidates is not taken.
+  for (const char* text : {"", "100\n", "20"}) {
+    std::ofstream(path) << text;
+    EXPECT_EQ(PrefetchTuner(1, 0, path).kept(), 0) << "file holding '" << text << "'";
+  }
+  // A fixed distance wins over the file.
+  std::ofstream(path) << "2048\n";
+  EXPECT_EQ(PrefetchTuner(1, 640, path).kept(), 640);
+  std::filesystem::remove(path);
+}
+
+TEST(PrefetchTuning, FixedDistanceIsNeverTimed) {
+  PrefetchTuner t(3, 640);
+  const PrefetchTuner::Choice c = t.choose(kBig, 1);
+  EXPECT_EQ(c.distance, 640);
+  EXPECT_FALSE(c.timed);
+}
+
+TEST(PrefetchTuning, ParsesTheEnvironmentValue) {
+  EXPECT_EQ(parse_prefetch_distance(nullptr), 0);
+  EXPECT_EQ(parse_prefetch_distance(""), 0);
+  EXPECT_EQ(parse_prefetch_distance("1024"), 1024);
+  for (const char* bad : {"1000", "0", "-64", "1k", "131072"})
+    EXPECT_THROW(parse_prefetch_distance(bad), luminal::Error) << bad;
+}
+
+}  // namespace
