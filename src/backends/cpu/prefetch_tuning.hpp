@@ -4,7 +4,8 @@
 // The best distance depends on the memory system and differs several-fold between CPUs.
 // Over a 178 MB Q8_0 matrix-vector product on two threads, 1 KiB ahead streamed at 0.95 of
 // a plain read loop on a 2-core Zen 2 EPYC machine and 4 KiB at 0.85 (2 KiB: 0.83); on a
-// 16-core Xeon with 2 MiB of L2 a core, 4 KiB reached 0.98 and 1 KiB 0.71 (2 KiB: 0.87).
+// 16-core Xeon with 2 MiB of L2 a core, 4 KiB reached 0.98 and 1 KiB 0.71 (2 KiB: 0.87;
+// there the 178 MB stayed in its 300 MB L3 cache).
 // No one constant serves both, so the first large matrix-vector products try each
 // candidate in turn, and the distance whose products streamed fastest (median over the
 // rounds) is kept, and remembered in the kernel cache directory for the CPU model and
