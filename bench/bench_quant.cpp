@@ -20,8 +20,8 @@
 //                      half the gap to cold (other tenants share the L3 cache)
 // bytes_per_second counts the weight bytes read, so QMatVec / ReadBandwidth is the
 // kernel's fraction of the bandwidth floor. The quantised kernels ask for weights as far
-// ahead as the distance remembered in the kernel cache directory, or tune it on the first
-// large products (the 128 MiB QMatVecs); set LUMINAL_CPU_PREFETCH to compare distances.
+// ahead as the distances remembered in the kernel cache directory, or tune them on their
+// first single-row products; set LUMINAL_CPU_PREFETCH to compare distances.
 #include <benchmark/benchmark.h>
 
 #include <immintrin.h>

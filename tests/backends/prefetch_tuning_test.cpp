@@ -18,7 +18,7 @@ namespace {
 using luminal::cpugen::parse_prefetch_distance;
 using luminal::cpugen::PrefetchTuner;
 
-constexpr int64_t kBig = PrefetchTuner::kTimedBytes;
+constexpr int64_t kBig = luminal::cpugen::kLongStreamBytes;
 constexpr auto& kCandidates = PrefetchTuner::kCandidates;
 
 // Runs one product per step as the kernels do: asks for a distance and reports `bytes`
@@ -26,7 +26,7 @@ constexpr auto& kCandidates = PrefetchTuner::kCandidates;
 template <class Rate>
 void run_products(PrefetchTuner& t, int count, Rate&& rate) {
   for (int i = 0; i < count; ++i) {
-    const PrefetchTuner::Choice c = t.choose(kBig, 1);
+    const PrefetchTuner::Choice c = t.choose(true);
     if (c.timed) t.report(c.distance, kBig, static_cast<double>(kBig) / rate(c.distance, i));
   }
 }
@@ -45,33 +45,47 @@ TEST(PrefetchTuning, KeepsTheDistanceWithTheBestMedianRate) {
   run_products(t, 1, rate);
   EXPECT_EQ(t.kept(), 1024);
   // Kept from now on, and no longer timed.
-  const PrefetchTuner::Choice c = t.choose(kBig, 1);
+  const PrefetchTuner::Choice c = t.choose(true);
   EXPECT_EQ(c.distance, 1024);
   EXPECT_FALSE(c.timed);
-  EXPECT_EQ(t.choose(1024, 8).distance, 1024);
+  EXPECT_EQ(t.choose(false).distance, 1024);
 }
 
-TEST(PrefetchTuning, TimesOnlyLargeSingleRowProducts) {
+TEST(PrefetchTuning, ProductsThatMayNotBeTimedWaitAtTheUntunedDistance) {
   PrefetchTuner t(1);
-  for (const auto& [bytes, rows] : {std::pair<int64_t, int64_t>{kBig - 1, 1}, {kBig, 2}}) {
-    const PrefetchTuner::Choice c = t.choose(bytes, rows);
-    EXPECT_FALSE(c.timed) << bytes << " bytes, " << rows << " rows";
-    EXPECT_EQ(c.distance, PrefetchTuner::kUntuned);
-  }
-  const PrefetchTuner::Choice c = t.choose(kBig, 1);
+  const PrefetchTuner::Choice untimed = t.choose(false);
+  EXPECT_FALSE(untimed.timed);
+  EXPECT_EQ(untimed.distance, PrefetchTuner::kUntuned);
+  const PrefetchTuner::Choice c = t.choose(true);
   EXPECT_TRUE(c.timed);
   EXPECT_EQ(c.distance, kCandidates[0]);
 }
 
+TEST(PrefetchTuning, ATrialGathersProductsUpToItsBytes) {
+  // Trials of 10 bytes: the products of one trial count as one rate, their bytes over
+  // their seconds, and the trial moves on once it has 10 bytes.
+  PrefetchTuner t(1, 10);
+  EXPECT_FALSE(t.report(kCandidates[0], 4, 1.0));
+  EXPECT_EQ(t.choose(true).distance, kCandidates[0]);
+  EXPECT_EQ(t.medians()[0], 0.0);
+  EXPECT_FALSE(t.report(kCandidates[0], 8, 2.0));
+  EXPECT_DOUBLE_EQ(t.medians()[0], 12.0 / 3.0);
+  EXPECT_EQ(t.choose(true).distance, kCandidates[1]);
+  // The largest gathered rate wins, however the products were sized.
+  const double rates[] = {4.0, 1.0, 9.0, 2.0};
+  for (size_t c = 1; c < kCandidates.size(); ++c) t.report(kCandidates[c], 10, 10.0 / rates[c - 1]);
+  EXPECT_EQ(t.kept(), kCandidates[3]);
+}
+
 TEST(PrefetchTuning, IgnoresReportsAtADistanceNotOnTrial) {
   PrefetchTuner t(1);
-  const PrefetchTuner::Choice first = t.choose(kBig, 1);
+  const PrefetchTuner::Choice first = t.choose(true);
   EXPECT_FALSE(t.report(kCandidates[1], kBig, 1.0));  // not on trial: ignored
   EXPECT_FALSE(t.report(first.distance, kBig, 0.0));  // no time measured: ignored
   EXPECT_EQ(t.medians()[0], 0.0);
   EXPECT_FALSE(t.report(first.distance, kBig, 1.0));
   EXPECT_EQ(t.medians()[0], static_cast<double>(kBig));
-  EXPECT_EQ(t.choose(kBig, 1).distance, kCandidates[1]);  // the trial moved on
+  EXPECT_EQ(t.choose(true).distance, kCandidates[1]);  // the trial moved on
 }
 
 TEST(PrefetchTuning, RemembersTheKeptDistance) {
@@ -80,27 +94,27 @@ TEST(PrefetchTuning, RemembersTheKeptDistance) {
                                .string();
   std::filesystem::remove(path);
   {
-    PrefetchTuner t(1, 0, path);
+    PrefetchTuner t(1, 0, 0, path);
     EXPECT_EQ(t.kept(), 0);
     run_products(t, static_cast<int>(kCandidates.size()),
                  [](int64_t d, int) { return d == 2048 ? 30e9 : 20e9; });
     EXPECT_EQ(t.kept(), 2048);
   }
-  EXPECT_EQ(PrefetchTuner(1, 0, path).kept(), 2048);
+  EXPECT_EQ(PrefetchTuner(1, 0, 0, path).kept(), 2048);
   // A file without one of the candidates is not taken.
   for (const char* text : {"", "100\n", "20"}) {
     std::ofstream(path) << text;
-    EXPECT_EQ(PrefetchTuner(1, 0, path).kept(), 0) << "file holding '" << text << "'";
+    EXPECT_EQ(PrefetchTuner(1, 0, 0, path).kept(), 0) << "file holding '" << text << "'";
   }
   // A fixed distance wins over the file.
   std::ofstream(path) << "2048\n";
-  EXPECT_EQ(PrefetchTuner(1, 640, path).kept(), 640);
+  EXPECT_EQ(PrefetchTuner(1, 0, 640, path).kept(), 640);
   std::filesystem::remove(path);
 }
 
 TEST(PrefetchTuning, FixedDistanceIsNeverTimed) {
-  PrefetchTuner t(3, 640);
-  const PrefetchTuner::Choice c = t.choose(kBig, 1);
+  PrefetchTuner t(3, 0, 640);
+  const PrefetchTuner::Choice c = t.choose(true);
   EXPECT_EQ(c.distance, 640);
   EXPECT_FALSE(c.timed);
 }

@@ -715,7 +715,7 @@ class CpuExecutable final : public Executable {
 
 std::unique_ptr<Executable> CpuBackend::compile(const Graph& graph) const {
   cpugen::reread_simd_env();
-  cpugen::prefetch_tuner();  // a malformed LUMINAL_CPU_PREFETCH fails here, not mid-run
+  cpugen::prefetch_tuner(0);  // a malformed LUMINAL_CPU_PREFETCH fails here, not mid-run
   const auto start = std::chrono::steady_clock::now();
   // Kernels run on OpenMP's thread pool. Asking for its size here also makes this
   // library depend on the OpenMP runtime, so it is never unloaded together with a kernel

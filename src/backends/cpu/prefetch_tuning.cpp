@@ -26,8 +26,8 @@ double median(std::vector<double> v) {
   return *mid;
 }
 
-// One file per CPU model and thread count in the kernel cache directory.
-std::string remembered_path() {
+// One file per kind of product, CPU model and thread count in the kernel cache directory.
+std::string remembered_path(const char* kind) {
   std::string cpu = "unknown cpu";
   std::ifstream info("/proc/cpuinfo");
   for (std::string line; std::getline(info, line);)
@@ -36,8 +36,8 @@ std::string remembered_path() {
       break;
     }
   const std::string key = cpu + " x " + std::to_string(omp_get_max_threads());
-  char name[32];
-  std::snprintf(name, sizeof name, "prefetch-%016llx",
+  char name[64];
+  std::snprintf(name, sizeof name, "prefetch-%s-%016llx", kind,
                 static_cast<unsigned long long>(hash_bytes(key)));
   return (std::filesystem::path(cache_dir()) / name).string();
 }
@@ -45,6 +45,44 @@ std::string remembered_path() {
 bool log_info() {
   const char* log = std::getenv("LUMINAL_LOG");
   return log != nullptr && std::strstr(log, "info") != nullptr;
+}
+
+// Prints the kept distance and why: `why`, or else each candidate's median rate.
+void log_choice(const PrefetchTuner& tuner, bool long_streams, const std::string& why = "") {
+  std::string rates = why;
+  const std::vector<double> m = tuner.medians();
+  for (size_t c = 0; c < m.size(); ++c)
+    if (why.empty() && m[c] > 0) {
+      char one[48];
+      std::snprintf(one, sizeof one, "%s%lld B %.1f GB/s", rates.empty() ? "median rates " : ", ",
+                    static_cast<long long>(PrefetchTuner::kCandidates[c]), m[c] / 1e9);
+      rates += one;
+    }
+  std::fprintf(stderr, "luminal cpu: weights of %s products prefetched %lld bytes ahead (%s)\n",
+               long_streams ? "8 MiB and larger" : "smaller", static_cast<long long>(tuner.kept()),
+               rates.c_str());
+}
+
+struct Tuners {
+  PrefetchTuner long_streams, small_products;
+};
+
+Tuners& tuners() {
+  static Tuners& t = []() -> Tuners& {
+    const int64_t fixed = parse_prefetch_distance(std::getenv("LUMINAL_CPU_PREFETCH"));
+    const std::string long_path = remembered_path("long"), small_path = remembered_path("small");
+    static Tuners made{PrefetchTuner(3, 0, fixed, long_path),
+                       PrefetchTuner(3, kSmallProductsTrial, fixed, small_path)};
+    if (log_info()) {
+      auto why = [&](const std::string& path) {
+        return fixed > 0 ? std::string("LUMINAL_CPU_PREFETCH") : "remembered in " + path;
+      };
+      if (made.long_streams.kept() > 0) log_choice(made.long_streams, true, why(long_path));
+      if (made.small_products.kept() > 0) log_choice(made.small_products, false, why(small_path));
+    }
+    return made;
+  }();
+  return t;
 }
 
 }  // namespace
@@ -59,8 +97,12 @@ int64_t parse_prefetch_distance(const char* value) {
   return v;
 }
 
-PrefetchTuner::PrefetchTuner(int rounds, int64_t fixed, std::string remember_at)
-    : rounds_(rounds), remember_at_(std::move(remember_at)), kept_(fixed) {
+PrefetchTuner::PrefetchTuner(int rounds, int64_t trial_bytes, int64_t fixed,
+                             std::string remember_at)
+    : rounds_(rounds),
+      trial_bytes_(trial_bytes),
+      remember_at_(std::move(remember_at)),
+      kept_(fixed) {
   LUM_CHECK(rounds > 0) << "internal: prefetch tuning over " << rounds << " rounds";
   if (kept_ > 0 || remember_at_.empty()) return;
   // A file that does not hold one of the candidates (absent, cut short) is not used.
@@ -70,11 +112,11 @@ PrefetchTuner::PrefetchTuner(int rounds, int64_t fixed, std::string remember_at)
     kept_ = d;
 }
 
-PrefetchTuner::Choice PrefetchTuner::choose(int64_t bytes, int64_t rows) const {
+PrefetchTuner::Choice PrefetchTuner::choose(bool may_time) const {
   std::lock_guard lock(mutex_);
   if (kept_ > 0) return {kept_, false};
-  if (rows > 1 || bytes < kTimedBytes) return {kUntuned, false};
-  return {kCandidates[static_cast<size_t>(trial_) % kCandidates.size()], true};
+  if (!may_time) return {kUntuned, false};
+  return {kCandidates[static_cast<size_t>(trials_) % kCandidates.size()], true};
 }
 
 int64_t PrefetchTuner::kept() const {
@@ -84,10 +126,15 @@ int64_t PrefetchTuner::kept() const {
 
 bool PrefetchTuner::report(int64_t distance, int64_t bytes, double seconds) {
   std::lock_guard lock(mutex_);
-  const size_t on_trial = static_cast<size_t>(trial_) % kCandidates.size();
+  const size_t on_trial = static_cast<size_t>(trials_) % kCandidates.size();
   if (kept_ > 0 || distance != kCandidates[on_trial] || !(seconds > 0)) return false;
-  rates_[on_trial].push_back(static_cast<double>(bytes) / seconds);
-  if (++trial_ < rounds_ * static_cast<int>(kCandidates.size())) return false;
+  gathered_bytes_ += bytes;
+  gathered_seconds_ += seconds;
+  if (gathered_bytes_ < trial_bytes_) return false;
+  rates_[on_trial].push_back(static_cast<double>(gathered_bytes_) / gathered_seconds_);
+  gathered_bytes_ = 0;
+  gathered_seconds_ = 0;
+  if (++trials_ < rounds_ * static_cast<int>(kCandidates.size())) return false;
   size_t best = 0;
   for (size_t c = 1; c < kCandidates.size(); ++c)
     if (median(rates_[c]) > median(rates_[best])) best = c;
@@ -110,32 +157,13 @@ std::vector<double> PrefetchTuner::medians() const {
   return out;
 }
 
-PrefetchTuner& prefetch_tuner() {
-  static PrefetchTuner& tuner = []() -> PrefetchTuner& {
-    const int64_t fixed = parse_prefetch_distance(std::getenv("LUMINAL_CPU_PREFETCH"));
-    const std::string path = remembered_path();
-    static PrefetchTuner t(3, fixed, path);
-    if (t.kept() > 0 && log_info())
-      std::fprintf(stderr, "luminal cpu: weights prefetched %lld bytes ahead (%s)\n",
-                   static_cast<long long>(t.kept()),
-                   fixed > 0 ? "LUMINAL_CPU_PREFETCH" : ("as remembered in " + path).c_str());
-    return t;
-  }();
-  return tuner;
+PrefetchTuner& prefetch_tuner(int64_t bytes) {
+  Tuners& t = tuners();
+  return bytes >= kLongStreamBytes ? t.long_streams : t.small_products;
 }
 
-void log_prefetch_choice(const PrefetchTuner& tuner) {
-  if (!log_info()) return;
-  std::string rates;
-  const std::vector<double> m = tuner.medians();
-  for (size_t c = 0; c < m.size(); ++c) {
-    char one[48];
-    std::snprintf(one, sizeof one, "%s%lld B %.1f GB/s", c ? ", " : "",
-                  static_cast<long long>(PrefetchTuner::kCandidates[c]), m[c] / 1e9);
-    rates += one;
-  }
-  std::fprintf(stderr, "luminal cpu: weights prefetched %lld bytes ahead (median rates: %s)\n",
-               static_cast<long long>(tuner.kept()), rates.c_str());
+void log_prefetch_choice(int64_t bytes) {
+  if (log_info()) log_choice(prefetch_tuner(bytes), bytes >= kLongStreamBytes);
 }
 
 }  // namespace luminal::cpugen

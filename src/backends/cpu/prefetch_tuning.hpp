@@ -5,11 +5,16 @@
 // Over a 178 MB Q8_0 matrix-vector product on two threads, 1 KiB ahead streamed at 0.95 of
 // a plain read loop on a 2-core Zen 2 EPYC machine and 4 KiB at 0.85 (2 KiB: 0.83); on a
 // 16-core Xeon with 2 MiB of L2 a core, 4 KiB reached 0.98 and 1 KiB 0.71 (2 KiB: 0.87;
-// there the 178 MB stayed in its 300 MB L3 cache).
-// No one constant serves both, so the first large matrix-vector products try each
-// candidate in turn, and the distance whose products streamed fastest (median over the
-// rounds) is kept, and remembered in the kernel cache directory for the CPU model and
-// thread count: later processes start with it (delete the `prefetch-*` file to tune again).
+// there the 178 MB stayed in its 300 MB L3 cache). It also differs between one long
+// stream and the hundred small products of a decode step, which start cold: on the Zen 2
+// machine 512 B and 1 KiB serve the long stream alike, but the small products ran 2-3%
+// faster (whole decode steps, paired runs) at 1 KiB than at 512 B.
+//
+// No one constant serves, so each kind of product is tuned on its own: the first
+// single-row products try each candidate in turn, a few rounds over, and the distance of
+// the best median rate is kept, and remembered in the kernel cache directory for the CPU
+// model and thread count, so later processes start with it (delete the `prefetch-*` files
+// to tune again).
 #pragma once
 
 #include <array>
@@ -20,16 +25,14 @@
 
 namespace luminal::cpugen {
 
-/// Picks a prefetch distance from timed products. Each product asks `choose` for its
-/// distance; a timed one reports its time back. The candidates take turns, `rounds` times
-/// over, and then the best median rate is kept for every product.
+/// Picks a prefetch distance from timed products: a product asks `choose` for its
+/// distance and, where told to, reports its time back. A trial gathers reports until it
+/// has `trial_bytes` of weights (one product where 0) and counts as one rate; the
+/// candidates take turns, `rounds` trials each, and then the best median rate is kept.
 class PrefetchTuner {
  public:
   static constexpr std::array<int64_t, 5> kCandidates{512, 1024, 2048, 4096, 8192};
-  /// Products over fewer bytes of weights, or of more than one activation row, are not
-  /// timed: start-up and the threads' hand-offs, or arithmetic, would weigh more than the
-  /// distance. Until tuning ends they use kUntuned.
-  static constexpr int64_t kTimedBytes = 8 << 20;
+  /// What products that may not be timed use until tuning ends.
   static constexpr int64_t kUntuned = 4096;
 
   struct Choice {
@@ -37,12 +40,15 @@ class PrefetchTuner {
     bool timed = false;  // report the product's time
   };
 
-  /// Tunes over `rounds` rounds, or, given `fixed` > 0, always answers that distance.
-  /// With a `remember_at` path, a distance found there is kept from the start, and one
-  /// chosen by tuning is written there.
-  explicit PrefetchTuner(int rounds = 3, int64_t fixed = 0, std::string remember_at = "");
+  /// Tunes, or, given `fixed` > 0, always answers that distance. With a `remember_at`
+  /// path, a distance found there is kept from the start, and one chosen by tuning is
+  /// written there.
+  explicit PrefetchTuner(int rounds = 3, int64_t trial_bytes = 0, int64_t fixed = 0,
+                         std::string remember_at = "");
 
-  Choice choose(int64_t bytes, int64_t rows) const;
+  /// The distance for a product; `may_time` false for products whose time says little
+  /// about the distance (several activation rows: their arithmetic weighs more).
+  Choice choose(bool may_time) const;
   /// Records a timed product; true when this report ended the tuning. A report at another
   /// distance than the one on trial (another product's report moved the trial on
   /// meanwhile) is ignored.
@@ -55,21 +61,31 @@ class PrefetchTuner {
  private:
   mutable std::mutex mutex_;
   int rounds_ = 0;
+  int64_t trial_bytes_ = 0;
   std::string remember_at_;
-  int trial_ = 0;  // reports taken; candidate trial_ % size is on trial
+  int trials_ = 0;              // trials ended; candidate trials_ % size is on trial
+  int64_t gathered_bytes_ = 0;  // in the trial under way
+  double gathered_seconds_ = 0;
   int64_t kept_ = 0;
   std::array<std::vector<double>, kCandidates.size()> rates_;
 };
+
+/// Products of at least this many bytes of weights are long streams; the rest are tuned
+/// together, a trial gathering about a small model's decode step of them.
+constexpr int64_t kLongStreamBytes = 8 << 20;
+constexpr int64_t kSmallProductsTrial = 64 << 20;
+
+/// The process's tuner for a product over `bytes` of weights: fixed where
+/// LUMINAL_CPU_PREFETCH gives a distance in bytes (a malformed value is an error),
+/// otherwise remembered or tuning. LUMINAL_LOG=info prints each tuner's distance.
+PrefetchTuner& prefetch_tuner(int64_t bytes);
 
 /// LUMINAL_CPU_PREFETCH's value: a distance in bytes, a multiple of 64 from 64 to 65536
 /// (anything else is an error), or 0 where unset or empty.
 int64_t parse_prefetch_distance(const char* value);
 
-/// The process's tuner: fixed where LUMINAL_CPU_PREFETCH gives a distance in bytes (a
-/// malformed value is an error), otherwise remembered or tuning.
-PrefetchTuner& prefetch_tuner();
-
-/// With LUMINAL_LOG=info, prints the kept distance and each candidate's median rate.
-void log_prefetch_choice(const PrefetchTuner& tuner);
+/// With LUMINAL_LOG=info, prints the distance kept for products over `bytes` of weights
+/// and each candidate's median rate.
+void log_prefetch_choice(int64_t bytes);
 
 }  // namespace luminal::cpugen

@@ -891,8 +891,9 @@ void qmatmul_interleaved(const std::vector<const float*>& rows,
   std::array<Share, kMaxShares>& share = kept_shares;
   for (int i = 0; i < shares; ++i) share[i].set(passes * i / shares, passes * (i + 1) / shares);
   constexpr int64_t kTileRows = 4;  // activation rows per pass over a group's weights
-  PrefetchTuner& tuner = prefetch_tuner();
-  const PrefetchTuner::Choice prefetch = tuner.choose(bytes, m);
+  // Products of several activation rows are not timed: their arithmetic weighs more.
+  PrefetchTuner& tuner = prefetch_tuner(bytes);
+  const PrefetchTuner::Choice prefetch = tuner.choose(m == 1);
   const int64_t ahead = prefetch.distance;
   // Passes [begin, end) of product p.
   auto run_product = [&](size_t p, int64_t begin, int64_t end) {
@@ -957,7 +958,7 @@ void qmatmul_interleaved(const std::vector<const float*>& rows,
   });
   if (prefetch.timed) {
     const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
-    if (tuner.report(ahead, bytes, took.count())) log_prefetch_choice(tuner);
+    if (tuner.report(ahead, bytes, took.count())) log_prefetch_choice(bytes);
   }
 #else
   (void)rows, (void)products;
