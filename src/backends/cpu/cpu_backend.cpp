@@ -14,6 +14,7 @@
 
 #include "backends/cpu/attention.hpp"
 #include "backends/cpu/codegen.hpp"
+#include "backends/cpu/env.hpp"
 #include "backends/cpu/gemm.hpp"
 #include "backends/cpu/jit.hpp"
 #include "backends/cpu/prefetch_tuning.hpp"
@@ -33,10 +34,7 @@ namespace {
 
 using KernelFn = void (*)(void**, const int64_t*, int64_t*);
 
-bool env_has(const char* var, const char* word) {
-  const char* v = std::getenv(var);
-  return v && std::strstr(v, word);
-}
+using cpugen::env_has;
 
 // LUMINAL_DUMP=hlir,egraph,optimized,kernels,source (or "all") writes each stage as
 // text (and DOT where it is a graph) into $LUMINAL_DUMP_DIR (default ./luminal-dump).

@@ -6,12 +6,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <utility>
 
+#include "backends/cpu/env.hpp"
 #include "backends/cpu/jit.hpp"
 #include "luminal/error.hpp"
 #include "luminal/hash.hpp"
@@ -42,11 +42,6 @@ std::string remembered_path(const char* kind) {
   return (std::filesystem::path(cache_dir()) / name).string();
 }
 
-bool log_info() {
-  const char* log = std::getenv("LUMINAL_LOG");
-  return log != nullptr && std::strstr(log, "info") != nullptr;
-}
-
 // Prints the kept distance and why: `why`, or else each candidate's median rate.
 void log_choice(const PrefetchTuner& tuner, bool long_streams, const std::string& why = "") {
   std::string rates = why;
@@ -73,7 +68,7 @@ Tuners& tuners() {
     const std::string long_path = remembered_path("long"), small_path = remembered_path("small");
     static Tuners made{PrefetchTuner(3, 0, fixed, long_path),
                        PrefetchTuner(3, kSmallProductsTrial, fixed, small_path)};
-    if (log_info()) {
+    if (env_has("LUMINAL_LOG", "info")) {
       auto why = [&](const std::string& path) {
         return fixed > 0 ? std::string("LUMINAL_CPU_PREFETCH") : "remembered in " + path;
       };
@@ -163,7 +158,7 @@ PrefetchTuner& prefetch_tuner(int64_t bytes) {
 }
 
 void log_prefetch_choice(int64_t bytes) {
-  if (log_info()) log_choice(prefetch_tuner(bytes), bytes >= kLongStreamBytes);
+  if (env_has("LUMINAL_LOG", "info")) log_choice(prefetch_tuner(bytes), bytes >= kLongStreamBytes);
 }
 
 }  // namespace luminal::cpugen

@@ -1,0 +1,16 @@
+// The CPU backend's switches in the environment (private to src/backends/cpu).
+#pragma once
+
+#include <cstdlib>
+#include <cstring>
+
+namespace luminal::cpugen {
+
+/// Whether environment variable `var` is set and contains `word` (LUMINAL_LOG=info,
+/// LUMINAL_DUMP=hlir,kernels, ...).
+inline bool env_has(const char* var, const char* word) {
+  const char* v = std::getenv(var);
+  return v && std::strstr(v, word);
+}
+
+}  // namespace luminal::cpugen
