@@ -8,7 +8,7 @@
 
 #include "luminal/error.hpp"
 #include "models/json.hpp"
-#include "models/rope_scaling.hpp"
+#include "models/rope_config.hpp"
 
 namespace luminal::models {
 
@@ -60,9 +60,14 @@ GemmaConfig GemmaConfig::from_hf_json(const std::string& path) {
   c.kv_heads = integer("num_key_value_heads", c.heads);
   c.head_dim = integer("head_dim", c.hidden / c.heads);
   c.rms_eps = number("rms_norm_eps", 1e-6);
-  c.rope_global = number("rope_theta", 1e4);
-  c.rope_local = number("rope_local_base_freq", c.rope_global);
-  c.rope_scaling = parse_rope_scaling(j, path);
+  const RopeSettings global = parse_rope(j, path, "full_attention", "rope_theta", 1e4);
+  c.rope_global = global.theta;
+  c.rope_scaling = global.scaling;
+  // Gemma 3's sliding layers have their own base and, in transformers 4, no scaling.
+  const RopeSettings local = parse_rope(j, path, "sliding_attention", "rope_local_base_freq",
+                                        c.rope_global, /*old_scaling=*/false);
+  c.rope_local = local.theta;
+  c.rope_local_scaling = local.scaling;
   if (c.version >= 2) {
     const double scalar = number("query_pre_attn_scalar", static_cast<double>(c.head_dim));
     c.query_scale = 1.0 / std::sqrt(scalar);
@@ -88,7 +93,7 @@ Gemma::Gemma(Graph& g, const GemmaConfig& c, DType kv_cache)
     const std::string p = "model.layers." + std::to_string(i);
     const bool sliding = c.sliding[static_cast<size_t>(i)];
     nn::Attention attn(g, p + ".self_attn", c.hidden, c.heads, c.kv_heads, c.head_dim, false,
-                       sliding ? nn::RopeConfig{c.rope_local, true, {}}
+                       sliding ? nn::RopeConfig{c.rope_local, true, c.rope_local_scaling}
                                : nn::RopeConfig{c.rope_global, true, c.rope_scaling},
                        sliding ? c.sliding_window : 0);
     if (c.query_scale > 0) attn.scale = c.query_scale;

@@ -25,7 +25,9 @@ double since(Clock::time_point t) {
 // characters split across tokens come out whole), after the last token already shown
 // (at first the prompt's last), which gives them their left context for decoders that
 // handle spaces by position. Text is held back while it ends inside a UTF-8 sequence,
-// until flush(). Each step decodes a few tokens, not everything generated so far.
+// until flush(); what comes out is valid UTF-8 (bytes that form no character, which a
+// tokenizer's decode may keep as llama.cpp's does, become U+FFFD). Each step decodes a
+// few tokens, not everything generated so far.
 class TextStream {
  public:
   TextStream(const TextTokenizer& t, const std::vector<int32_t>& prompt) : t_(t) {
@@ -42,7 +44,7 @@ class TextStream {
   std::string take(bool all) {
     const std::string text = t_.decode(ids_);
     if (text.size() <= shown_ || (!all && ends_inside_character(text))) return "";
-    std::string piece = text.substr(shown_);
+    std::string piece = utf8_lossy(text.substr(shown_));
     ids_.erase(ids_.begin(), ids_.end() - 1);  // the last token becomes the context
     shown_ = t_.decode(ids_).size();
     return piece;

@@ -46,7 +46,20 @@ std::vector<T> gguf_array(const GgufFile& f, const std::string& key, bool requir
 
 /// Values of tokenizer.ggml.token_type (llama.cpp's token attributes).
 namespace gguf_token_type {
-inline constexpr int32_t kControl = 3, kUserDefined = 4, kByte = 6;
+inline constexpr int32_t kUnknown = 2, kControl = 3, kUserDefined = 4, kByte = 6;
+/// Whether llama.cpp treats a token of this text as a control token whatever its stored
+/// type (it marks these end-of-generation tokens so: Gemma's "</s>" is user-defined).
+inline bool forced_control(const std::string& text) {
+  for (const char* t : {"<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>",
+                        "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>", "_<EOT>",
+                        "<|end_of_text|>", "<end_of_utterance>", "</s>"})
+    if (text == t) return true;
+  return false;
+}
+/// Whether llama.cpp matches tokens of this type where they are written in a prompt.
+inline bool matched_in_text(int32_t type) {
+  return type == kUnknown || type == kControl || type == kUserDefined;
+}
 }  // namespace gguf_token_type
 
 }  // namespace luminal::models

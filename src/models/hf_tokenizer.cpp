@@ -69,6 +69,41 @@ std::string to_utf8(const icu::UnicodeString& u) {
   return s;
 }
 
+// UTF-8 of UTF-16 text in which a lone surrogate (from lenient_utf16) keeps its three bytes
+// instead of becoming U+FFFD.
+std::string to_utf8_keeping_surrogates(const icu::UnicodeString& u) {
+  std::string s;
+  for (int32_t k = 0; k < u.length(); k = u.moveIndex32(k, 1))
+    append_utf8(s, static_cast<uint32_t>(u.char32At(k)));
+  return s;
+}
+
+// Text read as llama.cpp reads a prompt: a lead byte followed by enough continuation bytes
+// is a code point (surrogates and overlong forms included); any other byte is U+FFFD.
+icu::UnicodeString lenient_utf16(const std::string& text) {
+  icu::UnicodeString u;
+  const auto byte = [&](size_t i) { return static_cast<unsigned char>(text[i]); };
+  for (size_t i = 0; i < text.size();) {
+    const unsigned char b = byte(i);
+    const size_t n = b < 0x80 ? 1 : (b & 0xE0) == 0xC0 ? 2 : (b & 0xF0) == 0xE0 ? 3 : (b & 0xF8) == 0xF0 ? 4 : 0;
+    bool ok = n > 0 && i + n <= text.size();
+    for (size_t k = 1; ok && k < n; ++k) ok = (byte(i + k) & 0xC0) == 0x80;
+    if (!ok) {
+      u.append(static_cast<UChar32>(0xFFFD));
+      ++i;
+      continue;
+    }
+    uint32_t cp = n == 1 ? b : b & (0x7F >> n);
+    for (size_t k = 1; k < n; ++k) cp = (cp << 6) | (byte(i + k) & 0x3F);
+    if (cp >= 0xD800 && cp <= 0xDFFF)
+      u.append(static_cast<char16_t>(cp));  // a lone surrogate, kept as llama.cpp keeps it
+    else
+      u.append(static_cast<UChar32>(cp > 0x10FFFF ? 0xFFFD : cp));
+    i += n;
+  }
+  return u;
+}
+
 void replace_all(std::string& s, const std::string& from, const std::string& to) {
   if (from.empty()) return;
   for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size()))
@@ -122,6 +157,7 @@ struct HfTokenizer::Impl {
   std::vector<Split> splits;
   std::vector<Decode> decoders;
   bool byte_level = false, has_decoder = false;
+  bool raw_bytes = false;  // ByteLevel decoding keeps invalid UTF-8 (llama.cpp) or not (HF)
   std::array<char32_t, 256> to_char = byte_chars();
   std::unordered_map<char32_t, unsigned char> to_byte;
 
@@ -276,7 +312,7 @@ struct HfTokenizer::Impl {
                                          : encode_utf8(c);
           }
         }
-        tokens = {utf8_lossy(bytes)};
+        tokens = {raw_bytes ? bytes : utf8_lossy(bytes)};
       });
     } else if (t == "Replace") {
       const std::string from = literal_pattern(d, path), to = string_member(d, "content", path);
@@ -407,8 +443,7 @@ HfTokenizer HfTokenizer::from_gguf(const GgufFile& f) {
   JsonArray merge_list, added;
   for (size_t i = 0; i < tokens.size(); ++i) {
     vocab.emplace_back(tokens[i], Json{static_cast<int64_t>(i)});
-    if (i < types.size() &&
-        (types[i] == gguf_token_type::kControl || types[i] == gguf_token_type::kUserDefined))
+    if (i < types.size() && gguf_token_type::matched_in_text(types[i]))
       added.push_back(json_object(
           {{"id", Json{static_cast<int64_t>(i)}}, {"content", json_string(tokens[i])}}));
   }
@@ -438,6 +473,12 @@ HfTokenizer HfTokenizer::from_gguf(const GgufFile& f) {
                    {"decoder", json_object({{"type", json_string("ByteLevel")}})}});
   HfTokenizer t;
   t.load(j, f.path());
+  t.llama_cpp_rules_ = true;
+  t.impl_->raw_bytes = true;
+  for (size_t i = 0; i < tokens.size() && i < types.size(); ++i)
+    if (types[i] == gguf_token_type::kControl ||
+        (gguf_token_type::matched_in_text(types[i]) && gguf_token_type::forced_control(tokens[i])))
+      t.silent_ids_.insert(static_cast<int32_t>(i));
   if (f.get_flag("tokenizer.ggml.add_bos_token", false) && f.find("tokenizer.ggml.bos_token_id"))
     t.template_prefix_.push_back(static_cast<int32_t>(f.get_int("tokenizer.ggml.bos_token_id")));
   return t;
@@ -494,14 +535,13 @@ void HfTokenizer::load(const Json& j, const std::string& path) {
     }
   }
   if (const Json* added = j.find("added_tokens"); added && added->is_array()) {
+    std::vector<std::pair<std::string, int32_t>> specials;
     for (const Json& a : added->array()) {
       const std::string content = string_member(a, "content", path);
-      add_token(content, member(a, "id", path));
-      added_.push_back(content);
+      specials.emplace_back(content, static_cast<int32_t>(add_token(content, member(a, "id", path))));
     }
+    added_ = SpecialTokens(specials);
   }
-  std::sort(added_.begin(), added_.end(),
-            [](const auto& x, const auto& y) { return x.size() > y.size(); });
 
   if (!unigram_) {
     const Json& merges = member(model, "merges", path);
@@ -715,28 +755,22 @@ std::vector<int32_t> HfTokenizer::encode(const std::string& text, bool add_speci
   if (add_special_tokens) out = template_prefix_;
   const auto encode_plain = [&](const std::string& segment, bool first) {
     if (segment.empty()) return;
-    icu::UnicodeString u = icu::UnicodeString::fromUTF8(segment);
+    icu::UnicodeString u =
+        llama_cpp_rules_ ? lenient_utf16(segment) : icu::UnicodeString::fromUTF8(segment);
     for (const auto& normalize : impl_->normalizers) normalize(u);
     for (const icu::UnicodeString& piece : impl_->pre_tokenize(u, first))
-      encode_word(to_utf8(piece), out);
+      encode_word(llama_cpp_rules_ ? to_utf8_keeping_surrogates(piece) : to_utf8(piece), out);
   };
-  // Added tokens are matched in the raw text, longest first; the text between them is
-  // normalised and pre-tokenised on its own.
-  size_t start = 0, i = 0;
-  while (i < text.size()) {
-    const auto hit = std::find_if(added_.begin(), added_.end(), [&](const std::string& a) {
-      return text.compare(i, a.size(), a) == 0;
-    });
-    if (hit == added_.end()) {
-      ++i;
-      continue;
-    }
-    encode_plain(text.substr(start, i - start), start == 0);
-    out.push_back(find(*hit));
-    i += hit->size();
-    start = i;
+  // Added tokens are matched in the raw text; the text between them is normalised and
+  // pre-tokenised on its own.
+  const auto order = llama_cpp_rules_ ? SpecialTokens::Order::kLongestFirst
+                                      : SpecialTokens::Order::kLeftmostLongest;
+  for (const auto& s : added_.split(text, order)) {
+    if (s.id >= 0)
+      out.push_back(s.id);
+    else
+      encode_plain(text.substr(s.start, s.size), s.start == 0);
   }
-  encode_plain(text.substr(start), start == 0);
   if (add_special_tokens) out.insert(out.end(), template_suffix_.begin(), template_suffix_.end());
   return out;
 }
@@ -746,7 +780,7 @@ std::string HfTokenizer::decode(const std::vector<int32_t>& ids) const {
   for (int32_t id : ids) {
     LUM_CHECK(id >= 0 && static_cast<size_t>(id) < tokens_.size())
         << "token id " << id << " is out of range";
-    tokens.push_back(tokens_[static_cast<size_t>(id)]);
+    if (!silent_ids_.count(id)) tokens.push_back(tokens_[static_cast<size_t>(id)]);
   }
   if (!impl_->has_decoder) {  // as the tokenizers library: tokens joined by spaces
     std::string joined;

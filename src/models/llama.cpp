@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <set>
 
@@ -10,7 +11,7 @@
 #include "luminal/models/safetensors.hpp"
 #include "luminal/quant.hpp"
 #include "models/json.hpp"
-#include "models/rope_scaling.hpp"
+#include "models/rope_config.hpp"
 
 namespace luminal::models {
 
@@ -25,8 +26,9 @@ LlamaConfig LlamaConfig::from_hf_json(const std::string& path) {
   c.kv_heads = int_field(j, "num_key_value_heads", path, c.heads);
   c.head_dim = int_field(j, "head_dim", path, c.hidden / c.heads);
   c.rms_eps = number_field(j, "rms_norm_eps", 1e-6);
-  c.rope_theta = number_field(j, "rope_theta", 10000.0);
-  c.rope_scaling = parse_rope_scaling(j, path);
+  const RopeSettings rope = parse_rope(j, path, "full_attention", "rope_theta", 10000.0);
+  c.rope_theta = rope.theta;
+  c.rope_scaling = rope.scaling;
   c.sliding_window = int_field(j, "sliding_window", path, 0);
   const Json* tie = j.find("tie_word_embeddings");
   c.tie_embeddings = tie && std::holds_alternative<bool>(tie->v) && std::get<bool>(tie->v);
@@ -39,7 +41,8 @@ LlamaConfig LlamaConfig::from_hf_json(const std::string& path) {
   c.qk_norm = c.qk_norm || mt == "qwen3_moe";
   c.fused_projections = mt == "phi3";
   if (mt == "mixtral" || mt == "qwen3_moe") {
-    c.experts = int_field(j, mt == "mixtral" ? "num_local_experts" : "num_experts", path);
+    // transformers 5 names the count num_local_experts for every MoE model.
+    c.experts = int_field(j, j.find("num_local_experts") ? "num_local_experts" : "num_experts", path);
     c.experts_per_token = int_field(j, "num_experts_per_tok", path);
     c.expert_intermediate =
         mt == "mixtral" ? c.intermediate : int_field(j, "moe_intermediate_size", path);
@@ -167,31 +170,67 @@ void Llama::parameters(const std::string& prefix, nn::NamedTensors& out) const {
 
 namespace {
 
-// Phi-3 stores q/k/v and gate/up as fused matrices; a parameter is a row range of one.
+// Where a parameter's values are stored: a tensor of its own, or a part of a fused one.
+// Phi-3 stores q/k/v and gate/up as fused matrices (a parameter is a row range of one);
+// transformers 5 (up to 5.17) stores each layer's experts as two [experts, rows, cols]
+// tensors, gate_up_proj (gate rows, then up rows) and down_proj, and names the router
+// mlp.gate.
 struct RowSource {
   std::string tensor;
+  int64_t expert = -1;          // the index into a fused tensor's leading expert dimension
   int64_t begin = 0, end = -1;  // rows; end -1 = all
 };
 
-RowSource source_row_range(const std::string& name, const LlamaConfig* c) {
-  if (!c || !c->fused_projections) return {name};
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+RowSource fused_projection_source(const std::string& name, const LlamaConfig& c) {
   auto replace = [&](const std::string& from, const std::string& to) {
     return name.substr(0, name.size() - from.size()) + to;
   };
-  auto ends = [&](const std::string& suffix) {
-    return name.size() >= suffix.size() &&
-           name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
-  };
-  const int64_t q = c->heads * c->head_dim, kv = c->kv_heads * c->head_dim;
-  if (ends("self_attn.q_proj.weight")) return {replace("q_proj.weight", "qkv_proj.weight"), 0, q};
-  if (ends("self_attn.k_proj.weight"))
-    return {replace("k_proj.weight", "qkv_proj.weight"), q, q + kv};
-  if (ends("self_attn.v_proj.weight"))
-    return {replace("v_proj.weight", "qkv_proj.weight"), q + kv, q + 2 * kv};
-  if (ends("mlp.gate_proj.weight"))
-    return {replace("gate_proj.weight", "gate_up_proj.weight"), 0, c->intermediate};
-  if (ends("mlp.up_proj.weight"))
-    return {replace("up_proj.weight", "gate_up_proj.weight"), c->intermediate, 2 * c->intermediate};
+  const int64_t q = c.heads * c.head_dim, kv = c.kv_heads * c.head_dim;
+  if (ends_with(name, "self_attn.q_proj.weight")) return {replace("q_proj.weight", "qkv_proj.weight"), -1, 0, q};
+  if (ends_with(name, "self_attn.k_proj.weight"))
+    return {replace("k_proj.weight", "qkv_proj.weight"), -1, q, q + kv};
+  if (ends_with(name, "self_attn.v_proj.weight"))
+    return {replace("v_proj.weight", "qkv_proj.weight"), -1, q + kv, q + 2 * kv};
+  if (ends_with(name, "mlp.gate_proj.weight"))
+    return {replace("gate_proj.weight", "gate_up_proj.weight"), -1, 0, c.intermediate};
+  if (ends_with(name, "mlp.up_proj.weight"))
+    return {replace("up_proj.weight", "gate_up_proj.weight"), -1, c.intermediate, 2 * c.intermediate};
+  return {name};
+}
+
+// "<layer>.<moe_block>.experts.<e>.<projection>.weight" -> the fused experts' part.
+std::optional<RowSource> fused_expert_source(const std::string& name, const LlamaConfig& c) {
+  const std::string block = "." + c.moe_block + ".";
+  const size_t at = name.find(block);
+  if (at == std::string::npos) return std::nullopt;
+  const std::string layer = name.substr(0, at), rest = name.substr(at + block.size());
+  if (rest == "gate.weight") return RowSource{layer + ".mlp.gate.weight"};
+  if (rest.rfind("experts.", 0) != 0) return std::nullopt;
+  const size_t dot = rest.find('.', 8);
+  if (dot == std::string::npos) return std::nullopt;
+  const int64_t e = std::stoll(rest.substr(8, dot - 8));
+  const std::string projection = rest.substr(dot + 1);
+  const bool mixtral = c.moe_block == "block_sparse_moe";
+  const int64_t inter = c.expert_intermediate;
+  if (projection == (mixtral ? "w1.weight" : "gate_proj.weight"))
+    return RowSource{layer + ".mlp.experts.gate_up_proj", e, 0, inter};
+  if (projection == (mixtral ? "w3.weight" : "up_proj.weight"))
+    return RowSource{layer + ".mlp.experts.gate_up_proj", e, inter, 2 * inter};
+  if (projection == (mixtral ? "w2.weight" : "down_proj.weight"))
+    return RowSource{layer + ".mlp.experts.down_proj", e};
+  return std::nullopt;
+}
+
+RowSource source_of(const std::string& name, const LlamaConfig* c,
+                    const std::function<bool(const std::string&)>& stored) {
+  if (!c) return {name};
+  if (c->fused_projections) return fused_projection_source(name, *c);
+  if (c->experts > 0 && !stored(name))
+    if (auto fused = fused_expert_source(name, *c); fused && stored(fused->tensor)) return *fused;
   return {name};
 }
 
@@ -207,33 +246,46 @@ std::vector<std::string> load_safetensors_weights(const nn::Module& m,
   for (const std::string& path : shards) files.push_back(std::make_unique<SafetensorsFile>(path));
   const auto* llama = dynamic_cast<const Llama*>(&m);
   std::set<std::string> used;
+  std::string last_read;
+  Buffer last;
   nn::load_parameters(
       m, [&](const std::string& name, const std::vector<int64_t>& shape) -> std::optional<Buffer> {
-        const RowSource src = source_row_range(name, llama ? &llama->config : nullptr);
-        const auto file = std::find_if(files.begin(), files.end(),
-                                       [&](const auto& f) { return f->has(src.tensor); });
+        const auto file_of = [&](const std::string& tensor) {
+          return std::find_if(files.begin(), files.end(),
+                              [&](const auto& f) { return f->has(tensor); });
+        };
+        const RowSource src = source_of(name, llama ? &llama->config : nullptr,
+                                        [&](const std::string& t) { return file_of(t) != files.end(); });
+        const auto file = file_of(src.tensor);
         if (file == files.end()) return std::nullopt;
         const SafetensorsFile& f = **file;
         used.insert(src.tensor);
         const SafetensorsTensor& t = f.tensor(src.tensor);
-        Buffer all = f.read(src.tensor);
-        if (src.end < 0) {
+        // A fused tensor serves several parameters in a row: read it once for them.
+        if (last_read != src.tensor) last = f.read(src.tensor), last_read = src.tensor;
+        const Buffer& all = last;
+        if (src.end < 0 && src.expert < 0) {
           LUM_CHECK(t.shape == shape)
               << f.path() << ": tensor '" << name << "' has the wrong shape for this model";
           return all;
         }
-        // A row range of a fused [rows, cols] matrix.
-        LUM_CHECK(t.shape.size() == 2 && src.end <= t.shape[0] && shape.size() == 2 &&
-                  shape[1] == t.shape[1] && shape[0] == src.end - src.begin)
+        // Rows of one [rows, cols] matrix of a fused tensor ([rows, cols], or one expert's
+        // of [experts, rows, cols]).
+        const bool per_expert = src.expert >= 0;
+        const size_t dims = t.shape.size();
+        const bool fits = dims == (per_expert ? 3u : 2u) && shape.size() == 2 &&
+                          (!per_expert || src.expert < t.shape[0]) && shape[1] == t.shape[dims - 1];
+        const int64_t rows = fits ? t.shape[dims - 2] : 0;
+        const int64_t begin = src.begin, end = src.end < 0 ? rows : src.end;
+        LUM_CHECK(fits && end <= rows && shape[0] == end - begin)
             << f.path() << ": fused tensor '" << src.tensor << "' does not hold '" << name
             << "' for this config";
-        const size_t row_bytes = static_cast<size_t>(t.shape[1]) * dtype_size(t.dtype);
-        Buffer part(t.dtype, static_cast<size_t>((src.end - src.begin) * t.shape[1]),
+        const size_t row_bytes = static_cast<size_t>(t.shape[dims - 1]) * dtype_size(t.dtype);
+        const size_t first = static_cast<size_t>((per_expert ? src.expert * rows : 0) + begin);
+        Buffer part(t.dtype, static_cast<size_t>((end - begin) * t.shape[dims - 1]),
                     Buffer::Uninitialized{});
-        std::memcpy(
-            part.data(),
-            static_cast<const std::byte*>(all.data()) + static_cast<size_t>(src.begin) * row_bytes,
-            part.bytes());
+        std::memcpy(part.data(), static_cast<const std::byte*>(all.data()) + first * row_bytes,
+                    part.bytes());
         return part;
       });
   std::vector<std::string> unused;

@@ -12,7 +12,7 @@
 namespace luminal::models {
 namespace {
 
-using gguf_token_type::kByte, gguf_token_type::kControl, gguf_token_type::kUserDefined;
+using gguf_token_type::kByte, gguf_token_type::kControl;
 const std::string kSpace = "\xE2\x96\x81";  // U+2581 LOWER ONE EIGHTH BLOCK
 
 }  // namespace
@@ -53,6 +53,7 @@ SpmTokenizer::SpmTokenizer(std::vector<std::string> pieces, std::vector<float> s
 
 void SpmTokenizer::index() {
   byte_ids_.assign(256, -1);
+  std::vector<std::pair<std::string, int32_t>> specials;
   for (size_t i = 0; i < pieces_.size(); ++i) {
     const auto id = static_cast<int32_t>(i);
     ids_.emplace(pieces_[i], id);
@@ -60,11 +61,12 @@ void SpmTokenizer::index() {
       const int b = std::stoi(pieces_[i].substr(3, 2), nullptr, 16);
       byte_ids_[static_cast<size_t>(b)] = id;
     }
-    if ((types_[i] == kControl || types_[i] == kUserDefined) && pieces_[i].size() > 1)
-      specials_.push_back(pieces_[i]);
+    if (gguf_token_type::matched_in_text(types_[i])) {
+      if (gguf_token_type::forced_control(pieces_[i])) types_[i] = kControl;
+      specials.emplace_back(pieces_[i], id);
+    }
   }
-  std::sort(specials_.begin(), specials_.end(),
-            [](const auto& a, const auto& b) { return a.size() > b.size(); });
+  specials_ = SpecialTokens(specials);
 }
 
 int32_t SpmTokenizer::find(const std::string& piece) const {
@@ -137,26 +139,14 @@ void SpmTokenizer::encode_plain(const std::string& raw, std::vector<int32_t>& ou
 std::vector<int32_t> SpmTokenizer::encode(const std::string& text, bool add_bos) const {
   std::vector<int32_t> out;
   if (add_bos && bos_ >= 0) out.push_back(bos_);
-  // Special tokens written in the text are matched first, longest first.
-  size_t start = 0, i = 0;
-  while (i < text.size()) {
-    const std::string* hit = nullptr;
-    if (text[i] == '<' || text[i] == '[')
-      for (const std::string& s : specials_)
-        if (text.compare(i, s.size(), s) == 0) {
-          hit = &s;
-          break;
-        }
-    if (!hit) {
-      ++i;
-      continue;
-    }
-    encode_plain(text.substr(start, i - start), out);
-    out.push_back(ids_.at(*hit));
-    i += hit->size();
-    start = i;
+  // Special tokens written in the text (control tokens, and user-defined ones such as
+  // Gemma's runs of spaces, tabs and newlines) are found first, as llama.cpp finds them.
+  for (const auto& s : specials_.split(text, SpecialTokens::Order::kLongestFirst)) {
+    if (s.id >= 0)
+      out.push_back(s.id);
+    else
+      encode_plain(text.substr(s.start, s.size), out);
   }
-  encode_plain(text.substr(start), out);
   return out;
 }
 
@@ -182,8 +172,13 @@ std::string SpmTokenizer::piece(int32_t id) const {
 
 std::string SpmTokenizer::decode(const std::vector<int32_t>& ids) const {
   std::string out;
-  for (int32_t id : ids) out += piece(id);
-  if (add_space_prefix_ && !out.empty() && out[0] == ' ') out.erase(0, 1);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    std::string p = piece(ids[i]);
+    // As llama.cpp: the space prefix comes off the first token only, so after a BOS
+    // (which renders empty) the text keeps its leading space.
+    if (i == 0 && add_space_prefix_) p.erase(0, std::min(p.find_first_not_of(' '), p.size()));
+    out += p;
+  }
   return out;
 }
 

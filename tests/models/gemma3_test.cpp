@@ -57,7 +57,9 @@ class Gemma3Real : public ::testing::Test {
   }
 };
 
-TEST_F(Gemma3Real, TokenizerMatchesSentencePiece) {
+// The prompts of the generation reference; the tokenizer's full check against llama.cpp
+// is tests/models/tokenizer_goldens_test.cpp.
+TEST_F(Gemma3Real, TokenizerEncodesTheReferencePrompts) {
   GgufFile f(model_path());
   SpmTokenizer tok(f);
   SafetensorsFile ref(kReference);
@@ -66,23 +68,6 @@ TEST_F(Gemma3Real, TokenizerMatchesSentencePiece) {
     const auto want = ids_of(ref.read("p" + std::to_string(k) + ".prompt_ids"));
     EXPECT_EQ(tok.encode(prompts.array()[k].string(), true), want) << "prompt " << k;
   }
-  // Several hundred strings: words, accents, CJK, emoji, runs of spaces, tabs, newlines.
-  const Json strings = parse_json(ref.metadata().at("parity_strings"), "parity strings");
-  const auto ids = ids_of(ref.read("parity.ids"));
-  const auto lengths = ref.read("parity.lengths").to_i64();
-  ASSERT_EQ(strings.array().size(), lengths.size());
-  size_t at = 0, checked = 0;
-  for (size_t i = 0; i < lengths.size(); ++i) {
-    const std::vector<int32_t> want(
-        ids.begin() + static_cast<std::ptrdiff_t>(at),
-        ids.begin() + static_cast<std::ptrdiff_t>(at + static_cast<size_t>(lengths[i])));
-    at += static_cast<size_t>(lengths[i]);
-    const std::string& text = strings.array()[i].string();
-    EXPECT_EQ(tok.encode(text, false), want) << "string " << i << ": '" << text << "'";
-    EXPECT_EQ(tok.decode(want), text) << "string " << i;
-    ++checked;
-  }
-  EXPECT_EQ(checked, 300u);
 }
 
 // With f32 activations (CpuOptions::int8_activations off) the compiled model computes

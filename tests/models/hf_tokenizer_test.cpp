@@ -48,14 +48,8 @@ INSTANTIATE_TEST_SUITE_P(Tokenizers, TokenizerJson,
                          ::testing::Values("gpt2", "llama3", "qwen2", "llama2", "metaspace",
                                            "unigram", "unigram_bytes"));
 
-// The same vocabularies as llama.cpp stores them in GGUF metadata.
-class GgufVocabulary : public ::testing::TestWithParam<const char*> {};
-
-TEST_P(GgufVocabulary, EncodesAsTokenizers) {
-  expect_cases(HfTokenizer::from_gguf(GgufFile(dir(GetParam()) + "/vocab.gguf")), GetParam());
-}
-
-INSTANTIATE_TEST_SUITE_P(Tokenizers, GgufVocabulary, ::testing::Values("gpt2", "llama3"));
+// The same vocabularies as llama.cpp stores them in GGUF metadata are checked against
+// llama.cpp itself in tokenizer_goldens_test.cpp.
 
 TEST(HfTokenizer, GgufSentencePieceVocabularyIsRefused) {
   const std::string gguf = std::string(LUMINAL_FIXTURE_DIR) + "/gguf/mixed.gguf";

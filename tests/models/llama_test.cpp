@@ -91,6 +91,14 @@ INSTANTIATE_TEST_SUITE_P(Arch, LlamaFamily,
                          ::testing::Values("llama", "qwen2", "mistral", "mistral_window", "qwen3",
                                            "phi3", "mixtral", "qwen3_moe", "llama_linear",
                                            "llama3_rope", "qwen2_yarn"));
+// The same models written by transformers 5 (rope_parameters; experts in the per-expert
+// layout 5.24 writes, and fused as 5.0-5.17 wrote them).
+INSTANTIATE_TEST_SUITE_P(Transformers5, LlamaFamily,
+                         ::testing::Values("llama_tf5", "qwen2_tf5", "mistral_tf5",
+                                           "mistral_window_tf5", "qwen3_tf5", "phi3_tf5",
+                                           "mixtral_tf5", "qwen3_moe_tf5", "mixtral_fused_tf5",
+                                           "qwen3_moe_fused_tf5", "llama_linear_tf5",
+                                           "llama3_rope_tf5", "qwen2_yarn_tf5"));
 
 // Gemma (1 + w norms, GeGLU), Gemma 2 (soft-capping, sandwich norms, alternating
 // windows), Gemma 3 (q/k norms, local RoPE base).
@@ -103,6 +111,9 @@ TEST_P(GemmaFamily, MatchesTransformersOnTheCpuBackend) {
 }
 INSTANTIATE_TEST_SUITE_P(Arch, GemmaFamily,
                          ::testing::Values("gemma", "gemma2", "gemma3", "gemma3_scaled"));
+INSTANTIATE_TEST_SUITE_P(Transformers5, GemmaFamily,
+                         ::testing::Values("gemma_tf5", "gemma2_tf5", "gemma3_tf5",
+                                           "gemma3_scaled_tf5"));
 
 TEST(Llama, ConfigFields) {
   const LlamaConfig q = LlamaConfig::from_hf_json(dir("qwen2") + "/config.json");

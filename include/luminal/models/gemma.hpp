@@ -21,7 +21,8 @@ struct GemmaConfig {
           head_dim = 0;
   double rms_eps = 1e-6, rope_global = 1e4, rope_local = 1e4;
   /// Applies to global (non-sliding) layers only, as in HF Gemma 3.
-  nn::RopeScaling rope_scaling{};
+  nn::RopeScaling rope_scaling{};        // full-attention layers
+  nn::RopeScaling rope_local_scaling{};  // sliding layers (transformers 5 configs may set it)
   double query_scale = 0;  // 0: 1/sqrt(head_dim)
   double attn_softcap = 0, final_softcap = 0;
   int64_t sliding_window = 0;

@@ -7,11 +7,14 @@
 // the file's decoder steps (ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace).
 #pragma once
 
+#include "luminal/models/special_tokens.hpp"
+
 #include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace luminal::models {
@@ -56,7 +59,11 @@ class HfTokenizer {
   std::unordered_map<std::string, int32_t> ids_;
   std::unordered_map<uint64_t, std::pair<int32_t, int32_t>>
       merges_;                                              // (left, right) -> (rank, merged)
-  std::vector<std::string> added_;                          // added token contents, longest first
+  SpecialTokens added_;  // added tokens, matched in the raw text
+  // From GGUF, llama.cpp is the reference: its order for special tokens, its reading of
+  // invalid UTF-8, and control tokens that decode to nothing.
+  bool llama_cpp_rules_ = false;
+  std::unordered_set<int32_t> silent_ids_;
   std::vector<int32_t> template_prefix_, template_suffix_;  // special tokens around a text
   std::array<int32_t, 256> byte_ids_{};                     // <0xXX> tokens (byte fallback)
   std::vector<double> scores_;                              // Unigram log-probabilities

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "luminal/models/gguf.hpp"
+#include "luminal/models/special_tokens.hpp"
 
 namespace luminal::models {
 
@@ -43,7 +44,7 @@ class SpmTokenizer {
   std::vector<int32_t> types_;
   std::unordered_map<std::string, int32_t> ids_;
   std::vector<int32_t> byte_ids_;      // <0xXX> tokens
-  std::vector<std::string> specials_;  // control / user-defined pieces, longest first
+  SpecialTokens specials_;  // control, user-defined and unknown pieces
   int32_t bos_ = -1, eos_ = -1;
   bool add_space_prefix_ = false;
 };
