@@ -8,6 +8,7 @@
 
 #include "luminal/error.hpp"
 #include "models/json.hpp"
+#include "models/gguf_checks.hpp"
 #include "models/rope_config.hpp"
 
 namespace luminal::models {
@@ -23,6 +24,7 @@ GemmaConfig GemmaConfig::from_gguf(const GgufFile& f) {
   c.layers = f.get_int("gemma3.block_count");
   c.heads = f.get_int("gemma3.attention.head_count");
   c.kv_heads = f.get_int("gemma3.attention.head_count_kv");
+  LUM_CHECK(c.heads > 0 && c.hidden > 0) << f.path() << ": non-positive model sizes in the metadata";
   c.head_dim = f.find("gemma3.attention.key_length") ? f.get_int("gemma3.attention.key_length")
                                                      : c.hidden / c.heads;
   c.rms_eps = f.get_float("gemma3.attention.layer_norm_rms_epsilon");
@@ -36,6 +38,9 @@ GemmaConfig GemmaConfig::from_gguf(const GgufFile& f) {
   LUM_CHECK(tokens && std::holds_alternative<std::shared_ptr<GgufArray>>(tokens->v))
       << f.path() << ": no tokenizer.ggml.tokens vocabulary";
   c.vocab = static_cast<int64_t>(std::get<std::shared_ptr<GgufArray>>(tokens->v)->size());
+  LUM_CHECK(c.heads > 0 && c.kv_heads > 0 && c.heads % c.kv_heads == 0 && c.head_dim > 0)
+      << f.path() << ": head counts " << c.heads << " / " << c.kv_heads << " (head_count / head_count_kv) do not fit";
+  check_gguf_sizes(f, "gemma3.block_count", c.layers, c.vocab, c.hidden);
   return c;
 }
 
@@ -58,6 +63,9 @@ GemmaConfig GemmaConfig::from_hf_json(const std::string& path) {
   c.layers = integer("num_hidden_layers");
   c.heads = integer("num_attention_heads");
   c.kv_heads = integer("num_key_value_heads", c.heads);
+  LUM_CHECK(c.hidden > 0 && c.heads > 0 && c.kv_heads > 0 && c.heads % c.kv_heads == 0)
+      << path << ": hidden_size " << c.hidden << ", num_attention_heads " << c.heads
+      << " and num_key_value_heads " << c.kv_heads << " do not fit";
   c.head_dim = integer("head_dim", c.hidden / c.heads);
   c.rms_eps = number("rms_norm_eps", 1e-6);
   const RopeSettings global = parse_rope(j, path, "full_attention", "rope_theta", 1e4);

@@ -1,6 +1,8 @@
 // GGUF parsing with bounds checks on every read.
 #include "luminal/models/gguf.hpp"
 
+#include <unordered_set>
+
 #include <cstring>
 #include <sstream>
 
@@ -147,6 +149,7 @@ GgufFile::GgufFile(const std::string& path) : file_(path) {
     const auto type = c.read<uint32_t>("metadata type");
     metadata_[std::move(key)] = read_value(c, type, 0);
   }
+  std::unordered_set<std::string> names;
   for (uint64_t i = 0; i < n_tensors; ++i) {
     GgufTensorInfo t;
     t.name = c.string("tensor name");
@@ -170,6 +173,7 @@ GgufFile::GgufFile(const std::string& path) : file_(path) {
                " blocks");
       t.bytes = static_cast<size_t>(numel / be * bb);
     }
+    if (!names.insert(t.name).second) c.fail("tensor '" + t.name + "' appears twice");
     tensors_.push_back(std::move(t));
   }
   uint64_t alignment = 32;

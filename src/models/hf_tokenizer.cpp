@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <functional>
 #include <limits>
+#include <queue>
 
 #include "luminal/error.hpp"
 #include "models/gguf_arrays.hpp"
@@ -733,21 +734,54 @@ void HfTokenizer::encode_word(const std::string& word, std::vector<int32_t>& out
       return;
     }
   }
-  // Repeatedly merge the adjacent pair of lowest rank.
-  while (symbols.size() > 1) {
-    int32_t best_rank = std::numeric_limits<int32_t>::max(), best_id = -1;
-    size_t best = 0;
-    for (size_t i = 0; i + 1 < symbols.size(); ++i) {
-      const auto it = merges_.find((static_cast<uint64_t>(symbols[i]) << 32) |
-                                   static_cast<uint32_t>(symbols[i + 1]));
-      if (it != merges_.end() && it->second.first < best_rank)
-        best_rank = it->second.first, best_id = it->second.second, best = i;
-    }
-    if (best_id < 0) break;
-    symbols[best] = best_id;
-    symbols.erase(symbols.begin() + static_cast<std::ptrdiff_t>(best) + 1);
-  }
+  merge_symbols(symbols);
   out.insert(out.end(), symbols.begin(), symbols.end());
+}
+
+// Repeatedly merges the adjacent pair of lowest rank (the leftmost of equal ranks), as
+// the library does. A heap of candidate pairs over a linked list keeps this O(n log n):
+// a word without pre-tokenizer (SentencePiece-style files) can be a whole document.
+void HfTokenizer::merge_symbols(std::vector<int32_t>& symbols) const {
+  const size_t n = symbols.size();
+  if (n < 2) return;
+  std::vector<int64_t> prev(n), next(n);
+  for (size_t i = 0; i < n; ++i) prev[i] = static_cast<int64_t>(i) - 1, next[i] = static_cast<int64_t>(i) + 1;
+  next[n - 1] = -1;
+  struct Pair {
+    int32_t rank;
+    int64_t left;
+    int32_t left_id, right_id, merged;
+    bool operator>(const Pair& o) const { return rank != o.rank ? rank > o.rank : left > o.left; }
+  };
+  std::priority_queue<Pair, std::vector<Pair>, std::greater<>> queue;
+  const auto consider = [&](int64_t l) {
+    if (l < 0 || next[static_cast<size_t>(l)] < 0) return;
+    const int32_t a = symbols[static_cast<size_t>(l)];
+    const int32_t b = symbols[static_cast<size_t>(next[static_cast<size_t>(l)])];
+    const auto it = merges_.find((static_cast<uint64_t>(a) << 32) | static_cast<uint32_t>(b));
+    if (it != merges_.end()) queue.push({it->second.first, l, a, b, it->second.second});
+  };
+  for (size_t i = 0; i + 1 < n; ++i) consider(static_cast<int64_t>(i));
+  std::vector<bool> gone(n, false);
+  while (!queue.empty()) {
+    const Pair p = queue.top();
+    queue.pop();
+    const auto l = static_cast<size_t>(p.left);
+    const int64_t r = next[l];
+    // Stale: a side was merged away or into something else since the pair was queued.
+    if (gone[l] || r < 0 || symbols[l] != p.left_id || symbols[static_cast<size_t>(r)] != p.right_id)
+      continue;
+    symbols[l] = p.merged;
+    gone[static_cast<size_t>(r)] = true;
+    next[l] = next[static_cast<size_t>(r)];
+    if (next[l] >= 0) prev[static_cast<size_t>(next[l])] = p.left;
+    consider(prev[l]);
+    consider(p.left);
+  }
+  size_t kept = 0;
+  for (size_t i = 0; i < n; ++i)
+    if (!gone[i]) symbols[kept++] = symbols[i];
+  symbols.resize(kept);
 }
 
 std::vector<int32_t> HfTokenizer::encode(const std::string& text, bool add_special_tokens) const {

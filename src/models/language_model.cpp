@@ -11,6 +11,7 @@
 #include "luminal/models/gemma.hpp"
 #include "luminal/models/gguf.hpp"
 #include "luminal/models/llama.hpp"
+#include "luminal/models/safetensors.hpp"
 #include "models/json.hpp"
 
 namespace luminal::models {
@@ -75,6 +76,27 @@ LanguageModel open_gguf(const std::string& path, Graph& g, DType kv_cache) {
   return lm;
 }
 
+// num_hidden_layers must be exactly the model.layers.N groups the weight files hold.
+void check_hf_layers(const std::vector<std::string>& weights, const std::string& config,
+                     int64_t layers) {
+  std::set<int64_t> present;
+  for (const std::string& path : weights) {
+    const SafetensorsFile file(path);
+    for (const auto& t : file.tensors()) {
+      const std::string prefix = "model.layers.";
+      if (t.name.rfind(prefix, 0) != 0) continue;
+      const size_t dot = t.name.find('.', prefix.size());
+      const std::string n = t.name.substr(prefix.size(), dot == std::string::npos ? std::string::npos : dot - prefix.size());
+      if (!n.empty() && n.size() < 10 && n.find_first_not_of("0123456789") == std::string::npos)
+        present.insert(std::stoll(n));
+    }
+  }
+  LUM_CHECK(layers > 0 && static_cast<size_t>(layers) == present.size() &&
+            *present.rbegin() == layers - 1)
+      << config << ": num_hidden_layers is " << layers << ", but the weights hold "
+      << present.size() << " layers";
+}
+
 // eos_token_id in a config: an id or a list of them.
 void add_eos_ids(const Json& j, std::vector<int32_t>& stops) {
   const Json* eos = j.find("eos_token_id");
@@ -113,23 +135,33 @@ LanguageModel open_hf_folder(const fs::path& dir, Graph& g, DType kv_cache) {
   const Json* type = config.find("model_type");
   LanguageModel lm;
   lm.architecture = type && type->is_string() ? type->string() : "";
-  if (is_gemma(lm.architecture)) {
-    const GemmaConfig c = GemmaConfig::from_hf_json(config_path.string());
-    lm.summary = summary(lm.architecture, c.layers, c.hidden, c.vocab);
-    lm.model = std::make_unique<Gemma>(g, c, kv_cache);
-  } else if (is_llama_family(lm.architecture)) {
-    const LlamaConfig c = LlamaConfig::from_hf_json(config_path.string());
-    lm.summary = summary(lm.architecture, c.layers, c.hidden, c.vocab);
-    lm.model = std::make_unique<Llama>(g, c, kv_cache);
-  } else {
-    LUM_FAIL() << config_path.string() << ": unsupported model_type '" << lm.architecture
-               << "' (supported: gemma, gemma2, gemma3_text, llama, mistral, mixtral, phi3, "
-                  "qwen2, qwen3, qwen3_moe)";
-  }
+  LUM_CHECK(is_gemma(lm.architecture) || is_llama_family(lm.architecture))
+      << config_path.string() << ": unsupported model_type '" << lm.architecture
+      << "' (supported: gemma, gemma2, gemma3_text, llama, mistral, mixtral, phi3, qwen2, "
+         "qwen3, qwen3_moe)";
   const fs::path tokenizer = dir / "tokenizer.json";
   LUM_CHECK(fs::exists(tokenizer)) << dir.string() << ": no tokenizer.json";
   lm.tokenizer = hf_text_tokenizer(tokenizer.string());
-  check_all_used(load_safetensors_weights(*lm.model, weight_files(dir)), dir.string(),
+  const std::vector<std::string> weights = weight_files(dir);
+  // The config's counts against what the folder holds, before a model of that size is built.
+  const auto check_sizes = [&](int64_t layers, int64_t vocab) {
+    check_hf_layers(weights, config_path.string(), layers);
+    LUM_CHECK(static_cast<int64_t>(lm.tokenizer->vocab_size()) <= vocab)
+        << tokenizer.string() << ": the tokenizer has " << lm.tokenizer->vocab_size()
+        << " tokens, more than the model's vocab_size " << vocab << " (" << config_path.string() << ")";
+  };
+  if (is_gemma(lm.architecture)) {
+    const GemmaConfig c = GemmaConfig::from_hf_json(config_path.string());
+    check_sizes(c.layers, c.vocab);
+    lm.summary = summary(lm.architecture, c.layers, c.hidden, c.vocab);
+    lm.model = std::make_unique<Gemma>(g, c, kv_cache);
+  } else {
+    const LlamaConfig c = LlamaConfig::from_hf_json(config_path.string());
+    check_sizes(c.layers, c.vocab);
+    lm.summary = summary(lm.architecture, c.layers, c.hidden, c.vocab);
+    lm.model = std::make_unique<Llama>(g, c, kv_cache);
+  }
+  check_all_used(load_safetensors_weights(*lm.model, weights), dir.string(),
                  lm.architecture);
   add_eos_ids(config, lm.stop_ids);
   if (const fs::path gen = dir / "generation_config.json"; fs::exists(gen))

@@ -11,6 +11,7 @@
 #include "luminal/models/safetensors.hpp"
 #include "luminal/quant.hpp"
 #include "models/json.hpp"
+#include "models/gguf_checks.hpp"
 #include "models/rope_config.hpp"
 
 namespace luminal::models {
@@ -24,6 +25,9 @@ LlamaConfig LlamaConfig::from_hf_json(const std::string& path) {
   c.layers = int_field(j, "num_hidden_layers", path);
   c.heads = int_field(j, "num_attention_heads", path);
   c.kv_heads = int_field(j, "num_key_value_heads", path, c.heads);
+  LUM_CHECK(c.hidden > 0 && c.heads > 0 && c.kv_heads > 0 && c.heads % c.kv_heads == 0)
+      << path << ": hidden_size " << c.hidden << ", num_attention_heads " << c.heads
+      << " and num_key_value_heads " << c.kv_heads << " do not fit";
   c.head_dim = int_field(j, "head_dim", path, c.hidden / c.heads);
   c.rms_eps = number_field(j, "rms_norm_eps", 1e-6);
   const RopeSettings rope = parse_rope(j, path, "full_attention", "rope_theta", 10000.0);
@@ -100,6 +104,9 @@ LlamaConfig LlamaConfig::from_gguf(const GgufFile& f) {
                                  << "' is not supported (supported: none, linear, yarn)";
   }
   c.vocab = f.tensor("token_embd.weight").shape.at(0);
+  LUM_CHECK(c.heads % c.kv_heads == 0 && c.head_dim > 0)
+      << f.path() << ": head counts " << c.heads << " / " << c.kv_heads << " do not fit";
+  check_gguf_sizes(f, key("block_count"), c.layers, c.vocab, c.hidden);
   c.tie_embeddings = !f.has_tensor("output.weight");
   c.qkv_bias = f.has_tensor("blk.0.attn_q.bias");
   c.qk_norm = f.has_tensor("blk.0.attn_q_norm.weight");

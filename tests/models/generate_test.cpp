@@ -5,6 +5,8 @@
 // special tokens, the greedy ids, and the streamed text up to the stop token.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -95,6 +97,64 @@ TEST(OpenLanguageModel, NamesWhatIsWrong) {
   // A GGUF file of an architecture we do not build.
   EXPECT_NE(open_error(std::string(LUMINAL_FIXTURE_DIR) + "/gguf/mixed.gguf").find("llama."),
             std::string::npos);
+}
+
+// A folder whose config.json lies about the weights beside it: the error names the field
+// before any model of that size is built.
+TEST(OpenLanguageModel, ConfigThatLiesIsRefusedBeforeBuilding) {
+  const auto src = std::filesystem::path(kDir) / "llama_folder";
+  const auto dir = std::filesystem::temp_directory_path() / "luminal_lying_config_test";
+  const std::string config = read_file((src / "config.json").string());
+  const auto with = [&](const std::string& from, const std::string& to) {
+    std::filesystem::remove_all(dir);
+    std::filesystem::copy(src, dir);
+    std::string c = config;
+    const size_t at = c.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    c.replace(at, from.size(), to);
+    std::ofstream(dir / "config.json") << c;
+    return open_error(dir.string());
+  };
+  EXPECT_NE(with("\"num_attention_heads\": 4", "\"num_attention_heads\": 0").find("num_attention_heads 0"),
+            std::string::npos);
+  EXPECT_NE(with("\"num_hidden_layers\": 2", "\"num_hidden_layers\": 1000000").find("num_hidden_layers is 1000000"),
+            std::string::npos);
+  EXPECT_NE(with("\"vocab_size\": 600", "\"vocab_size\": 100").find("more than the model's vocab_size 100"),
+            std::string::npos);
+  EXPECT_NE(with("\"rope_theta\": 10000.0", "\"rope_parameters\": {\"rope_type\": \"linear\", \"factor\": 2, \"mscale\": 1}")
+                .find("rope_parameters.mscale"),
+            std::string::npos);
+  EXPECT_NE(with("\"rope_scaling\": null", "\"rope_scaling\": {\"rope_type\": \"longrope\"}").find("longrope"),
+            std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+// A GGUF file whose counts disagree with its tensors, or that names a tensor twice.
+TEST(OpenLanguageModel, GgufThatLiesIsRefusedBeforeBuilding) {
+  const std::string original = read_file(kDir + "llama.gguf");
+  const auto path = (std::filesystem::temp_directory_path() / "luminal_lying.gguf").string();
+  const auto with = [&](const std::string& from, const std::string& to) {
+    std::string bytes = original;
+    const size_t at = bytes.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    EXPECT_EQ(from.size(), to.size());
+    bytes.replace(at, from.size(), to);
+    std::ofstream(path, std::ios::binary) << bytes;
+    return open_error(path);
+  };
+  // llama.block_count is a uint32 after its key: make it 1000000.
+  const std::string key = "llama.block_count";
+  const size_t at = original.find(key);
+  ASSERT_NE(at, std::string::npos);
+  std::string patched = original.substr(at, key.size() + 8);
+  const uint32_t big = 1000000;
+  std::memcpy(patched.data() + key.size() + 4, &big, 4);
+  EXPECT_NE(with(original.substr(at, key.size() + 8), patched).find("llama.block_count says 1000000 layers"),
+            std::string::npos);
+  // Two tensors of the same name: rename blk.1's attention norm to blk.0's.
+  EXPECT_NE(with("blk.1.attn_norm.weight", "blk.0.attn_norm.weight").find("appears twice"),
+            std::string::npos);
+  std::filesystem::remove(path);
 }
 
 }  // namespace

@@ -50,6 +50,7 @@ class HfTokenizer {
   HfTokenizer();
   void load(const Json& tokenizer_json, const std::string& what);
   void encode_word(const std::string& word, std::vector<int32_t>& out) const;
+  void merge_symbols(std::vector<int32_t>& symbols) const;
   void encode_unigram(const std::string& word, std::vector<int32_t>& out) const;
   void encode_unknown(const std::string& text, bool& last_unk, std::vector<int32_t>& out) const;
   void add_post_processor(const Json& p, const std::string& path);
