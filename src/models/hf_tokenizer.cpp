@@ -15,6 +15,7 @@
 
 #include "luminal/error.hpp"
 #include "models/gguf_arrays.hpp"
+#include "models/bert_steps.hpp"
 #include "models/json.hpp"
 #include "models/utf8.hpp"
 
@@ -214,13 +215,23 @@ struct HfTokenizer::Impl {
       normalizers.push_back([from, to](icu::UnicodeString& u) { u.findAndReplace(from, to); });
       return;
     }
+    if (t == "BertNormalizer") {
+      BertNormalizerOptions o;
+      o.clean_text = flag(n, "clean_text", true);
+      o.handle_chinese_chars = flag(n, "handle_chinese_chars", true);
+      o.lowercase = flag(n, "lowercase", true);
+      o.strip_accents = flag(n, "strip_accents", o.lowercase);  // null: as lowercase
+      normalizers.push_back([o](icu::UnicodeString& u) { bert_normalize(u, o); });
+      return;
+    }
     UErrorCode status = U_ZERO_ERROR;
     const icu::Normalizer2* form = t == "NFC"    ? icu::Normalizer2::getNFCInstance(status)
                                    : t == "NFKC" ? icu::Normalizer2::getNFKCInstance(status)
                                    : t == "NFD"  ? icu::Normalizer2::getNFDInstance(status)
                                                  : nullptr;
     LUM_CHECK(form) << path << ": normalizer '" << t
-                    << "' is not supported (supported: NFC, NFKC, NFD, Prepend, Replace, Sequence)";
+                    << "' is not supported (supported: BertNormalizer, NFC, NFKC, NFD, Prepend, "
+                       "Replace, Sequence)";
     LUM_CHECK(U_SUCCESS(status)) << "ICU normalizer " << t << ": " << u_errorName(status);
     normalizers.push_back([form](icu::UnicodeString& u) {
       UErrorCode st = U_ZERO_ERROR;
@@ -290,9 +301,14 @@ struct HfTokenizer::Impl {
         }
         if (begin < u.length()) out.emplace_back(u, begin);
       });
+    } else if (t == "BertPreTokenizer") {
+      splits.push_back([](const icu::UnicodeString& piece, bool, std::vector<icu::UnicodeString>& out) {
+        bert_pre_tokenize(piece, out);
+      });
     } else {
       LUM_FAIL() << path << ": pre-tokenizer '" << t
-                 << "' is not supported (supported: ByteLevel, Metaspace, Split, Sequence)";
+                 << "' is not supported (supported: BertPreTokenizer, ByteLevel, Metaspace, "
+                    "Split, Sequence)";
     }
   }
 
@@ -314,6 +330,13 @@ struct HfTokenizer::Impl {
           }
         }
         tokens = {raw_bytes ? bytes : utf8_lossy(bytes)};
+      });
+    } else if (t == "WordPiece") {
+      const Json* prefix = d.find("prefix");
+      const std::string p = prefix && prefix->is_string() ? prefix->string() : "##";
+      const bool cleanup = flag(d, "cleanup", true);
+      decoders.push_back([p, cleanup](std::vector<std::string>& tokens) {
+        wordpiece_decode(tokens, p, cleanup);
       });
     } else if (t == "Replace") {
       const std::string from = literal_pattern(d, path), to = string_member(d, "content", path);
@@ -492,10 +515,17 @@ void HfTokenizer::load(const Json& j, const std::string& path) {
 
   const Json& model = member(j, "model", path);
   const std::string model_type = type_of(model);
-  LUM_CHECK(model_type == "BPE" || model_type == "Unigram")
+  LUM_CHECK(model_type == "BPE" || model_type == "Unigram" || model_type == "WordPiece")
       << path << ": tokenizer model '" << model_type
-      << "' is not supported (supported: BPE, Unigram)";
+      << "' is not supported (supported: BPE, Unigram, WordPiece)";
   unigram_ = model_type == "Unigram";
+  wordpiece_ = model_type == "WordPiece";
+  if (wordpiece_) {
+    const Json* prefix = model.find("continuing_subword_prefix");
+    if (prefix && prefix->is_string()) subword_prefix_ = prefix->string();
+    const Json* max = model.find("max_input_chars_per_word");
+    if (max && max->is_int()) max_word_chars_ = max->integer();
+  }
   ignore_merges_ = flag(model, "ignore_merges", false);
   byte_fallback_ = flag(model, "byte_fallback", false);
   fuse_unk_ = flag(model, "fuse_unk", unigram_);  // Unigram always fuses
@@ -527,7 +557,7 @@ void HfTokenizer::load(const Json& j, const std::string& path) {
       unk_ = static_cast<int32_t>(unk->integer());
     }
   } else {
-    LUM_CHECK(vocab.is_object()) << path << ": BPE vocab is not an object";
+    LUM_CHECK(vocab.is_object()) << path << ": " << model_type << " vocab is not an object";
     for (const auto& [token, id] : vocab.object()) add_token(token, id);
     if (const Json* unk = model.find("unk_token"); unk && unk->is_string()) {
       unk_ = find(unk->string());
@@ -544,7 +574,7 @@ void HfTokenizer::load(const Json& j, const std::string& path) {
     added_ = SpecialTokens(specials);
   }
 
-  if (!unigram_) {
+  if (!unigram_ && !wordpiece_) {
     const Json& merges = member(model, "merges", path);
     LUM_CHECK(merges.is_array()) << path << ": model.merges is not an array";
     int32_t rank = 0;
@@ -692,6 +722,9 @@ void HfTokenizer::encode_unigram(const std::string& word, std::vector<int32_t>& 
 
 void HfTokenizer::encode_word(const std::string& word, std::vector<int32_t>& out) const {
   if (unigram_) return encode_unigram(word, out);
+  if (wordpiece_)
+    return wordpiece_encode(word, [this](const std::string& t) { return find(t); }, subword_prefix_,
+                            max_word_chars_, unk_, out);
   std::vector<int32_t> symbols;
   std::string mapped;       // the word in the vocabulary's alphabet
   if (impl_->byte_level) {  // each byte becomes one printable character

@@ -64,13 +64,13 @@ TEST(HfTokenizer, UnsupportedOrBrokenFilesAreClearErrors) {
     std::ofstream(path, std::ios::binary) << body;
     return [&] { HfTokenizer t(path); };
   };
-  testing::expect_error(with(R"({"model": {"type": "WordPiece", "vocab": {}}})"),
-                        {path.c_str(), "WordPiece"});
+  testing::expect_error(with(R"({"model": {"type": "WordLevel", "vocab": {}}})"),
+                        {path.c_str(), "WordLevel"});
   testing::expect_error(with(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a b"]}})"),
                         {path.c_str(), "a b", "missing"});
   testing::expect_error(with(R"({"model": {"type": "BPE", "vocab": {}, "merges": []},
-                                 "pre_tokenizer": {"type": "BertPreTokenizer"}})"),
-                        {path.c_str(), "BertPreTokenizer"});
+                                 "pre_tokenizer": {"type": "UnicodeScripts"}})"),
+                        {path.c_str(), "UnicodeScripts"});
   testing::expect_error(with(R"({"model": {"type": "BPE", "vocab": {}, "merges": []},
                                  "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(a"},
                                                    "behavior": "Isolated"}})"),

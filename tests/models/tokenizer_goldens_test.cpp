@@ -115,7 +115,7 @@ INSTANTIATE_TEST_SUITE_P(Tokenizers, ReferenceTokens,
                          ::testing::Values("gemma3_gguf", "llama2_gguf", "gpt2_gguf", "llama3_gguf",
                                            "qwen2_gguf", "gpt2_json", "llama3_json", "qwen2_json",
                                            "llama2_json", "metaspace_json", "unigram_json",
-                                           "unigram_bytes_json"));
+                                           "unigram_bytes_json", "minilm_json"));
 
 }  // namespace
 }  // namespace luminal::models

@@ -72,6 +72,9 @@ class HfTokenizer {
   size_t max_piece_bytes_ = 0;
   int32_t unk_ = -1;
   bool unigram_ = false, ignore_merges_ = false, byte_fallback_ = false, fuse_unk_ = false;
+  bool wordpiece_ = false;
+  std::string subword_prefix_ = "##";  // WordPiece continuation pieces
+  int64_t max_word_chars_ = 100;       // WordPiece: longer words are unk
 };
 
 }  // namespace luminal::models
