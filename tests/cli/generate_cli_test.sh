@@ -24,6 +24,19 @@ expect() {
   fi
 }
 
+# expect_late STATUS STDERR_PATTERN ARGS...: as expect, for errors found after progress
+# lines: the last stderr line matches.
+expect_late() {
+  local want=$1 pattern=$2
+  shift 2
+  "$bin" "$@" >"$work/out" 2>"$work/err"
+  local got=$?
+  if [[ $got != "$want" ]] || ! tail -n 1 "$work/err" | grep -q -- "$pattern"; then
+    echo "FAIL: luminal $*: exit $got (expected $want), last stderr line not matching '$pattern':"
+    cat "$work/err"; failures=$((failures + 1))
+  fi
+}
+
 expect 0 "" --help
 expect 0 "" generate --help
 grep -q -- "--model PATH" "$work/out" || { echo "FAIL: generate --help does not describe --model"; failures=$((failures + 1)); }
@@ -53,6 +66,29 @@ for kv in f16 f32; do
     failures=$((failures + 1))
   fi
 done
+
+# perplexity: its usage errors, then a base run and a comparison with it on the folder model.
+expect 0 "" perplexity --help
+expect 2 "perplexity needs --file" perplexity --model x.gguf
+expect 2 "--ctx must be a positive integer" perplexity --model x.gguf --file x.txt --ctx 0
+expect 2 "missing.txt: cannot read the text" perplexity --model "$fixtures/generate/llama_folder" --file "$work/missing.txt"
+printf 'short' >"$work/short.txt"
+expect_late 2 "fewer than one window" perplexity --model "$fixtures/generate/llama_folder" --file "$work/short.txt" --ctx 64
+for i in $(seq 40); do echo "Line $i of a text about the quick brown fox, 12345."; done >"$work/text.txt"
+expect 2 "not a base file" perplexity --model "$fixtures/generate/llama_folder" --file "$work/text.txt" --ctx 32 \
+  --kl-divergence "$work/text.txt"
+"$bin" perplexity --model "$fixtures/generate/llama_folder" --file "$work/text.txt" --ctx 32 --exact \
+  --save-base "$work/base.bin" >"$work/out" 2>"$work/err"
+if [[ $? != 0 ]] || ! grep -q "^perplexity: [0-9.]* +/- " "$work/out" || [[ ! -s $work/base.bin ]]; then
+  echo "FAIL: perplexity --save-base"; cat "$work/out" "$work/err"; failures=$((failures + 1))
+fi
+"$bin" perplexity --model "$fixtures/generate/llama_folder" --file "$work/text.txt" --ctx 32 --exact \
+  --kl-divergence "$work/base.bin" >"$work/out" 2>"$work/err"
+if [[ $? != 0 ]] || ! grep -q "^top-1 agreement: 100.00%" "$work/out"; then
+  echo "FAIL: perplexity --kl-divergence against its own base"; cat "$work/out" "$work/err"; failures=$((failures + 1))
+fi
+expect_late 2 "another text, tokenizer or --ctx" perplexity --model "$fixtures/generate/llama_folder" \
+  --file "$work/text.txt" --ctx 16 --kl-divergence "$work/base.bin"
 
 [[ $failures == 0 ]] && echo "all CLI checks passed"
 exit $((failures > 0))

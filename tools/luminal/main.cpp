@@ -2,6 +2,8 @@
 //   luminal generate --model PATH [--prompt TEXT] [--max-tokens N] [--temperature T]
 //                    [--top-k K] [--top-p P] [--seed S] [--device cpu|reference|cuda]
 //                    [--threads N] [--kv-cache f32|f16]
+//   luminal chat --model PATH [...]
+//   luminal perplexity --model PATH --file TEXT [...]
 #include <omp.h>
 #include <sys/resource.h>
 
@@ -12,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "cli.hpp"
 #include "luminal/cpu.hpp"
 #include "luminal/error.hpp"
 #include "luminal/models/chat_template.hpp"
@@ -26,6 +29,7 @@ constexpr const char* kUsage =
     "commands:\n"
     "  generate   generate text from a model\n"
     "  chat       talk with a model, using its chat template\n"
+    "  perplexity how well a model predicts a text (and how far fast kernels move it)\n"
     "\n"
     "Run 'luminal <command> --help' for the command's options.\n";
 
@@ -73,11 +77,7 @@ constexpr const char* kGenerateUsage =
     "                      or f32\n"
     "  -h, --help          this help\n";
 
-// A usage error: one line on stderr, exit status 2.
-[[noreturn]] void usage_error(const std::string& msg) {
-  std::fprintf(stderr, "luminal: %s (see --help)\n", msg.c_str());
-  std::exit(2);
-}
+using luminal::cli::usage_error;
 
 double peak_memory_mib() {
   rusage u{};
@@ -105,12 +105,7 @@ Options parse(int argc, char** argv, const char* usage, bool chat) {
       if (i + 1 >= argc) usage_error("option " + a + " needs a value");
       return argv[++i];
     };
-    auto number = [&](const std::string& v) {
-      char* end = nullptr;
-      const double d = std::strtod(v.c_str(), &end);
-      if (v.empty() || *end) usage_error("option " + a + " expects a number, got '" + v + "'");
-      return d;
-    };
+    auto number = [&](const std::string& v) { return luminal::cli::number(a, v); };
     if (a == "-h" || a == "--help") {
       std::fputs(usage, stdout);
       std::exit(0);
@@ -238,5 +233,6 @@ int main(int argc, char** argv) {
   const std::string cmd = argv[1];
   if (cmd == "generate") return generate(argc - 2, argv + 2);
   if (cmd == "chat") return chat(argc - 2, argv + 2);
+  if (cmd == "perplexity") return luminal::cli::perplexity(argc - 2, argv + 2);
   usage_error("unknown command '" + cmd + "'");
 }
