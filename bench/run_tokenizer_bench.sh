@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh
 bash scripts/get_model.sh > /dev/null
-venv=build/bench-venv-tokenizers
+venv=build/bench-venv-llamacpp  # shared with run_perplexity_bench.sh
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 CMAKE_ARGS="-DGGML_NATIVE=ON" "$venv/bin/python" -m pip install -q -r tools/fixtures/requirements-tokenizers.txt
 "$venv/bin/python" bench/compare_tokenizers.py "$@"
