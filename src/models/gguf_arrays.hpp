@@ -62,4 +62,14 @@ inline bool matched_in_text(int32_t type) {
 }
 }  // namespace gguf_token_type
 
+/// The token id metadata `key` holds (tokenizer.ggml.bos_token_id, ...), or -1 where the
+/// file has none; an id outside a vocabulary of `vocab` tokens is an error naming the key.
+inline int32_t gguf_token_id(const GgufFile& f, const std::string& key, size_t vocab) {
+  if (!f.find(key)) return -1;
+  const int64_t id = f.get_int(key);
+  LUM_CHECK(id >= 0 && static_cast<uint64_t>(id) < vocab)
+      << f.path() << ": " << key << " is " << id << ", outside the vocabulary of " << vocab << " tokens";
+  return static_cast<int32_t>(id);
+}
+
 }  // namespace luminal::models

@@ -503,8 +503,8 @@ HfTokenizer HfTokenizer::from_gguf(const GgufFile& f) {
     if (types[i] == gguf_token_type::kControl ||
         (gguf_token_type::matched_in_text(types[i]) && gguf_token_type::forced_control(tokens[i])))
       t.silent_ids_.insert(static_cast<int32_t>(i));
-  if (f.get_flag("tokenizer.ggml.add_bos_token", false) && f.find("tokenizer.ggml.bos_token_id"))
-    t.template_prefix_.push_back(static_cast<int32_t>(f.get_int("tokenizer.ggml.bos_token_id")));
+  const int32_t bos = gguf_token_id(f, "tokenizer.ggml.bos_token_id", tokens.size());
+  if (f.get_flag("tokenizer.ggml.add_bos_token", false) && bos >= 0) t.template_prefix_.push_back(bos);
   return t;
 }
 

@@ -27,12 +27,8 @@ SpmTokenizer::SpmTokenizer(const GgufFile& f) {
   types_ = gguf_array<int32_t>(f, "tokenizer.ggml.token_type", false);
   scores_.resize(pieces_.size(), 0.0f);
   types_.resize(pieces_.size(), 1);
-  bos_ = f.find("tokenizer.ggml.bos_token_id")
-             ? static_cast<int32_t>(f.get_int("tokenizer.ggml.bos_token_id"))
-             : -1;
-  eos_ = f.find("tokenizer.ggml.eos_token_id")
-             ? static_cast<int32_t>(f.get_int("tokenizer.ggml.eos_token_id"))
-             : -1;
+  bos_ = gguf_token_id(f, "tokenizer.ggml.bos_token_id", pieces_.size());
+  eos_ = gguf_token_id(f, "tokenizer.ggml.eos_token_id", pieces_.size());
   add_space_prefix_ = f.get_flag("tokenizer.ggml.add_space_prefix", false);
   index();
 }
