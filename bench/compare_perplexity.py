@@ -97,7 +97,8 @@ def luminal_run(args, path, extra):
         return float(m.group(1)) if m else None
     return {"perplexity": grab("perplexity"), "mean_kl": grab("mean KL divergence"),
             "kl_p99": grab("99th percentile KL divergence"),
-            "top1": (grab("top-1 agreement") or 0) / 100, "command": " ".join(cmd[1:])}
+            "top1": (grab("top-1 agreement") or 0) / 100,
+            "command": " ".join(os.path.relpath(c, ROOT) if c.startswith(ROOT) else c for c in cmd[1:])}
 
 
 def main():
