@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the build and test dependencies from Debian's packages (skips what is present).
 set -euo pipefail
-packages=(g++ cmake ninja-build ccache pkg-config libgtest-dev libbenchmark-dev libopenblas-dev libicu-dev)
+packages=(g++ cmake ninja-build ccache pkg-config libgtest-dev libbenchmark-dev libopenblas-dev libicu-dev
+          nlohmann-json3-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -19,7 +19,7 @@ BertConfig BertConfig::from_hf_json(const std::string& path) {
   c.heads = get("num_attention_heads");
   c.max_positions = get("max_position_embeddings");
   c.type_vocab = get("type_vocab_size");
-  c.eps = number_field(j, "layer_norm_eps", c.eps);
+  c.eps = number_field(j, "layer_norm_eps", path, c.eps);
   const Json* act = j.find("hidden_act");
   LUM_CHECK(!act || (act->is_string() && act->string() == "gelu"))
       << path << ": only hidden_act \"gelu\" is supported";

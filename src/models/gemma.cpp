@@ -50,7 +50,7 @@ GemmaConfig GemmaConfig::from_hf_json(const std::string& path) {
     return int_field(j, key, path, fallback);
   };
   const auto number = [&](const char* key, double fallback) {
-    return number_field(j, key, fallback);
+    return number_field(j, key, path, fallback);
   };
   const Json* type = j.find("model_type");
   const std::string mt = type && type->is_string() ? type->string() : "";

@@ -1,221 +1,92 @@
 // Strict JSON parsing.
 #include "models/json.hpp"
 
-#include <cmath>
-#include <cstdlib>
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
 #include <fstream>
 #include <iterator>
 
 #include "luminal/error.hpp"
-#include "models/utf8.hpp"
 
 namespace luminal::models {
 namespace {
 
-class Parser {
+// Builds our tree from nlohmann's SAX events: the library does the lexing (strict: no
+// comments, no trailing commas, valid UTF-8, paired surrogates); we keep object keys in
+// file order, refuse nesting deeper than kMaxDepth before it can exhaust the stack, and
+// turn integers beyond int64 into doubles.
+class Builder final : public nlohmann::json_sax<nlohmann::json> {
  public:
-  Parser(std::string_view s, const std::string& what) : s_(s), what_(what) {}
+  explicit Builder(const std::string& what) : what_(what) {}
+  Json result() { return std::move(root_); }
 
-  Json document() {
-    Json j = value(0);
-    skip();
-    if (pos_ != s_.size()) fail("trailing characters after the JSON value");
-    return j;
+  bool null() override { return add(Json{nullptr}); }
+  bool boolean(bool b) override { return add(Json{b}); }
+  bool number_integer(number_integer_t v) override { return add(Json{static_cast<int64_t>(v)}); }
+  bool number_unsigned(number_unsigned_t v) override {
+    if (v <= static_cast<uint64_t>(INT64_MAX)) return add(Json{static_cast<int64_t>(v)});
+    return add(Json{static_cast<double>(v)});
+  }
+  bool number_float(number_float_t v, const string_t&) override { return add(Json{static_cast<double>(v)}); }
+  bool string(string_t& v) override { return add(Json{std::move(v)}); }
+  bool binary(binary_t&) override { return false; }  // not produced by the JSON format
+  bool start_object(std::size_t) override { return open(Json{std::make_shared<JsonObject>()}); }
+  bool key(string_t& k) override {
+    key_ = std::move(k);
+    return true;
+  }
+  bool end_object() override { return close(); }
+  bool start_array(std::size_t) override { return open(Json{std::make_shared<JsonArray>()}); }
+  bool end_array() override { return close(); }
+  bool parse_error(std::size_t position, const std::string&,
+                   const nlohmann::detail::exception& e) override {
+    // The library's message names the line and column; its exception prefix goes.
+    std::string msg = e.what();
+    if (const size_t at = msg.find("] "); at != std::string::npos) msg = msg.substr(at + 2);
+    LUM_FAIL() << what_ << ": invalid JSON at byte " << (position > 0 ? position - 1 : 0) << ": "
+               << msg;
   }
 
  private:
-  [[noreturn]] void fail(const std::string& msg) const {
-    LUM_FAIL() << what_ << ": invalid JSON at byte " << pos_ << ": " << msg;
+  static constexpr size_t kMaxDepth = 64;
+
+  // Appends `j` to the innermost open container (or makes it the document). Pointers into
+  // a container stay valid while a value nested in it is open: only that value grows.
+  Json* append(Json j) {
+    if (stack_.empty()) {
+      root_ = std::move(j);
+      return &root_;
+    }
+    Json& top = *stack_.back();
+    if (top.is_object()) {
+      auto& obj = *std::get<std::shared_ptr<JsonObject>>(top.v);
+      obj.emplace_back(std::move(key_), std::move(j));
+      return &obj.back().second;
+    }
+    auto& arr = *std::get<std::shared_ptr<JsonArray>>(top.v);
+    arr.push_back(std::move(j));
+    return &arr.back();
   }
-  void skip() {
-    while (pos_ < s_.size() &&
-           (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\n' || s_[pos_] == '\r'))
-      ++pos_;
+  bool add(Json j) {
+    append(std::move(j));
+    return true;
   }
-  char peek() {
-    skip();
-    if (pos_ >= s_.size()) fail("unexpected end");
-    return s_[pos_];
+  bool open(Json container) {
+    LUM_CHECK(stack_.size() < kMaxDepth)
+        << what_ << ": invalid JSON: nesting deeper than " << kMaxDepth;
+    stack_.push_back(append(std::move(container)));
+    return true;
   }
-  void expect(char c) {
-    if (peek() != c) fail(std::string("expected '") + c + "'");
-    ++pos_;
-  }
-  bool literal(std::string_view word) {
-    if (s_.substr(pos_, word.size()) != word) return false;
-    pos_ += word.size();
+  bool close() {
+    stack_.pop_back();
     return true;
   }
 
-  Json value(int depth) {
-    if (depth > 64) fail("nesting deeper than 64");
-    const char c = peek();
-    Json j;
-    if (c == '{') {
-      ++pos_;
-      auto obj = std::make_shared<JsonObject>();
-      if (peek() == '}') {
-        ++pos_;
-      } else {
-        for (;;) {
-          if (peek() != '"') fail("expected a string key");
-          std::string key = string();
-          expect(':');
-          obj->emplace_back(std::move(key), value(depth + 1));
-          if (peek() == ',') {
-            ++pos_;
-            continue;
-          }
-          expect('}');
-          break;
-        }
-      }
-      j.v = std::move(obj);
-    } else if (c == '[') {
-      ++pos_;
-      auto arr = std::make_shared<JsonArray>();
-      if (peek() == ']') {
-        ++pos_;
-      } else {
-        for (;;) {
-          arr->push_back(value(depth + 1));
-          if (peek() == ',') {
-            ++pos_;
-            continue;
-          }
-          expect(']');
-          break;
-        }
-      }
-      j.v = std::move(arr);
-    } else if (c == '"') {
-      j.v = string();
-    } else if (literal("true")) {
-      j.v = true;
-    } else if (literal("false")) {
-      j.v = false;
-    } else if (literal("null")) {
-      j.v = nullptr;
-    } else if (c == '-' || (c >= '0' && c <= '9')) {
-      j = number();
-    } else {
-      fail(std::string("unexpected '") + c + "'");
-    }
-    return j;
-  }
-
-  Json number() {
-    const size_t start = pos_;
-    if (s_[pos_] == '-') ++pos_;
-    bool is_float = false;
-    while (pos_ < s_.size()) {
-      const char c = s_[pos_];
-      if (c >= '0' && c <= '9') {
-        ++pos_;
-      } else if (c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-') {
-        is_float = true;
-        ++pos_;
-      } else {
-        break;
-      }
-    }
-    const std::string text(s_.substr(start, pos_ - start));
-    char* end = nullptr;
-    Json j;
-    if (!is_float) {
-      errno = 0;
-      const long long v = std::strtoll(text.c_str(), &end, 10);
-      if (*end == '\0' && errno == 0 && text != "-") {
-        j.v = static_cast<int64_t>(v);
-        return j;
-      }
-    }
-    const double d = std::strtod(text.c_str(), &end);
-    if (*end != '\0' || text.empty() || text == "-") fail("malformed number '" + text + "'");
-    j.v = d;
-    return j;
-  }
-
-  uint32_t hex4() {
-    if (pos_ + 4 > s_.size()) fail("short \\u escape");
-    uint32_t v = 0;
-    for (int i = 0; i < 4; ++i) {
-      const char c = s_[pos_++];
-      v <<= 4;
-      if (c >= '0' && c <= '9')
-        v |= static_cast<uint32_t>(c - '0');
-      else if (c >= 'a' && c <= 'f')
-        v |= static_cast<uint32_t>(c - 'a' + 10);
-      else if (c >= 'A' && c <= 'F')
-        v |= static_cast<uint32_t>(c - 'A' + 10);
-      else
-        fail("bad \\u escape");
-    }
-    return v;
-  }
-
-  std::string string() {
-    ++pos_;  // opening quote
-    std::string out;
-    for (;;) {
-      if (pos_ >= s_.size()) fail("unterminated string");
-      const char c = s_[pos_++];
-      if (c == '"') break;
-      if (static_cast<unsigned char>(c) < 0x20) fail("control character in string");
-      if (c != '\\') {
-        out += c;
-        continue;
-      }
-      if (pos_ >= s_.size()) fail("unterminated escape");
-      const char e = s_[pos_++];
-      switch (e) {
-        case '"':
-          out += '"';
-          break;
-        case '\\':
-          out += '\\';
-          break;
-        case '/':
-          out += '/';
-          break;
-        case 'b':
-          out += '\b';
-          break;
-        case 'f':
-          out += '\f';
-          break;
-        case 'n':
-          out += '\n';
-          break;
-        case 'r':
-          out += '\r';
-          break;
-        case 't':
-          out += '\t';
-          break;
-        case 'u': {
-          uint32_t cp = hex4();
-          if (cp >= 0xD800 && cp < 0xDC00) {
-            if (!literal("\\u")) fail("unpaired surrogate");
-            const uint32_t lo = hex4();
-            if (lo < 0xDC00 || lo >= 0xE000) fail("bad low surrogate");
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-          } else if (cp >= 0xDC00 && cp < 0xE000) {
-            fail("unpaired surrogate");
-          }
-          append_utf8(out, cp);
-          break;
-        }
-        default:
-          fail(std::string("bad escape '\\") + e + "'");
-      }
-    }
-    return out;
-  }
-
-  std::string_view s_;
   const std::string& what_;
-  size_t pos_ = 0;
+  Json root_;
+  std::vector<Json*> stack_;  // the open containers; their storage is shared_ptr-held
+  std::string key_;
 };
 
 }  // namespace
@@ -238,7 +109,7 @@ Json read_json_object(const std::string& path, const std::string& what) {
 int64_t int_field(const Json& j, const char* key, const std::string& path,
                   std::optional<int64_t> fallback) {
   const Json* v = j.find(key);
-  if (!v || v->is_string() || std::holds_alternative<std::nullptr_t>(v->v)) {
+  if (!v || std::holds_alternative<std::nullptr_t>(v->v)) {
     LUM_CHECK(fallback) << path << ": config field '" << key << "' is missing";
     return *fallback;
   }
@@ -246,9 +117,11 @@ int64_t int_field(const Json& j, const char* key, const std::string& path,
   return v->integer();
 }
 
-double number_field(const Json& j, const char* key, double fallback) {
+double number_field(const Json& j, const char* key, const std::string& path, double fallback) {
   const Json* v = j.find(key);
-  return v && v->is_number() ? v->number() : fallback;
+  if (!v || std::holds_alternative<std::nullptr_t>(v->v)) return fallback;
+  LUM_CHECK(v->is_number()) << path << ": config field '" << key << "' is not a number";
+  return v->number();
 }
 
 const Json* Json::find(std::string_view key) const {
@@ -259,7 +132,10 @@ const Json* Json::find(std::string_view key) const {
 }
 
 Json parse_json(std::string_view text, const std::string& what) {
-  return Parser(text, what).document();
+  Builder b(what);
+  nlohmann::json::sax_parse(text.begin(), text.end(), &b, nlohmann::json::input_format_t::json,
+                            /*strict=*/true, /*ignore_comments=*/false);
+  return b.result();
 }
 
 std::string json_escape(std::string_view s) {

@@ -55,12 +55,13 @@ Json parse_json(std::string_view text, const std::string& what);
 /// "tokenizer") names it in errors.
 Json read_json_object(const std::string& path, const std::string& what);
 
-/// An integer field of a config object: absent, null or a string means `fallback`
-/// (an error naming `path` and `key` without one); any other non-integer is an error.
+/// An integer field of a config object: absent or null means `fallback` (an error naming
+/// `path` and `key` without one); any other non-integer, a string too, is an error.
 int64_t int_field(const Json& j, const char* key, const std::string& path,
                   std::optional<int64_t> fallback = {});
-/// A number field of a config object, or `fallback` when absent or not a number.
-double number_field(const Json& j, const char* key, double fallback);
+/// A number field of a config object, or `fallback` when absent or null; any other
+/// non-number is an error naming `path` and `key`.
+double number_field(const Json& j, const char* key, const std::string& path, double fallback);
 
 /// Escapes a string for output inside double quotes.
 std::string json_escape(std::string_view s);

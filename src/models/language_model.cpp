@@ -71,11 +71,11 @@ LanguageModel open_gguf(const std::string& path, Graph& g, DType kv_cache) {
   }
   lm.tokenizer = gguf_text_tokenizer(f);
   check_all_used(load_gguf_weights(*lm.model, f, lm.architecture), path, lm.architecture);
-  for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
-                          "tokenizer.ggml.unknown_token_id", "tokenizer.ggml.padding_token_id"}) {
-    const int32_t id = gguf_token_id(f, key, lm.tokenizer->vocab_size());
-    if (id >= 0 && std::string(key).find("_eo") != std::string::npos) add_stop(lm.stop_ids, id);
-  }
+  const size_t vocab = lm.tokenizer->vocab_size();
+  for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"})
+    if (const int32_t id = gguf_token_id(f, key, vocab); id >= 0) add_stop(lm.stop_ids, id);
+  for (const char* key : {"tokenizer.ggml.unknown_token_id", "tokenizer.ggml.padding_token_id"})
+    gguf_token_id(f, key, vocab);  // checked, so a lying file is refused here
   add_end_of_turn_stops(lm);
   return lm;
 }

@@ -29,7 +29,7 @@ LlamaConfig LlamaConfig::from_hf_json(const std::string& path) {
       << path << ": hidden_size " << c.hidden << ", num_attention_heads " << c.heads
       << " and num_key_value_heads " << c.kv_heads << " do not fit";
   c.head_dim = int_field(j, "head_dim", path, c.hidden / c.heads);
-  c.rms_eps = number_field(j, "rms_norm_eps", 1e-6);
+  c.rms_eps = number_field(j, "rms_norm_eps", path, 1e-6);
   const RopeSettings rope = parse_rope(j, path, "full_attention", "rope_theta", 10000.0);
   c.rope_theta = rope.theta;
   c.rope_scaling = rope.scaling;

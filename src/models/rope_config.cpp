@@ -84,7 +84,7 @@ RopeSettings parse_rope(const Json& config, const std::string& path, std::string
                         const char* old_theta_key, double default_theta, bool old_scaling) {
   const Json* params = config.find("rope_parameters");
   if (is_null(params)) {  // transformers 4
-    RopeSettings r{number_field(config, old_theta_key, default_theta), {}};
+    RopeSettings r{number_field(config, old_theta_key, path, default_theta), {}};
     const Json* block = config.find("rope_scaling");
     if (old_scaling && !is_null(block)) r.scaling = parse_scaling(*block, config, path, "rope_scaling");
     return r;
