@@ -34,6 +34,8 @@ constexpr const char* kUsage =
     "  --exact               f32 activations and KV cache, weights decoded exactly: the\n"
     "                        model's own numbers (slower); default: the fast kernels\n"
     "                        `generate` uses (int8 activations, f16 KV cache)\n"
+    "  --kv-cache TYPE       the KV cache's element type, f16 or f32 (default: f32 with\n"
+    "                        --exact, else f16)\n"
     "  --save-base FILE      keep every scored position's distribution (its top 32 tokens)\n"
     "                        in FILE, to compare later runs with (usually with --exact)\n"
     "  --kl-divergence FILE  compare with a base saved by --save-base on the same text and\n"
@@ -46,6 +48,7 @@ struct Options {
   std::string model, file, save_base, kl_base, device = "cpu";
   models::PerplexityOptions run;
   bool exact = false;
+  std::string kv_cache;  // empty: f32 with --exact, else f16
 };
 
 Options parse(int argc, char** argv) {
@@ -75,6 +78,10 @@ Options parse(int argc, char** argv) {
       o.run.max_windows = positive(value());
     } else if (a == "--exact") {
       o.exact = true;
+    } else if (a == "--kv-cache") {
+      o.kv_cache = value();
+      if (o.kv_cache != "f32" && o.kv_cache != "f16")
+        usage_error("--kv-cache must be f32 or f16, got '" + o.kv_cache + "'");
     } else if (a == "--save-base") {
       o.save_base = value();
     } else if (a == "--kl-divergence") {
@@ -92,7 +99,7 @@ Options parse(int argc, char** argv) {
   if (o.run.ctx < 4) usage_error("--ctx must be at least 4");
   if (o.device == "cuda") usage_error("this build has no CUDA backend; use --device cpu");
   if (o.device != "cpu" && o.device != "reference") usage_error("unknown device '" + o.device + "'");
-  if (o.exact) o.run.kv_cache = DType::F32;
+  o.run.kv_cache = (o.kv_cache.empty() ? o.exact : o.kv_cache == "f32") ? DType::F32 : DType::F16;
   return o;
 }
 
