@@ -1,6 +1,7 @@
-// A small, strict JSON reader for model headers and configs (private to src/models).
-// Errors raise luminal::Error with the byte offset; nesting is limited so a hostile
-// file cannot exhaust the stack.
+// JSON for model headers, configs and tokenizer.json (private to src/models): nlohmann's
+// strict parser fills a small tree that keeps object keys in file order. Errors raise
+// luminal::Error with the byte offset; nesting is limited so a hostile file cannot
+// exhaust the stack.
 #pragma once
 
 #include <cstdint>

@@ -54,6 +54,10 @@ class HfTokenizer {
   void encode_unigram(const std::string& word, std::vector<int32_t>& out) const;
   void encode_unknown(const std::string& text, bool& last_unk, std::vector<int32_t>& out) const;
   void add_post_processor(const Json& p, const std::string& path);
+  /// Follows llama.cpp where it differs from the `tokenizers` library (GGUF vocabularies):
+  /// its order for special tokens, its reading of invalid UTF-8, raw bytes out of decode,
+  /// and `silent_ids` decoding to nothing.
+  void follow_llama_cpp(std::unordered_set<int32_t> silent_ids);
 
   std::unique_ptr<Impl> impl_;
   std::vector<std::string> tokens_;  // id -> token text (byte-level alphabet, or added content)
