@@ -10,6 +10,7 @@
 #include <numeric>
 
 #include "luminal/error.hpp"
+#include "luminal/models/generate.hpp"
 #include "luminal/models/language_model.hpp"
 
 namespace luminal::models {
@@ -113,10 +114,42 @@ PerplexityBase PerplexityBase::load(const std::string& path) {
 }
 
 struct PerplexityRunner::Impl {
+  PerplexityOptions options;
+  // One pass over a window: every position's logits.
   Graph graph;
   LanguageModel lm;
   Tensor tokens, logits;
-  PerplexityOptions options;
+  // Or the decode steps of a generator (options.decode).
+  std::unique_ptr<TextGenerator> generator;
+
+  std::vector<int32_t> encode(const std::string& text) const {
+    return generator ? generator->encode(text) : lm.tokenizer->encode(text);
+  }
+
+  // The logits predicting window[j + 1] for each scored position j = from .. ctx - 2.
+  void score_window(const std::vector<int32_t>& window, int64_t from,
+                    const std::function<void(int64_t, std::span<const float>)>& row) {
+    const int64_t ctx = static_cast<int64_t>(window.size());
+    if (generator) {
+      const std::vector<int32_t> prompt(window.begin(), window.begin() + from + 1);
+      const std::vector<int32_t> rest(window.begin() + from + 1, window.end() - 1);
+      const auto rows = generator->forced_logits(prompt, rest);
+      for (int64_t j = from; j + 1 < ctx; ++j) row(j, rows[static_cast<size_t>(j - from)]);
+      return;
+    }
+    graph.set_dim("seq", ctx);
+    graph.set_dim("past", 0);
+    tokens.set(window);
+    graph.execute();
+    const Buffer* data = graph.data(logits.id());
+    LUM_CHECK(data) << "the model produced no logits";
+    std::vector<float> widened;
+    if (data->dtype() != DType::F32) widened = data->to_f32();
+    const std::span<const float> all = widened.empty() ? data->span<float>() : widened;
+    const size_t vocab = all.size() / static_cast<size_t>(ctx);
+    for (int64_t j = from; j + 1 < ctx; ++j)
+      row(j, all.subspan(static_cast<size_t>(j) * vocab, vocab));
+  }
 };
 
 PerplexityRunner::PerplexityRunner(const std::string& model, const Backend& backend,
@@ -125,6 +158,10 @@ PerplexityRunner::PerplexityRunner(const std::string& model, const Backend& back
   Impl& m = *impl_;
   m.options = options;
   LUM_CHECK(options.ctx >= 4) << "perplexity: the window (--ctx) must be at least 4 tokens";
+  if (options.decode) {
+    m.generator = std::make_unique<TextGenerator>(model, backend, nullptr, options.kv_cache);
+    return;
+  }
   m.lm = open_language_model(model, m.graph, options.kv_cache);
   m.tokens = m.graph.named_tensor("tokens", {"seq"}, DType::I32);
   // Every position's logits, each window from an empty cache.
@@ -139,7 +176,7 @@ PerplexityRunner::PerplexityRunner(const std::string& model, const Backend& back
 PerplexityRunner::~PerplexityRunner() = default;
 
 std::vector<int32_t> PerplexityRunner::tokenize(const std::string& text) const {
-  return impl_->lm.tokenizer->encode(text);
+  return impl_->encode(text);
 }
 
 PerplexityReport PerplexityRunner::run(const std::string& text,
@@ -149,7 +186,7 @@ PerplexityReport PerplexityRunner::run(const std::string& text,
   const int64_t ctx = m.options.ctx;
   const std::vector<int32_t> ids = tokenize(text);
   // As llama.cpp: a model that starts its input with BOS gets it at every window's start.
-  const std::vector<int32_t> prefix = m.lm.tokenizer->encode("");
+  const std::vector<int32_t> prefix = m.encode("");
   const int32_t bos = prefix.size() == 1 ? prefix[0] : -1;
   int64_t windows = static_cast<int64_t>(ids.size()) / ctx;
   if (m.options.max_windows > 0) windows = std::min(windows, m.options.max_windows);
@@ -174,18 +211,7 @@ PerplexityReport PerplexityRunner::run(const std::string& text,
   for (int64_t w = 0; w < windows; ++w) {
     std::vector<int32_t> window(ids.begin() + w * ctx, ids.begin() + (w + 1) * ctx);
     if (bos >= 0) window[0] = bos;
-    m.graph.set_dim("seq", ctx);
-    m.graph.set_dim("past", 0);
-    m.tokens.set(window);
-    m.graph.execute();
-    const Buffer* data = m.graph.data(m.logits.id());
-    LUM_CHECK(data) << "the model produced no logits";
-    std::vector<float> widened;
-    if (data->dtype() != DType::F32) widened = data->to_f32();
-    const std::span<const float> all = widened.empty() ? data->span<float>() : widened;
-    const size_t vocab = all.size() / static_cast<size_t>(ctx);
-    for (int64_t j = ctx / 2; j + 1 < ctx; ++j) {
-      const std::span<const float> row(all.data() + static_cast<size_t>(j) * vocab, vocab);
+    m.score_window(window, ctx / 2, [&](int64_t j, std::span<const float> row) {
       log_softmax(row, logprobs);
       const int32_t next = ids[static_cast<size_t>(w * ctx + j + 1)];
       const double lp = logprobs[static_cast<size_t>(next)];
@@ -202,7 +228,7 @@ PerplexityReport PerplexityRunner::run(const std::string& text,
         kls.push_back(kl);
         agree += argmax(logprobs) == b.top_ids[0];
       }
-    }
+    });
     if (progress) progress(w + 1, windows);
   }
   const double n = static_cast<double>(r.scored);

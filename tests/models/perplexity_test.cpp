@@ -104,6 +104,13 @@ TEST(Perplexity, RunnerMatchesTeacherForcedReferenceLogits) {
   ASSERT_EQ(n, r.scored);
   EXPECT_NEAR(r.perplexity, std::exp(nll / static_cast<double>(n)), 1e-4 * r.perplexity);
 
+  // Through the decode steps (one token at a time through the KV cache) the same numbers.
+  options.decode = true;
+  PerplexityRunner decoding(kModel, cpu({.int8_activations = false}), options);
+  const PerplexityReport d = decoding.run(text(), {}, &keep);
+  EXPECT_NEAR(d.perplexity, r.perplexity, 1e-4 * r.perplexity);
+  EXPECT_NEAR(d.mean_kl, 0.0, 1e-6);
+
   // Compared with its own distributions, a run agrees with itself.
   const PerplexityReport again = runner.run(text(), {}, &keep);
   EXPECT_NEAR(again.mean_kl, 0.0, 1e-9);

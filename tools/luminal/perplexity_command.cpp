@@ -34,6 +34,9 @@ constexpr const char* kUsage =
     "  --exact               f32 activations and KV cache, weights decoded exactly: the\n"
     "                        model's own numbers (slower); default: the fast kernels\n"
     "                        `generate` uses (int8 activations, f16 KV cache)\n"
+    "  --decode              score through one-token decode steps, as `generate` runs\n"
+    "                        (each window's first half as the prompt): the decode\n"
+    "                        kernels' numbers; slower\n"
     "  --kv-cache TYPE       the KV cache's element type, f16 or f32 (default: f32 with\n"
     "                        --exact, else f16)\n"
     "  --save-base FILE      keep every scored position's distribution (its top 32 tokens)\n"
@@ -78,6 +81,8 @@ Options parse(int argc, char** argv) {
       o.run.max_windows = positive(value());
     } else if (a == "--exact") {
       o.exact = true;
+    } else if (a == "--decode") {
+      o.run.decode = true;
     } else if (a == "--kv-cache") {
       o.kv_cache = value();
       if (o.kv_cache != "f32" && o.kv_cache != "f16")
@@ -147,7 +152,8 @@ int perplexity(int argc, char** argv) {
         text, [&](int64_t done, int64_t total) { bar(done, total); }, base ? &*base : nullptr,
         o.save_base.empty() ? nullptr : &keep);
     if (!o.save_base.empty()) keep.save(o.save_base);
-    std::printf("model: %s (%s)\n", o.model.c_str(), o.exact ? "exact" : "fast kernels");
+    std::printf("model: %s (%s%s)\n", o.model.c_str(), o.exact ? "exact" : "fast kernels",
+                o.run.decode ? ", decode steps" : "");
     std::printf("text: %s, %lld windows of %lld tokens, %lld tokens scored\n", o.file.c_str(),
                 static_cast<long long>(r.windows), static_cast<long long>(o.run.ctx),
                 static_cast<long long>(r.scored));

@@ -58,6 +58,10 @@ struct PerplexityOptions {
   int64_t ctx = 512;
   int64_t max_windows = 0;  // 0: every whole window of the text
   DType kv_cache = DType::F16;
+  /// Score through the one-token decode steps a generation runs (each window's first
+  /// half as a prompt, then one token at a time through the KV cache) instead of one
+  /// pass over the window: the decode kernels' numbers, slower.
+  bool decode = false;
 };
 
 struct PerplexityReport {
