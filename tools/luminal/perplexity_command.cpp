@@ -34,6 +34,8 @@ constexpr const char* kUsage =
     "  --exact               f32 activations and KV cache, weights decoded exactly: the\n"
     "                        model's own numbers (slower); default: the fast kernels\n"
     "                        `generate` uses (int8 activations, f16 KV cache)\n"
+    "  --residual-activations  the fast kernels with a second int8 term for each\n"
+    "                        activation's rounding error (generate --help)\n"
     "  --decode              score through one-token decode steps, as `generate` runs\n"
     "                        (each window's first half as the prompt): the decode\n"
     "                        kernels' numbers; slower\n"
@@ -50,7 +52,7 @@ constexpr const char* kUsage =
 struct Options {
   std::string model, file, save_base, kl_base, device = "cpu";
   models::PerplexityOptions run;
-  bool exact = false;
+  bool exact = false, residual = false;
   std::string kv_cache;  // empty: f32 with --exact, else f16
 };
 
@@ -81,6 +83,8 @@ Options parse(int argc, char** argv) {
       o.run.max_windows = positive(value());
     } else if (a == "--exact") {
       o.exact = true;
+    } else if (a == "--residual-activations") {
+      o.residual = true;
     } else if (a == "--decode") {
       o.run.decode = true;
     } else if (a == "--kv-cache") {
@@ -140,7 +144,7 @@ int perplexity(int argc, char** argv) {
     const std::string text{std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
     std::optional<models::PerplexityBase> base;
     if (!o.kl_base.empty()) base = models::PerplexityBase::load(o.kl_base);
-    const CpuBackend cpu(CpuOptions{.int8_activations = !o.exact});
+    const CpuBackend cpu(CpuOptions{.int8_activations = !o.exact, .residual_activations = o.residual});
     const ReferenceBackend reference;
     const Backend& backend = o.device == "cpu" ? static_cast<const Backend&>(cpu) : reference;
     std::fprintf(stderr, "loading and compiling %s for %s%s...\n", o.model.c_str(), backend.name().c_str(),
@@ -152,7 +156,8 @@ int perplexity(int argc, char** argv) {
         text, [&](int64_t done, int64_t total) { bar(done, total); }, base ? &*base : nullptr,
         o.save_base.empty() ? nullptr : &keep);
     if (!o.save_base.empty()) keep.save(o.save_base);
-    std::printf("model: %s (%s%s)\n", o.model.c_str(), o.exact ? "exact" : "fast kernels",
+    std::printf("model: %s (%s%s)\n", o.model.c_str(),
+                o.exact ? "exact" : o.residual ? "fast kernels, residual activations" : "fast kernels",
                 o.run.decode ? ", decode steps" : "");
     std::printf("text: %s, %lld windows of %lld tokens, %lld tokens scored\n", o.file.c_str(),
                 static_cast<long long>(r.windows), static_cast<long long>(o.run.ctx),

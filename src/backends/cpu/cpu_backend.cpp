@@ -613,7 +613,8 @@ class CpuExecutable final : public Executable {
                       bufs[1]->span<uint8_t>().data(), w[0], w[1], out.span<float>().data(),
                       options_.int8_activations,
                       interleaved_weights(user, plan_.canon(n.inputs[1].source), *bufs[1],
-                                          step.qmatmul->format, w[0], w[1]));
+                                          step.qmatmul->format, w[0], w[1]),
+                      options_.residual_activations);
       return;
     }
     if (step.attention && bufs[0]->dtype() == DType::F32 && bufs[3]->dtype() == DType::Bool &&
@@ -660,7 +661,7 @@ class CpuExecutable final : public Executable {
       outs.push_back(allocate(steps_[j].dtype, numel_of(user, j)));
       products.push_back({wj, outs.back().span<float>().data()});
     }
-    cpugen::qmatmul_group(views[0], activations, products);
+    cpugen::qmatmul_group(views[0], activations, products, options_.residual_activations);
     for (uint32_t i = steps_[k].joined; i < steps_[k].joined_end; ++i)
       values_[joined_[i]] = std::move(outs[i - steps_[k].joined]);
     return true;

@@ -303,9 +303,38 @@ void dequantized_sgemm(const std::vector<const float*>& rows, uint32_t format, c
 
 }  // namespace
 
+// The products of the rows and of their int8 rounding errors (themselves quantised), in one
+// pass over the weights, each pair summed: two int8 terms hold about 15 bits of each value.
+void residual_products(const std::vector<const float*>& rows, int64_t k,
+                       std::span<const InterleavedProduct> products) {
+  QuantizedRows x;
+  quantize_rows(rows, k, x);
+  const size_t m = rows.size(), kk = static_cast<size_t>(k);
+  std::vector<float> residual(m * kk);
+  std::vector<const float*> both_rows = rows;
+  for (size_t r = 0; r < m; ++r) {
+    for (size_t i = 0; i < kk; ++i) {
+      const size_t at = r * kk + i;
+      residual[at] = rows[r][i] - x.d[at / 32] * static_cast<float>(x.q[at]);
+    }
+    both_rows.push_back(residual.data() + r * kk);
+  }
+  std::vector<std::vector<float>> sums(products.size());
+  std::vector<InterleavedProduct> both;
+  for (size_t p = 0; p < products.size(); ++p) {
+    sums[p].resize(2 * m * static_cast<size_t>(products[p].w->n));
+    both.push_back({products[p].w, sums[p].data()});
+  }
+  qmatmul_interleaved(both_rows, both);
+  for (size_t p = 0; p < products.size(); ++p) {
+    const size_t half = m * static_cast<size_t>(products[p].w->n);
+    for (size_t i = 0; i < half; ++i) products[p].out[i] = sums[p][i] + sums[p][half + i];
+  }
+}
+
 void qmatmul(const ConcreteView& a, const float* a_data, uint32_t format, const uint8_t* w,
              int64_t n, int64_t k, float* out, bool int8_activations,
-             const InterleavedWeights* interleaved) {
+             const InterleavedWeights* interleaved, bool residual) {
   size_t block_elems = 0, block_bytes = 0;
   LUM_CHECK(ggml_block_layout(format, block_elems, block_bytes))
       << "QMatMul: unsupported weight format " << ggml_type_name(format);
@@ -340,6 +369,7 @@ void qmatmul(const ConcreteView& a, const float* a_data, uint32_t format, const 
   }
   if (interleaved) {
     const InterleavedProduct product{interleaved, out};
+    if (residual) return residual_products(rows, k, {&product, 1});
     return qmatmul_interleaved(rows, {&product, 1});
   }
   if (nr >= kBlasRows) return dequantized_sgemm(rows, format, w, n, k, row_bytes, out);
@@ -352,9 +382,11 @@ void qmatmul(const ConcreteView& a, const float* a_data, uint32_t format, const 
 }
 
 void qmatmul_group(const ConcreteView& a, const float* a_data,
-                   std::span<const InterleavedProduct> products) {
+                   std::span<const InterleavedProduct> products, bool residual) {
   const std::vector<const float*> rows = activation_rows(a, a_data);
-  if (!rows.empty()) qmatmul_interleaved(rows, products);
+  if (rows.empty()) return;
+  if (residual) return residual_products(rows, products[0].w->k, products);
+  qmatmul_interleaved(rows, products);
 }
 
 }  // namespace luminal::cpugen

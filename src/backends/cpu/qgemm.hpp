@@ -23,14 +23,16 @@ namespace luminal::cpugen {
 /// product with the decoded weights.
 ///
 /// `interleaved`, when given, is the same weights re-laid out (qinterleaved.hpp); the
-/// integer products read it instead (with int8_activations).
+/// integer products read it instead (with int8_activations). With `residual` too, each
+/// value's int8 rounding error is quantised and multiplied as a second term in the same
+/// pass over the weights (CpuOptions::residual_activations).
 void qmatmul(const ConcreteView& a, const float* a_data, uint32_t format, const uint8_t* w,
              int64_t n, int64_t k, float* out, bool int8_activations = true,
-             const InterleavedWeights* interleaved = nullptr);
+             const InterleavedWeights* interleaved = nullptr, bool residual = false);
 
 /// Several QMatMuls of the same activations `a` (as above), each with interleaved
 /// weights and its own output, run as one product (qmatmul_interleaved).
 void qmatmul_group(const ConcreteView& a, const float* a_data,
-                   std::span<const InterleavedProduct> products);
+                   std::span<const InterleavedProduct> products, bool residual = false);
 
 }  // namespace luminal::cpugen
