@@ -20,7 +20,7 @@ struct CpuOptions {
   /// multiplied as a second term, in the same pass over the weights, so products carry
   /// about 15 bits of the activations. On Gemma 3 270M the output distribution then
   /// matches the f32-activation run's (mean KL divergence ~1e-7 against 0.0017) for
-  /// decode steps ~7% slower and quantised products in prompts ~2x slower.
+  /// decode steps 3-7% slower and quantised products in prompts ~2x slower.
   bool residual_activations = false;
   /// Compile a second set of kernels, on first use, for runs where symbolic dims are
   /// bound to 1 (one-token decoding): their index arithmetic simplifies.

@@ -54,7 +54,7 @@ constexpr const char* kChatUsage =
     "                      or f32\n"
     "  --residual-activations\n"
     "                      a second int8 term for each activation's rounding error:\n"
-    "                      the f32-activation model's outputs, decode ~7% slower\n"
+    "                      the f32-activation model's outputs, decode 3-7% slower\n"
     "  -h, --help          this help\n";
 
 constexpr const char* kGenerateUsage =
@@ -80,7 +80,7 @@ constexpr const char* kGenerateUsage =
     "                      or f32\n"
     "  --residual-activations\n"
     "                      a second int8 term for each activation's rounding error:\n"
-    "                      the f32-activation model's outputs, decode ~7% slower\n"
+    "                      the f32-activation model's outputs, decode 3-7% slower\n"
     "  -h, --help          this help\n";
 
 using luminal::cli::usage_error;
