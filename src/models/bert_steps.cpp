@@ -1,4 +1,5 @@
-// BertNormalizer, BertPreTokenizer and WordPiece, as the HF tokenizers library has them.
+// BertNormalizer, BertPreTokenizer and the WordPiece model, as the HF tokenizers library
+// has them.
 #include "models/bert_steps.hpp"
 
 #include <unicode/normalizer2.h>
@@ -42,11 +43,6 @@ icu::UnicodeString map_chars(const icu::UnicodeString& u, F f) {
   icu::UnicodeString out;
   for (int32_t k = 0; k < u.length(); k = u.moveIndex32(k, 1)) f(u.char32At(k), out);
   return out;
-}
-
-void replace_all(std::string& s, const std::string& from, const std::string& to) {
-  for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size()))
-    s.replace(at, from.size(), to);
 }
 
 }  // namespace
@@ -123,23 +119,6 @@ void wordpiece_encode(const std::string& word, const std::function<int32_t(const
     start = end;
   }
   out.insert(out.end(), pieces.begin(), pieces.end());
-}
-
-void wordpiece_decode(std::vector<std::string>& tokens, const std::string& prefix, bool cleanup) {
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    std::string& t = tokens[i];
-    if (i > 0) {
-      if (t.compare(0, prefix.size(), prefix) == 0)
-        t.erase(0, prefix.size());
-      else
-        t = " " + t;
-    }
-    if (!cleanup) continue;
-    for (const auto& [from, to] : std::initializer_list<std::pair<const char*, const char*>>{
-             {" .", "."}, {" ?", "?"}, {" !", "!"}, {" ,", ","}, {" ' ", "'"}, {" n't", "n't"},
-             {" 'm", "'m"}, {" do not", " don't"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}})
-      replace_all(t, from, to);
-  }
 }
 
 }  // namespace luminal::models

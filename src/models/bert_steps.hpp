@@ -1,7 +1,7 @@
 // The BERT steps of a tokenizer.json (private to src/models): the BertNormalizer, the
-// BertPreTokenizer, the WordPiece model and the WordPiece decoder, each as the HF
-// `tokenizers` library defines it (per-character Unicode lower-casing, the punctuation
-// and CJK ranges it uses), on ICU strings.
+// BertPreTokenizer and the WordPiece model, each as the HF `tokenizers` library defines it
+// (per-character Unicode lower-casing, the punctuation and CJK ranges it uses), on ICU
+// strings. The WordPiece decoder sits with the other decoders in hf_tokenizer.cpp.
 #pragma once
 
 #include <unicode/unistr.h>
@@ -29,9 +29,5 @@ void bert_pre_tokenize(const icu::UnicodeString& piece, std::vector<icu::Unicode
 void wordpiece_encode(const std::string& word, const std::function<int32_t(const std::string&)>& find,
                       const std::string& prefix, int64_t max_chars, int32_t unk,
                       std::vector<int32_t>& out);
-
-/// Joins pieces: `prefix` removed from continuations, a space before the others, and with
-/// `cleanup` the spaces before punctuation and English contractions taken out.
-void wordpiece_decode(std::vector<std::string>& tokens, const std::string& prefix, bool cleanup);
 
 }  // namespace luminal::models

@@ -8,7 +8,7 @@
 
 #include "luminal/error.hpp"
 #include "models/json.hpp"
-#include "models/gguf_checks.hpp"
+#include "models/size_checks.hpp"
 #include "models/rope_config.hpp"
 
 namespace luminal::models {
@@ -24,7 +24,9 @@ GemmaConfig GemmaConfig::from_gguf(const GgufFile& f) {
   c.layers = f.get_int("gemma3.block_count");
   c.heads = f.get_int("gemma3.attention.head_count");
   c.kv_heads = f.get_int("gemma3.attention.head_count_kv");
-  LUM_CHECK(c.heads > 0 && c.hidden > 0) << f.path() << ": non-positive model sizes in the metadata";
+  LUM_CHECK(c.hidden > 0 && c.heads > 0 && c.kv_heads > 0 && c.heads % c.kv_heads == 0)
+      << f.path() << ": embedding_length " << c.hidden << ", head_count " << c.heads
+      << " and head_count_kv " << c.kv_heads << " do not fit";
   c.head_dim = f.find("gemma3.attention.key_length") ? f.get_int("gemma3.attention.key_length")
                                                      : c.hidden / c.heads;
   c.rms_eps = f.get_float("gemma3.attention.layer_norm_rms_epsilon");
@@ -38,8 +40,7 @@ GemmaConfig GemmaConfig::from_gguf(const GgufFile& f) {
   LUM_CHECK(tokens && std::holds_alternative<std::shared_ptr<GgufArray>>(tokens->v))
       << f.path() << ": no tokenizer.ggml.tokens vocabulary";
   c.vocab = static_cast<int64_t>(std::get<std::shared_ptr<GgufArray>>(tokens->v)->size());
-  LUM_CHECK(c.heads > 0 && c.kv_heads > 0 && c.heads % c.kv_heads == 0 && c.head_dim > 0)
-      << f.path() << ": head counts " << c.heads << " / " << c.kv_heads << " (head_count / head_count_kv) do not fit";
+  LUM_CHECK(c.head_dim > 0) << f.path() << ": key_length " << c.head_dim << " is not positive";
   check_gguf_sizes(f, "gemma3.block_count", c.layers, c.vocab, c.hidden);
   return c;
 }

@@ -60,6 +60,11 @@ inline bool forced_control(const std::string& text) {
 inline bool matched_in_text(int32_t type) {
   return type == kUnknown || type == kControl || type == kUserDefined;
 }
+/// Whether llama.cpp treats a token as a control token (which decodes to nothing): its
+/// stored type, or an end-of-generation text among the tokens matched in prompts.
+inline bool control_in_llama_cpp(int32_t type, const std::string& text) {
+  return type == kControl || (matched_in_text(type) && forced_control(text));
+}
 }  // namespace gguf_token_type
 
 /// The token id metadata `key` holds (tokenizer.ggml.bos_token_id, ...), or -1 where the

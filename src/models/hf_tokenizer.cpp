@@ -79,28 +79,14 @@ std::string to_utf8_keeping_surrogates(const icu::UnicodeString& u) {
   return s;
 }
 
-// Text read as llama.cpp reads a prompt: a lead byte followed by enough continuation bytes
-// is a code point (surrogates and overlong forms included); any other byte is U+FFFD.
+// Text read as llama.cpp reads a prompt (decode_utf8), lone surrogates kept as such.
 icu::UnicodeString lenient_utf16(const std::string& text) {
   icu::UnicodeString u;
-  const auto byte = [&](size_t i) { return static_cast<unsigned char>(text[i]); };
-  for (size_t i = 0; i < text.size();) {
-    const unsigned char b = byte(i);
-    const size_t n = b < 0x80 ? 1 : (b & 0xE0) == 0xC0 ? 2 : (b & 0xF0) == 0xE0 ? 3 : (b & 0xF8) == 0xF0 ? 4 : 0;
-    bool ok = n > 0 && i + n <= text.size();
-    for (size_t k = 1; ok && k < n; ++k) ok = (byte(i + k) & 0xC0) == 0x80;
-    if (!ok) {
-      u.append(static_cast<UChar32>(0xFFFD));
-      ++i;
-      continue;
-    }
-    uint32_t cp = n == 1 ? b : b & (0x7F >> n);
-    for (size_t k = 1; k < n; ++k) cp = (cp << 6) | (byte(i + k) & 0x3F);
+  for (const uint32_t cp : decode_utf8(text)) {
     if (cp >= 0xD800 && cp <= 0xDFFF)
-      u.append(static_cast<char16_t>(cp));  // a lone surrogate, kept as llama.cpp keeps it
+      u.append(static_cast<char16_t>(cp));
     else
       u.append(static_cast<UChar32>(cp > 0x10FFFF ? 0xFFFD : cp));
-    i += n;
   }
   return u;
 }
@@ -334,8 +320,24 @@ struct HfTokenizer::Impl {
       const Json* prefix = d.find("prefix");
       const std::string p = prefix && prefix->is_string() ? prefix->string() : "##";
       const bool cleanup = flag(d, "cleanup", true);
+      // Continuations lose the prefix, other pieces get a space before them; the clean-up
+      // takes out spaces before punctuation and English contractions.
       decoders.push_back([p, cleanup](std::vector<std::string>& tokens) {
-        wordpiece_decode(tokens, p, cleanup);
+        for (size_t i = 0; i < tokens.size(); ++i) {
+          std::string& t = tokens[i];
+          if (i > 0) {
+            if (t.compare(0, p.size(), p) == 0)
+              t.erase(0, p.size());
+            else
+              t = " " + t;
+          }
+          if (!cleanup) continue;
+          for (const auto& [from, to] : std::initializer_list<std::pair<const char*, const char*>>{
+                   {" .", "."}, {" ?", "?"}, {" !", "!"}, {" ,", ","}, {" ' ", "'"},
+                   {" n't", "n't"}, {" 'm", "'m"}, {" do not", " don't"}, {" 's", "'s"},
+                   {" 've", "'ve"}, {" 're", "'re"}})
+            replace_all(t, from, to);
+        }
       });
     } else if (t == "Replace") {
       const std::string from = literal_pattern(d, path), to = string_member(d, "content", path);

@@ -78,9 +78,7 @@ HfTokenizer HfTokenizer::from_gguf(const GgufFile& f) {
   t.load(j, f.path());
   std::unordered_set<int32_t> silent;  // control tokens decode to nothing, as in llama.cpp
   for (size_t i = 0; i < tokens.size() && i < types.size(); ++i)
-    if (types[i] == gguf_token_type::kControl ||
-        (gguf_token_type::matched_in_text(types[i]) && gguf_token_type::forced_control(tokens[i])))
-      silent.insert(static_cast<int32_t>(i));
+    if (gguf_token_type::control_in_llama_cpp(types[i], tokens[i])) silent.insert(static_cast<int32_t>(i));
   t.follow_llama_cpp(std::move(silent));
   const int32_t bos = gguf_token_id(f, "tokenizer.ggml.bos_token_id", tokens.size());
   if (f.get_flag("tokenizer.ggml.add_bos_token", false) && bos >= 0) t.template_prefix_.push_back(bos);

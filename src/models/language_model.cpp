@@ -14,6 +14,7 @@
 #include "luminal/models/safetensors.hpp"
 #include "models/gguf_arrays.hpp"
 #include "models/json.hpp"
+#include "models/size_checks.hpp"
 
 namespace luminal::models {
 namespace {
@@ -86,14 +87,9 @@ void check_hf_layers(const std::vector<std::string>& weights, const std::string&
   std::set<int64_t> present;
   for (const std::string& path : weights) {
     const SafetensorsFile file(path);
-    for (const auto& t : file.tensors()) {
-      const std::string prefix = "model.layers.";
-      if (t.name.rfind(prefix, 0) != 0) continue;
-      const size_t dot = t.name.find('.', prefix.size());
-      const std::string n = t.name.substr(prefix.size(), dot == std::string::npos ? std::string::npos : dot - prefix.size());
-      if (!n.empty() && n.size() < 10 && n.find_first_not_of("0123456789") == std::string::npos)
-        present.insert(std::stoll(n));
-    }
+    for (const auto& t : file.tensors())
+      if (const std::optional<int64_t> n = layer_index(t.name, "model.layers."); n && *n >= 0)
+        present.insert(*n);
   }
   LUM_CHECK(layers > 0 && static_cast<size_t>(layers) == present.size() &&
             *present.rbegin() == layers - 1)

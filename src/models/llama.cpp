@@ -11,7 +11,7 @@
 #include "luminal/models/safetensors.hpp"
 #include "luminal/quant.hpp"
 #include "models/json.hpp"
-#include "models/gguf_checks.hpp"
+#include "models/size_checks.hpp"
 #include "models/rope_config.hpp"
 
 namespace luminal::models {
@@ -188,23 +188,19 @@ struct RowSource {
   int64_t begin = 0, end = -1;  // rows; end -1 = all
 };
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 RowSource fused_projection_source(const std::string& name, const LlamaConfig& c) {
   auto replace = [&](const std::string& from, const std::string& to) {
     return name.substr(0, name.size() - from.size()) + to;
   };
   const int64_t q = c.heads * c.head_dim, kv = c.kv_heads * c.head_dim;
-  if (ends_with(name, "self_attn.q_proj.weight")) return {replace("q_proj.weight", "qkv_proj.weight"), -1, 0, q};
-  if (ends_with(name, "self_attn.k_proj.weight"))
+  if (name.ends_with("self_attn.q_proj.weight")) return {replace("q_proj.weight", "qkv_proj.weight"), -1, 0, q};
+  if (name.ends_with("self_attn.k_proj.weight"))
     return {replace("k_proj.weight", "qkv_proj.weight"), -1, q, q + kv};
-  if (ends_with(name, "self_attn.v_proj.weight"))
+  if (name.ends_with("self_attn.v_proj.weight"))
     return {replace("v_proj.weight", "qkv_proj.weight"), -1, q + kv, q + 2 * kv};
-  if (ends_with(name, "mlp.gate_proj.weight"))
+  if (name.ends_with("mlp.gate_proj.weight"))
     return {replace("gate_proj.weight", "gate_up_proj.weight"), -1, 0, c.intermediate};
-  if (ends_with(name, "mlp.up_proj.weight"))
+  if (name.ends_with("mlp.up_proj.weight"))
     return {replace("up_proj.weight", "gate_up_proj.weight"), -1, c.intermediate, 2 * c.intermediate};
   return {name};
 }

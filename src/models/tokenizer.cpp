@@ -57,10 +57,8 @@ void SpmTokenizer::index() {
       const int b = std::stoi(pieces_[i].substr(3, 2), nullptr, 16);
       byte_ids_[static_cast<size_t>(b)] = id;
     }
-    if (gguf_token_type::matched_in_text(types_[i])) {
-      if (gguf_token_type::forced_control(pieces_[i])) types_[i] = kControl;
-      specials.emplace_back(pieces_[i], id);
-    }
+    if (gguf_token_type::control_in_llama_cpp(types_[i], pieces_[i])) types_[i] = kControl;
+    if (gguf_token_type::matched_in_text(types_[i])) specials.emplace_back(pieces_[i], id);
   }
   specials_ = SpecialTokens(specials);
 }

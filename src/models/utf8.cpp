@@ -36,7 +36,10 @@ std::vector<uint32_t> decode_utf8(const std::string& s) {
   for (size_t i = 0; i < s.size();) {
     const auto c = static_cast<unsigned char>(s[i]);
     const size_t n = utf8_length(c);
-    if (n == 0 || i + n > s.size()) {
+    bool whole = n > 0 && i + n <= s.size();
+    for (size_t k = 1; whole && k < n; ++k)
+      whole = (static_cast<unsigned char>(s[i + k]) & 0xC0) == 0x80;
+    if (!whole) {
       out.push_back(0xFFFD);
       ++i;
       continue;

@@ -20,7 +20,9 @@ inline std::string encode_utf8(uint32_t cp) {
 /// Bytes in the sequence a lead byte starts: 1-4, or 0 for a byte that cannot lead.
 size_t utf8_length(unsigned char lead);
 
-/// Code points of `s`; a byte that cannot lead, or a sequence cut short, becomes U+FFFD.
+/// Code points of `s`, read as llama.cpp reads a prompt: a lead byte followed by its
+/// continuation bytes is a code point (surrogates and overlong forms included); a byte
+/// that cannot lead, or starts a sequence cut short, becomes U+FFFD.
 std::vector<uint32_t> decode_utf8(const std::string& s);
 
 /// `s` with each maximal invalid subsequence replaced by U+FFFD, as Rust's

@@ -1,16 +1,28 @@
-// Checks that a GGUF file's metadata agrees with the tensors it holds, before a model is
+// Checks that a model file's counts agree with the tensors it holds, before a model is
 // built or anything allocated: a count that lies (block_count of a million) would
 // otherwise grow memory until the machine gives out (private to src/models).
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 
 #include "luminal/error.hpp"
 #include "luminal/models/gguf.hpp"
 
 namespace luminal::models {
+
+/// The layer N of a tensor named "<prefix>N.<rest>": nullopt for a name not under
+/// `prefix`, -1 for one under it without a layer number.
+inline std::optional<int64_t> layer_index(std::string_view name, std::string_view prefix) {
+  if (!name.starts_with(prefix)) return std::nullopt;
+  const std::string_view n = name.substr(prefix.size(), name.find('.', prefix.size()) - prefix.size());
+  if (n.empty() || n.size() >= 10 || n.find_first_not_of("0123456789") != std::string_view::npos)
+    return -1;
+  return std::stoll(std::string(n));
+}
 
 /// `layers` (read from `key`) must be exactly the blk.N tensor groups present, and the
 /// embedding table must hold `vocab` rows of `hidden` values.
@@ -18,12 +30,10 @@ inline void check_gguf_sizes(const GgufFile& f, const std::string& key, int64_t 
                              int64_t vocab, int64_t hidden) {
   std::set<int64_t> blocks;
   for (const GgufTensorInfo& t : f.tensors()) {
-    if (t.name.rfind("blk.", 0) != 0) continue;
-    const size_t dot = t.name.find('.', 4);
-    const std::string n = t.name.substr(4, dot == std::string::npos ? std::string::npos : dot - 4);
-    LUM_CHECK(!n.empty() && n.size() < 10 && n.find_first_not_of("0123456789") == std::string::npos)
-        << f.path() << ": tensor '" << t.name << "' has no layer number";
-    blocks.insert(std::stoll(n));
+    const std::optional<int64_t> n = layer_index(t.name, "blk.");
+    if (!n) continue;
+    LUM_CHECK(*n >= 0) << f.path() << ": tensor '" << t.name << "' has no layer number";
+    blocks.insert(*n);
   }
   LUM_CHECK(layers > 0 && static_cast<size_t>(layers) == blocks.size() &&
             (blocks.empty() || *blocks.rbegin() == layers - 1))
