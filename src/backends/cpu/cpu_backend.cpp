@@ -4,8 +4,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <optional>
 #include <unordered_map>
@@ -14,7 +12,6 @@
 
 #include "backends/cpu/attention.hpp"
 #include "backends/cpu/codegen.hpp"
-#include "backends/cpu/env.hpp"
 #include "backends/cpu/gemm.hpp"
 #include "backends/cpu/jit.hpp"
 #include "backends/cpu/prefetch_tuning.hpp"
@@ -24,33 +21,22 @@
 #include "luminal/append_rows_op.hpp"
 #include "luminal/compiler/attention_op.hpp"
 #include "luminal/compiler/matmul_op.hpp"
-#include "luminal/compiler/optimize.hpp"
 #include "luminal/cpu.hpp"
 #include "luminal/error.hpp"
 #include "luminal/graph.hpp"
+#include "runtime/env.hpp"
+#include "runtime/kernel_errors.hpp"
+#include "runtime/liveness.hpp"
+#include "runtime/program.hpp"
+#include "runtime/resolved_views.hpp"
 
 namespace luminal {
 namespace {
 
 using KernelFn = void (*)(void**, const int64_t*, int64_t*);
 
-using cpugen::env_has;
-
-// LUMINAL_DUMP=hlir,egraph,optimized,kernels,source (or "all") writes each stage as
-// text (and DOT where it is a graph) into $LUMINAL_DUMP_DIR (default ./luminal-dump).
-void dump(const char* stage, const std::string& text, const std::string& dot = "") {
-  if (!env_has("LUMINAL_DUMP", stage) && !env_has("LUMINAL_DUMP", "all")) return;
-  const char* d = std::getenv("LUMINAL_DUMP_DIR");
-  const std::filesystem::path dir = d && *d ? d : "luminal-dump";
-  std::filesystem::create_directories(dir);
-  std::ofstream(dir / (std::string(stage) + ".txt")) << text;
-  if (!dot.empty()) std::ofstream(dir / (std::string(stage) + ".dot")) << dot;
-  std::fprintf(stderr, "luminal: dumped %s to %s\n", stage, (dir / stage).c_str());
-}
-
-double seconds_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
+using runtime::env_has;
+using runtime::seconds_since;
 
 // Runs the optimised program: kernels read user inputs from the user's graph and store
 // the user's outputs back into it.
@@ -171,20 +157,11 @@ class CpuExecutable final : public Executable {
   // and permutes simplifies to plain strides instead of runtime divisions. Decoding one
   // token at a time (seq = 1) is the case this is for.
   const Variant& variant_for(const Bindings& bound) {
-    const Variant& generic = variants_.at("");
-    std::vector<std::pair<std::string, Expr>> fixed;
-    std::string key;
-    for (const std::string& d : generic.dims) {
-      auto v = bound.get(d);
-      LUM_CHECK(v) << "unbound symbolic dimension '" << d << "' (bind it with set_dim)";
-      if (*v == 1 && options_.specialize_unit_dims) {
-        fixed.emplace_back(d, Expr(1));
-        key += d + ";";
-      }
-    }
+    auto [key, fixed] = runtime::unit_dims(variants_.at("").dims, bound);
+    if (!options_.specialize_unit_dims) key.clear(), fixed.clear();
     if (auto it = variants_.find(key); it != variants_.end()) return it->second;
     const auto start = std::chrono::steady_clock::now();
-    const std::unique_ptr<Graph> g = with_dims_fixed(*program_.graph, fixed);
+    const std::unique_ptr<Graph> g = runtime::with_dims_fixed(*program_.graph, fixed);
     cpugen::GeneratedSource src = cpugen::generate_source(*g, plan_);
     cpugen::JitResult jit = cpugen::compile_and_load(src.code);
     if (env_has("LUMINAL_LOG", "info"))
@@ -193,60 +170,6 @@ class CpuExecutable final : public Executable {
     return variants_.emplace(key, make_variant(key, std::move(src.dims), std::move(jit)))
         .first->second;
   }
-
-  static std::unique_ptr<Graph> with_dims_fixed(
-      const Graph& g, const std::vector<std::pair<std::string, Expr>>& fixed) {
-    auto out = std::make_unique<Graph>();
-    for (uint32_t i = 0; i < g.num_nodes(); ++i) {
-      Node n = g.node(NodeId{i});
-      for (Expr& d : n.shape) d = d.substitute(fixed);
-      n.iota = n.iota.substitute(fixed);
-      for (Edge& e : n.inputs) e.view = e.view.substitute(fixed);
-      out->add_node(std::move(n));
-    }
-    for (NodeId o : g.outputs()) out->mark_retrieve(o);
-    return out;
-  }
-
-  // A custom kernel's operand views resolved for the symbolic dims they mention, and
-  // resolved again only when one of those changes: a decode step's QMatMuls see the same
-  // views every step while the context length moves on.
-  class ResolvedViews {
-   public:
-    const std::vector<ConcreteView>& get(const Node& n, const Bindings& dims) {
-      if (!resolved_)
-        for (const Edge& e : n.inputs) note_variables(e.view);
-      bool same = resolved_;
-      for (size_t i = 0; same && i < vars_.size(); ++i) same = vars_[i].eval(dims) == at_[i];
-      if (same) return views_;
-      views_.resize(n.inputs.size());
-      for (size_t i = 0; i < n.inputs.size(); ++i) n.inputs[i].view.resolve_into(dims, views_[i]);
-      for (size_t i = 0; i < vars_.size(); ++i) at_[i] = vars_[i].eval(dims);
-      resolved_ = true;
-      return views_;
-    }
-
-   private:
-    void note_variables(const View& v) {
-      std::vector<Expr> exprs = v.shape();
-      exprs.insert(exprs.end(), v.strides().begin(), v.strides().end());
-      exprs.push_back(v.offset());
-      for (size_t d = 0; d < v.rank(); ++d) {
-        exprs.push_back(v.mask_lo(d));
-        exprs.push_back(v.mask_hi(d));
-      }
-      for (Expr e : exprs)
-        for (const std::string& name : e.variables())
-          if (std::find(vars_.begin(), vars_.end(), Expr::var(name)) == vars_.end())
-            vars_.push_back(Expr::var(name));
-      at_.assign(vars_.size(), 0);
-    }
-
-    bool resolved_ = false;
-    std::vector<Expr> vars_;
-    std::vector<int64_t> at_;
-    std::vector<ConcreteView> views_;
-  };
 
   // What a run needs of each kernel beyond the plan, worked out once and kept in flat
   // arrays walked in order: a decode step's weight traffic evicts everything from the
@@ -274,7 +197,7 @@ class CpuExecutable final : public Executable {
   std::vector<uint32_t> joined_;
   std::vector<cpugen::InterleavedProduct> joined_products_;
   std::vector<Buffer> joined_outs_;
-  std::vector<ResolvedViews> views_;  // by kernel; used by custom kernels
+  std::vector<runtime::ResolvedViews> views_;  // by kernel; used by custom kernels
   // Computed values during a run, by slot: kernel k's output has slot k.
   std::vector<std::optional<Buffer>> values_;
   std::vector<int32_t> slot_of_;  // by node: its slot, or -1 (user inputs)
@@ -292,12 +215,9 @@ class CpuExecutable final : public Executable {
 
   void plan_steps() {
     const Graph& g = *program_.graph;
-    slot_of_.assign(g.num_nodes(), -1);
-    for (size_t k = 0; k < plan_.kernels.size(); ++k)
-      slot_of_[plan_.kernels[k].root.value] = static_cast<int32_t>(k);
-    std::vector<size_t> last_use(g.num_nodes(), 0);
-    for (size_t k = 0; k < plan_.kernels.size(); ++k)
-      for (NodeId r : plan_.kernels[k].reads) last_use[r.value] = k;
+    runtime::Liveness liveness = runtime::plan_liveness(g, plan_);
+    slot_of_ = std::move(liveness.slot_of);
+    frees_ = std::move(liveness.frees);
     steps_.resize(plan_.kernels.size());
     for (size_t k = 0; k < plan_.kernels.size(); ++k) {
       const compiler::Kernel& kn = plan_.kernels[k];
@@ -309,14 +229,8 @@ class CpuExecutable final : public Executable {
       step.reads = static_cast<uint32_t>(operands_.size());
       for (NodeId r : kn.reads) operands_.push_back({r, slot_of_[r.value]});
       step.reads_end = static_cast<uint32_t>(operands_.size());
-      step.frees = static_cast<uint32_t>(frees_.size());
-      for (NodeId r : kn.reads) {
-        const int32_t slot = slot_of_[r.value];
-        if (slot >= 0 && last_use[r.value] == k && !g.is_output(r) &&
-            std::find(frees_.begin() + step.frees, frees_.end(), slot) == frees_.end())
-          frees_.push_back(slot);
-      }
-      step.frees_end = static_cast<uint32_t>(frees_.size());
+      step.frees = liveness.frees_begin[k];
+      step.frees_end = liveness.frees_begin[k + 1];
       if (root.op == Op::Custom) {
         step.matmul = dynamic_cast<const compiler::MatMulOp*>(root.custom.get()) != nullptr;
         step.qmatmul = dynamic_cast<const compiler::QMatMulOp*>(root.custom.get());
@@ -578,7 +492,7 @@ class CpuExecutable final : public Executable {
         }
         int64_t err[3] = {0, 0, 0};
         variant.fns[k](args_.data(), dims.data(), err);
-        if (err[0]) report(*program_.graph, plan_.kernels[k], err);
+        if (err[0]) runtime::raise_kernel_error(*program_.graph, plan_.kernels[k], err);
       }
     }
     if (profile_) profile_->kernels[k] += seconds_since(kernel_start);
@@ -693,16 +607,6 @@ class CpuExecutable final : public Executable {
     return &it->second.second;
   }
 
-  [[noreturn]] static void report(const Graph& g, const compiler::Kernel& k, const int64_t* err) {
-    const Node& n = g.node(k.root);
-    const std::string where =
-        "%" + std::to_string(k.root.value) + " (" + std::string(op_name(n.op)) + ")";
-    const char* what = err[0] == 1 ? "Gather in " : err[0] == 2 ? "Scatter " : "Mod in ";
-    LUM_CHECK(err[0] != 3) << what << where << ": integer division by zero at element " << err[2];
-    LUM_FAIL() << what << where << ": index " << err[1] << " at position " << err[2]
-               << " is out of range";
-  }
-
   CpuOptions options_;
   compiler::Optimized program_;
   compiler::KernelPlan plan_;
@@ -715,40 +619,21 @@ class CpuExecutable final : public Executable {
 std::unique_ptr<Executable> CpuBackend::compile(const Graph& graph) const {
   cpugen::reread_simd_env();
   cpugen::prefetch_tuner(0);  // a malformed LUMINAL_CPU_PREFETCH fails here, not mid-run
-  const auto start = std::chrono::steady_clock::now();
   // Kernels run on OpenMP's thread pool. Asking for its size here also makes this
   // library depend on the OpenMP runtime, so it is never unloaded together with a kernel
   // library while its worker threads are alive.
   const int threads = omp_get_max_threads();
-  const bool log = env_has("LUMINAL_LOG", "info");
-  dump("hlir", graph.to_text(), graph.to_dot());
-  compiler::Optimized program = compiler::optimize(graph);
-  const double opt_s = seconds_since(start);
-  dump("egraph", program.report.to_string());
-  dump("optimized", program.graph->to_text(), program.graph->to_dot());
-  const auto plan_start = std::chrono::steady_clock::now();
-  compiler::KernelPlan plan = compiler::plan_kernels(*program.graph, options_.fuse);
-  const double plan_s = seconds_since(plan_start);
-  dump("kernels", plan.to_text(*program.graph));
+  runtime::PlannedProgram p = runtime::optimize_and_plan(graph, options_.fuse);
   const auto gen_start = std::chrono::steady_clock::now();
-  cpugen::GeneratedSource src = cpugen::generate_source(*program.graph, plan);
+  cpugen::GeneratedSource src = cpugen::generate_source(*p.program.graph, p.plan);
   const double gen_s = seconds_since(gen_start);
   cpugen::JitResult jit = cpugen::compile_and_load(src.code);
-  dump("source", src.code);
-  uint64_t rewrites = 0;
-  for (const auto& r : program.report.rules) rewrites += r.unions;
-  if (log) {
-    std::fprintf(stderr,
-                 "luminal cpu: %zu nodes -> e-graph %s, %llu rewrites -> %zu nodes -> %zu kernels "
-                 "(%zu ops fused); "
-                 "e-graph %.3f s, plan %.3f s, codegen %.3f s, compile %.3f s (%s), total %.3f s; "
-                 "%d threads\n",
-                 graph.num_nodes(), program.summary().c_str(),
-                 static_cast<unsigned long long>(rewrites), program.graph->num_nodes(),
-                 plan.kernels.size(), plan.fused_ops, opt_s, plan_s, gen_s, jit.compile_seconds,
-                 jit.cache_hit ? "cache hit" : "compiled", seconds_since(start), threads);
-  }
-  return std::make_unique<CpuExecutable>(std::move(program), std::move(plan), std::move(src.dims),
+  runtime::dump("source", src.code);
+  char stages[160];
+  std::snprintf(stages, sizeof stages, "codegen %.3f s, compile %.3f s (%s), %d threads", gen_s,
+                jit.compile_seconds, jit.cache_hit ? "cache hit" : "compiled", threads);
+  runtime::log_compile("cpu", graph, p, stages);
+  return std::make_unique<CpuExecutable>(std::move(p.program), std::move(p.plan), std::move(src.dims),
                                          std::move(jit), options_);
 }
 

@@ -2,7 +2,6 @@
 #include "backends/cpu/jit.hpp"
 
 #include <dlfcn.h>
-#include <unistd.h>
 
 #include <array>
 #include <chrono>
@@ -14,11 +13,14 @@
 
 #include "luminal/error.hpp"
 #include "luminal/hash.hpp"
+#include "runtime/kernel_cache.hpp"
 
 namespace luminal::cpugen {
 namespace {
 
 namespace fs = std::filesystem;
+using runtime::cache_dir;
+using runtime::hex;
 
 const char* compiler() {
   const char* c = std::getenv("LUMINAL_CXX");
@@ -48,12 +50,6 @@ const std::string& compiler_version() {
   return v;
 }
 
-std::string hex(uint64_t v) {
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-
 std::unique_ptr<SharedObject> load(const std::string& path) {
   void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   LUM_CHECK(h) << "cannot load compiled kernels " << path << ": " << dlerror();
@@ -72,24 +68,6 @@ void* SharedObject::symbol(const std::string& name) const {
   return s;
 }
 
-std::string cache_dir() {
-  fs::path dir;
-  if (const char* d = std::getenv("LUMINAL_CACHE_DIR"); d && *d) {
-    dir = d;
-  } else if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) {
-    dir = fs::path(x) / "luminal";
-  } else if (const char* home = std::getenv("HOME"); home && *home) {
-    dir = fs::path(home) / ".cache" / "luminal";
-  } else {
-    dir = fs::temp_directory_path() / "luminal-cache";
-  }
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  LUM_CHECK(!ec) << "cannot create the kernel cache directory " << dir << ": " << ec.message()
-                 << " (set LUMINAL_CACHE_DIR)";
-  return dir.string();
-}
-
 JitResult compile_and_load(const std::string& source) {
   const auto start = std::chrono::steady_clock::now();
   const std::string key = hex(hash_bytes(source, hash_bytes(flags() + compiler_version())));
@@ -103,9 +81,7 @@ JitResult compile_and_load(const std::string& source) {
   }
   // Write to unique temporary names, then rename: concurrent compiles never see a
   // half-written file.
-  const std::string tag =
-      std::to_string(getpid()) + "-" +
-      hex(hash_bytes(std::to_string(std::chrono::steady_clock::now().time_since_epoch().count())));
+  const std::string tag = runtime::unique_tag();
   const fs::path src = dir / ("k" + key + ".cpp");
   const fs::path tmp = dir / ("k" + key + "." + tag + ".tmp.so");
   {

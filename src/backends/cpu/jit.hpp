@@ -29,10 +29,6 @@ struct JitResult {
   double compile_seconds = 0;
 };
 
-/// The cache directory: $LUMINAL_CACHE_DIR, else $XDG_CACHE_HOME/luminal, else
-/// ~/.cache/luminal (created on demand).
-std::string cache_dir();
-
 /// Compiles (or finds in the cache) and loads `source`. A compiler failure keeps the
 /// source on disk and raises luminal::Error naming it with the compiler's message.
 JitResult compile_and_load(const std::string& source);

@@ -11,13 +11,15 @@
 #include <string>
 #include <utility>
 
-#include "backends/cpu/env.hpp"
-#include "backends/cpu/jit.hpp"
+#include "runtime/env.hpp"
+#include "runtime/kernel_cache.hpp"
 #include "luminal/error.hpp"
 #include "luminal/hash.hpp"
 
 namespace luminal::cpugen {
 namespace {
+
+using runtime::env_has;
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -39,7 +41,7 @@ std::string remembered_path(const char* kind) {
   char name[64];
   std::snprintf(name, sizeof name, "prefetch-%s-%016llx", kind,
                 static_cast<unsigned long long>(hash_bytes(key)));
-  return (std::filesystem::path(cache_dir()) / name).string();
+  return (std::filesystem::path(runtime::cache_dir()) / name).string();
 }
 
 // Prints the kept distance and why: `why`, or else each candidate's median rate.

@@ -1,4 +1,5 @@
-// The C++ helpers every generated CPU kernel file starts with.
+// The C++ helpers every generated CPU kernel file starts with, before the scalar helpers
+// both backends share (runtime::scalar_prelude).
 #include "backends/cpu/codegen.hpp"
 
 namespace luminal::cpugen {
@@ -31,29 +32,14 @@ inline void lum_for(int64_t n, int64_t elements, Body&& body) {
   }
 }
 
-inline float lum_h2f(uint16_t h) {
-  const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
-  uint32_t b;
-  if (exp == 0) { const float m = (float)man * 0x1p-24f; std::memcpy(&b, &m, 4); b |= sign; }
-  else if (exp == 31) b = sign | 0x7f800000u | (man << 13);
-  else b = sign | ((exp + 112) << 23) | (man << 13);
-  float f; std::memcpy(&f, &b, 4);
-  return f;
-}
-// Round-to-nearest-even float -> binary16.
-inline uint16_t lum_f2h(float f) {
-  uint32_t x; std::memcpy(&x, &f, 4);
-  const uint32_t sign = (x >> 16) & 0x8000u;
-  uint32_t a = x & 0x7fffffffu;
-  if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);
-  if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);  // rounds to infinity
-  if (a < 0x38800000u) {  // subnormal or zero in half
-    float m; std::memcpy(&m, &a, 4);
-    return (uint16_t)(sign | (uint32_t)std::nearbyint(m * 16777216.0f));
-  }
-  const uint32_t mant_odd = (a >> 13) & 1u;
-  a += 0xc8000fffu + mant_odd;  // rebias exponent (-112 << 23) and round
-  return (uint16_t)(sign | (a >> 13));
+// What runtime::scalar_prelude() expects of the backend.
+#define LUM_FN static inline
+inline uint32_t lum_f2u(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
+inline float lum_u2f(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
+inline double lum_u2d(uint64_t u) { double d; std::memcpy(&d, &u, 8); return d; }
+// Records the first error: code, offending value, position.
+inline void lum_fail(int64_t* err, int64_t code, int64_t value, int64_t pos) {
+  if (err[0] == 0) { err[0] = code; err[1] = value; err[2] = pos; }
 }
 // exp2 that vectorises (libm's exp2f is an opaque call): x = n + f with |f| <= 1/2,
 // 2^f by a degree-6 polynomial (relative error below 2e-7), 2^n applied in two halves
@@ -73,96 +59,6 @@ inline float lum_exp2f(float x) {
   float s1, s2; std::memcpy(&s1, &b1, 4); std::memcpy(&s2, &b2, 4);
   return p * s1 * s2;
 }
-inline float lum_bf2f(uint16_t b) { uint32_t x = (uint32_t)b << 16; float f; std::memcpy(&f, &x, 4); return f; }
-inline uint16_t lum_f2bf(float f) {
-  uint32_t x; std::memcpy(&x, &f, 4);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u);
-  return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
-}
-inline float lum_round_f16(float f) { return lum_h2f(lum_f2h(f)); }
-inline float lum_round_bf16(float f) { return lum_bf2f(lum_f2bf(f)); }
-// Float -> integer: truncate toward zero, saturate, NaN -> 0.
-inline int64_t lum_f2i(double v, double lo, double hi) {
-  if (v != v) return 0;
-  v = std::trunc(v);
-  if (v <= lo) return (int64_t)lo;
-  if (v >= hi) return v >= 9.2233720368547758e18 ? std::numeric_limits<int64_t>::max() : (int64_t)hi;
-  return (int64_t)v;
-}
-inline int64_t lum_wrap_add(int64_t a, int64_t b) { return (int64_t)((uint64_t)a + (uint64_t)b); }
-inline int64_t lum_wrap_mul(int64_t a, int64_t b) { return (int64_t)((uint64_t)a * (uint64_t)b); }
-// Records the first error: code, offending value, position.
-inline void lum_fail(int64_t* err, int64_t code, int64_t value, int64_t pos) {
-  if (err[0] == 0) { err[0] = code; err[1] = value; err[2] = pos; }
-}
-inline int64_t lum_imod(int64_t a, int64_t b, int64_t* err, int64_t pos) {
-  if (b == 0) { lum_fail(err, 3, a, pos); return 0; }
-  return b == -1 ? 0 : a % b;
-}
-// One element of a block-stored (ggml format) input, as luminal::dequantize decodes it.
-inline float lum_dq_half(const uint8_t* p) { uint16_t h; std::memcpy(&h, p, 2); return lum_h2f(h); }
-inline float lum_dq_f32(const uint8_t* p, int64_t i) { float v; std::memcpy(&v, p + 4 * i, 4); return v; }
-inline float lum_dq_f16(const uint8_t* p, int64_t i) { return lum_dq_half(p + 2 * i); }
-inline float lum_dq_bf16(const uint8_t* p, int64_t i) { uint16_t h; std::memcpy(&h, p + 2 * i, 2); return lum_bf2f(h); }
-inline float lum_dq_q4_0(const uint8_t* p, int64_t i) {
-  const uint8_t* b = p + (i / 32) * 18; const int j = (int)(i % 32);
-  const uint8_t q = b[2 + j % 16];
-  return (float)((j < 16 ? q & 0xF : q >> 4) - 8) * lum_dq_half(b);
-}
-inline float lum_dq_q4_1(const uint8_t* p, int64_t i) {
-  const uint8_t* b = p + (i / 32) * 20; const int j = (int)(i % 32);
-  const uint8_t q = b[4 + j % 16];
-  return (float)(j < 16 ? q & 0xF : q >> 4) * lum_dq_half(b) + lum_dq_half(b + 2);
-}
-inline int lum_q5_value(const uint8_t* qh_at, const uint8_t* qs, int j) {
-  uint32_t qh; std::memcpy(&qh, qh_at, 4);
-  const uint8_t q = qs[j % 16];
-  return (j < 16 ? q & 0xF : q >> 4) | (int)(((qh >> j) & 1u) << 4);
-}
-inline float lum_dq_q5_0(const uint8_t* p, int64_t i) {
-  const uint8_t* b = p + (i / 32) * 22; const int j = (int)(i % 32);
-  return (float)(lum_q5_value(b + 2, b + 6, j) - 16) * lum_dq_half(b);
-}
-inline float lum_dq_q5_1(const uint8_t* p, int64_t i) {
-  const uint8_t* b = p + (i / 32) * 24; const int j = (int)(i % 32);
-  return (float)lum_q5_value(b + 4, b + 8, j) * lum_dq_half(b) + lum_dq_half(b + 2);
-}
-inline float lum_dq_q8_0(const uint8_t* p, int64_t i) {
-  const uint8_t* b = p + (i / 32) * 34;
-  return (float)(int8_t)b[2 + i % 32] * lum_dq_half(b);
-}
-inline void lum_k4_scale_min(int j, const uint8_t* s, int* sc, int* m) {
-  if (j < 4) { *sc = s[j] & 63; *m = s[j + 4] & 63; }
-  else { *sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4); *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4); }
-}
-inline float lum_dq_k4(const uint8_t* b, const uint8_t* qh, const uint8_t* qs, int j) {
-  const int c = j / 64, l = j % 64, sub = 2 * c + (l >= 32);
-  int sc, m; lum_k4_scale_min(sub, b + 4, &sc, &m);
-  const uint8_t q = qs[32 * c + l % 32];
-  int v = l < 32 ? q & 0xF : q >> 4;
-  if (qh && ((qh[l % 32] >> sub) & 1)) v += 16;
-  return lum_dq_half(b) * (float)sc * (float)v - lum_dq_half(b + 2) * (float)m;
-}
-inline float lum_dq_q4_k(const uint8_t* p, int64_t i) {
-  const uint8_t* b = p + (i / 256) * 144;
-  return lum_dq_k4(b, nullptr, b + 16, (int)(i % 256));
-}
-inline float lum_dq_q5_k(const uint8_t* p, int64_t i) {
-  const uint8_t* b = p + (i / 256) * 176;
-  return lum_dq_k4(b, b + 16, b + 48, (int)(i % 256));
-}
-inline float lum_dq_q6_k(const uint8_t* p, int64_t i) {
-  const uint8_t* b = p + (i / 256) * 210; const int j = (int)(i % 256);
-  const int h = j / 128, e = j % 128, l = e % 32, k = e / 32;
-  const uint8_t lo = b[64 * h + l + 32 * (k & 1)];
-  const int q = ((k < 2 ? lo & 0xF : lo >> 4) | (((b[128 + 32 * h + l] >> (2 * k)) & 3) << 4)) - 32;
-  return lum_dq_half(b + 208) * (float)(int8_t)b[192 + 8 * h + l / 16 + 2 * k] * (float)q;
-}
-template <class T> inline T lum_max(T acc, T v) { return (acc != acc) ? acc : ((v != v || v > acc) ? v : acc); }
-
-}  // namespace
-
-#define LUM_EXPR_FN static inline
 )PRELUDE";
 }
 

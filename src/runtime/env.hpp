@@ -1,10 +1,10 @@
-// The CPU backend's switches in the environment (private to src/backends/cpu).
+// Switches read from the environment by every backend (LUMINAL_LOG, LUMINAL_DUMP, ...).
 #pragma once
 
 #include <cstdlib>
 #include <cstring>
 
-namespace luminal::cpugen {
+namespace luminal::runtime {
 
 /// Whether environment variable `var` is set and contains `word` (LUMINAL_LOG=info,
 /// LUMINAL_DUMP=hlir,kernels, ...).
@@ -13,4 +13,4 @@ inline bool env_has(const char* var, const char* word) {
   return v && std::strstr(v, word);
 }
 
-}  // namespace luminal::cpugen
+}  // namespace luminal::runtime

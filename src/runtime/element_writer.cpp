@@ -1,0 +1,376 @@
+// Renders a kernel's value at one output element as C statements (see element_writer.hpp).
+#include "runtime/element_writer.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <limits>
+
+#include "luminal/error.hpp"
+#include "luminal/quant.hpp"
+
+namespace luminal::runtime {
+namespace {
+
+// Applies the rounding or wrapping the reference performs when it stores a value of
+// dtype `t`, so that fused chains match op-by-op evaluation.
+std::string normalize(DType t, const std::string& v) {
+  switch (t) {
+    case DType::F16:
+      return "lum_round_f16(" + v + ")";
+    case DType::BF16:
+      return "lum_round_bf16(" + v + ")";
+    case DType::I32:
+      return "(int64_t)(int32_t)(" + v + ")";
+    case DType::I8:
+      return "(int64_t)(int8_t)(" + v + ")";
+    case DType::U8:
+      return "(int64_t)(uint8_t)(" + v + ")";
+    case DType::Bool:
+      return "(int64_t)((" + v + ") != 0)";
+    default:
+      return v;
+  }
+}
+
+std::pair<double, double> int_range(DType t) {
+  switch (t) {
+    case DType::I32:
+      return {std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max()};
+    case DType::I8:
+      return {-128, 127};
+    case DType::U8:
+      return {0, 255};
+    case DType::Bool:
+      return {0, 1};
+    default:
+      return {-9.2233720368547758e18, 9.2233720368547758e18};
+  }
+}
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+}  // namespace
+
+std::string compute_type(DType t) {
+  if (t == DType::F64) return "double";
+  return is_float(t) ? "float" : "int64_t";
+}
+
+std::string storage_type(DType t) {
+  switch (t) {
+    case DType::F32:
+      return "float";
+    case DType::F64:
+      return "double";
+    case DType::F16:
+    case DType::BF16:
+      return "uint16_t";
+    case DType::I32:
+      return "int32_t";
+    case DType::I64:
+      return "int64_t";
+    case DType::I8:
+      return "int8_t";
+    case DType::U8:
+    case DType::Bool:
+      return "uint8_t";
+  }
+  return "?";
+}
+
+// Converts a stored element to its compute type.
+std::string load_expr(DType t, const std::string& element) {
+  switch (t) {
+    case DType::F16:
+      return "lum_h2f(" + element + ")";
+    case DType::BF16:
+      return "lum_bf2f(" + element + ")";
+    case DType::F32:
+    case DType::F64:
+      return element;
+    default:
+      return "(int64_t)(" + element + ")";
+  }
+}
+
+// Converts a compute value to its storage type (integers wrap, as the reference does).
+std::string store_expr(DType t, const std::string& v) {
+  switch (t) {
+    case DType::F16:
+      return "lum_f2h(" + v + ")";
+    case DType::BF16:
+      return "lum_f2bf(" + v + ")";
+    case DType::Bool:
+      return "(uint8_t)((" + v + ") != 0)";
+    default:
+      return "(" + storage_type(t) + ")(" + v + ")";
+  }
+}
+
+std::string literal(double v, DType t) {
+  if (!is_float(t)) return std::to_string(static_cast<int64_t>(v)) + "LL";
+  const bool f64 = t == DType::F64;
+  if (std::isnan(v)) return f64 ? "lum_u2d(0x7ff8000000000000ull)" : "lum_u2f(0x7fc00000u)";
+  if (std::isinf(v)) {
+    if (f64) return v < 0 ? "lum_u2d(0xfff0000000000000ull)" : "lum_u2d(0x7ff0000000000000ull)";
+    return v < 0 ? "lum_u2f(0xff800000u)" : "lum_u2f(0x7f800000u)";
+  }
+  std::ostringstream os;
+  os.precision(17);
+  os << v;
+  std::string s = os.str();
+  if (s.find_first_of(".e") == std::string::npos) s += ".0";
+  return t == DType::F64 ? s : s + "f";
+}
+
+int64_t lowest_int(DType t) {
+  switch (t) {
+    case DType::I32:
+      return std::numeric_limits<int32_t>::min();
+    case DType::I8:
+      return -128;
+    case DType::U8:
+      return 0;
+    default:
+      return std::numeric_limits<int64_t>::min();
+  }
+}
+
+// Row-major flat index of a multi-index in `shape`.
+Expr flatten(const std::vector<Expr>& idx, const std::vector<Expr>& shape) {
+  Expr f = 0;
+  for (size_t d = 0; d < shape.size(); ++d) f = f * shape[d] + idx[d];
+  return f;
+}
+
+ElementWriter::ElementWriter(const Graph& g, const compiler::KernelPlan& plan,
+                             const compiler::Kernel& k)
+    : g_(g), plan_(plan), k_(k) {
+  for (size_t i = 0; i < k.reads.size(); ++i) slot_[k.reads[i].value] = i + 1;
+}
+
+std::string ElementWriter::output_type() const {
+  return storage_type(g_.node(k_.root).dtype);
+}
+
+std::string ElementWriter::input_type(size_t i) const {
+  const Node& r = g_.node(k_.reads[i]);
+  return r.quant != kPlainStorage ? "uint8_t" : storage_type(r.dtype);
+}
+
+// A loop counter named `name` over [0, size), with its range recorded.
+Expr ElementWriter::counter(const std::string& name, Expr size) {
+  const auto c = size.as_const();
+  const Expr v = c ? Expr::var(name, 0, std::max<int64_t>(*c - 1, 0)) : Expr::var(name);
+  ranges_[name] = {Expr(0), size};
+  counters_[name] = v;
+  return v;
+}
+
+// Splits the flat counter `flat` (a C variable) into one counter per dim of `shape`,
+// declared once where it is called; dims of size 1 get index 0. The counters carry
+// their (symbolic) ranges, so index math over them simplifies without divisions.
+std::vector<Expr> ElementWriter::split_counter(const std::string& flat, const std::vector<Expr>& shape,
+                                const std::string& indent) {
+  const std::vector<Expr> parts = View::contiguous(shape).unflatten(Expr::var(flat));
+  std::vector<Expr> idx;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == Expr(1)) {
+      idx.emplace_back(0);
+      continue;
+    }
+    const std::string name = "lum_i" + std::to_string(next_++);
+    note_vars(parts[d]);
+    os_ << indent << "const int64_t " << name << " = " << parts[d].to_c() << ";\n";
+    idx.push_back(counter(name, shape[d]));
+  }
+  return idx;
+}
+
+// Inside a padding guard, a masked dim's counter is known to lie within the mask.
+void ElementWriter::narrow(const View& view, const std::vector<Expr>& idx) {
+  for (size_t d = 0; d < view.rank(); ++d) {
+    if (!view.is_masked(d)) continue;
+    std::vector<std::string> ranged;
+    for (const std::string& name : idx[d].variables())
+      if (ranges_.count(name)) ranged.push_back(name);
+    if (ranged.size() != 1) continue;
+    const Expr offset = idx[d] - counters_.at(ranged[0]);  // idx = counter + offset?
+    const std::vector<std::string> rest = offset.variables();
+    if (std::any_of(rest.begin(), rest.end(),
+                    [&](const std::string& n) { return ranges_.count(n) > 0; }))
+      continue;
+    VarRange& r = ranges_[ranged[0]];
+    r = {max(r.lo, view.mask_lo(d) - offset), min(r.hi, view.mask_hi(d) - offset)};
+  }
+}
+
+void ElementWriter::note_vars(Expr e) {
+  for (const std::string& v : e.variables())
+    if (v.rfind("lum_", 0) != 0) vars_.insert(v);
+}
+
+// Loads element `flat` of a stored value (decoding it if the input is block-stored).
+std::string ElementWriter::load(NodeId n, Expr flat) {
+  const Node& node = g_.node(n);
+  flat = within(flat);
+  note_vars(flat);
+  const std::string buf = "in" + std::to_string(slot_.at(n.value));
+  if (node.quant != kPlainStorage)
+    return "lum_dq_" + lower(ggml_type_name(node.quant)) + "(" + buf + ", " + flat.to_c() + ")";
+  return load_expr(node.dtype, buf + "[" + flat.to_c() + "]");
+}
+
+// The value an edge supplies at the consumer's logical index: through the view, with
+// padding reading zero.
+std::string ElementWriter::operand(const Edge& e, const std::vector<Expr>& idx, const std::string& indent) {
+  const NodeId src = plan_.canon(e.source);
+  const Node& p = g_.node(src);
+  const View contiguous = View::contiguous(p.shape);
+  if (e.view == contiguous) return value(src, idx, indent);
+  // A stored value is read at the flat offset itself; only a fused producer needs its
+  // multi-index.
+  const bool stored = src != k_.root && plan_.materialized[src.value];
+  const auto read = [&](const std::string& ind) {
+    const Expr flat = within(e.view.index(idx));
+    if (stored) return load(src, flat);
+    std::vector<Expr> pidx = contiguous.unflatten(flat);
+    for (Expr& i : pidx) i = within(i);
+    return value(src, pidx, ind);
+  };
+  const Expr valid = within(e.view.valid(idx));
+  note_vars(valid);
+  if (valid == Expr(1)) return read(indent);
+  const std::string t = compute_type(p.dtype), name = fresh();
+  os_ << indent << t << " " << name << " = 0;\n";
+  os_ << indent << "if (" << valid.to_c() << ") {\n";
+  const VarRanges outside = ranges_;
+  narrow(e.view, idx);
+  const std::string inner = read(indent + "  ");
+  ranges_ = outside;
+  os_ << indent << "  " << name << " = " << inner << ";\n" << indent << "}\n";
+  return name;
+}
+
+// Emits statements computing node `n` at multi-index `idx`; returns a C expression.
+std::string ElementWriter::value(NodeId n, const std::vector<Expr>& idx, const std::string& indent) {
+  n = plan_.canon(n);
+  const Node& node = g_.node(n);
+  const std::string t = compute_type(node.dtype);
+  if (n != k_.root && plan_.materialized[n.value]) return load(n, flatten(idx, node.shape));
+  auto bind = [&](const std::string& expr) {
+    const std::string name = fresh();
+    os_ << indent << "const " << t << " " << name << " = " << expr << ";\n";
+    return name;
+  };
+  auto in = [&](size_t k) { return operand(node.inputs[k], idx, indent); };
+  const bool f = is_float(node.dtype);
+  const std::string suffix = node.dtype == DType::F64 ? "" : "f";
+  switch (node.op) {
+    case Op::Constant:
+      return node.value.is_int && !f ? std::to_string(node.value.i) + "LL"
+                                     : literal(node.value.as_double(), node.dtype);
+    case Op::Iota: {
+      const Expr z = flatten(idx, node.shape);
+      const Expr v = within(node.iota.substitute("z", z));
+      note_vars(v);
+      return bind(rounded(n, node.dtype, "(" + t + ")(" + v.to_c() + ")"));
+    }
+    case Op::Contiguous:
+      return in(0);
+    case Op::Cast:
+      return bind(cast(n, node.inputs[0], in(0), node.dtype));
+    case Op::Log2:
+      return bind(rounded(n, node.dtype, "log2" + suffix + "(" + in(0) + ")"));
+    case Op::Exp2:  // lum_exp2f vectorises; double keeps libm
+      return bind(
+          rounded(n, node.dtype,
+                  (f && suffix == "f" ? "lum_exp2f(" : "exp2" + suffix + "(") + in(0) + ")"));
+    case Op::Sin:
+      return bind(rounded(n, node.dtype, "sin" + suffix + "(" + in(0) + ")"));
+    case Op::Sqrt:
+      return bind(rounded(n, node.dtype, "sqrt" + suffix + "(" + in(0) + ")"));
+    case Op::Recip:
+      return bind(rounded(n, node.dtype, "(" + t + ")1 / " + in(0)));
+    case Op::Add: {
+      const std::string a = in(0), b = in(1);
+      return bind(
+          rounded(n, node.dtype, f ? a + " + " + b : "lum_wrap_add(" + a + ", " + b + ")"));
+    }
+    case Op::Mul: {
+      const std::string a = in(0), b = in(1);
+      return bind(
+          rounded(n, node.dtype, f ? a + " * " + b : "lum_wrap_mul(" + a + ", " + b + ")"));
+    }
+    case Op::Mod: {
+      const std::string a = in(0), b = in(1);
+      return bind(rounded(n, node.dtype,
+                          f ? "fmod" + suffix + "(" + a + ", " + b + ")"
+                            : "lum_imod(" + a + ", " + b + ", err, lum_o)"));
+    }
+    case Op::LessThan: {
+      const std::string a = in(0), b = in(1);
+      return bind("(int64_t)(" + a + " < " + b + ")");
+    }
+    case Op::Where: {
+      const std::string c = in(0), a = in(1), b = in(2);
+      return bind("(" + c + ") ? " + a + " : " + b);
+    }
+    case Op::Gather:
+      return gather(node, idx, indent);
+    default:
+      break;
+  }
+  LUM_FAIL() << "code generation: no rendering for " << op_name(node.op) << " (%" << n.value
+             << ")";
+}
+
+// Node n's value rounded or wrapped as the reference stores a value of dtype t (see
+// normalize), except at the kernel's root, whose store does the same: rounding there as
+// well (float -> half -> float -> half per element) made a decode step's key and value
+// cache casts take twice as long.
+std::string ElementWriter::rounded(NodeId n, DType t, const std::string& v) const {
+  return n == k_.root ? v : normalize(t, v);
+}
+
+std::string ElementWriter::cast(NodeId n, const Edge& e, const std::string& v, DType to) {
+  const DType from = g_.node(plan_.canon(e.source)).dtype;
+  if (to == DType::Bool) return "(int64_t)(" + v + " != 0)";
+  if (is_float(to)) {
+    const std::string widened = "(" + compute_type(to) + ")(" + v + ")";
+    return rounded(n, to, widened);
+  }
+  if (is_float(from)) {
+    const auto [lo, hi] = int_range(to);
+    return rounded(
+        n, to,
+        "lum_f2i(" + v + ", " + literal(lo, DType::F64) + ", " + literal(hi, DType::F64) + ")");
+  }
+  return rounded(n, to, v);
+}
+
+std::string ElementWriter::gather(const Node& node, const std::vector<Expr>& idx, const std::string& indent) {
+  const std::string pos = operand(node.inputs[1], idx, indent);
+  const Edge& data = node.inputs[0];
+  const Expr limit = product(data.view.shape());
+  note_vars(limit);
+  const std::string g = "lum_g" + std::to_string(next_++);
+  os_ << indent << "const int64_t " << g << " = " << pos << ";\n";
+  const std::string out = fresh();
+  const std::string t = compute_type(node.dtype);
+  os_ << indent << t << " " << out << " = 0;\n";
+  os_ << indent << "if (" << g << " < 0 || " << g << " >= " << limit.to_c() << ") {\n"
+      << indent << "  lum_fail(err, 1, " << g << ", lum_o);\n"
+      << indent << "} else {\n";
+  const std::vector<Expr> didx =
+      View::contiguous(data.view.shape()).unflatten(Expr::var(g, kExprNegInf, kExprInf));
+  const std::string v = operand(data, didx, indent + "  ");
+  os_ << indent << "  " << out << " = " << v << ";\n" << indent << "}\n";
+  return out;
+}
+
+}  // namespace luminal::runtime

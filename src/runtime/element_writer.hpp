@@ -1,0 +1,92 @@
+// What every code-generating backend shares: rendering a planned kernel's value at one
+// output element as C statements. Fused producers are evaluated inline at the index
+// their consumer's view maps to (so permutes, broadcasts, slices and padding cost only
+// index math), materialised ones are loaded from their buffers, and each value is
+// rounded or wrapped as the reference interpreter stores it. A backend derives from
+// ElementWriter and writes the loops around it (OpenMP loops on the CPU, grid-stride
+// threads on CUDA); the helpers the statements call (lum_h2f, lum_wrap_add, ...) come
+// from scalar_prelude() plus the few each backend defines for itself.
+#pragma once
+
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "luminal/compiler/plan.hpp"
+#include "luminal/expr.hpp"
+
+namespace luminal::runtime {
+
+/// The C type a value of dtype `t` is computed in: float, double or int64_t.
+std::string compute_type(DType t);
+/// The C type one element of dtype `t` is stored as.
+std::string storage_type(DType t);
+/// A stored element converted to its compute type.
+std::string load_expr(DType t, const std::string& element);
+/// A compute value converted to its storage type (integers wrap, as the reference does).
+std::string store_expr(DType t, const std::string& v);
+/// A literal of dtype `t` (NaN and infinities through the prelude's lum_u2f / lum_u2d).
+std::string literal(double v, DType t);
+/// The smallest value of integer dtype `t`, the start of a max reduction.
+int64_t lowest_int(DType t);
+/// Row-major flat index of a multi-index in `shape`.
+Expr flatten(const std::vector<Expr>& idx, const std::vector<Expr>& shape);
+
+/// Scalar helpers both backends' kernels call, written in the C subset that g++ and
+/// NVRTC share. It expects each backend to have defined, before it: LUM_FN (how a helper
+/// is declared), lum_f2u / lum_u2f / lum_u2d (bit casts), lum_fail (record an error) and
+/// the integer types int64_t, uint32_t, uint16_t, uint8_t, int8_t, int32_t, uint64_t.
+std::string_view scalar_prelude();
+
+class ElementWriter {
+ public:
+  ElementWriter(const Graph& g, const compiler::KernelPlan& plan, const compiler::Kernel& k);
+  virtual ~ElementWriter() = default;
+
+  /// Symbolic dims the kernel's code mentions (its dims parameters).
+  const std::set<std::string>& vars() const { return vars_; }
+
+ protected:
+  /// A loop counter named `name` over [0, size), with its range recorded.
+  Expr counter(const std::string& name, Expr size);
+  /// Splits the flat counter `flat` (a C variable) into one counter per dim of `shape`,
+  /// declared where it is called; dims of size 1 get index 0. The counters carry their
+  /// ranges, so index math over them simplifies without divisions.
+  std::vector<Expr> split_counter(const std::string& flat, const std::vector<Expr>& shape,
+                                  const std::string& indent);
+  /// Records the symbolic dims `e` mentions.
+  void note_vars(Expr e);
+  /// Emits statements computing node `n` at multi-index `idx`; returns a C expression.
+  std::string value(NodeId n, const std::vector<Expr>& idx, const std::string& indent);
+  /// The value an edge supplies at the consumer's logical index, padding reading zero.
+  std::string operand(const Edge& e, const std::vector<Expr>& idx, const std::string& indent);
+  /// The C element types of the output buffer and of read i (0-based); block-stored
+  /// inputs are bytes.
+  std::string output_type() const;
+  std::string input_type(size_t i) const;
+
+  const Graph& g_;
+  const compiler::KernelPlan& plan_;
+  const compiler::Kernel& k_;
+  std::ostringstream os_;
+
+ private:
+  Expr within(Expr e) const { return simplify_within(e, ranges_); }
+  void narrow(const View& view, const std::vector<Expr>& idx);
+  std::string fresh() { return "t" + std::to_string(next_++); }
+  std::string load(NodeId n, Expr flat);
+  std::string rounded(NodeId n, DType t, const std::string& v) const;
+  std::string cast(NodeId n, const Edge& e, const std::string& v, DType to);
+  std::string gather(const Node& node, const std::vector<Expr>& idx, const std::string& indent);
+
+  std::map<uint32_t, size_t> slot_;
+  std::set<std::string> vars_;
+  VarRanges ranges_;                      // of the loop counters in scope
+  std::map<std::string, Expr> counters_;  // by name
+  int next_ = 0;
+};
+
+}  // namespace luminal::runtime
