@@ -15,6 +15,7 @@ class Bindings;
 struct RunStats {
   size_t nodes_run = 0;
   size_t peak_bytes = 0;  // intermediate values alive at once, at the peak
+  double device_seconds = 0;  // the kernels alone, timed by device events (GPU backends)
 };
 
 class Executable {

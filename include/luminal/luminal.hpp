@@ -4,6 +4,7 @@
 #include "luminal/backend.hpp"
 #include "luminal/buffer.hpp"
 #include "luminal/cpu.hpp"
+#include "luminal/cuda.hpp"
 #include "luminal/dtype.hpp"
 #include "luminal/error.hpp"
 #include "luminal/expr.hpp"

@@ -1,0 +1,94 @@
+// luminal's CUDA backend on the benchmark shapes: prints one line per case,
+// "<case> <median ms>", the kernels alone timed by device events (RunStats::device_seconds)
+// after warm-up. bench/compare_cuda.py runs it beside PyTorch and prints the ratios.
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "luminal/luminal.hpp"
+
+using namespace luminal;
+
+namespace {
+
+std::vector<float> random_floats(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<float> v(n);
+  for (float& x : v) x = std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng);
+  return v;
+}
+
+// Median device time of `runs` executions after `warmup` ones.
+double median_ms(Graph& cx, int warmup, int runs) {
+  for (int i = 0; i < warmup; ++i) cx.execute();
+  std::vector<double> t;
+  for (int i = 0; i < runs; ++i) {
+    cx.execute();
+    t.push_back(cx.last_run_stats().device_seconds * 1e3);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+void report(const char* name, double ms) {
+  std::printf("%s %.4f\n", name, ms);
+  std::fflush(stdout);
+}
+
+// y = the 8-op chain compare_cuda.py gives PyTorch: mul, add, sin, mul, add, sqrt-of-square
+// plus one, recip, mul.
+void elementwise_chain() {
+  const int64_t n = int64_t{256} << 20;
+  Graph cx;
+  Tensor x = cx.named_tensor("x", {n});
+  x.set(random_floats(static_cast<size_t>(n), 1));
+  Tensor y = ((((x * 1.5 + 0.25).sin() * x) + 2.0) * 0.5).recip() * x;
+  y.retrieve();
+  cx.compile(cuda());
+  report("chain8_f32_256M", median_ms(cx, 3, 10));
+}
+
+void gemm(int64_t n, const char* name) {
+  Graph cx;
+  Tensor a = cx.named_tensor("a", {n, n});
+  Tensor b = cx.named_tensor("b", {n, n});
+  a.set(random_floats(static_cast<size_t>(n * n), 2));
+  b.set(random_floats(static_cast<size_t>(n * n), 3));
+  a.matmul(b).retrieve();
+  cx.compile(cuda());
+  report(name, median_ms(cx, 3, 20));
+}
+
+void row_op(const char* name, const std::function<Tensor(Tensor)>& op) {
+  const int64_t rows = 8192, cols = 8192;
+  Graph cx;
+  Tensor x = cx.named_tensor("x", {rows, cols});
+  x.set(random_floats(static_cast<size_t>(rows * cols), 4));
+  op(x).retrieve();
+  cx.compile(cuda());
+  report(name, median_ms(cx, 3, 20));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string why;
+  if (!cuda_available(&why)) {
+    std::fprintf(stderr, "bench_cuda: no GPU: %s\n", why.c_str());
+    return 2;
+  }
+  const std::string only = argc > 1 ? argv[1] : "";
+  auto want = [&](const char* c) { return only.empty() || std::strstr(c, only.c_str()); };
+  if (want("chain8")) elementwise_chain();
+  if (want("gemm")) gemm(4096, "gemm_f32_4096");
+  if (want("softmax")) row_op("softmax_f32_8192x8192", [](Tensor x) { return x.softmax(1); });
+  if (want("rmsnorm"))
+    row_op("rmsnorm_f32_8192x8192", [](Tensor x) {
+      return x * ((x * x).mean({1}, true) + 1e-6).rsqrt();
+    });
+  return 0;
+}

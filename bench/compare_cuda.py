@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""luminal's CUDA backend against PyTorch on the same GPU, in one run.
+
+Measures the floors first (device copy bandwidth, torch's GEMM rate), then each case
+of bench_cuda beside its PyTorch peer (eager, and torch.compile where it fuses), and
+prints a table of times and ratios (peer time / luminal time: above 1 is faster).
+Usage: compare_cuda.py path/to/bench_cuda
+"""
+import subprocess
+import sys
+
+import torch
+
+
+def bench(fn, warmup=3, runs=20):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(runs):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def chain(x):
+    return ((((x * 1.5 + 0.25).sin() * x) + 2.0) * 0.5).reciprocal() * x
+
+
+def rmsnorm(x):
+    return x * torch.rsqrt((x * x).mean(1, keepdim=True) + 1e-6)
+
+
+def main():
+    exe = sys.argv[1]
+    dev = torch.device("cuda")
+    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
+    peers = {}
+    n = 256 << 20
+    x = torch.rand(n, device=dev) * 2 - 1
+    y = torch.empty_like(x)
+    copy_ms = bench(lambda: y.copy_(x))
+    copy_gbs = 2 * n * 4 / copy_ms / 1e6
+    print(f"floor: device copy {copy_gbs:.0f} GB/s (read + write of 1 GiB in {copy_ms:.3f} ms)")
+    peers["chain8_f32_256M"] = {"eager": bench(lambda: chain(x)),
+                                "compile": bench(lambda c=torch.compile(chain): c(x))}
+    a = torch.rand(4096, 4096, device=dev)
+    b = torch.rand(4096, 4096, device=dev)
+    peers["gemm_f32_4096"] = {"matmul": bench(lambda: a @ b)}
+    ab, bb = a.bfloat16(), b.bfloat16()
+    bf16_ms = bench(lambda: ab @ bb)
+    print(f"floor: torch bf16 GEMM 4096^3 {2 * 4096**3 / bf16_ms / 1e9:.0f} TFLOP/s, "
+          f"f32 {2 * 4096**3 / peers['gemm_f32_4096']['matmul'] / 1e9:.1f} TFLOP/s")
+    r = torch.rand(8192, 8192, device=dev)
+    peers["softmax_f32_8192x8192"] = {"eager": bench(lambda: torch.softmax(r, 1)),
+                                      "compile": bench(lambda c=torch.compile(lambda t: torch.softmax(t, 1)): c(r))}
+    peers["rmsnorm_f32_8192x8192"] = {"eager": bench(lambda: rmsnorm(r)),
+                                      "compile": bench(lambda c=torch.compile(rmsnorm): c(r))}
+    del x, y, a, b, ab, bb, r
+    torch.cuda.empty_cache()
+    out = subprocess.run([exe], capture_output=True, text=True)
+    sys.stderr.write(out.stderr)
+    ours = {}
+    for line in out.stdout.splitlines():
+        name, ms = line.split()
+        ours[name] = float(ms)
+    bytes_moved = {"chain8_f32_256M": 2 * n * 4, "softmax_f32_8192x8192": 2 * 8192 * 8192 * 4,
+                   "rmsnorm_f32_8192x8192": 2 * 8192 * 8192 * 4}
+    print(f"\n| case | luminal ms | % of copy bandwidth | peer | peer ms | peer / luminal |")
+    print("|---|---|---|---|---|---|")
+    for name, ms in ours.items():
+        bw = bytes_moved.get(name)
+        pct = f"{100 * bw / ms / 1e6 / copy_gbs:.0f}%" if bw else "-"
+        for peer, pms in peers.get(name, {}).items():
+            print(f"| {name} | {ms:.3f} | {pct} | {peer} | {pms:.3f} | {pms / ms:.2f}x |")
+    if out.returncode != 0:
+        sys.exit(f"bench_cuda failed with exit code {out.returncode}")
+
+
+if __name__ == "__main__":
+    main()

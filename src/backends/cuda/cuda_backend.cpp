@@ -1,0 +1,307 @@
+// The CUDA backend: plan -> render CUDA C++ -> NVRTC -> run on one stream, every value
+// in device memory; user inputs are uploaded once per new data version and outputs are
+// copied back to the graph.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <optional>
+#include <unordered_map>
+
+#include "backends/cuda/compile.hpp"
+#include "backends/cuda/device.hpp"
+#include "backends/cuda/gemm.hpp"
+#include "backends/cuda/nvrtc.hpp"
+#include "luminal/compiler/matmul_op.hpp"
+#include "luminal/cuda.hpp"
+#include "luminal/error.hpp"
+#include "luminal/graph.hpp"
+#include "runtime/env.hpp"
+#include "runtime/kernel_errors.hpp"
+#include "runtime/liveness.hpp"
+#include "runtime/program.hpp"
+#include "runtime/resolved_views.hpp"
+
+namespace luminal {
+namespace {
+
+using cudagen::check;
+using cudagen::DeviceBuffer;
+using cudagen::KernelShape;
+
+constexpr int kBlock = 256;  // threads per block of every generated kernel
+
+class CudaExecutable final : public Executable {
+ public:
+  CudaExecutable(std::unique_ptr<cudagen::Device> device, runtime::PlannedProgram planned,
+                 cudagen::CudaSource source, const cudagen::Cubin& cubin)
+      : device_(std::move(device)),
+        program_(std::move(planned.program)),
+        plan_(std::move(planned.plan)),
+        source_(std::move(source)),
+        module_(cubin.code),
+        gemm_(*device_) {
+    const Graph& g = *program_.graph;
+    liveness_ = runtime::plan_liveness(g, plan_);
+    functions_.resize(plan_.kernels.size(), {nullptr, nullptr});
+    for (size_t k = 0; k < plan_.kernels.size(); ++k) {
+      const cudagen::KernelLaunch& l = source_.launches[k];
+      if (l.shape == KernelShape::Library) continue;
+      functions_[k].first = module_.kernel(l.function);
+      if (l.shape == KernelShape::Scatter) functions_[k].second = module_.kernel(l.scatter_function);
+    }
+    views_.resize(plan_.kernels.size());
+    values_.resize(plan_.kernels.size());
+    errors_ = DeviceBuffer(3 * sizeof(int64_t) * std::max<size_t>(plan_.kernels.size(), 1));
+  }
+
+  void run(Graph& user) override {
+    device_->make_current();
+    const Graph& g = *program_.graph;
+    std::vector<int64_t> dims(std::max<size_t>(source_.dims.size(), 1), 0);
+    for (size_t i = 0; i < source_.dims.size(); ++i) {
+      auto v = user.dims().get(source_.dims[i]);
+      LUM_CHECK(v) << "unbound symbolic dimension '" << source_.dims[i] << "' (bind it with set_dim)";
+      dims[i] = *v;
+    }
+    stats_ = RunStats{};
+    check(cudaMemsetAsync(errors_.data(), 0, errors_.bytes(), device_->stream()), "cudaMemsetAsync");
+    size_t live = 0;
+    check(cudaEventRecord(started_.get(), device_->stream()), "cudaEventRecord");
+    for (size_t k = 0; k < plan_.kernels.size(); ++k) {
+      const Node& root = g.node(plan_.kernels[k].root);
+      const size_t numel = static_cast<size_t>(product(root.shape).eval(user.dims()));
+      DeviceBuffer out = allocate(numel * dtype_size(root.dtype));
+      if (functions_[k].first) {
+        launch(user, k, out, dims);
+      } else {
+        run_library(user, k, out);
+      }
+      live += out.bytes();
+      stats_.peak_bytes = std::max(stats_.peak_bytes, live);
+      ++stats_.nodes_run;
+      values_[k] = std::move(out);
+      for (uint32_t i = liveness_.frees_begin[k]; i < liveness_.frees_begin[k + 1]; ++i) {
+        std::optional<DeviceBuffer>& v = values_[static_cast<size_t>(liveness_.frees[i])];
+        live -= v->bytes();
+        release(std::move(*v));
+        v.reset();
+      }
+    }
+    check(cudaEventRecord(finished_.get(), device_->stream()), "cudaEventRecord");
+    store_outputs(user);
+    device_->synchronize();
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, started_.get(), finished_.get()), "cudaEventElapsedTime");
+    stats_.device_seconds = ms * 1e-3;
+    raise_kernel_errors();
+    for (std::optional<DeviceBuffer>& v : values_)
+      if (v) release(std::move(*v)), v.reset();
+  }
+
+  RunStats last_run() const override { return stats_; }
+
+ private:
+  // Launches generated kernel k (and a Scatter's ordered second kernel).
+  void launch(const Graph& user, size_t k, DeviceBuffer& out, std::vector<int64_t>& dims) {
+    const cudagen::KernelLaunch& l = source_.launches[k];
+    const int64_t threads = l.threads.eval(user.dims());
+    if (threads <= 0) return;
+    std::vector<void*> ptrs;
+    ptrs.push_back(out.data());
+    for (NodeId r : plan_.kernels[k].reads) ptrs.push_back(const_cast<void*>(operand(user, r)));
+    int64_t* err = static_cast<int64_t*>(errors_.data()) + 3 * k;
+    std::vector<void*> args;
+    for (void*& p : ptrs) args.push_back(&p);
+    args.push_back(&err);
+    args.push_back(dims.data());
+    const int64_t most = int64_t{device_->multiprocessors()} * 16;
+    const auto blocks = static_cast<unsigned>(std::clamp<int64_t>((threads + kBlock - 1) / kBlock, 1, most));
+    check(cudaLaunchKernel(functions_[k].first, dim3(blocks), dim3(kBlock), args.data(), 0,
+                           device_->stream()),
+          "launching a generated kernel");
+    if (functions_[k].second)
+      check(cudaLaunchKernel(functions_[k].second, dim3(1), dim3(32), args.data(), 0,
+                             device_->stream()),
+            "launching a scatter kernel");
+  }
+
+  // Library kernels: MatMul through cuBLASLt; anything else (and a MatMul cuBLASLt cannot
+  // read) by its reference semantics on the host, its operands copied over and back.
+  void run_library(const Graph& user, size_t k, DeviceBuffer& out) {
+    const Node& n = program_.graph->node(plan_.kernels[k].root);
+    const std::vector<ConcreteView>& views = views_[k].get(n, user.dims());
+    if (dynamic_cast<const compiler::MatMulOp*>(n.custom.get())) {
+      const DType a = source_dtype(n, 0), b = source_dtype(n, 1);
+      if (a == b && a == n.dtype && (a == DType::F32 || a == DType::F16 || a == DType::BF16) &&
+          gemm_.run(views[0], operand(user, n.inputs[0].source), views[1],
+                    operand(user, n.inputs[1].source), a, out.data()))
+        return;
+    }
+    std::vector<Buffer> in;
+    std::vector<std::vector<int64_t>> shapes;
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      const Buffer host = to_host(user, plan_.canon(n.inputs[i].source));
+      in.push_back(read_view(host, views[i]));
+      shapes.push_back(views[i].dims);
+    }
+    std::vector<int64_t> out_shape;
+    for (Expr d : n.shape) out_shape.push_back(d.eval(user.dims()));
+    const Buffer result = n.custom->run(in, shapes, out_shape, n.dtype);
+    LUM_CHECK(result.bytes() == out.bytes())
+        << "internal: " << n.custom->name() << " produced " << result.bytes() << " bytes, not "
+        << out.bytes();
+    check(cudaMemcpyAsync(out.data(), result.data(), result.bytes(), cudaMemcpyHostToDevice,
+                          device_->stream()),
+          "copying a host-computed value to the GPU");
+    device_->synchronize();  // `result` is freed on return
+  }
+
+  DType source_dtype(const Node& n, size_t i) const {
+    return program_.graph->node(plan_.canon(n.inputs[i].source)).dtype;
+  }
+
+  // A node's value on the host: a user input as set, a computed value copied back.
+  Buffer to_host(const Graph& user, NodeId r) {
+    const int32_t slot = liveness_.slot_of[r.value];
+    if (slot < 0) return *checked_input(user, r);
+    const Node& n = program_.graph->node(r);
+    const DeviceBuffer& v = *values_[static_cast<size_t>(slot)];
+    Buffer host(n.dtype, v.bytes() / dtype_size(n.dtype), Buffer::Uninitialized{});
+    check(cudaMemcpyAsync(host.data(), v.data(), v.bytes(), cudaMemcpyDeviceToHost, device_->stream()),
+          "copying a value from the GPU");
+    device_->synchronize();
+    return host;
+  }
+
+  // The device address of a kernel operand: a computed value, or a user input uploaded
+  // when its data is new (weights go over once, not every run).
+  const void* operand(const Graph& user, NodeId r) {
+    r = plan_.canon(r);
+    const int32_t slot = liveness_.slot_of[r.value];
+    if (slot >= 0) {
+      LUM_ASSERT(values_[static_cast<size_t>(slot)]) << "%" << r.value << " has no value";
+      return values_[static_cast<size_t>(slot)]->data();
+    }
+    const NodeId source = program_.source_of[r.value];
+    const uint64_t version = user.data_version(source);
+    auto it = uploaded_.find(r.value);
+    if (it != uploaded_.end() && it->second.first == version) return it->second.second.data();
+    const Buffer* host = checked_input(user, r);
+    DeviceBuffer d(host->bytes());
+    check(cudaMemcpyAsync(d.data(), host->data(), host->bytes(), cudaMemcpyHostToDevice,
+                          device_->stream()),
+          "copying an input to the GPU");
+    // The copy reads the host buffer asynchronously; the caller may change it next.
+    device_->synchronize();
+    it = uploaded_.insert_or_assign(r.value, std::pair{version, std::move(d)}).first;
+    return it->second.second.data();
+  }
+
+  const Buffer* checked_input(const Graph& user, NodeId r) const {
+    const Node& n = program_.graph->node(r);
+    LUM_ASSERT(n.op == Op::Input) << "%" << r.value << " has no value";
+    const Buffer* b = user.data(program_.source_of[r.value]);
+    check_input_data(n, r, b, user.dims());
+    return b;
+  }
+
+  void store_outputs(Graph& user) {
+    const Graph& g = *program_.graph;
+    for (const auto& [user_out, node] : program_.outputs) {
+      const NodeId c = plan_.canon(node);
+      const int32_t slot = liveness_.slot_of[c.value];
+      if (slot < 0) {
+        if (g.node(c).op == Op::Input && program_.source_of[c.value] != user_out)
+          user.set_data(user_out, *checked_input(user, c));
+        continue;
+      }
+      const DeviceBuffer& v = *values_[static_cast<size_t>(slot)];
+      const DType t = g.node(c).dtype;
+      Buffer host(t, v.bytes() / dtype_size(t), Buffer::Uninitialized{});
+      check(cudaMemcpyAsync(host.data(), v.data(), v.bytes(), cudaMemcpyDeviceToHost,
+                            device_->stream()),
+            "copying an output from the GPU");
+      device_->synchronize();
+      user.set_data(user_out, std::move(host));
+    }
+  }
+
+  void raise_kernel_errors() {
+    std::vector<int64_t> err(errors_.bytes() / sizeof(int64_t));
+    check(cudaMemcpy(err.data(), errors_.data(), errors_.bytes(), cudaMemcpyDeviceToHost),
+          "reading kernel errors");
+    for (size_t k = 0; k < plan_.kernels.size(); ++k)
+      if (err[3 * k]) runtime::raise_kernel_error(*program_.graph, plan_.kernels[k], &err[3 * k]);
+  }
+
+  // Freed device buffers by size, reused by later kernels of this run and the next: the
+  // same sizes recur in every layer and every step.
+  DeviceBuffer allocate(size_t bytes) {
+    DeviceBuffer b;
+    if (auto it = pool_.find(bytes); it != pool_.end()) {
+      b = std::move(it->second);
+      pool_.erase(it);
+    } else {
+      b = DeviceBuffer(bytes);
+    }
+    // Test binaries set LUMINAL_CPU_POISON: outputs start as all-ones bytes (NaN for
+    // floats) on every backend, so an element a kernel leaves unwritten shows.
+    if (poison_ && bytes)
+      check(cudaMemsetAsync(b.data(), 0xFF, bytes, device_->stream()), "cudaMemsetAsync");
+    return b;
+  }
+  void release(DeviceBuffer b) { pool_.emplace(b.bytes(), std::move(b)); }
+
+  std::unique_ptr<cudagen::Device> device_;
+  compiler::Optimized program_;
+  compiler::KernelPlan plan_;
+  cudagen::CudaSource source_;
+  cudagen::Module module_;
+  cudagen::Gemm gemm_;
+  runtime::Liveness liveness_;
+  std::vector<std::pair<const void*, const void*>> functions_;  // by kernel; null: library
+  std::vector<runtime::ResolvedViews> views_;
+  std::vector<std::optional<DeviceBuffer>> values_;  // by kernel, during a run
+  std::unordered_map<uint32_t, std::pair<uint64_t, DeviceBuffer>> uploaded_;  // by input node
+  std::multimap<size_t, DeviceBuffer> pool_;
+  DeviceBuffer errors_;  // three int64 per kernel (runtime/kernel_errors.hpp)
+  cudagen::Event started_, finished_;  // around the kernels, for RunStats::device_seconds
+  const bool poison_ = runtime::env_has("LUMINAL_CPU_POISON", "1");
+  RunStats stats_;
+};
+
+}  // namespace
+
+bool cuda_available(std::string* why) {
+  const std::string reason = cudagen::why_unavailable(0);
+  if (why) *why = reason;
+  return reason.empty();
+}
+
+namespace cudagen {
+
+CompiledProgram compile_program(const Graph& graph, const std::string& arch, bool fuse) {
+  CompiledProgram c{runtime::optimize_and_plan(graph, fuse), {}, {}};
+  const auto gen_start = std::chrono::steady_clock::now();
+  c.source = generate_cuda_source(*c.planned.program.graph, c.planned.plan);
+  const double gen_s = runtime::seconds_since(gen_start);
+  runtime::dump("source", c.source.code);
+  c.cubin = compile_cubin(c.source.code, arch);
+  char stages[160];
+  std::snprintf(stages, sizeof stages, "codegen %.3f s, NVRTC %.3f s (%s) for %s", gen_s,
+                c.cubin.compile_seconds, c.cubin.cache_hit ? "cache hit" : "compiled", arch.c_str());
+  runtime::log_compile("cuda", graph, c.planned, stages);
+  return c;
+}
+
+}  // namespace cudagen
+
+std::unique_ptr<Executable> CudaBackend::compile(const Graph& graph) const {
+  auto device = std::make_unique<cudagen::Device>(options_.device);
+  cudagen::CompiledProgram c = cudagen::compile_program(graph, device->arch(), options_.fuse);
+  return std::make_unique<CudaExecutable>(std::move(device), std::move(c.planned),
+                                          std::move(c.source), c.cubin);
+}
+
+}  // namespace luminal

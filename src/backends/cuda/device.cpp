@@ -1,0 +1,84 @@
+// Checked CUDA runtime calls, the device, its stream and device memory (see device.hpp).
+#include "backends/cuda/device.hpp"
+
+#include "luminal/error.hpp"
+
+namespace luminal::cudagen {
+
+void check(cudaError_t e, const char* what) {
+  LUM_CHECK(e == cudaSuccess) << what << ": " << cudaGetErrorString(e) << " ("
+                              << cudaGetErrorName(e) << ")";
+}
+
+std::string why_unavailable(int ordinal) {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e == cudaErrorInsufficientDriver) {
+    int driver = 0, runtime = 0;
+    cudaDriverGetVersion(&driver);
+    cudaRuntimeGetVersion(&runtime);
+    if (driver == 0) return "no NVIDIA driver is installed (libcuda.so.1 was not found)";
+    return "the NVIDIA driver supports CUDA " + std::to_string(driver / 1000) + "." +
+           std::to_string(driver % 1000 / 10) + " but luminal was built with CUDA " +
+           std::to_string(runtime / 1000) + "." + std::to_string(runtime % 1000 / 10) +
+           ": update the driver";
+  }
+  if (e == cudaErrorNoDevice || (e == cudaSuccess && count == 0)) return "no CUDA GPU was found";
+  if (e != cudaSuccess)
+    return std::string("the CUDA runtime cannot start: ") + cudaGetErrorString(e);
+  if (ordinal < 0 || ordinal >= count)
+    return "there is no CUDA device " + std::to_string(ordinal) + " (this machine has " +
+           std::to_string(count) + ")";
+  return "";
+}
+
+Device::Device(int ordinal) : ordinal_(ordinal) {
+  const std::string why = why_unavailable(ordinal);
+  LUM_CHECK(why.empty()) << "the CUDA backend cannot run: " << why;
+  check(cudaSetDevice(ordinal), "cudaSetDevice");
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, ordinal), "cudaGetDeviceProperties");
+  LUM_CHECK(prop.major >= 7) << "the CUDA backend needs a GPU of compute capability 7.0 or newer; "
+                             << prop.name << " is " << prop.major << "." << prop.minor;
+  arch_ = "sm_" + std::to_string(prop.major * 10 + prop.minor);
+  multiprocessors_ = prop.multiProcessorCount;
+  check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+}
+
+Device::~Device() {
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+void Device::make_current() const { check(cudaSetDevice(ordinal_), "cudaSetDevice"); }
+
+void Device::synchronize() const { check(cudaStreamSynchronize(stream_), "a CUDA kernel failed"); }
+
+DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {
+  if (bytes == 0) return;
+  const cudaError_t e = cudaMalloc(&ptr_, bytes);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // clear it: an allocation failure is not sticky
+    LUM_FAIL() << "out of GPU memory allocating " << bytes << " bytes: " << cudaGetErrorString(e);
+  }
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  if (ptr_) cudaFree(ptr_);
+}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
+  if (this != &o) {
+    if (ptr_) cudaFree(ptr_);
+    ptr_ = o.ptr_, bytes_ = o.bytes_;
+    o.ptr_ = nullptr, o.bytes_ = 0;
+  }
+  return *this;
+}
+
+Event::Event() { check(cudaEventCreate(&event_), "cudaEventCreate"); }
+
+Event::~Event() {
+  if (event_) cudaEventDestroy(event_);
+}
+
+}  // namespace luminal::cudagen

@@ -1,0 +1,76 @@
+// The CUDA runtime as the CUDA backend uses it (private to src/backends/cuda): checked
+// calls, the device and its stream, and device memory owned by RAII handles.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <string>
+
+namespace luminal::cudagen {
+
+/// Raises luminal::Error "<what>: <CUDA's message>" unless `e` is cudaSuccess.
+void check(cudaError_t e, const char* what);
+
+/// The device a backend runs on, set current for the calling thread, with its own stream.
+class Device {
+ public:
+  /// Raises luminal::Error naming what is missing: no driver, a too-old driver, no device.
+  explicit Device(int ordinal);
+  ~Device();
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  int ordinal() const { return ordinal_; }
+  cudaStream_t stream() const { return stream_; }
+  /// "sm_90" for an H100.
+  const std::string& arch() const { return arch_; }
+  int multiprocessors() const { return multiprocessors_; }
+  /// Makes this device current on the calling thread.
+  void make_current() const;
+  /// Waits for the stream, raising any error a kernel hit.
+  void synchronize() const;
+
+ private:
+  int ordinal_;
+  cudaStream_t stream_ = nullptr;
+  std::string arch_;
+  int multiprocessors_ = 0;
+};
+
+/// Why no device can be used, or "" when one can.
+std::string why_unavailable(int ordinal);
+
+/// Device memory of a fixed size, freed on destruction.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) { o.ptr_ = nullptr, o.bytes_ = 0; }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  void* data() const { return ptr_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+/// A CUDA event for timing, destroyed with the handle.
+class Event {
+ public:
+  Event();
+  ~Event();
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  cudaEvent_t get() const { return event_; }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
+}  // namespace luminal::cudagen

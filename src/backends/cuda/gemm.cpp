@@ -1,0 +1,209 @@
+// cuBLASLt products for the MatMul kernel (see gemm.hpp).
+//
+// Row-major c[M, N] = a[M, K] b[K, N] is, read column-major, c^T[N, M] = b^T[N, K] a^T[K, M],
+// so b is cuBLASLt's first operand and a its second; each is passed as whichever of
+// itself or its transpose has unit stride down the columns.
+#include "backends/cuda/gemm.hpp"
+
+#include <cstdint>
+#include <vector>
+
+#include "luminal/error.hpp"
+
+namespace luminal::cudagen {
+namespace {
+
+void check_lt(cublasStatus_t s, const char* what) {
+  LUM_CHECK(s == CUBLAS_STATUS_SUCCESS) << "cuBLASLt " << what << " failed: " << cublasLtGetStatusString(s);
+}
+
+cudaDataType_t data_type(DType t) {
+  switch (t) {
+    case DType::F32:
+      return CUDA_R_32F;
+    case DType::F16:
+      return CUDA_R_16F;
+    case DType::BF16:
+      return CUDA_R_16BF;
+    default:
+      LUM_FAIL() << "internal: no cuBLASLt type for " << dtype_name(t);
+  }
+}
+
+// One operand as a column-major matrix of `rows` x `cols` (before the transpose `op`).
+struct Operand {
+  cublasOperation_t op = CUBLAS_OP_N;
+  uint64_t rows = 0, cols = 0;
+  int64_t ld = 0;
+};
+
+// A logical matrix whose element (i, j) lies at i * si + j * sj, as column-major
+// operand of logical shape rows_l x cols_l (i down the rows). Sizes of 1 accept any stride.
+bool as_operand(int64_t rows_l, int64_t cols_l, int64_t si, int64_t sj, Operand& out) {
+  if (si == 1 || rows_l == 1) {  // columns are contiguous: as is
+    out = {CUBLAS_OP_N, static_cast<uint64_t>(rows_l), static_cast<uint64_t>(cols_l),
+           cols_l == 1 ? rows_l : std::max<int64_t>(sj, rows_l)};
+    return sj >= rows_l || cols_l == 1;
+  }
+  if (sj == 1 || cols_l == 1) {  // rows are contiguous: the transpose is column-major
+    out = {CUBLAS_OP_T, static_cast<uint64_t>(cols_l), static_cast<uint64_t>(rows_l),
+           rows_l == 1 ? cols_l : std::max<int64_t>(si, cols_l)};
+    return si >= cols_l || rows_l == 1;
+  }
+  return false;
+}
+
+// The largest power of two up to 256 dividing every address the calls will pass: the
+// base plus the offset, stepped by each batch stride (elements of `esize` bytes).
+uint32_t alignment(const void* base, int64_t offset, const std::vector<int64_t>& strides,
+                   size_t esize) {
+  auto bits = reinterpret_cast<uintptr_t>(base) + static_cast<uintptr_t>(offset) * esize;
+  for (int64_t s : strides) bits |= static_cast<uintptr_t>(s) * esize;
+  uint32_t bytes = 256;
+  while (bytes > 1 && bits % bytes != 0) bytes /= 2;
+  return bytes;
+}
+
+}  // namespace
+
+struct Gemm::Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t first = nullptr, second = nullptr, out = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  ~Plan() {
+    if (desc) cublasLtMatmulDescDestroy(desc);
+    for (auto* l : {first, second, out})
+      if (l) cublasLtMatrixLayoutDestroy(l);
+  }
+};
+
+Gemm::Gemm(const Device& device) : device_(device), workspace_(32u << 20) {
+  check_lt(cublasLtCreate(&handle_), "create");
+}
+
+Gemm::~Gemm() {
+  for (auto& [key, plan] : plans_) delete plan;
+  if (handle_) cublasLtDestroy(handle_);
+}
+
+bool Gemm::run(const ConcreteView& a, const void* a_data, const ConcreteView& b,
+               const void* b_data, DType dtype, void* c_data) {
+  const size_t rank = a.dims.size();
+  if (rank < 3 || b.dims.size() != rank) return false;
+  for (size_t d = 0; d < rank; ++d)
+    if (a.mask_lo[d] > 0 || a.mask_hi[d] < a.dims[d] || b.mask_lo[d] > 0 ||
+        b.mask_hi[d] < b.dims[d])
+      return false;
+  const int64_t m = a.dims[rank - 3], k = a.dims[rank - 2], n = a.dims[rank - 1];
+  const size_t esize = dtype_size(dtype);
+  // Batch dims, merged where all three operands step through them as one run.
+  std::vector<int64_t> count, sa, sb, sc;
+  int64_t c_stride = m * n;
+  for (size_t d = rank - 3; d-- > 0;) {
+    const int64_t size = a.dims[d];
+    if (size == 1) continue;
+    if (!count.empty() && sa.front() * count.front() == a.strides[d] &&
+        sb.front() * count.front() == b.strides[d]) {
+      count.front() *= size;
+    } else {
+      count.insert(count.begin(), size);
+      sa.insert(sa.begin(), a.strides[d]);
+      sb.insert(sb.begin(), b.strides[d]);
+      sc.insert(sc.begin(), c_stride);
+    }
+    c_stride *= size;
+  }
+  if (m == 0 || n == 0 || c_stride == 0) return true;
+  if (k == 0) {
+    check(cudaMemsetAsync(c_data, 0, static_cast<size_t>(c_stride) * esize, device_.stream()),
+          "cudaMemsetAsync");
+    return true;
+  }
+  Operand first, second;  // b^T as N x K, a^T as K x M
+  if (!as_operand(n, k, b.strides[rank - 1], b.strides[rank - 2], first) ||
+      !as_operand(k, m, a.strides[rank - 2], a.strides[rank - 3], second))
+    return false;
+  const int64_t inner = count.empty() ? 1 : count.back();
+  const int64_t inner_sa = count.empty() ? 0 : sa.back(), inner_sb = count.empty() ? 0 : sb.back();
+  const int64_t inner_sc = count.empty() ? 0 : sc.back();
+  const uint32_t align_a = alignment(a_data, a.offset, sa, esize);
+  const uint32_t align_b = alignment(b_data, b.offset, sb, esize);
+  const uint32_t align_c = alignment(c_data, 0, sc, esize);
+  const std::string key =
+      std::to_string(static_cast<int>(dtype)) + ":" + std::to_string(first.op) + "," +
+      std::to_string(first.rows) + "," + std::to_string(first.cols) + "," + std::to_string(first.ld) +
+      ":" + std::to_string(second.op) + "," + std::to_string(second.rows) + "," +
+      std::to_string(second.cols) + "," + std::to_string(second.ld) + ":" + std::to_string(inner) +
+      "," + std::to_string(inner_sa) + "," + std::to_string(inner_sb) + ":" +
+      std::to_string(align_a) + "," + std::to_string(align_b) + "," + std::to_string(align_c);
+  Plan*& plan = plans_[key];
+  if (!plan) {
+    auto p = std::make_unique<Plan>();
+    const cudaDataType_t t = data_type(dtype);
+    const cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+    check_lt(cublasLtMatmulDescCreate(&p->desc, compute, CUDA_R_32F), "matmul descriptor");
+    check_lt(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &first.op,
+                                            sizeof first.op),
+             "transa");
+    check_lt(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &second.op,
+                                            sizeof second.op),
+             "transb");
+    auto layout = [&](cublasLtMatrixLayout_t& l, uint64_t rows, uint64_t cols, int64_t ld,
+                      int64_t batch_stride) {
+      check_lt(cublasLtMatrixLayoutCreate(&l, t, rows, cols, ld), "layout");
+      const int32_t batch = static_cast<int32_t>(inner);
+      check_lt(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch,
+                                                sizeof batch),
+               "batch count");
+      check_lt(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                &batch_stride, sizeof batch_stride),
+               "batch stride");
+    };
+    layout(p->first, first.rows, first.cols, first.ld, inner_sb);
+    layout(p->second, second.rows, second.cols, second.ld, inner_sa);
+    layout(p->out, static_cast<uint64_t>(n), static_cast<uint64_t>(m), n, inner_sc);
+    cublasLtMatmulPreference_t pref = nullptr;
+    check_lt(cublasLtMatmulPreferenceCreate(&pref), "preference");
+    const uint64_t ws = workspace_.bytes();
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    const uint32_t aa = align_b, ab = align_a, ac = align_c;  // cuBLASLt's A is our b
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa, sizeof aa);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab, sizeof ab);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac, sizeof ac);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ac, sizeof ac);
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(
+        handle_, p->desc, p->first, p->second, p->out, p->out, pref, 1, &result, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (s != CUBLAS_STATUS_SUCCESS || found == 0) {
+      plans_.erase(key);
+      return false;
+    }
+    p->algo = result.algo;
+    plan = p.release();
+  }
+  // Outer batch dims that did not merge into the strided batch: one call each.
+  const size_t outer_dims = count.empty() ? 0 : count.size() - 1;
+  int64_t outer = 1;
+  for (size_t i = 0; i < outer_dims; ++i) outer *= count[i];
+  const float one = 1, zero = 0;
+  for (int64_t o = 0; o < outer; ++o) {
+    int64_t oa = a.offset, ob = b.offset, oc = 0, rest = o;
+    for (size_t i = outer_dims; i-- > 0;) {
+      const int64_t idx = rest % count[i];
+      rest /= count[i];
+      oa += idx * sa[i], ob += idx * sb[i], oc += idx * sc[i];
+    }
+    const auto* pa = static_cast<const char*>(a_data) + oa * static_cast<int64_t>(esize);
+    const auto* pb = static_cast<const char*>(b_data) + ob * static_cast<int64_t>(esize);
+    auto* pc = static_cast<char*>(c_data) + oc * static_cast<int64_t>(esize);
+    check_lt(cublasLtMatmul(handle_, plan->desc, &one, pb, plan->first, pa, plan->second, &zero, pc,
+                            plan->out, pc, plan->out, &plan->algo, workspace_.data(),
+                            workspace_.bytes(), device_.stream()),
+             "matmul");
+  }
+  return true;
+}
+
+}  // namespace luminal::cudagen

@@ -1,0 +1,39 @@
+// Matrix products through cuBLASLt (private to src/backends/cuda): the MatMul kernel's
+// [batch..., M, K, N] operand views mapped onto cuBLASLt's column-major, strided-batch
+// layouts, with f32 accumulation for every input type.
+#pragma once
+
+#include <cublasLt.h>
+
+#include <map>
+#include <string>
+
+#include "backends/cuda/device.hpp"
+#include "luminal/dtype.hpp"
+#include "luminal/view.hpp"
+
+namespace luminal::cudagen {
+
+class Gemm {
+ public:
+  explicit Gemm(const Device& device);
+  ~Gemm();
+  Gemm(const Gemm&) = delete;
+  Gemm& operator=(const Gemm&) = delete;
+
+  /// c[batch..., M, N] (contiguous) = sum over K of a * b, where `a` and `b` are MatMul
+  /// operand views over device buffers of `dtype` (f32, f16 or bf16; c has it too).
+  /// False when the views are not strided matrices cuBLASLt can read (padding, no unit
+  /// stride along either matrix dim): the caller computes the product another way.
+  bool run(const ConcreteView& a, const void* a_data, const ConcreteView& b, const void* b_data,
+           DType dtype, void* c_data);
+
+ private:
+  struct Plan;
+  const Device& device_;
+  cublasLtHandle_t handle_ = nullptr;
+  DeviceBuffer workspace_;
+  std::map<std::string, Plan*> plans_;  // by the call's shapes, strides, types, alignments
+};
+
+}  // namespace luminal::cudagen

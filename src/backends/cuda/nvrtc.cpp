@@ -1,0 +1,111 @@
+// NVRTC compilation with an on-disk cache, and loading cubins (see nvrtc.hpp).
+#include "backends/cuda/nvrtc.hpp"
+
+#include <nvrtc.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <vector>
+
+#include "backends/cuda/device.hpp"
+#include "luminal/error.hpp"
+#include "luminal/hash.hpp"
+#include "runtime/kernel_cache.hpp"
+#include "runtime/program.hpp"
+
+namespace luminal::cudagen {
+namespace {
+
+namespace fs = std::filesystem;
+
+// No fast math: kernels must round as the reference does. No FMA contraction either, so
+// that a fused a * b + c rounds twice, as op-by-op evaluation does; generated kernels
+// are bound by memory, not by these instructions.
+std::vector<std::string> options(const std::string& arch) {
+  return {"--gpu-architecture=" + arch, "--std=c++17", "--fmad=false", "-default-device",
+          "--extra-device-vectorization"};
+}
+
+void check_nvrtc(nvrtcResult r, const char* what) {
+  LUM_CHECK(r == NVRTC_SUCCESS) << what << ": " << nvrtcGetErrorString(r);
+}
+
+void write_file(const fs::path& path, const std::string& bytes) {
+  const fs::path tmp = path.string() + "." + runtime::unique_tag() + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary);
+    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    LUM_CHECK(f) << "cannot write " << tmp;
+  }
+  fs::rename(tmp, path);
+}
+
+}  // namespace
+
+std::string nvrtc_version() {
+  int major = 0, minor = 0;
+  check_nvrtc(nvrtcVersion(&major, &minor), "nvrtcVersion");
+  return std::to_string(major) + "." + std::to_string(minor);
+}
+
+Cubin compile_cubin(const std::string& source, const std::string& arch) {
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<std::string> opts = options(arch);
+  uint64_t h = hash_bytes(nvrtc_version());
+  for (const std::string& o : opts) h = hash_bytes(o, h);
+  const std::string key = runtime::hex(hash_bytes(source, h));
+  const fs::path dir = runtime::cache_dir();
+  const fs::path cubin_path = dir / ("c" + key + "." + arch + ".cubin");
+  Cubin out;
+  if (std::ifstream f{cubin_path, std::ios::binary}) {
+    out.code.assign(std::istreambuf_iterator<char>(f), {});
+    out.cache_hit = true;
+    return out;
+  }
+  nvrtcProgram prog = nullptr;
+  check_nvrtc(nvrtcCreateProgram(&prog, source.c_str(), "luminal_kernels.cu", 0, nullptr, nullptr),
+              "nvrtcCreateProgram");
+  std::vector<const char*> argv;
+  for (const std::string& o : opts) argv.push_back(o.c_str());
+  const nvrtcResult r = nvrtcCompileProgram(prog, static_cast<int>(argv.size()), argv.data());
+  size_t log_size = 0;
+  nvrtcGetProgramLogSize(prog, &log_size);
+  std::string log(log_size, '\0');
+  if (log_size) nvrtcGetProgramLog(prog, log.data());
+  if (r != NVRTC_SUCCESS) {
+    nvrtcDestroyProgram(&prog);
+    const fs::path src = dir / ("c" + key + ".cu");
+    write_file(src, source);
+    LUM_FAIL() << "NVRTC failed on generated CUDA kernels (" << nvrtcGetErrorString(r)
+               << "); source kept at " << src.string() << "\n"
+               << log.substr(0, 4000);
+  }
+  size_t size = 0;
+  check_nvrtc(nvrtcGetCUBINSize(prog, &size), "nvrtcGetCUBINSize");
+  out.code.resize(size);
+  check_nvrtc(nvrtcGetCUBIN(prog, out.code.data()), "nvrtcGetCUBIN");
+  nvrtcDestroyProgram(&prog);
+  write_file(cubin_path, out.code);
+  out.compile_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return out;
+}
+
+Module::Module(const std::string& cubin) {
+  check(cudaLibraryLoadData(&library_, cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0),
+        "loading compiled CUDA kernels");
+}
+
+Module::~Module() {
+  if (library_) cudaLibraryUnload(library_);
+}
+
+const void* Module::kernel(const std::string& name) const {
+  cudaKernel_t k = nullptr;
+  check(cudaLibraryGetKernel(&k, library_, name.c_str()), ("finding kernel " + name).c_str());
+  return reinterpret_cast<const void*>(k);
+}
+
+}  // namespace luminal::cudagen

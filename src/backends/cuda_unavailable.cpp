@@ -1,0 +1,22 @@
+// luminal::cuda() in a build without the CUDA toolkit (-DLUMINAL_CUDA=OFF, or none found).
+#include "luminal/cuda.hpp"
+#include "luminal/error.hpp"
+
+namespace luminal {
+
+namespace {
+constexpr const char* kWhy =
+    "this build of luminal has no CUDA backend (configure with the CUDA toolkit installed and "
+    "-DLUMINAL_CUDA=ON)";
+}
+
+bool cuda_available(std::string* why) {
+  if (why) *why = kWhy;
+  return false;
+}
+
+std::unique_ptr<Executable> CudaBackend::compile(const Graph&) const {
+  LUM_FAIL() << "the CUDA backend cannot run: " << kWhy;
+}
+
+}  // namespace luminal
