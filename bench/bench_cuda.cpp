@@ -2,6 +2,8 @@
 // "<case> <median ms>", the kernels alone timed by device events (RunStats::device_seconds)
 // after warm-up. bench/compare_cuda.py runs it beside PyTorch and prints the ratios.
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -73,6 +75,27 @@ void row_op(const char* name, const std::function<Tensor(Tensor)>& op) {
   report(name, median_ms(cx, 3, 20));
 }
 
+// Compile time of a 2-layer MLP (x W1^T, GELU, W2^T): cold, with an empty kernel cache,
+// then warm, with the cache the cold compile filled. Printed in milliseconds.
+void mlp_compile() {
+  char dir[] = "/tmp/luminal-bench-cacheXXXXXX";
+  if (!mkdtemp(dir)) return;
+  setenv("LUMINAL_CACHE_DIR", dir, 1);
+  auto compile_ms = [] {
+    Graph cx;
+    Tensor x = cx.named_tensor("x", {Expr::var("batch"), 1024});
+    Tensor w1 = cx.named_tensor("w1", {4096, 1024});
+    Tensor w2 = cx.named_tensor("w2", {1024, 4096});
+    x.matmul(w1.permute({1, 0})).gelu().matmul(w2.permute({1, 0})).retrieve();
+    const auto start = std::chrono::steady_clock::now();
+    cx.compile(cuda());
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+        .count();
+  };
+  report("mlp2_compile_cold", compile_ms());
+  report("mlp2_compile_warm", compile_ms());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -83,6 +106,7 @@ int main(int argc, char** argv) {
   }
   const std::string only = argc > 1 ? argv[1] : "";
   auto want = [&](const char* c) { return only.empty() || std::strstr(c, only.c_str()); };
+  if (want("compile")) mlp_compile();
   if (want("chain8")) elementwise_chain();
   if (want("gemm")) gemm(4096, "gemm_f32_4096");
   if (want("softmax")) row_op("softmax_f32_8192x8192", [](Tensor x) { return x.softmax(1); });

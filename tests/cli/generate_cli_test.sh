@@ -46,7 +46,12 @@ expect 2 "unknown command 'frobnicate'" frobnicate
 expect 2 "generate needs --model" generate
 expect 2 "unknown option '--bogus'" generate --model x.gguf --bogus
 expect 2 "expects a number" generate --model x.gguf --max-tokens many
-expect 2 "no CUDA backend" generate --model x.gguf --device cuda
+expect 2 "unknown device 'tpu'" generate --model x.gguf --device tpu
+# Without a usable GPU, --device cuda says what is missing.
+if ! nvidia-smi >/dev/null 2>&1; then
+  expect 2 "the CUDA backend cannot run" generate --model x.gguf --device cuda
+  expect 2 "the CUDA backend cannot run" perplexity --model x.gguf --file x.txt --device cuda
+fi
 expect 2 "--threads must be a positive integer" generate --model x.gguf --threads 0
 expect 2 "--kv-cache must be f32 or f16" generate --model x.gguf --kv-cache bf16
 expect 2 "no such file or folder" generate --model "$work/missing.gguf"

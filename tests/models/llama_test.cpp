@@ -11,73 +11,13 @@
 #include "luminal/models/gemma.hpp"
 #include "luminal/models/llama.hpp"
 #include "luminal/models/safetensors.hpp"
+#include "models/model_parity.hpp"
 #include "testing/expect_error.hpp"
 
 namespace luminal::models {
 namespace {
 
-std::string dir(const std::string& arch) {
-  return std::string(LUMINAL_FIXTURE_DIR) + "/models/" + arch;
-}
-const std::string kDir = dir("llama");
-
-// Relative error against the largest logit magnitude of the row set, as fp32 allows.
-void expect_logits(const std::vector<float>& got, const Buffer& want, const std::string& what) {
-  const auto w = want.to_f32();
-  ASSERT_EQ(got.size(), w.size()) << what;
-  float scale = 0;
-  for (float v : w) scale = std::max(scale, std::fabs(v));
-  for (size_t i = 0; i < w.size(); ++i)
-    ASSERT_NEAR(got[i], w[i], 1e-4f * scale) << what << " element " << i;
-}
-
-template <class Model, class Config>
-void run_parity(const std::string& arch, const Backend& backend) {
-  const std::string kDir = dir(arch);
-  const Config cfg = Config::from_hf_json(kDir + "/config.json");
-  Graph cx;
-  Model model(cx, cfg);
-  Tensor tokens = cx.named_tensor("tokens", {"seq"}, DType::I32);
-  typename Model::Output out = model.forward(tokens);
-  out.logits.retrieve();
-  for (auto& c : out.cache) {
-    c.k.retrieve();
-    c.v.retrieve();
-  }
-  // Every tensor in the checkpoint is used (a tied output embedding excepted).
-  bool tied = true;  // Gemma always ties
-  if constexpr (std::is_same_v<Config, LlamaConfig>) tied = cfg.tie_embeddings;
-  for (const std::string& unused : load_safetensors_weights(model, kDir + "/model.safetensors"))
-    EXPECT_TRUE(tied && unused == "lm_head.weight") << arch << ": unused tensor " << unused;
-  cx.compile(backend);
-
-  const SafetensorsFile expected(kDir + "/expected.safetensors");
-  const std::vector<int64_t> all = expected.read("tokens").to_i64();
-  const size_t prompt = all.size() - 3;
-  // Empty caches for the prefill.
-  for (auto& c : model.cache_inputs) {
-    c.k.set(std::vector<float>{});
-    c.v.set(std::vector<float>{});
-  }
-  int64_t past = 0;
-  auto step = [&](const std::vector<int64_t>& ids) {
-    cx.set_dim("seq", static_cast<int64_t>(ids.size()));
-    cx.set_dim("past", past);
-    tokens.set(std::vector<int32_t>(ids.begin(), ids.end()));
-    cx.execute();
-    past += static_cast<int64_t>(ids.size());
-    for (size_t l = 0; l < out.cache.size(); ++l) {  // feed the grown cache back in
-      model.cache_inputs[l].k.set_buffer(out.cache[l].k.data());
-      model.cache_inputs[l].v.set_buffer(out.cache[l].v.data());
-    }
-    return out.logits.to_f32();
-  };
-  expect_logits(step({all.begin(), all.begin() + static_cast<std::ptrdiff_t>(prompt)}),
-                expected.read("prefill_logits"), "prefill");
-  for (size_t s = 0; s < 3; ++s)
-    expect_logits(step({all[prompt + s]}), expected.read("step" + std::to_string(s) + "_logits"),
-                  "decode step " + std::to_string(s));
-}
+const std::string kDir = model_fixture_dir("llama");
 
 // Llama (GQA 4:2), Qwen2 (qkv bias, tied embeddings, theta 1e6), Mistral (GQA 4:1).
 class LlamaFamily : public ::testing::TestWithParam<const char*> {};
@@ -87,18 +27,10 @@ TEST_P(LlamaFamily, MatchesTransformersOnTheReference) {
 TEST_P(LlamaFamily, MatchesTransformersOnTheCpuBackend) {
   run_parity<Llama, LlamaConfig>(GetParam(), cpu());
 }
-INSTANTIATE_TEST_SUITE_P(Arch, LlamaFamily,
-                         ::testing::Values("llama", "qwen2", "mistral", "mistral_window", "qwen3",
-                                           "phi3", "mixtral", "qwen3_moe", "llama_linear",
-                                           "llama3_rope", "qwen2_yarn"));
+INSTANTIATE_TEST_SUITE_P(Arch, LlamaFamily, ::testing::ValuesIn(kLlamaFixtures));
 // The same models written by transformers 5 (rope_parameters; experts in the per-expert
 // layout 5.24 writes, and fused as 5.0-5.17 wrote them).
-INSTANTIATE_TEST_SUITE_P(Transformers5, LlamaFamily,
-                         ::testing::Values("llama_tf5", "qwen2_tf5", "mistral_tf5",
-                                           "mistral_window_tf5", "qwen3_tf5", "phi3_tf5",
-                                           "mixtral_tf5", "qwen3_moe_tf5", "mixtral_fused_tf5",
-                                           "qwen3_moe_fused_tf5", "llama_linear_tf5",
-                                           "llama3_rope_tf5", "qwen2_yarn_tf5"));
+INSTANTIATE_TEST_SUITE_P(Transformers5, LlamaFamily, ::testing::ValuesIn(kLlamaFixturesTf5));
 
 // Gemma (1 + w norms, GeGLU), Gemma 2 (soft-capping, sandwich norms, alternating
 // windows), Gemma 3 (q/k norms, local RoPE base).
@@ -109,21 +41,18 @@ TEST_P(GemmaFamily, MatchesTransformersOnTheReference) {
 TEST_P(GemmaFamily, MatchesTransformersOnTheCpuBackend) {
   run_parity<Gemma, GemmaConfig>(GetParam(), cpu());
 }
-INSTANTIATE_TEST_SUITE_P(Arch, GemmaFamily,
-                         ::testing::Values("gemma", "gemma2", "gemma3", "gemma3_scaled"));
-INSTANTIATE_TEST_SUITE_P(Transformers5, GemmaFamily,
-                         ::testing::Values("gemma_tf5", "gemma2_tf5", "gemma3_tf5",
-                                           "gemma3_scaled_tf5"));
+INSTANTIATE_TEST_SUITE_P(Arch, GemmaFamily, ::testing::ValuesIn(kGemmaFixtures));
+INSTANTIATE_TEST_SUITE_P(Transformers5, GemmaFamily, ::testing::ValuesIn(kGemmaFixturesTf5));
 
 TEST(Llama, ConfigFields) {
-  const LlamaConfig q = LlamaConfig::from_hf_json(dir("qwen2") + "/config.json");
+  const LlamaConfig q = LlamaConfig::from_hf_json(model_fixture_dir("qwen2") + "/config.json");
   EXPECT_TRUE(q.qkv_bias);
   EXPECT_TRUE(q.tie_embeddings);
   EXPECT_EQ(q.rope_theta, 1000000.0);
-  EXPECT_EQ(LlamaConfig::from_hf_json(dir("mistral") + "/config.json").kv_heads, 1);
-  EXPECT_EQ(LlamaConfig::from_hf_json(dir("mistral_window") + "/config.json").sliding_window, 3);
+  EXPECT_EQ(LlamaConfig::from_hf_json(model_fixture_dir("mistral") + "/config.json").kv_heads, 1);
+  EXPECT_EQ(LlamaConfig::from_hf_json(model_fixture_dir("mistral_window") + "/config.json").sliding_window, 3);
   const nn::RopeScaling llama3 =
-      LlamaConfig::from_hf_json(dir("llama3_rope") + "/config.json").rope_scaling;
+      LlamaConfig::from_hf_json(model_fixture_dir("llama3_rope") + "/config.json").rope_scaling;
   EXPECT_EQ(llama3.kind, nn::RopeScaling::Kind::Llama3);
   EXPECT_EQ(llama3.original_context, 64.0);
 }

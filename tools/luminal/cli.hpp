@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "luminal/cuda.hpp"
+
 namespace luminal::cli {
 
 /// A usage error: one line on stderr, exit status 2.
@@ -19,6 +21,19 @@ inline double number(const std::string& option, const std::string& v) {
   const double d = std::strtod(v.c_str(), &end);
   if (v.empty() || *end) usage_error("option " + option + " expects a number, got '" + v + "'");
   return d;
+}
+
+/// Checks a --device value: cpu, reference, or cuda where a GPU can run it. Otherwise
+/// a message naming what is wrong (for cuda: what is missing) and exit status 2.
+inline void check_device(const std::string& device) {
+  if (device == "cuda") {
+    std::string why;
+    if (cuda_available(&why)) return;
+    std::fprintf(stderr, "luminal: --device cuda: the CUDA backend cannot run: %s\n", why.c_str());
+    std::exit(2);
+  }
+  if (device != "cpu" && device != "reference")
+    usage_error("unknown device '" + device + "' (cpu, reference or cuda)");
 }
 
 /// `luminal perplexity`.

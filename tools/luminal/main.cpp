@@ -48,7 +48,7 @@ constexpr const char* kChatUsage =
     "  --top-k K           (default: 40)\n"
     "  --top-p P           (default: 0.95)\n"
     "  --seed S            (default: 0)\n"
-    "  --device DEV        cpu (default) or reference\n"
+    "  --device DEV        cpu (default), cuda (an NVIDIA GPU) or reference\n"
     "  --threads N         CPU threads (default: one per core)\n"
     "  --kv-cache TYPE     the KV cache's element type: f16 (default; half the memory)\n"
     "                      or f32\n"
@@ -74,7 +74,7 @@ constexpr const char* kGenerateUsage =
     "  --top-k K           sample from the K most likely tokens (default: off)\n"
     "  --top-p P           sample from the smallest set with probability P (default: 1)\n"
     "  --seed S            random seed for sampling (default: 0)\n"
-    "  --device DEV        cpu (default) or reference; cuda when built with CUDA\n"
+    "  --device DEV        cpu (default), cuda (an NVIDIA GPU) or reference\n"
     "  --threads N         CPU threads (default: one per core; fewer on a busy machine)\n"
     "  --kv-cache TYPE     the KV cache's element type: f16 (default; half the memory)\n"
     "                      or f32\n"
@@ -83,6 +83,7 @@ constexpr const char* kGenerateUsage =
     "                      the f32-activation model's outputs, decode 3-7% slower\n"
     "  -h, --help          this help\n";
 
+using luminal::cli::check_device;
 using luminal::cli::usage_error;
 
 double peak_memory_mib() {
@@ -150,9 +151,7 @@ Options parse(int argc, char** argv, const char* usage, bool chat) {
   }
   if (o.model.empty()) usage_error(std::string(chat ? "chat" : "generate") + " needs --model PATH");
   if (o.max_tokens < 0) usage_error("--max-tokens must be non-negative");
-  if (o.device == "cuda") usage_error("this build has no CUDA backend; use --device cpu");
-  if (o.device != "cpu" && o.device != "reference")
-    usage_error("unknown device '" + o.device + "'");
+  check_device(o.device);
   return o;
 }
 
@@ -161,7 +160,9 @@ const luminal::Backend& backend_for(const Options& o) {
   static const luminal::CpuBackend residual_backend(
       luminal::CpuOptions{.residual_activations = true});
   static const luminal::ReferenceBackend ref_backend;
+  static const luminal::CudaBackend cuda_backend;
   if (o.device == "cpu") return o.residual_activations ? residual_backend : cpu_backend;
+  if (o.device == "cuda") return cuda_backend;
   return ref_backend;
 }
 

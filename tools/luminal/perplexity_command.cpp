@@ -45,7 +45,7 @@ constexpr const char* kUsage =
     "                        in FILE, to compare later runs with (usually with --exact)\n"
     "  --kl-divergence FILE  compare with a base saved by --save-base on the same text and\n"
     "                        --ctx: mean and 99th-percentile KL divergence, top-1 agreement\n"
-    "  --device DEV          cpu (default) or reference\n"
+    "  --device DEV          cpu (default), cuda (an NVIDIA GPU) or reference\n"
     "  --threads N           CPU threads (default: one per core)\n"
     "  -h, --help            this help\n";
 
@@ -106,8 +106,7 @@ Options parse(int argc, char** argv) {
   if (o.model.empty()) usage_error("perplexity needs --model PATH");
   if (o.file.empty()) usage_error("perplexity needs --file TEXT");
   if (o.run.ctx < 4) usage_error("--ctx must be at least 4");
-  if (o.device == "cuda") usage_error("this build has no CUDA backend; use --device cpu");
-  if (o.device != "cpu" && o.device != "reference") usage_error("unknown device '" + o.device + "'");
+  check_device(o.device);
   o.run.kv_cache = (o.kv_cache.empty() ? o.exact : o.kv_cache == "f32") ? DType::F32 : DType::F16;
   return o;
 }
@@ -146,7 +145,10 @@ int perplexity(int argc, char** argv) {
     if (!o.kl_base.empty()) base = models::PerplexityBase::load(o.kl_base);
     const CpuBackend cpu(CpuOptions{.int8_activations = !o.exact, .residual_activations = o.residual});
     const ReferenceBackend reference;
-    const Backend& backend = o.device == "cpu" ? static_cast<const Backend&>(cpu) : reference;
+    const CudaBackend cuda;
+    const Backend& backend = o.device == "cpu"    ? static_cast<const Backend&>(cpu)
+                             : o.device == "cuda" ? static_cast<const Backend&>(cuda)
+                                                  : reference;
     std::fprintf(stderr, "loading and compiling %s for %s%s...\n", o.model.c_str(), backend.name().c_str(),
                  o.exact ? " (exact)" : "");
     models::PerplexityRunner runner(o.model, backend, o.run);

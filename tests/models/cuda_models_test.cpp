@@ -1,0 +1,34 @@
+// Every HF model parity fixture (transformers 4 and 5 folders) on the CUDA backend:
+// prefill and KV-cache decode logits against transformers' (label gpu; skips without
+// a GPU).
+#include <gtest/gtest.h>
+
+#include "models/model_parity.hpp"
+
+namespace luminal::models {
+namespace {
+
+class CudaModel : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (!cuda_available(&why)) GTEST_SKIP() << "no GPU here: " << why;
+  }
+};
+
+class CudaLlamaFamily : public CudaModel {};
+TEST_P(CudaLlamaFamily, MatchesTransformers) {
+  run_parity<Llama, LlamaConfig>(GetParam(), cuda());
+}
+INSTANTIATE_TEST_SUITE_P(Arch, CudaLlamaFamily, ::testing::ValuesIn(kLlamaFixtures));
+INSTANTIATE_TEST_SUITE_P(Transformers5, CudaLlamaFamily, ::testing::ValuesIn(kLlamaFixturesTf5));
+
+class CudaGemmaFamily : public CudaModel {};
+TEST_P(CudaGemmaFamily, MatchesTransformers) {
+  run_parity<Gemma, GemmaConfig>(GetParam(), cuda());
+}
+INSTANTIATE_TEST_SUITE_P(Arch, CudaGemmaFamily, ::testing::ValuesIn(kGemmaFixtures));
+INSTANTIATE_TEST_SUITE_P(Transformers5, CudaGemmaFamily, ::testing::ValuesIn(kGemmaFixturesTf5));
+
+}  // namespace
+}  // namespace luminal::models
