@@ -53,6 +53,19 @@ std::string lower(std::string s) {
   return s;
 }
 
+int64_t lowest_int(DType t) {
+  switch (t) {
+    case DType::I32:
+      return std::numeric_limits<int32_t>::min();
+    case DType::I8:
+      return -128;
+    case DType::U8:
+      return 0;
+    default:
+      return std::numeric_limits<int64_t>::min();
+  }
+}
+
 }  // namespace
 
 std::string compute_type(DType t) {
@@ -127,17 +140,10 @@ std::string literal(double v, DType t) {
   return t == DType::F64 ? s : s + "f";
 }
 
-int64_t lowest_int(DType t) {
-  switch (t) {
-    case DType::I32:
-      return std::numeric_limits<int32_t>::min();
-    case DType::I8:
-      return -128;
-    case DType::U8:
-      return 0;
-    default:
-      return std::numeric_limits<int64_t>::min();
-  }
+
+std::string reduction_identity(Op op, DType t) {
+  if (op == Op::SumReduce) return is_float(t) ? literal(0, t) : "0";
+  return is_float(t) ? literal(-INFINITY, t) : std::to_string(lowest_int(t)) + "LL";
 }
 
 // Row-major flat index of a multi-index in `shape`.

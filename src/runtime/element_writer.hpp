@@ -30,8 +30,9 @@ std::string load_expr(DType t, const std::string& element);
 std::string store_expr(DType t, const std::string& v);
 /// A literal of dtype `t` (NaN and infinities through the prelude's lum_u2f / lum_u2d).
 std::string literal(double v, DType t);
-/// The smallest value of integer dtype `t`, the start of a max reduction.
-int64_t lowest_int(DType t);
+/// The value a SumReduce or MaxReduce of dtype `t` starts from: 0, or the lowest value
+/// (-inf for floats).
+std::string reduction_identity(Op op, DType t);
 /// Row-major flat index of a multi-index in `shape`.
 Expr flatten(const std::vector<Expr>& idx, const std::vector<Expr>& shape);
 

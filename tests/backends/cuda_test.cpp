@@ -43,24 +43,7 @@ TEST(Cuda, WithoutAGpuCompileNamesWhatIsMissing) {
 
 TEST(Cuda, RandomGraphsMatchTheReference) {
   SKIP_WITHOUT_GPU();
-  for (uint32_t seed = 1; seed <= 12; ++seed) {
-    Graph cx;
-    testing::RandomGraph rg(seed);
-    rg.build(cx, 25);
-    cx.compile(reference());
-    cx.execute();
-    std::vector<std::vector<float>> want;
-    for (const Tensor& t : rg.outputs) want.push_back(t.to_f32());
-    cx.compile(cuda());
-    cx.execute();
-    for (size_t i = 0; i < rg.outputs.size(); ++i) {
-      const auto got = rg.outputs[i].to_f32();
-      ASSERT_EQ(got.size(), want[i].size());
-      for (size_t k = 0; k < got.size(); ++k)
-        ASSERT_NEAR(got[k], want[i][k], 1e-4 * (1 + std::fabs(want[i][k])))
-            << "seed " << seed << " output " << i << " element " << k;
-    }
-  }
+  testing::expect_random_graphs_match_reference(cuda());
 }
 
 // Products of every operand layout the MatMul kernel sees (transposed, batched,

@@ -2,7 +2,10 @@
 // compiled backends against the reference interpreter.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
+#include <cmath>
 #include <random>
 #include <string>
 #include <vector>
@@ -86,5 +89,28 @@ struct RandomGraph {
     outputs.push_back(vals.back().retrieve());
   }
 };
+
+/// Twelve random graphs of 25 ops each run on `backend` and on the reference
+/// interpreter; every output element agrees to 1e-4 relative.
+inline void expect_random_graphs_match_reference(const Backend& backend) {
+  for (uint32_t seed = 1; seed <= 12; ++seed) {
+    Graph cx;
+    RandomGraph rg(seed);
+    rg.build(cx, 25);
+    cx.compile(reference());
+    cx.execute();
+    std::vector<std::vector<float>> want;
+    for (const Tensor& t : rg.outputs) want.push_back(t.to_f32());
+    cx.compile(backend);
+    cx.execute();
+    for (size_t i = 0; i < rg.outputs.size(); ++i) {
+      const auto got = rg.outputs[i].to_f32();
+      ASSERT_EQ(got.size(), want[i].size());
+      for (size_t k = 0; k < got.size(); ++k)
+        ASSERT_NEAR(got[k], want[i][k], 1e-4 * (1 + std::fabs(want[i][k])))
+            << "seed " << seed << " output " << i << " element " << k;
+    }
+  }
+}
 
 }  // namespace luminal::testing

@@ -20,7 +20,6 @@ namespace {
 
 using runtime::compute_type;
 using runtime::literal;
-using runtime::lowest_int;
 using runtime::store_expr;
 
 class KernelWriter : public runtime::ElementWriter {
@@ -136,18 +135,11 @@ class KernelWriter : public runtime::ElementWriter {
     in_idx.insert(in_idx.begin() + static_cast<std::ptrdiff_t>(axis), counter("lum_r", len));
     const std::string t = compute_type(root.dtype);
     const bool sum = root.op == Op::SumReduce;
-    std::string init;
-    if (sum) {
-      init = is_float(root.dtype) ? literal(0, root.dtype) : "0";
-    } else {
-      init = is_float(root.dtype) ? literal(-INFINITY, root.dtype)
-                                  : std::to_string(lowest_int(root.dtype)) + "LL";
-    }
     // Float reductions are declared to OpenMP so the inner loop vectorises (partial sums
     // in SIMD lanes). Max tracks NaN separately so that fmax can vectorise while a NaN
     // still propagates, as in PyTorch.
     const bool simd = is_float(root.dtype);
-    os_ << "    " << t << " acc = " << init << ";\n";
+    os_ << "    " << t << " acc = " << runtime::reduction_identity(root.op, root.dtype) << ";\n";
     if (simd && !sum) os_ << "    int lum_nan = 0;\n";
     if (simd)
       os_ << (sum ? "    #pragma omp simd reduction(+:acc)\n"

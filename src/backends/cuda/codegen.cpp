@@ -15,8 +15,6 @@ namespace luminal::cudagen {
 namespace {
 
 using runtime::compute_type;
-using runtime::literal;
-using runtime::lowest_int;
 using runtime::store_expr;
 
 class KernelWriter : public runtime::ElementWriter {
@@ -40,6 +38,14 @@ class KernelWriter : public runtime::ElementWriter {
         break;
     }
     return os_.str();
+  }
+
+  // The functions' parameter list: the output, the reads, the error slot, the dims.
+  std::string parameters() const {
+    std::string p = output_type() + "* __restrict__ out";
+    for (size_t i = 0; i < k_.reads.size(); ++i)
+      p += ", const " + input_type(i) + "* __restrict__ in" + std::to_string(i + 1);
+    return p + ", int64_t* err, LumDims lum_dims";
   }
 
   // The second kernel of a Scatter: the sources written in order (later writes win, as
@@ -103,14 +109,11 @@ class KernelWriter : public runtime::ElementWriter {
     in_idx.insert(in_idx.begin() + static_cast<std::ptrdiff_t>(axis), counter("lum_r", len));
     const std::string t = compute_type(root.dtype);
     const bool sum = root.op == Op::SumReduce, f = is_float(root.dtype);
-    const std::string init = sum ? (f ? literal(0, root.dtype) : "0")
-                                 : (f ? literal(-INFINITY, root.dtype)
-                                      : std::to_string(lowest_int(root.dtype)) + "LL");
     auto combine = [&](const std::string& a, const std::string& b) {
       if (!sum) return "lum_max<" + t + ">(" + a + ", " + b + ")";
       return f ? a + " + " + b : "lum_wrap_add(" + a + ", " + b + ")";
     };
-    os_ << "    " << t << " acc = " << init << ";\n";
+    os_ << "    " << t << " acc = " << runtime::reduction_identity(root.op, root.dtype) << ";\n";
     os_ << "    for (int64_t lum_r = threadIdx.x & 31; lum_r < " << len.to_c()
         << "; lum_r += 32) {\n";
     const std::string v = operand(e, in_idx, "      ");
@@ -122,17 +125,6 @@ class KernelWriter : public runtime::ElementWriter {
         << ";\n  }\n";
   }
 };
-
-// The parameter list of kernel k's functions.
-std::string parameters(const compiler::Kernel& k, const std::string& out_type,
-                       const std::vector<std::string>& in_types) {
-  std::ostringstream os;
-  os << out_type << "* __restrict__ out";
-  for (size_t i = 0; i < k.reads.size(); ++i)
-    os << ", const " << in_types[i] << "* __restrict__ in" << (i + 1);
-  os << ", int64_t* err, LumDims lum_dims";
-  return os.str();
-}
 
 }  // namespace
 
@@ -161,12 +153,7 @@ CudaSource generate_cuda_source(const Graph& g, const compiler::KernelPlan& plan
       bodies[k].scatter = s.write_scatter();
       vars.insert(s.vars().begin(), s.vars().end());
     }
-    std::vector<std::string> in_types;
-    for (size_t i = 0; i < kn.reads.size(); ++i) {
-      const Node& r = g.node(kn.reads[i]);
-      in_types.push_back(r.quant != kPlainStorage ? "uint8_t" : runtime::storage_type(r.dtype));
-    }
-    bodies[k].params = parameters(kn, runtime::storage_type(root.dtype), in_types);
+    bodies[k].params = w.parameters();
   }
   out.dims.assign(vars.begin(), vars.end());
   std::ostringstream os;
