@@ -3,7 +3,7 @@
 // expression and round it the same way.
 #include "backends/cuda/codegen.hpp"
 
-#include <cmath>
+#include <algorithm>
 #include <map>
 #include <set>
 #include <sstream>

@@ -13,7 +13,6 @@
 #include "luminal/error.hpp"
 #include "luminal/hash.hpp"
 #include "runtime/kernel_cache.hpp"
-#include "runtime/program.hpp"
 
 namespace luminal::cudagen {
 namespace {
