@@ -159,6 +159,20 @@ ElementWriter::ElementWriter(const Graph& g, const compiler::KernelPlan& plan,
   for (size_t i = 0; i < k.reads.size(); ++i) slot_[k.reads[i].value] = i + 1;
 }
 
+void ElementWriter::write_ordered_scatter(const Node& root) {
+  const std::vector<Expr>& ishape = root.inputs[1].view.shape();
+  const Expr m = product(ishape);
+  note_vars(m);
+  os_ << "  for (int64_t lum_j = 0; lum_j < " << m.to_c() << "; ++lum_j) {\n";
+  os_ << "    const int64_t lum_o = lum_j;\n";
+  const std::vector<Expr> jidx = split_counter("lum_j", ishape, "    ");
+  const std::string pos = operand(root.inputs[1], jidx, "    ");
+  const std::string src = operand(root.inputs[2], jidx, "    ");
+  os_ << "    const int64_t lum_p = " << pos << ";\n";
+  os_ << "    if (lum_p < 0 || lum_p >= lum_n) { lum_fail(err, 2, lum_p, lum_j); continue; }\n";
+  os_ << "    out[lum_p] = " << store_expr(root.dtype, src) << ";\n  }\n";
+}
+
 std::string ElementWriter::output_type() const {
   return storage_type(g_.node(k_.root).dtype);
 }

@@ -64,6 +64,9 @@ class ElementWriter {
   std::string value(NodeId n, const std::vector<Expr>& idx, const std::string& indent);
   /// The value an edge supplies at the consumer's logical index, padding reading zero.
   std::string operand(const Edge& e, const std::vector<Expr>& idx, const std::string& indent);
+  /// A Scatter's sources written in order into `out` (later writes win, as in the
+  /// reference), one at a time; `lum_n` (the output's size) must be declared before it.
+  void write_ordered_scatter(const Node& root);
   /// The C element types of the output buffer and of read i (0-based); block-stored
   /// inputs are bytes.
   std::string output_type() const;

@@ -166,17 +166,7 @@ class KernelWriter : public runtime::ElementWriter {
     const std::string d =
         operand(root.inputs[0], split_counter("lum_o", root.shape, "    "), "    ");
     os_ << "    out[lum_o] = " << store_expr(root.dtype, d) << ";\n  }\n";
-    const std::vector<Expr>& ishape = root.inputs[1].view.shape();
-    const Expr m = product(ishape);
-    note_vars(m);
-    os_ << "  for (int64_t lum_j = 0; lum_j < " << m.to_c() << "; ++lum_j) {\n";
-    os_ << "    const int64_t lum_o = lum_j;\n";
-    const std::vector<Expr> jidx = split_counter("lum_j", ishape, "    ");
-    const std::string pos = operand(root.inputs[1], jidx, "    ");
-    const std::string src = operand(root.inputs[2], jidx, "    ");
-    os_ << "    const int64_t lum_p = " << pos << ";\n";
-    os_ << "    if (lum_p < 0 || lum_p >= lum_n) { lum_fail(err, 2, lum_p, lum_j); continue; }\n";
-    os_ << "    out[lum_p] = " << store_expr(root.dtype, src) << ";\n  }\n";
+    write_ordered_scatter(root);
   }
 };
 

@@ -52,20 +52,11 @@ class KernelWriter : public runtime::ElementWriter {
   // in the reference), by one thread.
   std::string write_scatter() {
     const Node& root = g_.node(k_.root);
-    const std::vector<Expr>& ishape = root.inputs[1].view.shape();
-    const Expr m = product(ishape), n = product(root.shape);
-    note_vars(m);
+    const Expr n = product(root.shape);
     note_vars(n);
     os_ << "  if (blockIdx.x != 0 || threadIdx.x != 0) return;\n";
     os_ << "  const int64_t lum_n = " << n.to_c() << ";\n";
-    os_ << "  for (int64_t lum_j = 0; lum_j < " << m.to_c() << "; ++lum_j) {\n";
-    os_ << "    const int64_t lum_o = lum_j;\n";
-    const std::vector<Expr> jidx = split_counter("lum_j", ishape, "    ");
-    const std::string pos = operand(root.inputs[1], jidx, "    ");
-    const std::string src = operand(root.inputs[2], jidx, "    ");
-    os_ << "    const int64_t lum_p = " << pos << ";\n";
-    os_ << "    if (lum_p < 0 || lum_p >= lum_n) { lum_fail(err, 2, lum_p, lum_j); continue; }\n";
-    os_ << "    out[lum_p] = " << store_expr(root.dtype, src) << ";\n  }\n";
+    write_ordered_scatter(root);
     return os_.str();
   }
 
