@@ -50,6 +50,7 @@ class CudaExecutable final : public Executable {
       functions_[k].first = module_.kernel(l.function);
       if (l.shape == KernelShape::Scatter) functions_[k].second = module_.kernel(l.scatter_function);
     }
+    for (const compiler::Kernel& kn : plan_.kernels) numel_.push_back(product(g.node(kn.root).shape));
     views_.resize(plan_.kernels.size());
     values_.resize(plan_.kernels.size());
     errors_ = DeviceBuffer(3 * sizeof(int64_t) * std::max<size_t>(plan_.kernels.size(), 1));
@@ -70,7 +71,7 @@ class CudaExecutable final : public Executable {
     check(cudaEventRecord(started_.get(), device_->stream()), "cudaEventRecord");
     for (size_t k = 0; k < plan_.kernels.size(); ++k) {
       const Node& root = g.node(plan_.kernels[k].root);
-      const size_t numel = static_cast<size_t>(product(root.shape).eval(user.dims()));
+      const size_t numel = static_cast<size_t>(numel_[k].eval(user.dims()));
       DeviceBuffer out = allocate(numel * dtype_size(root.dtype));
       if (functions_[k].first) {
         launch(user, k, out, dims);
@@ -107,11 +108,13 @@ class CudaExecutable final : public Executable {
     const cudagen::KernelLaunch& l = source_.launches[k];
     const int64_t threads = l.threads.eval(user.dims());
     if (threads <= 0) return;
-    std::vector<void*> ptrs;
-    ptrs.push_back(out.data());
+    // cudaLaunchKernel takes the address of each parameter's value.
+    std::vector<void*>& ptrs = launch_pointers_;
+    ptrs.assign(1, out.data());
     for (NodeId r : plan_.kernels[k].reads) ptrs.push_back(const_cast<void*>(operand(user, r)));
     int64_t* err = static_cast<int64_t*>(errors_.data()) + 3 * k;
-    std::vector<void*> args;
+    std::vector<void*>& args = launch_args_;
+    args.clear();
     for (void*& p : ptrs) args.push_back(&p);
     args.push_back(&err);
     args.push_back(dims.data());
@@ -141,8 +144,11 @@ class CudaExecutable final : public Executable {
     std::vector<Buffer> in;
     std::vector<std::vector<int64_t>> shapes;
     for (size_t i = 0; i < n.inputs.size(); ++i) {
-      const Buffer host = to_host(user, plan_.canon(n.inputs[i].source));
-      in.push_back(read_view(host, views[i]));
+      // A user input is read where it is set; a computed value is copied back first.
+      const NodeId r = plan_.canon(n.inputs[i].source);
+      const int32_t slot = liveness_.slot_of[r.value];
+      const Buffer computed = slot >= 0 ? download(static_cast<size_t>(slot)) : Buffer();
+      in.push_back(read_view(slot >= 0 ? computed : *checked_input(user, r), views[i]));
       shapes.push_back(views[i].dims);
     }
     std::vector<int64_t> out_shape;
@@ -161,13 +167,11 @@ class CudaExecutable final : public Executable {
     return program_.graph->node(plan_.canon(n.inputs[i].source)).dtype;
   }
 
-  // A node's value on the host: a user input as set, a computed value copied back.
-  Buffer to_host(const Graph& user, NodeId r) {
-    const int32_t slot = liveness_.slot_of[r.value];
-    if (slot < 0) return *checked_input(user, r);
-    const Node& n = program_.graph->node(r);
-    const DeviceBuffer& v = *values_[static_cast<size_t>(slot)];
-    Buffer host(n.dtype, v.bytes() / dtype_size(n.dtype), Buffer::Uninitialized{});
+  // Computed value `slot` (kernel `slot`'s output) copied to the host.
+  Buffer download(size_t slot) {
+    const DType t = program_.graph->node(plan_.kernels[slot].root).dtype;
+    const DeviceBuffer& v = *values_[slot];
+    Buffer host(t, v.bytes() / dtype_size(t), Buffer::Uninitialized{});
     check(cudaMemcpyAsync(host.data(), v.data(), v.bytes(), cudaMemcpyDeviceToHost, device_->stream()),
           "copying a value from the GPU");
     device_->synchronize();
@@ -186,7 +190,13 @@ class CudaExecutable final : public Executable {
     const NodeId source = program_.source_of[r.value];
     const uint64_t version = user.data_version(source);
     auto it = uploaded_.find(r.value);
-    if (it != uploaded_.end() && it->second.first == version) return it->second.second.data();
+    if (it != uploaded_.end() && it->second.first == version) {
+      // The same data under new dims must still fit them, as on the CPU.
+      const Node& n = program_.graph->node(r);
+      if (!std::all_of(n.shape.begin(), n.shape.end(), [](Expr d) { return d.as_const().has_value(); }))
+        checked_input(user, r);
+      return it->second.second.data();
+    }
     const Buffer* host = checked_input(user, r);
     DeviceBuffer d(host->bytes());
     check(cudaMemcpyAsync(d.data(), host->data(), host->bytes(), cudaMemcpyHostToDevice,
@@ -216,14 +226,7 @@ class CudaExecutable final : public Executable {
           user.set_data(user_out, *checked_input(user, c));
         continue;
       }
-      const DeviceBuffer& v = *values_[static_cast<size_t>(slot)];
-      const DType t = g.node(c).dtype;
-      Buffer host(t, v.bytes() / dtype_size(t), Buffer::Uninitialized{});
-      check(cudaMemcpyAsync(host.data(), v.data(), v.bytes(), cudaMemcpyDeviceToHost,
-                            device_->stream()),
-            "copying an output from the GPU");
-      device_->synchronize();
-      user.set_data(user_out, std::move(host));
+      user.set_data(user_out, download(static_cast<size_t>(slot)));
     }
   }
 
@@ -261,6 +264,8 @@ class CudaExecutable final : public Executable {
   cudagen::Gemm gemm_;
   runtime::Liveness liveness_;
   std::vector<std::pair<const void*, const void*>> functions_;  // by kernel; null: library
+  std::vector<Expr> numel_;                                     // by kernel: output elements
+  std::vector<void*> launch_pointers_, launch_args_;            // reused by every launch
   std::vector<runtime::ResolvedViews> views_;
   std::vector<std::optional<DeviceBuffer>> values_;  // by kernel, during a run
   std::unordered_map<uint32_t, std::pair<uint64_t, DeviceBuffer>> uploaded_;  // by input node
