@@ -54,10 +54,10 @@ void elementwise_chain() {
   report("chain8_f32_256M", median_ms(cx, 3, 10));
 }
 
-void gemm(int64_t n, const char* name) {
+void gemm(int64_t n, DType t, const char* name) {
   Graph cx;
-  Tensor a = cx.named_tensor("a", {n, n});
-  Tensor b = cx.named_tensor("b", {n, n});
+  Tensor a = cx.named_tensor("a", {n, n}, t);
+  Tensor b = cx.named_tensor("b", {n, n}, t);
   a.set(random_floats(static_cast<size_t>(n * n), 2));
   b.set(random_floats(static_cast<size_t>(n * n), 3));
   a.matmul(b).retrieve();
@@ -65,10 +65,11 @@ void gemm(int64_t n, const char* name) {
   report(name, median_ms(cx, 3, 20));
 }
 
-void row_op(const char* name, const std::function<Tensor(Tensor)>& op) {
+// An op over the rows of an [8192, 8192] input of type t.
+void row_op(const char* name, DType t, const std::function<Tensor(Tensor)>& op) {
   const int64_t rows = 8192, cols = 8192;
   Graph cx;
-  Tensor x = cx.named_tensor("x", {rows, cols});
+  Tensor x = cx.named_tensor("x", {rows, cols}, t);
   x.set(random_floats(static_cast<size_t>(rows * cols), 4));
   op(x).retrieve();
   cx.compile(cuda());
@@ -108,11 +109,18 @@ int main(int argc, char** argv) {
   auto want = [&](const char* c) { return only.empty() || std::strstr(c, only.c_str()); };
   if (want("compile")) mlp_compile();
   if (want("chain8")) elementwise_chain();
-  if (want("gemm")) gemm(4096, "gemm_f32_4096");
-  if (want("softmax")) row_op("softmax_f32_8192x8192", [](Tensor x) { return x.softmax(1); });
-  if (want("rmsnorm"))
-    row_op("rmsnorm_f32_8192x8192", [](Tensor x) {
-      return x * ((x * x).mean({1}, true) + 1e-6).rsqrt();
-    });
+  if (want("gemm_f32")) gemm(4096, DType::F32, "gemm_f32_4096");
+  if (want("gemm_bf16")) gemm(4096, DType::BF16, "gemm_bf16_4096");
+  if (want("gemm_bf16")) gemm(8192, DType::BF16, "gemm_bf16_8192");
+  for (DType t : {DType::F32, DType::BF16}) {
+    const std::string suffix = "_" + std::string(dtype_name(t)) + "_8192x8192";
+    auto row = [&](const char* op, const std::function<Tensor(Tensor)>& f) {
+      const std::string name = op + suffix;
+      if (want(name.c_str())) row_op(name.c_str(), t, f);
+    };
+    row("softmax", [](Tensor x) { return x.softmax(1); });
+    row("rmsnorm", [](Tensor x) { return x.rms_norm({1}, 1e-6); });
+    row("layernorm", [](Tensor x) { return x.layer_norm({1}, 1e-5); });
+  }
   return 0;
 }

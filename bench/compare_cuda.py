@@ -53,15 +53,26 @@ def main():
     b = torch.rand(4096, 4096, device=dev)
     peers["gemm_f32_4096"] = {"matmul": bench(lambda: a @ b)}
     ab, bb = a.bfloat16(), b.bfloat16()
-    bf16_ms = bench(lambda: ab @ bb)
+    peers["gemm_bf16_4096"] = {"matmul": bench(lambda: ab @ bb)}
+    bf16_ms = peers["gemm_bf16_4096"]["matmul"]
     print(f"floor: torch bf16 GEMM 4096^3 {2 * 4096**3 / bf16_ms / 1e9:.0f} TFLOP/s, "
           f"f32 {2 * 4096**3 / peers['gemm_f32_4096']['matmul'] / 1e9:.1f} TFLOP/s")
-    r = torch.rand(8192, 8192, device=dev)
-    peers["softmax_f32_8192x8192"] = {"eager": bench(lambda: torch.softmax(r, 1)),
-                                      "compile": bench(lambda c=torch.compile(lambda t: torch.softmax(t, 1)): c(r))}
-    peers["rmsnorm_f32_8192x8192"] = {"eager": bench(lambda: rmsnorm(r)),
-                                      "compile": bench(lambda c=torch.compile(rmsnorm): c(r))}
-    del x, y, a, b, ab, bb, r
+    a8 = torch.rand(8192, 8192, device=dev, dtype=torch.bfloat16)
+    b8 = torch.rand(8192, 8192, device=dev, dtype=torch.bfloat16)
+    peers["gemm_bf16_8192"] = {"matmul": bench(lambda: a8 @ b8)}
+    del a, b, ab, bb, a8, b8
+    row_ops = {"softmax": lambda t: torch.softmax(t, 1), "rmsnorm": rmsnorm,
+               "layernorm": lambda t: torch.nn.functional.layer_norm(t, (t.shape[1],), eps=1e-5)}
+    bytes_moved = {"chain8_f32_256M": 2 * n * 4}
+    for dtype, name in [(torch.float32, "f32"), (torch.bfloat16, "bf16")]:
+        r = (torch.rand(8192, 8192, device=dev) * 2 - 1).to(dtype)
+        for op, fn in row_ops.items():
+            case = f"{op}_{name}_8192x8192"
+            peers[case] = {"eager": bench(lambda: fn(r)),
+                           "compile": bench(lambda c=torch.compile(fn): c(r))}
+            bytes_moved[case] = 2 * r.numel() * r.element_size()
+        del r
+    del x, y
     torch.cuda.empty_cache()
     out = subprocess.run([exe], capture_output=True, text=True)
     sys.stderr.write(out.stderr)
@@ -69,11 +80,14 @@ def main():
     for line in out.stdout.splitlines():
         name, ms = line.split()
         ours[name] = float(ms)
-    bytes_moved = {"chain8_f32_256M": 2 * n * 4, "softmax_f32_8192x8192": 2 * 8192 * 8192 * 4,
-                   "rmsnorm_f32_8192x8192": 2 * 8192 * 8192 * 4}
     print(f"\n| case | luminal ms | % of copy bandwidth | peer | peer ms | peer / luminal |")
     print("|---|---|---|---|---|---|")
     for name, ms in ours.items():
+        if name.startswith("gemm"):
+            n3 = int(name.rsplit("_", 1)[1]) ** 3
+            for peer, pms in peers.get(name, {}).items():
+                print(f"| {name} | {ms:.3f} | {2 * n3 / ms / 1e9:.0f} TFLOP/s | {peer} | {pms:.3f} | {pms / ms:.2f}x |")
+            continue
         if name.startswith("mlp2_compile"):
             print(f"| {name} | {ms:.1f} | - | - | - | - |")
             continue

@@ -72,7 +72,8 @@ bool is_qgemm(int axis, const View& a, const View& b, const std::vector<Expr>& w
 
 bool is_gemm(int axis, const View& a, const View& b, DType dtype) {
   const size_t r = a.rank();
-  if (dtype != DType::F32 || r < 3 || b.rank() != r || axis != static_cast<int>(r) - 2)
+  const bool blas_type = dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16;
+  if (!blas_type || r < 3 || b.rank() != r || axis != static_cast<int>(r) - 2)
     return false;
   if (a.has_mask() || b.has_mask()) return false;
   const auto& sa = a.strides();

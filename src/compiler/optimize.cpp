@@ -281,11 +281,11 @@ Optimized optimize(const Graph& g) {
   Lowering low(g);
   for (NodeId o : g.outputs()) low.lower(o);
   eg::Functions fns;
-  // (gemm $axis $va $vb ?a ?b): an f32 product BLAS can run; block-stored operands are
-  // left to qgemm.
+  // (gemm $axis $va $vb ?a ?b): an f32, f16 or bf16 product BLAS can run, both operands
+  // of one type; block-stored operands are left to qgemm.
   fns.predicates["gemm"] = [&low](const eg::EGraph& e, std::span<const eg::Value> a) {
     const auto dt = low.dtype(e, a[3]);
-    if (!dt || low.quantized_input(e, a[3]) || low.quantized_input(e, a[4]) ||
+    if (!dt || low.dtype(e, a[4]) != dt || low.quantized_input(e, a[3]) || low.quantized_input(e, a[4]) ||
         widens_f16(e, low, a[4].c))
       return false;
     return is_gemm(static_cast<int>(a[0].a.bits), low.view(a[1]), low.view(a[2]), *dt);

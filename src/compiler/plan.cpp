@@ -21,7 +21,8 @@ std::string cse_key(const Node& n, const std::vector<NodeId>& canonical) {
 
 }  // namespace
 
-KernelPlan plan_kernels(const Graph& g, bool fuse) {
+KernelPlan plan_kernels(const Graph& g, Fusion fusion) {
+  const bool fuse = fusion != Fusion::Off;
   const size_t count = g.num_nodes();
   KernelPlan p;
   p.canonical.resize(count);
@@ -46,18 +47,31 @@ KernelPlan plan_kernels(const Graph& g, bool fuse) {
       ++consumers[s];
     }
   }
-  // Materialise: inputs, outputs, anything that is not elementwise, and shared values
-  // (fusing those would recompute them per consumer). Constants and iotas are cheap
-  // enough to recompute everywhere.
+  // Materialise: inputs, outputs, anything that is not elementwise, and shared values.
+  // Constants and iotas are recomputed everywhere; under RecomputeShared so are a few
+  // elementwise ops shared by a few consumers, which cost less computed in each (as
+  // softmax's exponentials are, by its sum and its division) than written out and read
+  // back. `cone` counts the ops a node's value fuses, itself included: it bounds what
+  // recomputation can multiply. (The CPU keeps StoreShared: there a stored value is
+  // re-read from cache, and its JIT contracts a fused multiply-add where a stored
+  // product would have been rounded, so recomputing changes its numbers.)
+  constexpr size_t kMaxRecomputedOps = 6, kMaxRecomputingConsumers = 4;
   p.materialized.assign(count, false);
+  std::vector<size_t> cone(count, 0);
   for (uint32_t i = 0; i < count; ++i) {
     if (!p.needed[i] || p.canonical[i].value != i) continue;
     const NodeId id{i};
     const Node& n = g.node(id);
     const bool cheap_source = n.op == Op::Constant || n.op == Op::Iota;
     const bool elementwise = is_elementwise(n.op) || cheap_source;
+    cone[i] = 1;
+    for (const Edge& e : n.inputs) cone[i] += cone[p.canon(e.source).value];
+    const bool recompute =
+        cheap_source || (fusion == Fusion::RecomputeShared && cone[i] <= kMaxRecomputedOps &&
+                         consumers[i] <= kMaxRecomputingConsumers);
     p.materialized[i] = n.op == Op::Input || g.is_output(id) || !elementwise || !fuse ||
-                        (consumers[i] > 1 && !cheap_source);
+                        (consumers[i] > 1 && !recompute);
+    if (p.materialized[i]) cone[i] = 0;
   }
   // Library kernels (Custom) read buffers: their operands cannot be fused into them.
   for (uint32_t i = 0; i < count; ++i) {

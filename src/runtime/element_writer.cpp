@@ -238,8 +238,9 @@ void ElementWriter::note_vars(Expr e) {
 std::string ElementWriter::load(NodeId n, Expr flat) {
   const Node& node = g_.node(n);
   flat = within(flat);
+  if (std::optional<std::string> v = held(n, flat)) return *v;
   note_vars(flat);
-  const std::string buf = "in" + std::to_string(slot_.at(n.value));
+  const std::string buf = read_prefix_ + std::to_string(slot_.at(n.value));
   if (node.quant != kPlainStorage)
     return "lum_dq_" + lower(ggml_type_name(node.quant)) + "(" + buf + ", " + flat.to_c() + ")";
   return load_expr(node.dtype, buf + "[" + flat.to_c() + "]");

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -58,6 +59,8 @@ class ElementWriter {
   /// ranges, so index math over them simplifies without divisions.
   std::vector<Expr> split_counter(const std::string& flat, const std::vector<Expr>& shape,
                                   const std::string& indent);
+  /// `e` simplified over the ranges of the loop counters in scope.
+  Expr within(Expr e) const { return simplify_within(e, ranges_); }
   /// Records the symbolic dims `e` mentions.
   void note_vars(Expr e);
   /// Emits statements computing node `n` at multi-index `idx`; returns a C expression.
@@ -71,14 +74,19 @@ class ElementWriter {
   /// inputs are bytes.
   std::string output_type() const;
   std::string input_type(size_t i) const;
+  /// A stored value the kernel already holds in a variable, at flat element `flat`
+  /// (simplified over the loop counters): the C expression to use instead of a load, or
+  /// nothing to load it from its buffer. A backend that computes several kernels in one
+  /// function overrides it.
+  virtual std::optional<std::string> held(NodeId /*n*/, const Expr& /*flat*/) { return std::nullopt; }
 
   const Graph& g_;
   const compiler::KernelPlan& plan_;
   const compiler::Kernel& k_;
   std::ostringstream os_;
+  std::string read_prefix_ = "in";  // read i's buffer is read_prefix_ + i (1-based)
 
  private:
-  Expr within(Expr e) const { return simplify_within(e, ranges_); }
   void narrow(const View& view, const std::vector<Expr>& idx);
   std::string fresh() { return "t" + std::to_string(next_++); }
   std::string load(NodeId n, Expr flat);

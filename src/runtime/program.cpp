@@ -26,7 +26,7 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
-PlannedProgram optimize_and_plan(const Graph& graph, bool fuse) {
+PlannedProgram optimize_and_plan(const Graph& graph, compiler::Fusion fusion) {
   PlannedProgram p;
   p.start = std::chrono::steady_clock::now();
   dump("hlir", graph.to_text(), graph.to_dot());
@@ -35,7 +35,7 @@ PlannedProgram optimize_and_plan(const Graph& graph, bool fuse) {
   dump("egraph", p.program.report.to_string());
   dump("optimized", p.program.graph->to_text(), p.program.graph->to_dot());
   const auto plan_start = std::chrono::steady_clock::now();
-  p.plan = compiler::plan_kernels(*p.program.graph, fuse);
+  p.plan = compiler::plan_kernels(*p.program.graph, fusion);
   p.plan_seconds = seconds_since(plan_start);
   dump("kernels", p.plan.to_text(*p.program.graph));
   return p;

@@ -28,9 +28,9 @@ void dump(const std::string& stage, const std::string& text, const std::string& 
 
 double seconds_since(std::chrono::steady_clock::time_point t);
 
-/// Optimises `graph` and plans its kernels (`fuse` = false: one kernel per op), dumping
+/// Optimises `graph` and plans its kernels (fused as `fusion` says), dumping
 /// each stage that LUMINAL_DUMP asks for.
-PlannedProgram optimize_and_plan(const Graph& graph, bool fuse);
+PlannedProgram optimize_and_plan(const Graph& graph, compiler::Fusion fusion);
 
 /// With LUMINAL_LOG=info: one line of what compile() did, `backend_part` being the
 /// backend's own stages ("codegen 0.01 s, compile 0.2 s (cache hit)").

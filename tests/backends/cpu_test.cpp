@@ -15,12 +15,18 @@
 #include "luminal/compiler/plan.hpp"
 #include "luminal/luminal.hpp"
 #include "luminal/nn/attention.hpp"
+#include "testing/matmul_layouts.hpp"
 #include "testing/random_graph.hpp"
+#include "testing/row_ops.hpp"
 
 namespace luminal {
 namespace {
 
 namespace fs = std::filesystem;
+
+TEST(Cpu, MatMulsMatchTheReference) { testing::expect_matmuls_match_reference(cpu()); }
+
+TEST(Cpu, RowOpsMatchTheReference) { testing::expect_row_ops_match_reference(cpu()); }
 
 TEST(Cpu, RandomGraphsMatchTheReference) {
   testing::expect_random_graphs_match_reference(cpu());
@@ -66,14 +72,21 @@ TEST(Cpu, FusionLeavesOneKernelPerMaterialisedValue) {
   Tensor y = x;
   for (int i = 0; i < 8; ++i) y = (y * 1.5 + 0.25).sin();
   y.retrieve();
-  const auto fused = compiler::plan_kernels(cx, true);
-  const auto unfused = compiler::plan_kernels(cx, false);
+  const auto fused = compiler::plan_kernels(cx);
+  const auto unfused = compiler::plan_kernels(cx, compiler::Fusion::Off);
   EXPECT_EQ(fused.kernels.size(), 1u);
   EXPECT_GT(unfused.kernels.size(), 20u);
   // A shared value is computed once.
   Tensor s = x.exp2();
   (s + s.sin()).retrieve();
-  EXPECT_EQ(compiler::plan_kernels(cx, true).kernels.size(), 3u);
+  EXPECT_EQ(compiler::plan_kernels(cx).kernels.size(), 3u);
+  // ... unless it is cheap enough to compute again in each reader: then the sum is one
+  // kernel, and a chain too long to repeat is still stored once.
+  EXPECT_EQ(compiler::plan_kernels(cx, compiler::Fusion::RecomputeShared).kernels.size(), 2u);
+  Tensor long_chain = x;
+  for (int i = 0; i < 8; ++i) long_chain = long_chain.sin();
+  (long_chain + long_chain.exp2()).retrieve();
+  EXPECT_EQ(compiler::plan_kernels(cx, compiler::Fusion::RecomputeShared).kernels.size(), 4u);
 }
 
 size_t count_ops(const Graph& g, Op op) {

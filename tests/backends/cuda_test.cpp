@@ -9,7 +9,9 @@
 
 #include "luminal/luminal.hpp"
 #include "testing/expect_error.hpp"
+#include "testing/matmul_layouts.hpp"
 #include "testing/random_graph.hpp"
+#include "testing/row_ops.hpp"
 
 namespace luminal {
 namespace {
@@ -19,12 +21,6 @@ namespace {
     std::string why;                                                \
     if (!cuda_available(&why)) GTEST_SKIP() << "no GPU here: " << why; \
   } while (0)
-
-std::vector<float> random_floats(std::mt19937& rng, size_t n) {
-  std::vector<float> v(n);
-  for (float& x : v) x = std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng);
-  return v;
-}
 
 TEST(Cuda, WithoutAGpuCompileNamesWhatIsMissing) {
   std::string why;
@@ -46,40 +42,14 @@ TEST(Cuda, RandomGraphsMatchTheReference) {
   testing::expect_random_graphs_match_reference(cuda());
 }
 
-// Products of every operand layout the MatMul kernel sees (transposed, batched,
-// broadcast over the batch), in f32, f16 and bf16, against the reference.
 TEST(Cuda, MatMulsMatchTheReference) {
   SKIP_WITHOUT_GPU();
-  std::mt19937 rng(7);
-  for (DType t : {DType::F32, DType::F16, DType::BF16}) {
-    Graph cx;
-    Tensor a = cx.named_tensor("a", {3, 33, 70});
-    Tensor b = cx.named_tensor("b", {3, 70, 45});
-    Tensor w = cx.named_tensor("w", {45, 70});
-    a.set(random_floats(rng, 3 * 33 * 70));
-    b.set(random_floats(rng, 3 * 70 * 45));
-    w.set(random_floats(rng, 45 * 70));
-    const Tensor ac = a.cast(t), bc = b.cast(t), wc = w.cast(t);
-    std::vector<Tensor> outs = {
-        ac.matmul(bc).cast(DType::F32).retrieve(),                  // batched
-        ac.matmul(wc.permute({1, 0})).cast(DType::F32).retrieve(),  // x W^T, W shared
-        bc.permute({0, 2, 1}).matmul(ac.permute({0, 2, 1})).cast(DType::F32).retrieve(),
-    };
-    cx.compile(reference());
-    cx.execute();
-    std::vector<std::vector<float>> want;
-    for (const Tensor& o : outs) want.push_back(o.to_f32());
-    cx.compile(cuda());
-    cx.execute();
-    const double tol = t == DType::F32 ? 1e-4 : t == DType::F16 ? 2e-2 : 6e-2;
-    for (size_t i = 0; i < outs.size(); ++i) {
-      const auto got = outs[i].to_f32();
-      ASSERT_EQ(got.size(), want[i].size());
-      for (size_t k = 0; k < got.size(); ++k)
-        ASSERT_NEAR(got[k], want[i][k], tol * (1 + std::fabs(want[i][k])))
-            << dtype_name(t) << " product " << i << " element " << k;
-    }
-  }
+  testing::expect_matmuls_match_reference(cuda());
+}
+
+TEST(Cuda, RowOpsMatchTheReference) {
+  SKIP_WITHOUT_GPU();
+  testing::expect_row_ops_match_reference(cuda());
 }
 
 TEST(Cuda, ChangingABoundDimReusesTheCompiledKernels) {

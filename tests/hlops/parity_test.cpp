@@ -4,7 +4,7 @@
 
 #include "hlops/fixture.hpp"
 #ifdef LUMINAL_HAS_CUDA
-#include "backends/cuda/compile.hpp"
+#include "testing/nvrtc_only.hpp"
 #endif
 
 namespace luminal::testing {
@@ -16,20 +16,6 @@ const char* kFixtureFiles[] = {"binary",   "unary",      "reduce", "norm", "move
 std::string fixture_path(const std::string& name) {
   return std::string(LUMINAL_FIXTURE_DIR) + "/hlops/" + name + ".lfx";
 }
-
-#ifdef LUMINAL_HAS_CUDA
-// The CUDA backend's code generation where no GPU is needed: every kernel it would
-// launch is rendered and compiled by NVRTC for Hopper (sm_90), then the graph runs on
-// the reference interpreter. CI has no GPU; this keeps every generated kernel compiling.
-class NvrtcOnly final : public Backend {
- public:
-  std::string name() const override { return "cuda-nvrtc"; }
-  std::unique_ptr<Executable> compile(const Graph& graph) const override {
-    cudagen::compile_program(graph, "sm_90", true);
-    return reference().compile(graph);
-  }
-};
-#endif
 
 // The GPU test binary (label gpu) runs the suite on the CUDA backend; the CPU one on the
 // reference interpreter, the CPU backend and, where CUDA is built, its NVRTC compile.

@@ -35,7 +35,7 @@ class QMatMulOp final : public CustomOp {
 bool is_qgemm(int axis, const View& a, const View& b, const std::vector<Expr>& w_shape);
 
 /// True if SumReduce over `axis` of Mul(a_view, b_view) is a GEMM a BLAS can run: f32,
-/// rank >= 3 with the sum over dim rank-2, `a` broadcast along the last dim and `b`
+/// f16 or bf16, rank >= 3 with the sum over dim rank-2, `a` broadcast along the last dim and `b`
 /// along dim rank-3, no padding, and unit stride along one dim of each matrix.
 bool is_gemm(int axis, const View& a, const View& b, DType dtype);
 

@@ -29,7 +29,14 @@ struct KernelPlan {
   std::string to_text(const Graph& g) const;
 };
 
-/// `fuse` = false materialises every node (one kernel per op), for comparisons.
-KernelPlan plan_kernels(const Graph& g, bool fuse = true);
+/// How much of the graph each kernel computes inline.
+enum class Fusion {
+  Off,              // every node its own kernel (one kernel per op), for comparisons
+  StoreShared,      // elementwise chains fused; a value read by several kernels stored once
+  RecomputeShared,  // ... except a few cheap ops, computed again by each reader: what a
+                    // GPU wants, where writing a tensor and reading it back costs more
+};
+
+KernelPlan plan_kernels(const Graph& g, Fusion fusion = Fusion::StoreShared);
 
 }  // namespace luminal::compiler

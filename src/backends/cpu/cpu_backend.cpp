@@ -518,6 +518,15 @@ class CpuExecutable final : public Executable {
                                       static_cast<const uint16_t*>(bufs[1]->data()),
                                       out.span<float>().data());
     }
+    // A half-precision product: the operands widened, BLAS, the result rounded back.
+    if (step.matmul && (n.dtype == DType::F16 || n.dtype == DType::BF16) &&
+        bufs[0]->dtype() == n.dtype && bufs[1]->dtype() == n.dtype) {
+      const std::vector<float> a = bufs[0]->to_f32(), b = bufs[1]->to_f32();
+      std::vector<float> c(out.numel());
+      cpugen::matmul_f32(views[0], a.data(), views[1], b.data(), c.data());
+      for (size_t i = 0; i < c.size(); ++i) out.set_f64(i, c[i]);
+      return;
+    }
     if (step.qmatmul) {
       if (step.joined != step.joined_end &&
           run_joined(user, k, views, bufs[0]->span<float>().data(), out))
@@ -623,7 +632,8 @@ std::unique_ptr<Executable> CpuBackend::compile(const Graph& graph) const {
   // library depend on the OpenMP runtime, so it is never unloaded together with a kernel
   // library while its worker threads are alive.
   const int threads = omp_get_max_threads();
-  runtime::PlannedProgram p = runtime::optimize_and_plan(graph, options_.fuse);
+  runtime::PlannedProgram p = runtime::optimize_and_plan(
+      graph, options_.fuse ? compiler::Fusion::StoreShared : compiler::Fusion::Off);
   const auto gen_start = std::chrono::steady_clock::now();
   cpugen::GeneratedSource src = cpugen::generate_source(*p.program.graph, p.plan);
   const double gen_s = seconds_since(gen_start);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -117,6 +118,168 @@ class KernelWriter : public runtime::ElementWriter {
   }
 };
 
+// The rows of a reduction kernel: one output per row of `len` elements along `axis`.
+struct Rows {
+  std::vector<Expr> shape;  // the reduction's output shape: one element per row
+  size_t axis = 0;
+  Expr len;
+};
+
+std::optional<Rows> rows_of(const Graph& g, const compiler::Kernel& k) {
+  const Node& n = g.node(k.root);
+  if (n.op != Op::SumReduce && n.op != Op::MaxReduce) return std::nullopt;
+  const auto axis = static_cast<size_t>(n.axis);
+  return Rows{n.shape, axis, n.inputs[0].view.shape()[axis]};
+}
+
+bool same_shape(const std::vector<Expr>& a, const std::vector<Expr>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (!(a[i] == b[i])) return false;
+  return true;
+}
+
+// Whether kernel k can join a row group over `rows`: a reduction of the same rows, or an
+// elementwise kernel whose elements are exactly those rows' elements (it closes the group).
+enum class RowRole { None, Reduce, Map };
+RowRole row_role(const Graph& g, const compiler::Kernel& k, const Rows& rows) {
+  const Node& n = g.node(k.root);
+  if (auto r = rows_of(g, k))
+    return same_shape(r->shape, rows.shape) && r->axis == rows.axis && r->len == rows.len
+               ? RowRole::Reduce
+               : RowRole::None;
+  if (n.op == Op::Custom || n.op == Op::Scatter) return RowRole::None;
+  std::vector<Expr> full = rows.shape;
+  full.insert(full.begin() + static_cast<std::ptrdiff_t>(rows.axis), rows.len);
+  return same_shape(n.shape, full) ? RowRole::Map : RowRole::None;
+}
+
+// One member of a row group (see write_row_group), written for the row `lum_row`. A
+// reduction combines over the block and leaves its value, rounded as stored, in
+// lum_held_<member> for the members after it; reads of an earlier member's output use
+// that variable, which is only right at the same row: a read elsewhere marks the group
+// as not row-local.
+class RowMemberWriter : public runtime::ElementWriter {
+ public:
+  RowMemberWriter(const Graph& g, const compiler::KernelPlan& plan, const compiler::Kernel& k,
+                  size_t member, const Rows& rows, const std::map<uint32_t, std::string>& held)
+      : ElementWriter(g, plan, k), member_(member), rows_(rows), held_(held) {
+    read_prefix_ = prefix() + "in";
+  }
+
+  std::string write() {
+    const Node& root = g_.node(k_.root);
+    note_vars(product(rows_.shape));
+    note_vars(rows_.len);
+    os_ << "    {\n      int64_t* err = lum_err + " << 3 * member_ << "; (void)err;\n";
+    std::vector<Expr> idx = split_counter("lum_row", rows_.shape, "      ");
+    row_flat_ = within(runtime::flatten(idx, rows_.shape));
+    idx.insert(idx.begin() + static_cast<std::ptrdiff_t>(rows_.axis), counter("lum_r", rows_.len));
+    const std::string loop = "      for (int64_t lum_r = threadIdx.x; lum_r < " + rows_.len.to_c() +
+                             "; lum_r += blockDim.x) {\n";
+    if (root.op == Op::SumReduce || root.op == Op::MaxReduce) {
+      const std::string t = compute_type(root.dtype);
+      const bool sum = root.op == Op::SumReduce, f = is_float(root.dtype);
+      auto combine = [&](const std::string& a, const std::string& b) {
+        if (!sum) return "lum_max<" + t + ">(" + a + ", " + b + ")";
+        return f ? a + " + " + b : "lum_wrap_add(" + a + ", " + b + ")";
+      };
+      const std::string part = t == "float" ? "lum_part_f" : t == "double" ? "lum_part_d" : "lum_part_i";
+      os_ << "      const int64_t lum_o = lum_row;\n";
+      os_ << "      " << t << " acc = " << runtime::reduction_identity(root.op, root.dtype) << ";\n";
+      os_ << loop;
+      const std::string v = operand(root.inputs[0], idx, "        ");
+      os_ << "        acc = " << combine("acc", v) << ";\n      }\n";
+      os_ << "      for (int lum_s = 16; lum_s > 0; lum_s >>= 1)\n"
+          << "        acc = " << combine("acc", "__shfl_xor_sync(0xffffffffu, acc, lum_s)") << ";\n"
+          << "      if ((threadIdx.x & 31) == 0) " << part << "[threadIdx.x >> 5] = acc;\n"
+          << "      __syncthreads();\n"
+          << "      acc = " << part << "[0];\n"
+          << "      for (int lum_w = 1; lum_w < (int)(blockDim.x >> 5); ++lum_w)\n"
+          << "        acc = " << combine("acc", part + "[lum_w]") << ";\n"
+          << "      __syncthreads();  // the partials are rewritten by the next reduction\n";
+      const std::string stored = store_expr(root.dtype, "acc");
+      os_ << "      " << held_name(member_) << " = " << runtime::load_expr(root.dtype, stored) << ";\n";
+      os_ << "      if (threadIdx.x == 0) " << prefix() << "out[lum_row] = " << stored << ";\n";
+    } else {
+      os_ << loop;
+      const Expr o = within(runtime::flatten(idx, root.shape));
+      note_vars(o);
+      os_ << "        const int64_t lum_o = " << o.to_c() << ";\n";
+      const std::string v = value(k_.root, idx, "        ");
+      os_ << "        " << prefix() << "out[lum_o] = " << store_expr(root.dtype, v) << ";\n      }\n";
+    }
+    os_ << "    }\n";
+    return os_.str();
+  }
+
+  std::string parameters() const {
+    std::string p = output_type() + "* __restrict__ " + prefix() + "out";
+    for (size_t i = 0; i < k_.reads.size(); ++i)
+      p += ", const " + input_type(i) + "* __restrict__ " + read_prefix_ + std::to_string(i + 1);
+    return p;
+  }
+
+  bool reads_other_rows() const { return stray_; }
+
+  static std::string held_name(size_t member) { return "lum_held_" + std::to_string(member); }
+
+ protected:
+  std::optional<std::string> held(NodeId n, const Expr& flat) override {
+    const auto it = held_.find(n.value);
+    if (it == held_.end()) return std::nullopt;
+    if (!(within(flat - row_flat_) == Expr(0))) stray_ = true;
+    return it->second;
+  }
+
+ private:
+  std::string prefix() const { return "m" + std::to_string(member_) + "_"; }
+
+  size_t member_;
+  const Rows& rows_;
+  const std::map<uint32_t, std::string>& held_;
+  Expr row_flat_;
+  bool stray_ = false;
+};
+
+struct RowGroup {
+  std::string params, body;
+  std::set<std::string> vars;
+};
+
+// Kernels first..last (a chain of reductions over the same rows, perhaps closed by an
+// elementwise kernel over their elements: softmax, RMSNorm, LayerNorm) as one function
+// in which a block takes one row through every member in turn, so the members after the
+// first read the row from cache, not memory, and the reductions' results pass through
+// registers. Nothing when a member reads an earlier one's result at another row.
+std::optional<RowGroup> write_row_group(const Graph& g, const compiler::KernelPlan& plan,
+                                        size_t first, size_t last, const Rows& rows) {
+  RowGroup out;
+  std::map<uint32_t, std::string> held;
+  std::string members, declared;
+  for (size_t k = first; k <= last; ++k) {
+    const compiler::Kernel& kn = plan.kernels[k];
+    RowMemberWriter w(g, plan, kn, k - first, rows, held);
+    members += w.write();
+    if (w.reads_other_rows()) return std::nullopt;
+    out.params += w.parameters() + ", ";
+    out.vars.insert(w.vars().begin(), w.vars().end());
+    const Node& root = g.node(kn.root);
+    if (root.op == Op::SumReduce || root.op == Op::MaxReduce) {
+      held[kn.root.value] = RowMemberWriter::held_name(k - first);
+      declared += "    " + compute_type(root.dtype) + " " + held[kn.root.value] + ";\n";
+    }
+  }
+  out.params += "int64_t* lum_err, LumDims lum_dims";
+  out.body = "  __shared__ float lum_part_f[32];\n  __shared__ double lum_part_d[32];\n"
+             "  __shared__ int64_t lum_part_i[32];\n"
+             "  (void)lum_part_f; (void)lum_part_d; (void)lum_part_i;\n"
+             "  const int64_t lum_rows = " + product(rows.shape).to_c() + ";\n"
+             "  for (int64_t lum_row = blockIdx.x; lum_row < lum_rows; lum_row += gridDim.x) {\n" +
+             declared + members + "  }\n";
+  return out;
+}
+
 }  // namespace
 
 CudaSource generate_cuda_source(const Graph& g, const compiler::KernelPlan& plan) {
@@ -132,16 +295,43 @@ CudaSource generate_cuda_source(const Graph& g, const compiler::KernelPlan& plan
     const Node& root = g.node(kn.root);
     if (root.op == Op::Custom) continue;  // library kernels run natively
     KernelLaunch& launch = out.launches[k];
+    if (const std::optional<Rows> rows = rows_of(g, kn)) {
+      // The longest chain of kernels after k that a block can take row by row with it.
+      std::optional<RowGroup> group;
+      size_t last = k;
+      for (size_t j = k + 1; j < plan.kernels.size(); ++j) {
+        const RowRole role = row_role(g, plan.kernels[j], *rows);
+        if (role == RowRole::None) break;
+        std::optional<RowGroup> longer = write_row_group(g, plan, k, j, *rows);
+        if (!longer) break;
+        group = std::move(longer);
+        last = j;
+        if (role == RowRole::Map) break;
+      }
+      if (group) {
+        for (size_t j = k; j < last; ++j) out.launches[j].shape = KernelShape::InRowGroup;
+        KernelLaunch& l = out.launches[last];
+        l.shape = KernelShape::Rows;
+        l.group_begin = k;
+        l.threads = product(rows->shape);
+        l.row_len = rows->len;
+        bodies[last].params = std::move(group->params);
+        bodies[last].main = std::move(group->body);
+        vars.insert(group->vars.begin(), group->vars.end());
+        k = last;
+        continue;
+      }
+    }
     launch.shape = root.op == Op::Scatter                                    ? KernelShape::Scatter
                    : root.op == Op::SumReduce || root.op == Op::MaxReduce ? KernelShape::Reduce
                                                                           : KernelShape::Map;
     // A fresh writer per function: each declares its own temporaries.
     KernelWriter w(g, plan, kn);
-    bodies[k].main = w.write(launch.threads);
+    bodies[k].main = "  (void)err;\n" + w.write(launch.threads);
     vars.insert(w.vars().begin(), w.vars().end());
     if (launch.shape == KernelShape::Scatter) {
       KernelWriter s(g, plan, kn);
-      bodies[k].scatter = s.write_scatter();
+      bodies[k].scatter = "  (void)err;\n" + s.write_scatter();
       vars.insert(s.vars().begin(), s.vars().end());
     }
     bodies[k].params = w.parameters();
@@ -160,9 +350,9 @@ CudaSource generate_cuda_source(const Graph& g, const compiler::KernelPlan& plan
   // distinct function is compiled once and launched for all of them.
   std::map<std::string, std::string> function_of;  // full text after the name -> name
   auto emit = [&](const std::string& name, const std::string& params, const std::string& body) {
-    const std::string rest = "(" + params + ") {\n  (void)err;\n" + dims_decl + body + "}\n\n";
+    const std::string rest = "(" + params + ") {\n" + dims_decl + body + "}\n\n";
     const auto [it, fresh] = function_of.emplace(rest, name);
-    if (fresh) os << "extern \"C\" __global__ void __launch_bounds__(256) " << name << rest;
+    if (fresh) os << "extern \"C\" __global__ void __launch_bounds__(" << kMaxBlock << ") " << name << rest;
     return it->second;
   };
   for (size_t k = 0; k < plan.kernels.size(); ++k) {

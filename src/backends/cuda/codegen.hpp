@@ -4,7 +4,11 @@
 //                                             LumDims dims)
 // over a grid-stride loop, so any grid size covers any bound dims: elementwise kernels
 // give each thread output elements, reductions give each warp output elements, and a
-// Scatter is a copy kernel followed by an ordered one (lum_kernel_<k>_scatter).
+// Scatter is a copy kernel followed by an ordered one (lum_kernel_<k>_scatter). A chain
+// of reductions over the same rows, perhaps closed by an elementwise kernel over their
+// elements (softmax, RMSNorm, LayerNorm), is one function in which each block takes
+// rows through every member in turn (a row group): its parameters are each member's
+// output and reads in order, then the first member's error slot and the dims.
 #pragma once
 
 #include <string>
@@ -14,13 +18,21 @@
 
 namespace luminal::cudagen {
 
-enum class KernelShape { Map, Reduce, Scatter, Library };
+/// Threads per block the generated functions are compiled for at most.
+constexpr int kMaxBlock = 256;
+
+// InRowGroup: computed by the row group launched at a later kernel (Rows).
+enum class KernelShape { Map, Reduce, Scatter, Rows, InRowGroup, Library };
 
 struct KernelLaunch {
   KernelShape shape = KernelShape::Library;
   std::string function;          // the __global__ function (identical kernels share one)
   std::string scatter_function;  // a Scatter's ordered second kernel
-  Expr threads;          // threads the grid-stride loop wants: output elements (x32 for Reduce)
+  // Map: output elements; Reduce: output elements x 32 (a warp each); Rows: rows (a block
+  // each).
+  Expr threads;
+  size_t group_begin = 0;  // Rows: the group's first kernel (this one is its last)
+  Expr row_len;            // Rows: elements per row
 };
 
 struct CudaSource {

@@ -29,8 +29,6 @@ using cudagen::check;
 using cudagen::DeviceBuffer;
 using cudagen::KernelShape;
 
-constexpr int kBlock = 256;  // threads per block of every generated kernel
-
 class CudaExecutable final : public Executable {
  public:
   CudaExecutable(std::unique_ptr<cudagen::Device> device, runtime::PlannedProgram planned,
@@ -46,7 +44,7 @@ class CudaExecutable final : public Executable {
     functions_.resize(plan_.kernels.size(), {nullptr, nullptr});
     for (size_t k = 0; k < plan_.kernels.size(); ++k) {
       const cudagen::KernelLaunch& l = source_.launches[k];
-      if (l.shape == KernelShape::Library) continue;
+      if (l.shape == KernelShape::Library || l.shape == KernelShape::InRowGroup) continue;
       functions_[k].first = module_.kernel(l.function);
       if (l.shape == KernelShape::Scatter) functions_[k].second = module_.kernel(l.scatter_function);
     }
@@ -72,17 +70,20 @@ class CudaExecutable final : public Executable {
     for (size_t k = 0; k < plan_.kernels.size(); ++k) {
       const Node& root = g.node(plan_.kernels[k].root);
       const size_t numel = static_cast<size_t>(numel_[k].eval(user.dims()));
-      DeviceBuffer out = allocate(numel * dtype_size(root.dtype));
-      if (functions_[k].first) {
-        launch(user, k, out, dims);
-      } else {
-        run_library(user, k, out);
-      }
-      live += out.bytes();
+      values_[k] = allocate(numel * dtype_size(root.dtype));
+      live += values_[k]->bytes();
       stats_.peak_bytes = std::max(stats_.peak_bytes, live);
       ++stats_.nodes_run;
-      values_[k] = std::move(out);
-      for (uint32_t i = liveness_.frees_begin[k]; i < liveness_.frees_begin[k + 1]; ++i) {
+      const cudagen::KernelLaunch& l = source_.launches[k];
+      // A row group's members run when its last one comes; what they read stays till then.
+      if (l.shape == KernelShape::InRowGroup) continue;
+      if (l.shape == KernelShape::Library) {
+        run_library(user, k, *values_[k]);
+      } else {
+        launch(user, k, dims);
+      }
+      const size_t first = l.shape == KernelShape::Rows ? l.group_begin : k;
+      for (uint32_t i = liveness_.frees_begin[first]; i < liveness_.frees_begin[k + 1]; ++i) {
         std::optional<DeviceBuffer>& v = values_[static_cast<size_t>(liveness_.frees[i])];
         live -= v->bytes();
         release(std::move(*v));
@@ -103,25 +104,35 @@ class CudaExecutable final : public Executable {
   RunStats last_run() const override { return stats_; }
 
  private:
-  // Launches generated kernel k (and a Scatter's ordered second kernel).
-  void launch(const Graph& user, size_t k, DeviceBuffer& out, std::vector<int64_t>& dims) {
+  // Launches generated kernel k (and a Scatter's ordered second kernel, or the whole of
+  // a row group that k closes).
+  void launch(const Graph& user, size_t k, std::vector<int64_t>& dims) {
     const cudagen::KernelLaunch& l = source_.launches[k];
     const int64_t threads = l.threads.eval(user.dims());
     if (threads <= 0) return;
+    const size_t first = l.shape == KernelShape::Rows ? l.group_begin : k;
     // cudaLaunchKernel takes the address of each parameter's value.
     std::vector<void*>& ptrs = launch_pointers_;
-    ptrs.assign(1, out.data());
-    for (NodeId r : plan_.kernels[k].reads) ptrs.push_back(const_cast<void*>(operand(user, r)));
-    int64_t* err = static_cast<int64_t*>(errors_.data()) + 3 * k;
+    ptrs.clear();
+    for (size_t m = first; m <= k; ++m) {
+      ptrs.push_back(values_[m]->data());
+      for (NodeId r : plan_.kernels[m].reads) ptrs.push_back(const_cast<void*>(operand(user, r)));
+    }
+    int64_t* err = static_cast<int64_t*>(errors_.data()) + 3 * first;
     std::vector<void*>& args = launch_args_;
     args.clear();
     for (void*& p : ptrs) args.push_back(&p);
     args.push_back(&err);
     args.push_back(dims.data());
-    const int64_t most = int64_t{device_->multiprocessors()} * 16;
-    const auto blocks = static_cast<unsigned>(std::clamp<int64_t>((threads + kBlock - 1) / kBlock, 1, most));
-    check(cudaLaunchKernel(functions_[k].first, dim3(blocks), dim3(kBlock), args.data(), 0,
-                           device_->stream()),
+    int64_t block = cudagen::kMaxBlock, blocks = (threads + block - 1) / block;
+    if (l.shape == KernelShape::Rows) {  // a block per row, a thread per element up to the most
+      const int64_t len = l.row_len.eval(user.dims());
+      block = std::clamp<int64_t>((len + 31) / 32 * 32, 32, cudagen::kMaxBlock);
+      blocks = threads;
+    }
+    const int64_t most = int64_t{device_->multiprocessors()} * (4096 / block);
+    check(cudaLaunchKernel(functions_[k].first, dim3(static_cast<unsigned>(std::clamp<int64_t>(blocks, 1, most))),
+                           dim3(static_cast<unsigned>(block)), args.data(), 0, device_->stream()),
           "launching a generated kernel");
     if (functions_[k].second)
       check(cudaLaunchKernel(functions_[k].second, dim3(1), dim3(32), args.data(), 0,
@@ -263,7 +274,7 @@ class CudaExecutable final : public Executable {
   cudagen::Module module_;
   cudagen::Gemm gemm_;
   runtime::Liveness liveness_;
-  std::vector<std::pair<const void*, const void*>> functions_;  // by kernel; null: library
+  std::vector<std::pair<const void*, const void*>> functions_;  // by kernel; null: none
   std::vector<Expr> numel_;                                     // by kernel: output elements
   std::vector<void*> launch_pointers_, launch_args_;            // reused by every launch
   std::vector<runtime::ResolvedViews> views_;
@@ -287,7 +298,8 @@ bool cuda_available(std::string* why) {
 namespace cudagen {
 
 CompiledProgram compile_program(const Graph& graph, const std::string& arch, bool fuse) {
-  CompiledProgram c{runtime::optimize_and_plan(graph, fuse), {}, {}};
+  CompiledProgram c{runtime::optimize_and_plan(
+      graph, fuse ? compiler::Fusion::RecomputeShared : compiler::Fusion::Off), {}, {}};
   const auto gen_start = std::chrono::steady_clock::now();
   c.source = generate_cuda_source(*c.planned.program.graph, c.planned.plan);
   const double gen_s = runtime::seconds_since(gen_start);

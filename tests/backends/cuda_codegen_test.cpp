@@ -1,0 +1,70 @@
+// The CUDA backend's code generation, which needs no GPU: what kernels it makes of a
+// graph, and that NVRTC compiles them for Hopper. Runs on CI.
+#include <gtest/gtest.h>
+
+#ifdef LUMINAL_HAS_CUDA
+#include <algorithm>
+
+#include "backends/cuda/codegen.hpp"
+#include "luminal/luminal.hpp"
+#include "runtime/program.hpp"
+#include "testing/matmul_layouts.hpp"
+#include "testing/nvrtc_only.hpp"
+#include "testing/row_ops.hpp"
+
+namespace luminal {
+namespace {
+
+using cudagen::KernelShape;
+
+// The launches the CUDA backend would make for `y`'s graph.
+std::vector<KernelShape> launches(const Graph& cx) {
+  const runtime::PlannedProgram p = runtime::optimize_and_plan(cx, compiler::Fusion::RecomputeShared);
+  const cudagen::CudaSource src = cudagen::generate_cuda_source(*p.program.graph, p.plan);
+  std::vector<KernelShape> out;
+  for (const cudagen::KernelLaunch& l : src.launches)
+    if (l.shape != KernelShape::InRowGroup) out.push_back(l.shape);
+  return out;
+}
+
+// Softmax, RMSNorm and LayerNorm are each one kernel, a block per row: the reductions'
+// results stay in registers and the row is read from cache after the first pass.
+TEST(CudaCodegen, RowOpsAreOneKernel) {
+  for (const auto& op : std::vector<std::function<Tensor(Tensor)>>{
+           [](Tensor x) { return x.softmax(1); },
+           [](Tensor x) { return x.rms_norm({1}) * 0.5; },
+           [](Tensor x) { return x.layer_norm({1}); },
+       }) {
+    Graph cx;
+    Tensor x = cx.named_tensor("x", {Expr::var("rows"), 1024});
+    op(x).retrieve();
+    EXPECT_EQ(launches(cx), std::vector<KernelShape>{KernelShape::Rows});
+  }
+}
+
+// A later reduction that reads an earlier one's result at another row cannot share its
+// block: the two stay separate kernels.
+TEST(CudaCodegen, ARowGroupNeverReadsAnotherRowsResult) {
+  Graph cx;
+  Tensor x = cx.named_tensor("x", {8, 64});
+  Tensor m = x.max({1}, true);
+  (x - m.flip(0)).exp().sum({1}).retrieve();  // row i reads the max of row 7 - i
+  const std::vector<KernelShape> got = launches(cx);
+  EXPECT_EQ(std::count(got.begin(), got.end(), KernelShape::Rows), 0) << got.size();
+  EXPECT_EQ(got.size(), 2u);
+}
+
+TEST(CudaCodegen, RowOpsCompileForHopper) {
+  testing::expect_row_ops_match_reference(testing::NvrtcOnly());
+}
+
+TEST(CudaCodegen, ProductsCompileForHopper) {
+  testing::expect_matmuls_match_reference(testing::NvrtcOnly());
+}
+
+}  // namespace
+}  // namespace luminal
+
+#else
+TEST(CudaCodegen, NotBuilt) { GTEST_SKIP() << "built without CUDA (-DLUMINAL_CUDA=OFF)"; }
+#endif

@@ -1,0 +1,66 @@
+// Products of every operand layout the MatMul kernel sees (batched, transposed, a weight
+// shared by the batch), in f32, f16 and bf16, compiled for a backend and compared with
+// the reference interpreter; shared by the CPU and CUDA tests.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "luminal/compiler/matmul_op.hpp"
+#include "luminal/compiler/optimize.hpp"
+#include "luminal/luminal.hpp"
+
+namespace luminal::testing {
+
+inline void expect_matmuls_match_reference(const Backend& backend) {
+  std::mt19937 rng(7);
+  auto random = [&](size_t n) {
+    std::vector<float> v(n);
+    for (float& x : v) x = std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng);
+    return v;
+  };
+  for (DType t : {DType::F32, DType::F16, DType::BF16}) {
+    Graph cx;
+    Tensor a = cx.named_tensor("a", {3, 33, 70});
+    Tensor b = cx.named_tensor("b", {3, 70, 45});
+    Tensor w = cx.named_tensor("w", {45, 70});
+    a.set(random(3 * 33 * 70));
+    b.set(random(3 * 70 * 45));
+    w.set(random(45 * 70));
+    const Tensor ac = a.cast(t), bc = b.cast(t), wc = w.cast(t);
+    std::vector<Tensor> outs = {
+        ac.matmul(bc).cast(DType::F32).retrieve(),                  // batched
+        ac.matmul(wc.permute({1, 0})).cast(DType::F32).retrieve(),  // x W^T, W shared
+        bc.permute({0, 2, 1}).matmul(ac.permute({0, 2, 1})).cast(DType::F32).retrieve(),
+    };
+    // Each product is a library MatMul, not a generated reduction.
+    const compiler::Optimized opt = compiler::optimize(cx);
+    size_t products = 0;
+    for (uint32_t i = 0; i < opt.graph->num_nodes(); ++i) {
+      const Node& n = opt.graph->node(NodeId{i});
+      products += n.op == Op::Custom && dynamic_cast<const compiler::MatMulOp*>(n.custom.get());
+    }
+    EXPECT_EQ(products, outs.size()) << dtype_name(t);
+    cx.compile(reference());
+    cx.execute();
+    std::vector<std::vector<float>> want;
+    for (const Tensor& o : outs) want.push_back(o.to_f32());
+    cx.compile(backend);
+    cx.execute();
+    // The reference rounds each product to the type before summing; the kernels sum exact
+    // products in f32.
+    const double tol = t == DType::F32 ? 1e-4 : t == DType::F16 ? 2e-2 : 6e-2;
+    for (size_t i = 0; i < outs.size(); ++i) {
+      const auto got = outs[i].to_f32();
+      ASSERT_EQ(got.size(), want[i].size());
+      for (size_t k = 0; k < got.size(); ++k)
+        ASSERT_NEAR(got[k], want[i][k], tol * (1 + std::fabs(want[i][k])))
+            << dtype_name(t) << " product " << i << " element " << k;
+    }
+  }
+}
+
+}  // namespace luminal::testing

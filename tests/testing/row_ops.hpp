@@ -1,0 +1,68 @@
+// Softmax, log-softmax, RMSNorm and LayerNorm (chains of reductions over the same rows,
+// which the CUDA backend runs as one kernel) over rows shorter and longer than a block,
+// along the last axis and a middle one, with a symbolic row count, in f32 and bf16:
+// compiled for a backend and compared with the reference interpreter.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "luminal/luminal.hpp"
+
+namespace luminal::testing {
+
+inline void expect_row_ops_match_reference(const Backend& backend) {
+  struct Case {
+    std::vector<int64_t> shape;
+    int axis;
+  };
+  const std::vector<Case> cases = {{{5, 7}, 1}, {{3, 1000}, 1}, {{2, 4099}, -1}, {{4, 300, 3}, 1}};
+  const std::vector<std::pair<std::string, std::function<Tensor(Tensor, int)>>> ops = {
+      {"softmax", [](Tensor x, int a) { return x.softmax(a); }},
+      {"log_softmax", [](Tensor x, int a) { return x.log_softmax(a); }},
+      {"rms_norm", [](Tensor x, int a) { return x.rms_norm({a}); }},
+      {"layer_norm", [](Tensor x, int a) { return x.layer_norm({a}); }},
+  };
+  std::mt19937 rng(11);
+  for (DType t : {DType::F32, DType::BF16})
+    for (const Case& c : cases) {
+      Graph cx;
+      // The leading dim is symbolic: the row count is a kernel argument.
+      std::vector<Expr> shape = {Expr::var("rows")};
+      size_t n = static_cast<size_t>(c.shape[0]);
+      for (size_t d = 1; d < c.shape.size(); ++d) {
+        shape.emplace_back(c.shape[d]);
+        n *= static_cast<size_t>(c.shape[d]);
+      }
+      cx.set_dim("rows", c.shape[0]);
+      Tensor x = cx.named_tensor("x", shape);
+      std::vector<float> data(n);
+      for (float& v : data) v = std::uniform_real_distribution<float>(-3.0f, 3.0f)(rng);
+      x.set(data);
+      std::vector<Tensor> outs;
+      for (const auto& [name, op] : ops) outs.push_back(op(x.cast(t), c.axis).cast(DType::F32).retrieve());
+      cx.compile(reference());
+      cx.execute();
+      std::vector<std::vector<float>> want;
+      for (const Tensor& o : outs) want.push_back(o.to_f32());
+      cx.compile(backend);
+      cx.execute();
+      // f32 sums in another order; bf16 rounds every step and may land one ulp away.
+      const double tol = t == DType::F32 ? 1e-4 : 2e-2;
+      for (size_t i = 0; i < outs.size(); ++i) {
+        const auto got = outs[i].to_f32();
+        ASSERT_EQ(got.size(), want[i].size());
+        for (size_t k = 0; k < got.size(); ++k)
+          ASSERT_NEAR(got[k], want[i][k], tol * (1 + std::fabs(want[i][k])))
+              << ops[i].first << " " << dtype_name(t) << " over " << to_string(shape)
+              << " axis " << c.axis << ", element " << k;
+      }
+    }
+}
+
+}  // namespace luminal::testing
