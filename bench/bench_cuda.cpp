@@ -65,6 +65,19 @@ void gemm(int64_t n, DType t, const char* name) {
   report(name, median_ms(cx, 3, 20));
 }
 
+// One row against a weight: y[1, N] = x[1, K] W^T, W [N, K] in bf16 (a decode step's
+// projection).
+void gemv(int64_t k, int64_t n, const char* name) {
+  Graph cx;
+  Tensor x = cx.named_tensor("x", {1, k}, DType::BF16);
+  Tensor w = cx.named_tensor("w", {n, k}, DType::BF16);
+  x.set(random_floats(static_cast<size_t>(k), 5));
+  w.set(random_floats(static_cast<size_t>(n * k), 6));
+  x.matmul(w.permute({1, 0})).retrieve();
+  cx.compile(cuda());
+  report(name, median_ms(cx, 3, 50));
+}
+
 // An op over the rows of an [8192, 8192] input of type t.
 void row_op(const char* name, DType t, const std::function<Tensor(Tensor)>& op) {
   const int64_t rows = 8192, cols = 8192;
@@ -112,6 +125,8 @@ int main(int argc, char** argv) {
   if (want("gemm_f32")) gemm(4096, DType::F32, "gemm_f32_4096");
   if (want("gemm_bf16")) gemm(4096, DType::BF16, "gemm_bf16_4096");
   if (want("gemm_bf16")) gemm(8192, DType::BF16, "gemm_bf16_8192");
+  if (want("gemv_bf16")) gemv(4096, 14336, "gemv_bf16_4096x14336");
+  if (want("gemv_bf16")) gemv(14336, 4096, "gemv_bf16_14336x4096");
   for (DType t : {DType::F32, DType::BF16}) {
     const std::string suffix = "_" + std::string(dtype_name(t)) + "_8192x8192";
     auto row = [&](const char* op, const std::function<Tensor(Tensor)>& f) {

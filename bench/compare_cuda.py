@@ -61,9 +61,16 @@ def main():
     b8 = torch.rand(8192, 8192, device=dev, dtype=torch.bfloat16)
     peers["gemm_bf16_8192"] = {"matmul": bench(lambda: a8 @ b8)}
     del a, b, ab, bb, a8, b8
+    bytes_moved = {"chain8_f32_256M": 2 * n * 4}
+    for k, nn in [(4096, 14336), (14336, 4096)]:
+        xv = torch.rand(1, k, device=dev, dtype=torch.bfloat16)
+        w = torch.rand(nn, k, device=dev, dtype=torch.bfloat16)
+        case = f"gemv_bf16_{k}x{nn}"
+        peers[case] = {"linear": bench(lambda: torch.nn.functional.linear(xv, w), runs=50)}
+        bytes_moved[case] = w.numel() * 2
+        del xv, w
     row_ops = {"softmax": lambda t: torch.softmax(t, 1), "rmsnorm": rmsnorm,
                "layernorm": lambda t: torch.nn.functional.layer_norm(t, (t.shape[1],), eps=1e-5)}
-    bytes_moved = {"chain8_f32_256M": 2 * n * 4}
     for dtype, name in [(torch.float32, "f32"), (torch.bfloat16, "bf16")]:
         r = (torch.rand(8192, 8192, device=dev) * 2 - 1).to(dtype)
         for op, fn in row_ops.items():

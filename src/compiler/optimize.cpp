@@ -189,7 +189,9 @@ class Rebuild {
         n.custom = std::make_shared<QMatMulOp>(g.node(n.inputs[1].source).quant);
       else
         n.custom = std::make_shared<AttentionOp>(attrs[0].as_float());
-      n.dtype = DType::F32;
+      // A product has its left operand's type (the reduction it replaces had it);
+      // QMatMul and Attention compute in f32.
+      n.dtype = op == "MatMul" ? g.node(n.inputs[0].source).dtype : DType::F32;
       // [batch..., M, N]: the [batch..., M, K, N] product operand's shape without K (the
       // value operand's, without its T, for Attention).
       n.shape = n.inputs[op == "Attention" ? 2 : 0].view.shape();

@@ -26,6 +26,10 @@ namespace fs = std::filesystem;
 
 TEST(Cpu, MatMulsMatchTheReference) { testing::expect_matmuls_match_reference(cpu()); }
 
+TEST(Cpu, OneRowProductsMatchTheReference) {
+  testing::expect_one_row_products_match_reference(cpu());
+}
+
 TEST(Cpu, RowOpsMatchTheReference) { testing::expect_row_ops_match_reference(cpu()); }
 
 TEST(Cpu, RandomGraphsMatchTheReference) {

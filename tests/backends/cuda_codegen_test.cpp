@@ -6,6 +6,8 @@
 #include <algorithm>
 
 #include "backends/cuda/codegen.hpp"
+#include "backends/cuda/gemv.hpp"
+#include "backends/cuda/nvrtc.hpp"
 #include "luminal/luminal.hpp"
 #include "runtime/program.hpp"
 #include "testing/matmul_layouts.hpp"
@@ -56,6 +58,11 @@ TEST(CudaCodegen, ARowGroupNeverReadsAnotherRowsResult) {
 
 TEST(CudaCodegen, RowOpsCompileForHopper) {
   testing::expect_row_ops_match_reference(testing::NvrtcOnly());
+}
+
+TEST(CudaCodegen, OneRowProductKernelsCompileForHopper) {
+  const cudagen::Cubin c = cudagen::compile_cubin(cudagen::gemv_source(), "sm_90");
+  EXPECT_FALSE(c.code.empty());
 }
 
 TEST(CudaCodegen, ProductsCompileForHopper) {

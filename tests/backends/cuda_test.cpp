@@ -47,6 +47,11 @@ TEST(Cuda, MatMulsMatchTheReference) {
   testing::expect_matmuls_match_reference(cuda());
 }
 
+TEST(Cuda, OneRowProductsMatchTheReference) {
+  SKIP_WITHOUT_GPU();
+  testing::expect_one_row_products_match_reference(cuda());
+}
+
 TEST(Cuda, RowOpsMatchTheReference) {
   SKIP_WITHOUT_GPU();
   testing::expect_row_ops_match_reference(cuda());

@@ -50,6 +50,7 @@ inline void expect_matmuls_match_reference(const Backend& backend) {
     for (const Tensor& o : outs) want.push_back(o.to_f32());
     cx.compile(backend);
     cx.execute();
+    EXPECT_EQ(cx.last_run_stats().host_fallbacks, 0u) << dtype_name(t);
     // The reference rounds each product to the type before summing; the kernels sum exact
     // products in f32.
     const double tol = t == DType::F32 ? 1e-4 : t == DType::F16 ? 2e-2 : 6e-2;
@@ -61,6 +62,46 @@ inline void expect_matmuls_match_reference(const Backend& backend) {
             << dtype_name(t) << " product " << i << " element " << k;
     }
   }
+}
+
+// Products of one row, x[1, K] W^T (a decode step's projections), in f32, f16 and bf16:
+// K a whole number of 16-byte vectors or not, N a multiple of a block's rows or not, W
+// whole or a column slice of a wider matrix (rows longer than K).
+inline void expect_one_row_products_match_reference(const Backend& backend) {
+  std::mt19937 rng(9);
+  auto random = [&](size_t n) {
+    std::vector<float> v(n);
+    for (float& x : v) x = std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng);
+    return v;
+  };
+  struct Shape {
+    int64_t k, n, row;  // row: W's row length (> k: the product reads a slice)
+  };
+  for (DType t : {DType::F32, DType::F16, DType::BF16})
+    for (const Shape& s : std::vector<Shape>{{1024, 1000, 1024}, {72, 13, 72}, {70, 9, 70},
+                                             {64, 33, 96}, {4096, 1, 4096}}) {
+      Graph cx;
+      Tensor x = cx.named_tensor("x", {1, s.k});
+      Tensor w = cx.named_tensor("w", {s.n, s.row});
+      x.set(random(static_cast<size_t>(s.k)));
+      w.set(random(static_cast<size_t>(s.n * s.row)));
+      Tensor wk = w.cast(t);
+      if (s.row > s.k) wk = wk.slice(1, 0, s.k);
+      Tensor y = x.cast(t).matmul(wk.permute({1, 0})).cast(DType::F32).retrieve();
+      cx.compile(reference());
+      cx.execute();
+      const std::vector<float> want = y.to_f32();
+      cx.compile(backend);
+      cx.execute();
+      EXPECT_EQ(cx.last_run_stats().host_fallbacks, 0u);
+      const std::vector<float> got = y.to_f32();
+      ASSERT_EQ(got.size(), want.size());
+      // The reference rounds each product to the type; the kernels sum exact ones.
+      const double tol = t == DType::F32 ? 1e-4 : t == DType::F16 ? 2e-2 : 6e-2;
+      for (size_t i = 0; i < got.size(); ++i)
+        ASSERT_NEAR(got[i], want[i], tol * (1 + std::fabs(want[i])))
+            << dtype_name(t) << " K " << s.k << " N " << s.n << " row " << s.row << ", element " << i;
+    }
 }
 
 }  // namespace luminal::testing

@@ -11,6 +11,7 @@
 #include "backends/cuda/compile.hpp"
 #include "backends/cuda/device.hpp"
 #include "backends/cuda/gemm.hpp"
+#include "backends/cuda/gemv.hpp"
 #include "backends/cuda/nvrtc.hpp"
 #include "luminal/compiler/matmul_op.hpp"
 #include "luminal/cuda.hpp"
@@ -38,7 +39,8 @@ class CudaExecutable final : public Executable {
         plan_(std::move(planned.plan)),
         source_(std::move(source)),
         module_(cubin.code),
-        gemm_(*device_) {
+        gemm_(*device_),
+        gemv_(*device_) {
     const Graph& g = *program_.graph;
     liveness_ = runtime::plan_liveness(g, plan_);
     functions_.resize(plan_.kernels.size(), {nullptr, nullptr});
@@ -140,18 +142,23 @@ class CudaExecutable final : public Executable {
             "launching a scatter kernel");
   }
 
-  // Library kernels: MatMul through cuBLASLt; anything else (and a MatMul cuBLASLt cannot
-  // read) by its reference semantics on the host, its operands copied over and back.
+  // Library kernels: MatMul through the one-row kernel or cuBLASLt; anything else (and a
+  // MatMul neither can read) by its reference semantics on the host, its operands copied
+  // over and back.
   void run_library(const Graph& user, size_t k, DeviceBuffer& out) {
     const Node& n = program_.graph->node(plan_.kernels[k].root);
     const std::vector<ConcreteView>& views = views_[k].get(n, user.dims());
     if (dynamic_cast<const compiler::MatMulOp*>(n.custom.get())) {
       const DType a = source_dtype(n, 0), b = source_dtype(n, 1);
-      if (a == b && a == n.dtype && (a == DType::F32 || a == DType::F16 || a == DType::BF16) &&
-          gemm_.run(views[0], operand(user, n.inputs[0].source), views[1],
-                    operand(user, n.inputs[1].source), a, out.data()))
-        return;
+      if (a == b && a == n.dtype && (a == DType::F32 || a == DType::F16 || a == DType::BF16)) {
+        const void* a_data = operand(user, n.inputs[0].source);
+        const void* b_data = operand(user, n.inputs[1].source);
+        if (gemv_.run(views[0], a_data, views[1], b_data, a, out.data()) ||
+            gemm_.run(views[0], a_data, views[1], b_data, a, out.data()))
+          return;
+      }
     }
+    ++stats_.host_fallbacks;
     std::vector<Buffer> in;
     std::vector<std::vector<int64_t>> shapes;
     for (size_t i = 0; i < n.inputs.size(); ++i) {
@@ -273,6 +280,7 @@ class CudaExecutable final : public Executable {
   cudagen::CudaSource source_;
   cudagen::Module module_;
   cudagen::Gemm gemm_;
+  cudagen::Gemv gemv_;
   runtime::Liveness liveness_;
   std::vector<std::pair<const void*, const void*>> functions_;  // by kernel; null: none
   std::vector<Expr> numel_;                                     // by kernel: output elements

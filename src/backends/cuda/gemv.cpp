@@ -1,0 +1,116 @@
+// The one-row product kernel (see gemv.hpp).
+#include "backends/cuda/gemv.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "backends/cuda/codegen.hpp"
+#include "runtime/element_writer.hpp"
+
+namespace luminal::cudagen {
+namespace {
+
+// One warp per output row: each lane reads 16 bytes of the row (and of x) per step, four
+// steps in flight, then the warp sums through shuffles. Rows must start 16-byte aligned
+// and K be a whole number of 16-byte vectors.
+constexpr const char* kSource = R"GEMV(
+#define LUM_GEMV_WARPS 8
+static __device__ __forceinline__ float lum_gv_h2f(unsigned short h) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+}
+static __device__ __forceinline__ float lum_gv_bf2f(unsigned short b) {
+  return __uint_as_float((unsigned int)b << 16);
+}
+// x . w over one 16-byte vector of each.
+static __device__ __forceinline__ float lum_gv_dot_f32(uint4 x, uint4 w) {
+  return __uint_as_float(x.x) * __uint_as_float(w.x) + __uint_as_float(x.y) * __uint_as_float(w.y) +
+         __uint_as_float(x.z) * __uint_as_float(w.z) + __uint_as_float(x.w) * __uint_as_float(w.w);
+}
+#define LUM_GV_DOT_HALVES(name, cvt)                                                   \
+  static __device__ __forceinline__ float name(uint4 x, uint4 w) {                     \
+    const unsigned int xs[4] = {x.x, x.y, x.z, x.w}, ws[4] = {w.x, w.y, w.z, w.w};     \
+    float s = 0.0f;                                                                    \
+    _Pragma("unroll") for (int i = 0; i < 4; ++i) {                                    \
+      s += cvt((unsigned short)(xs[i] & 0xffff)) * cvt((unsigned short)(ws[i] & 0xffff)); \
+      s += cvt((unsigned short)(xs[i] >> 16)) * cvt((unsigned short)(ws[i] >> 16));   \
+    }                                                                                  \
+    return s;                                                                          \
+  }
+LUM_GV_DOT_HALVES(lum_gv_dot_f16, lum_gv_h2f)
+LUM_GV_DOT_HALVES(lum_gv_dot_bf16, lum_gv_bf2f)
+
+#define LUM_GEMV(name, T, dot, store)                                                    \
+  extern "C" __global__ void __launch_bounds__(32 * LUM_GEMV_WARPS)                    \
+      name(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,        \
+           long long n, long long vecs, long long ldw) {                               \
+    const int lane = threadIdx.x & 31;                                                 \
+    const uint4* xv = (const uint4*)x;                                                 \
+    for (long long row = (long long)blockIdx.x * LUM_GEMV_WARPS + (threadIdx.x >> 5); row < n; \
+         row += (long long)gridDim.x * LUM_GEMV_WARPS) {                               \
+      const uint4* wv = (const uint4*)(w + row * ldw);                                 \
+      float acc = 0.0f;                                                                \
+      long long v = lane;                                                              \
+      for (; v + 96 < vecs; v += 128) {                                                \
+        const uint4 w0 = __ldg(wv + v), w1 = __ldg(wv + v + 32), w2 = __ldg(wv + v + 64), \
+                    w3 = __ldg(wv + v + 96);                                           \
+        acc += dot(__ldg(xv + v), w0) + dot(__ldg(xv + v + 32), w1) +                  \
+               dot(__ldg(xv + v + 64), w2) + dot(__ldg(xv + v + 96), w3);              \
+      }                                                                                \
+      for (; v < vecs; v += 32) acc += dot(__ldg(xv + v), __ldg(wv + v));              \
+      for (int s = 16; s > 0; s >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, s);   \
+      if (lane == 0) y[row] = store(acc);                                              \
+    }                                                                                  \
+  }
+LUM_GEMV(lum_gemv_f32, float, lum_gv_dot_f32, (float))
+LUM_GEMV(lum_gemv_f16, unsigned short, lum_gv_dot_f16, lum_f2h)
+LUM_GEMV(lum_gemv_bf16, unsigned short, lum_gv_dot_bf16, lum_f2bf)
+)GEMV";
+
+constexpr int kWarpsPerBlock = 8;
+
+}  // namespace
+
+std::string gemv_source() {
+  return std::string(cuda_prelude()) + std::string(runtime::scalar_prelude()) + kSource;
+}
+
+bool Gemv::run(const ConcreteView& a, const void* a_data, const ConcreteView& b, const void* b_data,
+               DType dtype, void* c_data) {
+  const size_t rank = a.dims.size();
+  if (rank < 3 || b.dims.size() != rank) return false;
+  if (dtype != DType::F32 && dtype != DType::F16 && dtype != DType::BF16) return false;
+  for (size_t d = 0; d < rank; ++d) {
+    if (a.mask_lo[d] > 0 || a.mask_hi[d] < a.dims[d] || b.mask_lo[d] > 0 || b.mask_hi[d] < b.dims[d])
+      return false;
+    if (d + 3 < rank && a.dims[d] != 1) return false;  // one batch
+  }
+  const int64_t m = a.dims[rank - 3], k = a.dims[rank - 2], n = a.dims[rank - 1];
+  const auto esize = static_cast<int64_t>(dtype_size(dtype));
+  const int64_t per_vec = 16 / esize;
+  const int64_t ldw = b.strides[rank - 1];
+  // x contiguous along K, W's rows along K, everything on 16-byte boundaries.
+  if (m != 1 || n < 1 || k < 1 || a.strides[rank - 2] != 1 || b.strides[rank - 2] != 1 ||
+      k % per_vec != 0 || ldw % per_vec != 0 || ldw < k)
+    return false;
+  const auto* x = static_cast<const char*>(a_data) + a.offset * esize;
+  const auto* w = static_cast<const char*>(b_data) + b.offset * esize;
+  if (reinterpret_cast<uintptr_t>(x) % 16 != 0 || reinterpret_cast<uintptr_t>(w) % 16 != 0)
+    return false;
+  if (!module_) {
+    module_ = std::make_unique<Module>(compile_cubin(gemv_source(), device_.arch()).code);
+  }
+  const char* name = dtype == DType::F32 ? "lum_gemv_f32" : dtype == DType::F16 ? "lum_gemv_f16" : "lum_gemv_bf16";
+  long long rows = n, vecs = k / per_vec, ld = ldw;
+  void* args[] = {&x, &w, &c_data, &rows, &vecs, &ld};
+  const int64_t blocks = std::min<int64_t>((n + kWarpsPerBlock - 1) / kWarpsPerBlock,
+                                           int64_t{device_.multiprocessors()} * 64);
+  check(cudaLaunchKernel(module_->kernel(name), dim3(static_cast<unsigned>(blocks)),
+                         dim3(32 * kWarpsPerBlock), args, 0, device_.stream()),
+        "launching the one-row product");
+  return true;
+}
+
+}  // namespace luminal::cudagen
