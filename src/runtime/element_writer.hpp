@@ -78,7 +78,9 @@ class ElementWriter {
   /// (simplified over the loop counters): the C expression to use instead of a load, or
   /// nothing to load it from its buffer. A backend that computes several kernels in one
   /// function overrides it.
-  virtual std::optional<std::string> held(NodeId /*n*/, const Expr& /*flat*/) { return std::nullopt; }
+  virtual std::optional<std::string> held(NodeId /*n*/, const Expr& /*flat*/) {
+    return std::nullopt;
+  }
 
   const Graph& g_;
   const compiler::KernelPlan& plan_;

@@ -21,7 +21,8 @@ using cudagen::KernelShape;
 
 // The launches the CUDA backend would make for `y`'s graph.
 std::vector<KernelShape> launches(const Graph& cx) {
-  const runtime::PlannedProgram p = runtime::optimize_and_plan(cx, compiler::Fusion::RecomputeShared);
+  const runtime::PlannedProgram p =
+      runtime::optimize_and_plan(cx, compiler::Fusion::RecomputeShared);
   const cudagen::CudaSource src = cudagen::generate_cuda_source(*p.program.graph, p.plan);
   std::vector<KernelShape> out;
   for (const cudagen::KernelLaunch& l : src.launches)
@@ -73,5 +74,7 @@ TEST(CudaCodegen, ProductsCompileForHopper) {
 }  // namespace luminal
 
 #else
-TEST(CudaCodegen, NotBuilt) { GTEST_SKIP() << "built without CUDA (-DLUMINAL_CUDA=OFF)"; }
+TEST(CudaCodegen, NotBuilt) {
+  GTEST_SKIP() << "built without CUDA (-DLUMINAL_CUDA=OFF)";
+}
 #endif

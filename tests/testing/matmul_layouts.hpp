@@ -78,8 +78,8 @@ inline void expect_one_row_products_match_reference(const Backend& backend) {
     int64_t k, n, row;  // row: W's row length (> k: the product reads a slice)
   };
   for (DType t : {DType::F32, DType::F16, DType::BF16})
-    for (const Shape& s : std::vector<Shape>{{1024, 1000, 1024}, {72, 13, 72}, {70, 9, 70},
-                                             {64, 33, 96}, {4096, 1, 4096}}) {
+    for (const Shape& s : std::vector<Shape>{
+             {1024, 1000, 1024}, {72, 13, 72}, {70, 9, 70}, {64, 33, 96}, {4096, 1, 4096}}) {
       Graph cx;
       Tensor x = cx.named_tensor("x", {1, s.k});
       Tensor w = cx.named_tensor("w", {s.n, s.row});
@@ -100,7 +100,8 @@ inline void expect_one_row_products_match_reference(const Backend& backend) {
       const double tol = t == DType::F32 ? 1e-4 : t == DType::F16 ? 2e-2 : 6e-2;
       for (size_t i = 0; i < got.size(); ++i)
         ASSERT_NEAR(got[i], want[i], tol * (1 + std::fabs(want[i])))
-            << dtype_name(t) << " K " << s.k << " N " << s.n << " row " << s.row << ", element " << i;
+            << dtype_name(t) << " K " << s.k << " N " << s.n << " row " << s.row << ", element "
+            << i;
     }
 }
 

@@ -21,7 +21,9 @@ inline void expect_row_ops_match_reference(const Backend& backend) {
     std::vector<int64_t> shape;
     int axis;
   };
-  const std::vector<Case> cases = {{{5, 7}, 1}, {{3, 1000}, 1}, {{2, 4099}, -1}, {{4, 300, 3}, 1}};
+  // Rows of 20000 are longer than the CUDA backend holds in registers.
+  const std::vector<Case> cases = {
+      {{5, 7}, 1}, {{3, 1000}, 1}, {{2, 4099}, -1}, {{4, 300, 3}, 1}, {{2, 20000}, 1}};
   const std::vector<std::pair<std::string, std::function<Tensor(Tensor, int)>>> ops = {
       {"softmax", [](Tensor x, int a) { return x.softmax(a); }},
       {"log_softmax", [](Tensor x, int a) { return x.log_softmax(a); }},
@@ -45,7 +47,8 @@ inline void expect_row_ops_match_reference(const Backend& backend) {
       for (float& v : data) v = std::uniform_real_distribution<float>(-3.0f, 3.0f)(rng);
       x.set(data);
       std::vector<Tensor> outs;
-      for (const auto& [name, op] : ops) outs.push_back(op(x.cast(t), c.axis).cast(DType::F32).retrieve());
+      for (const auto& [name, op] : ops)
+        outs.push_back(op(x.cast(t), c.axis).cast(DType::F32).retrieve());
       cx.compile(reference());
       cx.execute();
       std::vector<std::vector<float>> want;
@@ -59,8 +62,8 @@ inline void expect_row_ops_match_reference(const Backend& backend) {
         ASSERT_EQ(got.size(), want[i].size());
         for (size_t k = 0; k < got.size(); ++k)
           ASSERT_NEAR(got[k], want[i][k], tol * (1 + std::fabs(want[i][k])))
-              << ops[i].first << " " << dtype_name(t) << " over " << to_string(shape)
-              << " axis " << c.axis << ", element " << k;
+              << ops[i].first << " " << dtype_name(t) << " over " << to_string(shape) << " axis "
+              << c.axis << ", element " << k;
       }
     }
 }

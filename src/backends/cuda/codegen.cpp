@@ -154,6 +154,33 @@ RowRole row_role(const Graph& g, const compiler::Kernel& k, const Rows& rows) {
   return same_shape(n.shape, full) ? RowRole::Map : RowRole::None;
 }
 
+// How a row group's block walks a row. A row of constant length gets a block size fixed
+// at compile time and loops of constant trip count, `items` elements per thread, fully
+// unrolled: each input element the members read at the same position of the row is
+// then loaded once, into registers (lum_c<node>[item]), and every member reuses it.
+// A row of symbolic length, or too long to hold, loops over it with whatever block the
+// launch picks.
+struct RowWalk {
+  int block = 0;  // threads per block; 0: chosen at launch
+  int items = 0;  // elements per thread; 0: symbolic length (no caching)
+};
+
+RowWalk row_walk(const Rows& rows) {
+  constexpr int kMaxCachedItems = 16;  // registers per cached input per thread
+  const auto len = rows.len.as_const();
+  if (!len || *len <= 0) return {};
+  const int64_t block = std::min<int64_t>(kMaxRowBlock, (*len + 31) / 32 * 32);
+  const auto items = static_cast<int>((*len + block - 1) / block);
+  if (items > kMaxCachedItems) return {};  // too long to hold: walk it as a symbolic one
+  return {static_cast<int>(block), items};
+}
+
+// An input the group's members read at their own row element, held in registers.
+struct CachedRead {
+  std::string buffer;  // the parameter it is loaded from
+  DType dtype;
+};
+
 // One member of a row group (see write_row_group), written for the row `lum_row`. A
 // reduction combines over the block and leaves its value, rounded as stored, in
 // lum_held_<member> for the members after it; reads of an earlier member's output use
@@ -162,21 +189,23 @@ RowRole row_role(const Graph& g, const compiler::Kernel& k, const Rows& rows) {
 class RowMemberWriter : public runtime::ElementWriter {
  public:
   RowMemberWriter(const Graph& g, const compiler::KernelPlan& plan, const compiler::Kernel& k,
-                  size_t member, const Rows& rows, const std::map<uint32_t, std::string>& held)
-      : ElementWriter(g, plan, k), member_(member), rows_(rows), held_(held) {
+                  size_t member, const Rows& rows, const RowWalk& walk,
+                  const std::map<uint32_t, std::string>& held,
+                  std::map<uint32_t, CachedRead>& cached)
+      : ElementWriter(g, plan, k),
+        member_(member),
+        rows_(rows),
+        walk_(walk),
+        held_(held),
+        cached_(cached) {
     read_prefix_ = prefix() + "in";
   }
 
   std::string write() {
     const Node& root = g_.node(k_.root);
-    note_vars(product(rows_.shape));
-    note_vars(rows_.len);
     os_ << "    {\n      int64_t* err = lum_err + " << 3 * member_ << "; (void)err;\n";
-    std::vector<Expr> idx = split_counter("lum_row", rows_.shape, "      ");
-    row_flat_ = within(runtime::flatten(idx, rows_.shape));
-    idx.insert(idx.begin() + static_cast<std::ptrdiff_t>(rows_.axis), counter("lum_r", rows_.len));
-    const std::string loop = "      for (int64_t lum_r = threadIdx.x; lum_r < " + rows_.len.to_c() +
-                             "; lum_r += blockDim.x) {\n";
+    std::vector<Expr> idx = open_row("      ");
+    const std::string loop = loop_head("      ");
     if (root.op == Op::SumReduce || root.op == Op::MaxReduce) {
       const std::string t = compute_type(root.dtype);
       const bool sum = root.op == Op::SumReduce, f = is_float(root.dtype);
@@ -184,12 +213,15 @@ class RowMemberWriter : public runtime::ElementWriter {
         if (!sum) return "lum_max<" + t + ">(" + a + ", " + b + ")";
         return f ? a + " + " + b : "lum_wrap_add(" + a + ", " + b + ")";
       };
-      const std::string part = t == "float" ? "lum_part_f" : t == "double" ? "lum_part_d" : "lum_part_i";
+      const std::string part = t == "float"    ? "lum_part_f"
+                               : t == "double" ? "lum_part_d"
+                                               : "lum_part_i";
       os_ << "      const int64_t lum_o = lum_row;\n";
-      os_ << "      " << t << " acc = " << runtime::reduction_identity(root.op, root.dtype) << ";\n";
+      os_ << "      " << t << " acc = " << runtime::reduction_identity(root.op, root.dtype)
+          << ";\n";
       os_ << loop;
-      const std::string v = operand(root.inputs[0], idx, "        ");
-      os_ << "        acc = " << combine("acc", v) << ";\n      }\n";
+      const std::string v = operand(root.inputs[0], idx, "          ");
+      os_ << "          acc = " << combine("acc", v) << ";\n" << loop_tail("      ");
       os_ << "      for (int lum_s = 16; lum_s > 0; lum_s >>= 1)\n"
           << "        acc = " << combine("acc", "__shfl_xor_sync(0xffffffffu, acc, lum_s)") << ";\n"
           << "      if ((threadIdx.x & 31) == 0) " << part << "[threadIdx.x >> 5] = acc;\n"
@@ -199,17 +231,32 @@ class RowMemberWriter : public runtime::ElementWriter {
           << "        acc = " << combine("acc", part + "[lum_w]") << ";\n"
           << "      __syncthreads();  // the partials are rewritten by the next reduction\n";
       const std::string stored = store_expr(root.dtype, "acc");
-      os_ << "      " << held_name(member_) << " = " << runtime::load_expr(root.dtype, stored) << ";\n";
+      os_ << "      " << held_name(member_) << " = " << runtime::load_expr(root.dtype, stored)
+          << ";\n";
       os_ << "      if (threadIdx.x == 0) " << prefix() << "out[lum_row] = " << stored << ";\n";
     } else {
       os_ << loop;
       const Expr o = within(runtime::flatten(idx, root.shape));
       note_vars(o);
-      os_ << "        const int64_t lum_o = " << o.to_c() << ";\n";
-      const std::string v = value(k_.root, idx, "        ");
-      os_ << "        " << prefix() << "out[lum_o] = " << store_expr(root.dtype, v) << ";\n      }\n";
+      os_ << "          const int64_t lum_o = " << o.to_c() << ";\n";
+      const std::string v = value(k_.root, idx, "          ");
+      os_ << "          " << prefix() << "out[lum_o] = " << store_expr(root.dtype, v) << ";\n"
+          << loop_tail("      ");
     }
     os_ << "    }\n";
+    return os_.str();
+  }
+
+  // Loads the cached inputs into registers, before the members.
+  std::string write_cache_loads() {
+    os_ << "    {\n";
+    open_row("      ");
+    os_ << loop_head("      ");
+    for (const auto& [node, c] : cached_)
+      os_ << "          lum_c" << node
+          << "[lum_j] = " << runtime::load_expr(c.dtype, c.buffer + "[" + row_element_.to_c() + "]")
+          << ";\n";
+    os_ << loop_tail("      ") << "    }\n";
     return os_.str();
   }
 
@@ -226,40 +273,87 @@ class RowMemberWriter : public runtime::ElementWriter {
 
  protected:
   std::optional<std::string> held(NodeId n, const Expr& flat) override {
-    const auto it = held_.find(n.value);
-    if (it == held_.end()) return std::nullopt;
-    if (!(within(flat - row_flat_) == Expr(0))) stray_ = true;
-    return it->second;
+    if (const auto it = held_.find(n.value); it != held_.end()) {
+      if (!(within(flat - row_flat_) == Expr(0))) stray_ = true;
+      return it->second;
+    }
+    // An input read at this thread's own element of the row, whole (so every row
+    // element is in bounds, even where this read is guarded): from registers.
+    const Node& node = g_.node(n);
+    if (!walk_.items || node.quant != kPlainStorage || !(within(flat - row_element_) == Expr(0)) ||
+        !(product(node.shape) == product(full_shape())))
+      return std::nullopt;
+    const auto slot = std::find(k_.reads.begin(), k_.reads.end(), n) - k_.reads.begin();
+    cached_.try_emplace(n.value, CachedRead{read_prefix_ + std::to_string(slot + 1), node.dtype});
+    return "lum_c" + std::to_string(n.value) + "[lum_j]";
   }
 
  private:
   std::string prefix() const { return "m" + std::to_string(member_) + "_"; }
 
+  std::vector<Expr> full_shape() const {
+    std::vector<Expr> full = rows_.shape;
+    full.insert(full.begin() + static_cast<std::ptrdiff_t>(rows_.axis), rows_.len);
+    return full;
+  }
+
+  // The row's counters, then the element index with lum_r along the axis.
+  std::vector<Expr> open_row(const std::string& indent) {
+    note_vars(product(rows_.shape));
+    note_vars(rows_.len);
+    std::vector<Expr> idx = split_counter("lum_row", rows_.shape, indent);
+    row_flat_ = within(runtime::flatten(idx, rows_.shape));
+    idx.insert(idx.begin() + static_cast<std::ptrdiff_t>(rows_.axis), counter("lum_r", rows_.len));
+    row_element_ = within(runtime::flatten(idx, full_shape()));
+    note_vars(row_element_);
+    return idx;
+  }
+
+  // for each of this thread's elements lum_r of the row (item lum_j of walk_.items)
+  std::string loop_head(const std::string& indent) const {
+    if (!walk_.items)
+      return indent + "for (int64_t lum_r = threadIdx.x; lum_r < " + rows_.len.to_c() +
+             "; lum_r += blockDim.x) {\n" + indent + "  {\n";
+    return indent + "#pragma unroll\n" + indent + "for (int lum_j = 0; lum_j < " +
+           std::to_string(walk_.items) + "; ++lum_j) {\n" + indent +
+           "  const int64_t lum_r = threadIdx.x + (int64_t)lum_j * " + std::to_string(walk_.block) +
+           ";\n" + indent + "  if (lum_r < " + rows_.len.to_c() + ") {\n";
+  }
+  static std::string loop_tail(const std::string& indent) {
+    return indent + "  }\n" + indent + "}\n";
+  }
+
   size_t member_;
   const Rows& rows_;
+  const RowWalk& walk_;
   const std::map<uint32_t, std::string>& held_;
-  Expr row_flat_;
+  std::map<uint32_t, CachedRead>& cached_;
+  Expr row_flat_, row_element_;
   bool stray_ = false;
 };
 
 struct RowGroup {
   std::string params, body;
   std::set<std::string> vars;
+  RowWalk walk;
 };
 
 // Kernels first..last (a chain of reductions over the same rows, perhaps closed by an
 // elementwise kernel over their elements: softmax, RMSNorm, LayerNorm) as one function
-// in which a block takes one row through every member in turn, so the members after the
-// first read the row from cache, not memory, and the reductions' results pass through
-// registers. Nothing when a member reads an earlier one's result at another row.
+// in which a block takes one row through every member in turn: the reductions' results
+// pass through registers, and so do the row's inputs where the row's length is known
+// (RowWalk); otherwise the members after the first read the row from cache. Nothing
+// when a member reads an earlier one's result at another row.
 std::optional<RowGroup> write_row_group(const Graph& g, const compiler::KernelPlan& plan,
                                         size_t first, size_t last, const Rows& rows) {
   RowGroup out;
+  out.walk = row_walk(rows);
   std::map<uint32_t, std::string> held;
+  std::map<uint32_t, CachedRead> cached;
   std::string members, declared;
   for (size_t k = first; k <= last; ++k) {
     const compiler::Kernel& kn = plan.kernels[k];
-    RowMemberWriter w(g, plan, kn, k - first, rows, held);
+    RowMemberWriter w(g, plan, kn, k - first, rows, out.walk, held, cached);
     members += w.write();
     if (w.reads_other_rows()) return std::nullopt;
     out.params += w.parameters() + ", ";
@@ -270,13 +364,23 @@ std::optional<RowGroup> write_row_group(const Graph& g, const compiler::KernelPl
       declared += "    " + compute_type(root.dtype) + " " + held[kn.root.value] + ";\n";
     }
   }
+  if (!cached.empty()) {
+    for (const auto& [node, c] : cached)
+      declared += "    " + compute_type(c.dtype) + " lum_c" + std::to_string(node) + "[" +
+                  std::to_string(out.walk.items) + "];\n";
+    RowMemberWriter loads(g, plan, plan.kernels[first], 0, rows, out.walk, held, cached);
+    declared += loads.write_cache_loads();
+  }
   out.params += "int64_t* lum_err, LumDims lum_dims";
-  out.body = "  __shared__ float lum_part_f[32];\n  __shared__ double lum_part_d[32];\n"
-             "  __shared__ int64_t lum_part_i[32];\n"
-             "  (void)lum_part_f; (void)lum_part_d; (void)lum_part_i;\n"
-             "  const int64_t lum_rows = " + product(rows.shape).to_c() + ";\n"
-             "  for (int64_t lum_row = blockIdx.x; lum_row < lum_rows; lum_row += gridDim.x) {\n" +
-             declared + members + "  }\n";
+  out.body =
+      "  __shared__ float lum_part_f[32];\n  __shared__ double lum_part_d[32];\n"
+      "  __shared__ int64_t lum_part_i[32];\n"
+      "  (void)lum_part_f; (void)lum_part_d; (void)lum_part_i;\n"
+      "  const int64_t lum_rows = " +
+      product(rows.shape).to_c() +
+      ";\n"
+      "  for (int64_t lum_row = blockIdx.x; lum_row < lum_rows; lum_row += gridDim.x) {\n" +
+      declared + members + "  }\n";
   return out;
 }
 
@@ -285,6 +389,7 @@ std::optional<RowGroup> write_row_group(const Graph& g, const compiler::KernelPl
 CudaSource generate_cuda_source(const Graph& g, const compiler::KernelPlan& plan) {
   struct Body {
     std::string params, main, scatter;
+    int bounds = kMaxBlock;  // the most threads per block it is launched with
   };
   std::vector<Body> bodies(plan.kernels.size());
   CudaSource out;
@@ -315,14 +420,16 @@ CudaSource generate_cuda_source(const Graph& g, const compiler::KernelPlan& plan
         l.group_begin = k;
         l.threads = product(rows->shape);
         l.row_len = rows->len;
+        l.block = group->walk.block;
         bodies[last].params = std::move(group->params);
         bodies[last].main = std::move(group->body);
+        if (group->walk.block) bodies[last].bounds = group->walk.block;
         vars.insert(group->vars.begin(), group->vars.end());
         k = last;
         continue;
       }
     }
-    launch.shape = root.op == Op::Scatter                                    ? KernelShape::Scatter
+    launch.shape = root.op == Op::Scatter                                 ? KernelShape::Scatter
                    : root.op == Op::SumReduce || root.op == Op::MaxReduce ? KernelShape::Reduce
                                                                           : KernelShape::Map;
     // A fresh writer per function: each declares its own temporaries.
@@ -349,18 +456,22 @@ CudaSource generate_cuda_source(const Graph& g, const compiler::KernelPlan& plan
   // A transformer's layers make the same kernels over and over, on other buffers: each
   // distinct function is compiled once and launched for all of them.
   std::map<std::string, std::string> function_of;  // full text after the name -> name
-  auto emit = [&](const std::string& name, const std::string& params, const std::string& body) {
+  auto emit = [&](const std::string& name, int bounds, const std::string& params,
+                  const std::string& body) {
     const std::string rest = "(" + params + ") {\n" + dims_decl + body + "}\n\n";
-    const auto [it, fresh] = function_of.emplace(rest, name);
-    if (fresh) os << "extern \"C\" __global__ void __launch_bounds__(" << kMaxBlock << ") " << name << rest;
+    const std::string head =
+        "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(bounds) + ") ";
+    const auto [it, fresh] = function_of.emplace(head + rest, name);
+    if (fresh) os << head << name << rest;
     return it->second;
   };
   for (size_t k = 0; k < plan.kernels.size(); ++k) {
     if (bodies[k].main.empty()) continue;
     const std::string name = "lum_kernel_" + std::to_string(k);
-    out.launches[k].function = emit(name, bodies[k].params, bodies[k].main);
+    out.launches[k].function = emit(name, bodies[k].bounds, bodies[k].params, bodies[k].main);
     if (!bodies[k].scatter.empty())
-      out.launches[k].scatter_function = emit(name + "_scatter", bodies[k].params, bodies[k].scatter);
+      out.launches[k].scatter_function =
+          emit(name + "_scatter", kMaxBlock, bodies[k].params, bodies[k].scatter);
   }
   out.code = os.str();
   return out;

@@ -48,9 +48,11 @@ class CudaExecutable final : public Executable {
       const cudagen::KernelLaunch& l = source_.launches[k];
       if (l.shape == KernelShape::Library || l.shape == KernelShape::InRowGroup) continue;
       functions_[k].first = module_.kernel(l.function);
-      if (l.shape == KernelShape::Scatter) functions_[k].second = module_.kernel(l.scatter_function);
+      if (l.shape == KernelShape::Scatter)
+        functions_[k].second = module_.kernel(l.scatter_function);
     }
-    for (const compiler::Kernel& kn : plan_.kernels) numel_.push_back(product(g.node(kn.root).shape));
+    for (const compiler::Kernel& kn : plan_.kernels)
+      numel_.push_back(product(g.node(kn.root).shape));
     views_.resize(plan_.kernels.size());
     values_.resize(plan_.kernels.size());
     errors_ = DeviceBuffer(3 * sizeof(int64_t) * std::max<size_t>(plan_.kernels.size(), 1));
@@ -62,11 +64,13 @@ class CudaExecutable final : public Executable {
     std::vector<int64_t> dims(std::max<size_t>(source_.dims.size(), 1), 0);
     for (size_t i = 0; i < source_.dims.size(); ++i) {
       auto v = user.dims().get(source_.dims[i]);
-      LUM_CHECK(v) << "unbound symbolic dimension '" << source_.dims[i] << "' (bind it with set_dim)";
+      LUM_CHECK(v) << "unbound symbolic dimension '" << source_.dims[i]
+                   << "' (bind it with set_dim)";
       dims[i] = *v;
     }
     stats_ = RunStats{};
-    check(cudaMemsetAsync(errors_.data(), 0, errors_.bytes(), device_->stream()), "cudaMemsetAsync");
+    check(cudaMemsetAsync(errors_.data(), 0, errors_.bytes(), device_->stream()),
+          "cudaMemsetAsync");
     size_t live = 0;
     check(cudaEventRecord(started_.get(), device_->stream()), "cudaEventRecord");
     for (size_t k = 0; k < plan_.kernels.size(); ++k) {
@@ -129,11 +133,12 @@ class CudaExecutable final : public Executable {
     int64_t block = cudagen::kMaxBlock, blocks = (threads + block - 1) / block;
     if (l.shape == KernelShape::Rows) {  // a block per row, a thread per element up to the most
       const int64_t len = l.row_len.eval(user.dims());
-      block = std::clamp<int64_t>((len + 31) / 32 * 32, 32, cudagen::kMaxBlock);
+      block = l.block ? l.block : std::clamp<int64_t>((len + 31) / 32 * 32, 32, cudagen::kMaxBlock);
       blocks = threads;
     }
     const int64_t most = int64_t{device_->multiprocessors()} * (4096 / block);
-    check(cudaLaunchKernel(functions_[k].first, dim3(static_cast<unsigned>(std::clamp<int64_t>(blocks, 1, most))),
+    check(cudaLaunchKernel(functions_[k].first,
+                           dim3(static_cast<unsigned>(std::clamp<int64_t>(blocks, 1, most))),
                            dim3(static_cast<unsigned>(block)), args.data(), 0, device_->stream()),
           "launching a generated kernel");
     if (functions_[k].second)
@@ -172,9 +177,8 @@ class CudaExecutable final : public Executable {
     std::vector<int64_t> out_shape;
     for (Expr d : n.shape) out_shape.push_back(d.eval(user.dims()));
     const Buffer result = n.custom->run(in, shapes, out_shape, n.dtype);
-    LUM_CHECK(result.bytes() == out.bytes())
-        << "internal: " << n.custom->name() << " produced " << result.bytes() << " bytes, not "
-        << out.bytes();
+    LUM_CHECK(result.bytes() == out.bytes()) << "internal: " << n.custom->name() << " produced "
+                                             << result.bytes() << " bytes, not " << out.bytes();
     check(cudaMemcpyAsync(out.data(), result.data(), result.bytes(), cudaMemcpyHostToDevice,
                           device_->stream()),
           "copying a host-computed value to the GPU");
@@ -190,7 +194,8 @@ class CudaExecutable final : public Executable {
     const DType t = program_.graph->node(plan_.kernels[slot].root).dtype;
     const DeviceBuffer& v = *values_[slot];
     Buffer host(t, v.bytes() / dtype_size(t), Buffer::Uninitialized{});
-    check(cudaMemcpyAsync(host.data(), v.data(), v.bytes(), cudaMemcpyDeviceToHost, device_->stream()),
+    check(cudaMemcpyAsync(host.data(), v.data(), v.bytes(), cudaMemcpyDeviceToHost,
+                          device_->stream()),
           "copying a value from the GPU");
     device_->synchronize();
     return host;
@@ -211,7 +216,8 @@ class CudaExecutable final : public Executable {
     if (it != uploaded_.end() && it->second.first == version) {
       // The same data under new dims must still fit them, as on the CPU.
       const Node& n = program_.graph->node(r);
-      if (!std::all_of(n.shape.begin(), n.shape.end(), [](Expr d) { return d.as_const().has_value(); }))
+      if (!std::all_of(n.shape.begin(), n.shape.end(),
+                       [](Expr d) { return d.as_const().has_value(); }))
         checked_input(user, r);
       return it->second.second.data();
     }
@@ -289,7 +295,7 @@ class CudaExecutable final : public Executable {
   std::vector<std::optional<DeviceBuffer>> values_;  // by kernel, during a run
   std::unordered_map<uint32_t, std::pair<uint64_t, DeviceBuffer>> uploaded_;  // by input node
   std::multimap<size_t, DeviceBuffer> pool_;
-  DeviceBuffer errors_;  // three int64 per kernel (runtime/kernel_errors.hpp)
+  DeviceBuffer errors_;                // three int64 per kernel (runtime/kernel_errors.hpp)
   cudagen::Event started_, finished_;  // around the kernels, for RunStats::device_seconds
   const bool poison_ = runtime::env_has("LUMINAL_CPU_POISON", "1");
   RunStats stats_;
@@ -307,7 +313,9 @@ namespace cudagen {
 
 CompiledProgram compile_program(const Graph& graph, const std::string& arch, bool fuse) {
   CompiledProgram c{runtime::optimize_and_plan(
-      graph, fuse ? compiler::Fusion::RecomputeShared : compiler::Fusion::Off), {}, {}};
+                        graph, fuse ? compiler::Fusion::RecomputeShared : compiler::Fusion::Off),
+                    {},
+                    {}};
   const auto gen_start = std::chrono::steady_clock::now();
   c.source = generate_cuda_source(*c.planned.program.graph, c.planned.plan);
   const double gen_s = runtime::seconds_since(gen_start);
@@ -315,7 +323,8 @@ CompiledProgram compile_program(const Graph& graph, const std::string& arch, boo
   c.cubin = compile_cubin(c.source.code, arch);
   char stages[160];
   std::snprintf(stages, sizeof stages, "codegen %.3f s, NVRTC %.3f s (%s) for %s", gen_s,
-                c.cubin.compile_seconds, c.cubin.cache_hit ? "cache hit" : "compiled", arch.c_str());
+                c.cubin.compile_seconds, c.cubin.cache_hit ? "cache hit" : "compiled",
+                arch.c_str());
   runtime::log_compile("cuda", graph, c.planned, stages);
   return c;
 }

@@ -49,9 +49,13 @@ Device::~Device() {
   if (stream_) cudaStreamDestroy(stream_);
 }
 
-void Device::make_current() const { check(cudaSetDevice(ordinal_), "cudaSetDevice"); }
+void Device::make_current() const {
+  check(cudaSetDevice(ordinal_), "cudaSetDevice");
+}
 
-void Device::synchronize() const { check(cudaStreamSynchronize(stream_), "a CUDA kernel failed"); }
+void Device::synchronize() const {
+  check(cudaStreamSynchronize(stream_), "a CUDA kernel failed");
+}
 
 DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {
   if (bytes == 0) return;
@@ -75,7 +79,9 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
   return *this;
 }
 
-Event::Event() { check(cudaEventCreate(&event_), "cudaEventCreate"); }
+Event::Event() {
+  check(cudaEventCreate(&event_), "cudaEventCreate");
+}
 
 Event::~Event() {
   if (event_) cudaEventDestroy(event_);

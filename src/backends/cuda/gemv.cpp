@@ -11,7 +11,7 @@
 namespace luminal::cudagen {
 namespace {
 
-// One warp per output row: each lane reads 16 bytes of the row (and of x) per step, four
+// One warp per output row: each lane reads 16 bytes of the row (and of x) per step, eight
 // steps in flight, then the warp sums through shuffles. Rows must start 16-byte aligned
 // and K be a whole number of 16-byte vectors.
 constexpr const char* kSource = R"GEMV(
@@ -53,11 +53,10 @@ LUM_GV_DOT_HALVES(lum_gv_dot_bf16, lum_gv_bf2f)
       const uint4* wv = (const uint4*)(w + row * ldw);                                 \
       float acc = 0.0f;                                                                \
       long long v = lane;                                                              \
-      for (; v + 96 < vecs; v += 128) {                                                \
-        const uint4 w0 = __ldg(wv + v), w1 = __ldg(wv + v + 32), w2 = __ldg(wv + v + 64), \
-                    w3 = __ldg(wv + v + 96);                                           \
-        acc += dot(__ldg(xv + v), w0) + dot(__ldg(xv + v + 32), w1) +                  \
-               dot(__ldg(xv + v + 64), w2) + dot(__ldg(xv + v + 96), w3);              \
+      for (; v + 224 < vecs; v += 256) {                                               \
+        uint4 wr[8];                                                                   \
+        _Pragma("unroll") for (int i = 0; i < 8; ++i) wr[i] = __ldg(wv + v + 32 * i);  \
+        _Pragma("unroll") for (int i = 0; i < 8; ++i) acc += dot(__ldg(xv + v + 32 * i), wr[i]); \
       }                                                                                \
       for (; v < vecs; v += 32) acc += dot(__ldg(xv + v), __ldg(wv + v));              \
       for (int s = 16; s > 0; s >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, s);   \
@@ -83,7 +82,8 @@ bool Gemv::run(const ConcreteView& a, const void* a_data, const ConcreteView& b,
   if (rank < 3 || b.dims.size() != rank) return false;
   if (dtype != DType::F32 && dtype != DType::F16 && dtype != DType::BF16) return false;
   for (size_t d = 0; d < rank; ++d) {
-    if (a.mask_lo[d] > 0 || a.mask_hi[d] < a.dims[d] || b.mask_lo[d] > 0 || b.mask_hi[d] < b.dims[d])
+    if (a.mask_lo[d] > 0 || a.mask_hi[d] < a.dims[d] || b.mask_lo[d] > 0 ||
+        b.mask_hi[d] < b.dims[d])
       return false;
     if (d + 3 < rank && a.dims[d] != 1) return false;  // one batch
   }
@@ -102,7 +102,9 @@ bool Gemv::run(const ConcreteView& a, const void* a_data, const ConcreteView& b,
   if (!module_) {
     module_ = std::make_unique<Module>(compile_cubin(gemv_source(), device_.arch()).code);
   }
-  const char* name = dtype == DType::F32 ? "lum_gemv_f32" : dtype == DType::F16 ? "lum_gemv_f16" : "lum_gemv_bf16";
+  const char* name = dtype == DType::F32   ? "lum_gemv_f32"
+                     : dtype == DType::F16 ? "lum_gemv_f16"
+                                           : "lum_gemv_bf16";
   long long rows = n, vecs = k / per_vec, ld = ldw;
   void* args[] = {&x, &w, &c_data, &rows, &vecs, &ld};
   const int64_t blocks = std::min<int64_t>((n + kWarpsPerBlock - 1) / kWarpsPerBlock,
