@@ -154,28 +154,13 @@ RowRole row_role(const Graph& g, const compiler::Kernel& k, const Rows& rows) {
   return same_shape(n.shape, full) ? RowRole::Map : RowRole::None;
 }
 
-// How a row group's block walks a row. A row of constant length gets a block size fixed
-// at compile time and loops of constant trip count, `items` elements per thread, fully
-// unrolled: each input element the members read at the same position of the row is
-// then loaded once, into registers (lum_c<node>[item]), and every member reuses it.
-// A row of symbolic length, or too long to hold, loops over it with whatever block the
-// launch picks.
-struct RowWalk {
-  int block = 0;  // threads per block; 0: chosen at launch
-  int items = 0;  // elements per thread; 0: symbolic length (no caching)
-};
+// Where a row group keeps its row. When the row's length is known and its inputs fit,
+// each input the members read at their own row element is loaded once into shared
+// memory, as stored (lum_c<node>[lum_r]); every member after reads it there. Each thread
+// reads back only the elements it loaded, so this needs no barrier of its own.
+constexpr int64_t kMaxRowCacheBytes = 48 << 10;  // what a launch may ask for without opting in
 
-RowWalk row_walk(const Rows& rows) {
-  constexpr int kMaxCachedItems = 16;  // registers per cached input per thread
-  const auto len = rows.len.as_const();
-  if (!len || *len <= 0) return {};
-  const int64_t block = std::min<int64_t>(kMaxRowBlock, (*len + 31) / 32 * 32);
-  const auto items = static_cast<int>((*len + block - 1) / block);
-  if (items > kMaxCachedItems) return {};  // too long to hold: walk it as a symbolic one
-  return {static_cast<int>(block), items};
-}
-
-// An input the group's members read at their own row element, held in registers.
+// An input the group's members read at their own row element, held in shared memory.
 struct CachedRead {
   std::string buffer;  // the parameter it is loaded from
   DType dtype;
@@ -189,13 +174,13 @@ struct CachedRead {
 class RowMemberWriter : public runtime::ElementWriter {
  public:
   RowMemberWriter(const Graph& g, const compiler::KernelPlan& plan, const compiler::Kernel& k,
-                  size_t member, const Rows& rows, const RowWalk& walk,
+                  size_t member, const Rows& rows, bool cache,
                   const std::map<uint32_t, std::string>& held,
                   std::map<uint32_t, CachedRead>& cached)
       : ElementWriter(g, plan, k),
         member_(member),
         rows_(rows),
-        walk_(walk),
+        cache_(cache),
         held_(held),
         cached_(cached) {
     read_prefix_ = prefix() + "in";
@@ -247,15 +232,14 @@ class RowMemberWriter : public runtime::ElementWriter {
     return os_.str();
   }
 
-  // Loads the cached inputs into registers, before the members.
+  // Loads the cached inputs into shared memory, as stored, before the members.
   std::string write_cache_loads() {
     os_ << "    {\n";
     open_row("      ");
     os_ << loop_head("      ");
     for (const auto& [node, c] : cached_)
-      os_ << "          lum_c" << node
-          << "[lum_j] = " << runtime::load_expr(c.dtype, c.buffer + "[" + row_element_.to_c() + "]")
-          << ";\n";
+      os_ << "          lum_c" << node << "[lum_r] = " << c.buffer << "[" << row_element_.to_c()
+          << "];\n";
     os_ << loop_tail("      ") << "    }\n";
     return os_.str();
   }
@@ -280,12 +264,12 @@ class RowMemberWriter : public runtime::ElementWriter {
     // An input read at this thread's own element of the row, whole (so every row
     // element is in bounds, even where this read is guarded): from registers.
     const Node& node = g_.node(n);
-    if (!walk_.items || node.quant != kPlainStorage || !(within(flat - row_element_) == Expr(0)) ||
+    if (!cache_ || node.quant != kPlainStorage || !(within(flat - row_element_) == Expr(0)) ||
         !(product(node.shape) == product(full_shape())))
       return std::nullopt;
     const auto slot = std::find(k_.reads.begin(), k_.reads.end(), n) - k_.reads.begin();
     cached_.try_emplace(n.value, CachedRead{read_prefix_ + std::to_string(slot + 1), node.dtype});
-    return "lum_c" + std::to_string(n.value) + "[lum_j]";
+    return runtime::load_expr(node.dtype, "lum_c" + std::to_string(n.value) + "[lum_r]");
   }
 
  private:
@@ -309,15 +293,10 @@ class RowMemberWriter : public runtime::ElementWriter {
     return idx;
   }
 
-  // for each of this thread's elements lum_r of the row (item lum_j of walk_.items)
+  // for each of this thread's elements lum_r of the row
   std::string loop_head(const std::string& indent) const {
-    if (!walk_.items)
-      return indent + "for (int64_t lum_r = threadIdx.x; lum_r < " + rows_.len.to_c() +
-             "; lum_r += blockDim.x) {\n" + indent + "  {\n";
-    return indent + "#pragma unroll\n" + indent + "for (int lum_j = 0; lum_j < " +
-           std::to_string(walk_.items) + "; ++lum_j) {\n" + indent +
-           "  const int64_t lum_r = threadIdx.x + (int64_t)lum_j * " + std::to_string(walk_.block) +
-           ";\n" + indent + "  if (lum_r < " + rows_.len.to_c() + ") {\n";
+    return indent + "for (int64_t lum_r = threadIdx.x; lum_r < " + rows_.len.to_c() +
+           "; lum_r += blockDim.x) {\n" + indent + "  {\n";
   }
   static std::string loop_tail(const std::string& indent) {
     return indent + "  }\n" + indent + "}\n";
@@ -325,7 +304,7 @@ class RowMemberWriter : public runtime::ElementWriter {
 
   size_t member_;
   const Rows& rows_;
-  const RowWalk& walk_;
+  bool cache_;
   const std::map<uint32_t, std::string>& held_;
   std::map<uint32_t, CachedRead>& cached_;
   Expr row_flat_, row_element_;
@@ -335,25 +314,28 @@ class RowMemberWriter : public runtime::ElementWriter {
 struct RowGroup {
   std::string params, body;
   std::set<std::string> vars;
-  RowWalk walk;
+  int64_t shared_bytes = 0;  // the row cache
 };
 
 // Kernels first..last (a chain of reductions over the same rows, perhaps closed by an
 // elementwise kernel over their elements: softmax, RMSNorm, LayerNorm) as one function
 // in which a block takes one row through every member in turn: the reductions' results
-// pass through registers, and so do the row's inputs where the row's length is known
-// (RowWalk); otherwise the members after the first read the row from cache. Nothing
-// when a member reads an earlier one's result at another row.
+// pass through registers, and the row's inputs through shared memory where the row's
+// length is known and they fit (kMaxRowCacheBytes); otherwise the members after the
+// first read the row from cache. Nothing when a member reads an earlier one's result at
+// another row.
 std::optional<RowGroup> write_row_group(const Graph& g, const compiler::KernelPlan& plan,
-                                        size_t first, size_t last, const Rows& rows) {
+                                        size_t first, size_t last, const Rows& rows,
+                                        bool cache = true) {
   RowGroup out;
-  out.walk = row_walk(rows);
+  const std::optional<int64_t> len = rows.len.as_const();
+  cache = cache && len && *len > 0;
   std::map<uint32_t, std::string> held;
   std::map<uint32_t, CachedRead> cached;
   std::string members, declared;
   for (size_t k = first; k <= last; ++k) {
     const compiler::Kernel& kn = plan.kernels[k];
-    RowMemberWriter w(g, plan, kn, k - first, rows, out.walk, held, cached);
+    RowMemberWriter w(g, plan, kn, k - first, rows, cache, held, cached);
     members += w.write();
     if (w.reads_other_rows()) return std::nullopt;
     out.params += w.parameters() + ", ";
@@ -365,14 +347,20 @@ std::optional<RowGroup> write_row_group(const Graph& g, const compiler::KernelPl
     }
   }
   if (!cached.empty()) {
-    for (const auto& [node, c] : cached)
-      declared += "    " + compute_type(c.dtype) + " lum_c" + std::to_string(node) + "[" +
-                  std::to_string(out.walk.items) + "];\n";
-    RowMemberWriter loads(g, plan, plan.kernels[first], 0, rows, out.walk, held, cached);
+    for (const auto& [node, c] : cached) {
+      declared += "    " + runtime::storage_type(c.dtype) + "* lum_c" + std::to_string(node) +
+                  " = (" + runtime::storage_type(c.dtype) + "*)(lum_row_cache + " +
+                  std::to_string(out.shared_bytes) + ");\n";
+      out.shared_bytes += (*len * static_cast<int64_t>(dtype_size(c.dtype)) + 15) / 16 * 16;
+    }
+    if (out.shared_bytes > kMaxRowCacheBytes)
+      return write_row_group(g, plan, first, last, rows, false);
+    RowMemberWriter loads(g, plan, plan.kernels[first], 0, rows, cache, held, cached);
     declared += loads.write_cache_loads();
   }
   out.params += "int64_t* lum_err, LumDims lum_dims";
   out.body =
+      "  extern __shared__ __align__(16) unsigned char lum_row_cache[];\n"
       "  __shared__ float lum_part_f[32];\n  __shared__ double lum_part_d[32];\n"
       "  __shared__ int64_t lum_part_i[32];\n"
       "  (void)lum_part_f; (void)lum_part_d; (void)lum_part_i;\n"
@@ -420,10 +408,9 @@ CudaSource generate_cuda_source(const Graph& g, const compiler::KernelPlan& plan
         l.group_begin = k;
         l.threads = product(rows->shape);
         l.row_len = rows->len;
-        l.block = group->walk.block;
+        l.shared_bytes = group->shared_bytes;
         bodies[last].params = std::move(group->params);
         bodies[last].main = std::move(group->body);
-        if (group->walk.block) bodies[last].bounds = group->walk.block;
         vars.insert(group->vars.begin(), group->vars.end());
         k = last;
         continue;

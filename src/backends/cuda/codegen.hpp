@@ -18,10 +18,8 @@
 
 namespace luminal::cudagen {
 
-/// Threads per block the generated functions are compiled for at most; a row group over
-/// rows of known length may use up to kMaxRowBlock.
+/// Threads per block the generated functions are compiled for at most.
 constexpr int kMaxBlock = 256;
-constexpr int kMaxRowBlock = 1024;
 
 // InRowGroup: computed by the row group launched at a later kernel (Rows).
 enum class KernelShape { Map, Reduce, Scatter, Rows, InRowGroup, Library };
@@ -33,9 +31,9 @@ struct KernelLaunch {
   // Map: output elements; Reduce: output elements x 32 (a warp each); Rows: rows (a block
   // each).
   Expr threads;
-  size_t group_begin = 0;  // Rows: the group's first kernel (this one is its last)
-  Expr row_len;            // Rows: elements per row
-  int block = 0;           // Rows: threads per block it was compiled for (0: any)
+  size_t group_begin = 0;    // Rows: the group's first kernel (this one is its last)
+  Expr row_len;              // Rows: elements per row
+  int64_t shared_bytes = 0;  // Rows: the row cache's dynamic shared memory
 };
 
 struct CudaSource {

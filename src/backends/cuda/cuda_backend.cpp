@@ -133,13 +133,14 @@ class CudaExecutable final : public Executable {
     int64_t block = cudagen::kMaxBlock, blocks = (threads + block - 1) / block;
     if (l.shape == KernelShape::Rows) {  // a block per row, a thread per element up to the most
       const int64_t len = l.row_len.eval(user.dims());
-      block = l.block ? l.block : std::clamp<int64_t>((len + 31) / 32 * 32, 32, cudagen::kMaxBlock);
+      block = std::clamp<int64_t>((len + 31) / 32 * 32, 32, cudagen::kMaxBlock);
       blocks = threads;
     }
     const int64_t most = int64_t{device_->multiprocessors()} * (4096 / block);
     check(cudaLaunchKernel(functions_[k].first,
                            dim3(static_cast<unsigned>(std::clamp<int64_t>(blocks, 1, most))),
-                           dim3(static_cast<unsigned>(block)), args.data(), 0, device_->stream()),
+                           dim3(static_cast<unsigned>(block)), args.data(),
+                           static_cast<size_t>(l.shared_bytes), device_->stream()),
           "launching a generated kernel");
     if (functions_[k].second)
       check(cudaLaunchKernel(functions_[k].second, dim3(1), dim3(32), args.data(), 0,
