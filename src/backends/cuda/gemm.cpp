@@ -14,8 +14,7 @@ namespace luminal::cudagen {
 namespace {
 
 void check_lt(cublasStatus_t s, const char* what) {
-  LUM_CHECK(s == CUBLAS_STATUS_SUCCESS)
-      << "cuBLASLt " << what << " failed: " << cublasLtGetStatusString(s);
+  LUM_CHECK(s == CUBLAS_STATUS_SUCCESS) << "cuBLASLt " << what << " failed: " << cublasLtGetStatusString(s);
 }
 
 cudaDataType_t data_type(DType t) {
@@ -87,8 +86,8 @@ Gemm::~Gemm() {
   if (handle_) cublasLtDestroy(handle_);
 }
 
-bool Gemm::run(const ConcreteView& a, const void* a_data, const ConcreteView& b, const void* b_data,
-               DType dtype, void* c_data) {
+bool Gemm::run(const ConcreteView& a, const void* a_data, const ConcreteView& b,
+               const void* b_data, DType dtype, void* c_data) {
   const size_t rank = a.dims.size();
   if (rank < 3 || b.dims.size() != rank) return false;
   for (size_t d = 0; d < rank; ++d)
@@ -130,14 +129,13 @@ bool Gemm::run(const ConcreteView& a, const void* a_data, const ConcreteView& b,
   const uint32_t align_a = alignment(a_data, a.offset, sa, esize);
   const uint32_t align_b = alignment(b_data, b.offset, sb, esize);
   const uint32_t align_c = alignment(c_data, 0, sc, esize);
-  const std::string key = std::to_string(static_cast<int>(dtype)) + ":" + std::to_string(first.op) +
-                          "," + std::to_string(first.rows) + "," + std::to_string(first.cols) +
-                          "," + std::to_string(first.ld) + ":" + std::to_string(second.op) + "," +
-                          std::to_string(second.rows) + "," + std::to_string(second.cols) + "," +
-                          std::to_string(second.ld) + ":" + std::to_string(inner) + "," +
-                          std::to_string(inner_sa) + "," + std::to_string(inner_sb) + ":" +
-                          std::to_string(align_a) + "," + std::to_string(align_b) + "," +
-                          std::to_string(align_c);
+  const std::string key =
+      std::to_string(static_cast<int>(dtype)) + ":" + std::to_string(first.op) + "," +
+      std::to_string(first.rows) + "," + std::to_string(first.cols) + "," + std::to_string(first.ld) +
+      ":" + std::to_string(second.op) + "," + std::to_string(second.rows) + "," +
+      std::to_string(second.cols) + "," + std::to_string(second.ld) + ":" + std::to_string(inner) +
+      "," + std::to_string(inner_sa) + "," + std::to_string(inner_sb) + ":" +
+      std::to_string(align_a) + "," + std::to_string(align_b) + "," + std::to_string(align_c);
   Plan*& plan = plans_[key];
   if (!plan) {
     auto p = std::make_unique<Plan>();
@@ -167,44 +165,25 @@ bool Gemm::run(const ConcreteView& a, const void* a_data, const ConcreteView& b,
     cublasLtMatmulPreference_t pref = nullptr;
     check_lt(cublasLtMatmulPreferenceCreate(&pref), "preference");
     const uint64_t ws = workspace_.bytes();
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                         sizeof ws);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
     const uint32_t aa = align_b, ab = align_a, ac = align_c;  // cuBLASLt's A is our b
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa,
-                                         sizeof aa);
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab,
-                                         sizeof ab);
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac,
-                                         sizeof ac);
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ac,
-                                         sizeof ac);
-    constexpr int kCandidates = 8;
-    cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa, sizeof aa);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab, sizeof ab);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac, sizeof ac);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ac, sizeof ac);
+    cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
     const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(
-        handle_, p->desc, p->first, p->second, p->out, p->out, pref, kCandidates, results, &found);
+        handle_, p->desc, p->first, p->second, p->out, p->out, pref, 1, &result, &found);
     cublasLtMatmulPreferenceDestroy(pref);
     if (s != CUBLAS_STATUS_SUCCESS || found == 0) {
       plans_.erase(key);
       return false;
     }
-    p->algo = results[0].algo;
+    p->algo = result.algo;
     plan = p.release();
-    if (found > 1)
-      plan->algo = fastest(results, found, [&](const cublasLtMatmulAlgo_t& algo) {
-        call(*plan, algo, a, a_data, b, b_data, c_data, count, sa, sb, sc, esize);
-      });
   }
-  call(*plan, plan->algo, a, a_data, b, b_data, c_data, count, sa, sb, sc, esize);
-  return true;
-}
-
-// Every batch: the dims that merged into cuBLASLt's strided batch in one call, the
-// others one call each.
-void Gemm::call(const Plan& plan, const cublasLtMatmulAlgo_t& algo, const ConcreteView& a,
-                const void* a_data, const ConcreteView& b, const void* b_data, void* c_data,
-                const std::vector<int64_t>& count, const std::vector<int64_t>& sa,
-                const std::vector<int64_t>& sb, const std::vector<int64_t>& sc, size_t esize) {
+  // Outer batch dims that did not merge into the strided batch: one call each.
   const size_t outer_dims = count.empty() ? 0 : count.size() - 1;
   int64_t outer = 1;
   for (size_t i = 0; i < outer_dims; ++i) outer *= count[i];
@@ -219,33 +198,12 @@ void Gemm::call(const Plan& plan, const cublasLtMatmulAlgo_t& algo, const Concre
     const auto* pa = static_cast<const char*>(a_data) + oa * static_cast<int64_t>(esize);
     const auto* pb = static_cast<const char*>(b_data) + ob * static_cast<int64_t>(esize);
     auto* pc = static_cast<char*>(c_data) + oc * static_cast<int64_t>(esize);
-    check_lt(cublasLtMatmul(handle_, plan.desc, &one, pb, plan.first, pa, plan.second, &zero, pc,
-                            plan.out, pc, plan.out, &algo, workspace_.data(), workspace_.bytes(),
-                            device_.stream()),
+    check_lt(cublasLtMatmul(handle_, plan->desc, &one, pb, plan->first, pa, plan->second, &zero, pc,
+                            plan->out, pc, plan->out, &plan->algo, workspace_.data(),
+                            workspace_.bytes(), device_.stream()),
              "matmul");
   }
-}
-
-// The candidate that runs the product fastest on this device, timed once when a shape is
-// first seen (cuBLASLt's own first choice is often not it). Every candidate computes the
-// same product, so the output holds it whichever ran last.
-cublasLtMatmulAlgo_t Gemm::fastest(const cublasLtMatmulHeuristicResult_t* candidates, int count,
-                                   const std::function<void(const cublasLtMatmulAlgo_t&)>& run) {
-  Event start, stop;
-  float best_ms = 0;
-  int best = 0;
-  for (int i = 0; i < count; ++i) {
-    run(candidates[i].algo);  // warm-up
-    check(cudaEventRecord(start.get(), device_.stream()), "cudaEventRecord");
-    constexpr int kRuns = 3;
-    for (int r = 0; r < kRuns; ++r) run(candidates[i].algo);
-    check(cudaEventRecord(stop.get(), device_.stream()), "cudaEventRecord");
-    check(cudaEventSynchronize(stop.get()), "cudaEventSynchronize");
-    float ms = 0;
-    check(cudaEventElapsedTime(&ms, start.get(), stop.get()), "cudaEventElapsedTime");
-    if (i == 0 || ms < best_ms) best_ms = ms, best = i;
-  }
-  return candidates[best].algo;
+  return true;
 }
 
 }  // namespace luminal::cudagen

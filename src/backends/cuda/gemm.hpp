@@ -1,15 +1,12 @@
 // Matrix products through cuBLASLt (private to src/backends/cuda): the MatMul kernel's
 // [batch..., M, K, N] operand views mapped onto cuBLASLt's column-major, strided-batch
-// layouts, with f32 accumulation for every input type. Of the algorithms cuBLASLt's
-// heuristic offers for a shape, the fastest on the device is timed and kept.
+// layouts, with f32 accumulation for every input type.
 #pragma once
 
 #include <cublasLt.h>
 
-#include <functional>
 #include <map>
 #include <string>
-#include <vector>
 
 #include "backends/cuda/device.hpp"
 #include "luminal/dtype.hpp"
@@ -33,13 +30,6 @@ class Gemm {
 
  private:
   struct Plan;
-  void call(const Plan& plan, const cublasLtMatmulAlgo_t& algo, const ConcreteView& a,
-            const void* a_data, const ConcreteView& b, const void* b_data, void* c_data,
-            const std::vector<int64_t>& count, const std::vector<int64_t>& sa,
-            const std::vector<int64_t>& sb, const std::vector<int64_t>& sc, size_t esize);
-  cublasLtMatmulAlgo_t fastest(const cublasLtMatmulHeuristicResult_t* candidates, int count,
-                               const std::function<void(const cublasLtMatmulAlgo_t&)>& run);
-
   const Device& device_;
   cublasLtHandle_t handle_ = nullptr;
   DeviceBuffer workspace_;
