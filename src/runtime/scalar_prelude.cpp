@@ -7,6 +7,7 @@ namespace luminal::runtime {
 
 std::string_view scalar_prelude() {
   return R"PRELUDE(
+#ifndef LUM_NATIVE_HALF  // a backend may convert with its own instructions instead
 LUM_FN float lum_h2f(uint16_t h) {
   const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
   if (exp == 0) return lum_u2f(lum_f2u((float)man * 0x1p-24f) | sign);
@@ -32,6 +33,7 @@ LUM_FN uint16_t lum_f2bf(float f) {
   if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u);
   return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
 }
+#endif
 LUM_FN float lum_round_f16(float f) { return lum_h2f(lum_f2h(f)); }
 LUM_FN float lum_round_bf16(float f) { return lum_bf2f(lum_f2bf(f)); }
 // Float -> integer: truncate toward zero, saturate, NaN -> 0.

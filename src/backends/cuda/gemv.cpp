@@ -16,14 +16,6 @@ namespace {
 // and K be a whole number of 16-byte vectors.
 constexpr const char* kSource = R"GEMV(
 #define LUM_GEMV_WARPS 8
-static __device__ __forceinline__ float lum_gv_h2f(unsigned short h) {
-  float f;
-  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-  return f;
-}
-static __device__ __forceinline__ float lum_gv_bf2f(unsigned short b) {
-  return __uint_as_float((unsigned int)b << 16);
-}
 // x . w over one 16-byte vector of each.
 static __device__ __forceinline__ float lum_gv_dot_f32(uint4 x, uint4 w) {
   return __uint_as_float(x.x) * __uint_as_float(w.x) + __uint_as_float(x.y) * __uint_as_float(w.y) +
@@ -39,8 +31,8 @@ static __device__ __forceinline__ float lum_gv_dot_f32(uint4 x, uint4 w) {
     }                                                                                  \
     return s;                                                                          \
   }
-LUM_GV_DOT_HALVES(lum_gv_dot_f16, lum_gv_h2f)
-LUM_GV_DOT_HALVES(lum_gv_dot_bf16, lum_gv_bf2f)
+LUM_GV_DOT_HALVES(lum_gv_dot_f16, lum_h2f)
+LUM_GV_DOT_HALVES(lum_gv_dot_bf16, lum_bf2f)
 
 #define LUM_GEMV(name, T, dot, store)                                                    \
   extern "C" __global__ void __launch_bounds__(32 * LUM_GEMV_WARPS)                    \
