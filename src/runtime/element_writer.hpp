@@ -41,8 +41,9 @@ Expr flatten(const std::vector<Expr>& idx, const std::vector<Expr>& shape);
 /// NVRTC share. It expects each backend to have defined, before it: LUM_FN (how a helper
 /// is declared), lum_f2u / lum_u2f / lum_u2d (bit casts), lum_fail (record an error) and
 /// the integer types int64_t, uint32_t, uint16_t, uint8_t, int8_t, int32_t, uint64_t.
-/// A backend that defines LUM_NATIVE_HALF brings its own lum_h2f, lum_f2h, lum_bf2f and
-/// lum_f2bf (round to nearest even; any NaN stays a NaN).
+/// A backend that defines LUM_NATIVE_HALF brings its own lum_h2f and lum_f2h, one that
+/// defines LUM_NATIVE_BF16 its own lum_bf2f and lum_f2bf (round to nearest even; any NaN
+/// stays a NaN).
 std::string_view scalar_prelude();
 
 class ElementWriter {

@@ -27,6 +27,8 @@ LUM_FN uint16_t lum_f2h(float f) {
   a += 0xc8000fffu + mant_odd;  // rebias exponent (-112 << 23) and round
   return (uint16_t)(sign | (a >> 13));
 }
+#endif
+#ifndef LUM_NATIVE_BF16
 LUM_FN float lum_bf2f(uint16_t b) { return lum_u2f((uint32_t)b << 16); }
 LUM_FN uint16_t lum_f2bf(float f) {
   const uint32_t x = lum_f2u(f);

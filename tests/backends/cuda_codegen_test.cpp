@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "backends/cuda/codegen.hpp"
+#include "backends/cuda/compile.hpp"
 #include "backends/cuda/gemv.hpp"
 #include "backends/cuda/nvrtc.hpp"
 #include "luminal/luminal.hpp"
@@ -64,6 +65,16 @@ TEST(CudaCodegen, RowOpsCompileForHopper) {
 TEST(CudaCodegen, OneRowProductKernelsCompileForHopper) {
   const cudagen::Cubin c = cudagen::compile_cubin(cudagen::gemv_source(), "sm_90");
   EXPECT_FALSE(c.code.empty());
+}
+
+// Half-precision conversions use instructions of sm_80 and later where they exist; older
+// GPUs get the portable ones.
+TEST(CudaCodegen, HalfPrecisionKernelsCompileForTuring) {
+  Graph cx;
+  Tensor x = cx.named_tensor("x", {4, 1000}, DType::BF16);
+  (x.softmax(1) + x.cast(DType::F16).cast(DType::BF16)).retrieve();
+  EXPECT_NO_THROW(cudagen::compile_program(cx, "sm_75", true));
+  EXPECT_FALSE(cudagen::compile_cubin(cudagen::gemv_source(), "sm_75").code.empty());
 }
 
 TEST(CudaCodegen, ProductsCompileForHopper) {

@@ -20,12 +20,16 @@ LUM_FN float lum_u2f(uint32_t u) { return __uint_as_float(u); }
 LUM_FN double lum_u2d(uint64_t u) { return __longlong_as_double((long long)u); }
 LUM_FN float lum_exp2f(float x) { return exp2f(x); }
 // Half-precision conversions by the hardware's instructions (one each, where the
-// portable versions take a dozen): round to nearest even, as those do.
+// portable versions take a dozen): round to nearest even, as those do. bf16's needs
+// sm_80; older GPUs keep the portable one.
 #define LUM_NATIVE_HALF 1
 LUM_FN float lum_h2f(uint16_t h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
 LUM_FN uint16_t lum_f2h(float f) { uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
+#if __CUDA_ARCH__ >= 800
+#define LUM_NATIVE_BF16 1
 LUM_FN float lum_bf2f(uint16_t b) { return __uint_as_float((uint32_t)b << 16); }
 LUM_FN uint16_t lum_f2bf(float f) { uint16_t h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
+#endif
 // Records an error: the first kernel thread to fail claims the slot.
 LUM_FN void lum_fail(int64_t* err, int64_t code, int64_t value, int64_t pos) {
   if (atomicCAS((unsigned long long*)err, 0ull, (unsigned long long)code) == 0ull) {
