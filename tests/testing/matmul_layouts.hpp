@@ -12,16 +12,13 @@
 #include "luminal/compiler/matmul_op.hpp"
 #include "luminal/compiler/optimize.hpp"
 #include "luminal/luminal.hpp"
+#include "testing/run_outputs.hpp"
 
 namespace luminal::testing {
 
 inline void expect_matmuls_match_reference(const Backend& backend) {
   std::mt19937 rng(7);
-  auto random = [&](size_t n) {
-    std::vector<float> v(n);
-    for (float& x : v) x = std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng);
-    return v;
-  };
+  auto random = [&](size_t n) { return uniform_floats(rng, n); };
   for (DType t : {DType::F32, DType::F16, DType::BF16}) {
     Graph cx;
     Tensor a = cx.named_tensor("a", {3, 33, 70});
@@ -44,18 +41,14 @@ inline void expect_matmuls_match_reference(const Backend& backend) {
       products += n.op == Op::Custom && dynamic_cast<const compiler::MatMulOp*>(n.custom.get());
     }
     EXPECT_EQ(products, outs.size()) << dtype_name(t);
-    cx.compile(reference());
-    cx.execute();
-    std::vector<std::vector<float>> want;
-    for (const Tensor& o : outs) want.push_back(o.to_f32());
-    cx.compile(backend);
-    cx.execute();
+    const auto want = run_outputs(cx, reference(), outs);
+    const auto got_all = run_outputs(cx, backend, outs);
     EXPECT_EQ(cx.last_run_stats().host_fallbacks, 0u) << dtype_name(t);
     // The reference rounds each product to the type before summing; the kernels sum exact
     // products in f32.
     const double tol = t == DType::F32 ? 1e-4 : t == DType::F16 ? 2e-2 : 6e-2;
     for (size_t i = 0; i < outs.size(); ++i) {
-      const auto got = outs[i].to_f32();
+      const std::vector<float>& got = got_all[i];
       ASSERT_EQ(got.size(), want[i].size());
       for (size_t k = 0; k < got.size(); ++k)
         ASSERT_NEAR(got[k], want[i][k], tol * (1 + std::fabs(want[i][k])))
@@ -69,11 +62,7 @@ inline void expect_matmuls_match_reference(const Backend& backend) {
 // whole or a column slice of a wider matrix (rows longer than K).
 inline void expect_one_row_products_match_reference(const Backend& backend) {
   std::mt19937 rng(9);
-  auto random = [&](size_t n) {
-    std::vector<float> v(n);
-    for (float& x : v) x = std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng);
-    return v;
-  };
+  auto random = [&](size_t n) { return uniform_floats(rng, n); };
   struct Shape {
     int64_t k, n, row;  // row: W's row length (> k: the product reads a slice)
   };
@@ -88,13 +77,9 @@ inline void expect_one_row_products_match_reference(const Backend& backend) {
       Tensor wk = w.cast(t);
       if (s.row > s.k) wk = wk.slice(1, 0, s.k);
       Tensor y = x.cast(t).matmul(wk.permute({1, 0})).cast(DType::F32).retrieve();
-      cx.compile(reference());
-      cx.execute();
-      const std::vector<float> want = y.to_f32();
-      cx.compile(backend);
-      cx.execute();
+      const std::vector<float> want = run_outputs(cx, reference(), {y})[0];
+      const std::vector<float> got = run_outputs(cx, backend, {y})[0];
       EXPECT_EQ(cx.last_run_stats().host_fallbacks, 0u);
-      const std::vector<float> got = y.to_f32();
       ASSERT_EQ(got.size(), want.size());
       // The reference rounds each product to the type; the kernels sum exact ones.
       const double tol = t == DType::F32 ? 1e-4 : t == DType::F16 ? 2e-2 : 6e-2;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "luminal/luminal.hpp"
+#include "testing/run_outputs.hpp"
 
 namespace luminal::testing {
 
@@ -43,22 +44,16 @@ inline void expect_row_ops_match_reference(const Backend& backend) {
       }
       cx.set_dim("rows", c.shape[0]);
       Tensor x = cx.named_tensor("x", shape);
-      std::vector<float> data(n);
-      for (float& v : data) v = std::uniform_real_distribution<float>(-3.0f, 3.0f)(rng);
-      x.set(data);
+      x.set(uniform_floats(rng, n, -3.0f, 3.0f));
       std::vector<Tensor> outs;
       for (const auto& [name, op] : ops)
         outs.push_back(op(x.cast(t), c.axis).cast(DType::F32).retrieve());
-      cx.compile(reference());
-      cx.execute();
-      std::vector<std::vector<float>> want;
-      for (const Tensor& o : outs) want.push_back(o.to_f32());
-      cx.compile(backend);
-      cx.execute();
+      const auto want = run_outputs(cx, reference(), outs);
+      const auto got_all = run_outputs(cx, backend, outs);
       // f32 sums in another order; bf16 rounds every step and may land one ulp away.
       const double tol = t == DType::F32 ? 1e-4 : 2e-2;
       for (size_t i = 0; i < outs.size(); ++i) {
-        const auto got = outs[i].to_f32();
+        const std::vector<float>& got = got_all[i];
         ASSERT_EQ(got.size(), want[i].size());
         for (size_t k = 0; k < got.size(); ++k)
           ASSERT_NEAR(got[k], want[i][k], tol * (1 + std::fabs(want[i][k])))

@@ -18,6 +18,12 @@ namespace {
 using runtime::compute_type;
 using runtime::store_expr;
 
+// Two partial results of reduction `r` combined, as C.
+std::string combined(const Node& r, const std::string& a, const std::string& b) {
+  if (r.op == Op::MaxReduce) return "lum_max<" + compute_type(r.dtype) + ">(" + a + ", " + b + ")";
+  return is_float(r.dtype) ? a + " + " + b : "lum_wrap_add(" + a + ", " + b + ")";
+}
+
 class KernelWriter : public runtime::ElementWriter {
  public:
   using ElementWriter::ElementWriter;
@@ -100,11 +106,7 @@ class KernelWriter : public runtime::ElementWriter {
     std::vector<Expr> in_idx = split_counter("lum_o", root.shape, "    ");
     in_idx.insert(in_idx.begin() + static_cast<std::ptrdiff_t>(axis), counter("lum_r", len));
     const std::string t = compute_type(root.dtype);
-    const bool sum = root.op == Op::SumReduce, f = is_float(root.dtype);
-    auto combine = [&](const std::string& a, const std::string& b) {
-      if (!sum) return "lum_max<" + t + ">(" + a + ", " + b + ")";
-      return f ? a + " + " + b : "lum_wrap_add(" + a + ", " + b + ")";
-    };
+    auto combine = [&](const std::string& a, const std::string& b) { return combined(root, a, b); };
     os_ << "    " << t << " acc = " << runtime::reduction_identity(root.op, root.dtype) << ";\n";
     os_ << "    for (int64_t lum_r = threadIdx.x & 31; lum_r < " << len.to_c()
         << "; lum_r += 32) {\n";
@@ -193,10 +195,8 @@ class RowMemberWriter : public runtime::ElementWriter {
     const std::string loop = loop_head("      ");
     if (root.op == Op::SumReduce || root.op == Op::MaxReduce) {
       const std::string t = compute_type(root.dtype);
-      const bool sum = root.op == Op::SumReduce, f = is_float(root.dtype);
       auto combine = [&](const std::string& a, const std::string& b) {
-        if (!sum) return "lum_max<" + t + ">(" + a + ", " + b + ")";
-        return f ? a + " + " + b : "lum_wrap_add(" + a + ", " + b + ")";
+        return combined(root, a, b);
       };
       const std::string part = t == "float"    ? "lum_part_f"
                                : t == "double" ? "lum_part_d"
