@@ -11,11 +11,25 @@
 namespace luminal::cudagen {
 namespace {
 
-// One warp per output row: each lane reads 16 bytes of the row (and of x) per step, eight
-// steps in flight, then the warp sums through shuffles. Rows must start 16-byte aligned
-// and K be a whole number of 16-byte vectors.
+// Four warps per output row, each taking every fourth 16-byte vector of the row (and of
+// x), four loads in flight; the warps sum through shuffles and then shared memory. W is
+// streamed past L1 with a hint to fetch 256 bytes into L2. Rows must start 16-byte
+// aligned and K be a whole number of 16-byte vectors. Measured on an H100 against a warp
+// per row with eight loads in flight: 2.94 and 3.17 TB/s against 2.70 and 2.61 for
+// 14336 x 4096 and 4096 x 14336 bf16 (bench/results/cuda.md).
 constexpr const char* kSource = R"GEMV(
-#define LUM_GEMV_WARPS 8
+#define LUM_GEMV_WARPS 8  // per block
+#define LUM_GEMV_SPLIT 4  // per row
+static __device__ __forceinline__ uint4 lum_gv_stream(const uint4* p) {
+#if __CUDA_ARCH__ >= 800
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+#else
+  return __ldg(p);
+#endif
+}
 // x . w over one 16-byte vector of each.
 static __device__ __forceinline__ float lum_gv_dot_f32(uint4 x, uint4 w) {
   return __uint_as_float(x.x) * __uint_as_float(w.x) + __uint_as_float(x.y) * __uint_as_float(w.y) +
@@ -34,33 +48,46 @@ static __device__ __forceinline__ float lum_gv_dot_f32(uint4 x, uint4 w) {
 LUM_GV_DOT_HALVES(lum_gv_dot_f16, lum_h2f)
 LUM_GV_DOT_HALVES(lum_gv_dot_bf16, lum_bf2f)
 
-#define LUM_GEMV(name, T, dot, store)                                                    \
-  extern "C" __global__ void __launch_bounds__(32 * LUM_GEMV_WARPS)                    \
-      name(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,        \
-           long long n, long long vecs, long long ldw) {                               \
-    const int lane = threadIdx.x & 31;                                                 \
-    const uint4* xv = (const uint4*)x;                                                 \
-    for (long long row = (long long)blockIdx.x * LUM_GEMV_WARPS + (threadIdx.x >> 5); row < n; \
-         row += (long long)gridDim.x * LUM_GEMV_WARPS) {                               \
-      const uint4* wv = (const uint4*)(w + row * ldw);                                 \
-      float acc = 0.0f;                                                                \
-      long long v = lane;                                                              \
-      for (; v + 224 < vecs; v += 256) {                                               \
-        uint4 wr[8];                                                                   \
-        _Pragma("unroll") for (int i = 0; i < 8; ++i) wr[i] = __ldg(wv + v + 32 * i);  \
-        _Pragma("unroll") for (int i = 0; i < 8; ++i) acc += dot(__ldg(xv + v + 32 * i), wr[i]); \
-      }                                                                                \
-      for (; v < vecs; v += 32) acc += dot(__ldg(xv + v), __ldg(wv + v));              \
-      for (int s = 16; s > 0; s >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, s);   \
-      if (lane == 0) y[row] = store(acc);                                              \
-    }                                                                                  \
+#define LUM_GEMV(name, T, dot, store)                                                     \
+  extern "C" __global__ void __launch_bounds__(32 * LUM_GEMV_WARPS)                     \
+      name(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,         \
+           long long n, long long vecs, long long ldw) {                                \
+    __shared__ float part[LUM_GEMV_WARPS];                                              \
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;                         \
+    const int sub = warp % LUM_GEMV_SPLIT, rows = LUM_GEMV_WARPS / LUM_GEMV_SPLIT;      \
+    const long long step = 32 * LUM_GEMV_SPLIT;                                         \
+    const uint4* xv = (const uint4*)x;                                                  \
+    for (long long base = (long long)blockIdx.x * rows; base < n;                       \
+         base += (long long)gridDim.x * rows) {                                         \
+      const long long row = base + warp / LUM_GEMV_SPLIT;                               \
+      float acc = 0.0f;                                                                 \
+      if (row < n) {                                                                    \
+        const uint4* wv = (const uint4*)(w + row * ldw);                                \
+        long long v = lane + 32 * sub;                                                  \
+        for (; v + 3 * step < vecs; v += 4 * step) {                                    \
+          uint4 wr[4];                                                                  \
+          _Pragma("unroll") for (int i = 0; i < 4; ++i) wr[i] = lum_gv_stream(wv + v + step * i); \
+          _Pragma("unroll") for (int i = 0; i < 4; ++i) acc += dot(__ldg(xv + v + step * i), wr[i]); \
+        }                                                                               \
+        for (; v < vecs; v += step) acc += dot(__ldg(xv + v), lum_gv_stream(wv + v));   \
+      }                                                                                 \
+      for (int s = 16; s > 0; s >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, s);    \
+      if (lane == 0) part[warp] = acc;                                                  \
+      __syncthreads();                                                                  \
+      if (sub == 0 && lane == 0 && row < n) {                                           \
+        float total = 0.0f;                                                             \
+        for (int i = 0; i < LUM_GEMV_SPLIT; ++i) total += part[warp + i];               \
+        y[row] = store(total);                                                          \
+      }                                                                                 \
+      __syncthreads();  /* part is rewritten for the next rows */                       \
+    }                                                                                   \
   }
 LUM_GEMV(lum_gemv_f32, float, lum_gv_dot_f32, (float))
 LUM_GEMV(lum_gemv_f16, unsigned short, lum_gv_dot_f16, lum_f2h)
 LUM_GEMV(lum_gemv_bf16, unsigned short, lum_gv_dot_bf16, lum_f2bf)
 )GEMV";
 
-constexpr int kWarpsPerBlock = 8;
+constexpr int kWarpsPerBlock = 8, kRowsPerBlock = 2;
 
 }  // namespace
 
@@ -99,7 +126,7 @@ bool Gemv::run(const ConcreteView& a, const void* a_data, const ConcreteView& b,
                                            : "lum_gemv_bf16";
   long long rows = n, vecs = k / per_vec, ld = ldw;
   void* args[] = {&x, &w, &c_data, &rows, &vecs, &ld};
-  const int64_t blocks = std::min<int64_t>((n + kWarpsPerBlock - 1) / kWarpsPerBlock,
+  const int64_t blocks = std::min<int64_t>((n + kRowsPerBlock - 1) / kRowsPerBlock,
                                            int64_t{device_.multiprocessors()} * 64);
   check(cudaLaunchKernel(module_->kernel(name), dim3(static_cast<unsigned>(blocks)),
                          dim3(32 * kWarpsPerBlock), args, 0, device_.stream()),

@@ -1,7 +1,7 @@
 // Products with one row, y[N] = x[K] W^T with W[N, K] read along K: a decode step's
 // every projection (private to src/backends/cuda). They are bound by reading W, which
 // cuBLASLt's general kernels do short of the bandwidth; this kernel streams W with
-// 16-byte loads, one warp per output. Its source is compiled by NVRTC on first use, like
+// 16-byte loads, four warps per output. Its source is compiled by NVRTC on first use, like
 // the generated kernels (cached, no nvcc at build time).
 #pragma once
 
