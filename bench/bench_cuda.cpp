@@ -3,8 +3,8 @@
 // after warm-up. bench/compare_cuda.py runs it beside PyTorch and prints the ratios.
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -89,6 +89,36 @@ void row_op(const char* name, DType t, const std::function<Tensor(Tensor)>& op) 
   report(name, median_ms(cx, 3, 20));
 }
 
+// Host time per launch: 200 small softmaxes in a chain (one kernel each), each run timed
+// on the wall clock, with CUDA-graph replay and without. Printed in microseconds.
+void launch_overhead() {
+  constexpr int kOps = 200;
+  auto per_launch_us = [](bool graphs) {
+    setenv("LUMINAL_CUDA_GRAPHS", graphs ? "1" : "0", 1);
+    Graph cx;
+    Tensor x = cx.named_tensor("x", {8, 64});
+    x.set(random_floats(8 * 64, 7));
+    Tensor y = x;
+    for (int i = 0; i < kOps; ++i) y = (y * 1.01).softmax(1);
+    y.retrieve();
+    cx.compile(cuda());
+    for (int i = 0; i < 5; ++i) cx.execute();
+    std::vector<double> t;
+    for (int i = 0; i < 50; ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      cx.execute();
+      t.push_back(
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+              .count());
+    }
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2] / kOps;
+  };
+  report("launch_us_graph_replay", per_launch_us(true));
+  report("launch_us_no_graph", per_launch_us(false));
+  unsetenv("LUMINAL_CUDA_GRAPHS");
+}
+
 // Compile time of a 2-layer MLP (x W1^T, GELU, W2^T): cold, with an empty kernel cache,
 // then warm, with the cache the cold compile filled. Printed in milliseconds.
 void mlp_compile() {
@@ -121,6 +151,7 @@ int main(int argc, char** argv) {
   const std::string only = argc > 1 ? argv[1] : "";
   auto want = [&](const char* c) { return only.empty() || std::strstr(c, only.c_str()); };
   if (want("compile")) mlp_compile();
+  if (want("launch")) launch_overhead();
   if (want("chain8")) elementwise_chain();
   if (want("gemm_f32")) gemm(4096, DType::F32, "gemm_f32_4096");
   if (want("gemm_bf16")) gemm(4096, DType::BF16, "gemm_bf16_4096");

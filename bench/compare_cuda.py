@@ -95,7 +95,7 @@ def main():
             for peer, pms in peers.get(name, {}).items():
                 print(f"| {name} | {ms:.3f} | {2 * n3 / ms / 1e9:.0f} TFLOP/s | {peer} | {pms:.3f} | {pms / ms:.2f}x |")
             continue
-        if name.startswith("mlp2_compile"):
+        if name.startswith("mlp2_compile") or name.startswith("launch_us"):
             print(f"| {name} | {ms:.1f} | - | - | - | - |")
             continue
         bw = bytes_moved.get(name)

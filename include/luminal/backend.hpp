@@ -16,6 +16,7 @@ struct RunStats {
   size_t nodes_run = 0;
   size_t peak_bytes = 0;  // intermediate values alive at once, at the peak
   double device_seconds = 0;  // the kernels alone, timed by device events (GPU backends)
+  bool replayed = false;      // a GPU backend replayed the run as a captured CUDA graph
   size_t host_fallbacks = 0;  // kernels a GPU backend ran on the host, by their reference
                               // semantics, for want of a device kernel (slow)
 };

@@ -12,13 +12,14 @@
 #include "testing/matmul_layouts.hpp"
 #include "testing/random_graph.hpp"
 #include "testing/row_ops.hpp"
+#include "testing/run_outputs.hpp"
 
 namespace luminal {
 namespace {
 
-#define SKIP_WITHOUT_GPU()                                          \
-  do {                                                              \
-    std::string why;                                                \
+#define SKIP_WITHOUT_GPU()                                             \
+  do {                                                                 \
+    std::string why;                                                   \
     if (!cuda_available(&why)) GTEST_SKIP() << "no GPU here: " << why; \
   } while (0)
 
@@ -79,6 +80,50 @@ TEST(Cuda, ChangingABoundDimReusesTheCompiledKernels) {
   }
 }
 
+// From the third run with the same dims, a run replays the CUDA graph the second one
+// captured: with new input data it still computes from that data; a changed dim runs
+// eagerly and is captured again.
+TEST(Cuda, RepeatedRunsReplayACapturedGraph) {
+  SKIP_WITHOUT_GPU();
+  struct Model {
+    Graph cx;
+    Tensor x, w, y;
+    Model() {
+      x = cx.named_tensor("x", {Expr::var("batch"), 64});
+      w = cx.named_tensor("w", {32, 64});
+      y = (x.matmul(w.permute({1, 0})).softmax(1) * 2.0 + 1.0).retrieve();
+    }
+  };
+  Model ref, gpu;
+  ref.cx.compile(reference());
+  gpu.cx.compile(cuda());
+  std::mt19937 rng(3);
+  const std::vector<float> w = testing::uniform_floats(rng, 32 * 64);
+  ref.w.set(w);
+  gpu.w.set(w);
+  struct Step {
+    int64_t batch;
+    bool replayed;
+  };
+  const std::vector<Step> steps = {{4, false}, {4, false}, {4, true}, {4, true},
+                                   {7, false}, {7, false}, {7, true}, {4, false}};
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const std::vector<float> x =
+        testing::uniform_floats(rng, static_cast<size_t>(steps[i].batch * 64));
+    for (Model* m : {&ref, &gpu}) {
+      m->cx.set_dim("batch", steps[i].batch);
+      m->x.set(x);
+      m->cx.execute();
+    }
+    EXPECT_EQ(gpu.cx.last_run_stats().replayed, steps[i].replayed) << "run " << i;
+    const std::vector<float> want = ref.y.to_f32(), got = gpu.y.to_f32();
+    ASSERT_EQ(got.size(), want.size()) << "run " << i;
+    for (size_t k = 0; k < got.size(); ++k)
+      ASSERT_NEAR(got[k], want[k], 1e-4 * (1 + std::fabs(want[k])))
+          << "run " << i << " element " << k;
+  }
+}
+
 TEST(Cuda, AnOutOfRangeGatherIndexIsAnError) {
   SKIP_WITHOUT_GPU();
   Graph cx;
@@ -88,7 +133,8 @@ TEST(Cuda, AnOutOfRangeGatherIndexIsAnError) {
   ids.set(std::vector<int32_t>{1, 20});
   table.gather(ids).retrieve();
   cx.compile(cuda());
-  testing::expect_error([&] { cx.execute(); }, {"Gather", "index 20 at position 1", "out of range"});
+  testing::expect_error([&] { cx.execute(); },
+                        {"Gather", "index 20 at position 1", "out of range"});
 }
 
 }  // namespace

@@ -58,9 +58,12 @@ class CudaExecutable final : public Executable {
     errors_ = DeviceBuffer(3 * sizeof(int64_t) * std::max<size_t>(plan_.kernels.size(), 1));
   }
 
+  // A run like the one before it (the same dims, nothing run on the host, every input
+  // where it was) is captured as a CUDA graph, which later runs replay while that holds:
+  // one launch instead of one per kernel. The captured run's buffers stay assigned, so
+  // the replays write the same ones.
   void run(Graph& user) override {
     device_->make_current();
-    const Graph& g = *program_.graph;
     std::vector<int64_t> dims(std::max<size_t>(source_.dims.size(), 1), 0);
     for (size_t i = 0; i < source_.dims.size(); ++i) {
       auto v = user.dims().get(source_.dims[i]);
@@ -68,11 +71,55 @@ class CudaExecutable final : public Executable {
                    << "' (bind it with set_dim)";
       dims[i] = *v;
     }
+    const bool inputs_moved = upload_inputs(user);
+    if (graph_ && dims == graph_dims_ && !inputs_moved) {
+      stats_ = graph_stats_;
+      stats_.replayed = true;
+      check(cudaEventRecord(started_.get(), device_->stream()), "cudaEventRecord");
+      graph_->launch(device_->stream());
+      check(cudaEventRecord(finished_.get(), device_->stream()), "cudaEventRecord");
+      finish(user);
+      return;
+    }
+    drop_graph();
+    const bool capture = graphs_ && steady_ && dims == last_dims_ && !inputs_moved;
+    last_dims_ = dims;
     stats_ = RunStats{};
+    const auto capture_start = std::chrono::steady_clock::now();
+    if (capture)
+      check(cudaStreamBeginCapture(device_->stream(), cudaStreamCaptureModeRelaxed),
+            "cudaStreamBeginCapture");
+    else
+      check(cudaEventRecord(started_.get(), device_->stream()), "cudaEventRecord");
     check(cudaMemsetAsync(errors_.data(), 0, errors_.bytes(), device_->stream()),
           "cudaMemsetAsync");
+    run_kernels(user, dims);
+    if (capture) {
+      cudaGraph_t graph = nullptr;
+      check(cudaStreamEndCapture(device_->stream(), &graph), "cudaStreamEndCapture");
+      graph_ = std::make_unique<cudagen::GraphExec>(graph);
+      graph_dims_ = dims;
+      graph_stats_ = stats_;
+      if (runtime::env_has("LUMINAL_LOG", "info"))
+        std::fprintf(stderr, "luminal cuda: captured %zu launches as a CUDA graph in %.3f ms\n",
+                     launches_, runtime::seconds_since(capture_start) * 1e3);
+      check(cudaEventRecord(started_.get(), device_->stream()), "cudaEventRecord");
+      graph_->launch(device_->stream());
+    }
+    check(cudaEventRecord(finished_.get(), device_->stream()), "cudaEventRecord");
+    finish(user);
+    steady_ = stats_.host_fallbacks == 0;
+    if (!graph_) release_values();
+  }
+
+  RunStats last_run() const override { return stats_; }
+
+ private:
+  // Every kernel in order, each value's buffer freed after its last reader.
+  void run_kernels(const Graph& user, std::vector<int64_t>& dims) {
+    const Graph& g = *program_.graph;
     size_t live = 0;
-    check(cudaEventRecord(started_.get(), device_->stream()), "cudaEventRecord");
+    launches_ = 0;
     for (size_t k = 0; k < plan_.kernels.size(); ++k) {
       const Node& root = g.node(plan_.kernels[k].root);
       const size_t numel = static_cast<size_t>(numel_[k].eval(user.dims()));
@@ -83,6 +130,7 @@ class CudaExecutable final : public Executable {
       const cudagen::KernelLaunch& l = source_.launches[k];
       // A row group's members run when its last one comes; what they read stays till then.
       if (l.shape == KernelShape::InRowGroup) continue;
+      ++launches_;
       if (l.shape == KernelShape::Library) {
         run_library(user, k, *values_[k]);
       } else {
@@ -96,20 +144,40 @@ class CudaExecutable final : public Executable {
         v.reset();
       }
     }
-    check(cudaEventRecord(finished_.get(), device_->stream()), "cudaEventRecord");
+  }
+
+  // After the kernels are queued: outputs into the graph, the device time, any error a
+  // kernel recorded.
+  void finish(Graph& user) {
     store_outputs(user);
     device_->synchronize();
     float ms = 0;
     check(cudaEventElapsedTime(&ms, started_.get(), finished_.get()), "cudaEventElapsedTime");
     stats_.device_seconds = ms * 1e-3;
     raise_kernel_errors();
+  }
+
+  // Every input any kernel reads, uploaded where its data is new; whether one of them now
+  // lives at another address (a captured graph would read the old one).
+  bool upload_inputs(const Graph& user) {
+    inputs_moved_ = false;
+    for (const compiler::Kernel& kn : plan_.kernels)
+      for (NodeId r : kn.reads)
+        if (liveness_.slot_of[plan_.canon(r).value] < 0) operand(user, r);
+    return inputs_moved_;
+  }
+
+  void drop_graph() {
+    if (!graph_) return;
+    graph_.reset();
+    release_values();
+  }
+
+  void release_values() {
     for (std::optional<DeviceBuffer>& v : values_)
       if (v) release(std::move(*v)), v.reset();
   }
 
-  RunStats last_run() const override { return stats_; }
-
- private:
   // Launches generated kernel k (and a Scatter's ordered second kernel, or the whole of
   // a row group that k closes).
   void launch(const Graph& user, size_t k, std::vector<int64_t>& dims) {
@@ -223,13 +291,18 @@ class CudaExecutable final : public Executable {
       return it->second.second.data();
     }
     const Buffer* host = checked_input(user, r);
-    DeviceBuffer d(host->bytes());
-    check(cudaMemcpyAsync(d.data(), host->data(), host->bytes(), cudaMemcpyHostToDevice,
-                          device_->stream()),
+    // New data of the same size goes where the old was: a captured graph still reads it.
+    if (it == uploaded_.end() || it->second.second.bytes() != host->bytes()) {
+      it = uploaded_.insert_or_assign(r.value, std::pair{version, DeviceBuffer(host->bytes())})
+               .first;
+      inputs_moved_ = true;
+    }
+    it->second.first = version;
+    check(cudaMemcpyAsync(it->second.second.data(), host->data(), host->bytes(),
+                          cudaMemcpyHostToDevice, device_->stream()),
           "copying an input to the GPU");
     // The copy reads the host buffer asynchronously; the caller may change it next.
     device_->synchronize();
-    it = uploaded_.insert_or_assign(r.value, std::pair{version, std::move(d)}).first;
     return it->second.second.data();
   }
 
@@ -300,6 +373,14 @@ class CudaExecutable final : public Executable {
   cudagen::Event started_, finished_;  // around the kernels, for RunStats::device_seconds
   const bool poison_ = runtime::env_has("LUMINAL_CPU_POISON", "1");
   RunStats stats_;
+  // CUDA-graph capture and replay (see run); LUMINAL_CUDA_GRAPHS=0 turns it off.
+  const bool graphs_ = !runtime::env_has("LUMINAL_CUDA_GRAPHS", "0");
+  bool steady_ = false;        // the last run ran every kernel on the GPU
+  bool inputs_moved_ = false;  // set by operand() when an input gets a new buffer
+  std::vector<int64_t> last_dims_, graph_dims_;
+  std::unique_ptr<cudagen::GraphExec> graph_;
+  RunStats graph_stats_;
+  size_t launches_ = 0;  // by the last run: kernels and library calls
 };
 
 }  // namespace

@@ -79,6 +79,20 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
   return *this;
 }
 
+GraphExec::GraphExec(cudaGraph_t graph) {
+  const cudaError_t e = cudaGraphInstantiate(&exec_, graph, 0);
+  cudaGraphDestroy(graph);
+  check(e, "cudaGraphInstantiate");
+}
+
+GraphExec::~GraphExec() {
+  if (exec_) cudaGraphExecDestroy(exec_);
+}
+
+void GraphExec::launch(cudaStream_t stream) const {
+  check(cudaGraphLaunch(exec_, stream), "cudaGraphLaunch");
+}
+
 Event::Event() {
   check(cudaEventCreate(&event_), "cudaEventCreate");
 }

@@ -63,6 +63,20 @@ class DeviceBuffer {
 };
 
 /// A CUDA event for timing, destroyed with the handle.
+// An instantiated CUDA graph, destroyed with it.
+class GraphExec {
+ public:
+  GraphExec() = default;
+  explicit GraphExec(cudaGraph_t graph);  // instantiates (and then destroys) `graph`
+  ~GraphExec();
+  GraphExec(const GraphExec&) = delete;
+  GraphExec& operator=(const GraphExec&) = delete;
+  void launch(cudaStream_t stream) const;
+
+ private:
+  cudaGraphExec_t exec_ = nullptr;
+};
+
 class Event {
  public:
   Event();

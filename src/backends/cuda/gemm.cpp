@@ -14,7 +14,8 @@ namespace luminal::cudagen {
 namespace {
 
 void check_lt(cublasStatus_t s, const char* what) {
-  LUM_CHECK(s == CUBLAS_STATUS_SUCCESS) << "cuBLASLt " << what << " failed: " << cublasLtGetStatusString(s);
+  LUM_CHECK(s == CUBLAS_STATUS_SUCCESS)
+      << "cuBLASLt " << what << " failed: " << cublasLtGetStatusString(s);
 }
 
 cudaDataType_t data_type(DType t) {
@@ -86,8 +87,8 @@ Gemm::~Gemm() {
   if (handle_) cublasLtDestroy(handle_);
 }
 
-bool Gemm::run(const ConcreteView& a, const void* a_data, const ConcreteView& b,
-               const void* b_data, DType dtype, void* c_data) {
+bool Gemm::run(const ConcreteView& a, const void* a_data, const ConcreteView& b, const void* b_data,
+               DType dtype, void* c_data) {
   const size_t rank = a.dims.size();
   if (rank < 3 || b.dims.size() != rank) return false;
   for (size_t d = 0; d < rank; ++d)
@@ -129,13 +130,14 @@ bool Gemm::run(const ConcreteView& a, const void* a_data, const ConcreteView& b,
   const uint32_t align_a = alignment(a_data, a.offset, sa, esize);
   const uint32_t align_b = alignment(b_data, b.offset, sb, esize);
   const uint32_t align_c = alignment(c_data, 0, sc, esize);
-  const std::string key =
-      std::to_string(static_cast<int>(dtype)) + ":" + std::to_string(first.op) + "," +
-      std::to_string(first.rows) + "," + std::to_string(first.cols) + "," + std::to_string(first.ld) +
-      ":" + std::to_string(second.op) + "," + std::to_string(second.rows) + "," +
-      std::to_string(second.cols) + "," + std::to_string(second.ld) + ":" + std::to_string(inner) +
-      "," + std::to_string(inner_sa) + "," + std::to_string(inner_sb) + ":" +
-      std::to_string(align_a) + "," + std::to_string(align_b) + "," + std::to_string(align_c);
+  const std::string key = std::to_string(static_cast<int>(dtype)) + ":" + std::to_string(first.op) +
+                          "," + std::to_string(first.rows) + "," + std::to_string(first.cols) +
+                          "," + std::to_string(first.ld) + ":" + std::to_string(second.op) + "," +
+                          std::to_string(second.rows) + "," + std::to_string(second.cols) + "," +
+                          std::to_string(second.ld) + ":" + std::to_string(inner) + "," +
+                          std::to_string(inner_sa) + "," + std::to_string(inner_sb) + ":" +
+                          std::to_string(align_a) + "," + std::to_string(align_b) + "," +
+                          std::to_string(align_c);
   Plan*& plan = plans_[key];
   if (!plan) {
     auto p = std::make_unique<Plan>();
@@ -165,12 +167,17 @@ bool Gemm::run(const ConcreteView& a, const void* a_data, const ConcreteView& b,
     cublasLtMatmulPreference_t pref = nullptr;
     check_lt(cublasLtMatmulPreferenceCreate(&pref), "preference");
     const uint64_t ws = workspace_.bytes();
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                         sizeof ws);
     const uint32_t aa = align_b, ab = align_a, ac = align_c;  // cuBLASLt's A is our b
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa, sizeof aa);
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab, sizeof ab);
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac, sizeof ac);
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ac, sizeof ac);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa,
+                                         sizeof aa);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab,
+                                         sizeof ab);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac,
+                                         sizeof ac);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ac,
+                                         sizeof ac);
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
     const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(
