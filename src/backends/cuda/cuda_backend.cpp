@@ -93,7 +93,17 @@ class CudaExecutable final : public Executable {
       check(cudaEventRecord(started_.get(), device_->stream()), "cudaEventRecord");
     check(cudaMemsetAsync(errors_.data(), 0, errors_.bytes(), device_->stream()),
           "cudaMemsetAsync");
-    run_kernels(user, dims);
+    try {
+      run_kernels(user, dims);
+    } catch (...) {
+      if (capture) {  // leave the stream usable, and do not try capturing again
+        cudaGraph_t partial = nullptr;
+        cudaStreamEndCapture(device_->stream(), &partial);
+        if (partial) cudaGraphDestroy(partial);
+        steady_ = false;
+      }
+      throw;
+    }
     if (capture) {
       cudaGraph_t graph = nullptr;
       check(cudaStreamEndCapture(device_->stream(), &graph), "cudaStreamEndCapture");
