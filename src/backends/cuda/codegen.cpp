@@ -106,15 +106,14 @@ class KernelWriter : public runtime::ElementWriter {
     std::vector<Expr> in_idx = split_counter("lum_o", root.shape, "    ");
     in_idx.insert(in_idx.begin() + static_cast<std::ptrdiff_t>(axis), counter("lum_r", len));
     const std::string t = compute_type(root.dtype);
-    auto combine = [&](const std::string& a, const std::string& b) { return combined(root, a, b); };
     os_ << "    " << t << " acc = " << runtime::reduction_identity(root.op, root.dtype) << ";\n";
     os_ << "    for (int64_t lum_r = threadIdx.x & 31; lum_r < " << len.to_c()
         << "; lum_r += 32) {\n";
     const std::string v = operand(e, in_idx, "      ");
-    os_ << "      acc = " << combine("acc", v) << ";\n    }\n";
+    os_ << "      acc = " << combined(root, "acc", v) << ";\n    }\n";
     os_ << "    for (int lum_s = 16; lum_s > 0; lum_s >>= 1) {\n"
         << "      const " << t << " lum_other = __shfl_xor_sync(0xffffffffu, acc, lum_s);\n"
-        << "      acc = " << combine("acc", "lum_other") << ";\n    }\n";
+        << "      acc = " << combined(root, "acc", "lum_other") << ";\n    }\n";
     os_ << "    if ((threadIdx.x & 31) == 0) out[lum_o] = " << store_expr(root.dtype, "acc")
         << ";\n  }\n";
   }
@@ -195,9 +194,6 @@ class RowMemberWriter : public runtime::ElementWriter {
     const std::string loop = loop_head("      ");
     if (root.op == Op::SumReduce || root.op == Op::MaxReduce) {
       const std::string t = compute_type(root.dtype);
-      auto combine = [&](const std::string& a, const std::string& b) {
-        return combined(root, a, b);
-      };
       const std::string part = t == "float"    ? "lum_part_f"
                                : t == "double" ? "lum_part_d"
                                                : "lum_part_i";
@@ -206,14 +202,15 @@ class RowMemberWriter : public runtime::ElementWriter {
           << ";\n";
       os_ << loop;
       const std::string v = operand(root.inputs[0], idx, "          ");
-      os_ << "          acc = " << combine("acc", v) << ";\n" << loop_tail("      ");
+      os_ << "          acc = " << combined(root, "acc", v) << ";\n" << loop_tail("      ");
       os_ << "      for (int lum_s = 16; lum_s > 0; lum_s >>= 1)\n"
-          << "        acc = " << combine("acc", "__shfl_xor_sync(0xffffffffu, acc, lum_s)") << ";\n"
+          << "        acc = " << combined(root, "acc", "__shfl_xor_sync(0xffffffffu, acc, lum_s)")
+          << ";\n"
           << "      if ((threadIdx.x & 31) == 0) " << part << "[threadIdx.x >> 5] = acc;\n"
           << "      __syncthreads();\n"
           << "      acc = " << part << "[0];\n"
           << "      for (int lum_w = 1; lum_w < (int)(blockDim.x >> 5); ++lum_w)\n"
-          << "        acc = " << combine("acc", part + "[lum_w]") << ";\n"
+          << "        acc = " << combined(root, "acc", part + "[lum_w]") << ";\n"
           << "      __syncthreads();  // the partials are rewritten by the next reduction\n";
       const std::string stored = store_expr(root.dtype, "acc");
       os_ << "      " << held_name(member_) << " = " << runtime::load_expr(root.dtype, stored)
@@ -262,7 +259,7 @@ class RowMemberWriter : public runtime::ElementWriter {
       return it->second;
     }
     // An input read at this thread's own element of the row, whole (so every row
-    // element is in bounds, even where this read is guarded): from registers.
+    // element is in bounds, even where this read is guarded): from the shared-memory copy.
     const Node& node = g_.node(n);
     if (!cache_ || node.quant != kPlainStorage || !(within(flat - row_element_) == Expr(0)) ||
         !(product(node.shape) == product(full_shape())))
