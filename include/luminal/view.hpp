@@ -24,6 +24,8 @@ struct ConcreteView {
   std::vector<int64_t> dims, strides, mask_lo, mask_hi;
   int64_t offset = 0;
   int64_t numel() const;
+  /// Whether some element is padding (outside its dim's mask).
+  bool has_mask() const;
   /// Smallest and largest physical index of a valid element (nullopt if none is valid).
   std::optional<std::pair<int64_t, int64_t>> physical_range() const;
 };

@@ -22,6 +22,12 @@ int64_t ConcreteView::numel() const {
   return n;
 }
 
+bool ConcreteView::has_mask() const {
+  for (size_t d = 0; d < dims.size(); ++d)
+    if (mask_lo[d] > 0 || mask_hi[d] < dims[d]) return true;
+  return false;
+}
+
 std::optional<std::pair<int64_t, int64_t>> ConcreteView::physical_range() const {
   int64_t lo = offset, hi = offset;
   for (size_t d = 0; d < dims.size(); ++d) {

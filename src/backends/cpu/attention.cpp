@@ -214,12 +214,6 @@ void run(const Shape& s, const std::vector<Group>& groups, const float* q, const
   }
 }
 
-bool has_mask(const ConcreteView& v) {
-  for (size_t d = 0; d < v.mask_lo.size(); ++d)
-    if (v.mask_lo[d] > 0 || v.mask_hi[d] < v.dims[d]) return true;
-  return false;
-}
-
 }  // namespace
 
 bool attention(const ConcreteView& q, const float* q_data, const ConcreteView& k,
@@ -227,7 +221,7 @@ bool attention(const ConcreteView& q, const float* q_data, const ConcreteView& k
                DType v_type, const ConcreteView& mask, const uint8_t* mask_data, double scale,
                float* out) {
   const size_t r = q.dims.size();
-  if (r < 3 || has_mask(q) || has_mask(k) || has_mask(v) || has_mask(mask)) return false;
+  if (r < 3 || q.has_mask() || k.has_mask() || v.has_mask() || mask.has_mask()) return false;
   Shape s{q.dims[r - 2],    v.dims[r - 1],    q.dims[r - 1],
           k.strides[r - 1], v.strides[r - 2], mask.strides[r - 2]};
   if ((s.d > 1 && k.strides[r - 2] != 1) || (s.dv > 1 && v.strides[r - 1] != 1)) return false;

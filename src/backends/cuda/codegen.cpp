@@ -24,6 +24,13 @@ std::string combined(const Node& r, const std::string& a, const std::string& b) 
   return is_float(r.dtype) ? a + " + " + b : "lum_wrap_add(" + a + ", " + b + ")";
 }
 
+// Statements leaving in every lane of a warp its lanes' partials `acc` of reduction `r`
+// combined, through shuffles.
+std::string warp_combine(const Node& r, const std::string& indent) {
+  return indent + "for (int lum_s = 16; lum_s > 0; lum_s >>= 1)\n" + indent +
+         "  acc = " + combined(r, "acc", "__shfl_xor_sync(0xffffffffu, acc, lum_s)") + ";\n";
+}
+
 class KernelWriter : public runtime::ElementWriter {
  public:
   using ElementWriter::ElementWriter;
@@ -111,9 +118,7 @@ class KernelWriter : public runtime::ElementWriter {
         << "; lum_r += 32) {\n";
     const std::string v = operand(e, in_idx, "      ");
     os_ << "      acc = " << combined(root, "acc", v) << ";\n    }\n";
-    os_ << "    for (int lum_s = 16; lum_s > 0; lum_s >>= 1) {\n"
-        << "      const " << t << " lum_other = __shfl_xor_sync(0xffffffffu, acc, lum_s);\n"
-        << "      acc = " << combined(root, "acc", "lum_other") << ";\n    }\n";
+    os_ << warp_combine(root, "    ");
     os_ << "    if ((threadIdx.x & 31) == 0) out[lum_o] = " << store_expr(root.dtype, "acc")
         << ";\n  }\n";
   }
@@ -124,6 +129,13 @@ struct Rows {
   std::vector<Expr> shape;  // the reduction's output shape: one element per row
   size_t axis = 0;
   Expr len;
+
+  /// The shape of the rows' elements: `shape` with `len` along `axis`.
+  std::vector<Expr> elements() const {
+    std::vector<Expr> full = shape;
+    full.insert(full.begin() + static_cast<std::ptrdiff_t>(axis), len);
+    return full;
+  }
 };
 
 std::optional<Rows> rows_of(const Graph& g, const compiler::Kernel& k) {
@@ -133,26 +145,16 @@ std::optional<Rows> rows_of(const Graph& g, const compiler::Kernel& k) {
   return Rows{n.shape, axis, n.inputs[0].view.shape()[axis]};
 }
 
-bool same_shape(const std::vector<Expr>& a, const std::vector<Expr>& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (!(a[i] == b[i])) return false;
-  return true;
-}
-
 // Whether kernel k can join a row group over `rows`: a reduction of the same rows, or an
 // elementwise kernel whose elements are exactly those rows' elements (it closes the group).
 enum class RowRole { None, Reduce, Map };
 RowRole row_role(const Graph& g, const compiler::Kernel& k, const Rows& rows) {
   const Node& n = g.node(k.root);
   if (auto r = rows_of(g, k))
-    return same_shape(r->shape, rows.shape) && r->axis == rows.axis && r->len == rows.len
-               ? RowRole::Reduce
-               : RowRole::None;
+    return r->shape == rows.shape && r->axis == rows.axis && r->len == rows.len ? RowRole::Reduce
+                                                                                : RowRole::None;
   if (n.op == Op::Custom || n.op == Op::Scatter) return RowRole::None;
-  std::vector<Expr> full = rows.shape;
-  full.insert(full.begin() + static_cast<std::ptrdiff_t>(rows.axis), rows.len);
-  return same_shape(n.shape, full) ? RowRole::Map : RowRole::None;
+  return n.shape == rows.elements() ? RowRole::Map : RowRole::None;
 }
 
 // Where a row group keeps its row. When the row's length is known and its inputs fit,
@@ -203,10 +205,8 @@ class RowMemberWriter : public runtime::ElementWriter {
       os_ << loop;
       const std::string v = operand(root.inputs[0], idx, "          ");
       os_ << "          acc = " << combined(root, "acc", v) << ";\n" << loop_tail("      ");
-      os_ << "      for (int lum_s = 16; lum_s > 0; lum_s >>= 1)\n"
-          << "        acc = " << combined(root, "acc", "__shfl_xor_sync(0xffffffffu, acc, lum_s)")
-          << ";\n"
-          << "      if ((threadIdx.x & 31) == 0) " << part << "[threadIdx.x >> 5] = acc;\n"
+      os_ << warp_combine(root, "      ") << "      if ((threadIdx.x & 31) == 0) " << part
+          << "[threadIdx.x >> 5] = acc;\n"
           << "      __syncthreads();\n"
           << "      acc = " << part << "[0];\n"
           << "      for (int lum_w = 1; lum_w < (int)(blockDim.x >> 5); ++lum_w)\n"
@@ -262,7 +262,7 @@ class RowMemberWriter : public runtime::ElementWriter {
     // element is in bounds, even where this read is guarded): from the shared-memory copy.
     const Node& node = g_.node(n);
     if (!cache_ || node.quant != kPlainStorage || !(within(flat - row_element_) == Expr(0)) ||
-        !(product(node.shape) == product(full_shape())))
+        !(product(node.shape) == product(rows_.elements())))
       return std::nullopt;
     const auto slot = std::find(k_.reads.begin(), k_.reads.end(), n) - k_.reads.begin();
     cached_.try_emplace(n.value, CachedRead{read_prefix_ + std::to_string(slot + 1), node.dtype});
@@ -272,12 +272,6 @@ class RowMemberWriter : public runtime::ElementWriter {
  private:
   std::string prefix() const { return "m" + std::to_string(member_) + "_"; }
 
-  std::vector<Expr> full_shape() const {
-    std::vector<Expr> full = rows_.shape;
-    full.insert(full.begin() + static_cast<std::ptrdiff_t>(rows_.axis), rows_.len);
-    return full;
-  }
-
   // The row's counters, then the element index with lum_r along the axis.
   std::vector<Expr> open_row(const std::string& indent) {
     note_vars(product(rows_.shape));
@@ -285,7 +279,7 @@ class RowMemberWriter : public runtime::ElementWriter {
     std::vector<Expr> idx = split_counter("lum_row", rows_.shape, indent);
     row_flat_ = within(runtime::flatten(idx, rows_.shape));
     idx.insert(idx.begin() + static_cast<std::ptrdiff_t>(rows_.axis), counter("lum_r", rows_.len));
-    row_element_ = within(runtime::flatten(idx, full_shape()));
+    row_element_ = within(runtime::flatten(idx, rows_.elements()));
     note_vars(row_element_);
     return idx;
   }
@@ -374,7 +368,6 @@ std::optional<RowGroup> write_row_group(const Graph& g, const compiler::KernelPl
 CudaSource generate_cuda_source(const Graph& g, const compiler::KernelPlan& plan) {
   struct Body {
     std::string params, main, scatter;
-    int bounds = kMaxBlock;  // the most threads per block it is launched with
   };
   std::vector<Body> bodies(plan.kernels.size());
   CudaSource out;
@@ -440,22 +433,20 @@ CudaSource generate_cuda_source(const Graph& g, const compiler::KernelPlan& plan
   // A transformer's layers make the same kernels over and over, on other buffers: each
   // distinct function is compiled once and launched for all of them.
   std::map<std::string, std::string> function_of;  // full text after the name -> name
-  auto emit = [&](const std::string& name, int bounds, const std::string& params,
-                  const std::string& body) {
+  auto emit = [&](const std::string& name, const std::string& params, const std::string& body) {
     const std::string rest = "(" + params + ") {\n" + dims_decl + body + "}\n\n";
-    const std::string head =
-        "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(bounds) + ") ";
-    const auto [it, fresh] = function_of.emplace(head + rest, name);
-    if (fresh) os << head << name << rest;
+    const auto [it, fresh] = function_of.emplace(rest, name);
+    if (fresh)
+      os << "extern \"C\" __global__ void __launch_bounds__(" << kMaxBlock << ") " << name << rest;
     return it->second;
   };
   for (size_t k = 0; k < plan.kernels.size(); ++k) {
     if (bodies[k].main.empty()) continue;
     const std::string name = "lum_kernel_" + std::to_string(k);
-    out.launches[k].function = emit(name, bodies[k].bounds, bodies[k].params, bodies[k].main);
+    out.launches[k].function = emit(name, bodies[k].params, bodies[k].main);
     if (!bodies[k].scatter.empty())
       out.launches[k].scatter_function =
-          emit(name + "_scatter", kMaxBlock, bodies[k].params, bodies[k].scatter);
+          emit(name + "_scatter", bodies[k].params, bodies[k].scatter);
   }
   out.code = os.str();
   return out;

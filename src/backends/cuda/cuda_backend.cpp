@@ -53,6 +53,13 @@ class CudaExecutable final : public Executable {
     }
     for (const compiler::Kernel& kn : plan_.kernels)
       numel_.push_back(product(g.node(kn.root).shape));
+    std::vector<bool> seen(g.num_nodes(), false);
+    for (const compiler::Kernel& kn : plan_.kernels)
+      for (NodeId r : kn.reads) {
+        r = plan_.canon(r);
+        if (liveness_.slot_of[r.value] < 0 && !seen[r.value]) inputs_read_.push_back(r);
+        seen[r.value] = true;
+      }
     views_.resize(plan_.kernels.size());
     values_.resize(plan_.kernels.size());
     errors_ = DeviceBuffer(3 * sizeof(int64_t) * std::max<size_t>(plan_.kernels.size(), 1));
@@ -167,14 +174,37 @@ class CudaExecutable final : public Executable {
     raise_kernel_errors();
   }
 
-  // Every input any kernel reads, uploaded where its data is new; whether one of them now
-  // lives at another address (a captured graph would read the old one).
+  // Every input a kernel reads, checked against the bound dims and uploaded where its
+  // data is new (weights go over once, not every run); whether one of them now lives at
+  // another address (a captured graph would read the old one). New data of the same size
+  // goes where the old was.
   bool upload_inputs(const Graph& user) {
-    inputs_moved_ = false;
-    for (const compiler::Kernel& kn : plan_.kernels)
-      for (NodeId r : kn.reads)
-        if (liveness_.slot_of[plan_.canon(r).value] < 0) operand(user, r);
-    return inputs_moved_;
+    bool moved = false;
+    for (NodeId r : inputs_read_) {
+      const uint64_t version = user.data_version(program_.source_of[r.value]);
+      auto it = uploaded_.find(r.value);
+      if (it != uploaded_.end() && it->second.first == version) {
+        // The same data under new dims must still fit them, as on the CPU.
+        const Node& n = program_.graph->node(r);
+        if (!std::all_of(n.shape.begin(), n.shape.end(),
+                         [](Expr d) { return d.as_const().has_value(); }))
+          checked_input(user, r);
+        continue;
+      }
+      const Buffer* host = checked_input(user, r);
+      if (it == uploaded_.end() || it->second.second.bytes() != host->bytes()) {
+        it = uploaded_.insert_or_assign(r.value, std::pair{version, DeviceBuffer(host->bytes())})
+                 .first;
+        moved = true;
+      }
+      it->second.first = version;
+      check(cudaMemcpyAsync(it->second.second.data(), host->data(), host->bytes(),
+                            cudaMemcpyHostToDevice, device_->stream()),
+            "copying an input to the GPU");
+      // The copy reads the host buffer asynchronously; the caller may change it next.
+      device_->synchronize();
+    }
+    return moved;
   }
 
   void drop_graph() {
@@ -200,7 +230,7 @@ class CudaExecutable final : public Executable {
     ptrs.clear();
     for (size_t m = first; m <= k; ++m) {
       ptrs.push_back(values_[m]->data());
-      for (NodeId r : plan_.kernels[m].reads) ptrs.push_back(const_cast<void*>(operand(user, r)));
+      for (NodeId r : plan_.kernels[m].reads) ptrs.push_back(const_cast<void*>(operand(r)));
     }
     int64_t* err = static_cast<int64_t*>(errors_.data()) + 3 * first;
     std::vector<void*>& args = launch_args_;
@@ -235,8 +265,8 @@ class CudaExecutable final : public Executable {
     if (dynamic_cast<const compiler::MatMulOp*>(n.custom.get())) {
       const DType a = source_dtype(n, 0), b = source_dtype(n, 1);
       if (a == b && a == n.dtype && (a == DType::F32 || a == DType::F16 || a == DType::BF16)) {
-        const void* a_data = operand(user, n.inputs[0].source);
-        const void* b_data = operand(user, n.inputs[1].source);
+        const void* a_data = operand(n.inputs[0].source);
+        const void* b_data = operand(n.inputs[1].source);
         if (gemv_.run(views[0], a_data, views[1], b_data, a, out.data()) ||
             gemm_.run(views[0], a_data, views[1], b_data, a, out.data()))
           return;
@@ -280,40 +310,14 @@ class CudaExecutable final : public Executable {
     return host;
   }
 
-  // The device address of a kernel operand: a computed value, or a user input uploaded
-  // when its data is new (weights go over once, not every run).
-  const void* operand(const Graph& user, NodeId r) {
+  // The device address of a kernel operand: a computed value, or a user input (uploaded
+  // at the start of the run).
+  const void* operand(NodeId r) {
     r = plan_.canon(r);
     const int32_t slot = liveness_.slot_of[r.value];
-    if (slot >= 0) {
-      LUM_ASSERT(values_[static_cast<size_t>(slot)]) << "%" << r.value << " has no value";
-      return values_[static_cast<size_t>(slot)]->data();
-    }
-    const NodeId source = program_.source_of[r.value];
-    const uint64_t version = user.data_version(source);
-    auto it = uploaded_.find(r.value);
-    if (it != uploaded_.end() && it->second.first == version) {
-      // The same data under new dims must still fit them, as on the CPU.
-      const Node& n = program_.graph->node(r);
-      if (!std::all_of(n.shape.begin(), n.shape.end(),
-                       [](Expr d) { return d.as_const().has_value(); }))
-        checked_input(user, r);
-      return it->second.second.data();
-    }
-    const Buffer* host = checked_input(user, r);
-    // New data of the same size goes where the old was: a captured graph still reads it.
-    if (it == uploaded_.end() || it->second.second.bytes() != host->bytes()) {
-      it = uploaded_.insert_or_assign(r.value, std::pair{version, DeviceBuffer(host->bytes())})
-               .first;
-      inputs_moved_ = true;
-    }
-    it->second.first = version;
-    check(cudaMemcpyAsync(it->second.second.data(), host->data(), host->bytes(),
-                          cudaMemcpyHostToDevice, device_->stream()),
-          "copying an input to the GPU");
-    // The copy reads the host buffer asynchronously; the caller may change it next.
-    device_->synchronize();
-    return it->second.second.data();
+    if (slot < 0) return uploaded_.at(r.value).second.data();
+    LUM_ASSERT(values_[static_cast<size_t>(slot)]) << "%" << r.value << " has no value";
+    return values_[static_cast<size_t>(slot)]->data();
   }
 
   const Buffer* checked_input(const Graph& user, NodeId r) const {
@@ -375,6 +379,7 @@ class CudaExecutable final : public Executable {
   std::vector<std::pair<const void*, const void*>> functions_;  // by kernel; null: none
   std::vector<Expr> numel_;                                     // by kernel: output elements
   std::vector<void*> launch_pointers_, launch_args_;            // reused by every launch
+  std::vector<NodeId> inputs_read_;  // user inputs the kernels read, each once
   std::vector<runtime::ResolvedViews> views_;
   std::vector<std::optional<DeviceBuffer>> values_;  // by kernel, during a run
   std::unordered_map<uint32_t, std::pair<uint64_t, DeviceBuffer>> uploaded_;  // by input node
@@ -385,8 +390,7 @@ class CudaExecutable final : public Executable {
   RunStats stats_;
   // CUDA-graph capture and replay (see run); LUMINAL_CUDA_GRAPHS=0 turns it off.
   const bool graphs_ = !runtime::env_has("LUMINAL_CUDA_GRAPHS", "0");
-  bool steady_ = false;        // the last run ran every kernel on the GPU
-  bool inputs_moved_ = false;  // set by operand() when an input gets a new buffer
+  bool steady_ = false;  // the last run ran every kernel on the GPU
   std::vector<int64_t> last_dims_, graph_dims_;
   std::unique_ptr<cudagen::GraphExec> graph_;
   RunStats graph_stats_;

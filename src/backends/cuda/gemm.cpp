@@ -90,11 +90,7 @@ Gemm::~Gemm() {
 bool Gemm::run(const ConcreteView& a, const void* a_data, const ConcreteView& b, const void* b_data,
                DType dtype, void* c_data) {
   const size_t rank = a.dims.size();
-  if (rank < 3 || b.dims.size() != rank) return false;
-  for (size_t d = 0; d < rank; ++d)
-    if (a.mask_lo[d] > 0 || a.mask_hi[d] < a.dims[d] || b.mask_lo[d] > 0 ||
-        b.mask_hi[d] < b.dims[d])
-      return false;
+  if (rank < 3 || b.dims.size() != rank || a.has_mask() || b.has_mask()) return false;
   const int64_t m = a.dims[rank - 3], k = a.dims[rank - 2], n = a.dims[rank - 1];
   const size_t esize = dtype_size(dtype);
   // Batch dims, merged where all three operands step through them as one run.
