@@ -3,15 +3,18 @@
 // after warm-up. bench/compare_cuda.py runs it beside PyTorch and prints the ratios.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "luminal/luminal.hpp"
+#include "luminal/nn/attention.hpp"
 
 using namespace luminal;
 
@@ -76,6 +79,29 @@ void gemv(int64_t k, int64_t n, const char* name) {
   x.matmul(w.permute({1, 0})).retrieve();
   cx.compile(cuda());
   report(name, median_ms(cx, 3, 50));
+}
+
+// Attention as nn::Attention writes it, 32 query heads over 8 key heads of 128 dims, the
+// cache position-major in f16 ([past + seq, 8, 128]), queries f32: `seq` new rows after
+// `past` cached ones, causal.
+void attention(int64_t seq, int64_t past, const char* name) {
+  const int64_t kv = 8, group = 4, d = 128, total = past + seq;
+  Graph cx;
+  Tensor q = cx.named_tensor("q", {kv, group, seq, d});
+  Tensor k = cx.named_tensor("k", {total, kv, d}, DType::F16);
+  Tensor v = cx.named_tensor("v", {total, kv, d}, DType::F16);
+  q.set(random_floats(static_cast<size_t>(kv * group * seq * d), 8));
+  k.set_buffer(Buffer::from_doubles(
+      std::vector<double>(static_cast<size_t>(total * kv * d), 0.01), DType::F16));
+  v.set_buffer(Buffer::from_doubles(
+      std::vector<double>(static_cast<size_t>(total * kv * d), 0.02), DType::F16));
+  const Tensor keys = k.cast(DType::F32).permute({1, 0, 2});
+  const Tensor values = v.cast(DType::F32).permute({1, 0, 2});
+  Tensor scores = q.matmul(keys.unsqueeze(1).transpose(-1, -2)) * (1.0 / std::sqrt(double(d)));
+  scores = where(nn::causal_mask(cx, seq, past), scores, -std::numeric_limits<double>::infinity());
+  scores.softmax(-1).matmul(values.unsqueeze(1)).retrieve();
+  cx.compile(cuda());
+  report(name, median_ms(cx, 3, 20));
 }
 
 // An op over the rows of an [8192, 8192] input of type t.
@@ -158,6 +184,9 @@ int main(int argc, char** argv) {
   if (want("gemm_bf16")) gemm(8192, DType::BF16, "gemm_bf16_8192");
   if (want("gemv_bf16")) gemv(4096, 14336, "gemv_bf16_4096x14336");
   if (want("gemv_bf16")) gemv(14336, 4096, "gemv_bf16_14336x4096");
+  if (want("attention_decode")) attention(1, 4096, "attention_decode_4k");
+  if (want("attention_decode")) attention(1, 32768, "attention_decode_32k");
+  if (want("attention_prefill")) attention(4096, 0, "attention_prefill_4k");
   for (DType t : {DType::F32, DType::BF16}) {
     const std::string suffix = "_" + std::string(dtype_name(t)) + "_8192x8192";
     auto row = [&](const char* op, const std::function<Tensor(Tensor)>& f) {

@@ -4,7 +4,8 @@
 Measures the floors first (device copy bandwidth, torch's GEMM rate), then each case
 of bench_cuda beside its PyTorch peer (eager, and torch.compile where it fuses), and
 prints a table of times and ratios (peer time / luminal time: above 1 is faster).
-Usage: compare_cuda.py path/to/bench_cuda
+Usage: compare_cuda.py path/to/bench_cuda [case filter]
+(the filter, a substring of case names, is passed to bench_cuda and limits the peers)
 """
 import subprocess
 import sys
@@ -38,6 +39,10 @@ def rmsnorm(x):
 
 def main():
     exe = sys.argv[1]
+    only = sys.argv[2] if len(sys.argv) > 2 else ""
+
+    def want(case):
+        return only in case
     dev = torch.device("cuda")
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
     peers = {}
@@ -47,8 +52,9 @@ def main():
     copy_ms = bench(lambda: y.copy_(x))
     copy_gbs = 2 * n * 4 / copy_ms / 1e6
     print(f"floor: device copy {copy_gbs:.0f} GB/s (read + write of 1 GiB in {copy_ms:.3f} ms)")
-    peers["chain8_f32_256M"] = {"eager": bench(lambda: chain(x)),
-                                "compile": bench(lambda c=torch.compile(chain): c(x))}
+    if want("chain8_f32_256M"):
+        peers["chain8_f32_256M"] = {"eager": bench(lambda: chain(x)),
+                                    "compile": bench(lambda c=torch.compile(chain): c(x))}
     a = torch.rand(4096, 4096, device=dev)
     b = torch.rand(4096, 4096, device=dev)
     peers["gemm_f32_4096"] = {"matmul": bench(lambda: a @ b)}
@@ -57,31 +63,54 @@ def main():
     bf16_ms = peers["gemm_bf16_4096"]["matmul"]
     print(f"floor: torch bf16 GEMM 4096^3 {2 * 4096**3 / bf16_ms / 1e9:.0f} TFLOP/s, "
           f"f32 {2 * 4096**3 / peers['gemm_f32_4096']['matmul'] / 1e9:.1f} TFLOP/s")
-    a8 = torch.rand(8192, 8192, device=dev, dtype=torch.bfloat16)
-    b8 = torch.rand(8192, 8192, device=dev, dtype=torch.bfloat16)
-    peers["gemm_bf16_8192"] = {"matmul": bench(lambda: a8 @ b8)}
-    del a, b, ab, bb, a8, b8
+    del a, b, ab, bb
+    if want("gemm_bf16_8192"):
+        a8 = torch.rand(8192, 8192, device=dev, dtype=torch.bfloat16)
+        b8 = torch.rand(8192, 8192, device=dev, dtype=torch.bfloat16)
+        peers["gemm_bf16_8192"] = {"matmul": bench(lambda: a8 @ b8)}
+        del a8, b8
     bytes_moved = {"chain8_f32_256M": 2 * n * 4}
     for k, nn in [(4096, 14336), (14336, 4096)]:
+        case = f"gemv_bf16_{k}x{nn}"
+        if not want(case):
+            continue
         xv = torch.rand(1, k, device=dev, dtype=torch.bfloat16)
         w = torch.rand(nn, k, device=dev, dtype=torch.bfloat16)
-        case = f"gemv_bf16_{k}x{nn}"
         peers[case] = {"linear": bench(lambda: torch.nn.functional.linear(xv, w), runs=50)}
         bytes_moved[case] = w.numel() * 2
         del xv, w
+    # Attention: 32 query heads over 8 key heads of 128 dims; luminal's cache is f16 and
+    # its queries f32, torch's SDPA all f16 (its fast path). Decode: one query against
+    # 4k and 32k cached positions, measured against the cache's bytes; prefill: 4096
+    # tokens, causal.
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    for case, seq, total in [("attention_decode_4k", 1, 4096), ("attention_decode_32k", 1, 32768),
+                             ("attention_prefill_4k", 4096, 4096)]:
+        if not want(case):
+            continue
+        q = torch.rand(1, 32, seq, 128, device=dev, dtype=torch.float16)
+        kc = torch.rand(1, 8, total, 128, device=dev, dtype=torch.float16)
+        vc = torch.rand(1, 8, total, 128, device=dev, dtype=torch.float16)
+        causal = seq > 1
+        peers[case] = {"sdpa": bench(lambda: sdpa(q, kc, vc, is_causal=causal, enable_gqa=True))}
+        if not causal:
+            bytes_moved[case] = 2 * kc.numel() * 2
+        del q, kc, vc
     row_ops = {"softmax": lambda t: torch.softmax(t, 1), "rmsnorm": rmsnorm,
                "layernorm": lambda t: torch.nn.functional.layer_norm(t, (t.shape[1],), eps=1e-5)}
     for dtype, name in [(torch.float32, "f32"), (torch.bfloat16, "bf16")]:
         r = (torch.rand(8192, 8192, device=dev) * 2 - 1).to(dtype)
         for op, fn in row_ops.items():
             case = f"{op}_{name}_8192x8192"
+            if not want(case):
+                continue
             peers[case] = {"eager": bench(lambda: fn(r)),
                            "compile": bench(lambda c=torch.compile(fn): c(r))}
             bytes_moved[case] = 2 * r.numel() * r.element_size()
         del r
     del x, y
     torch.cuda.empty_cache()
-    out = subprocess.run([exe], capture_output=True, text=True)
+    out = subprocess.run([exe] + ([only] if only else []), capture_output=True, text=True)
     sys.stderr.write(out.stderr)
     ours = {}
     for line in out.stdout.splitlines():

@@ -26,6 +26,9 @@ struct ConcreteView {
   int64_t numel() const;
   /// Whether some element is padding (outside its dim's mask).
   bool has_mask() const;
+  /// Row-major over its dims and unpadded: its elements are one run of memory from
+  /// `offset`, in order.
+  bool is_dense() const;
   /// Smallest and largest physical index of a valid element (nullopt if none is valid).
   std::optional<std::pair<int64_t, int64_t>> physical_range() const;
 };

@@ -28,6 +28,16 @@ bool ConcreteView::has_mask() const {
   return false;
 }
 
+bool ConcreteView::is_dense() const {
+  if (has_mask()) return false;
+  int64_t expected = 1;
+  for (size_t d = dims.size(); d-- > 0;) {
+    if (dims[d] != 1 && strides[d] != expected) return false;
+    expected *= dims[d];
+  }
+  return true;
+}
+
 std::optional<std::pair<int64_t, int64_t>> ConcreteView::physical_range() const {
   int64_t lo = offset, hi = offset;
   for (size_t d = 0; d < dims.size(); ++d) {

@@ -15,6 +15,7 @@
 #include "luminal/compiler/plan.hpp"
 #include "luminal/luminal.hpp"
 #include "luminal/nn/attention.hpp"
+#include "testing/attention_cases.hpp"
 #include "testing/matmul_layouts.hpp"
 #include "testing/random_graph.hpp"
 #include "testing/row_ops.hpp"
@@ -353,57 +354,13 @@ TEST(Cpu, KernelResultsRoundOrWrapOnceAtTheStore) {
 }
 
 TEST(Optimize, AttentionIsOneKernel) {
-  // softmax(where(mask, q k^T * scale, -inf)) v as nn::Attention writes it (caches
-  // position-major, [past + seq, kv_heads, d]) becomes one Attention kernel, which matches
-  // the reference interpreter on the decomposition: one query row and a prompt, long
-  // enough caches that the keys are split between threads, windowed masks, key heads
-  // shared by 1-4 query heads, f16 and f32 caches, and the portable kernels.
-  struct Case {
-    int64_t kv_heads, group, seq, past, d, dv, window;
-    DType cache;
-  };
-  std::mt19937 rng(11);
-  auto random = [&](size_t n) { return uniform_values(rng, n, 2.0); };
+  // Checked with the AVX2 kernels and the portable ones.
   for (const char* simd : {"", "off"}) {
     if (*simd)
       setenv("LUMINAL_CPU_SIMD", simd, 1);
     else
       unsetenv("LUMINAL_CPU_SIMD");
-    for (const Case& c : std::vector<Case>{{1, 4, 1, 37, 256, 256, 0, DType::F16},
-                                           {1, 4, 1, 300, 64, 64, 0, DType::F16},
-                                           {2, 2, 1, 200, 40, 24, 50, DType::F32},
-                                           {1, 1, 1, 0, 16, 16, 0, DType::F32},
-                                           {2, 3, 7, 12, 32, 48, 0, DType::F16},
-                                           {1, 4, 9, 0, 24, 24, 4, DType::F32}}) {
-      const std::string what =
-          "kv " + std::to_string(c.kv_heads) + " group " + std::to_string(c.group) + " seq " +
-          std::to_string(c.seq) + " past " + std::to_string(c.past) + " d " + std::to_string(c.d) +
-          " dv " + std::to_string(c.dv) + " window " + std::to_string(c.window) + " " +
-          std::string(dtype_name(c.cache)) + (*simd ? " portable" : "");
-      const int64_t total = c.past + c.seq;
-      Graph cx;
-      Tensor q = cx.named_tensor("q", {c.kv_heads, c.group, "seq", c.d});
-      const Expr positions = Expr("seq") + Expr(c.past);
-      Tensor k = cx.named_tensor("k", {positions, c.kv_heads, c.d}, c.cache);
-      Tensor v = cx.named_tensor("v", {positions, c.kv_heads, c.dv}, c.cache);
-      const Tensor keys = k.cast(DType::F32).permute({1, 0, 2});
-      const Tensor values = v.cast(DType::F32).permute({1, 0, 2});
-      Tensor scores = q.matmul(keys.unsqueeze(1).transpose(-1, -2)) * (1.0 / std::sqrt(c.d));
-      scores = where(nn::causal_mask(cx, "seq", Expr(c.past), c.window), scores,
-                     -std::numeric_limits<double>::infinity());
-      Tensor y = scores.softmax(-1).matmul(values.unsqueeze(1)).retrieve();
-      cx.set_dim("seq", c.seq);
-      q.set_buffer(Buffer::from_doubles(random(c.kv_heads * c.group * c.seq * c.d), DType::F32));
-      k.set_buffer(Buffer::from_doubles(random(total * c.kv_heads * c.d), c.cache));
-      v.set_buffer(Buffer::from_doubles(random(total * c.kv_heads * c.dv), c.cache));
-      const compiler::Optimized opt = compiler::optimize(cx);
-      ASSERT_TRUE(dynamic_cast<const compiler::AttentionOp*>(
-          opt.graph->node(opt.outputs[0].second).custom.get()))
-          << what << "\n"
-          << opt.graph->to_text();
-      EXPECT_EQ(count_ops(*opt.graph, Op::MaxReduce), 0u) << what;
-      expect_cpu_matches_reference(cx, y, what);
-    }
+    testing::expect_attention_matches_reference(cpu(), *simd ? "portable" : "simd");
   }
   unsetenv("LUMINAL_CPU_SIMD");
 }

@@ -5,8 +5,10 @@
 #ifdef LUMINAL_HAS_CUDA
 #include <algorithm>
 
+#include "backends/cuda/attention.hpp"
 #include "backends/cuda/codegen.hpp"
 #include "backends/cuda/compile.hpp"
+#include "backends/cuda/copy_view.hpp"
 #include "backends/cuda/gemv.hpp"
 #include "backends/cuda/nvrtc.hpp"
 #include "luminal/luminal.hpp"
@@ -62,9 +64,24 @@ TEST(CudaCodegen, RowOpsCompileForHopper) {
   testing::expect_row_ops_match_reference(testing::NvrtcOnly());
 }
 
-TEST(CudaCodegen, OneRowProductKernelsCompileForHopper) {
-  const cudagen::Cubin c = cudagen::compile_cubin(cudagen::gemv_source(), "sm_90");
-  EXPECT_FALSE(c.code.empty());
+TEST(CudaCodegen, OneRowProductAndViewCopyKernelsCompileForHopper) {
+  EXPECT_FALSE(cudagen::compile_cubin(cudagen::gemv_source(), "sm_90").code.empty());
+  EXPECT_FALSE(cudagen::compile_cubin(cudagen::copy_view_source(), "sm_90").code.empty());
+}
+
+// The attention kernel's specialisations: decoding over an f16 cache with 16-byte loads,
+// a prompt's tiles of rows over f32 keys, bf16 everything, and element-wise loads.
+TEST(CudaCodegen, AttentionKernelsCompileForHopperAndTuring) {
+  using cudagen::AttentionKernel;
+  for (const AttentionKernel& spec : {
+           AttentionKernel{DType::F32, DType::F16, DType::F16, 128, 128, 8, 8, 16, 4},
+           AttentionKernel{DType::F32, DType::F32, DType::F32, 64, 64, 4, 4, 16, 8},
+           AttentionKernel{DType::BF16, DType::BF16, DType::BF16, 256, 256, 8, 8, 32, 8},
+           AttentionKernel{DType::F16, DType::F16, DType::F32, 36, 20, 1, 1, 32, 3},
+       })
+    for (const char* arch : {"sm_90", "sm_75"})
+      EXPECT_FALSE(cudagen::compile_cubin(cudagen::attention_source(spec), arch).code.empty())
+          << arch << " d " << spec.d;
 }
 
 // Half-precision conversions use instructions of sm_80 and later where they exist; older

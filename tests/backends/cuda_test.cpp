@@ -8,6 +8,7 @@
 #include <random>
 
 #include "luminal/luminal.hpp"
+#include "testing/attention_cases.hpp"
 #include "testing/expect_error.hpp"
 #include "testing/matmul_layouts.hpp"
 #include "testing/random_graph.hpp"
@@ -51,6 +52,11 @@ TEST(Cuda, MatMulsMatchTheReference) {
 TEST(Cuda, OneRowProductsMatchTheReference) {
   SKIP_WITHOUT_GPU();
   testing::expect_one_row_products_match_reference(cuda());
+}
+
+TEST(Cuda, AttentionMatchesTheReference) {
+  SKIP_WITHOUT_GPU();
+  testing::expect_attention_matches_reference(cuda(), "cuda");
 }
 
 TEST(Cuda, RowOpsMatchTheReference) {

@@ -79,6 +79,7 @@ void run_parity(const std::string& arch, const Backend& backend) {
     cx.set_dim("past", past);
     tokens.set(std::vector<int32_t>(ids.begin(), ids.end()));
     cx.execute();
+    EXPECT_EQ(cx.last_run_stats().host_fallbacks, 0u) << arch << ": kernels run on the host";
     past += static_cast<int64_t>(ids.size());
     for (size_t l = 0; l < out.cache.size(); ++l) {  // feed the grown cache back in
       model.cache_inputs[l].k.set_buffer(out.cache[l].k.data());

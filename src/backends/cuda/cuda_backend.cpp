@@ -8,11 +8,15 @@
 #include <optional>
 #include <unordered_map>
 
+#include "backends/cuda/attention.hpp"
 #include "backends/cuda/compile.hpp"
+#include "backends/cuda/copy_view.hpp"
 #include "backends/cuda/device.hpp"
 #include "backends/cuda/gemm.hpp"
 #include "backends/cuda/gemv.hpp"
 #include "backends/cuda/nvrtc.hpp"
+#include "luminal/append_rows_op.hpp"
+#include "luminal/compiler/attention_op.hpp"
 #include "luminal/compiler/matmul_op.hpp"
 #include "luminal/cuda.hpp"
 #include "luminal/error.hpp"
@@ -40,7 +44,9 @@ class CudaExecutable final : public Executable {
         source_(std::move(source)),
         module_(cubin.code),
         gemm_(*device_),
-        gemv_(*device_) {
+        gemv_(*device_),
+        attention_(*device_),
+        copy_view_(*device_) {
     const Graph& g = *program_.graph;
     liveness_ = runtime::plan_liveness(g, plan_);
     functions_.resize(plan_.kernels.size(), {nullptr, nullptr});
@@ -256,9 +262,9 @@ class CudaExecutable final : public Executable {
             "launching a scatter kernel");
   }
 
-  // Library kernels: MatMul through the one-row kernel or cuBLASLt; anything else (and a
-  // MatMul neither can read) by its reference semantics on the host, its operands copied
-  // over and back.
+  // Library kernels: MatMul through the one-row kernel or cuBLASLt, Attention through its
+  // kernel; anything else (and one of those its kernels cannot read) by its reference
+  // semantics on the host, its operands copied over and back.
   void run_library(const Graph& user, size_t k, DeviceBuffer& out) {
     const Node& n = program_.graph->node(plan_.kernels[k].root);
     const std::vector<ConcreteView>& views = views_[k].get(n, user.dims());
@@ -271,6 +277,15 @@ class CudaExecutable final : public Executable {
             gemm_.run(views[0], a_data, views[1], b_data, a, out.data()))
           return;
       }
+    } else if (const auto* at = dynamic_cast<const compiler::AttentionOp*>(n.custom.get());
+               at && n.dtype == DType::F32 && source_dtype(n, 3) == DType::Bool) {
+      if (attention_.run(views[0], operand(n.inputs[0].source), source_dtype(n, 0), views[1],
+                         operand(n.inputs[1].source), source_dtype(n, 1), views[2],
+                         operand(n.inputs[2].source), source_dtype(n, 2), views[3],
+                         operand(n.inputs[3].source), at->scale, static_cast<float*>(out.data())))
+        return;
+    } else if (dynamic_cast<const AppendRowsOp*>(n.custom.get())) {
+      if (append_rows(n, views, out)) return;
     }
     ++stats_.host_fallbacks;
     std::vector<Buffer> in;
@@ -292,6 +307,21 @@ class CudaExecutable final : public Executable {
                           device_->stream()),
           "copying a host-computed value to the GPU");
     device_->synchronize();  // `result` is freed on return
+  }
+
+  // concat({base, rows}, 0): each operand copied into its part of the output. (Growing
+  // a donated base in place needs inputs that stay on the device.)
+  bool append_rows(const Node& n, const std::vector<ConcreteView>& views, DeviceBuffer& out) {
+    if (source_dtype(n, 0) != n.dtype || source_dtype(n, 1) != n.dtype) return false;
+    const size_t esize = dtype_size(n.dtype);
+    const size_t base_bytes = static_cast<size_t>(views[0].numel()) * esize;
+    LUM_CHECK(base_bytes + static_cast<size_t>(views[1].numel()) * esize == out.bytes())
+        << "internal: AppendRows operands do not add up to its output";
+    auto* dst = static_cast<char*>(out.data());
+    // Should the second copy be refused, the caller's fallback overwrites the whole output.
+    return !views[0].has_mask() && !views[1].has_mask() &&
+           copy_view_.run(views[0], operand(n.inputs[0].source), esize, dst) &&
+           copy_view_.run(views[1], operand(n.inputs[1].source), esize, dst + base_bytes);
   }
 
   DType source_dtype(const Node& n, size_t i) const {
@@ -375,6 +405,8 @@ class CudaExecutable final : public Executable {
   cudagen::Module module_;
   cudagen::Gemm gemm_;
   cudagen::Gemv gemv_;
+  cudagen::Attention attention_;
+  cudagen::ViewCopy copy_view_;
   runtime::Liveness liveness_;
   std::vector<std::pair<const void*, const void*>> functions_;  // by kernel; null: none
   std::vector<Expr> numel_;                                     // by kernel: output elements

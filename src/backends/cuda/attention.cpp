@@ -1,0 +1,462 @@
+// The Attention kernel on the GPU (see attention.hpp).
+//
+// The op's batch dims split in two: those the keys and values vary along (batch, key
+// heads) and those they do not (the query heads of one key head, the query positions).
+// A block takes one point of the first kind, a tile of up to `rows` query rows of the
+// second, and a range of keys: each key and value is then read once for all the rows
+// that share it. Keys go in chunks of 128: a group of `lanes` threads takes a key's dot
+// products with every row (each thread a slice of the head dim, summed by shuffles), the
+// chunk's scores update each row's running max and sum, and the same groups add the
+// weighted values into per-thread slices of the output. Masked keys are skipped, so a
+// causal prompt does half the work. When there are too few (kv point, tile) pairs to
+// fill the GPU (decoding: one per key head), the keys are split between blocks, each
+// writes its rows' max, sum and unnormalised output, and a second kernel combines them
+// (flash-decoding).
+#include "backends/cuda/attention.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <numbers>
+#include <string>
+
+#include "backends/cuda/codegen.hpp"
+#include "runtime/element_writer.hpp"
+
+namespace luminal::cudagen {
+namespace {
+
+constexpr int kThreads = 128, kChunk = 128, kMaxDims = 4, kMaxRows = 8;
+
+// The kernel's parameter block; the source declares the same fields in the same order
+// (all 8 bytes wide but the last two, so both sides lay it out alike).
+struct Args {
+  const void *q, *k, *v, *mask;
+  float *out, *partials;
+  int64_t q_off, k_off, v_off, m_off;
+  int64_t q_d, k_d, v_d;  // strides along the head dims
+  int64_t k_t, v_t, m_t;  // strides along the keys
+  int64_t keys, keys_per_split, splits, shared_rows, row_tiles;
+  int64_t kv_rank, sh_rank;
+  // Dims the keys or values vary along: sizes, and the strides of q, k, v, mask and
+  // output rows.
+  int64_t kv_dim[kMaxDims], kv_q[kMaxDims], kv_k[kMaxDims], kv_v[kMaxDims], kv_m[kMaxDims],
+      kv_o[kMaxDims];
+  // Dims they do not (a tile's rows): sizes and strides of q, mask and output rows.
+  int64_t sh_dim[kMaxDims], sh_q[kMaxDims], sh_m[kMaxDims], sh_o[kMaxDims];
+  float scale, unused;
+};
+
+constexpr const char* kSource = R"ATTN(
+#define LUM_AT_THREADS 128
+#define LUM_AT_CHUNK 128
+struct LumAttnArgs {
+  const void *q, *k, *v; const unsigned char* mask;
+  float *out, *partials;
+  long long q_off, k_off, v_off, m_off;
+  long long q_d, k_d, v_d;
+  long long k_t, v_t, m_t;
+  long long keys, keys_per_split, splits, shared_rows, row_tiles;
+  long long kv_rank, sh_rank;
+  long long kv_dim[4], kv_q[4], kv_k[4], kv_v[4], kv_m[4], kv_o[4];
+  long long sh_dim[4], sh_q[4], sh_m[4], sh_o[4];
+  float scale, unused;
+};
+struct lum_at_f32 { typedef float T; static __device__ __forceinline__ float get(float x) { return x; } };
+struct lum_at_f16 { typedef uint16_t T; static __device__ __forceinline__ float get(uint16_t x) { return lum_h2f(x); } };
+struct lum_at_bf16 { typedef uint16_t T; static __device__ __forceinline__ float get(uint16_t x) { return lum_bf2f(x); } };
+// N elements of a row as loaded, converted to float on use: one 16-byte load when N of
+// them make 16 bytes (the row aligned), else N strided loads. Kept as loaded so that
+// several keys' loads can be in flight in few registers.
+template <class E, int N, bool kWide = N * sizeof(typename E::T) == 16>
+struct lum_at_raw {
+  uint4 u;
+  __device__ __forceinline__ void load(const typename E::T* p, long long) { u = __ldg(reinterpret_cast<const uint4*>(p)); }
+  __device__ __forceinline__ void zero() { u = make_uint4(0u, 0u, 0u, 0u); }
+  __device__ __forceinline__ float get(int i) const { return E::get(reinterpret_cast<const typename E::T*>(&u)[i]); }
+};
+template <class E, int N>
+struct lum_at_raw<E, N, false> {
+  typename E::T x[N];
+  __device__ __forceinline__ void load(const typename E::T* p, long long stride) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) x[i] = p[i * stride];
+  }
+  __device__ __forceinline__ void zero() {
+#pragma unroll
+    for (int i = 0; i < N; ++i) x[i] = 0;
+  }
+  __device__ __forceinline__ float get(int i) const { return E::get(x[i]); }
+};
+constexpr int kAtGroups = LUM_AT_THREADS / LUM_AT_L;
+constexpr int kAtKeyVecs = LUM_AT_D / LUM_AT_VK, kAtValueVecs = LUM_AT_DV / LUM_AT_VV;
+constexpr int kAtNQ = (kAtKeyVecs + LUM_AT_L - 1) / LUM_AT_L;    // key vectors per thread
+constexpr int kAtNV = (kAtValueVecs + LUM_AT_L - 1) / LUM_AT_L;  // value vectors per thread
+// Keys per group in flight, for scores and for values (each divides a group's share of
+// a chunk): fewer values, whose weights take registers too.
+constexpr int kAtU = LUM_AT_L < 8 ? LUM_AT_L : 8;
+constexpr int kAtUV = LUM_AT_L < 4 ? LUM_AT_L : 4;
+
+extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention(const LumAttnArgs a) {
+  __shared__ float qs[LUM_AT_R][LUM_AT_D];         // the tile's queries, scaled
+  __shared__ float s[LUM_AT_R][LUM_AT_CHUNK];      // a chunk's scores, then weights
+  __shared__ float red[LUM_AT_R][LUM_AT_DV];       // the groups' outputs, summed
+  __shared__ float row_max[LUM_AT_R], row_sum[LUM_AT_R], row_alpha[LUM_AT_R];
+  __shared__ long long row_q[LUM_AT_R], row_m[LUM_AT_R], row_o[LUM_AT_R];
+  const float kNegInf = __int_as_float(0xff800000);
+  const int tid = threadIdx.x, lane = tid % LUM_AT_L, group = tid / LUM_AT_L;
+  long long bid = blockIdx.x;
+  const long long split = bid % a.splits;
+  bid /= a.splits;
+  const long long tile = bid % a.row_tiles;
+  long long ko = a.k_off, vo = a.v_off, qo = a.q_off, mo = a.m_off, oo = 0;
+  for (long long i = a.kv_rank - 1, rest = bid / a.row_tiles; i >= 0; --i) {
+    const long long x = rest % a.kv_dim[i];
+    rest /= a.kv_dim[i];
+    ko += x * a.kv_k[i], vo += x * a.kv_v[i], qo += x * a.kv_q[i], mo += x * a.kv_m[i];
+    oo += x * a.kv_o[i];
+  }
+  const int rows = (int)min((long long)LUM_AT_R, a.shared_rows - tile * LUM_AT_R);
+  if (tid < LUM_AT_R) {
+    long long q = qo, m = mo, o = oo;
+    for (long long i = a.sh_rank - 1, rest = tile * LUM_AT_R + tid; i >= 0; --i) {
+      const long long x = rest % a.sh_dim[i];
+      rest /= a.sh_dim[i];
+      q += x * a.sh_q[i], m += x * a.sh_m[i], o += x * a.sh_o[i];
+    }
+    row_q[tid] = q, row_m[tid] = m, row_o[tid] = o;
+    row_max[tid] = kNegInf, row_sum[tid] = 0.0f;
+  }
+  __syncthreads();
+  const typename LUM_AT_Q::T* qp = (const typename LUM_AT_Q::T*)a.q;
+  for (int i = tid; i < LUM_AT_R * LUM_AT_D; i += LUM_AT_THREADS) {
+    const int r = i / LUM_AT_D, d = i % LUM_AT_D;
+    qs[r][d] = r < rows ? LUM_AT_Q::get(qp[row_q[r] + d * a.q_d]) * a.scale : 0.0f;
+  }
+  __syncthreads();
+  float qr[LUM_AT_R][kAtNQ][LUM_AT_VK];
+#pragma unroll
+  for (int r = 0; r < LUM_AT_R; ++r)
+#pragma unroll
+    for (int i = 0; i < kAtNQ; ++i) {
+      const int j = lane + LUM_AT_L * i;
+#pragma unroll
+      for (int e = 0; e < LUM_AT_VK; ++e) qr[r][i][e] = j < kAtKeyVecs ? qs[r][j * LUM_AT_VK + e] : 0.0f;
+    }
+  float acc[LUM_AT_R][kAtNV][LUM_AT_VV];
+#pragma unroll
+  for (int r = 0; r < LUM_AT_R; ++r)
+#pragma unroll
+    for (int i = 0; i < kAtNV; ++i)
+#pragma unroll
+      for (int e = 0; e < LUM_AT_VV; ++e) acc[r][i][e] = 0.0f;
+  const typename LUM_AT_K::T* kp = (const typename LUM_AT_K::T*)a.k + ko;
+  const typename LUM_AT_V::T* vp = (const typename LUM_AT_V::T*)a.v + vo;
+  const long long t_begin = split * a.keys_per_split;
+  const long long t_end = min(a.keys, t_begin + a.keys_per_split);
+  const int warp = tid / 32, wl = tid % 32;
+  for (long long c0 = t_begin; c0 < t_end; c0 += LUM_AT_CHUNK) {
+    // Scores, kAtU keys per group at a time, their loads issued together (masked keys are
+    // loaded too, so no load waits for the mask). Every thread of a warp reaches the
+    // shuffles, whatever its keys.
+    for (int c = group; c < LUM_AT_CHUNK; c += kAtGroups * kAtU) {
+      lum_at_raw<LUM_AT_K, LUM_AT_VK> kv[kAtU][kAtNQ];
+#pragma unroll
+      for (int u = 0; u < kAtU; ++u) {
+        const long long t = c0 + c + u * kAtGroups;
+#pragma unroll
+        for (int i = 0; i < kAtNQ; ++i) {
+          const int j = lane + LUM_AT_L * i;
+          if (t < t_end && j < kAtKeyVecs)
+            kv[u][i].load(kp + t * a.k_t + (long long)j * LUM_AT_VK * a.k_d, a.k_d);
+          else
+            kv[u][i].zero();
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kAtU; ++u) {
+        const long long t = c0 + c + u * kAtGroups;
+        float dot[LUM_AT_R];
+#pragma unroll
+        for (int r = 0; r < LUM_AT_R; ++r) {
+          dot[r] = 0.0f;
+#pragma unroll
+          for (int i = 0; i < kAtNQ; ++i)
+#pragma unroll
+            for (int e = 0; e < LUM_AT_VK; ++e) dot[r] = fmaf(qr[r][i][e], kv[u][i].get(e), dot[r]);
+#pragma unroll
+          for (int o = LUM_AT_L / 2; o > 0; o >>= 1) dot[r] += __shfl_xor_sync(0xffffffffu, dot[r], o);
+        }
+        if (lane == 0)
+#pragma unroll
+          for (int r = 0; r < LUM_AT_R; ++r)
+            s[r][c + u * kAtGroups] =
+                t < t_end && r < rows && a.mask[row_m[r] + t * a.m_t] ? dot[r] : kNegInf;
+      }
+    }
+    __syncthreads();
+    // Each row's running max and sum; the chunk's scores become weights.
+    for (int r = warp; r < LUM_AT_R; r += LUM_AT_THREADS / 32) {
+      const float m_old = row_max[r];
+      float mx = kNegInf;
+      for (int c = wl; c < LUM_AT_CHUNK; c += 32) mx = fmaxf(mx, s[r][c]);
+      for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+      const float m_new = fmaxf(m_old, mx);
+      float sum = 0.0f;
+      for (int c = wl; c < LUM_AT_CHUNK; c += 32) {
+        const float x = s[r][c];
+        const float p = x == kNegInf ? 0.0f : exp2f(x - m_new);
+        s[r][c] = p;
+        sum += p;
+      }
+      for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+      __syncwarp();
+      if (wl == 0) {
+        const float alpha = m_new == kNegInf ? 1.0f : exp2f(m_old - m_new);
+        row_alpha[r] = alpha;
+        row_sum[r] = row_sum[r] * alpha + sum;
+        row_max[r] = m_new;
+      }
+    }
+    __syncthreads();
+    // Weighted values, into each thread's slices of its rows' outputs.
+#pragma unroll
+    for (int r = 0; r < LUM_AT_R; ++r) {
+      const float alpha = row_alpha[r];
+#pragma unroll
+      for (int i = 0; i < kAtNV; ++i)
+#pragma unroll
+        for (int e = 0; e < LUM_AT_VV; ++e) acc[r][i][e] *= alpha;
+    }
+    for (int c = group; c < LUM_AT_CHUNK; c += kAtGroups * kAtUV) {
+      float p[kAtUV][LUM_AT_R];
+      lum_at_raw<LUM_AT_V, LUM_AT_VV> vv[kAtUV][kAtNV];
+#pragma unroll
+      for (int u = 0; u < kAtUV; ++u) {
+        bool any = false;
+#pragma unroll
+        for (int r = 0; r < LUM_AT_R; ++r) {
+          p[u][r] = s[r][c + u * kAtGroups];
+          any |= p[u][r] != 0.0f;
+        }
+        const long long t = c0 + c + u * kAtGroups;
+#pragma unroll
+        for (int i = 0; i < kAtNV; ++i) {
+          const int j = lane + LUM_AT_L * i;
+          if (any && j < kAtValueVecs)
+            vv[u][i].load(vp + t * a.v_t + (long long)j * LUM_AT_VV * a.v_d, a.v_d);
+          else
+            vv[u][i].zero();
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kAtUV; ++u)
+#pragma unroll
+        for (int r = 0; r < LUM_AT_R; ++r)
+#pragma unroll
+          for (int i = 0; i < kAtNV; ++i)
+#pragma unroll
+            for (int e = 0; e < LUM_AT_VV; ++e) acc[r][i][e] = fmaf(p[u][r], vv[u][i].get(e), acc[r][i][e]);
+    }
+    __syncthreads();  // s is rewritten by the next chunk
+  }
+  // The groups' outputs summed, in group order.
+  for (int g = 0; g < kAtGroups; ++g) {
+    if (group == g)
+#pragma unroll
+      for (int r = 0; r < LUM_AT_R; ++r)
+#pragma unroll
+        for (int i = 0; i < kAtNV; ++i) {
+          const int j = lane + LUM_AT_L * i;
+          if (j >= kAtValueVecs) continue;
+#pragma unroll
+          for (int e = 0; e < LUM_AT_VV; ++e) {
+            float& x = red[r][j * LUM_AT_VV + e];
+            x = (g == 0 ? 0.0f : x) + acc[r][i][e];
+          }
+        }
+    __syncthreads();
+  }
+  for (int i = tid; i < LUM_AT_R * LUM_AT_DV; i += LUM_AT_THREADS) {
+    const int r = i / LUM_AT_DV, j = i % LUM_AT_DV;
+    if (r >= rows) continue;
+    if (a.splits == 1) {
+      a.out[row_o[r] * LUM_AT_DV + j] = red[r][j] / row_sum[r];
+    } else {
+      float* p = a.partials + (row_o[r] * a.splits + split) * (LUM_AT_DV + 2);
+      p[j] = red[r][j];
+      if (j == 0) p[LUM_AT_DV] = row_max[r], p[LUM_AT_DV + 1] = row_sum[r];
+    }
+  }
+}
+
+// Split rows: each piece's output rescaled to the largest max, over the rescaled sums. A
+// piece without kept keys (max -inf, sum 0, output 0) weighs 0; a row without any comes
+// out NaN, as the decomposition's 0 / 0 does.
+extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS)
+    lum_attention_combine(const float* __restrict__ partials, float* __restrict__ out,
+                          long long rows, long long splits) {
+  const long long width = LUM_AT_DV + 2;
+  for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
+    const float* p = partials + row * splits * width;
+    float top = __int_as_float(0xff800000), total = 0.0f;
+    for (long long s = 0; s < splits; ++s) top = fmaxf(top, p[s * width + LUM_AT_DV]);
+    for (long long s = 0; s < splits; ++s)
+      total += exp2f(p[s * width + LUM_AT_DV] - top) * p[s * width + LUM_AT_DV + 1];
+    for (int j = threadIdx.x; j < LUM_AT_DV; j += blockDim.x) {
+      float o = 0.0f;
+      for (long long s = 0; s < splits; ++s)
+        o = fmaf(exp2f(p[s * width + LUM_AT_DV] - top), p[s * width + j], o);
+      out[row * LUM_AT_DV + j] = o / total;
+    }
+  }
+}
+)ATTN";
+
+const char* element_struct(DType t) {
+  return t == DType::F32 ? "lum_at_f32" : t == DType::F16 ? "lum_at_f16" : "lum_at_bf16";
+}
+
+bool supported(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+
+// 16 bytes' worth of elements when every row and dim offset allows 16-byte loads, else 1.
+int vector_width(const ConcreteView& view, size_t head_axis, int64_t head_dim, DType t,
+                 const void* data) {
+  const auto n = static_cast<int64_t>(16 / dtype_size(t));
+  if (view.strides[head_axis] != 1 || head_dim % n != 0 || view.offset % n != 0 ||
+      reinterpret_cast<uintptr_t>(data) % 16 != 0)
+    return 1;
+  for (size_t i = 0; i < view.dims.size(); ++i)
+    if (i != head_axis && view.dims[i] > 1 && view.strides[i] % n != 0)
+      return 1;
+  return static_cast<int>(n);
+}
+
+}  // namespace
+
+std::string attention_source(const AttentionKernel& s) {
+  std::string defines;
+  auto define = [&](const char* name, const std::string& value) {
+    defines += std::string("#define ") + name + " " + value + "\n";
+  };
+  define("LUM_AT_Q", element_struct(s.q));
+  define("LUM_AT_K", element_struct(s.k));
+  define("LUM_AT_V", element_struct(s.v));
+  define("LUM_AT_D", std::to_string(s.d));
+  define("LUM_AT_DV", std::to_string(s.dv));
+  define("LUM_AT_VK", std::to_string(s.key_vec));
+  define("LUM_AT_VV", std::to_string(s.value_vec));
+  define("LUM_AT_L", std::to_string(s.lanes));
+  define("LUM_AT_R", std::to_string(s.rows));
+  return std::string(cuda_prelude()) + std::string(runtime::scalar_prelude()) + defines + kSource;
+}
+
+const Attention::Compiled& Attention::compiled(const AttentionKernel& spec) {
+  const std::string source = attention_source(spec);
+  Compiled& c = kernels_[source];
+  if (!c.module) {
+    c.module = std::make_unique<Module>(compile_cubin(source, device_.arch()).code);
+    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+              &c.blocks_per_sm, c.module->kernel("lum_attention"), kThreads, 0),
+          "sizing attention's grid");
+  }
+  return c;
+}
+
+bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type,
+                    const ConcreteView& k, const void* k_data, DType k_type,
+                    const ConcreteView& v, const void* v_data, DType v_type,
+                    const ConcreteView& mask, const void* mask_data, double scale, float* out) {
+  const size_t r = q.dims.size();
+  if (r < 3 || k.dims.size() != r || v.dims.size() != r || mask.dims.size() + 1 != r) return false;
+  if (q.has_mask() || k.has_mask() || v.has_mask() || mask.has_mask()) return false;
+  if (!supported(q_type) || !supported(k_type) || !supported(v_type)) return false;
+  const int64_t d = q.dims[r - 2], keys = q.dims[r - 1], dv = v.dims[r - 1];
+  if (d < 1 || dv < 1 || keys < 1) return false;
+
+  Args a{};
+  a.q = q_data, a.k = k_data, a.v = v_data, a.mask = mask_data, a.out = out;
+  a.q_off = q.offset, a.k_off = k.offset, a.v_off = v.offset, a.m_off = mask.offset;
+  a.q_d = q.strides[r - 2], a.k_d = k.strides[r - 2], a.v_d = v.strides[r - 1];
+  a.k_t = k.strides[r - 1], a.v_t = v.strides[r - 2], a.m_t = mask.strides[r - 2];
+  a.keys = keys;
+  a.scale = static_cast<float>(scale * std::numbers::log2e);  // scores go through 2^x
+  // The batch dims ([batch..., M]), by whether keys and values vary along them; output
+  // rows are row-major over all of them.
+  int64_t kv_points = 1, out_rows = 1;
+  a.shared_rows = 1;
+  for (size_t i = r - 2; i-- > 0;) {
+    const int64_t n = q.dims[i], row_stride = out_rows;
+    out_rows *= n;
+    if (n == 1) continue;
+    if (k.strides[i] == 0 && v.strides[i] == 0) {
+      if (a.sh_rank == kMaxDims) return false;
+      a.sh_dim[a.sh_rank] = n, a.sh_q[a.sh_rank] = q.strides[i];
+      a.sh_m[a.sh_rank] = mask.strides[i], a.sh_o[a.sh_rank] = row_stride;
+      ++a.sh_rank;
+      a.shared_rows *= n;
+    } else {
+      if (a.kv_rank == kMaxDims) return false;
+      const int64_t j = a.kv_rank++;
+      a.kv_dim[j] = n, a.kv_q[j] = q.strides[i], a.kv_k[j] = k.strides[i];
+      a.kv_v[j] = v.strides[i], a.kv_m[j] = mask.strides[i], a.kv_o[j] = row_stride;
+      kv_points *= n;
+    }
+  }
+  // Collected innermost first; the kernel decomposes outermost first.
+  auto reverse = [](int64_t* x, int64_t n) { std::reverse(x, x + n); };
+  for (int64_t* x : {a.sh_dim, a.sh_q, a.sh_m, a.sh_o}) reverse(x, a.sh_rank);
+  for (int64_t* x : {a.kv_dim, a.kv_q, a.kv_k, a.kv_v, a.kv_m, a.kv_o}) reverse(x, a.kv_rank);
+
+  AttentionKernel spec{q_type, k_type, v_type, d, dv, 1, 1, 1, 1};
+  spec.key_vec = vector_width(k, r - 2, d, k_type, k_data);
+  spec.value_vec = vector_width(v, r - 1, dv, v_type, v_data);
+  const int64_t key_vecs = d / spec.key_vec;
+  while (spec.lanes < 32 && spec.lanes < key_vecs) spec.lanes *= 2;
+  // Rows per block: as many as share the keys, up to 8, while each thread's queries and
+  // outputs stay in registers and the block's arrays in 44 KiB of shared memory.
+  const int64_t per_row_regs =
+      (key_vecs + spec.lanes - 1) / spec.lanes * spec.key_vec +
+      (dv / spec.value_vec + spec.lanes - 1) / spec.lanes * spec.value_vec;
+  int64_t rows = std::min<int64_t>({kMaxRows, a.shared_rows, 128 / per_row_regs});
+  while (rows > 0 && rows * ((d + dv + kChunk + 3) * 4 + 24) > 44 * 1024) --rows;
+  if (rows < 1) return false;
+  spec.rows = static_cast<int>(rows);
+  a.row_tiles = (a.shared_rows + rows - 1) / rows;
+
+  // Split the keys where (kv point, tile) pairs alone would leave SMs idle, into as many
+  // pieces as fill the GPU once.
+  const Compiled& kernel = compiled(spec);
+  const int64_t pairs = kv_points * a.row_tiles;
+  const int64_t chunks = (keys + kChunk - 1) / kChunk;
+  const int64_t resident = int64_t{device_.multiprocessors()} * std::max(kernel.blocks_per_sm, 1);
+  const int64_t splits = std::clamp<int64_t>(resident / pairs, 1, chunks);
+  a.keys_per_split = (chunks + splits - 1) / splits * kChunk;
+  a.splits = (keys + a.keys_per_split - 1) / a.keys_per_split;
+  if (a.splits > 1) {
+    const size_t bytes = static_cast<size_t>(out_rows * a.splits * (dv + 2)) * sizeof(float);
+    if (partials_.bytes() < bytes) {
+      device_.synchronize();  // an earlier launch may still read the old one
+      partials_ = DeviceBuffer(bytes);
+    }
+    a.partials = static_cast<float*>(partials_.data());
+  }
+
+  const Module& m = *kernel.module;
+  void* args[] = {&a};
+  check(cudaLaunchKernel(m.kernel("lum_attention"),
+                         dim3(static_cast<unsigned>(pairs * a.splits)), dim3(kThreads), args, 0,
+                         device_.stream()),
+        "launching attention");
+  if (a.splits > 1) {
+    long long n = out_rows, splits_arg = a.splits;
+    void* combine_args[] = {&a.partials, &out, &n, &splits_arg};
+    const int64_t blocks = std::min<int64_t>(out_rows, int64_t{device_.multiprocessors()} * 16);
+    check(cudaLaunchKernel(m.kernel("lum_attention_combine"), dim3(static_cast<unsigned>(blocks)),
+                           dim3(kThreads), combine_args, 0, device_.stream()),
+          "launching attention's combine");
+  }
+  return true;
+}
+
+}  // namespace luminal::cudagen

@@ -1,0 +1,58 @@
+// The Attention kernel on the GPU (compiler/attention_op.hpp): scores, masked softmax and
+// the value product in one pass over the keys and values (private to src/backends/cuda).
+// Its source is specialised to the head dims, the types and the load widths, and
+// compiled by NVRTC on first use, like the generated kernels.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "backends/cuda/device.hpp"
+#include "backends/cuda/nvrtc.hpp"
+#include "luminal/dtype.hpp"
+#include "luminal/view.hpp"
+
+namespace luminal::cudagen {
+
+/// What one compiled specialisation fixes.
+struct AttentionKernel {
+  DType q = DType::F32, k = DType::F32, v = DType::F32;
+  int64_t d = 0, dv = 0;  // query/key and value head dims
+  int key_vec = 1;        // elements of a key row per load (16 bytes' worth, or 1)
+  int value_vec = 1;      // the same for values
+  int lanes = 1;          // threads per key (a power of two up to 32)
+  int rows = 1;           // query rows per block
+};
+
+/// The kernels' CUDA source for one specialisation (CI compiles some for sm_90).
+std::string attention_source(const AttentionKernel& spec);
+
+class Attention {
+ public:
+  explicit Attention(const Device& device) : device_(device) {}
+
+  /// out[batch..., M, Dv] (f32) = softmax over T of (q . k * scale, or -inf where the
+  /// mask is false) times v, for AttentionOp operand views q, k ([batch..., M, D, T]),
+  /// v ([batch..., M, T, Dv]) and mask ([batch..., M, T], bool) over device buffers.
+  /// Queries, keys and values may each be f32, f16 or bf16. False, launching nothing,
+  /// where a view is padded or there are more than four batch dims of either kind (those
+  /// keys and values vary along and those they do not): the caller runs the op elsewhere.
+  bool run(const ConcreteView& q, const void* q_data, DType q_type, const ConcreteView& k,
+           const void* k_data, DType k_type, const ConcreteView& v, const void* v_data,
+           DType v_type, const ConcreteView& mask, const void* mask_data, double scale,
+           float* out);
+
+ private:
+  struct Compiled {
+    std::unique_ptr<Module> module;
+    int blocks_per_sm = 0;  // resident at once
+  };
+  const Compiled& compiled(const AttentionKernel& spec);
+
+  const Device& device_;
+  std::map<std::string, Compiled> kernels_;  // by source
+  DeviceBuffer partials_;  // split rows' partial results, kept while a CUDA graph may read them
+};
+
+}  // namespace luminal::cudagen
