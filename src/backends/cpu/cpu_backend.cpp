@@ -26,6 +26,7 @@
 #include "luminal/graph.hpp"
 #include "runtime/env.hpp"
 #include "runtime/kernel_errors.hpp"
+#include "runtime/kernel_profile.hpp"
 #include "runtime/liveness.hpp"
 #include "runtime/program.hpp"
 #include "runtime/resolved_views.hpp"
@@ -396,48 +397,17 @@ class CpuExecutable final : public Executable {
     pool_.emplace(key, std::move(b));
   }
 
-  // LUMINAL_PROFILE=1: seconds per kernel, printed (largest first) when the program is
-  // destroyed; one table per variant, so that a decode step's (seq = 1) times are not
-  // mixed with the prompt's, whose products take a hundred times as long.
-  struct Profile {
-    std::vector<double> kernels;  // seconds, by kernel
-    double run_seconds = 0;       // whole runs, kernels and what the executor does between
-    size_t runs = 0;
-  };
-  std::map<std::string, Profile> profiles_;  // by variant key
-  Profile* profile_ = nullptr;               // this run's, while profiling
+  // LUMINAL_PROFILE=1: one table per variant, so that a decode step's (seq = 1) times
+  // are not mixed with the prompt's, whose products take a hundred times as long.
+  std::map<std::string, runtime::KernelProfile> profiles_;  // by variant key
+  runtime::KernelProfile* profile_ = nullptr;               // this run's, while profiling
 
-  // Kernels with the same op and shape are summed: a transformer's layers show up as one
-  // line per kind of kernel.
-  void print_profile(const std::string& key, const Profile& p) const {
-    const Graph& g = *program_.graph;
-    std::map<std::string, std::pair<double, size_t>> groups;  // seconds, kernels
-    double total = 0;
-    for (size_t k = 0; k < p.kernels.size(); ++k) {
-      const Node& n = g.node(plan_.kernels[k].root);
-      const std::string what =
-          (n.op == Op::Custom ? n.custom->name() : std::string(op_name(n.op))) + " " +
-          to_string(n.shape);
-      groups[what].first += p.kernels[k];
-      ++groups[what].second;
-      total += p.kernels[k];
-    }
-    std::vector<std::pair<double, std::string>> order;
-    for (const auto& [what, t] : groups) order.emplace_back(t.first, what);
-    std::sort(order.rbegin(), order.rend());
-    const double per_run = 1e3 / static_cast<double>(std::max<size_t>(p.runs, 1));
+  void print_profile(const std::string& key, const runtime::KernelProfile& p) const {
     std::string fixed;  // "seq;past;" -> "seq = 1, past = 1"
     for (size_t at = 0, end; (end = key.find(';', at)) != std::string::npos; at = end + 1)
       fixed += (fixed.empty() ? "" : ", ") + key.substr(at, end - at) + " = 1";
-    std::fprintf(stderr,
-                 "luminal profile (%s): %zu kernels, %zu runs, %.3f ms per run in kernels of "
-                 "%.3f ms per run\n",
-                 fixed.empty() ? "dims as bound" : fixed.c_str(), p.kernels.size(), p.runs,
-                 total * per_run, p.run_seconds * per_run);
-    for (size_t i = 0; i < order.size() && i < 20; ++i)
-      std::fprintf(stderr, "  %6.2f%%  %8.3f ms/run  %4zu x %s\n", 100 * order[i].first / total,
-                   order[i].first * per_run, groups[order[i].second].second,
-                   order[i].second.c_str());
+    runtime::print_kernel_profile(*program_.graph, plan_, fixed.empty() ? "dims as bound" : fixed,
+                                  p);
   }
 
   std::vector<std::optional<NodeId>> appendable_base_;  // per kernel

@@ -27,6 +27,7 @@ namespace luminal::cudagen {
 namespace {
 
 constexpr int kThreads = 128, kChunk = 128, kMaxDims = 4, kMaxRows = 8;
+constexpr int64_t kMaxSplits = 1024;  // LUM_AT_MAX_SPLITS: the combine kernel's weights
 
 // The kernel's parameter block; the source declares the same fields in the same order
 // (all 8 bytes wide but the last two, so both sides lay it out alike).
@@ -292,23 +293,38 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention(const
 
 // Split rows: each piece's output rescaled to the largest max, over the rescaled sums. A
 // piece without kept keys (max -inf, sum 0, output 0) weighs 0; a row without any comes
-// out NaN, as the decomposition's 0 / 0 does.
+// out NaN, as the decomposition's 0 / 0 does. A block per row: the first warp finds the
+// pieces' weights once, then every thread sums its output elements over them.
+#define LUM_AT_MAX_SPLITS 1024
 extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS)
     lum_attention_combine(const float* __restrict__ partials, float* __restrict__ out,
                           long long rows, long long splits) {
+  __shared__ float weight[LUM_AT_MAX_SPLITS];
+  __shared__ float scale;
   const long long width = LUM_AT_DV + 2;
+  const int tid = threadIdx.x;
   for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
     const float* p = partials + row * splits * width;
-    float top = __int_as_float(0xff800000), total = 0.0f;
-    for (long long s = 0; s < splits; ++s) top = fmaxf(top, p[s * width + LUM_AT_DV]);
-    for (long long s = 0; s < splits; ++s)
-      total += exp2f(p[s * width + LUM_AT_DV] - top) * p[s * width + LUM_AT_DV + 1];
-    for (int j = threadIdx.x; j < LUM_AT_DV; j += blockDim.x) {
-      float o = 0.0f;
-      for (long long s = 0; s < splits; ++s)
-        o = fmaf(exp2f(p[s * width + LUM_AT_DV] - top), p[s * width + j], o);
-      out[row * LUM_AT_DV + j] = o / total;
+    if (tid < 32) {
+      float top = __int_as_float(0xff800000), total = 0.0f;
+      for (long long s = tid; s < splits; s += 32) top = fmaxf(top, p[s * width + LUM_AT_DV]);
+      for (int o = 16; o > 0; o >>= 1) top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, o));
+      for (long long s = tid; s < splits; s += 32) {
+        const float w = exp2f(p[s * width + LUM_AT_DV] - top);
+        weight[s] = w;
+        total = fmaf(w, p[s * width + LUM_AT_DV + 1], total);
+      }
+      for (int o = 16; o > 0; o >>= 1) total += __shfl_xor_sync(0xffffffffu, total, o);
+      if (tid == 0) scale = 1.0f / total;
     }
+    __syncthreads();
+    for (int j = tid; j < LUM_AT_DV; j += LUM_AT_THREADS) {
+      float o = 0.0f;
+#pragma unroll 16
+      for (long long s = 0; s < splits; ++s) o = fmaf(weight[s], p[s * width + j], o);
+      out[row * LUM_AT_DV + j] = o * scale;
+    }
+    __syncthreads();  // weight is rewritten for the next row
   }
 }
 )ATTN";
@@ -352,10 +368,15 @@ std::string attention_source(const AttentionKernel& s) {
 }
 
 const Attention::Compiled& Attention::compiled(const AttentionKernel& spec) {
-  const std::string source = attention_source(spec);
-  Compiled& c = kernels_[source];
+  // Keyed by the fields, not the source: this runs for every launch.
+  const std::string key = std::string(dtype_name(spec.q)) + " " + std::string(dtype_name(spec.k)) +
+                          " " + std::string(dtype_name(spec.v)) + " " + std::to_string(spec.d) +
+                          " " + std::to_string(spec.dv) + " " + std::to_string(spec.key_vec) +
+                          " " + std::to_string(spec.value_vec) + " " +
+                          std::to_string(spec.lanes) + " " + std::to_string(spec.rows);
+  Compiled& c = kernels_[key];
   if (!c.module) {
-    c.module = std::make_unique<Module>(compile_cubin(source, device_.arch()).code);
+    c.module = std::make_unique<Module>(compile_cubin(attention_source(spec), device_.arch()).code);
     check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
               &c.blocks_per_sm, c.module->kernel("lum_attention"), kThreads, 0),
           "sizing attention's grid");
@@ -427,10 +448,11 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type,
   // Split the keys where (kv point, tile) pairs alone would leave SMs idle, into as many
   // pieces as fill the GPU once.
   const Compiled& kernel = compiled(spec);
+  const int blocks_per_sm = kernel.blocks_per_sm;
   const int64_t pairs = kv_points * a.row_tiles;
   const int64_t chunks = (keys + kChunk - 1) / kChunk;
-  const int64_t resident = int64_t{device_.multiprocessors()} * std::max(kernel.blocks_per_sm, 1);
-  const int64_t splits = std::clamp<int64_t>(resident / pairs, 1, chunks);
+  const int64_t resident = int64_t{device_.multiprocessors()} * std::max(blocks_per_sm, 1);
+  const int64_t splits = std::clamp<int64_t>(resident / pairs, 1, std::min(chunks, kMaxSplits));
   a.keys_per_split = (chunks + splits - 1) / splits * kChunk;
   a.splits = (keys + a.keys_per_split - 1) / a.keys_per_split;
   if (a.splits > 1) {

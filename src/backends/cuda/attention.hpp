@@ -51,7 +51,7 @@ class Attention {
   const Compiled& compiled(const AttentionKernel& spec);
 
   const Device& device_;
-  std::map<std::string, Compiled> kernels_;  // by source
+  std::map<std::string, Compiled> kernels_;  // by specialisation
   DeviceBuffer partials_;  // split rows' partial results, kept while a CUDA graph may read them
 };
 

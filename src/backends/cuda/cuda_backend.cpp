@@ -23,6 +23,7 @@
 #include "luminal/graph.hpp"
 #include "runtime/env.hpp"
 #include "runtime/kernel_errors.hpp"
+#include "runtime/kernel_profile.hpp"
 #include "runtime/liveness.hpp"
 #include "runtime/program.hpp"
 #include "runtime/resolved_views.hpp"
@@ -69,6 +70,14 @@ class CudaExecutable final : public Executable {
     views_.resize(plan_.kernels.size());
     values_.resize(plan_.kernels.size());
     errors_ = DeviceBuffer(3 * sizeof(int64_t) * std::max<size_t>(plan_.kernels.size(), 1));
+    if (profiling_) {
+      marks_ = std::vector<cudagen::Event>(plan_.kernels.size() + 1);
+      profile_.kernels.resize(plan_.kernels.size());
+    }
+  }
+
+  ~CudaExecutable() override {
+    if (profile_.runs) runtime::print_kernel_profile(*program_.graph, plan_, "cuda", profile_);
   }
 
   // A run like the one before it (the same dims, nothing run on the host, every input
@@ -76,6 +85,7 @@ class CudaExecutable final : public Executable {
   // one launch instead of one per kernel. The captured run's buffers stay assigned, so
   // the replays write the same ones.
   void run(Graph& user) override {
+    const auto run_start = std::chrono::steady_clock::now();
     device_->make_current();
     std::vector<int64_t> dims(std::max<size_t>(source_.dims.size(), 1), 0);
     for (size_t i = 0; i < source_.dims.size(); ++i) {
@@ -133,6 +143,16 @@ class CudaExecutable final : public Executable {
     finish(user);
     steady_ = stats_.host_fallbacks == 0;
     if (!graph_) release_values();
+    if (profiling_) {
+      for (size_t k = 0; k < plan_.kernels.size(); ++k) {
+        float ms = 0;
+        check(cudaEventElapsedTime(&ms, marks_[k].get(), marks_[k + 1].get()),
+              "cudaEventElapsedTime");
+        profile_.kernels[k] += ms * 1e-3;
+      }
+      profile_.run_seconds += runtime::seconds_since(run_start);
+      ++profile_.runs;
+    }
   }
 
   RunStats last_run() const override { return stats_; }
@@ -144,6 +164,7 @@ class CudaExecutable final : public Executable {
     size_t live = 0;
     launches_ = 0;
     for (size_t k = 0; k < plan_.kernels.size(); ++k) {
+      if (profiling_) check(cudaEventRecord(marks_[k].get(), device_->stream()), "cudaEventRecord");
       const Node& root = g.node(plan_.kernels[k].root);
       const size_t numel = static_cast<size_t>(numel_[k].eval(user.dims()));
       values_[k] = allocate(numel * dtype_size(root.dtype));
@@ -167,6 +188,8 @@ class CudaExecutable final : public Executable {
         v.reset();
       }
     }
+    if (profiling_)
+      check(cudaEventRecord(marks_.back().get(), device_->stream()), "cudaEventRecord");
   }
 
   // After the kernels are queued: outputs into the graph, the device time, any error a
@@ -420,8 +443,14 @@ class CudaExecutable final : public Executable {
   cudagen::Event started_, finished_;  // around the kernels, for RunStats::device_seconds
   const bool poison_ = runtime::env_has("LUMINAL_CPU_POISON", "1");
   RunStats stats_;
+  // LUMINAL_PROFILE=1: each kernel's time between events recorded around it (a row
+  // group's members before its last show none), summed over runs and printed on
+  // destruction. Runs are not captured while profiling.
+  const bool profiling_ = runtime::env_has("LUMINAL_PROFILE", "1");
+  std::vector<cudagen::Event> marks_;  // before each kernel, and after the last
+  runtime::KernelProfile profile_;
   // CUDA-graph capture and replay (see run); LUMINAL_CUDA_GRAPHS=0 turns it off.
-  const bool graphs_ = !runtime::env_has("LUMINAL_CUDA_GRAPHS", "0");
+  const bool graphs_ = !runtime::env_has("LUMINAL_CUDA_GRAPHS", "0") && !profiling_;
   bool steady_ = false;  // the last run ran every kernel on the GPU
   std::vector<int64_t> last_dims_, graph_dims_;
   std::unique_ptr<cudagen::GraphExec> graph_;
