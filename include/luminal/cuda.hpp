@@ -6,7 +6,10 @@
 
 #include <string>
 
+#include <memory>
+
 #include "luminal/backend.hpp"
+#include "luminal/device_data.hpp"
 
 namespace luminal {
 
@@ -36,5 +39,15 @@ inline CudaBackend cuda(CudaOptions options = {}) {
 
 /// Whether `cuda()` can run here; if not, why not (the message compile() would raise).
 bool cuda_available(std::string* why = nullptr);
+
+/// A copy of host data in GPU `device`'s memory, to set as an input (Tensor::set_device).
+DeviceData to_cuda(const Buffer& host, int device = 0);
+
+/// GPU memory the caller owns (another library's tensor), used where it lies: `ptr`
+/// holds `numel` elements of `dtype` on GPU `device`, and `owner` is kept alive while
+/// luminal holds the data. Runs read it on the executable's stream: the caller makes
+/// sure it is written before execute().
+DeviceData cuda_borrow(void* ptr, DType dtype, size_t numel, std::shared_ptr<void> owner = {},
+                       int device = 0);
 
 }  // namespace luminal

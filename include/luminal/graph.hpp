@@ -13,6 +13,7 @@
 #include "luminal/backend.hpp"
 #include "luminal/buffer.hpp"
 #include "luminal/custom_op.hpp"
+#include "luminal/device_data.hpp"
 #include "luminal/dtype.hpp"
 #include "luminal/expr.hpp"
 #include "luminal/op.hpp"
@@ -63,8 +64,12 @@ struct Node {
 };
 
 /// Checks an input's data against its node (dtype, element or block count under the
-/// bound dims); throws luminal::Error naming the input.
-void check_input_data(const Node& n, NodeId id, const Buffer* data, const Bindings& dims);
+/// bound dims); throws luminal::Error naming the input. `on_device`: the input's data
+/// where it lies on a GPU instead (named in the error a host backend raises).
+void check_input_data(const Node& n, NodeId id, const Buffer* data, const Bindings& dims,
+                      const DeviceData* on_device = nullptr);
+/// The same checks for data on a GPU.
+void check_input_data(const Node& n, NodeId id, const DeviceData& data, const Bindings& dims);
 /// The f32 values of a quantized input's block data (n.quant != kPlainStorage).
 Buffer dequantized(const Node& n, const Buffer& raw);
 
@@ -127,6 +132,18 @@ class Graph {
   /// Moves a node's data out (nullopt if none), e.g. to reuse an output buffer.
   std::optional<Buffer> take_data(NodeId id);
 
+  /// Sets an input's data where it lies in a GPU's memory (replacing any host data); a
+  /// GPU backend reads it there without a copy.
+  void set_device_data(NodeId id, DeviceData data);
+  /// A node's data on a GPU (an input so set, an output kept there), or nullptr.
+  const DeviceData* device_data(NodeId id) const;
+  std::optional<DeviceData> take_device_data(NodeId id);
+  /// Marks an output to be left in the GPU's memory after execute (device_data()),
+  /// rather than copied back, by backends that run on one; host backends store it on
+  /// the host as usual.
+  void keep_on_device(NodeId id);
+  bool is_kept_on_device(NodeId id) const { return flag(on_device_, id); }
+
   /// Lets runs consume an input's buffer: an op that can update it in place
   /// (append_rows) takes it for its output, and the input holds no data after the run.
   /// For state the caller replaces with an output after every run, such as a KV cache.
@@ -174,8 +191,9 @@ class Graph {
   // once a decode step's weight traffic has evicted them. A deque, so that growing it
   // keeps the Buffers that data() has handed out where they are.
   std::deque<std::optional<Buffer>> data_;
+  std::deque<std::optional<DeviceData>> device_data_;
   std::vector<uint64_t> data_versions_;  // 0: never set
-  std::vector<bool> outputs_, donated_;
+  std::vector<bool> outputs_, donated_, on_device_;
   std::unique_ptr<Executable> executable_;
   std::vector<std::function<void()>> after_run_;
   size_t compiled_nodes_ = 0;  // nodes present when compiled; later additions need a recompile

@@ -180,8 +180,16 @@ class Tensor {
   Tensor& set_buffer(Buffer data);
   /// Sets an f32 input from raw ggml blocks, kept compressed (Graph::set_quantized_data).
   Tensor& set_quantized(uint32_t ggml_type, Buffer raw);
+  /// Supplies an input's data where it lies on a GPU (luminal::to_cuda, cuda_borrow): a
+  /// GPU backend reads it there; dtype and size are checked at execute.
+  Tensor& set_device(DeviceData data);
   /// Marks this tensor to be read back after execute.
   Tensor& retrieve();
+  /// Marks this tensor to be left on the GPU after execute by a backend that runs on one
+  /// (Graph::keep_on_device); data() still copies it to the host when asked.
+  Tensor& keep_on_device();
+  /// The value where it lies on a GPU, or nullptr (host data, or none).
+  const DeviceData* device_data() const;
   /// Keeps this node through optimisation and its value after execute.
   Tensor& keep();
   /// The computed value, materialised through this tensor's view.

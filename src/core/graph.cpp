@@ -164,15 +164,42 @@ void Graph::grow_state(NodeId id) {
   if (id.value < data_.size()) return;
   const size_t n = nodes_.size();
   data_.resize(n);
+  device_data_.resize(n);
   data_versions_.resize(n, 0);
   outputs_.resize(n, false);
   donated_.resize(n, false);
+  on_device_.resize(n, false);
 }
 
 void Graph::set_data(NodeId id, Buffer data) {
   grow_state(id);
   data_[id.value] = std::move(data);
+  device_data_[id.value].reset();
   data_versions_[id.value] = next_data_version();
+}
+
+void Graph::set_device_data(NodeId id, DeviceData data) {
+  grow_state(id);
+  device_data_[id.value] = std::move(data);
+  data_[id.value].reset();
+  data_versions_[id.value] = next_data_version();
+}
+
+const DeviceData* Graph::device_data(NodeId id) const {
+  if (id.value >= device_data_.size() || !device_data_[id.value]) return nullptr;
+  return &*device_data_[id.value];
+}
+
+std::optional<DeviceData> Graph::take_device_data(NodeId id) {
+  if (id.value >= device_data_.size() || !device_data_[id.value]) return std::nullopt;
+  DeviceData d = std::move(*device_data_[id.value]);
+  device_data_[id.value].reset();
+  return d;
+}
+
+void Graph::keep_on_device(NodeId id) {
+  mark_retrieve(id);
+  on_device_[id.value] = true;
 }
 
 uint64_t Graph::data_version(NodeId id) const {
@@ -218,11 +245,36 @@ Buffer dequantized(const Node& n, const Buffer& raw) {
   return out;
 }
 
-void check_input_data(const Node& n, NodeId id, const Buffer* b, const Bindings& dims) {
-  LUM_CHECK(b) << "input '" << n.name << "' (%" << id.value
-               << ") has no data: call set() before execute()";
+namespace {
+size_t numel_under(const Node& n, const Bindings& dims) {
   size_t numel = 1;
   for (Expr d : n.shape) numel *= static_cast<size_t>(d.eval(dims));
+  return numel;
+}
+}  // namespace
+
+void check_input_data(const Node& n, NodeId id, const DeviceData& d, const Bindings& dims) {
+  LUM_CHECK(n.quant == kPlainStorage)
+      << "input '" << n.name << "' is stored as " << ggml_type_name(n.quant)
+      << " blocks, which are read from host data only";
+  const size_t numel = numel_under(n, dims);
+  LUM_CHECK(d.dtype() == n.dtype) << "input '" << n.name << "' (%" << id.value << ") is "
+                                  << dtype_name(n.dtype) << " but its data on the GPU is "
+                                  << dtype_name(d.dtype());
+  LUM_CHECK(d.numel() == numel) << "input '" << n.name << "' of shape " << to_string(n.shape)
+                                << " needs " << numel << " elements, got " << d.numel()
+                                << " on the GPU";
+}
+
+void check_input_data(const Node& n, NodeId id, const Buffer* b, const Bindings& dims,
+                      const DeviceData* on_device) {
+  LUM_CHECK(b || !on_device) << "input '" << n.name << "' (%" << id.value
+                             << ") lives on GPU " << on_device->device()
+                             << ", and this backend reads host data: set it from the host, or "
+                                "copy it there with DeviceData::to_host()";
+  LUM_CHECK(b) << "input '" << n.name << "' (%" << id.value
+               << ") has no data: call set() before execute()";
+  const size_t numel = numel_under(n, dims);
   if (n.quant != kPlainStorage) {
     const size_t bytes = quantized_bytes(n.quant, numel);
     LUM_CHECK(b->dtype() == DType::U8 && b->numel() == bytes)
@@ -249,7 +301,7 @@ void Graph::donate(NodeId input) {
 }
 
 void Graph::drop_data(NodeId id) {
-  if (id.value < data_.size()) data_[id.value].reset();
+  if (id.value < data_.size()) data_[id.value].reset(), device_data_[id.value].reset();
 }
 
 std::optional<Buffer> Graph::take_data(NodeId id) {

@@ -184,6 +184,24 @@ Tensor& Tensor::set_buffer(Buffer data) {
   return *this;
 }
 
+Tensor& Tensor::set_device(DeviceData data) {
+  const Node& n = graph().node(id_);
+  LUM_CHECK(n.op == Op::Input) << "set_device: node %" << id_.value << " is a " << op_name(n.op)
+                               << ", not an input";
+  LUM_CHECK(view_ == View::contiguous(n.shape))
+      << "set_device: input '" << n.name << "' is seen through a view " << view_.to_string()
+      << "; set the original input tensor";
+  graph().set_device_data(id_, std::move(data));
+  return *this;
+}
+
+Tensor& Tensor::keep_on_device() {
+  graph().keep_on_device(id_);
+  return *this;
+}
+
+const DeviceData* Tensor::device_data() const { return graph().device_data(id_); }
+
 Tensor& Tensor::set_quantized(uint32_t ggml_type, Buffer raw) {
   LUM_CHECK(view_ == View::contiguous(graph().node(id_).shape))
       << "set_quantized: the tensor is seen through a view; set the original input tensor";
@@ -203,6 +221,8 @@ Tensor& Tensor::keep() {
 
 Buffer Tensor::data() const {
   const Node& n = graph().node(id_);
+  if (const DeviceData* d = graph().device_data(id_); d && !graph().data(id_))
+    return read_view(d->to_host(), view_.resolve(graph().dims()));
   const Buffer* b = graph().data(id_);
   LUM_CHECK(b) << "data: node %" << id_.value << " (" << op_name(n.op)
                << ") has no value; mark it with retrieve() and execute() first";

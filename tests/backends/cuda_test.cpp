@@ -130,6 +130,73 @@ TEST(Cuda, RepeatedRunsReplayACapturedGraph) {
   }
 }
 
+// Inputs set on the device are read there and outputs kept there are handed over; the
+// values against host arithmetic.
+TEST(Cuda, InputsAndOutputsStayOnTheDevice) {
+  SKIP_WITHOUT_GPU();
+  Graph cx;
+  Tensor x = cx.named_tensor("x", {Expr::var("n"), 4});
+  Tensor y = (x * 2.0 + 1.0).keep_on_device();
+  Tensor z = x.sum({1}).retrieve();
+  cx.compile(cuda());
+  for (int64_t n : {3, 5}) {
+    std::vector<float> xs(static_cast<size_t>(n * 4));
+    for (size_t i = 0; i < xs.size(); ++i) xs[i] = 0.25f * static_cast<float>(i) - 1.0f;
+    cx.set_dim("n", n);
+    x.set_device(to_cuda(Buffer::from(xs)));
+    cx.execute();
+    ASSERT_NE(y.device_data(), nullptr);
+    EXPECT_EQ(cx.data(y.id()), nullptr);
+    EXPECT_EQ(z.device_data(), nullptr);
+    const std::vector<float> ys = y.to_f32(), zs = z.to_f32();
+    for (size_t i = 0; i < xs.size(); ++i) EXPECT_EQ(ys[i], xs[i] * 2.0f + 1.0f) << i;
+    for (size_t r = 0; r < static_cast<size_t>(n); ++r)
+      EXPECT_EQ(zs[r], xs[4 * r] + xs[4 * r + 1] + xs[4 * r + 2] + xs[4 * r + 3]) << r;
+  }
+  // Data on the device must fit the input like host data does.
+  x.set_device(to_cuda(Buffer::from(std::vector<float>(7))));
+  testing::expect_error([&] { cx.execute(); }, {"'x'", "needs 20 elements, got 7 on the GPU"});
+}
+
+// A cache kept on the device and donated back every step grows in its own memory: the
+// rows are appended where the last step left room, and it moves only when it doubles.
+TEST(Cuda, ADonatedCacheOnTheDeviceGrowsInPlace) {
+  SKIP_WITHOUT_GPU();
+  Graph cx;
+  Tensor cache = cx.named_tensor("cache", {Expr::var("past"), 2, 8});
+  Tensor rows = cx.named_tensor("rows", {2, Expr::var("seq"), 8});
+  // The new rows are a computed value read position-major through a permutation.
+  Tensor grown = append_rows(cache, (rows * 2.0).permute({1, 0, 2})).keep_on_device();
+  cx.donate(cache.id());
+  cx.compile(cuda());
+  cache.set_device(to_cuda(Buffer(DType::F32, 0)));
+  std::vector<float> expected;  // [past, 2, 8]
+  const void* last = nullptr;
+  int moves = 0, past = 0;
+  for (int step = 0; step < 20; ++step) {
+    const int seq = step % 3 + 1;
+    cx.set_dim("past", past);
+    cx.set_dim("seq", seq);
+    std::vector<float> r(static_cast<size_t>(2 * seq * 8));
+    for (size_t i = 0; i < r.size(); ++i) r[i] = static_cast<float>(step * 100 + i);
+    rows.set(r);
+    cx.execute();
+    EXPECT_EQ(cache.device_data(), nullptr) << "the donated cache was not taken";
+    for (int t = 0; t < seq; ++t)
+      for (int h = 0; h < 2; ++h)
+        for (int e = 0; e < 8; ++e) expected.push_back(2.0f * r[static_cast<size_t>((h * seq + t) * 8 + e)]);
+    past += seq;
+    std::optional<DeviceData> d = cx.take_device_data(grown.id());
+    ASSERT_TRUE(d) << step;
+    EXPECT_EQ(d->to_host().to_f32(), expected) << step;
+    if (d->data() != last) ++moves;
+    last = d->data();
+    cache.set_device(std::move(*d));
+  }
+  EXPECT_LE(moves, 7) << "the cache moved at most every time it doubled";
+  EXPECT_EQ(cx.last_run_stats().host_fallbacks, 0u);
+}
+
 TEST(Cuda, AnOutOfRangeGatherIndexIsAnError) {
   SKIP_WITHOUT_GPU();
   Graph cx;

@@ -1,6 +1,9 @@
 // Every kind of user error raises luminal::Error naming the op, the shapes or the axis.
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <memory>
+
 #include "luminal/luminal.hpp"
 #include "testing/expect_error.hpp"
 
@@ -66,6 +69,38 @@ TEST(Errors, MisuseOfGraphAndData) {
   expect_error([&] { out.to_f32(); }, {"no value"});
   cx.tensor({1});
   expect_error([&] { cx.execute(); }, {"added after compile"});
+}
+
+// Stands in for a GPU's memory where there is none: the bytes live on the host.
+class HostBackedStorage final : public DeviceStorage {
+ public:
+  explicit HostBackedStorage(Buffer b) : b_(std::move(b)) {}
+  void* data() const override { return const_cast<void*>(b_.data()); }
+  size_t capacity() const override { return b_.bytes(); }
+  int device() const override { return 3; }
+  void copy_to_host(void* dst, size_t bytes) const override { std::memcpy(dst, b_.data(), bytes); }
+
+ private:
+  Buffer b_;
+};
+
+// Data on a GPU given to a host backend is refused by name; read back through a tensor,
+// it is copied to the host.
+TEST(Errors, DataOnAGpuForAHostBackend) {
+  Graph cx;
+  Tensor x = cx.named_tensor("x", {3});
+  (x + 1.0).retrieve();
+  const std::vector<float> values = {1, 2, 3};
+  x.set_device(DeviceData(std::make_shared<HostBackedStorage>(Buffer::from(values)), DType::F32, 3));
+  EXPECT_EQ(x.to_f32(), values);
+  cx.compile(reference());
+  expect_error([&] { cx.execute(); }, {"input 'x'", "lives on GPU 3", "host data"});
+  cx.compile(cpu());
+  expect_error([&] { cx.execute(); }, {"input 'x'", "lives on GPU 3", "host data"});
+  expect_error([&] { (x + 1.0).set_device(*x.device_data()); }, {"set_device", "not an input"});
+  expect_error(
+      [&] { DeviceData(std::make_shared<HostBackedStorage>(Buffer::from(values)), DType::F32, 4); },
+      {"does not fit its storage of 12 bytes"});
 }
 
 TEST(Errors, OutOfRangeIndices) {

@@ -339,7 +339,7 @@ class CpuExecutable final : public Executable {
     const Graph& g = *program_.graph;
     const Node& n = g.node(plan_.kernels[k].root);
     const Edge& rows_edge = n.inputs[1];
-    check_input_data(g.node(base), base, user.data(source), user.dims());
+    check_input_data(g.node(base), base, user.data(source), user.dims(), user.device_data(source));
     const NodeId rows_node = plan_.canon(rows_edge.source);
     const Buffer& rows_data = input(user, rows_node);
     // New rows that are a whole value in order (a decode step's keys or values) are
@@ -425,7 +425,7 @@ class CpuExecutable final : public Executable {
     if (!b || version != checked_version_[r.value]) {
       const Node& n = program_.graph->node(r);
       LUM_CHECK(n.op == Op::Input) << "internal: %" << r.value << " has no value";
-      check_input_data(n, r, b, user.dims());
+      check_input_data(n, r, b, user.dims(), user.device_data(source));
       const bool constant_shape = std::all_of(n.shape.begin(), n.shape.end(),
                                               [](Expr d) { return d.as_const().has_value(); });
       if (constant_shape) checked_version_[r.value] = version;

@@ -12,6 +12,7 @@
 #include "backends/cuda/compile.hpp"
 #include "backends/cuda/copy_view.hpp"
 #include "backends/cuda/device.hpp"
+#include "backends/cuda/device_storage.hpp"
 #include "backends/cuda/gemm.hpp"
 #include "backends/cuda/gemv.hpp"
 #include "backends/cuda/nvrtc.hpp"
@@ -69,6 +70,7 @@ class CudaExecutable final : public Executable {
       }
     views_.resize(plan_.kernels.size());
     values_.resize(plan_.kernels.size());
+    find_appendable_bases();
     errors_ = DeviceBuffer(3 * sizeof(int64_t) * std::max<size_t>(plan_.kernels.size(), 1));
     if (profiling_) {
       marks_ = std::vector<cudagen::Event>(plan_.kernels.size() + 1);
@@ -95,7 +97,10 @@ class CudaExecutable final : public Executable {
       dims[i] = *v;
     }
     const bool inputs_moved = upload_inputs(user);
-    if (graph_ && dims == graph_dims_ && !inputs_moved) {
+    // Outputs left on the device are handed over, so their buffers are new every run.
+    const bool hands_over = std::any_of(program_.outputs.begin(), program_.outputs.end(),
+                                        [&](const auto& o) { return user.is_kept_on_device(o.first); });
+    if (graph_ && dims == graph_dims_ && !inputs_moved && !hands_over) {
       stats_ = graph_stats_;
       stats_.replayed = true;
       check(cudaEventRecord(started_.get(), device_->stream()), "cudaEventRecord");
@@ -105,9 +110,11 @@ class CudaExecutable final : public Executable {
       return;
     }
     drop_graph();
-    const bool capture = graphs_ && steady_ && dims == last_dims_ && !inputs_moved;
+    const bool capture = graphs_ && steady_ && dims == last_dims_ && !inputs_moved && !hands_over;
     last_dims_ = dims;
     stats_ = RunStats{};
+    capturing_ = capture;
+    grew_ = false;
     const auto capture_start = std::chrono::steady_clock::now();
     if (capture)
       check(cudaStreamBeginCapture(device_->stream(), cudaStreamCaptureModeRelaxed),
@@ -141,7 +148,8 @@ class CudaExecutable final : public Executable {
     }
     check(cudaEventRecord(finished_.get(), device_->stream()), "cudaEventRecord");
     finish(user);
-    steady_ = stats_.host_fallbacks == 0;
+    // A run that ran kernels on the host or took an input's memory is not captured next.
+    steady_ = stats_.host_fallbacks == 0 && !grew_;
     if (!graph_) release_values();
     if (profiling_) {
       for (size_t k = 0; k < plan_.kernels.size(); ++k) {
@@ -159,7 +167,7 @@ class CudaExecutable final : public Executable {
 
  private:
   // Every kernel in order, each value's buffer freed after its last reader.
-  void run_kernels(const Graph& user, std::vector<int64_t>& dims) {
+  void run_kernels(Graph& user, std::vector<int64_t>& dims) {
     const Graph& g = *program_.graph;
     size_t live = 0;
     launches_ = 0;
@@ -167,7 +175,9 @@ class CudaExecutable final : public Executable {
       if (profiling_) check(cudaEventRecord(marks_[k].get(), device_->stream()), "cudaEventRecord");
       const Node& root = g.node(plan_.kernels[k].root);
       const size_t numel = static_cast<size_t>(numel_[k].eval(user.dims()));
-      values_[k] = allocate(numel * dtype_size(root.dtype));
+      values_[k] = grown_in_place(user, k, numel * dtype_size(root.dtype));
+      const bool grown = values_[k].has_value();
+      if (!grown) values_[k] = allocate(numel * dtype_size(root.dtype));
       live += values_[k]->bytes();
       stats_.peak_bytes = std::max(stats_.peak_bytes, live);
       ++stats_.nodes_run;
@@ -175,7 +185,9 @@ class CudaExecutable final : public Executable {
       // A row group's members run when its last one comes; what they read stays till then.
       if (l.shape == KernelShape::InRowGroup) continue;
       ++launches_;
-      if (l.shape == KernelShape::Library) {
+      if (grown) {
+        // The new rows only, after the old ones.
+      } else if (l.shape == KernelShape::Library) {
         run_library(user, k, *values_[k]);
       } else {
         launch(user, k, dims);
@@ -203,37 +215,57 @@ class CudaExecutable final : public Executable {
     raise_kernel_errors();
   }
 
-  // Every input a kernel reads, checked against the bound dims and uploaded where its
-  // data is new (weights go over once, not every run); whether one of them now lives at
-  // another address (a captured graph would read the old one). New data of the same size
-  // goes where the old was.
+  // Every input a kernel reads, checked against the bound dims and found on the device:
+  // data set there is read where it lies; host data is uploaded where it is new (weights
+  // go over once, not every run), new data of an input's size where the old was.
+  // Returns whether an input now lives at another address than in the last run (a
+  // captured graph would read the old one).
   bool upload_inputs(const Graph& user) {
     bool moved = false;
     for (NodeId r : inputs_read_) {
-      const uint64_t version = user.data_version(program_.source_of[r.value]);
-      auto it = uploaded_.find(r.value);
-      if (it != uploaded_.end() && it->second.first == version) {
-        // The same data under new dims must still fit them, as on the CPU.
-        const Node& n = program_.graph->node(r);
-        if (!std::all_of(n.shape.begin(), n.shape.end(),
-                         [](Expr d) { return d.as_const().has_value(); }))
-          checked_input(user, r);
-        continue;
+      const NodeId source = program_.source_of[r.value];
+      const Node& n = program_.graph->node(r);
+      const void* address = nullptr;
+      if (const DeviceData* d = user.device_data(source); d && !user.data(source)) {
+        check_input_data(n, r, *d, user.dims());
+        LUM_CHECK(d->device() == device_->ordinal())
+            << "input '" << n.name << "' lives on GPU " << d->device()
+            << ", and this program runs on GPU " << device_->ordinal();
+        address = d->data();
+        uploaded_.erase(r.value);
+      } else {
+        address = upload(user, r);
       }
-      const Buffer* host = checked_input(user, r);
-      if (it == uploaded_.end() || it->second.second.bytes() != host->bytes()) {
-        it = uploaded_.insert_or_assign(r.value, std::pair{version, DeviceBuffer(host->bytes())})
-                 .first;
-        moved = true;
-      }
-      it->second.first = version;
-      check(cudaMemcpyAsync(it->second.second.data(), host->data(), host->bytes(),
-                            cudaMemcpyHostToDevice, device_->stream()),
-            "copying an input to the GPU");
-      // The copy reads the host buffer asynchronously; the caller may change it next.
-      device_->synchronize();
+      auto [it, fresh] = input_address_.try_emplace(r.value, address);
+      moved |= fresh || it->second != address;
+      it->second = address;
     }
     return moved;
+  }
+
+  // Input r's host data on the device, uploaded if its data version is new.
+  const void* upload(const Graph& user, NodeId r) {
+    const uint64_t version = user.data_version(program_.source_of[r.value]);
+    auto it = uploaded_.find(r.value);
+    if (it != uploaded_.end() && it->second.first == version) {
+      // The same data under new dims must still fit them, as on the CPU.
+      const Node& n = program_.graph->node(r);
+      if (!std::all_of(n.shape.begin(), n.shape.end(),
+                       [](Expr d) { return d.as_const().has_value(); }))
+        checked_input(user, r);
+      return it->second.second.data();
+    }
+    const Buffer* host = checked_input(user, r);
+    if (it == uploaded_.end() || it->second.second.bytes() != host->bytes())
+      it = uploaded_.insert_or_assign(r.value, std::pair{version, DeviceBuffer(host->bytes())})
+               .first;
+    it->second.first = version;
+    check(cudaMemcpyAsync(it->second.second.data(), host->data(), host->bytes(),
+                          cudaMemcpyHostToDevice, device_->stream()),
+          "copying an input to the GPU");
+    // The copy reads the host buffer asynchronously; the caller may change it next.
+    device_->synchronize();
+    return it->second.second.data();
   }
 
   void drop_graph() {
@@ -317,8 +349,9 @@ class CudaExecutable final : public Executable {
       // A user input is read where it is set; a computed value is copied back first.
       const NodeId r = plan_.canon(n.inputs[i].source);
       const int32_t slot = liveness_.slot_of[r.value];
-      const Buffer computed = slot >= 0 ? download(static_cast<size_t>(slot)) : Buffer();
-      in.push_back(read_view(slot >= 0 ? computed : *checked_input(user, r), views[i]));
+      in.push_back(read_view(slot >= 0 ? download(user, static_cast<size_t>(slot))
+                                       : host_input(user, r),
+                             views[i]));
       shapes.push_back(views[i].dims);
     }
     std::vector<int64_t> out_shape;
@@ -347,16 +380,77 @@ class CudaExecutable final : public Executable {
            copy_view_.run(views[1], operand(n.inputs[1].source), esize, dst + base_bytes);
   }
 
+  // Per kernel, the input an AppendRows kernel may grow in place: a whole input that no
+  // other kernel reads. Whether the caller donated it, and left it on the device, is
+  // asked per run.
+  void find_appendable_bases() {
+    const Graph& g = *program_.graph;
+    appendable_base_.assign(plan_.kernels.size(), std::nullopt);
+    std::vector<size_t> readers(g.num_nodes(), 0);
+    for (const compiler::Kernel& kn : plan_.kernels)
+      for (NodeId r : kn.reads) ++readers[plan_.canon(r).value];
+    for (size_t k = 0; k < plan_.kernels.size(); ++k) {
+      const Node& n = g.node(plan_.kernels[k].root);
+      if (n.op != Op::Custom || !dynamic_cast<const AppendRowsOp*>(n.custom.get())) continue;
+      const NodeId base = plan_.canon(n.inputs[0].source);
+      const Node& b = g.node(base);
+      if (b.op == Op::Input && b.dtype == n.dtype && n.inputs[0].view == View::contiguous(b.shape) &&
+          readers[base.value] == 1)
+        appendable_base_[k] = base;
+    }
+  }
+
+  // AppendRows onto a donated input on the device: the run takes the input (it holds no
+  // data after) and writes the new rows after the old ones, in the input's own memory
+  // where luminal owns it with room to spare, else in new memory with room for as many
+  // again (so a cache grown every step moves O(log n) times). nullopt where kernel k is
+  // something else or its base cannot be taken.
+  std::optional<DeviceBuffer> grown_in_place(Graph& user, size_t k, size_t bytes) {
+    if (!appendable_base_[k] || capturing_) return std::nullopt;
+    const NodeId base = *appendable_base_[k];
+    const NodeId source = program_.source_of[base.value];
+    const DeviceData* d = user.device_data(source);
+    if (!user.is_donated(source) || !d || user.data(source)) return std::nullopt;
+    auto* storage = dynamic_cast<cudagen::CudaStorage*>(d->storage().get());
+    const Node& n = program_.graph->node(plan_.kernels[k].root);
+    const std::vector<ConcreteView>& views = views_[k].get(n, user.dims());
+    if (!storage || views[1].has_mask()) return std::nullopt;
+    const size_t old_bytes = d->bytes();
+    LUM_CHECK(old_bytes + static_cast<size_t>(views[1].numel()) * dtype_size(n.dtype) == bytes)
+        << "internal: AppendRows operands do not add up to its output";
+    const void* rows = operand(n.inputs[1].source);
+    const DeviceData taken = *user.take_device_data(source);
+    const void* old = taken.data();
+    // Memory someone else still holds (a copy of the DeviceData, a lender's) is only read.
+    DeviceBuffer out;
+    if (storage->owned() && taken.storage().use_count() == 1) out = storage->release();
+    if (out.bytes() < bytes) {
+      DeviceBuffer bigger(std::max(bytes, 2 * std::max(out.bytes(), old_bytes)));
+      if (old_bytes)
+        check(cudaMemcpyAsync(bigger.data(), old, old_bytes, cudaMemcpyDeviceToDevice,
+                              device_->stream()),
+              "growing a cache");
+      device_->synchronize();  // the old memory is let go on return
+      out = std::move(bigger);
+    }
+    LUM_CHECK(copy_view_.run(views[1], rows, dtype_size(n.dtype),
+                             static_cast<char*>(out.data()) + old_bytes))
+        << "internal: rows of more than eight dims to append";
+    grew_ = true;
+    return out;
+  }
+
   DType source_dtype(const Node& n, size_t i) const {
     return program_.graph->node(plan_.canon(n.inputs[i].source)).dtype;
   }
 
-  // Computed value `slot` (kernel `slot`'s output) copied to the host.
-  Buffer download(size_t slot) {
+  // Computed value `slot` (kernel `slot`'s output) copied to the host. (Its buffer may be
+  // larger: a cache grown in place keeps room for more rows.)
+  Buffer download(const Graph& user, size_t slot) {
     const DType t = program_.graph->node(plan_.kernels[slot].root).dtype;
     const DeviceBuffer& v = *values_[slot];
-    Buffer host(t, v.bytes() / dtype_size(t), Buffer::Uninitialized{});
-    check(cudaMemcpyAsync(host.data(), v.data(), v.bytes(), cudaMemcpyDeviceToHost,
+    Buffer host(t, static_cast<size_t>(numel_[slot].eval(user.dims())), Buffer::Uninitialized{});
+    check(cudaMemcpyAsync(host.data(), v.data(), host.bytes(), cudaMemcpyDeviceToHost,
                           device_->stream()),
           "copying a value from the GPU");
     device_->synchronize();
@@ -368,9 +462,17 @@ class CudaExecutable final : public Executable {
   const void* operand(NodeId r) {
     r = plan_.canon(r);
     const int32_t slot = liveness_.slot_of[r.value];
-    if (slot < 0) return uploaded_.at(r.value).second.data();
+    if (slot < 0) return input_address_.at(r.value);
     LUM_ASSERT(values_[static_cast<size_t>(slot)]) << "%" << r.value << " has no value";
     return values_[static_cast<size_t>(slot)]->data();
+  }
+
+  // A user input's data on the host, copied back where it was set on the device.
+  Buffer host_input(const Graph& user, NodeId r) const {
+    const NodeId source = program_.source_of[r.value];
+    if (const DeviceData* d = user.device_data(source); d && !user.data(source))
+      return d->to_host();
+    return *checked_input(user, r);
   }
 
   const Buffer* checked_input(const Graph& user, NodeId r) const {
@@ -381,17 +483,38 @@ class CudaExecutable final : public Executable {
     return b;
   }
 
+  // Outputs into the user's graph: copied to the host, or, for those kept on the device,
+  // handed over (the buffer becomes theirs; outputs naming one value share it).
   void store_outputs(Graph& user) {
     const Graph& g = *program_.graph;
+    std::unordered_map<int32_t, DeviceData> handed;  // by slot
     for (const auto& [user_out, node] : program_.outputs) {
       const NodeId c = plan_.canon(node);
       const int32_t slot = liveness_.slot_of[c.value];
+      const bool on_device = user.is_kept_on_device(user_out);
       if (slot < 0) {
-        if (g.node(c).op == Op::Input && program_.source_of[c.value] != user_out)
-          user.set_data(user_out, *checked_input(user, c));
+        if (g.node(c).op != Op::Input || program_.source_of[c.value] == user_out) continue;
+        const NodeId source = program_.source_of[c.value];
+        if (const DeviceData* d = user.device_data(source); d && on_device) {
+          user.set_device_data(user_out, *d);
+        } else {
+          user.set_data(user_out, host_input(user, c));
+        }
         continue;
       }
-      user.set_data(user_out, download(static_cast<size_t>(slot)));
+      if (!on_device) {
+        user.set_data(user_out, download(user, static_cast<size_t>(slot)));
+        continue;
+      }
+      auto it = handed.find(slot);
+      if (it == handed.end()) {
+        const auto numel = static_cast<size_t>(numel_[static_cast<size_t>(slot)].eval(user.dims()));
+        std::optional<DeviceBuffer>& v = values_[static_cast<size_t>(slot)];
+        auto storage = std::make_shared<cudagen::CudaStorage>(std::move(*v), device_->ordinal());
+        v.reset();
+        it = handed.emplace(slot, DeviceData(storage, g.node(c).dtype, numel)).first;
+      }
+      user.set_device_data(user_out, it->second);
     }
   }
 
@@ -436,6 +559,8 @@ class CudaExecutable final : public Executable {
   std::vector<void*> launch_pointers_, launch_args_;            // reused by every launch
   std::vector<NodeId> inputs_read_;  // user inputs the kernels read, each once
   std::vector<runtime::ResolvedViews> views_;
+  std::vector<std::optional<NodeId>> appendable_base_;  // per kernel (find_appendable_bases)
+  std::unordered_map<uint32_t, const void*> input_address_;  // by input node, this run
   std::vector<std::optional<DeviceBuffer>> values_;  // by kernel, during a run
   std::unordered_map<uint32_t, std::pair<uint64_t, DeviceBuffer>> uploaded_;  // by input node
   std::multimap<size_t, DeviceBuffer> pool_;
@@ -452,6 +577,8 @@ class CudaExecutable final : public Executable {
   // CUDA-graph capture and replay (see run); LUMINAL_CUDA_GRAPHS=0 turns it off.
   const bool graphs_ = !runtime::env_has("LUMINAL_CUDA_GRAPHS", "0") && !profiling_;
   bool steady_ = false;  // the last run ran every kernel on the GPU
+  bool capturing_ = false;  // this run is being captured
+  bool grew_ = false;       // this run grew a donated input in place
   std::vector<int64_t> last_dims_, graph_dims_;
   std::unique_ptr<cudagen::GraphExec> graph_;
   RunStats graph_stats_;

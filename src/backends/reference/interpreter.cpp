@@ -254,7 +254,7 @@ class ReferenceExecutable final : public Executable {
       const NodeId id{static_cast<uint32_t>(i)};
       const Node& n = g.node(id);
       if (n.op == Op::Input) {
-        check_input_data(n, id, g.data(id), dims);
+        check_input_data(n, id, g.data(id), dims, g.device_data(id));
         // Block-stored inputs are read as their decoded values.
         if (n.quant != kPlainStorage) {
           values[i] = dequantized(n, *g.data(id));
