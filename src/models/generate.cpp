@@ -92,12 +92,16 @@ struct TextGenerator::Impl {
     past += static_cast<int64_t>(ids.size());
     // Straight into the graph: the caches are plain contiguous inputs of the right dtype,
     // so Tensor::set_buffer's checks (a view built and compared per call, 36 calls a
-    // token) have nothing to catch.
+    // token) have nothing to catch. A GPU backend left them on the device.
+    auto feed_back = [&](const Tensor& out, const Tensor& in) {
+      if (std::optional<DeviceData> d = graph.take_device_data(out.id()))
+        graph.set_device_data(in.id(), std::move(*d));
+      else
+        graph.set_data(in.id(), graph.take_data(out.id()).value());
+    };
     for (size_t l = 0; l < cache_out.size(); ++l) {
-      graph.set_data(lm.model->cache_inputs[l].k.id(),
-                     graph.take_data(cache_out[l].k.id()).value());
-      graph.set_data(lm.model->cache_inputs[l].v.id(),
-                     graph.take_data(cache_out[l].v.id()).value());
+      feed_back(cache_out[l].k, lm.model->cache_inputs[l].k);
+      feed_back(cache_out[l].v, lm.model->cache_inputs[l].v);
     }
     const Buffer* data = graph.data(logits.id());
     LUM_CHECK(data) << "the model produced no logits";
@@ -124,9 +128,10 @@ TextGenerator::TextGenerator(const std::string& path, const Backend& backend,
   CausalLM::Output out = m.lm.model->forward(m.tokens, "seq", "past", /*last_only=*/true);
   m.logits = out.logits.retrieve();
   m.cache_out = out.cache;
+  // A GPU backend keeps the caches in device memory between steps.
   for (auto& c : m.cache_out) {
-    c.k.retrieve();
-    c.v.retrieve();
+    c.k.keep_on_device();
+    c.v.keep_on_device();
   }
   // Each step's cache replaces the last, so the run may grow the old one in place.
   for (auto& c : m.lm.model->cache_inputs) {

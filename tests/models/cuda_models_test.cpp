@@ -1,8 +1,9 @@
 // Every HF model parity fixture (transformers 4 and 5 folders) on the CUDA backend:
-// prefill and KV-cache decode logits against transformers' (label gpu; skips without
-// a GPU).
+// prefill and KV-cache decode logits against transformers', and greedy generation (label
+// gpu; skips without a GPU).
 #include <gtest/gtest.h>
 
+#include "models/generate_cases.hpp"
 #include "models/model_parity.hpp"
 
 namespace luminal::models {
@@ -29,6 +30,13 @@ TEST_P(CudaGemmaFamily, MatchesTransformers) {
 }
 INSTANTIATE_TEST_SUITE_P(Arch, CudaGemmaFamily, ::testing::ValuesIn(kGemmaFixtures));
 INSTANTIATE_TEST_SUITE_P(Transformers5, CudaGemmaFamily, ::testing::ValuesIn(kGemmaFixturesTf5));
+
+// Greedy generation, the caches kept on the GPU between steps.
+TEST(CudaGenerate, HfFolderMatchesTransformers) {
+  std::string why;
+  if (!cuda_available(&why)) GTEST_SKIP() << "no GPU here: " << why;
+  expect_generation_matches_transformers(kGenerateForms[0], cuda());
+}
 
 }  // namespace
 }  // namespace luminal::models

@@ -1,8 +1,5 @@
-// The generator end to end on tiny models in each form `luminal generate --model` opens
-// — a Hugging Face folder, a GGUF llama (q/k rows permuted as llama.cpp's converter
-// writes them, Q8_0) and a GGUF qwen2 (biases, tied embeddings, Q4_0) — against Hugging
-// Face transformers (tools/fixtures/make_generate.py): the prompt's ids with the model's
-// special tokens, the greedy ids, and the streamed text up to the stop token.
+// The generator end to end on the CPU (generate_cases.hpp), and opening models that are
+// not there or not what they claim.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -15,61 +12,22 @@
 #include "luminal/error.hpp"
 #include "luminal/models/generate.hpp"
 #include "luminal/models/language_model.hpp"
+#include "models/generate_cases.hpp"
 #include "models/json.hpp"
 
 namespace luminal::models {
 namespace {
 
-const std::string kDir = std::string(LUMINAL_FIXTURE_DIR) + "/generate/";
+const std::string& kDir = kGenerateDir;
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-std::vector<int32_t> ids_of(const Json& j) {
-  std::vector<int32_t> out;
-  for (const Json& v : j.array()) out.push_back(static_cast<int32_t>(v.integer()));
-  return out;
-}
-
-struct Form {
-  const char* name;
-  const char* model;
-  const char* expected;
-  friend void PrintTo(const Form& f, std::ostream* os) { *os << f.model; }
-};
-
-class Generate : public ::testing::TestWithParam<Form> {};
+class Generate : public ::testing::TestWithParam<GenerateForm> {};
 
 TEST_P(Generate, MatchesTransformers) {
-  const Form& form = GetParam();
-  const CpuBackend cpu;
-  TextGenerator gen(kDir + form.model, cpu);
-  const std::string path = kDir + form.expected;
-  const Json cases = parse_json(read_file(path), path);
-  ASSERT_TRUE(cases.is_array() && !cases.array().empty());
-  for (const Json& c : cases.array()) {
-    const std::string prompt = c.find("prompt")->string();
-    const std::vector<int32_t> prompt_ids = ids_of(*c.find("prompt_ids"));
-    const std::vector<int32_t> want = ids_of(*c.find("greedy_ids"));
-    EXPECT_EQ(gen.encode(prompt), prompt_ids) << prompt;
-    EXPECT_EQ(gen.greedy_ids(prompt_ids, static_cast<int64_t>(want.size())), want) << prompt;
-    std::string streamed;
-    gen.generate(prompt, static_cast<int64_t>(want.size()), {},
-                 [&](const std::string& piece) { streamed += piece; });
-    EXPECT_EQ(streamed, c.find("text")->string()) << prompt;
-  }
+  expect_generation_matches_transformers(GetParam(), CpuBackend());
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Forms, Generate,
-    ::testing::Values(Form{"hf_folder", "llama_folder", "expected_llama_folder.json"},
-                      Form{"gguf_llama_q8_0", "llama.gguf", "expected_llama_gguf.json"},
-                      Form{"gguf_qwen2_q4_0", "qwen2.gguf", "expected_qwen2_gguf.json"}),
-    [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(Forms, Generate, ::testing::ValuesIn(kGenerateForms),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 // The message of the error opening `path` raises.
 std::string open_error(const std::string& path) {
