@@ -91,10 +91,10 @@ void attention(int64_t seq, int64_t past, const char* name) {
   Tensor k = cx.named_tensor("k", {total, kv, d}, DType::F16);
   Tensor v = cx.named_tensor("v", {total, kv, d}, DType::F16);
   q.set(random_floats(static_cast<size_t>(kv * group * seq * d), 8));
-  k.set_buffer(Buffer::from_doubles(
-      std::vector<double>(static_cast<size_t>(total * kv * d), 0.01), DType::F16));
-  v.set_buffer(Buffer::from_doubles(
-      std::vector<double>(static_cast<size_t>(total * kv * d), 0.02), DType::F16));
+  k.set_buffer(Buffer::from_doubles(std::vector<double>(static_cast<size_t>(total * kv * d), 0.01),
+                                    DType::F16));
+  v.set_buffer(Buffer::from_doubles(std::vector<double>(static_cast<size_t>(total * kv * d), 0.02),
+                                    DType::F16));
   const Tensor keys = k.cast(DType::F32).permute({1, 0, 2});
   const Tensor values = v.cast(DType::F32).permute({1, 0, 2});
   Tensor scores = q.matmul(keys.unsqueeze(1).transpose(-1, -2)) * (1.0 / std::sqrt(double(d)));

@@ -19,7 +19,9 @@ std::unique_ptr<Executable> CudaBackend::compile(const Graph&) const {
   LUM_FAIL() << "the CUDA backend cannot run: " << kWhy;
 }
 
-DeviceData to_cuda(const Buffer&, int) { LUM_FAIL() << "to_cuda: " << kWhy; }
+DeviceData to_cuda(const Buffer&, int) {
+  LUM_FAIL() << "to_cuda: " << kWhy;
+}
 
 DeviceData cuda_borrow(void*, DType, size_t, std::shared_ptr<void>, int) {
   LUM_FAIL() << "cuda_borrow: " << kWhy;

@@ -268,8 +268,8 @@ void check_input_data(const Node& n, NodeId id, const DeviceData& d, const Bindi
 
 void check_input_data(const Node& n, NodeId id, const Buffer* b, const Bindings& dims,
                       const DeviceData* on_device) {
-  LUM_CHECK(b || !on_device) << "input '" << n.name << "' (%" << id.value
-                             << ") lives on GPU " << on_device->device()
+  LUM_CHECK(b || !on_device) << "input '" << n.name << "' (%" << id.value << ") lives on GPU "
+                             << on_device->device()
                              << ", and this backend reads host data: set it from the host, or "
                                 "copy it there with DeviceData::to_host()";
   LUM_CHECK(b) << "input '" << n.name << "' (%" << id.value

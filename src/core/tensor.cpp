@@ -200,7 +200,9 @@ Tensor& Tensor::keep_on_device() {
   return *this;
 }
 
-const DeviceData* Tensor::device_data() const { return graph().device_data(id_); }
+const DeviceData* Tensor::device_data() const {
+  return graph().device_data(id_);
+}
 
 Tensor& Tensor::set_quantized(uint32_t ggml_type, Buffer raw) {
   LUM_CHECK(view_ == View::contiguous(graph().node(id_).shape))

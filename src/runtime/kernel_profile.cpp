@@ -13,9 +13,8 @@ void print_kernel_profile(const Graph& g, const compiler::KernelPlan& plan,
   double total = 0;
   for (size_t k = 0; k < p.kernels.size(); ++k) {
     const Node& n = g.node(plan.kernels[k].root);
-    const std::string what =
-        (n.op == Op::Custom ? n.custom->name() : std::string(op_name(n.op))) + " " +
-        to_string(n.shape);
+    const std::string what = (n.op == Op::Custom ? n.custom->name() : std::string(op_name(n.op))) +
+                             " " + to_string(n.shape);
     groups[what].first += p.kernels[k];
     ++groups[what].second;
     total += p.kernels[k];
@@ -30,8 +29,7 @@ void print_kernel_profile(const Graph& g, const compiler::KernelPlan& plan,
                title.c_str(), p.kernels.size(), p.runs, total * per_run, p.run_seconds * per_run);
   for (size_t i = 0; i < order.size() && i < 20; ++i)
     std::fprintf(stderr, "  %6.2f%%  %8.3f ms/run  %4zu x %s\n", 100 * order[i].first / total,
-                 order[i].first * per_run, groups[order[i].second].second,
-                 order[i].second.c_str());
+                 order[i].first * per_run, groups[order[i].second].second, order[i].second.c_str());
 }
 
 }  // namespace luminal::runtime

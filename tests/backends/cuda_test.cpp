@@ -184,7 +184,8 @@ TEST(Cuda, ADonatedCacheOnTheDeviceGrowsInPlace) {
     EXPECT_EQ(cache.device_data(), nullptr) << "the donated cache was not taken";
     for (int t = 0; t < seq; ++t)
       for (int h = 0; h < 2; ++h)
-        for (int e = 0; e < 8; ++e) expected.push_back(2.0f * r[static_cast<size_t>((h * seq + t) * 8 + e)]);
+        for (int e = 0; e < 8; ++e)
+          expected.push_back(2.0f * r[static_cast<size_t>((h * seq + t) * 8 + e)]);
     past += seq;
     std::optional<DeviceData> d = cx.take_device_data(grown.id());
     ASSERT_TRUE(d) << step;

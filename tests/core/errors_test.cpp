@@ -91,7 +91,8 @@ TEST(Errors, DataOnAGpuForAHostBackend) {
   Tensor x = cx.named_tensor("x", {3});
   (x + 1.0).retrieve();
   const std::vector<float> values = {1, 2, 3};
-  x.set_device(DeviceData(std::make_shared<HostBackedStorage>(Buffer::from(values)), DType::F32, 3));
+  x.set_device(
+      DeviceData(std::make_shared<HostBackedStorage>(Buffer::from(values)), DType::F32, 3));
   EXPECT_EQ(x.to_f32(), values);
   cx.compile(reference());
   expect_error([&] { cx.execute(); }, {"input 'x'", "lives on GPU 3", "host data"});

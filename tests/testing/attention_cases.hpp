@@ -36,11 +36,11 @@ inline void expect_attention_matches_reference(const Backend& backend, const std
                                          {2, 3, 7, 12, 32, 48, 0, DType::F16},
                                          {1, 4, 9, 0, 24, 24, 4, DType::F32},
                                          {1, 3, 21, 140, 36, 20, 0, DType::F16}}) {
-    const std::string what =
-        label + ": kv " + std::to_string(c.kv_heads) + " group " + std::to_string(c.group) +
-        " seq " + std::to_string(c.seq) + " past " + std::to_string(c.past) + " d " +
-        std::to_string(c.d) + " dv " + std::to_string(c.dv) + " window " +
-        std::to_string(c.window) + " " + std::string(dtype_name(c.cache));
+    const std::string what = label + ": kv " + std::to_string(c.kv_heads) + " group " +
+                             std::to_string(c.group) + " seq " + std::to_string(c.seq) + " past " +
+                             std::to_string(c.past) + " d " + std::to_string(c.d) + " dv " +
+                             std::to_string(c.dv) + " window " + std::to_string(c.window) + " " +
+                             std::string(dtype_name(c.cache));
     const int64_t total = c.past + c.seq;
     Graph cx;
     Tensor q = cx.named_tensor("q", {c.kv_heads, c.group, "seq", c.d});

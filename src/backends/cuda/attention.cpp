@@ -7,8 +7,9 @@
 // that share it. Keys go in chunks of 128: a group of `lanes` threads takes a key's dot
 // products with every row (each thread a slice of the head dim, summed by shuffles), the
 // chunk's scores update each row's running max and sum, and the same groups add the
-// weighted values into per-thread slices of the output. Masked keys are skipped, so a
-// causal prompt does half the work. When there are too few (kv point, tile) pairs to
+// weighted values into per-thread slices of the output. Keys are loaded eight at a time
+// whether masked or not (so no load waits for the mask); masked keys' values are not read.
+// When there are too few (kv point, tile) pairs to
 // fill the GPU (decoding: one per key head), the keys are split between blocks, each
 // writes its rows' max, sum and unnormalised output, and a second kernel combines them
 // (flash-decoding).
@@ -26,8 +27,10 @@
 namespace luminal::cudagen {
 namespace {
 
+// Threads per block, keys per chunk, and split ranges at most (the combine kernel's
+// weights), given to the source as LUM_AT_THREADS, LUM_AT_CHUNK and LUM_AT_MAX_SPLITS.
 constexpr int kThreads = 128, kChunk = 128, kMaxDims = 4, kMaxRows = 8;
-constexpr int64_t kMaxSplits = 1024;  // LUM_AT_MAX_SPLITS: the combine kernel's weights
+constexpr int64_t kMaxSplits = 1024;
 
 // The kernel's parameter block; the source declares the same fields in the same order
 // (all 8 bytes wide but the last two, so both sides lay it out alike).
@@ -49,8 +52,6 @@ struct Args {
 };
 
 constexpr const char* kSource = R"ATTN(
-#define LUM_AT_THREADS 128
-#define LUM_AT_CHUNK 128
 struct LumAttnArgs {
   const void *q, *k, *v; const unsigned char* mask;
   float *out, *partials;
@@ -295,7 +296,6 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention(const
 // piece without kept keys (max -inf, sum 0, output 0) weighs 0; a row without any comes
 // out NaN, as the decomposition's 0 / 0 does. A block per row: the first warp finds the
 // pieces' weights once, then every thread sums its output elements over them.
-#define LUM_AT_MAX_SPLITS 1024
 extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS)
     lum_attention_combine(const float* __restrict__ partials, float* __restrict__ out,
                           long long rows, long long splits) {
@@ -333,7 +333,9 @@ const char* element_struct(DType t) {
   return t == DType::F32 ? "lum_at_f32" : t == DType::F16 ? "lum_at_f16" : "lum_at_bf16";
 }
 
-bool supported(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+bool supported(DType t) {
+  return t == DType::F32 || t == DType::F16 || t == DType::BF16;
+}
 
 // 16 bytes' worth of elements when every row and dim offset allows 16-byte loads, else 1.
 int vector_width(const ConcreteView& view, size_t head_axis, int64_t head_dim, DType t,
@@ -343,8 +345,7 @@ int vector_width(const ConcreteView& view, size_t head_axis, int64_t head_dim, D
       reinterpret_cast<uintptr_t>(data) % 16 != 0)
     return 1;
   for (size_t i = 0; i < view.dims.size(); ++i)
-    if (i != head_axis && view.dims[i] > 1 && view.strides[i] % n != 0)
-      return 1;
+    if (i != head_axis && view.dims[i] > 1 && view.strides[i] % n != 0) return 1;
   return static_cast<int>(n);
 }
 
@@ -364,6 +365,9 @@ std::string attention_source(const AttentionKernel& s) {
   define("LUM_AT_VV", std::to_string(s.value_vec));
   define("LUM_AT_L", std::to_string(s.lanes));
   define("LUM_AT_R", std::to_string(s.rows));
+  define("LUM_AT_THREADS", std::to_string(kThreads));
+  define("LUM_AT_CHUNK", std::to_string(kChunk));
+  define("LUM_AT_MAX_SPLITS", std::to_string(kMaxSplits));
   return std::string(cuda_prelude()) + std::string(runtime::scalar_prelude()) + defines + kSource;
 }
 
@@ -371,9 +375,9 @@ const Attention::Compiled& Attention::compiled(const AttentionKernel& spec) {
   // Keyed by the fields, not the source: this runs for every launch.
   const std::string key = std::string(dtype_name(spec.q)) + " " + std::string(dtype_name(spec.k)) +
                           " " + std::string(dtype_name(spec.v)) + " " + std::to_string(spec.d) +
-                          " " + std::to_string(spec.dv) + " " + std::to_string(spec.key_vec) +
-                          " " + std::to_string(spec.value_vec) + " " +
-                          std::to_string(spec.lanes) + " " + std::to_string(spec.rows);
+                          " " + std::to_string(spec.dv) + " " + std::to_string(spec.key_vec) + " " +
+                          std::to_string(spec.value_vec) + " " + std::to_string(spec.lanes) + " " +
+                          std::to_string(spec.rows);
   Compiled& c = kernels_[key];
   if (!c.module) {
     c.module = std::make_unique<Module>(compile_cubin(attention_source(spec), device_.arch()).code);
@@ -384,10 +388,10 @@ const Attention::Compiled& Attention::compiled(const AttentionKernel& spec) {
   return c;
 }
 
-bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type,
-                    const ConcreteView& k, const void* k_data, DType k_type,
-                    const ConcreteView& v, const void* v_data, DType v_type,
-                    const ConcreteView& mask, const void* mask_data, double scale, float* out) {
+bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, const ConcreteView& k,
+                    const void* k_data, DType k_type, const ConcreteView& v, const void* v_data,
+                    DType v_type, const ConcreteView& mask, const void* mask_data, double scale,
+                    float* out) {
   const size_t r = q.dims.size();
   if (r < 3 || k.dims.size() != r || v.dims.size() != r || mask.dims.size() + 1 != r) return false;
   if (q.has_mask() || k.has_mask() || v.has_mask() || mask.has_mask()) return false;
@@ -436,9 +440,8 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type,
   while (spec.lanes < 32 && spec.lanes < key_vecs) spec.lanes *= 2;
   // Rows per block: as many as share the keys, up to 8, while each thread's queries and
   // outputs stay in registers and the block's arrays in 44 KiB of shared memory.
-  const int64_t per_row_regs =
-      (key_vecs + spec.lanes - 1) / spec.lanes * spec.key_vec +
-      (dv / spec.value_vec + spec.lanes - 1) / spec.lanes * spec.value_vec;
+  const int64_t per_row_regs = (key_vecs + spec.lanes - 1) / spec.lanes * spec.key_vec +
+                               (dv / spec.value_vec + spec.lanes - 1) / spec.lanes * spec.value_vec;
   int64_t rows = std::min<int64_t>({kMaxRows, a.shared_rows, 128 / per_row_regs});
   while (rows > 0 && rows * ((d + dv + kChunk + 3) * 4 + 24) > 44 * 1024) --rows;
   if (rows < 1) return false;
@@ -466,9 +469,8 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type,
 
   const Module& m = *kernel.module;
   void* args[] = {&a};
-  check(cudaLaunchKernel(m.kernel("lum_attention"),
-                         dim3(static_cast<unsigned>(pairs * a.splits)), dim3(kThreads), args, 0,
-                         device_.stream()),
+  check(cudaLaunchKernel(m.kernel("lum_attention"), dim3(static_cast<unsigned>(pairs * a.splits)),
+                         dim3(kThreads), args, 0, device_.stream()),
         "launching attention");
   if (a.splits > 1) {
     long long n = out_rows, splits_arg = a.splits;

@@ -40,8 +40,7 @@ class Attention {
   /// keys and values vary along and those they do not): the caller runs the op elsewhere.
   bool run(const ConcreteView& q, const void* q_data, DType q_type, const ConcreteView& k,
            const void* k_data, DType k_type, const ConcreteView& v, const void* v_data,
-           DType v_type, const ConcreteView& mask, const void* mask_data, double scale,
-           float* out);
+           DType v_type, const ConcreteView& mask, const void* mask_data, double scale, float* out);
 
  private:
   struct Compiled {

@@ -47,7 +47,9 @@ LUM_COPY_VIEW(lum_copy_view_8, unsigned long long)
 
 }  // namespace
 
-std::string copy_view_source() { return std::string(cuda_prelude()) + kSource; }
+std::string copy_view_source() {
+  return std::string(cuda_prelude()) + kSource;
+}
 
 bool ViewCopy::run(const ConcreteView& view, const void* src, size_t element_bytes, void* dst) {
   if (view.has_mask()) return false;
@@ -74,7 +76,8 @@ bool ViewCopy::run(const ConcreteView& view, const void* src, size_t element_byt
                                           : "lum_copy_view_8";
   if (element_bytes != 1 && element_bytes != 2 && element_bytes != 4 && element_bytes != 8)
     return false;
-  if (!module_) module_ = std::make_unique<Module>(compile_cubin(copy_view_source(), device_.arch()).code);
+  if (!module_)
+    module_ = std::make_unique<Module>(compile_cubin(copy_view_source(), device_.arch()).code);
   void* args[] = {&a};
   const int64_t blocks = std::min<int64_t>((n + 255) / 256, int64_t{device_.multiprocessors()} * 8);
   check(cudaLaunchKernel(module_->kernel(name), dim3(static_cast<unsigned>(blocks)), dim3(256),

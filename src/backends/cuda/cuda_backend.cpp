@@ -98,8 +98,9 @@ class CudaExecutable final : public Executable {
     }
     const bool inputs_moved = upload_inputs(user);
     // Outputs left on the device are handed over, so their buffers are new every run.
-    const bool hands_over = std::any_of(program_.outputs.begin(), program_.outputs.end(),
-                                        [&](const auto& o) { return user.is_kept_on_device(o.first); });
+    const bool hands_over =
+        std::any_of(program_.outputs.begin(), program_.outputs.end(),
+                    [&](const auto& o) { return user.is_kept_on_device(o.first); });
     if (graph_ && dims == graph_dims_ && !inputs_moved && !hands_over) {
       stats_ = graph_stats_;
       stats_.replayed = true;
@@ -185,11 +186,9 @@ class CudaExecutable final : public Executable {
       // A row group's members run when its last one comes; what they read stays till then.
       if (l.shape == KernelShape::InRowGroup) continue;
       ++launches_;
-      if (grown) {
-        // The new rows only, after the old ones.
-      } else if (l.shape == KernelShape::Library) {
+      if (!grown && l.shape == KernelShape::Library) {
         run_library(user, k, *values_[k]);
-      } else {
+      } else if (!grown) {
         launch(user, k, dims);
       }
       const size_t first = l.shape == KernelShape::Rows ? l.group_begin : k;
@@ -349,9 +348,8 @@ class CudaExecutable final : public Executable {
       // A user input is read where it is set; a computed value is copied back first.
       const NodeId r = plan_.canon(n.inputs[i].source);
       const int32_t slot = liveness_.slot_of[r.value];
-      in.push_back(read_view(slot >= 0 ? download(user, static_cast<size_t>(slot))
-                                       : host_input(user, r),
-                             views[i]));
+      in.push_back(read_view(
+          slot >= 0 ? download(user, static_cast<size_t>(slot)) : host_input(user, r), views[i]));
       shapes.push_back(views[i].dims);
     }
     std::vector<int64_t> out_shape;
@@ -365,8 +363,8 @@ class CudaExecutable final : public Executable {
     device_->synchronize();  // `result` is freed on return
   }
 
-  // concat({base, rows}, 0): each operand copied into its part of the output. (Growing
-  // a donated base in place needs inputs that stay on the device.)
+  // concat({base, rows}, 0): each operand copied into its part of the output. (A donated
+  // base on the device is grown in place instead: grown_in_place.)
   bool append_rows(const Node& n, const std::vector<ConcreteView>& views, DeviceBuffer& out) {
     if (source_dtype(n, 0) != n.dtype || source_dtype(n, 1) != n.dtype) return false;
     const size_t esize = dtype_size(n.dtype);
@@ -394,8 +392,8 @@ class CudaExecutable final : public Executable {
       if (n.op != Op::Custom || !dynamic_cast<const AppendRowsOp*>(n.custom.get())) continue;
       const NodeId base = plan_.canon(n.inputs[0].source);
       const Node& b = g.node(base);
-      if (b.op == Op::Input && b.dtype == n.dtype && n.inputs[0].view == View::contiguous(b.shape) &&
-          readers[base.value] == 1)
+      if (b.op == Op::Input && b.dtype == n.dtype &&
+          n.inputs[0].view == View::contiguous(b.shape) && readers[base.value] == 1)
         appendable_base_[k] = base;
     }
   }
@@ -559,9 +557,9 @@ class CudaExecutable final : public Executable {
   std::vector<void*> launch_pointers_, launch_args_;            // reused by every launch
   std::vector<NodeId> inputs_read_;  // user inputs the kernels read, each once
   std::vector<runtime::ResolvedViews> views_;
-  std::vector<std::optional<NodeId>> appendable_base_;  // per kernel (find_appendable_bases)
+  std::vector<std::optional<NodeId>> appendable_base_;       // per kernel (find_appendable_bases)
   std::unordered_map<uint32_t, const void*> input_address_;  // by input node, this run
-  std::vector<std::optional<DeviceBuffer>> values_;  // by kernel, during a run
+  std::vector<std::optional<DeviceBuffer>> values_;          // by kernel, during a run
   std::unordered_map<uint32_t, std::pair<uint64_t, DeviceBuffer>> uploaded_;  // by input node
   std::multimap<size_t, DeviceBuffer> pool_;
   DeviceBuffer errors_;                // three int64 per kernel (runtime/kernel_errors.hpp)
@@ -576,7 +574,7 @@ class CudaExecutable final : public Executable {
   runtime::KernelProfile profile_;
   // CUDA-graph capture and replay (see run); LUMINAL_CUDA_GRAPHS=0 turns it off.
   const bool graphs_ = !runtime::env_has("LUMINAL_CUDA_GRAPHS", "0") && !profiling_;
-  bool steady_ = false;  // the last run ran every kernel on the GPU
+  bool steady_ = false;     // the last run ran every kernel on the GPU
   bool capturing_ = false;  // this run is being captured
   bool grew_ = false;       // this run grew a donated input in place
   std::vector<int64_t> last_dims_, graph_dims_;
