@@ -4,7 +4,9 @@
 
 #ifdef LUMINAL_HAS_CUDA
 #include <algorithm>
+#include <random>
 
+#include "backends/cuda/arena.hpp"
 #include "backends/cuda/attention.hpp"
 #include "backends/cuda/codegen.hpp"
 #include "backends/cuda/compile.hpp"
@@ -67,6 +69,49 @@ TEST(CudaCodegen, RowOpsCompileForHopper) {
 TEST(CudaCodegen, OneRowProductAndViewCopyKernelsCompileForHopper) {
   EXPECT_FALSE(cudagen::compile_cubin(cudagen::gemv_source(), "sm_90").code.empty());
   EXPECT_FALSE(cudagen::compile_cubin(cudagen::copy_view_source(), "sm_90").code.empty());
+}
+
+// Arena plans against brute force: over random sizes and lifetimes, no two values live at
+// once share a byte, every offset is aligned, and space is reused (a chain of values each
+// freed after its reader needs only two at a time).
+TEST(CudaArena, LiveValuesNeverOverlapAndSpaceIsReused) {
+  std::mt19937 rng(3);
+  for (int trial = 0; trial < 200; ++trial) {
+    const size_t n = 1 + rng() % 40;
+    std::vector<size_t> sizes(n), released_after(n, n);  // n: never released
+    for (size_t k = 0; k < n; ++k) {
+      sizes[k] = rng() % 4 == 0 ? 0 : 1 + rng() % 5000;
+      if (rng() % 5 != 0) released_after[k] = k + rng() % (n - k);
+    }
+    std::vector<std::pair<uint32_t, uint32_t>> releases(n);
+    std::vector<int32_t> frees;
+    for (size_t j = 0; j < n; ++j) {
+      releases[j].first = static_cast<uint32_t>(frees.size());
+      for (size_t k = 0; k < n; ++k)
+        if (released_after[k] == j) frees.push_back(static_cast<int32_t>(k));
+      releases[j].second = static_cast<uint32_t>(frees.size());
+    }
+    const cudagen::ArenaPlan p = cudagen::plan_arena(sizes, releases, frees);
+    for (size_t b = 0; b < n; ++b) {
+      if (!sizes[b]) continue;
+      EXPECT_EQ(p.offsets[b] % 256, 0u);
+      EXPECT_LE(p.offsets[b] + sizes[b], p.bytes);
+      for (size_t a = 0; a < b; ++a) {
+        if (!sizes[a] || released_after[a] < b) continue;  // a no longer holds its bytes
+        EXPECT_TRUE(p.offsets[a] + sizes[a] <= p.offsets[b] ||
+                    p.offsets[b] + sizes[b] <= p.offsets[a])
+            << "trial " << trial << ": values " << a << " and " << b << " overlap";
+      }
+    }
+  }
+  std::vector<std::pair<uint32_t, uint32_t>> releases = {{0, 0}};
+  std::vector<int32_t> frees;
+  for (int32_t k = 1; k < 10; ++k) {  // kernel k reads value k - 1, then it is released
+    releases.emplace_back(static_cast<uint32_t>(frees.size()),
+                          static_cast<uint32_t>(frees.size() + 1));
+    frees.push_back(k - 1);
+  }
+  EXPECT_EQ(cudagen::plan_arena(std::vector<size_t>(10, 1000), releases, frees).bytes, 2 * 1024u);
 }
 
 // The attention kernel's specialisations: decoding over an f16 cache with 16-byte loads,

@@ -4,10 +4,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <map>
 #include <optional>
 #include <unordered_map>
 
+#include "backends/cuda/arena.hpp"
 #include "backends/cuda/attention.hpp"
 #include "backends/cuda/compile.hpp"
 #include "backends/cuda/copy_view.hpp"
@@ -69,7 +69,16 @@ class CudaExecutable final : public Executable {
         seen[r.value] = true;
       }
     views_.resize(plan_.kernels.size());
-    values_.resize(plan_.kernels.size());
+    value_ptr_.assign(plan_.kernels.size(), nullptr);
+    owned_.resize(plan_.kernels.size());
+    // What is released after each kernel: a row group's members' reads stay till its last.
+    releases_.assign(plan_.kernels.size(), {0, 0});
+    for (size_t k = 0; k < plan_.kernels.size(); ++k) {
+      const cudagen::KernelLaunch& l = source_.launches[k];
+      if (l.shape == KernelShape::InRowGroup) continue;
+      const size_t first = l.shape == KernelShape::Rows ? l.group_begin : k;
+      releases_[k] = {liveness_.frees_begin[first], liveness_.frees_begin[k + 1]};
+    }
     find_appendable_bases();
     errors_ = DeviceBuffer(3 * sizeof(int64_t) * std::max<size_t>(plan_.kernels.size(), 1));
     if (profiling_) {
@@ -111,6 +120,7 @@ class CudaExecutable final : public Executable {
       return;
     }
     drop_graph();
+    place_values(user, dims);
     const bool capture = graphs_ && steady_ && dims == last_dims_ && !inputs_moved && !hands_over;
     last_dims_ = dims;
     stats_ = RunStats{};
@@ -151,7 +161,6 @@ class CudaExecutable final : public Executable {
     finish(user);
     // A run that ran kernels on the host or took an input's memory is not captured next.
     steady_ = stats_.host_fallbacks == 0 && !grew_;
-    if (!graph_) release_values();
     if (profiling_) {
       for (size_t k = 0; k < plan_.kernels.size(); ++k) {
         float ms = 0;
@@ -167,19 +176,29 @@ class CudaExecutable final : public Executable {
   RunStats last_run() const override { return stats_; }
 
  private:
-  // Every kernel in order, each value's buffer freed after its last reader.
+  // Every kernel in order, into the places place_values() found.
   void run_kernels(Graph& user, std::vector<int64_t>& dims) {
-    const Graph& g = *program_.graph;
     size_t live = 0;
     launches_ = 0;
     for (size_t k = 0; k < plan_.kernels.size(); ++k) {
       if (profiling_) check(cudaEventRecord(marks_[k].get(), device_->stream()), "cudaEventRecord");
-      const Node& root = g.node(plan_.kernels[k].root);
-      const size_t numel = static_cast<size_t>(numel_[k].eval(user.dims()));
-      values_[k] = grown_in_place(user, k, numel * dtype_size(root.dtype));
-      const bool grown = values_[k].has_value();
-      if (!grown) values_[k] = allocate(numel * dtype_size(root.dtype));
-      live += values_[k]->bytes();
+      const size_t bytes = value_bytes_[k];
+      bool grown = false;
+      if (sizes_[k] > 0) {
+        value_ptr_[k] = static_cast<char*>(arena_.data()) + arena_plan_.offsets[k];
+      } else if (std::optional<DeviceBuffer> in_place = grown_in_place(user, k, bytes)) {
+        owned_[k] = std::move(*in_place);
+        value_ptr_[k] = owned_[k].data();
+        grown = true;
+      } else {
+        if (owned_[k].bytes() != bytes) owned_[k] = DeviceBuffer(bytes);
+        value_ptr_[k] = owned_[k].data();
+      }
+      // Test binaries set LUMINAL_CPU_POISON: outputs start as all-ones bytes (NaN for
+      // floats) on every backend, so an element a kernel leaves unwritten shows.
+      if (poison_ && bytes && !grown)
+        check(cudaMemsetAsync(value_ptr_[k], 0xFF, bytes, device_->stream()), "cudaMemsetAsync");
+      live += bytes;
       stats_.peak_bytes = std::max(stats_.peak_bytes, live);
       ++stats_.nodes_run;
       const cudagen::KernelLaunch& l = source_.launches[k];
@@ -187,20 +206,44 @@ class CudaExecutable final : public Executable {
       if (l.shape == KernelShape::InRowGroup) continue;
       ++launches_;
       if (!grown && l.shape == KernelShape::Library) {
-        run_library(user, k, *values_[k]);
+        run_library(user, k, value_ptr_[k], bytes);
       } else if (!grown) {
         launch(user, k, dims);
       }
-      const size_t first = l.shape == KernelShape::Rows ? l.group_begin : k;
-      for (uint32_t i = liveness_.frees_begin[first]; i < liveness_.frees_begin[k + 1]; ++i) {
-        std::optional<DeviceBuffer>& v = values_[static_cast<size_t>(liveness_.frees[i])];
-        live -= v->bytes();
-        release(std::move(*v));
-        v.reset();
-      }
+      for (uint32_t i = releases_[k].first; i < releases_[k].second; ++i)
+        live -= value_bytes_[static_cast<size_t>(liveness_.frees[i])];
     }
     if (profiling_)
       check(cudaEventRecord(marks_.back().get(), device_->stream()), "cudaEventRecord");
+  }
+
+  // Each value's size under the bound dims and its place: a range of the arena, planned
+  // again when the sizes change, or a buffer of its own for a value the run may take from
+  // an input (a cache grown in place) or hands over (an output kept on the device).
+  void place_values(const Graph& user, const std::vector<int64_t>& dims) {
+    std::vector<bool> handed(plan_.kernels.size(), false);
+    for (const auto& [user_out, node] : program_.outputs)
+      if (const int32_t slot = liveness_.slot_of[plan_.canon(node).value];
+          slot >= 0 && user.is_kept_on_device(user_out))
+        handed[static_cast<size_t>(slot)] = true;
+    if (dims == placed_dims_ && handed == placed_handed_ && !value_bytes_.empty()) return;
+    const Graph& g = *program_.graph;
+    value_bytes_.resize(plan_.kernels.size());
+    sizes_.resize(plan_.kernels.size());
+    for (size_t k = 0; k < plan_.kernels.size(); ++k) {
+      value_bytes_[k] = static_cast<size_t>(numel_[k].eval(user.dims())) *
+                        dtype_size(g.node(plan_.kernels[k].root).dtype);
+      sizes_[k] = handed[k] || appendable_base_[k] ? 0 : value_bytes_[k];
+    }
+    arena_plan_ = cudagen::plan_arena(sizes_, releases_, liveness_.frees);
+    if (arena_.bytes() < arena_plan_.bytes) {  // room to spare, for sizes that keep growing
+      arena_ = DeviceBuffer(arena_plan_.bytes + arena_plan_.bytes / 4);
+      if (runtime::env_has("LUMINAL_LOG", "info"))
+        std::fprintf(stderr, "luminal cuda: an arena of %.1f MiB for %zu values\n",
+                     static_cast<double>(arena_.bytes()) / (1 << 20), plan_.kernels.size());
+    }
+    placed_dims_ = dims;
+    placed_handed_ = std::move(handed);
   }
 
   // After the kernels are queued: outputs into the graph, the device time, any error a
@@ -267,16 +310,7 @@ class CudaExecutable final : public Executable {
     return it->second.second.data();
   }
 
-  void drop_graph() {
-    if (!graph_) return;
-    graph_.reset();
-    release_values();
-  }
-
-  void release_values() {
-    for (std::optional<DeviceBuffer>& v : values_)
-      if (v) release(std::move(*v)), v.reset();
-  }
+  void drop_graph() { graph_.reset(); }
 
   // Launches generated kernel k (and a Scatter's ordered second kernel, or the whole of
   // a row group that k closes).
@@ -289,7 +323,7 @@ class CudaExecutable final : public Executable {
     std::vector<void*>& ptrs = launch_pointers_;
     ptrs.clear();
     for (size_t m = first; m <= k; ++m) {
-      ptrs.push_back(values_[m]->data());
+      ptrs.push_back(value_ptr_[m]);
       for (NodeId r : plan_.kernels[m].reads) ptrs.push_back(const_cast<void*>(operand(r)));
     }
     int64_t* err = static_cast<int64_t*>(errors_.data()) + 3 * first;
@@ -319,7 +353,7 @@ class CudaExecutable final : public Executable {
   // Library kernels: MatMul through the one-row kernel or cuBLASLt, Attention through its
   // kernel; anything else (and one of those its kernels cannot read) by its reference
   // semantics on the host, its operands copied over and back.
-  void run_library(const Graph& user, size_t k, DeviceBuffer& out) {
+  void run_library(const Graph& user, size_t k, void* out, size_t out_bytes) {
     const Node& n = program_.graph->node(plan_.kernels[k].root);
     const std::vector<ConcreteView>& views = views_[k].get(n, user.dims());
     if (dynamic_cast<const compiler::MatMulOp*>(n.custom.get())) {
@@ -327,8 +361,8 @@ class CudaExecutable final : public Executable {
       if (a == b && a == n.dtype && (a == DType::F32 || a == DType::F16 || a == DType::BF16)) {
         const void* a_data = operand(n.inputs[0].source);
         const void* b_data = operand(n.inputs[1].source);
-        if (gemv_.run(views[0], a_data, views[1], b_data, a, out.data()) ||
-            gemm_.run(views[0], a_data, views[1], b_data, a, out.data()))
+        if (gemv_.run(views[0], a_data, views[1], b_data, a, out) ||
+            gemm_.run(views[0], a_data, views[1], b_data, a, out))
           return;
       }
     } else if (const auto* at = dynamic_cast<const compiler::AttentionOp*>(n.custom.get());
@@ -336,10 +370,10 @@ class CudaExecutable final : public Executable {
       if (attention_.run(views[0], operand(n.inputs[0].source), source_dtype(n, 0), views[1],
                          operand(n.inputs[1].source), source_dtype(n, 1), views[2],
                          operand(n.inputs[2].source), source_dtype(n, 2), views[3],
-                         operand(n.inputs[3].source), at->scale, static_cast<float*>(out.data())))
+                         operand(n.inputs[3].source), at->scale, static_cast<float*>(out)))
         return;
     } else if (dynamic_cast<const AppendRowsOp*>(n.custom.get())) {
-      if (append_rows(n, views, out)) return;
+      if (append_rows(n, views, out, out_bytes)) return;
     }
     ++stats_.host_fallbacks;
     std::vector<Buffer> in;
@@ -355,9 +389,9 @@ class CudaExecutable final : public Executable {
     std::vector<int64_t> out_shape;
     for (Expr d : n.shape) out_shape.push_back(d.eval(user.dims()));
     const Buffer result = n.custom->run(in, shapes, out_shape, n.dtype);
-    LUM_CHECK(result.bytes() == out.bytes()) << "internal: " << n.custom->name() << " produced "
-                                             << result.bytes() << " bytes, not " << out.bytes();
-    check(cudaMemcpyAsync(out.data(), result.data(), result.bytes(), cudaMemcpyHostToDevice,
+    LUM_CHECK(result.bytes() == out_bytes) << "internal: " << n.custom->name() << " produced "
+                                           << result.bytes() << " bytes, not " << out_bytes;
+    check(cudaMemcpyAsync(out, result.data(), result.bytes(), cudaMemcpyHostToDevice,
                           device_->stream()),
           "copying a host-computed value to the GPU");
     device_->synchronize();  // `result` is freed on return
@@ -365,13 +399,14 @@ class CudaExecutable final : public Executable {
 
   // concat({base, rows}, 0): each operand copied into its part of the output. (A donated
   // base on the device is grown in place instead: grown_in_place.)
-  bool append_rows(const Node& n, const std::vector<ConcreteView>& views, DeviceBuffer& out) {
+  bool append_rows(const Node& n, const std::vector<ConcreteView>& views, void* out,
+                   size_t out_bytes) {
     if (source_dtype(n, 0) != n.dtype || source_dtype(n, 1) != n.dtype) return false;
     const size_t esize = dtype_size(n.dtype);
     const size_t base_bytes = static_cast<size_t>(views[0].numel()) * esize;
-    LUM_CHECK(base_bytes + static_cast<size_t>(views[1].numel()) * esize == out.bytes())
+    LUM_CHECK(base_bytes + static_cast<size_t>(views[1].numel()) * esize == out_bytes)
         << "internal: AppendRows operands do not add up to its output";
-    auto* dst = static_cast<char*>(out.data());
+    auto* dst = static_cast<char*>(out);
     // Should the second copy be refused, the caller's fallback overwrites the whole output.
     return !views[0].has_mask() && !views[1].has_mask() &&
            copy_view_.run(views[0], operand(n.inputs[0].source), esize, dst) &&
@@ -446,9 +481,8 @@ class CudaExecutable final : public Executable {
   // larger: a cache grown in place keeps room for more rows.)
   Buffer download(const Graph& user, size_t slot) {
     const DType t = program_.graph->node(plan_.kernels[slot].root).dtype;
-    const DeviceBuffer& v = *values_[slot];
     Buffer host(t, static_cast<size_t>(numel_[slot].eval(user.dims())), Buffer::Uninitialized{});
-    check(cudaMemcpyAsync(host.data(), v.data(), host.bytes(), cudaMemcpyDeviceToHost,
+    check(cudaMemcpyAsync(host.data(), value_ptr_[slot], host.bytes(), cudaMemcpyDeviceToHost,
                           device_->stream()),
           "copying a value from the GPU");
     device_->synchronize();
@@ -461,8 +495,8 @@ class CudaExecutable final : public Executable {
     r = plan_.canon(r);
     const int32_t slot = liveness_.slot_of[r.value];
     if (slot < 0) return input_address_.at(r.value);
-    LUM_ASSERT(values_[static_cast<size_t>(slot)]) << "%" << r.value << " has no value";
-    return values_[static_cast<size_t>(slot)]->data();
+    LUM_ASSERT(value_ptr_[static_cast<size_t>(slot)]) << "%" << r.value << " has no value";
+    return value_ptr_[static_cast<size_t>(slot)];
   }
 
   // A user input's data on the host, copied back where it was set on the device.
@@ -507,9 +541,10 @@ class CudaExecutable final : public Executable {
       auto it = handed.find(slot);
       if (it == handed.end()) {
         const auto numel = static_cast<size_t>(numel_[static_cast<size_t>(slot)].eval(user.dims()));
-        std::optional<DeviceBuffer>& v = values_[static_cast<size_t>(slot)];
-        auto storage = std::make_shared<cudagen::CudaStorage>(std::move(*v), device_->ordinal());
-        v.reset();
+        // Handed-over values have buffers of their own (place_values).
+        DeviceBuffer& v = owned_[static_cast<size_t>(slot)];
+        auto storage = std::make_shared<cudagen::CudaStorage>(std::move(v), device_->ordinal());
+        value_ptr_[static_cast<size_t>(slot)] = nullptr;
         it = handed.emplace(slot, DeviceData(storage, g.node(c).dtype, numel)).first;
       }
       user.set_device_data(user_out, it->second);
@@ -523,24 +558,6 @@ class CudaExecutable final : public Executable {
     for (size_t k = 0; k < plan_.kernels.size(); ++k)
       if (err[3 * k]) runtime::raise_kernel_error(*program_.graph, plan_.kernels[k], &err[3 * k]);
   }
-
-  // Freed device buffers by size, reused by later kernels of this run and the next: the
-  // same sizes recur in every layer and every step.
-  DeviceBuffer allocate(size_t bytes) {
-    DeviceBuffer b;
-    if (auto it = pool_.find(bytes); it != pool_.end()) {
-      b = std::move(it->second);
-      pool_.erase(it);
-    } else {
-      b = DeviceBuffer(bytes);
-    }
-    // Test binaries set LUMINAL_CPU_POISON: outputs start as all-ones bytes (NaN for
-    // floats) on every backend, so an element a kernel leaves unwritten shows.
-    if (poison_ && bytes)
-      check(cudaMemsetAsync(b.data(), 0xFF, bytes, device_->stream()), "cudaMemsetAsync");
-    return b;
-  }
-  void release(DeviceBuffer b) { pool_.emplace(b.bytes(), std::move(b)); }
 
   std::unique_ptr<cudagen::Device> device_;
   compiler::Optimized program_;
@@ -559,9 +576,17 @@ class CudaExecutable final : public Executable {
   std::vector<runtime::ResolvedViews> views_;
   std::vector<std::optional<NodeId>> appendable_base_;       // per kernel (find_appendable_bases)
   std::unordered_map<uint32_t, const void*> input_address_;  // by input node, this run
-  std::vector<std::optional<DeviceBuffer>> values_;          // by kernel, during a run
+  // Each kernel's value: its address this run, its bytes, and its own buffer where it is
+  // not in the arena (place_values).
+  std::vector<void*> value_ptr_;
+  std::vector<size_t> value_bytes_, sizes_;  // sizes_: bytes in the arena, 0 for own buffers
+  std::vector<DeviceBuffer> owned_;
+  std::vector<std::pair<uint32_t, uint32_t>> releases_;  // by kernel, into liveness_.frees
+  DeviceBuffer arena_;
+  cudagen::ArenaPlan arena_plan_;
+  std::vector<int64_t> placed_dims_;  // the dims and handed-over values arena_plan_ is for
+  std::vector<bool> placed_handed_;
   std::unordered_map<uint32_t, std::pair<uint64_t, DeviceBuffer>> uploaded_;  // by input node
-  std::multimap<size_t, DeviceBuffer> pool_;
   DeviceBuffer errors_;                // three int64 per kernel (runtime/kernel_errors.hpp)
   cudagen::Event started_, finished_;  // around the kernels, for RunStats::device_seconds
   const bool poison_ = runtime::env_has("LUMINAL_CPU_POISON", "1");
