@@ -167,22 +167,13 @@ Tensor apply_recipe(const Tensor& t, const std::string& recipe) {
 
 namespace {
 
-// Compares one computed output with the expected tensor.
-std::string compare(const Tensor& out, const ParityCase& c, const Params& params) {
+// Compares computed values with expected ones of the same dtype, within atol + rtol |w|.
+std::string compare_values(const Buffer& got, const Buffer& want, double atol, double rtol) {
   std::ostringstream err;
-  if (out.shape() != exprs(c.expected.shape)) {
-    err << "shape " << to_string(out.shape()) << ", expected "
-        << to_string(exprs(c.expected.shape));
-    return err.str();
-  }
-  const Buffer got = out.data();
-  const Buffer& want = c.expected.data;
   if (got.dtype() != want.dtype()) {
     err << "dtype " << dtype_name(got.dtype()) << ", expected " << dtype_name(want.dtype());
     return err.str();
   }
-  double atol, rtol;
-  tolerance(want.dtype(), params, atol, rtol);
   size_t bad = 0;
   for (size_t i = 0; i < got.numel(); ++i) {
     const double g = got.get_f64(i), w = want.get_f64(i);
@@ -194,6 +185,15 @@ std::string compare(const Tensor& out, const ParityCase& c, const Params& params
   if (bad)
     err << bad << " of " << got.numel() << " elements beyond atol " << atol << " rtol " << rtol;
   return err.str();
+}
+
+// Compares one computed output with the expected tensor.
+std::string compare(const Tensor& out, const ParityCase& c, const Params& params) {
+  if (out.shape() != exprs(c.expected.shape))
+    return "shape " + to_string(out.shape()) + ", expected " + to_string(exprs(c.expected.shape));
+  double atol, rtol;
+  tolerance(c.expected.data.dtype(), params, atol, rtol);
+  return compare_values(out.data(), c.expected.data, atol, rtol);
 }
 
 }  // namespace
@@ -224,6 +224,55 @@ std::vector<std::string> run_parity_cases(const std::vector<ParityCase>& cases,
   for (size_t i = 0; i < cases.size(); ++i)
     if (outputs[i]) errors[i] = compare(*outputs[i], cases[i], Params(cases[i].params));
   return errors;
+}
+
+std::vector<std::pair<size_t, std::string>> run_half_variants(const std::vector<ParityCase>& cases,
+                                                              DType half, const Backend& backend) {
+  Graph cx;
+  std::vector<std::optional<Tensor>> outputs(cases.size());
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const ParityCase& c = cases[i];
+    bool rounded = false;
+    std::vector<Tensor> inputs;
+    for (size_t k = 0; k < c.inputs.size(); ++k) {
+      const FixtureInput& in = c.inputs[k];
+      Buffer data = in.base.data;
+      if (data.dtype() == DType::F32) {
+        data = Buffer::from_doubles(data.to_f64(), half);
+        rounded = true;
+      }
+      Tensor base = cx.named_tensor("c" + std::to_string(i) + "_in" + std::to_string(k),
+                                    exprs(in.base.shape), data.dtype());
+      base.set_buffer(std::move(data));
+      inputs.push_back(apply_recipe(base, in.recipe));
+    }
+    if (!rounded) continue;
+    try {
+      outputs[i] = build_op(cx, c.op, inputs, Params(c.params)).retrieve();
+    } catch (const Error&) {
+      // An op that refuses the type (an f32-only parameter tensor, say) is not compared.
+    }
+  }
+  cx.compile(reference());
+  cx.execute();
+  std::vector<std::optional<Buffer>> want(cases.size());
+  for (size_t i = 0; i < cases.size(); ++i)
+    if (outputs[i]) want[i] = outputs[i]->data();
+  cx.compile(backend);
+  cx.execute();
+  std::vector<std::pair<size_t, std::string>> out;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    if (!want[i]) continue;
+    // Both round every op to the half type; they differ by f32 against double inside an
+    // op and by summation order, a unit in the last place, which later ops may magnify
+    // near zero: atol scales with the output's size.
+    double scale = 1;
+    for (double w : want[i]->to_f64())
+      if (std::isfinite(w)) scale = std::max(scale, std::fabs(w));
+    const double tol = is_float(want[i]->dtype()) ? 2e-2 : 0;
+    out.emplace_back(i, compare_values(outputs[i]->data(), *want[i], tol * scale, tol));
+  }
+  return out;
 }
 
 }  // namespace luminal::testing

@@ -52,6 +52,13 @@ Tensor apply_recipe(const Tensor& t, const std::string& recipe);
 std::vector<std::string> run_parity_cases(const std::vector<ParityCase>& cases,
                                           const Backend& backend);
 
+/// The same cases with their f32 inputs rounded to `half` (f16 or bf16), run on `backend`
+/// and compared with the reference interpreter running them in that type, at half
+/// tolerances. Cases with no f32 input, or whose op refuses the type, are left out; the
+/// others give (case index, message), the message empty on success.
+std::vector<std::pair<size_t, std::string>> run_half_variants(const std::vector<ParityCase>& cases,
+                                                              DType half, const Backend& backend);
+
 /// The composite op the case names, applied to its (viewed) inputs.
 Tensor build_op(Graph& cx, const std::string& op, const std::vector<Tensor>& in, const Params& p);
 

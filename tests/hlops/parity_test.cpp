@@ -67,6 +67,39 @@ INSTANTIATE_TEST_SUITE_P(Hlops, Parity, ::testing::ValuesIn(all_cases()), [](con
   return std::string(info.param.backend) + "_" + info.param.file;
 });
 
+// Every case again in bf16 and f16 (inputs rounded), against the reference interpreter in
+// that type; at least half of each file's cases take the type.
+class HalfParity : public ::testing::TestWithParam<BackendCase> {};
+
+TEST_P(HalfParity, MatchesTheReference) {
+  const auto cases = load_fixture(fixture_path(GetParam().file));
+  const std::string backend = GetParam().backend;
+  std::string why;
+  if (backend == "cuda" && !cuda_available(&why)) GTEST_SKIP() << "no GPU here: " << why;
+  for (DType half : {DType::BF16, DType::F16}) {
+    const auto results = run_half_variants(cases, half, *backend_named(backend));
+    EXPECT_GE(2 * results.size(), cases.size()) << dtype_name(half) << ": too few cases ran";
+    for (const auto& [i, error] : results)
+      EXPECT_TRUE(error.empty()) << dtype_name(half) << " " << cases[i].name << " (" << cases[i].op
+                                 << " " << cases[i].params << "): " << error;
+  }
+}
+
+// The compiling backends over the files whose ops take float inputs (creation ops take
+// none).
+std::vector<BackendCase> half_cases() {
+  std::vector<BackendCase> out;
+  for (const BackendCase& c : all_cases())
+    if (std::string(c.backend) != "reference" && std::string(c.file) != "creation")
+      out.push_back(c);
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Hlops, HalfParity, ::testing::ValuesIn(half_cases()),
+                         [](const auto& info) {
+                           return std::string(info.param.backend) + "_" + info.param.file;
+                         });
+
 TEST(HlopsParity, EveryRegisteredFixtureFileExists) {
   for (const char* f : kFixtureFiles) EXPECT_NO_THROW(load_fixture(fixture_path(f))) << f;
 }
