@@ -84,13 +84,72 @@ class KernelWriter : public runtime::ElementWriter {
         << "; lum_o < lum_n; lum_o += lum_step) {\n";
   }
 
+  // Each thread takes kMapElements output elements a round (lum_o0 + u * lum_step), and
+  // first loads, for all of them, every input read at the output's own element: so
+  // several loads are in flight at once, where a body with a branch (sinf's slow path)
+  // would otherwise keep the next element's load behind it. Other reads load in place.
   void write_map(const Node& root, Expr& threads) {
     threads = product(root.shape);
-    open_loop(threads, "");
-    const std::vector<Expr> idx = split_counter("lum_o", root.shape, "    ");
-    const std::string v = value(k_.root, idx, "    ");
-    os_ << "    out[lum_o] = " << store_expr(root.dtype, v) << ";\n  }\n";
+    note_vars(threads);
+    const std::string before = os_.str();
+    os_.str("");
+    const std::vector<Expr> idx = split_counter("lum_o", root.shape, "      ");
+    own_element_ = within(runtime::flatten(idx, root.shape));
+    own_numel_ = threads;
+    const std::string v = value(k_.root, idx, "      ");
+    const std::string body = os_.str();
+    os_.str(before);
+    os_.seekp(0, std::ios_base::end);
+    own_element_.reset();
+    if (preloaded_.empty()) {  // nothing to load ahead: one element a round
+      open_loop(threads, "");
+      os_ << "    {\n" << body << "      out[lum_o] = " << store_expr(root.dtype, v)
+          << ";\n    }\n  }\n";
+      return;
+    }
+    os_ << "  const int64_t lum_n = " << threads.to_c() << ";\n";
+    os_ << "  const int64_t lum_step = (int64_t)gridDim.x * blockDim.x;\n";
+    os_ << "  for (int64_t lum_o0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; lum_o0 < lum_n;"
+           " lum_o0 += "
+        << kMapElements << " * lum_step) {\n";
+    for (const auto& [n, buffer] : preloaded_)
+      os_ << "    " << input_type(slot_of_read(n)) << " lum_v" << n << "[" << kMapElements
+          << "];\n";
+    os_ << "#pragma unroll\n    for (int lum_u = 0; lum_u < " << kMapElements << "; ++lum_u) {\n"
+        << "      const int64_t lum_o = lum_o0 + lum_u * lum_step;\n"
+        << "      if (lum_o >= lum_n) break;\n";
+    for (const auto& [n, buffer] : preloaded_)
+      os_ << "      lum_v" << n << "[lum_u] = " << buffer << "[lum_o];\n";
+    os_ << "    }\n#pragma unroll\n    for (int lum_u = 0; lum_u < " << kMapElements
+        << "; ++lum_u) {\n      const int64_t lum_o = lum_o0 + lum_u * lum_step;\n"
+        << "      if (lum_o >= lum_n) break;\n"
+        << body << "      out[lum_o] = " << store_expr(root.dtype, v) << ";\n    }\n  }\n";
   }
+
+  // In write_map: a whole plain input read at the output's own element is preloaded.
+  std::optional<std::string> held(NodeId n, const Expr& flat) override {
+    if (!own_element_) return std::nullopt;
+    const Node& node = g_.node(n);
+    if (node.quant != kPlainStorage || !(within(flat - *own_element_) == Expr(0)) ||
+        !(product(node.shape) == own_numel_))
+      return std::nullopt;
+    const size_t slot = slot_of_read(n);
+    preloaded_.try_emplace(n.value, read_prefix_ + std::to_string(slot + 1));
+    return runtime::load_expr(node.dtype, "lum_v" + std::to_string(n.value) + "[lum_u]");
+  }
+
+  size_t slot_of_read(uint32_t n) const {
+    return static_cast<size_t>(std::find(k_.reads.begin(), k_.reads.end(), NodeId{n}) -
+                               k_.reads.begin());
+  }
+  size_t slot_of_read(NodeId n) const { return slot_of_read(n.value); }
+
+  // Four measured best on an H100 for the 8-op chain over 256M f32: 0.832 ms (89% of
+  // copy) against 0.97 at one and 0.86 at eight (bench/results/cuda.md).
+  static constexpr int kMapElements = 4;
+  std::optional<Expr> own_element_;        // while write_map renders its body
+  Expr own_numel_;
+  std::map<uint32_t, std::string> preloaded_;  // input node -> its buffer
 
   void write_copy(const Node& root, Expr& threads) {
     threads = product(root.shape);
