@@ -4,9 +4,8 @@
 // bound symbolic dimension does not recompile: dims are kernel arguments.
 #pragma once
 
-#include <string>
-
 #include <memory>
+#include <string>
 
 #include "luminal/backend.hpp"
 #include "luminal/device_data.hpp"
