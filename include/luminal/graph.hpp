@@ -132,8 +132,9 @@ class Graph {
   /// Moves a node's data out (nullopt if none), e.g. to reuse an output buffer.
   std::optional<Buffer> take_data(NodeId id);
 
-  /// Sets an input's data where it lies in a GPU's memory (replacing any host data); a
-  /// GPU backend reads it there without a copy.
+  /// Sets an input's data where it lies in a GPU's memory (replacing any host data, as
+  /// set_data replaces device data: a node holds one or the other); a GPU backend reads
+  /// it there without a copy.
   void set_device_data(NodeId id, DeviceData data);
   /// A node's data on a GPU (an input so set, an output kept there), or nullptr.
   const DeviceData* device_data(NodeId id) const;

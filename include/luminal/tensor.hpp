@@ -198,6 +198,8 @@ class Tensor {
   std::vector<int64_t> to_i64() const { return data().to_i64(); }
 
  private:
+  /// This tensor's node, checked to be an input seen whole (`what` names the caller).
+  const Node& settable_input(const char* what) const;
   Tensor unary(Op op, DType out) const;
   Tensor reduce(Op op, int axis) const;
   friend Tensor binary(Op op, const Tensor& a, const Tensor& b);

@@ -160,13 +160,18 @@ Tensor Tensor::flip(int axis) const {
 
 // --- data --------------------------------------------------------------------------
 
-Tensor& Tensor::set_buffer(Buffer data) {
+const Node& Tensor::settable_input(const char* what) const {
   const Node& n = graph().node(id_);
-  LUM_CHECK(n.op == Op::Input) << "set: node %" << id_.value << " is a " << op_name(n.op)
+  LUM_CHECK(n.op == Op::Input) << what << ": node %" << id_.value << " is a " << op_name(n.op)
                                << ", not an input";
   LUM_CHECK(view_ == View::contiguous(n.shape))
-      << "set: input '" << n.name << "' is seen through a view " << view_.to_string()
+      << what << ": input '" << n.name << "' is seen through a view " << view_.to_string()
       << "; set the original input tensor";
+  return n;
+}
+
+Tensor& Tensor::set_buffer(Buffer data) {
+  const Node& n = settable_input("set");
   LUM_CHECK(n.quant == kPlainStorage) << "set: input '" << n.name << "' is stored as "
                                       << ggml_type_name(n.quant) << " blocks; use set_quantized";
   if (data.dtype() != n.dtype) {
@@ -185,12 +190,7 @@ Tensor& Tensor::set_buffer(Buffer data) {
 }
 
 Tensor& Tensor::set_device(DeviceData data) {
-  const Node& n = graph().node(id_);
-  LUM_CHECK(n.op == Op::Input) << "set_device: node %" << id_.value << " is a " << op_name(n.op)
-                               << ", not an input";
-  LUM_CHECK(view_ == View::contiguous(n.shape))
-      << "set_device: input '" << n.name << "' is seen through a view " << view_.to_string()
-      << "; set the original input tensor";
+  settable_input("set_device");
   graph().set_device_data(id_, std::move(data));
   return *this;
 }
@@ -223,7 +223,7 @@ Tensor& Tensor::keep() {
 
 Buffer Tensor::data() const {
   const Node& n = graph().node(id_);
-  if (const DeviceData* d = graph().device_data(id_); d && !graph().data(id_))
+  if (const DeviceData* d = graph().device_data(id_))
     return read_view(d->to_host(), view_.resolve(graph().dims()));
   const Buffer* b = graph().data(id_);
   LUM_CHECK(b) << "data: node %" << id_.value << " (" << op_name(n.op)

@@ -140,7 +140,6 @@ std::string literal(double v, DType t) {
   return t == DType::F64 ? s : s + "f";
 }
 
-
 std::string reduction_identity(Op op, DType t) {
   if (op == Op::SumReduce) return is_float(t) ? literal(0, t) : "0";
   return is_float(t) ? literal(-INFINITY, t) : std::to_string(lowest_int(t)) + "LL";
@@ -194,8 +193,9 @@ Expr ElementWriter::counter(const std::string& name, Expr size) {
 // Splits the flat counter `flat` (a C variable) into one counter per dim of `shape`,
 // declared once where it is called; dims of size 1 get index 0. The counters carry
 // their (symbolic) ranges, so index math over them simplifies without divisions.
-std::vector<Expr> ElementWriter::split_counter(const std::string& flat, const std::vector<Expr>& shape,
-                                const std::string& indent) {
+std::vector<Expr> ElementWriter::split_counter(const std::string& flat,
+                                               const std::vector<Expr>& shape,
+                                               const std::string& indent) {
   const std::vector<Expr> parts = View::contiguous(shape).unflatten(Expr::var(flat));
   std::vector<Expr> idx;
   for (size_t d = 0; d < shape.size(); ++d) {
@@ -240,7 +240,7 @@ std::string ElementWriter::load(NodeId n, Expr flat) {
   flat = within(flat);
   if (std::optional<std::string> v = held(n, flat)) return *v;
   note_vars(flat);
-  const std::string buf = read_prefix_ + std::to_string(slot_.at(n.value));
+  const std::string buf = read_buffer(n);
   if (node.quant != kPlainStorage)
     return "lum_dq_" + lower(ggml_type_name(node.quant)) + "(" + buf + ", " + flat.to_c() + ")";
   return load_expr(node.dtype, buf + "[" + flat.to_c() + "]");
@@ -248,7 +248,8 @@ std::string ElementWriter::load(NodeId n, Expr flat) {
 
 // The value an edge supplies at the consumer's logical index: through the view, with
 // padding reading zero.
-std::string ElementWriter::operand(const Edge& e, const std::vector<Expr>& idx, const std::string& indent) {
+std::string ElementWriter::operand(const Edge& e, const std::vector<Expr>& idx,
+                                   const std::string& indent) {
   const NodeId src = plan_.canon(e.source);
   const Node& p = g_.node(src);
   const View contiguous = View::contiguous(p.shape);
@@ -278,7 +279,8 @@ std::string ElementWriter::operand(const Edge& e, const std::vector<Expr>& idx, 
 }
 
 // Emits statements computing node `n` at multi-index `idx`; returns a C expression.
-std::string ElementWriter::value(NodeId n, const std::vector<Expr>& idx, const std::string& indent) {
+std::string ElementWriter::value(NodeId n, const std::vector<Expr>& idx,
+                                 const std::string& indent) {
   n = plan_.canon(n);
   const Node& node = g_.node(n);
   const std::string t = compute_type(node.dtype);
@@ -319,13 +321,11 @@ std::string ElementWriter::value(NodeId n, const std::vector<Expr>& idx, const s
       return bind(rounded(n, node.dtype, "(" + t + ")1 / " + in(0)));
     case Op::Add: {
       const std::string a = in(0), b = in(1);
-      return bind(
-          rounded(n, node.dtype, f ? a + " + " + b : "lum_wrap_add(" + a + ", " + b + ")"));
+      return bind(rounded(n, node.dtype, f ? a + " + " + b : "lum_wrap_add(" + a + ", " + b + ")"));
     }
     case Op::Mul: {
       const std::string a = in(0), b = in(1);
-      return bind(
-          rounded(n, node.dtype, f ? a + " * " + b : "lum_wrap_mul(" + a + ", " + b + ")"));
+      return bind(rounded(n, node.dtype, f ? a + " * " + b : "lum_wrap_mul(" + a + ", " + b + ")"));
     }
     case Op::Mod: {
       const std::string a = in(0), b = in(1);
@@ -346,8 +346,7 @@ std::string ElementWriter::value(NodeId n, const std::vector<Expr>& idx, const s
     default:
       break;
   }
-  LUM_FAIL() << "code generation: no rendering for " << op_name(node.op) << " (%" << n.value
-             << ")";
+  LUM_FAIL() << "code generation: no rendering for " << op_name(node.op) << " (%" << n.value << ")";
 }
 
 // Node n's value rounded or wrapped as the reference stores a value of dtype t (see
@@ -374,7 +373,8 @@ std::string ElementWriter::cast(NodeId n, const Edge& e, const std::string& v, D
   return rounded(n, to, v);
 }
 
-std::string ElementWriter::gather(const Node& node, const std::vector<Expr>& idx, const std::string& indent) {
+std::string ElementWriter::gather(const Node& node, const std::vector<Expr>& idx,
+                                  const std::string& indent) {
   const std::string pos = operand(node.inputs[1], idx, indent);
   const Edge& data = node.inputs[0];
   const Expr limit = product(data.view.shape());

@@ -84,6 +84,12 @@ class ElementWriter {
   virtual std::optional<std::string> held(NodeId /*n*/, const Expr& /*flat*/) {
     return std::nullopt;
   }
+  /// Which of the kernel's reads stored value `n` is (0-based), and the C name of its
+  /// buffer.
+  size_t read_index(NodeId n) const { return slot_.at(n.value) - 1; }
+  std::string read_buffer(NodeId n) const {
+    return read_prefix_ + std::to_string(slot_.at(n.value));
+  }
 
   const Graph& g_;
   const compiler::KernelPlan& plan_;

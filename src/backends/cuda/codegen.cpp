@@ -103,8 +103,8 @@ class KernelWriter : public runtime::ElementWriter {
     own_element_.reset();
     if (preloaded_.empty()) {  // nothing to load ahead: one element a round
       open_loop(threads, "");
-      os_ << "    {\n" << body << "      out[lum_o] = " << store_expr(root.dtype, v)
-          << ";\n    }\n  }\n";
+      os_ << "    {\n"
+          << body << "      out[lum_o] = " << store_expr(root.dtype, v) << ";\n    }\n  }\n";
       return;
     }
     os_ << "  const int64_t lum_n = " << threads.to_c() << ";\n";
@@ -113,7 +113,7 @@ class KernelWriter : public runtime::ElementWriter {
            " lum_o0 += "
         << kMapElements << " * lum_step) {\n";
     for (const auto& [n, buffer] : preloaded_)
-      os_ << "    " << input_type(slot_of_read(n)) << " lum_v" << n << "[" << kMapElements
+      os_ << "    " << input_type(read_index(NodeId{n})) << " lum_v" << n << "[" << kMapElements
           << "];\n";
     os_ << "#pragma unroll\n    for (int lum_u = 0; lum_u < " << kMapElements << "; ++lum_u) {\n"
         << "      const int64_t lum_o = lum_o0 + lum_u * lum_step;\n"
@@ -133,21 +133,14 @@ class KernelWriter : public runtime::ElementWriter {
     if (node.quant != kPlainStorage || !(within(flat - *own_element_) == Expr(0)) ||
         !(product(node.shape) == own_numel_))
       return std::nullopt;
-    const size_t slot = slot_of_read(n);
-    preloaded_.try_emplace(n.value, read_prefix_ + std::to_string(slot + 1));
+    preloaded_.try_emplace(n.value, read_buffer(n));
     return runtime::load_expr(node.dtype, "lum_v" + std::to_string(n.value) + "[lum_u]");
   }
-
-  size_t slot_of_read(uint32_t n) const {
-    return static_cast<size_t>(std::find(k_.reads.begin(), k_.reads.end(), NodeId{n}) -
-                               k_.reads.begin());
-  }
-  size_t slot_of_read(NodeId n) const { return slot_of_read(n.value); }
 
   // Four measured best on an H100 for the 8-op chain over 256M f32: 0.832 ms (89% of
   // copy) against 0.97 at one and 0.86 at eight (bench/results/cuda.md).
   static constexpr int kMapElements = 4;
-  std::optional<Expr> own_element_;        // while write_map renders its body
+  std::optional<Expr> own_element_;  // while write_map renders its body
   Expr own_numel_;
   std::map<uint32_t, std::string> preloaded_;  // input node -> its buffer
 
@@ -323,8 +316,7 @@ class RowMemberWriter : public runtime::ElementWriter {
     if (!cache_ || node.quant != kPlainStorage || !(within(flat - row_element_) == Expr(0)) ||
         !(product(node.shape) == product(rows_.elements())))
       return std::nullopt;
-    const auto slot = std::find(k_.reads.begin(), k_.reads.end(), n) - k_.reads.begin();
-    cached_.try_emplace(n.value, CachedRead{read_prefix_ + std::to_string(slot + 1), node.dtype});
+    cached_.try_emplace(n.value, CachedRead{read_buffer(n), node.dtype});
     return runtime::load_expr(node.dtype, "lum_c" + std::to_string(n.value) + "[lum_r]");
   }
 

@@ -268,7 +268,7 @@ class CudaExecutable final : public Executable {
       const NodeId source = program_.source_of[r.value];
       const Node& n = program_.graph->node(r);
       const void* address = nullptr;
-      if (const DeviceData* d = user.device_data(source); d && !user.data(source)) {
+      if (const DeviceData* d = user.device_data(source)) {
         check_input_data(n, r, *d, user.dims());
         LUM_CHECK(d->device() == device_->ordinal())
             << "input '" << n.name << "' lives on GPU " << d->device()
@@ -443,7 +443,7 @@ class CudaExecutable final : public Executable {
     const NodeId base = *appendable_base_[k];
     const NodeId source = program_.source_of[base.value];
     const DeviceData* d = user.device_data(source);
-    if (!user.is_donated(source) || !d || user.data(source)) return std::nullopt;
+    if (!user.is_donated(source) || !d) return std::nullopt;
     auto* storage = dynamic_cast<cudagen::CudaStorage*>(d->storage().get());
     const Node& n = program_.graph->node(plan_.kernels[k].root);
     const std::vector<ConcreteView>& views = views_[k].get(n, user.dims());
@@ -502,8 +502,7 @@ class CudaExecutable final : public Executable {
   // A user input's data on the host, copied back where it was set on the device.
   Buffer host_input(const Graph& user, NodeId r) const {
     const NodeId source = program_.source_of[r.value];
-    if (const DeviceData* d = user.device_data(source); d && !user.data(source))
-      return d->to_host();
+    if (const DeviceData* d = user.device_data(source)) return d->to_host();
     return *checked_input(user, r);
   }
 
