@@ -82,21 +82,24 @@ void gemv(int64_t k, int64_t n, const char* name) {
 }
 
 // Attention as nn::Attention writes it, 32 query heads over 8 key heads of 128 dims, the
-// cache position-major in f16 ([past + seq, 8, 128]), queries f32: `seq` new rows after
-// `past` cached ones, causal.
-void attention(int64_t seq, int64_t past, const char* name) {
+// cache position-major ([past + seq, 8, 128]): `seq` new rows after `past` cached ones,
+// causal. As an f32 model with a half-precision cache computes it (queries f32, the cache
+// f16), or in `compute` throughout (a bf16 model with its cache in bf16).
+void attention(int64_t seq, int64_t past, const char* name, DType compute = DType::F32) {
   const int64_t kv = 8, group = 4, d = 128, total = past + seq;
+  const DType cache = compute == DType::F32 ? DType::F16 : compute;
   Graph cx;
-  Tensor q = cx.named_tensor("q", {kv, group, seq, d});
-  Tensor k = cx.named_tensor("k", {total, kv, d}, DType::F16);
-  Tensor v = cx.named_tensor("v", {total, kv, d}, DType::F16);
-  q.set(random_floats(static_cast<size_t>(kv * group * seq * d), 8));
-  k.set_buffer(Buffer::from_doubles(std::vector<double>(static_cast<size_t>(total * kv * d), 0.01),
-                                    DType::F16));
-  v.set_buffer(Buffer::from_doubles(std::vector<double>(static_cast<size_t>(total * kv * d), 0.02),
-                                    DType::F16));
-  const Tensor keys = k.cast(DType::F32).permute({1, 0, 2});
-  const Tensor values = v.cast(DType::F32).permute({1, 0, 2});
+  Tensor q = cx.named_tensor("q", {kv, group, seq, d}, compute);
+  Tensor k = cx.named_tensor("k", {total, kv, d}, cache);
+  Tensor v = cx.named_tensor("v", {total, kv, d}, cache);
+  const std::vector<float> qx = random_floats(static_cast<size_t>(kv * group * seq * d), 8);
+  q.set_buffer(Buffer::from_doubles(std::vector<double>(qx.begin(), qx.end()), compute));
+  k.set_buffer(
+      Buffer::from_doubles(std::vector<double>(static_cast<size_t>(total * kv * d), 0.01), cache));
+  v.set_buffer(
+      Buffer::from_doubles(std::vector<double>(static_cast<size_t>(total * kv * d), 0.02), cache));
+  const Tensor keys = k.cast(compute).permute({1, 0, 2});
+  const Tensor values = v.cast(compute).permute({1, 0, 2});
   Tensor scores = q.matmul(keys.unsqueeze(1).transpose(-1, -2)) * (1.0 / std::sqrt(double(d)));
   scores = where(nn::causal_mask(cx, seq, past), scores, -std::numeric_limits<double>::infinity());
   scores.softmax(-1).matmul(values.unsqueeze(1)).retrieve();
@@ -187,6 +190,7 @@ int main(int argc, char** argv) {
   if (want("attention_decode")) attention(1, 4096, "attention_decode_4k");
   if (want("attention_decode")) attention(1, 32768, "attention_decode_32k");
   if (want("attention_prefill")) attention(4096, 0, "attention_prefill_4k");
+  if (want("attention_prefill")) attention(4096, 0, "attention_prefill_4k_bf16", DType::BF16);
   for (DType t : {DType::F32, DType::BF16}) {
     const std::string suffix = "_" + std::string(dtype_name(t)) + "_8192x8192";
     auto row = [&](const char* op, const std::function<Tensor(Tensor)>& f) {

@@ -70,6 +70,7 @@ def main():
         peers["gemm_bf16_8192"] = {"matmul": bench(lambda: a8 @ b8)}
         del a8, b8
     bytes_moved = {"chain8_f32_256M": 2 * n * 4}
+    flops = {}
     for k, nn in [(4096, 14336), (14336, 4096)]:
         case = f"gemv_bf16_{k}x{nn}"
         if not want(case):
@@ -80,20 +81,26 @@ def main():
         bytes_moved[case] = w.numel() * 2
         del xv, w
     # Attention: 32 query heads over 8 key heads of 128 dims; luminal's cache is f16 and
-    # its queries f32, torch's SDPA all f16 (its fast path). Decode: one query against
-    # 4k and 32k cached positions, measured against the cache's bytes; prefill: 4096
-    # tokens, causal.
+    # its queries f32 (or all bf16, the _bf16 case), torch's SDPA all f16 (or bf16): its
+    # fast path. Decode: one query against 4k and 32k cached positions, measured against
+    # the cache's bytes; prefill: 4096 tokens, causal, measured in TFLOP/s (the products'
+    # multiply-adds over the kept half of the scores).
     sdpa = torch.nn.functional.scaled_dot_product_attention
-    for case, seq, total in [("attention_decode_4k", 1, 4096), ("attention_decode_32k", 1, 32768),
-                             ("attention_prefill_4k", 4096, 4096)]:
+    for case, seq, total, dtype in [
+            ("attention_decode_4k", 1, 4096, torch.float16),
+            ("attention_decode_32k", 1, 32768, torch.float16),
+            ("attention_prefill_4k", 4096, 4096, torch.float16),
+            ("attention_prefill_4k_bf16", 4096, 4096, torch.bfloat16)]:
         if not want(case):
             continue
-        q = torch.rand(1, 32, seq, 128, device=dev, dtype=torch.float16)
-        kc = torch.rand(1, 8, total, 128, device=dev, dtype=torch.float16)
-        vc = torch.rand(1, 8, total, 128, device=dev, dtype=torch.float16)
+        q = torch.rand(1, 32, seq, 128, device=dev, dtype=dtype)
+        kc = torch.rand(1, 8, total, 128, device=dev, dtype=dtype)
+        vc = torch.rand(1, 8, total, 128, device=dev, dtype=dtype)
         causal = seq > 1
         peers[case] = {"sdpa": bench(lambda: sdpa(q, kc, vc, is_causal=causal, enable_gqa=True))}
-        if not causal:
+        if causal:
+            flops[case] = 2 * 2 * 32 * 128 * seq * (seq + 1) / 2
+        else:
             bytes_moved[case] = 2 * kc.numel() * 2
         del q, kc, vc
     row_ops = {"softmax": lambda t: torch.softmax(t, 1), "rmsnorm": rmsnorm,
@@ -129,6 +136,8 @@ def main():
             continue
         bw = bytes_moved.get(name)
         pct = f"{100 * bw / ms / 1e6 / copy_gbs:.0f}%" if bw else "-"
+        if name in flops:
+            pct = f"{flops[name] / ms / 1e9:.0f} TFLOP/s"
         for peer, pms in peers.get(name, {}).items():
             print(f"| {name} | {ms:.3f} | {pct} | {peer} | {pms:.3f} | {pms / ms:.2f}x |")
     if out.returncode != 0:

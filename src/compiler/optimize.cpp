@@ -189,9 +189,9 @@ class Rebuild {
         n.custom = std::make_shared<QMatMulOp>(g.node(n.inputs[1].source).quant);
       else
         n.custom = std::make_shared<AttentionOp>(attrs[0].as_float());
-      // A product has its left operand's type (the reduction it replaces had it);
-      // QMatMul and Attention compute in f32.
-      n.dtype = op == "MatMul" ? g.node(n.inputs[0].source).dtype : DType::F32;
+      // A product has its left operand's type (the reduction it replaces had it), and
+      // Attention its queries' (the scores' product's left operand); QMatMul is f32.
+      n.dtype = op == "QMatMul" ? DType::F32 : g.node(n.inputs[0].source).dtype;
       // [batch..., M, N]: the [batch..., M, K, N] product operand's shape without K (the
       // value operand's, without its T, for Attention).
       n.shape = n.inputs[op == "Attention" ? 2 : 0].view.shape();
@@ -287,8 +287,8 @@ Optimized optimize(const Graph& g) {
   // of one type; block-stored operands are left to qgemm.
   fns.predicates["gemm"] = [&low](const eg::EGraph& e, std::span<const eg::Value> a) {
     const auto dt = low.dtype(e, a[3]);
-    if (!dt || low.dtype(e, a[4]) != dt || low.quantized_input(e, a[3]) || low.quantized_input(e, a[4]) ||
-        widens_f16(e, low, a[4].c))
+    if (!dt || low.dtype(e, a[4]) != dt || low.quantized_input(e, a[3]) ||
+        low.quantized_input(e, a[4]) || widens_f16(e, low, a[4].c))
       return false;
     return is_gemm(static_cast<int>(a[0].a.bits), low.view(a[1]), low.view(a[2]), *dt);
   };
@@ -317,13 +317,14 @@ Optimized optimize(const Graph& g) {
            !low.view(a[3]).has_mask() && !low.view(a[4]).has_mask();
   };
   // (attention $vp $vmask $vscale $vinf ?q ?k ?v ?mask): the probabilities are the
-  // value product's left operand as they are, the mask is bool and the constants unmasked.
+  // value product's left operand as they are, the mask is bool, the constants unmasked,
+  // and queries, keys and values plain floats.
   fns.predicates["attention"] = [&low](const eg::EGraph& e, std::span<const eg::Value> a) {
-    auto stored = [&](const eg::Value& v) {
+    auto plain_float = [&](const eg::Value& v) {
       const auto t = low.dtype(e, v);
-      return (t == DType::F32 || t == DType::F16) && !low.quantized_input(e, v);
+      return (t == DType::F32 || t == DType::F16 || t == DType::BF16) && !low.quantized_input(e, v);
     };
-    return low.dtype(e, a[4]) == DType::F32 && stored(a[5]) && stored(a[6]) &&
+    return plain_float(a[4]) && plain_float(a[5]) && plain_float(a[6]) &&
            low.dtype(e, a[7]) == DType::Bool && is_broadcast_along_last(low.view(a[0])) &&
            !low.view(a[1]).has_mask() && !low.view(a[2]).has_mask() && !low.view(a[3]).has_mask() &&
            low.view(a[1]).rank() + 1 == low.view(a[0]).rank();

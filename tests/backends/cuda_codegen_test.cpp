@@ -8,6 +8,7 @@
 
 #include "backends/cuda/arena.hpp"
 #include "backends/cuda/attention.hpp"
+#include "backends/cuda/attention_mma.hpp"
 #include "backends/cuda/codegen.hpp"
 #include "backends/cuda/compile.hpp"
 #include "backends/cuda/copy_view.hpp"
@@ -119,14 +120,39 @@ TEST(CudaArena, LiveValuesNeverOverlapAndSpaceIsReused) {
 TEST(CudaCodegen, AttentionKernelsCompileForHopperAndTuring) {
   using cudagen::AttentionKernel;
   for (const AttentionKernel& spec : {
-           AttentionKernel{DType::F32, DType::F16, DType::F16, 128, 128, 8, 8, 16, 4},
-           AttentionKernel{DType::F32, DType::F32, DType::F32, 64, 64, 4, 4, 16, 8},
-           AttentionKernel{DType::BF16, DType::BF16, DType::BF16, 256, 256, 8, 8, 32, 8},
-           AttentionKernel{DType::F16, DType::F16, DType::F32, 36, 20, 1, 1, 32, 3},
+           AttentionKernel{DType::F32, DType::F16, DType::F16, DType::F32, 128, 128, 8, 8, 16, 4},
+           AttentionKernel{DType::F32, DType::F32, DType::F32, DType::F32, 64, 64, 4, 4, 16, 8},
+           AttentionKernel{DType::BF16, DType::BF16, DType::BF16, DType::BF16, 256, 256, 8, 8, 32,
+                           8},
+           AttentionKernel{DType::F16, DType::F16, DType::F32, DType::F16, 36, 20, 1, 1, 32, 3},
        })
     for (const char* arch : {"sm_90", "sm_75"})
       EXPECT_FALSE(cudagen::compile_cubin(cudagen::attention_source(spec), arch).code.empty())
           << arch << " d " << spec.d;
+}
+
+// The tensor-core kernel's: f32 queries split over an f16 cache, bf16 throughout, mixed
+// key and value types, the largest head dims; and for Ampere, the oldest it runs on.
+TEST(CudaCodegen, TensorCoreAttentionCompilesForAmpereAndHopper) {
+  using cudagen::MmaAttentionKernel;
+  for (const MmaAttentionKernel& spec : {
+           MmaAttentionKernel{DType::F32, DType::F16, DType::F16, DType::F32, 128, 128},
+           MmaAttentionKernel{DType::BF16, DType::BF16, DType::BF16, DType::BF16, 64, 64},
+           MmaAttentionKernel{DType::F32, DType::BF16, DType::F16, DType::F32, 48, 32},
+           MmaAttentionKernel{DType::F16, DType::F16, DType::F16, DType::F16, 256, 256},
+       }) {
+    ASSERT_TRUE(cudagen::mma_attention_supports(spec.q, spec.k, spec.v, spec.d, spec.dv));
+    EXPECT_FALSE(cudagen::compile_cubin(cudagen::mma_attention_source(spec), "sm_90").code.empty())
+        << "d " << spec.d;
+  }
+  EXPECT_FALSE(
+      cudagen::compile_cubin(cudagen::mma_attention_source(
+                                 {DType::BF16, DType::BF16, DType::BF16, DType::BF16, 128, 128}),
+                             "sm_80")
+          .code.empty());
+  EXPECT_FALSE(cudagen::mma_attention_supports(DType::F16, DType::BF16, DType::BF16, 64, 64));
+  EXPECT_FALSE(cudagen::mma_attention_supports(DType::F32, DType::F32, DType::F16, 64, 64));
+  EXPECT_FALSE(cudagen::mma_attention_supports(DType::F32, DType::F16, DType::F16, 40, 64));
 }
 
 // Half-precision conversions use instructions of sm_80 and later where they exist; older

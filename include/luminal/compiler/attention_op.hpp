@@ -12,7 +12,8 @@ namespace luminal::compiler {
 
 /// Inputs, read through the two products' views: q and k as the score product's operands,
 /// both [batch..., M, D, T]; v as the value product's, [batch..., M, T, Dv]; the mask,
-/// [batch..., M, T] (bool; false drops the key). Output [batch..., M, Dv] (f32).
+/// [batch..., M, T] (bool; false drops the key). Output [batch..., M, Dv], of the
+/// queries' type (the scores' and so the weights').
 class AttentionOp final : public CustomOp {
  public:
   explicit AttentionOp(double scale) : scale(scale) {}

@@ -510,12 +510,23 @@ class CpuExecutable final : public Executable {
                       options_.residual_activations);
       return;
     }
-    if (step.attention && bufs[0]->dtype() == DType::F32 && bufs[3]->dtype() == DType::Bool &&
-        cpugen::attention(views[0], bufs[0]->span<float>().data(), views[1], bufs[1]->data(),
-                          bufs[1]->dtype(), views[2], bufs[2]->data(), bufs[2]->dtype(), views[3],
-                          static_cast<const uint8_t*>(bufs[3]->data()), step.attention->scale,
-                          out.span<float>().data()))
-      return;
+    // Attention over f32 or f16 keys and values; half-precision queries are widened and
+    // the result rounded back, as for the products above.
+    auto f32_or_f16 = [](DType t) { return t == DType::F32 || t == DType::F16; };
+    if (step.attention && bufs[3]->dtype() == DType::Bool && f32_or_f16(bufs[1]->dtype()) &&
+        f32_or_f16(bufs[2]->dtype()) && bufs[0]->dtype() == n.dtype) {
+      const bool wide = n.dtype == DType::F32;
+      const std::vector<float> q = wide ? std::vector<float>{} : bufs[0]->to_f32();
+      std::vector<float> result(wide ? 0 : out.numel());
+      if (cpugen::attention(views[0], wide ? bufs[0]->span<float>().data() : q.data(), views[1],
+                            bufs[1]->data(), bufs[1]->dtype(), views[2], bufs[2]->data(),
+                            bufs[2]->dtype(), views[3],
+                            static_cast<const uint8_t*>(bufs[3]->data()), step.attention->scale,
+                            wide ? out.span<float>().data() : result.data())) {
+        for (size_t i = 0; i < result.size(); ++i) out.set_f64(i, result[i]);
+        return;
+      }
+    }
     std::vector<Buffer> in;
     std::vector<std::vector<int64_t>> shapes;
     for (size_t i = 0; i < bufs.size(); ++i) {
@@ -613,8 +624,8 @@ std::unique_ptr<Executable> CpuBackend::compile(const Graph& graph) const {
   std::snprintf(stages, sizeof stages, "codegen %.3f s, compile %.3f s (%s), %d threads", gen_s,
                 jit.compile_seconds, jit.cache_hit ? "cache hit" : "compiled", threads);
   runtime::log_compile("cpu", graph, p, stages);
-  return std::make_unique<CpuExecutable>(std::move(p.program), std::move(p.plan), std::move(src.dims),
-                                         std::move(jit), options_);
+  return std::make_unique<CpuExecutable>(std::move(p.program), std::move(p.plan),
+                                         std::move(src.dims), std::move(jit), options_);
 }
 
 }  // namespace luminal

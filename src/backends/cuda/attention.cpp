@@ -15,58 +15,29 @@
 // (flash-decoding).
 #include "backends/cuda/attention.hpp"
 
+#include "backends/cuda/attention_common.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <numbers>
 #include <string>
 
+#include "backends/cuda/attention_mma.hpp"
 #include "backends/cuda/codegen.hpp"
 #include "runtime/element_writer.hpp"
 
 namespace luminal::cudagen {
 namespace {
 
-// Threads per block, keys per chunk, and split ranges at most (the combine kernel's
-// weights), given to the source as LUM_AT_THREADS, LUM_AT_CHUNK and LUM_AT_MAX_SPLITS.
-constexpr int kThreads = 128, kChunk = 128, kMaxDims = 4, kMaxRows = 8;
-constexpr int64_t kMaxSplits = 1024;
-
-// The kernel's parameter block; the source declares the same fields in the same order
-// (all 8 bytes wide but the last two, so both sides lay it out alike).
-struct Args {
-  const void *q, *k, *v, *mask;
-  float *out, *partials;
-  int64_t q_off, k_off, v_off, m_off;
-  int64_t q_d, k_d, v_d;  // strides along the head dims
-  int64_t k_t, v_t, m_t;  // strides along the keys
-  int64_t keys, keys_per_split, splits, shared_rows, row_tiles;
-  int64_t kv_rank, sh_rank;
-  // Dims the keys or values vary along: sizes, and the strides of q, k, v, mask and
-  // output rows.
-  int64_t kv_dim[kMaxDims], kv_q[kMaxDims], kv_k[kMaxDims], kv_v[kMaxDims], kv_m[kMaxDims],
-      kv_o[kMaxDims];
-  // Dims they do not (a tile's rows): sizes and strides of q, mask and output rows.
-  int64_t sh_dim[kMaxDims], sh_q[kMaxDims], sh_m[kMaxDims], sh_o[kMaxDims];
-  float scale, unused;
-};
+// Keys per chunk (given to the source as LUM_AT_CHUNK; key splits are whole chunks) and
+// query rows per block of the kernel on CUDA cores.
+constexpr int kThreads = kAttentionThreads, kChunk = 128, kMaxDims = kAttentionMaxDims,
+              kMaxRows = 8;
+constexpr int64_t kMaxSplits = kAttentionMaxSplits;
+using Args = AttentionArgs;
 
 constexpr const char* kSource = R"ATTN(
-struct LumAttnArgs {
-  const void *q, *k, *v; const unsigned char* mask;
-  float *out, *partials;
-  long long q_off, k_off, v_off, m_off;
-  long long q_d, k_d, v_d;
-  long long k_t, v_t, m_t;
-  long long keys, keys_per_split, splits, shared_rows, row_tiles;
-  long long kv_rank, sh_rank;
-  long long kv_dim[4], kv_q[4], kv_k[4], kv_v[4], kv_m[4], kv_o[4];
-  long long sh_dim[4], sh_q[4], sh_m[4], sh_o[4];
-  float scale, unused;
-};
-struct lum_at_f32 { typedef float T; static __device__ __forceinline__ float get(float x) { return x; } };
-struct lum_at_f16 { typedef uint16_t T; static __device__ __forceinline__ float get(uint16_t x) { return lum_h2f(x); } };
-struct lum_at_bf16 { typedef uint16_t T; static __device__ __forceinline__ float get(uint16_t x) { return lum_bf2f(x); } };
 // N elements of a row as loaded, converted to float on use: one 16-byte load when N of
 // them make 16 bytes (the row aligned), else N strided loads. Kept as loaded so that
 // several keys' loads can be in flight in few registers.
@@ -283,7 +254,7 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention(const
     const int r = i / LUM_AT_DV, j = i % LUM_AT_DV;
     if (r >= rows) continue;
     if (a.splits == 1) {
-      a.out[row_o[r] * LUM_AT_DV + j] = red[r][j] / row_sum[r];
+      LUM_AT_O::put(a.out, row_o[r] * LUM_AT_DV + j, red[r][j] / row_sum[r]);
     } else {
       float* p = a.partials + (row_o[r] * a.splits + split) * (LUM_AT_DV + 2);
       p[j] = red[r][j];
@@ -292,46 +263,7 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention(const
   }
 }
 
-// Split rows: each piece's output rescaled to the largest max, over the rescaled sums. A
-// piece without kept keys (max -inf, sum 0, output 0) weighs 0; a row without any comes
-// out NaN, as the decomposition's 0 / 0 does. A block per row: the first warp finds the
-// pieces' weights once, then every thread sums its output elements over them.
-extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS)
-    lum_attention_combine(const float* __restrict__ partials, float* __restrict__ out,
-                          long long rows, long long splits) {
-  __shared__ float weight[LUM_AT_MAX_SPLITS];
-  __shared__ float scale;
-  const long long width = LUM_AT_DV + 2;
-  const int tid = threadIdx.x;
-  for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
-    const float* p = partials + row * splits * width;
-    if (tid < 32) {
-      float top = __int_as_float(0xff800000), total = 0.0f;
-      for (long long s = tid; s < splits; s += 32) top = fmaxf(top, p[s * width + LUM_AT_DV]);
-      for (int o = 16; o > 0; o >>= 1) top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, o));
-      for (long long s = tid; s < splits; s += 32) {
-        const float w = exp2f(p[s * width + LUM_AT_DV] - top);
-        weight[s] = w;
-        total = fmaf(w, p[s * width + LUM_AT_DV + 1], total);
-      }
-      for (int o = 16; o > 0; o >>= 1) total += __shfl_xor_sync(0xffffffffu, total, o);
-      if (tid == 0) scale = 1.0f / total;
-    }
-    __syncthreads();
-    for (int j = tid; j < LUM_AT_DV; j += LUM_AT_THREADS) {
-      float o = 0.0f;
-#pragma unroll 16
-      for (long long s = 0; s < splits; ++s) o = fmaf(weight[s], p[s * width + j], o);
-      out[row * LUM_AT_DV + j] = o * scale;
-    }
-    __syncthreads();  // weight is rewritten for the next row
-  }
-}
 )ATTN";
-
-const char* element_struct(DType t) {
-  return t == DType::F32 ? "lum_at_f32" : t == DType::F16 ? "lum_at_f16" : "lum_at_bf16";
-}
 
 bool supported(DType t) {
   return t == DType::F32 || t == DType::F16 || t == DType::BF16;
@@ -349,6 +281,14 @@ int vector_width(const ConcreteView& view, size_t head_axis, int64_t head_dim, D
   return static_cast<int>(n);
 }
 
+// A compiled kernel's cache key: its specialisation's fields (not its source, which would
+// be written for every launch), the first telling the two kernels apart.
+std::string key_of(std::initializer_list<int64_t> fields) {
+  std::string key;
+  for (int64_t f : fields) key += std::to_string(f) + " ";
+  return key;
+}
+
 }  // namespace
 
 std::string attention_source(const AttentionKernel& s) {
@@ -356,9 +296,10 @@ std::string attention_source(const AttentionKernel& s) {
   auto define = [&](const char* name, const std::string& value) {
     defines += std::string("#define ") + name + " " + value + "\n";
   };
-  define("LUM_AT_Q", element_struct(s.q));
-  define("LUM_AT_K", element_struct(s.k));
-  define("LUM_AT_V", element_struct(s.v));
+  define("LUM_AT_Q", attention_element(s.q));
+  define("LUM_AT_K", attention_element(s.k));
+  define("LUM_AT_V", attention_element(s.v));
+  define("LUM_AT_O", attention_element(s.out));
   define("LUM_AT_D", std::to_string(s.d));
   define("LUM_AT_DV", std::to_string(s.dv));
   define("LUM_AT_VK", std::to_string(s.key_vec));
@@ -368,21 +309,28 @@ std::string attention_source(const AttentionKernel& s) {
   define("LUM_AT_THREADS", std::to_string(kThreads));
   define("LUM_AT_CHUNK", std::to_string(kChunk));
   define("LUM_AT_MAX_SPLITS", std::to_string(kMaxSplits));
-  return std::string(cuda_prelude()) + std::string(runtime::scalar_prelude()) + defines + kSource;
+  return std::string(cuda_prelude()) + std::string(runtime::scalar_prelude()) + defines +
+         std::string(attention_common_source()) + kSource;
 }
 
-const Attention::Compiled& Attention::compiled(const AttentionKernel& spec) {
-  // Keyed by the fields, not the source: this runs for every launch.
-  const std::string key = std::string(dtype_name(spec.q)) + " " + std::string(dtype_name(spec.k)) +
-                          " " + std::string(dtype_name(spec.v)) + " " + std::to_string(spec.d) +
-                          " " + std::to_string(spec.dv) + " " + std::to_string(spec.key_vec) + " " +
-                          std::to_string(spec.value_vec) + " " + std::to_string(spec.lanes) + " " +
-                          std::to_string(spec.rows);
+const Attention::Compiled& Attention::compiled(const std::string& key, const std::string& kernel,
+                                               const std::function<std::string()>& source,
+                                               size_t shared_bytes) {
   Compiled& c = kernels_[key];
   if (!c.module) {
-    c.module = std::make_unique<Module>(compile_cubin(attention_source(spec), device_.arch()).code);
-    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-              &c.blocks_per_sm, c.module->kernel("lum_attention"), kThreads, 0),
+    c.module = std::make_unique<Module>(compile_cubin(source(), device_.arch()).code);
+    c.kernel = c.module->kernel(kernel);
+    c.combine = c.module->kernel("lum_attention_combine");
+    if (kernel == "lum_attention_mma") c.mask_tiles = c.module->kernel("lum_attention_mask_tiles");
+    c.shared_bytes = shared_bytes;
+    if (shared_bytes > 48 * 1024)  // past the default a block may ask for
+      check(cudaKernelSetAttributeForDevice(
+                reinterpret_cast<cudaKernel_t>(const_cast<void*>(c.kernel)),
+                cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared_bytes),
+                device_.ordinal()),
+            "allowing attention its shared memory");
+    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&c.blocks_per_sm, c.kernel, kThreads,
+                                                        shared_bytes),
           "sizing attention's grid");
   }
   return c;
@@ -391,11 +339,12 @@ const Attention::Compiled& Attention::compiled(const AttentionKernel& spec) {
 bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, const ConcreteView& k,
                     const void* k_data, DType k_type, const ConcreteView& v, const void* v_data,
                     DType v_type, const ConcreteView& mask, const void* mask_data, double scale,
-                    float* out) {
+                    void* out, DType out_type) {
   const size_t r = q.dims.size();
   if (r < 3 || k.dims.size() != r || v.dims.size() != r || mask.dims.size() + 1 != r) return false;
   if (q.has_mask() || k.has_mask() || v.has_mask() || mask.has_mask()) return false;
-  if (!supported(q_type) || !supported(k_type) || !supported(v_type)) return false;
+  if (!supported(q_type) || !supported(k_type) || !supported(v_type) || !supported(out_type))
+    return false;
   const int64_t d = q.dims[r - 2], keys = q.dims[r - 1], dv = v.dims[r - 1];
   if (d < 1 || dv < 1 || keys < 1) return false;
 
@@ -428,56 +377,91 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
       kv_points *= n;
     }
   }
-  // Collected innermost first; the kernel decomposes outermost first.
+  // Collected innermost first; the kernels decompose outermost first.
   auto reverse = [](int64_t* x, int64_t n) { std::reverse(x, x + n); };
   for (int64_t* x : {a.sh_dim, a.sh_q, a.sh_m, a.sh_o}) reverse(x, a.sh_rank);
   for (int64_t* x : {a.kv_dim, a.kv_q, a.kv_k, a.kv_v, a.kv_m, a.kv_o}) reverse(x, a.kv_rank);
 
-  AttentionKernel spec{q_type, k_type, v_type, d, dv, 1, 1, 1, 1};
-  spec.key_vec = vector_width(k, r - 2, d, k_type, k_data);
-  spec.value_vec = vector_width(v, r - 1, dv, v_type, v_data);
-  const int64_t key_vecs = d / spec.key_vec;
-  while (spec.lanes < 32 && spec.lanes < key_vecs) spec.lanes *= 2;
-  // Rows per block: as many as share the keys, up to 8, while each thread's queries and
-  // outputs stay in registers and the block's arrays in 44 KiB of shared memory.
-  const int64_t per_row_regs = (key_vecs + spec.lanes - 1) / spec.lanes * spec.key_vec +
-                               (dv / spec.value_vec + spec.lanes - 1) / spec.lanes * spec.value_vec;
-  int64_t rows = std::min<int64_t>({kMaxRows, a.shared_rows, 128 / per_row_regs});
-  while (rows > 0 && rows * ((d + dv + kChunk + 3) * 4 + 24) > 44 * 1024) --rows;
-  if (rows < 1) return false;
-  spec.rows = static_cast<int>(rows);
+  const int key_vec = vector_width(k, r - 2, d, k_type, k_data);
+  const int value_vec = vector_width(v, r - 1, dv, v_type, v_data);
+  const Compiled* kernel = nullptr;
+  int64_t rows = 0;  // query rows per block
+  // Tensor cores where a tile of their rows shares each key head and they take the
+  // types; each key and value row read in one 16-byte piece or more, and the scale
+  // positive (it is applied after the max).
+  if (device_.compute_capability() >= 80 && a.shared_rows >= 16 && scale > 0 &&
+      mma_attention_supports(q_type, k_type, v_type, d, dv) && key_vec == 8 && value_vec == 8) {
+    const MmaAttentionKernel spec{q_type, k_type, v_type, out_type, d, dv};
+    const std::string key =
+        key_of({1, int64_t(q_type), int64_t(k_type), int64_t(v_type), int64_t(out_type), d, dv});
+    kernel = &compiled(
+        key, "lum_attention_mma", [&] { return mma_attention_source(spec); },
+        mma_attention_shared_bytes(spec));
+    rows = kMmaAttentionRows;
+  } else {
+    AttentionKernel spec{q_type, k_type, v_type, out_type, d, dv, key_vec, value_vec, 1, 1};
+    const int64_t key_vecs = d / spec.key_vec;
+    while (spec.lanes < 32 && spec.lanes < key_vecs) spec.lanes *= 2;
+    // Rows per block: as many as share the keys, up to 8, while each thread's queries and
+    // outputs stay in registers and the block's arrays in 44 KiB of shared memory.
+    const int64_t per_row_regs =
+        (key_vecs + spec.lanes - 1) / spec.lanes * spec.key_vec +
+        (dv / spec.value_vec + spec.lanes - 1) / spec.lanes * spec.value_vec;
+    rows = std::min<int64_t>({kMaxRows, a.shared_rows, 128 / per_row_regs});
+    while (rows > 0 && rows * ((d + dv + kChunk + 3) * 4 + 24) > 44 * 1024) --rows;
+    if (rows < 1) return false;
+    spec.rows = static_cast<int>(rows);
+    const std::string key =
+        key_of({0, int64_t(q_type), int64_t(k_type), int64_t(v_type), int64_t(out_type), d, dv,
+                key_vec, value_vec, spec.lanes, rows});
+    kernel = &compiled(
+        key, "lum_attention", [&] { return attention_source(spec); }, 0);
+  }
   a.row_tiles = (a.shared_rows + rows - 1) / rows;
 
   // Split the keys where (kv point, tile) pairs alone would leave SMs idle, into as many
   // pieces as fill the GPU once.
-  const Compiled& kernel = compiled(spec);
-  const int blocks_per_sm = kernel.blocks_per_sm;
   const int64_t pairs = kv_points * a.row_tiles;
   const int64_t chunks = (keys + kChunk - 1) / kChunk;
-  const int64_t resident = int64_t{device_.multiprocessors()} * std::max(blocks_per_sm, 1);
+  const int64_t resident = int64_t{device_.multiprocessors()} * std::max(kernel->blocks_per_sm, 1);
   const int64_t splits = std::clamp<int64_t>(resident / pairs, 1, std::min(chunks, kMaxSplits));
   a.keys_per_split = (chunks + splits - 1) / splits * kChunk;
   a.splits = (keys + a.keys_per_split - 1) / a.keys_per_split;
-  if (a.splits > 1) {
-    const size_t bytes = static_cast<size_t>(out_rows * a.splits * (dv + 2)) * sizeof(float);
-    if (partials_.bytes() < bytes) {
-      device_.synchronize();  // an earlier launch may still read the old one
-      partials_ = DeviceBuffer(bytes);
+  // (An earlier launch may still read a buffer that grows.)
+  auto at_least = [&](DeviceBuffer& buffer, size_t bytes) {
+    if (buffer.bytes() < bytes) {
+      device_.synchronize();
+      buffer = DeviceBuffer(bytes);
     }
-    a.partials = static_cast<float*>(partials_.data());
-  }
+    return buffer.data();
+  };
+  if (a.splits > 1)
+    a.partials = static_cast<float*>(
+        at_least(partials_, static_cast<size_t>(out_rows * a.splits * (dv + 2)) * sizeof(float)));
 
-  const Module& m = *kernel.module;
   void* args[] = {&a};
-  check(cudaLaunchKernel(m.kernel("lum_attention"), dim3(static_cast<unsigned>(pairs * a.splits)),
-                         dim3(kThreads), args, 0, device_.stream()),
+  if (kernel->mask_tiles) {
+    a.key_tiles = (keys + kMmaAttentionKeys - 1) / kMmaAttentionKeys;
+    a.mask_points = 1;
+    for (int64_t i = 0; i < a.kv_rank; ++i)
+      if (a.kv_m[i] != 0) a.mask_points = kv_points;
+    const int64_t tiles = a.mask_points * a.row_tiles * a.key_tiles;  // a warp each
+    a.tiles = static_cast<uint8_t*>(at_least(tiles_, static_cast<size_t>(tiles)));
+    const int64_t warps = kThreads / 32;
+    check(cudaLaunchKernel(kernel->mask_tiles,
+                           dim3(static_cast<unsigned>((tiles + warps - 1) / warps)), dim3(kThreads),
+                           args, 0, device_.stream()),
+          "launching attention's pass over the mask");
+  }
+  check(cudaLaunchKernel(kernel->kernel, dim3(static_cast<unsigned>(pairs * a.splits)),
+                         dim3(kThreads), args, kernel->shared_bytes, device_.stream()),
         "launching attention");
   if (a.splits > 1) {
     long long n = out_rows, splits_arg = a.splits;
     void* combine_args[] = {&a.partials, &out, &n, &splits_arg};
     const int64_t blocks = std::min<int64_t>(out_rows, int64_t{device_.multiprocessors()} * 16);
-    check(cudaLaunchKernel(m.kernel("lum_attention_combine"), dim3(static_cast<unsigned>(blocks)),
-                           dim3(kThreads), combine_args, 0, device_.stream()),
+    check(cudaLaunchKernel(kernel->combine, dim3(static_cast<unsigned>(blocks)), dim3(kThreads),
+                           combine_args, 0, device_.stream()),
           "launching attention's combine");
   }
   return true;

@@ -4,6 +4,7 @@
 // compiled by NVRTC on first use, like the generated kernels.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -17,7 +18,7 @@ namespace luminal::cudagen {
 
 /// What one compiled specialisation fixes.
 struct AttentionKernel {
-  DType q = DType::F32, k = DType::F32, v = DType::F32;
+  DType q = DType::F32, k = DType::F32, v = DType::F32, out = DType::F32;
   int64_t d = 0, dv = 0;  // query/key and value head dims
   int key_vec = 1;        // elements of a key row per load (16 bytes' worth, or 1)
   int value_vec = 1;      // the same for values
@@ -32,26 +33,38 @@ class Attention {
  public:
   explicit Attention(const Device& device) : device_(device) {}
 
-  /// out[batch..., M, Dv] (f32) = softmax over T of (q . k * scale, or -inf where the
-  /// mask is false) times v, for AttentionOp operand views q, k ([batch..., M, D, T]),
-  /// v ([batch..., M, T, Dv]) and mask ([batch..., M, T], bool) over device buffers.
-  /// Queries, keys and values may each be f32, f16 or bf16. False, launching nothing,
-  /// where a view is padded or there are more than four batch dims of either kind (those
-  /// keys and values vary along and those they do not): the caller runs the op elsewhere.
+  /// out[batch..., M, Dv] = softmax over T of (q . k * scale, or -inf where the mask is
+  /// false) times v, for AttentionOp operand views q, k ([batch..., M, D, T]), v
+  /// ([batch..., M, T, Dv]) and mask ([batch..., M, T], bool) over device buffers.
+  /// Queries, keys, values and the output may each be f32, f16 or bf16. Prompts over
+  /// half-precision keys and values run on tensor cores (attention_mma.hpp). False,
+  /// launching nothing, where a view is padded or there are more than four batch dims of
+  /// either kind (those keys and values vary along and those they do not): the caller
+  /// runs the op elsewhere.
   bool run(const ConcreteView& q, const void* q_data, DType q_type, const ConcreteView& k,
            const void* k_data, DType k_type, const ConcreteView& v, const void* v_data,
-           DType v_type, const ConcreteView& mask, const void* mask_data, double scale, float* out);
+           DType v_type, const ConcreteView& mask, const void* mask_data, double scale, void* out,
+           DType out_type);
 
  private:
   struct Compiled {
     std::unique_ptr<Module> module;
-    int blocks_per_sm = 0;  // resident at once
+    const void* kernel = nullptr;      // the attention kernel
+    const void* combine = nullptr;     // its split pieces' combine
+    const void* mask_tiles = nullptr;  // the tensor-core kernel's pass over the mask
+    size_t shared_bytes = 0;           // dynamic, a block
+    int blocks_per_sm = 0;             // resident at once
   };
-  const Compiled& compiled(const AttentionKernel& spec);
+  // The module cached under `key` (the specialisation's fields), compiled from source()
+  // on first use.
+  const Compiled& compiled(const std::string& key, const std::string& kernel,
+                           const std::function<std::string()>& source, size_t shared_bytes);
 
   const Device& device_;
   std::map<std::string, Compiled> kernels_;  // by specialisation
-  DeviceBuffer partials_;  // split rows' partial results, kept while a CUDA graph may read them
+  // Split rows' partial results and the mask tiles' flags, kept while a CUDA graph may
+  // read them.
+  DeviceBuffer partials_, tiles_;
 };
 
 }  // namespace luminal::cudagen

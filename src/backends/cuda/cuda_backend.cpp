@@ -366,11 +366,11 @@ class CudaExecutable final : public Executable {
           return;
       }
     } else if (const auto* at = dynamic_cast<const compiler::AttentionOp*>(n.custom.get());
-               at && n.dtype == DType::F32 && source_dtype(n, 3) == DType::Bool) {
+               at && source_dtype(n, 3) == DType::Bool) {
       if (attention_.run(views[0], operand(n.inputs[0].source), source_dtype(n, 0), views[1],
                          operand(n.inputs[1].source), source_dtype(n, 1), views[2],
                          operand(n.inputs[2].source), source_dtype(n, 2), views[3],
-                         operand(n.inputs[3].source), at->scale, static_cast<float*>(out)))
+                         operand(n.inputs[3].source), at->scale, out, n.dtype))
         return;
     } else if (dynamic_cast<const AppendRowsOp*>(n.custom.get())) {
       if (append_rows(n, views, out, out_bytes)) return;

@@ -40,7 +40,8 @@ Device::Device(int ordinal) : ordinal_(ordinal) {
   check(cudaGetDeviceProperties(&prop, ordinal), "cudaGetDeviceProperties");
   LUM_CHECK(prop.major >= 7) << "the CUDA backend needs a GPU of compute capability 7.0 or newer; "
                              << prop.name << " is " << prop.major << "." << prop.minor;
-  arch_ = "sm_" + std::to_string(prop.major * 10 + prop.minor);
+  compute_capability_ = prop.major * 10 + prop.minor;
+  arch_ = "sm_" + std::to_string(compute_capability_);
   multiprocessors_ = prop.multiProcessorCount;
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
 }

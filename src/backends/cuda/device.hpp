@@ -25,6 +25,8 @@ class Device {
   cudaStream_t stream() const { return stream_; }
   /// "sm_90" for an H100.
   const std::string& arch() const { return arch_; }
+  /// 90 for an H100.
+  int compute_capability() const { return compute_capability_; }
   int multiprocessors() const { return multiprocessors_; }
   /// Makes this device current on the calling thread.
   void make_current() const;
@@ -35,6 +37,7 @@ class Device {
   int ordinal_;
   cudaStream_t stream_ = nullptr;
   std::string arch_;
+  int compute_capability_ = 0;
   int multiprocessors_ = 0;
 };
 
@@ -62,8 +65,7 @@ class DeviceBuffer {
   size_t bytes_ = 0;
 };
 
-/// A CUDA event for timing, destroyed with the handle.
-// An instantiated CUDA graph, destroyed with it.
+/// An instantiated CUDA graph, destroyed with it.
 class GraphExec {
  public:
   GraphExec() = default;
@@ -77,6 +79,7 @@ class GraphExec {
   cudaGraphExec_t exec_ = nullptr;
 };
 
+/// A CUDA event for timing, destroyed with the handle.
 class Event {
  public:
   Event();

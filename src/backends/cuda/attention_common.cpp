@@ -1,0 +1,80 @@
+// What the two attention kernels share (see attention_common.hpp).
+#include "backends/cuda/attention_common.hpp"
+
+namespace luminal::cudagen {
+
+std::string_view attention_common_source() {
+  return R"ATTN(
+struct LumAttnArgs {
+  const void *q, *k, *v; const unsigned char* mask;
+  void* out; float* partials;
+  long long q_off, k_off, v_off, m_off;
+  long long q_d, k_d, v_d;
+  long long k_t, v_t, m_t;
+  long long keys, keys_per_split, splits, shared_rows, row_tiles;
+  long long kv_rank, sh_rank;
+  unsigned char* tiles;
+  long long key_tiles, mask_points;
+  long long kv_dim[4], kv_q[4], kv_k[4], kv_v[4], kv_m[4], kv_o[4];
+  long long sh_dim[4], sh_q[4], sh_m[4], sh_o[4];
+  float scale, unused;
+};
+struct lum_at_f32 {
+  typedef float T;
+  static __device__ __forceinline__ float get(float x) { return x; }
+  static __device__ __forceinline__ void put(void* p, long long i, float x) { ((float*)p)[i] = x; }
+};
+struct lum_at_f16 {
+  typedef uint16_t T;
+  static __device__ __forceinline__ float get(uint16_t x) { return lum_h2f(x); }
+  static __device__ __forceinline__ void put(void* p, long long i, float x) { ((uint16_t*)p)[i] = lum_f2h(x); }
+};
+struct lum_at_bf16 {
+  typedef uint16_t T;
+  static __device__ __forceinline__ float get(uint16_t x) { return lum_bf2f(x); }
+  static __device__ __forceinline__ void put(void* p, long long i, float x) { ((uint16_t*)p)[i] = lum_f2bf(x); }
+};
+
+// Split rows: each piece's output rescaled to the largest max, over the rescaled sums. A
+// piece without kept keys (max -inf, sum 0, output 0) weighs 0; a row without any comes
+// out NaN, as the decomposition's 0 / 0 does. A block per row: the first warp finds the
+// pieces' weights once, then every thread sums its output elements over them.
+extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS)
+    lum_attention_combine(const float* __restrict__ partials, void* __restrict__ out,
+                          long long rows, long long splits) {
+  __shared__ float weight[LUM_AT_MAX_SPLITS];
+  __shared__ float scale;
+  const long long width = LUM_AT_DV + 2;
+  const int tid = threadIdx.x;
+  for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
+    const float* p = partials + row * splits * width;
+    if (tid < 32) {
+      float top = __int_as_float(0xff800000), total = 0.0f;
+      for (long long s = tid; s < splits; s += 32) top = fmaxf(top, p[s * width + LUM_AT_DV]);
+      for (int o = 16; o > 0; o >>= 1) top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, o));
+      for (long long s = tid; s < splits; s += 32) {
+        const float w = exp2f(p[s * width + LUM_AT_DV] - top);
+        weight[s] = w;
+        total = fmaf(w, p[s * width + LUM_AT_DV + 1], total);
+      }
+      for (int o = 16; o > 0; o >>= 1) total += __shfl_xor_sync(0xffffffffu, total, o);
+      if (tid == 0) scale = 1.0f / total;
+    }
+    __syncthreads();
+    for (int j = tid; j < LUM_AT_DV; j += LUM_AT_THREADS) {
+      float o = 0.0f;
+#pragma unroll 16
+      for (long long s = 0; s < splits; ++s) o = fmaf(weight[s], p[s * width + j], o);
+      LUM_AT_O::put(out, row * LUM_AT_DV + j, o * scale);
+    }
+    __syncthreads();  // weight is rewritten for the next row
+  }
+}
+)ATTN";
+}
+
+const char* attention_element(DType t) {
+  return t == DType::F32 ? "lum_at_f32" : t == DType::F16 ? "lum_at_f16" : "lum_at_bf16";
+}
+
+}  // namespace luminal::cudagen

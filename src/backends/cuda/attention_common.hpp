@@ -1,0 +1,57 @@
+// What the two attention kernels share (private to src/backends/cuda): the parameter
+// block that places every query row, key and value, the element types' loads and
+// stores, and the kernel that combines the pieces of rows whose keys were split between
+// blocks.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "luminal/dtype.hpp"
+
+namespace luminal::cudagen {
+
+// Dims of either kind (below) at most, threads per block, and split ranges at most (the
+// combine kernel's weights): given to the sources as LUM_AT_THREADS and
+// LUM_AT_MAX_SPLITS.
+constexpr int kAttentionMaxDims = 4, kAttentionThreads = 128;
+constexpr int64_t kAttentionMaxSplits = 1024;
+
+/// The kernels' parameter block; attention_common_source() declares the same fields in
+/// the same order (all 8 bytes wide but the last two, so both sides lay it out alike).
+/// The op's batch dims split in two: those the keys and values vary along (batch, key
+/// heads: "kv") and those they do not (the query heads of one key head and the query
+/// positions: "sh", a point's rows).
+struct AttentionArgs {
+  const void *q, *k, *v, *mask;
+  void* out;
+  float* partials;  // split rows' pieces: [row][split][Dv values, max, sum]
+  int64_t q_off, k_off, v_off, m_off;
+  int64_t q_d, k_d, v_d;  // strides along the head dims
+  int64_t k_t, v_t, m_t;  // strides along the keys
+  int64_t keys, keys_per_split, splits, shared_rows, row_tiles;
+  int64_t kv_rank, sh_rank;
+  // The tensor-core kernel's mask tiles (attention_mma.cpp): their flags, key tiles, and
+  // kv points with a mask of their own (1 where the mask does not vary along kv dims).
+  uint8_t* tiles;
+  int64_t key_tiles, mask_points;
+  // kv dims: sizes, and the strides of q, k, v, mask and output rows.
+  int64_t kv_dim[kAttentionMaxDims], kv_q[kAttentionMaxDims], kv_k[kAttentionMaxDims],
+      kv_v[kAttentionMaxDims], kv_m[kAttentionMaxDims], kv_o[kAttentionMaxDims];
+  // sh dims: sizes and strides of q, mask and output rows.
+  int64_t sh_dim[kAttentionMaxDims], sh_q[kAttentionMaxDims], sh_m[kAttentionMaxDims],
+      sh_o[kAttentionMaxDims];
+  float scale;  // times log2(e): scores go through 2^x
+  float unused;
+};
+
+/// The CUDA side: LumAttnArgs, the element structs lum_at_f32/f16/bf16 (get: to float;
+/// put: from float) and the combine kernel lum_attention_combine, which reads the defines
+/// LUM_AT_DV (value head dim), LUM_AT_O (the output's element struct), LUM_AT_THREADS and
+/// LUM_AT_MAX_SPLITS. Follows the CUDA and scalar preludes.
+std::string_view attention_common_source();
+
+/// The element struct of `t` (f32, f16 or bf16).
+const char* attention_element(DType t);
+
+}  // namespace luminal::cudagen

@@ -1,0 +1,490 @@
+// Attention on tensor cores (see attention_mma.hpp).
+//
+// Flash-attention's forward pass with sm_80's warp-level matrix instructions
+// (mma.m16n8k16, f32 accumulators). A block of four warps takes 64 query rows of one
+// key head (16 a warp, their queries held in registers as the products' A operand) and
+// walks the keys 64 at a time: the tile's mask bytes first (a tile no row keeps is
+// skipped before its keys are fetched, which halves a causal prompt's work, and one
+// every row keeps all of is not looked up again), then keys and values copied into
+// shared memory asynchronously (the values' copy overlapping the scores' products),
+// scores by tensor cores, the running max and sum in registers (each thread holds two
+// rows' values for eight keys, its quad the rest), the weights converted in registers
+// into the A operand of the value product. Rows of shared memory are padded by 16 bytes
+// so the eight rows a matrix load reads fall in different banks. Splits of the keys and
+// their combine are those of the kernel on CUDA cores.
+#include "backends/cuda/attention_mma.hpp"
+
+#include "backends/cuda/attention_common.hpp"
+#include "backends/cuda/codegen.hpp"
+#include "runtime/element_writer.hpp"
+
+namespace luminal::cudagen {
+namespace {
+
+constexpr int64_t kMaskStride = kMmaAttentionKeys + 16;  // bytes a row of the mask tile
+
+constexpr const char* kSource = R"ATTN(
+constexpr int kFaRows = LUM_FA_ROWS, kFaKeys = LUM_FA_KEYS, kFaMaskStride = LUM_FA_MASK_STRIDE;
+constexpr int kFaQs = LUM_AT_D + 8, kFaVs = LUM_AT_DV + 8;  // halves a row in shared memory
+constexpr int kFaNq = LUM_AT_D / 16, kFaNv = LUM_AT_DV / 8;  // k-steps of q.k, 8-wide tiles of out
+
+LUM_FN uint32_t lum_fa_smem(const void* p) {
+  uint32_t r;
+  asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(r) : "l"(p));
+  return r;
+}
+// A 16 x 16 operand (four 8 x 8 matrices) from shared memory, each lane naming one row.
+// (Addresses are shared memory's own, 32 bits.)
+LUM_FN void lum_fa_ldsm(uint32_t (&r)[4], uint32_t at) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(at));
+}
+LUM_FN void lum_fa_ldsm_t(uint32_t (&r)[4], uint32_t at) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(at));
+}
+// 16 bytes from global to shared memory without registers; zeros where `bytes` is 0.
+LUM_FN void lum_fa_cp16(uint32_t dst, const void* src, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes));
+}
+LUM_FN void lum_fa_commit() { asm volatile("cp.async.commit_group;"); }
+// A tile's 64 rows (keys or values) of W halves, `stride` apart from `src`, copied to
+// `dst` (rows padded to W + 8), as one copy group: thread `tid` takes 16-byte pieces
+// tid, tid + threads, ... (W / 16 of them: a tile has W / 2 threads' worth); rows at or
+// past `valid` are zeros. Addresses advance by constants, no division in the loop.
+template <int W>
+LUM_FN void lum_fa_fetch(uint32_t dst, const uint16_t* src, long long stride, int valid, int tid) {
+  constexpr int kPieces = W / 8, kStep = LUM_AT_THREADS / kPieces, kCarry = LUM_AT_THREADS % kPieces;
+  int row = tid / kPieces, c = tid % kPieces;
+  const uint16_t* p = src + row * stride + c * 8;
+  uint32_t d = dst + (row * (W + 8) + c * 8) * 2;
+#pragma unroll
+  for (int i = 0; i < kPieces / 2; ++i) {
+    const bool in = row < valid;
+    lum_fa_cp16(d, in ? p : src, in ? 16 : 0);
+    row += kStep, c += kCarry;
+    p += kStep * stride + kCarry * 8;
+    d += (kStep * (W + 8) + kCarry * 8) * 2;
+    if (kCarry != 0 && c >= kPieces) {
+      c -= kPieces, ++row;
+      p += stride - kPieces * 8;
+      d += (W + 8 - kPieces * 8) * 2;
+    }
+  }
+  lum_fa_commit();
+}
+template <int N> LUM_FN void lum_fa_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
+
+// c += a b for a 16 x 16 A (row-major fragments) and a 16 x 8 B of bf16 or f16.
+template <bool kBf16>
+LUM_FN void lum_fa_mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (kBf16)
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  else
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// 2^x by the hardware's approximation (2 ulp; results below 2^-126 flush to 0, which
+// weights so far below the largest do not miss).
+LUM_FN float lum_fa_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+// Two floats rounded into one register (the first in the low half), and back.
+template <bool kBf16> LUM_FN uint32_t lum_fa_pack(float lo, float hi) {
+  uint32_t r;
+  if constexpr (kBf16) asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  else asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+template <bool kBf16> LUM_FN float lum_fa_low(uint32_t r) {
+  return kBf16 ? __uint_as_float(r << 16) : lum_h2f((uint16_t)(r & 0xffffu));
+}
+template <bool kBf16> LUM_FN float lum_fa_high(uint32_t r) {
+  return kBf16 ? __uint_as_float(r & 0xffff0000u) : lum_h2f((uint16_t)(r >> 16));
+}
+// x0, x1 as a register of two halves and, split, the remainders as another.
+template <bool kBf16> LUM_FN void lum_fa_split(float x0, float x1, uint32_t& hi, uint32_t& lo) {
+  hi = lum_fa_pack<kBf16>(x0, x1);
+#if LUM_FA_SPLIT
+  lo = lum_fa_pack<kBf16>(x0 - lum_fa_low<kBf16>(hi), x1 - lum_fa_high<kBf16>(hi));
+#endif
+}
+
+// A row's offsets of q, mask and output, given its kv point's: the row decomposed over
+// the dims keys and values do not vary along.
+LUM_FN void lum_fa_row(const LumAttnArgs& a, long long row, long long& q, long long& m, long long& o) {
+  for (long long i = a.sh_rank - 1; i >= 0; --i) {
+    const long long x = row % a.sh_dim[i];
+    row /= a.sh_dim[i];
+    q += x * a.sh_q[i], m += x * a.sh_m[i], o += x * a.sh_o[i];
+  }
+}
+// Offsets of a kv point (index `p`): q, k, v, mask and output.
+LUM_FN void lum_fa_point(const LumAttnArgs& a, long long p, long long& q, long long& k, long long& v,
+                         long long& m, long long& o) {
+  q = a.q_off, k = a.k_off, v = a.v_off, m = a.m_off, o = 0;
+  for (long long i = a.kv_rank - 1; i >= 0; --i) {
+    const long long x = p % a.kv_dim[i];
+    p /= a.kv_dim[i];
+    k += x * a.kv_k[i], v += x * a.kv_v[i], q += x * a.kv_q[i], m += x * a.kv_m[i], o += x * a.kv_o[i];
+  }
+}
+
+// The mask's tiles, before the attention: a warp a (mask point, row tile, key tile)
+// writes whether any of its 64 x 64 bytes keeps a key (bit 0) and whether all do
+// (bit 1). Mask points are the kv points where the mask varies along those dims, else
+// one. The attention kernel then skips dropped tiles without reading them, and reads
+// the bytes of mixed ones only.
+extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_mask_tiles(const LumAttnArgs a) {
+  const long long w = blockIdx.x * (long long)(LUM_AT_THREADS / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (w >= a.mask_points * a.row_tiles * a.key_tiles) return;
+  const long long kt = w % a.key_tiles, tile = w / a.key_tiles % a.row_tiles;
+  long long q, k, v, mo, o;
+  lum_fa_point(a, a.mask_points > 1 ? w / a.key_tiles / a.row_tiles : 0, q, k, v, mo, o);
+  const int rows = (int)min((long long)kFaRows, a.shared_rows - tile * kFaRows);
+  const long long t0 = kt * kFaKeys;
+  const int n = (int)min((long long)kFaKeys, a.keys - t0);
+  bool any = false, all = true;
+  for (int h = 0; h < 2; ++h) {
+    const int r = lane * 2 + h;
+    if (r >= rows) {
+      all = false;
+      continue;
+    }
+    long long qr = 0, m = mo, orow = 0;
+    lum_fa_row(a, tile * kFaRows + r, qr, m, orow);
+    const unsigned char* src = a.mask + m + t0 * a.m_t;
+    if (n == kFaKeys && a.m_t == 1 && ((unsigned long long)src % 16) == 0) {
+#pragma unroll
+      for (int i = 0; i < kFaKeys / 16; ++i) {
+        const uint4 x = *(const uint4*)(src + 16 * i);
+        const uint32_t words[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          any |= words[j] != 0u;
+          all &= ((words[j] - 0x01010101u) & ~words[j] & 0x80808080u) == 0u;  // no zero byte
+        }
+      }
+    } else {
+      for (int j = 0; j < kFaKeys; ++j) {
+        const bool keep = j < n && src[j * a.m_t] != 0;
+        any |= keep, all &= keep;
+      }
+    }
+  }
+  any = __any_sync(0xffffffffu, any), all = __all_sync(0xffffffffu, all);
+  if (lane == 0) a.tiles[w] = (any ? 1 : 0) | (all ? 2 : 0);
+}
+
+extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_mma(const LumAttnArgs a) {
+  extern __shared__ __align__(16) unsigned char lum_fa_shared[];
+  // Queries are staged where keys and values go later.
+  uint16_t* const qs = (uint16_t*)lum_fa_shared;
+  uint16_t* const ql = qs + kFaRows * kFaQs;
+  uint16_t* const ks = qs;
+  uint16_t* const vs = qs + kFaKeys * kFaQs;
+  unsigned char* const ms = lum_fa_shared + LUM_FA_STAGE_BYTES;
+  long long* const row_q = (long long*)(ms + kFaRows * kFaMaskStride);
+  long long* const row_m = row_q + kFaRows;
+  long long* const row_o = row_m + kFaRows;
+  constexpr bool kKb = LUM_FA_KBF16, kVb = LUM_FA_VBF16;
+  const float kNegInf = __int_as_float(0xff800000);
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t4 = lane % 4;
+
+  // Blocks of the last rows first: under a causal mask they see the most keys.
+  long long bid = blockIdx.x;
+  const long long split = bid % a.splits;
+  bid /= a.splits;
+  long long kv_points = 1;
+  for (int i = 0; i < a.kv_rank; ++i) kv_points *= a.kv_dim[i];
+  const long long tile = a.row_tiles - 1 - bid / kv_points, point = bid % kv_points;
+  long long qo, ko, vo, mo, oo;
+  lum_fa_point(a, point, qo, ko, vo, mo, oo);
+  const int rows = (int)min((long long)kFaRows, a.shared_rows - tile * kFaRows);
+  if (tid < kFaRows) {
+    long long q = qo, m = mo, o = oo;
+    lum_fa_row(a, tile * kFaRows + min(tid, rows - 1), q, m, o);
+    row_q[tid] = q, row_m[tid] = m, row_o[tid] = o;
+  }
+  __syncthreads();
+
+  // The queries, in the keys' type (and the remainders, split), into registers.
+  const typename LUM_AT_Q::T* qp = (const typename LUM_AT_Q::T*)a.q;
+  for (int i = 2 * tid; i < kFaRows * LUM_AT_D; i += 2 * LUM_AT_THREADS) {
+    const int r = i / LUM_AT_D, d = i % LUM_AT_D;
+    const float x0 = r < rows ? LUM_AT_Q::get(qp[row_q[r] + d * a.q_d]) : 0.0f;
+    const float x1 = r < rows ? LUM_AT_Q::get(qp[row_q[r] + (d + 1) * a.q_d]) : 0.0f;
+    uint32_t hi, lo;
+    lum_fa_split<kKb>(x0, x1, hi, lo);
+    *(uint32_t*)(qs + r * kFaQs + d) = hi;
+#if LUM_FA_SPLIT
+    *(uint32_t*)(ql + r * kFaQs + d) = lo;
+#endif
+  }
+  __syncthreads();
+  uint32_t qf[kFaNq][4];
+#if LUM_FA_SPLIT
+  uint32_t qlf[kFaNq][4];
+#endif
+  {
+    const int r = warp * 16 + lane % 8 + (lane / 8 % 2) * 8, c = (lane / 16) * 8;
+#pragma unroll
+    for (int kk = 0; kk < kFaNq; ++kk) {
+      lum_fa_ldsm(qf[kk], lum_fa_smem(qs + r * kFaQs + kk * 16 + c));
+#if LUM_FA_SPLIT
+      lum_fa_ldsm(qlf[kk], lum_fa_smem(ql + r * kFaQs + kk * 16 + c));
+#endif
+    }
+  }
+  __syncthreads();  // every warp has its queries: keys may overwrite them
+  // Each lane's row of the matrix loads, as shared-memory byte addresses.
+  const uint32_t k_lane = lum_fa_smem(ks + (lane % 8 + (lane / 16) * 8) * kFaQs + (lane / 8 % 2) * 8);
+  const uint32_t v_lane = lum_fa_smem(vs + (lane % 8 + (lane / 8 % 2) * 8) * kFaVs + (lane / 16) * 8);
+
+  const uint16_t* kp = (const uint16_t*)a.k + ko;
+  const uint16_t* vp = (const uint16_t*)a.v + vo;
+  const long long t_begin = split * a.keys_per_split;
+  const long long t_end = min(a.keys, t_begin + a.keys_per_split);
+  const long long kt_end = (t_end + kFaKeys - 1) / kFaKeys;
+  const uint32_t ks_at = lum_fa_smem(ks), vs_at = lum_fa_smem(vs), ms_at = lum_fa_smem(ms);
+  auto fetch_keys = [&](long long kt) {
+    lum_fa_fetch<LUM_AT_D>(ks_at, kp + kt * kFaKeys * a.k_t, a.k_t,
+                           (int)min((long long)kFaKeys, t_end - kt * kFaKeys), tid);
+  };
+  auto fetch_values = [&](long long kt) {
+    lum_fa_fetch<LUM_AT_DV>(vs_at, vp + kt * kFaKeys * a.v_t, a.v_t,
+                            (int)min((long long)kFaKeys, t_end - kt * kFaKeys), tid);
+  };
+  // A mixed tile's mask bytes, each thread 32 keys of one row: copied asynchronously
+  // with the keys where rows are contiguous and aligned, else loaded now (either way in
+  // shared memory after the next barrier); keys past the range read as dropped.
+  auto fetch_mask = [&](long long kt) {
+    const int r = tid / 2, c0 = (tid % 2) * 32;
+    const long long t0 = kt * kFaKeys + c0;
+    const int n = r < rows ? (int)max(0LL, min(32LL, t_end - t0)) : 0;
+    const unsigned char* src = a.mask + row_m[r] + t0 * a.m_t;
+    const uint32_t dst = ms_at + r * kFaMaskStride + c0;
+    if (a.m_t == 1 && ((unsigned long long)src % 16) == 0) {
+      lum_fa_cp16(dst, n > 0 ? src : a.mask, min(n, 16));
+      lum_fa_cp16(dst + 16, n > 16 ? src + 16 : a.mask, max(0, min(n - 16, 16)));
+    } else {
+      for (int j = 0; j < 32; ++j) ms[r * kFaMaskStride + c0 + j] = j < n && src[j * a.m_t] != 0;
+    }
+  };
+  // The first tile from kt on that keeps a key, and its flags (each warp finds it):
+  // each lane holds one tile's flags of a window of 32, loaded when the window moves.
+  const unsigned char* tiles =
+      a.tiles + ((a.mask_points > 1 ? point : 0) * a.row_tiles + tile) * a.key_tiles;
+  long long window = -1;
+  int window_flags = 0;
+  auto next_kept = [&](long long kt, int& flags) {
+    while (kt < kt_end) {
+      if (kt - window >= 32 || window < 0) {
+        window = kt;
+        window_flags = kt + lane < kt_end ? tiles[kt + lane] : 0;
+      }
+      const int from = (int)(kt - window);
+      const unsigned kept = __ballot_sync(0xffffffffu, (window_flags & 1) && lane >= from);
+      if (kept != 0u) {
+        const int i = __ffs(kept) - 1;
+        flags = __shfl_sync(0xffffffffu, window_flags, i);
+        return window + i;
+      }
+      kt = window + 32;
+    }
+    return kt_end;
+  };
+
+  float o[kFaNv][4];
+#pragma unroll
+  for (int j = 0; j < kFaNv; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+  float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};  // rows g and g + 8 of the warp's
+  int flags = 0;
+  long long kt = next_kept(t_begin / kFaKeys, flags);
+  if (kt < kt_end) {
+    if (!(flags & 2)) fetch_mask(kt);
+    fetch_keys(kt);  // (one copy group with the mask)
+    fetch_values(kt);
+  }
+  // Each kept tile: its keys (and mask) have been asked for, then its values.
+  while (kt < kt_end) {
+    const bool all_kept = flags & 2;
+    lum_fa_wait<1>();
+    __syncthreads();
+    // Scores: s[n] holds keys 8n + 2 t4 (+1) of rows g (0, 1) and g + 8 (2, 3).
+    float s[kFaKeys / 8][4];
+#pragma unroll
+    for (int n = 0; n < kFaKeys / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < kFaNq; ++kk)
+#pragma unroll
+      for (int n2 = 0; n2 < kFaKeys / 16; ++n2) {
+        uint32_t b[4];
+        lum_fa_ldsm(b, k_lane + (n2 * 16 * kFaQs + kk * 16) * 2);
+        lum_fa_mma<kKb>(s[2 * n2], qf[kk], b[0], b[1]);
+        lum_fa_mma<kKb>(s[2 * n2 + 1], qf[kk], b[2], b[3]);
+#if LUM_FA_SPLIT
+        lum_fa_mma<kKb>(s[2 * n2], qlf[kk], b[0], b[1]);
+        lum_fa_mma<kKb>(s[2 * n2 + 1], qlf[kk], b[2], b[3]);
+#endif
+      }
+    // Masked (a tile every row keeps all of is not looked up), then each row's running
+    // max and sum; the scores become weights. The scale (positive) is applied inside
+    // the exponent: 2^(s scale - max).
+    if (!all_kept)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const unsigned char* mrow = ms + (warp * 16 + g + 8 * h) * kFaMaskStride + 2 * t4;
+#pragma unroll
+        for (int n = 0; n < kFaKeys / 8; ++n) {
+          const uint32_t keep = *(const uint16_t*)(mrow + 8 * n);
+          s[n][2 * h] = keep & 0xffu ? s[n][2 * h] : kNegInf;
+          s[n][2 * h + 1] = keep >> 8 ? s[n][2 * h + 1] : kNegInf;
+        }
+      }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float mx = kNegInf;
+#pragma unroll
+      for (int n = 0; n < kFaKeys / 8; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * h], s[n][2 * h + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m[h], mx * a.scale);
+      // A row with no key kept yet subtracts 0: its -inf scores still give 0.
+      const float base = m_new == kNegInf ? 0.0f : m_new;
+      const float alpha = lum_fa_exp2(m[h] - base);
+      m[h] = m_new;
+      float sum = 0.0f;
+#pragma unroll
+      for (int n = 0; n < kFaKeys / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float& x = s[n][2 * h + e];
+          x = lum_fa_exp2(fmaf(x, a.scale, -base));
+          sum += x;
+        }
+      l[h] = l[h] * alpha + sum;
+      // Once the max settles, most tiles leave it: no rescaling then.
+      if (__any_sync(0xffffffffu, alpha != 1.0f))
+#pragma unroll
+        for (int j = 0; j < kFaNv; ++j) o[j][2 * h] *= alpha, o[j][2 * h + 1] *= alpha;
+    }
+    // The weights as the value product's A operand: keys 16 kk .. 16 kk + 15.
+    uint32_t pf[kFaKeys / 16][4];
+#if LUM_FA_SPLIT
+    uint32_t plf[kFaKeys / 16][4];
+#else
+    uint32_t plf[1][4];
+#endif
+#pragma unroll
+    for (int kk = 0; kk < kFaKeys / 16; ++kk) {
+      const int lo = LUM_FA_SPLIT ? kk : 0;
+      lum_fa_split<kVb>(s[2 * kk][0], s[2 * kk][1], pf[kk][0], plf[lo][0]);
+      lum_fa_split<kVb>(s[2 * kk][2], s[2 * kk][3], pf[kk][1], plf[lo][1]);
+      lum_fa_split<kVb>(s[2 * kk + 1][0], s[2 * kk + 1][1], pf[kk][2], plf[lo][2]);
+      lum_fa_split<kVb>(s[2 * kk + 1][2], s[2 * kk + 1][3], pf[kk][3], plf[lo][3]);
+    }
+    // The values arrived; once every warp is past its scores and mask, the next kept
+    // tile's keys (and mask) are asked for.
+    int next_flags = 0;
+    const long long next = next_kept(kt + 1, next_flags);
+    lum_fa_wait<0>();
+    __syncthreads();
+    if (next < kt_end) {
+      if (!(next_flags & 2)) fetch_mask(next);
+      fetch_keys(next);
+    }
+#pragma unroll
+    for (int kk = 0; kk < kFaKeys / 16; ++kk)
+#pragma unroll
+      for (int n2 = 0; n2 < LUM_AT_DV / 16; ++n2) {
+        uint32_t b[4];
+        lum_fa_ldsm_t(b, v_lane + (kk * 16 * kFaVs + n2 * 16) * 2);
+        lum_fa_mma<kVb>(o[2 * n2], pf[kk], b[0], b[1]);
+        lum_fa_mma<kVb>(o[2 * n2 + 1], pf[kk], b[2], b[3]);
+#if LUM_FA_SPLIT
+        lum_fa_mma<kVb>(o[2 * n2], plf[kk], b[0], b[1]);
+        lum_fa_mma<kVb>(o[2 * n2 + 1], plf[kk], b[2], b[3]);
+#endif
+      }
+    if (next < kt_end) {
+      __syncthreads();  // every warp is past these values
+      fetch_values(next);
+    }
+    kt = next, flags = next_flags;
+  }
+
+  // Each row's sum over its quad; out = o / sum (or the split's piece).
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+    const int r = warp * 16 + g + 8 * h;
+    if (r >= rows) continue;
+    if (a.splits == 1) {
+      const float inv = 1.0f / l[h];
+#pragma unroll
+      for (int j = 0; j < kFaNv; ++j) {
+        const long long at = row_o[r] * LUM_AT_DV + j * 8 + 2 * t4;
+        LUM_AT_O::put(a.out, at, o[j][2 * h] * inv);
+        LUM_AT_O::put(a.out, at + 1, o[j][2 * h + 1] * inv);
+      }
+    } else {
+      float* p = a.partials + (row_o[r] * a.splits + split) * (LUM_AT_DV + 2);
+#pragma unroll
+      for (int j = 0; j < kFaNv; ++j) p[j * 8 + 2 * t4] = o[j][2 * h], p[j * 8 + 2 * t4 + 1] = o[j][2 * h + 1];
+      if (t4 == 0) p[LUM_AT_DV] = m[h], p[LUM_AT_DV + 1] = l[h];
+    }
+  }
+}
+)ATTN";
+
+int64_t stage_bytes(const MmaAttentionKernel& s) {
+  const int64_t queries = kMmaAttentionRows * (s.d + 8) * (s.q == DType::F32 ? 2 : 1);
+  const int64_t keys_values = kMmaAttentionKeys * (s.d + 8 + s.dv + 8);
+  return 2 * std::max(queries, keys_values);
+}
+
+}  // namespace
+
+bool mma_attention_supports(DType q, DType k, DType v, int64_t d, int64_t dv) {
+  auto half = [](DType t) { return t == DType::F16 || t == DType::BF16; };
+  return half(k) && half(v) && (q == k || q == DType::F32) && d % 16 == 0 && dv % 16 == 0 &&
+         d > 0 && dv > 0 && d <= 256 && dv <= 256;
+}
+
+std::string mma_attention_source(const MmaAttentionKernel& s) {
+  std::string defines;
+  auto define = [&](const char* name, const std::string& value) {
+    defines += std::string("#define ") + name + " " + value + "\n";
+  };
+  define("LUM_AT_Q", attention_element(s.q));
+  define("LUM_AT_O", attention_element(s.out));
+  define("LUM_AT_D", std::to_string(s.d));
+  define("LUM_AT_DV", std::to_string(s.dv));
+  define("LUM_AT_THREADS", std::to_string(kAttentionThreads));
+  define("LUM_AT_MAX_SPLITS", std::to_string(kAttentionMaxSplits));
+  define("LUM_FA_ROWS", std::to_string(kMmaAttentionRows));
+  define("LUM_FA_KEYS", std::to_string(kMmaAttentionKeys));
+  define("LUM_FA_MASK_STRIDE", std::to_string(kMaskStride));
+  define("LUM_FA_STAGE_BYTES", std::to_string(stage_bytes(s)));
+  define("LUM_FA_SPLIT", s.q == DType::F32 ? "1" : "0");
+  define("LUM_FA_KBF16", s.k == DType::BF16 ? "true" : "false");
+  define("LUM_FA_VBF16", s.v == DType::BF16 ? "true" : "false");
+  return std::string(cuda_prelude()) + std::string(runtime::scalar_prelude()) + defines +
+         std::string(attention_common_source()) + kSource;
+}
+
+size_t mma_attention_shared_bytes(const MmaAttentionKernel& s) {
+  // A mask tile and three offsets a row.
+  return static_cast<size_t>(stage_bytes(s) + kMmaAttentionRows * kMaskStride +
+                             3 * kMmaAttentionRows * 8);
+}
+
+}  // namespace luminal::cudagen
