@@ -94,6 +94,21 @@ LUM_FN float lum_fa_exp2(float x) {
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
+// c0, c1 += the A operand (hi, and lo when split) times the 16 x 16 B operand at `at`
+// in shared memory (rows of k, or with kTrans rows of n): two 8-wide tiles of columns.
+template <bool kBf16, bool kTrans>
+LUM_FN void lum_fa_product(float (&c0)[4], float (&c1)[4], const uint32_t (&hi)[4],
+                           const uint32_t (&lo)[4], uint32_t at) {
+  uint32_t b[4];
+  if constexpr (kTrans) lum_fa_ldsm_t(b, at);
+  else lum_fa_ldsm(b, at);
+  lum_fa_mma<kBf16>(c0, hi, b[0], b[1]);
+  lum_fa_mma<kBf16>(c1, hi, b[2], b[3]);
+#if LUM_FA_SPLIT
+  lum_fa_mma<kBf16>(c0, lo, b[0], b[1]);
+  lum_fa_mma<kBf16>(c1, lo, b[2], b[3]);
+#endif
+}
 // Two floats rounded into one register (the first in the low half), and back.
 template <bool kBf16> LUM_FN uint32_t lum_fa_pack(float lo, float hi) {
   uint32_t r;
@@ -228,10 +243,7 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_mma(c
 #endif
   }
   __syncthreads();
-  uint32_t qf[kFaNq][4];
-#if LUM_FA_SPLIT
-  uint32_t qlf[kFaNq][4];
-#endif
+  uint32_t qf[kFaNq][4], qlf[LUM_FA_SPLIT ? kFaNq : 1][4];
   {
     const int r = warp * 16 + lane % 8 + (lane / 8 % 2) * 8, c = (lane / 16) * 8;
 #pragma unroll
@@ -324,16 +336,9 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_mma(c
 #pragma unroll
     for (int kk = 0; kk < kFaNq; ++kk)
 #pragma unroll
-      for (int n2 = 0; n2 < kFaKeys / 16; ++n2) {
-        uint32_t b[4];
-        lum_fa_ldsm(b, k_lane + (n2 * 16 * kFaQs + kk * 16) * 2);
-        lum_fa_mma<kKb>(s[2 * n2], qf[kk], b[0], b[1]);
-        lum_fa_mma<kKb>(s[2 * n2 + 1], qf[kk], b[2], b[3]);
-#if LUM_FA_SPLIT
-        lum_fa_mma<kKb>(s[2 * n2], qlf[kk], b[0], b[1]);
-        lum_fa_mma<kKb>(s[2 * n2 + 1], qlf[kk], b[2], b[3]);
-#endif
-      }
+      for (int n2 = 0; n2 < kFaKeys / 16; ++n2)
+        lum_fa_product<kKb, false>(s[2 * n2], s[2 * n2 + 1], qf[kk], qlf[LUM_FA_SPLIT ? kk : 0],
+                                   k_lane + (n2 * 16 * kFaQs + kk * 16) * 2);
     // Masked (a tile every row keeps all of is not looked up), then each row's running
     // max and sum; the scores become weights. The scale (positive) is applied inside
     // the exponent: 2^(s scale - max).
@@ -376,12 +381,7 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_mma(c
         for (int j = 0; j < kFaNv; ++j) o[j][2 * h] *= alpha, o[j][2 * h + 1] *= alpha;
     }
     // The weights as the value product's A operand: keys 16 kk .. 16 kk + 15.
-    uint32_t pf[kFaKeys / 16][4];
-#if LUM_FA_SPLIT
-    uint32_t plf[kFaKeys / 16][4];
-#else
-    uint32_t plf[1][4];
-#endif
+    uint32_t pf[kFaKeys / 16][4], plf[LUM_FA_SPLIT ? kFaKeys / 16 : 1][4];
 #pragma unroll
     for (int kk = 0; kk < kFaKeys / 16; ++kk) {
       const int lo = LUM_FA_SPLIT ? kk : 0;
@@ -403,16 +403,9 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_mma(c
 #pragma unroll
     for (int kk = 0; kk < kFaKeys / 16; ++kk)
 #pragma unroll
-      for (int n2 = 0; n2 < LUM_AT_DV / 16; ++n2) {
-        uint32_t b[4];
-        lum_fa_ldsm_t(b, v_lane + (kk * 16 * kFaVs + n2 * 16) * 2);
-        lum_fa_mma<kVb>(o[2 * n2], pf[kk], b[0], b[1]);
-        lum_fa_mma<kVb>(o[2 * n2 + 1], pf[kk], b[2], b[3]);
-#if LUM_FA_SPLIT
-        lum_fa_mma<kVb>(o[2 * n2], plf[kk], b[0], b[1]);
-        lum_fa_mma<kVb>(o[2 * n2 + 1], plf[kk], b[2], b[3]);
-#endif
-      }
+      for (int n2 = 0; n2 < LUM_AT_DV / 16; ++n2)
+        lum_fa_product<kVb, true>(o[2 * n2], o[2 * n2 + 1], pf[kk], plf[LUM_FA_SPLIT ? kk : 0],
+                                  v_lane + (kk * 16 * kFaVs + n2 * 16) * 2);
     if (next < kt_end) {
       __syncthreads();  // every warp is past these values
       fetch_values(next);
