@@ -3,10 +3,11 @@
 // Flash-attention's forward pass with sm_80's warp-level matrix instructions
 // (mma.m16n8k16, f32 accumulators). A block of four warps takes 64 query rows of one
 // key head (16 a warp, their queries held in registers as the products' A operand) and
-// walks the keys 64 at a time: the tile's mask bytes first (a tile no row keeps is
-// skipped before its keys are fetched, which halves a causal prompt's work, and one
-// every row keeps all of is not looked up again), then keys and values copied into
-// shared memory asynchronously (the values' copy overlapping the scores' products),
+// walks the keys 64 at a time. A pass over the mask first marks each 64 x 64 tile as
+// dropped, kept whole or mixed: dropped tiles are skipped before their keys are fetched
+// (half a causal prompt's work) and only mixed ones read their mask bytes. Keys and
+// values are copied into shared memory asynchronously (the next tile's keys into a
+// second buffer while this tile's products run, its values while the scores run),
 // scores by tensor cores, the running max and sum in registers (each thread holds two
 // rows' values for eight keys, its quad the rest), the weights converted in registers
 // into the A operand of the value product. Rows of shared memory are padded by 16 bytes
@@ -202,10 +203,10 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_mma(c
   // Queries are staged where keys and values go later.
   uint16_t* const qs = (uint16_t*)lum_fa_shared;
   uint16_t* const ql = qs + kFaRows * kFaQs;
-  uint16_t* const ks = qs;
-  uint16_t* const vs = qs + kFaKeys * kFaQs;
-  unsigned char* const ms = lum_fa_shared + LUM_FA_STAGE_BYTES;
-  long long* const row_q = (long long*)(ms + kFaRows * kFaMaskStride);
+  uint16_t* const ks = qs;                          // two tiles: this one's, the next's
+  uint16_t* const vs = qs + 2 * kFaKeys * kFaQs;
+  unsigned char* const ms = lum_fa_shared + LUM_FA_STAGE_BYTES;  // two tiles, likewise
+  long long* const row_q = (long long*)(ms + 2 * kFaRows * kFaMaskStride);
   long long* const row_m = row_q + kFaRows;
   long long* const row_o = row_m + kFaRows;
   constexpr bool kKb = LUM_FA_KBF16, kVb = LUM_FA_VBF16;
@@ -265,8 +266,9 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_mma(c
   const long long t_end = min(a.keys, t_begin + a.keys_per_split);
   const long long kt_end = (t_end + kFaKeys - 1) / kFaKeys;
   const uint32_t ks_at = lum_fa_smem(ks), vs_at = lum_fa_smem(vs), ms_at = lum_fa_smem(ms);
-  auto fetch_keys = [&](long long kt) {
-    lum_fa_fetch<LUM_AT_D>(ks_at, kp + kt * kFaKeys * a.k_t, a.k_t,
+  constexpr uint32_t kKeysBytes = kFaKeys * kFaQs * 2, kMaskBytes = kFaRows * kFaMaskStride;
+  auto fetch_keys = [&](long long kt, int buf) {
+    lum_fa_fetch<LUM_AT_D>(ks_at + buf * kKeysBytes, kp + kt * kFaKeys * a.k_t, a.k_t,
                            (int)min((long long)kFaKeys, t_end - kt * kFaKeys), tid);
   };
   auto fetch_values = [&](long long kt) {
@@ -276,17 +278,18 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_mma(c
   // A mixed tile's mask bytes, each thread 32 keys of one row: copied asynchronously
   // with the keys where rows are contiguous and aligned, else loaded now (either way in
   // shared memory after the next barrier); keys past the range read as dropped.
-  auto fetch_mask = [&](long long kt) {
+  auto fetch_mask = [&](long long kt, int buf) {
     const int r = tid / 2, c0 = (tid % 2) * 32;
     const long long t0 = kt * kFaKeys + c0;
     const int n = r < rows ? (int)max(0LL, min(32LL, t_end - t0)) : 0;
     const unsigned char* src = a.mask + row_m[r] + t0 * a.m_t;
-    const uint32_t dst = ms_at + r * kFaMaskStride + c0;
+    const uint32_t dst = ms_at + buf * kMaskBytes + r * kFaMaskStride + c0;
     if (a.m_t == 1 && ((unsigned long long)src % 16) == 0) {
       lum_fa_cp16(dst, n > 0 ? src : a.mask, min(n, 16));
       lum_fa_cp16(dst + 16, n > 16 ? src + 16 : a.mask, max(0, min(n - 16, 16)));
     } else {
-      for (int j = 0; j < 32; ++j) ms[r * kFaMaskStride + c0 + j] = j < n && src[j * a.m_t] != 0;
+      for (int j = 0; j < 32; ++j)
+        ms[buf * kMaskBytes + r * kFaMaskStride + c0 + j] = j < n && src[j * a.m_t] != 0;
     }
   };
   // The first tile from kt on that keeps a key, and its flags (each warp finds it):
@@ -319,16 +322,25 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_mma(c
   float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};  // rows g and g + 8 of the warp's
   int flags = 0;
   long long kt = next_kept(t_begin / kFaKeys, flags);
+  int buf = 0;  // of this tile's keys and mask
   if (kt < kt_end) {
-    if (!(flags & 2)) fetch_mask(kt);
-    fetch_keys(kt);  // (one copy group with the mask)
+    if (!(flags & 2)) fetch_mask(kt, buf);
+    fetch_keys(kt, buf);  // (one copy group with the mask)
     fetch_values(kt);
   }
-  // Each kept tile: its keys (and mask) have been asked for, then its values.
+  // Each kept tile: its keys (and mask) have been asked for, then its values. The next
+  // kept tile's keys are asked for as soon as this one's have arrived, into the other
+  // buffer, so they arrive while this tile's products run.
   while (kt < kt_end) {
     const bool all_kept = flags & 2;
     lum_fa_wait<1>();
     __syncthreads();
+    int next_flags = 0;
+    const long long next = next_kept(kt + 1, next_flags);
+    if (next < kt_end) {
+      if (!(next_flags & 2)) fetch_mask(next, buf ^ 1);
+      fetch_keys(next, buf ^ 1);
+    }
     // Scores: s[n] holds keys 8n + 2 t4 (+1) of rows g (0, 1) and g + 8 (2, 3).
     float s[kFaKeys / 8][4];
 #pragma unroll
@@ -338,14 +350,15 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_mma(c
 #pragma unroll
       for (int n2 = 0; n2 < kFaKeys / 16; ++n2)
         lum_fa_product<kKb, false>(s[2 * n2], s[2 * n2 + 1], qf[kk], qlf[LUM_FA_SPLIT ? kk : 0],
-                                   k_lane + (n2 * 16 * kFaQs + kk * 16) * 2);
+                                   k_lane + buf * kKeysBytes + (n2 * 16 * kFaQs + kk * 16) * 2);
     // Masked (a tile every row keeps all of is not looked up), then each row's running
     // max and sum; the scores become weights. The scale (positive) is applied inside
     // the exponent: 2^(s scale - max).
     if (!all_kept)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const unsigned char* mrow = ms + (warp * 16 + g + 8 * h) * kFaMaskStride + 2 * t4;
+        const unsigned char* mrow =
+            ms + buf * kMaskBytes + (warp * 16 + g + 8 * h) * kFaMaskStride + 2 * t4;
 #pragma unroll
         for (int n = 0; n < kFaKeys / 8; ++n) {
           const uint32_t keep = *(const uint16_t*)(mrow + 8 * n);
@@ -390,16 +403,12 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_mma(c
       lum_fa_split<kVb>(s[2 * kk + 1][0], s[2 * kk + 1][1], pf[kk][2], plf[lo][2]);
       lum_fa_split<kVb>(s[2 * kk + 1][2], s[2 * kk + 1][3], pf[kk][3], plf[lo][3]);
     }
-    // The values arrived; once every warp is past its scores and mask, the next kept
-    // tile's keys (and mask) are asked for.
-    int next_flags = 0;
-    const long long next = next_kept(kt + 1, next_flags);
-    lum_fa_wait<0>();
+    // This tile's values (the next keys may still be on their way).
+    if (next < kt_end)
+      lum_fa_wait<1>();
+    else
+      lum_fa_wait<0>();
     __syncthreads();
-    if (next < kt_end) {
-      if (!(next_flags & 2)) fetch_mask(next);
-      fetch_keys(next);
-    }
 #pragma unroll
     for (int kk = 0; kk < kFaKeys / 16; ++kk)
 #pragma unroll
@@ -410,7 +419,7 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_mma(c
       __syncthreads();  // every warp is past these values
       fetch_values(next);
     }
-    kt = next, flags = next_flags;
+    kt = next, flags = next_flags, buf ^= 1;
   }
 
   // Each row's sum over its quad; out = o / sum (or the split's piece).
@@ -440,7 +449,7 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_mma(c
 
 int64_t stage_bytes(const MmaAttentionKernel& s) {
   const int64_t queries = kMmaAttentionRows * (s.d + 8) * (s.q == DType::F32 ? 2 : 1);
-  const int64_t keys_values = kMmaAttentionKeys * (s.d + 8 + s.dv + 8);
+  const int64_t keys_values = kMmaAttentionKeys * (2 * (s.d + 8) + s.dv + 8);
   return 2 * std::max(queries, keys_values);
 }
 
@@ -475,8 +484,8 @@ std::string mma_attention_source(const MmaAttentionKernel& s) {
 }
 
 size_t mma_attention_shared_bytes(const MmaAttentionKernel& s) {
-  // A mask tile and three offsets a row.
-  return static_cast<size_t>(stage_bytes(s) + kMmaAttentionRows * kMaskStride +
+  // Two mask tiles and three offsets a row.
+  return static_cast<size_t>(stage_bytes(s) + 2 * kMmaAttentionRows * kMaskStride +
                              3 * kMmaAttentionRows * 8);
 }
 
