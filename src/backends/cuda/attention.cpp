@@ -1,21 +1,20 @@
-// The Attention kernel on the GPU (see attention.hpp).
+// The Attention kernel on the GPU (see attention.hpp): the op's geometry, the choice
+// between the tensor-core kernel (attention_mma.cpp, prompts) and the one on CUDA cores
+// here (decoding, short prompts, f32 caches), key splits and their combine.
 //
 // The op's batch dims split in two: those the keys and values vary along (batch, key
 // heads) and those they do not (the query heads of one key head, the query positions).
-// A block takes one point of the first kind, a tile of up to `rows` query rows of the
-// second, and a range of keys: each key and value is then read once for all the rows
-// that share it. Keys go in chunks of 128: a group of `lanes` threads takes a key's dot
-// products with every row (each thread a slice of the head dim, summed by shuffles), the
-// chunk's scores update each row's running max and sum, and the same groups add the
-// weighted values into per-thread slices of the output. Keys are loaded eight at a time
-// whether masked or not (so no load waits for the mask); masked keys' values are not read.
-// When there are too few (kv point, tile) pairs to
-// fill the GPU (decoding: one per key head), the keys are split between blocks, each
-// writes its rows' max, sum and unnormalised output, and a second kernel combines them
-// (flash-decoding).
+// A block takes one point of the first kind, a tile of query rows of the second, and a
+// range of keys: each key and value is then read once for all the rows that share it.
+// Here, tiles of up to `rows` rows; keys go in chunks of 128: a group of `lanes` threads
+// takes a key's dot products with every row (each thread a slice of the head dim, summed
+// by shuffles), the chunk's scores update each row's running max and sum, and the same
+// groups add the weighted values into per-thread slices of the output. Keys are loaded
+// eight at a time whether masked or not (so no load waits for the mask); masked keys'
+// values are not read. When there are too few (kv point, tile) pairs to fill the GPU
+// (decoding: one per key head), the keys are split between blocks, each writes its rows'
+// max, sum and unnormalised output, and a second kernel combines them (flash-decoding).
 #include "backends/cuda/attention.hpp"
-
-#include "backends/cuda/attention_common.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -23,6 +22,7 @@
 #include <numbers>
 #include <string>
 
+#include "backends/cuda/attention_common.hpp"
 #include "backends/cuda/attention_mma.hpp"
 #include "backends/cuda/codegen.hpp"
 #include "runtime/element_writer.hpp"
