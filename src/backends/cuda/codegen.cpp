@@ -281,15 +281,39 @@ class RowMemberWriter : public runtime::ElementWriter {
     return os_.str();
   }
 
-  // Loads the cached inputs into shared memory, as stored, before the members.
+  // Loads the cached inputs into shared memory, as stored, before the members. A row
+  // that is contiguous (the reduced axis innermost) and a whole number of 16-byte pieces
+  // is copied in those pieces where its buffer is aligned to them (every row then is):
+  // a bf16 row element by element costs eight loads and stores per piece. The pieces a
+  // thread copies are not the elements it reads later, and the last row's readers must
+  // be done: barriers on both sides of that copy.
   std::string write_cache_loads() {
     os_ << "    {\n";
     open_row("      ");
-    os_ << loop_head("      ");
-    for (const auto& [node, c] : cached_)
-      os_ << "          lum_c" << node << "[lum_r] = " << c.buffer << "[" << row_element_.to_c()
-          << "];\n";
-    os_ << loop_tail("      ") << "    }\n";
+    const std::optional<int64_t> len = rows_.len.as_const();
+    const bool contiguous = rows_.axis == rows_.shape.size() && len;
+    for (const auto& [node, c] : cached_) {
+      const int64_t bytes = len ? *len * static_cast<int64_t>(dtype_size(c.dtype)) : 0;
+      const std::string element = "lum_c" + std::to_string(node) + "[lum_r] = " + c.buffer + "[" +
+                                  row_element_.to_c() + "];\n";
+      if (!contiguous || bytes % 16 != 0) {
+        os_ << loop_head("      ") << "          " << element << loop_tail("      ");
+        continue;
+      }
+      const Expr start = within(row_element_.substitute("lum_r", Expr(0)));
+      os_ << "      if ((reinterpret_cast<uint64_t>(" << c.buffer << ") & 15) == 0) {\n"
+          << "        __syncthreads();\n"
+          << "        const uint4* lum_src = reinterpret_cast<const uint4*>(" << c.buffer << " + "
+          << start.to_c() << ");\n"
+          << "        uint4* lum_dst = reinterpret_cast<uint4*>(lum_c" << node << ");\n"
+          << "        for (int lum_p = threadIdx.x; lum_p < " << bytes / 16
+          << "; lum_p += blockDim.x) lum_dst[lum_p] = lum_src[lum_p];\n"
+          << "        __syncthreads();\n"
+          << "      } else {\n"
+          << loop_head("        ") << "            " << element << loop_tail("        ")
+          << "      }\n";
+    }
+    os_ << "    }\n";
     return os_.str();
   }
 
@@ -335,9 +359,12 @@ class RowMemberWriter : public runtime::ElementWriter {
     return idx;
   }
 
-  // for each of this thread's elements lum_r of the row
+  // for each of this thread's elements lum_r of the row (a 32-bit counter where a known
+  // length allows: fewer instructions a step)
   std::string loop_head(const std::string& indent) const {
-    return indent + "for (int64_t lum_r = threadIdx.x; lum_r < " + rows_.len.to_c() +
+    const std::optional<int64_t> len = rows_.len.as_const();
+    const char* type = len && *len < (int64_t{1} << 31) ? "int" : "int64_t";
+    return indent + "for (" + type + " lum_r = threadIdx.x; lum_r < " + rows_.len.to_c() +
            "; lum_r += blockDim.x) {\n" + indent + "  {\n";
   }
   static std::string loop_tail(const std::string& indent) {
