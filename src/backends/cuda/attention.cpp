@@ -82,21 +82,12 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention(const
   const long long split = bid % a.splits;
   bid /= a.splits;
   const long long tile = bid % a.row_tiles;
-  long long ko = a.k_off, vo = a.v_off, qo = a.q_off, mo = a.m_off, oo = 0;
-  for (long long i = a.kv_rank - 1, rest = bid / a.row_tiles; i >= 0; --i) {
-    const long long x = rest % a.kv_dim[i];
-    rest /= a.kv_dim[i];
-    ko += x * a.kv_k[i], vo += x * a.kv_v[i], qo += x * a.kv_q[i], mo += x * a.kv_m[i];
-    oo += x * a.kv_o[i];
-  }
+  long long qo, ko, vo, mo, oo;
+  lum_at_point(a, bid / a.row_tiles, qo, ko, vo, mo, oo);
   const int rows = (int)min((long long)LUM_AT_R, a.shared_rows - tile * LUM_AT_R);
   if (tid < LUM_AT_R) {
     long long q = qo, m = mo, o = oo;
-    for (long long i = a.sh_rank - 1, rest = tile * LUM_AT_R + tid; i >= 0; --i) {
-      const long long x = rest % a.sh_dim[i];
-      rest /= a.sh_dim[i];
-      q += x * a.sh_q[i], m += x * a.sh_m[i], o += x * a.sh_o[i];
-    }
+    lum_at_row(a, tile * LUM_AT_R + tid, q, m, o);
     row_q[tid] = q, row_m[tid] = m, row_o[tid] = o;
     row_max[tid] = kNegInf, row_sum[tid] = 0.0f;
   }

@@ -35,6 +35,26 @@ struct lum_at_bf16 {
   static __device__ __forceinline__ void put(void* p, long long i, float x) { ((uint16_t*)p)[i] = lum_f2bf(x); }
 };
 
+// A row's offsets of q, mask and output, given its kv point's: the row decomposed over
+// the dims keys and values do not vary along.
+LUM_FN void lum_at_row(const LumAttnArgs& a, long long row, long long& q, long long& m, long long& o) {
+  for (long long i = a.sh_rank - 1; i >= 0; --i) {
+    const long long x = row % a.sh_dim[i];
+    row /= a.sh_dim[i];
+    q += x * a.sh_q[i], m += x * a.sh_m[i], o += x * a.sh_o[i];
+  }
+}
+// Offsets of a kv point (index `p`): q, k, v, mask and output.
+LUM_FN void lum_at_point(const LumAttnArgs& a, long long p, long long& q, long long& k, long long& v,
+                          long long& m, long long& o) {
+  q = a.q_off, k = a.k_off, v = a.v_off, m = a.m_off, o = 0;
+  for (long long i = a.kv_rank - 1; i >= 0; --i) {
+    const long long x = p % a.kv_dim[i];
+    p /= a.kv_dim[i];
+    k += x * a.kv_k[i], v += x * a.kv_v[i], q += x * a.kv_q[i], m += x * a.kv_m[i], o += x * a.kv_o[i];
+  }
+}
+
 // Split rows: each piece's output rescaled to the largest max, over the rescaled sums. A
 // piece without kept keys (max -inf, sum 0, output 0) weighs 0; a row without any comes
 // out NaN, as the decomposition's 0 / 0 does. A block per row: the first warp finds the

@@ -46,7 +46,8 @@ struct AttentionArgs {
 };
 
 /// The CUDA side: LumAttnArgs, the element structs lum_at_f32/f16/bf16 (get: to float;
-/// put: from float) and the combine kernel lum_attention_combine, which reads the defines
+/// put: from float), lum_at_point and lum_at_row (the offsets of a kv point and of a row
+/// of it) and the combine kernel lum_attention_combine, which reads the defines
 /// LUM_AT_DV (value head dim), LUM_AT_O (the output's element struct), LUM_AT_THREADS and
 /// LUM_AT_MAX_SPLITS. Follows the CUDA and scalar preludes.
 std::string_view attention_common_source();

@@ -131,26 +131,6 @@ template <bool kBf16> LUM_FN void lum_fa_split(float x0, float x1, uint32_t& hi,
 #endif
 }
 
-// A row's offsets of q, mask and output, given its kv point's: the row decomposed over
-// the dims keys and values do not vary along.
-LUM_FN void lum_fa_row(const LumAttnArgs& a, long long row, long long& q, long long& m, long long& o) {
-  for (long long i = a.sh_rank - 1; i >= 0; --i) {
-    const long long x = row % a.sh_dim[i];
-    row /= a.sh_dim[i];
-    q += x * a.sh_q[i], m += x * a.sh_m[i], o += x * a.sh_o[i];
-  }
-}
-// Offsets of a kv point (index `p`): q, k, v, mask and output.
-LUM_FN void lum_fa_point(const LumAttnArgs& a, long long p, long long& q, long long& k, long long& v,
-                         long long& m, long long& o) {
-  q = a.q_off, k = a.k_off, v = a.v_off, m = a.m_off, o = 0;
-  for (long long i = a.kv_rank - 1; i >= 0; --i) {
-    const long long x = p % a.kv_dim[i];
-    p /= a.kv_dim[i];
-    k += x * a.kv_k[i], v += x * a.kv_v[i], q += x * a.kv_q[i], m += x * a.kv_m[i], o += x * a.kv_o[i];
-  }
-}
-
 // The mask's tiles, before the attention: a warp a (mask point, row tile, key tile)
 // writes whether any of its 64 x 64 bytes keeps a key (bit 0) and whether all do
 // (bit 1). Mask points are the kv points where the mask varies along those dims, else
@@ -162,7 +142,7 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_mask_
   if (w >= a.mask_points * a.row_tiles * a.key_tiles) return;
   const long long kt = w % a.key_tiles, tile = w / a.key_tiles % a.row_tiles;
   long long q, k, v, mo, o;
-  lum_fa_point(a, a.mask_points > 1 ? w / a.key_tiles / a.row_tiles : 0, q, k, v, mo, o);
+  lum_at_point(a, a.mask_points > 1 ? w / a.key_tiles / a.row_tiles : 0, q, k, v, mo, o);
   const int rows = (int)min((long long)kFaRows, a.shared_rows - tile * kFaRows);
   const long long t0 = kt * kFaKeys;
   const int n = (int)min((long long)kFaKeys, a.keys - t0);
@@ -174,7 +154,7 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_mask_
       continue;
     }
     long long qr = 0, m = mo, orow = 0;
-    lum_fa_row(a, tile * kFaRows + r, qr, m, orow);
+    lum_at_row(a, tile * kFaRows + r, qr, m, orow);
     const unsigned char* src = a.mask + m + t0 * a.m_t;
     if (n == kFaKeys && a.m_t == 1 && ((unsigned long long)src % 16) == 0) {
 #pragma unroll
@@ -221,11 +201,11 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_mma(c
   for (int i = 0; i < a.kv_rank; ++i) kv_points *= a.kv_dim[i];
   const long long tile = a.row_tiles - 1 - bid / kv_points, point = bid % kv_points;
   long long qo, ko, vo, mo, oo;
-  lum_fa_point(a, point, qo, ko, vo, mo, oo);
+  lum_at_point(a, point, qo, ko, vo, mo, oo);
   const int rows = (int)min((long long)kFaRows, a.shared_rows - tile * kFaRows);
   if (tid < kFaRows) {
     long long q = qo, m = mo, o = oo;
-    lum_fa_row(a, tile * kFaRows + min(tid, rows - 1), q, m, o);
+    lum_at_row(a, tile * kFaRows + min(tid, rows - 1), q, m, o);
     row_q[tid] = q, row_m[tid] = m, row_o[tid] = o;
   }
   __syncthreads();
