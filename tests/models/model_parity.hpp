@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "luminal/luminal.hpp"
+#include "luminal/models/bert.hpp"
 #include "luminal/models/gemma.hpp"
 #include "luminal/models/llama.hpp"
 #include "luminal/models/safetensors.hpp"
@@ -30,6 +31,7 @@ inline const char* const kLlamaFixturesTf5[] = {
 inline const char* const kGemmaFixtures[] = {"gemma", "gemma2", "gemma3", "gemma3_scaled"};
 inline const char* const kGemmaFixturesTf5[] = {"gemma_tf5", "gemma2_tf5", "gemma3_tf5",
                                                 "gemma3_scaled_tf5"};
+inline const char* const kEncoderFixtures[] = {"bert_tf5"};
 
 inline std::string model_fixture_dir(const std::string& arch) {
   return std::string(LUMINAL_FIXTURE_DIR) + "/models/" + arch;
@@ -92,6 +94,31 @@ void run_parity(const std::string& arch, const Backend& backend) {
   for (size_t s = 0; s < 3; ++s)
     expect_logits(step({all[prompt + s]}), expected.read("step" + std::to_string(s) + "_logits"),
                   "decode step " + std::to_string(s));
+}
+
+// A tiny random-weight BERT's last hidden states and sentence embedding for sentences of
+// several lengths (one compile, the length a dim), against transformers' BertModel.
+inline void run_encoder_parity(const std::string& arch, const Backend& backend) {
+  const std::string kDir = model_fixture_dir(arch);
+  Graph cx;
+  Bert bert(cx, BertConfig::from_hf_json(kDir + "/config.json"));
+  Tensor ids = cx.named_tensor("ids", {"seq"}, DType::I32);
+  Tensor hidden = bert.forward(ids).retrieve();
+  Tensor embedding = bert.embed(ids).retrieve();
+  for (const std::string& unused : load_safetensors_weights(bert, kDir + "/model.safetensors"))
+    ADD_FAILURE() << arch << ": unused tensor " << unused;
+  cx.compile(backend);
+  const SafetensorsFile expected(kDir + "/expected.safetensors");
+  for (size_t k = 0; expected.has("ids" + std::to_string(k)); ++k) {
+    const std::string i = std::to_string(k);
+    const std::vector<int64_t> want_ids = expected.read("ids" + i).to_i64();
+    cx.set_dim("seq", static_cast<int64_t>(want_ids.size()));
+    ids.set(std::vector<int32_t>(want_ids.begin(), want_ids.end()));
+    cx.execute();
+    EXPECT_EQ(cx.last_run_stats().host_fallbacks, 0u) << arch << ": kernels run on the host";
+    expect_logits(hidden.to_f32(), expected.read("hidden" + i), "hidden states of input " + i);
+    expect_logits(embedding.to_f32(), expected.read("embedding" + i), "embedding of input " + i);
+  }
 }
 
 }  // namespace luminal::models
