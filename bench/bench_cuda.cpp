@@ -81,6 +81,24 @@ void gemv(int64_t k, int64_t n, const char* name) {
   report(name, median_ms(cx, 3, 50));
 }
 
+// The same projection as an f32 model with a bf16 checkpoint runs it: x f32, W's bf16
+// values kept as they are stored (a QMatMul over ggml BF16 blocks).
+void qgemv(int64_t k, int64_t n, const char* name) {
+  Graph cx;
+  Tensor x = cx.named_tensor("x", {1, k});
+  Tensor w = cx.named_tensor("w", {n, k});
+  x.set(random_floats(static_cast<size_t>(k), 5));
+  const std::vector<float> values = random_floats(static_cast<size_t>(n * k), 6);
+  Buffer raw(DType::U8, values.size() * 2);
+  const Buffer bf16 = Buffer::from_doubles(std::vector<double>(values.begin(), values.end()),
+                                           DType::BF16);
+  std::memcpy(raw.data(), bf16.data(), raw.bytes());
+  w.set_quantized(30, std::move(raw));  // ggml BF16
+  x.matmul(w.permute({1, 0})).retrieve();
+  cx.compile(cuda());
+  report(name, median_ms(cx, 3, 50));
+}
+
 // Attention as nn::Attention writes it, 32 query heads over 8 key heads of 128 dims, the
 // cache position-major ([past + seq, 8, 128]): `seq` new rows after `past` cached ones,
 // causal. As an f32 model with a half-precision cache computes it (queries f32, the cache
@@ -187,6 +205,8 @@ int main(int argc, char** argv) {
   if (want("gemm_bf16")) gemm(8192, DType::BF16, "gemm_bf16_8192");
   if (want("gemv_bf16")) gemv(4096, 14336, "gemv_bf16_4096x14336");
   if (want("gemv_bf16")) gemv(14336, 4096, "gemv_bf16_14336x4096");
+  if (want("qgemv_bf16")) qgemv(4096, 14336, "qgemv_bf16_4096x14336");
+  if (want("qgemv_bf16")) qgemv(14336, 4096, "qgemv_bf16_14336x4096");
   if (want("attention_decode")) attention(1, 4096, "attention_decode_4k");
   if (want("attention_decode")) attention(1, 32768, "attention_decode_32k");
   if (want("attention_prefill")) attention(4096, 0, "attention_prefill_4k");

@@ -71,14 +71,18 @@ def main():
         del a8, b8
     bytes_moved = {"chain8_f32_256M": 2 * n * 4}
     flops = {}
+    # One row against bf16 weights; the qgemv cases are luminal's f32 activations over a
+    # bf16 checkpoint's stored weights, against the same bf16 F.linear.
     for k, nn in [(4096, 14336), (14336, 4096)]:
-        case = f"gemv_bf16_{k}x{nn}"
-        if not want(case):
+        cases = [c for c in (f"gemv_bf16_{k}x{nn}", f"qgemv_bf16_{k}x{nn}") if want(c)]
+        if not cases:
             continue
         xv = torch.rand(1, k, device=dev, dtype=torch.bfloat16)
         w = torch.rand(nn, k, device=dev, dtype=torch.bfloat16)
-        peers[case] = {"linear": bench(lambda: torch.nn.functional.linear(xv, w), runs=50)}
-        bytes_moved[case] = w.numel() * 2
+        linear_ms = bench(lambda: torch.nn.functional.linear(xv, w), runs=50)
+        for case in cases:
+            peers[case] = {"linear": linear_ms}
+            bytes_moved[case] = w.numel() * 2
         del xv, w
     # Attention: 32 query heads over 8 key heads of 128 dims; luminal's cache is f16 and
     # its queries f32 (or all bf16, the _bf16 case), torch's SDPA all f16 (or bf16): its

@@ -31,6 +31,10 @@ TEST(Cpu, OneRowProductsMatchTheReference) {
   testing::expect_one_row_products_match_reference(cpu());
 }
 
+TEST(Cpu, HalfWeightProductsMatchTheReference) {
+  testing::expect_half_weight_products_match_reference(cpu());
+}
+
 TEST(Cpu, RowOpsMatchTheReference) { testing::expect_row_ops_match_reference(cpu()); }
 
 TEST(Cpu, RandomGraphsMatchTheReference) {

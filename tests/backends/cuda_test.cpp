@@ -54,6 +54,11 @@ TEST(Cuda, OneRowProductsMatchTheReference) {
   testing::expect_one_row_products_match_reference(cuda());
 }
 
+TEST(Cuda, HalfWeightProductsMatchTheReference) {
+  SKIP_WITHOUT_GPU();
+  testing::expect_half_weight_products_match_reference(cuda());
+}
+
 TEST(Cuda, AttentionMatchesTheReference) {
   SKIP_WITHOUT_GPU();
   testing::expect_attention_matches_reference(cuda(), "cuda");

@@ -1,5 +1,6 @@
 // Every HF model parity fixture (transformers 4 and 5 folders) on the CUDA backend:
-// prefill and KV-cache decode logits against transformers', and greedy generation (label
+// prefill and KV-cache decode logits against transformers' (f32 weights, and bf16 ones
+// within a bound), BERT's hidden states, and greedy generation (label
 // gpu; skips without a GPU).
 #include <gtest/gtest.h>
 
@@ -21,12 +22,18 @@ class CudaLlamaFamily : public CudaModel {};
 TEST_P(CudaLlamaFamily, MatchesTransformers) {
   run_parity<Llama, LlamaConfig>(GetParam(), cuda());
 }
+TEST_P(CudaLlamaFamily, Bf16WeightsStayNearTransformers) {
+  run_parity<Llama, LlamaConfig>(GetParam(), cuda(), Weights::BF16);
+}
 INSTANTIATE_TEST_SUITE_P(Arch, CudaLlamaFamily, ::testing::ValuesIn(kLlamaFixtures));
 INSTANTIATE_TEST_SUITE_P(Transformers5, CudaLlamaFamily, ::testing::ValuesIn(kLlamaFixturesTf5));
 
 class CudaGemmaFamily : public CudaModel {};
 TEST_P(CudaGemmaFamily, MatchesTransformers) {
   run_parity<Gemma, GemmaConfig>(GetParam(), cuda());
+}
+TEST_P(CudaGemmaFamily, Bf16WeightsStayNearTransformers) {
+  run_parity<Gemma, GemmaConfig>(GetParam(), cuda(), Weights::BF16);
 }
 INSTANTIATE_TEST_SUITE_P(Arch, CudaGemmaFamily, ::testing::ValuesIn(kGemmaFixtures));
 INSTANTIATE_TEST_SUITE_P(Transformers5, CudaGemmaFamily, ::testing::ValuesIn(kGemmaFixturesTf5));

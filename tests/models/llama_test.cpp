@@ -27,6 +27,9 @@ TEST_P(LlamaFamily, MatchesTransformersOnTheReference) {
 TEST_P(LlamaFamily, MatchesTransformersOnTheCpuBackend) {
   run_parity<Llama, LlamaConfig>(GetParam(), cpu());
 }
+TEST_P(LlamaFamily, Bf16WeightsOnTheCpuBackendStayNearTransformers) {
+  run_parity<Llama, LlamaConfig>(GetParam(), cpu(), Weights::BF16);
+}
 INSTANTIATE_TEST_SUITE_P(Arch, LlamaFamily, ::testing::ValuesIn(kLlamaFixtures));
 // The same models written by transformers 5 (rope_parameters; experts in the per-expert
 // layout 5.24 writes, and fused as 5.0-5.17 wrote them).
@@ -40,6 +43,9 @@ TEST_P(GemmaFamily, MatchesTransformersOnTheReference) {
 }
 TEST_P(GemmaFamily, MatchesTransformersOnTheCpuBackend) {
   run_parity<Gemma, GemmaConfig>(GetParam(), cpu());
+}
+TEST_P(GemmaFamily, Bf16WeightsOnTheCpuBackendStayNearTransformers) {
+  run_parity<Gemma, GemmaConfig>(GetParam(), cpu(), Weights::BF16);
 }
 INSTANTIATE_TEST_SUITE_P(Arch, GemmaFamily, ::testing::ValuesIn(kGemmaFixtures));
 INSTANTIATE_TEST_SUITE_P(Transformers5, GemmaFamily, ::testing::ValuesIn(kGemmaFixturesTf5));

@@ -1,11 +1,13 @@
 // A tiny random-weight HF model's logits for a prompt and for greedy decode steps
 // through the KV cache, against the transformers goldens in tests/fixtures/models/<arch>
-// (made by tools/fixtures/make_models.py), on any backend.
+// (made by tools/fixtures/make_models.py), on any backend, with the weights in f32 or
+// rounded to bf16.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -47,12 +49,72 @@ inline void expect_logits(const std::vector<float>& got, const Buffer& want, con
     ASSERT_NEAR(got[i], w[i], 1e-4f * scale) << what << " element " << i;
 }
 
+// How a parity run holds the model: the fixture's f32 weights as they are (against
+// transformers at f32 precision), or every weight rounded to bf16, as a bf16 checkpoint
+// stores them, with an f16 KV cache (within a bound of the exact logits, the same argmax
+// where the exact model's top two are further apart than the bound).
+enum class Weights { F32, BF16 };
+
+// bf16 weights: a logit error within 3% of the largest logit (the CPU backend measured
+// 0.2-1%).
+constexpr float kBf16LogitBound = 3e-2f;
+
+inline void expect_logits_near(const std::vector<float>& got, const Buffer& want, size_t vocab,
+                               const std::string& what) {
+  const auto w = want.to_f32();
+  ASSERT_EQ(got.size(), w.size()) << what;
+  float scale = 0;
+  for (float v : w) scale = std::max(scale, std::fabs(v));
+  const float bound = kBf16LogitBound * scale;
+  for (size_t row = 0; row * vocab < w.size(); ++row) {
+    const auto* g = got.data() + row * vocab;
+    const auto* e = w.data() + row * vocab;
+    size_t best = 0, got_best = 0;
+    for (size_t i = 0; i < vocab; ++i) {
+      ASSERT_NEAR(g[i], e[i], bound) << what << " row " << row << " logit " << i;
+      if (e[i] > e[best]) best = i;
+      if (g[i] > g[got_best]) got_best = i;
+    }
+    float second = -INFINITY;
+    for (size_t i = 0; i < vocab; ++i)
+      if (i != best) second = std::max(second, e[i]);
+    if (e[best] - second > 2 * bound) {
+      EXPECT_EQ(got_best, best) << what << " row " << row << ": a different argmax";
+    }
+  }
+}
+
+// A copy of a safetensors file with every float tensor rounded to bf16.
+inline std::string bf16_copy(const std::string& path, const std::string& tag) {
+  const SafetensorsFile f(path);
+  std::vector<Buffer> data;
+  data.reserve(f.tensors().size());
+  std::vector<NamedTensor> out;
+  for (const SafetensorsTensor& t : f.tensors()) {
+    const Buffer b = f.read(t.name);
+    if (t.dtype == DType::F32) {
+      Buffer r(DType::BF16, b.numel());
+      for (size_t i = 0; i < b.numel(); ++i) r.set_f64(i, b.get_f64(i));
+      data.push_back(std::move(r));
+    } else {
+      data.push_back(b);
+    }
+  }
+  for (size_t i = 0; i < data.size(); ++i)
+    out.push_back({f.tensors()[i].name, f.tensors()[i].shape, &data[i]});
+  const std::string copy =
+      (std::filesystem::temp_directory_path() / ("luminal_bf16_" + tag + ".safetensors")).string();
+  save_safetensors(copy, out);
+  return copy;
+}
+
 template <class Model, class Config>
-void run_parity(const std::string& arch, const Backend& backend) {
+void run_parity(const std::string& arch, const Backend& backend, Weights weights = Weights::F32) {
   const std::string kDir = model_fixture_dir(arch);
   const Config cfg = Config::from_hf_json(kDir + "/config.json");
+  const bool bf16 = weights == Weights::BF16;
   Graph cx;
-  Model model(cx, cfg);
+  Model model(cx, cfg, bf16 ? DType::F16 : DType::F32);
   Tensor tokens = cx.named_tensor("tokens", {"seq"}, DType::I32);
   typename Model::Output out = model.forward(tokens);
   out.logits.retrieve();
@@ -63,8 +125,12 @@ void run_parity(const std::string& arch, const Backend& backend) {
   // Every tensor in the checkpoint is used (a tied output embedding excepted).
   bool tied = true;  // Gemma always ties
   if constexpr (std::is_same_v<Config, LlamaConfig>) tied = cfg.tie_embeddings;
-  for (const std::string& unused : load_safetensors_weights(model, kDir + "/model.safetensors"))
+  const std::string weights_file =
+      bf16 ? bf16_copy(kDir + "/model.safetensors", arch + "_" + backend.name())
+           : kDir + "/model.safetensors";
+  for (const std::string& unused : load_safetensors_weights(model, weights_file))
     EXPECT_TRUE(tied && unused == "lm_head.weight") << arch << ": unused tensor " << unused;
+  if (bf16) std::filesystem::remove(weights_file);
   cx.compile(backend);
 
   const SafetensorsFile expected(kDir + "/expected.safetensors");
@@ -89,11 +155,18 @@ void run_parity(const std::string& arch, const Backend& backend) {
     }
     return out.logits.to_f32();
   };
-  expect_logits(step({all.begin(), all.begin() + static_cast<std::ptrdiff_t>(prompt)}),
-                expected.read("prefill_logits"), "prefill");
+  const auto check = [&](const std::vector<float>& got, const std::string& name,
+                         const std::string& what) {
+    if (bf16)
+      expect_logits_near(got, expected.read(name), static_cast<size_t>(cfg.vocab), what);
+    else
+      expect_logits(got, expected.read(name), what);
+  };
+  check(step({all.begin(), all.begin() + static_cast<std::ptrdiff_t>(prompt)}), "prefill_logits",
+        "prefill");
   for (size_t s = 0; s < 3; ++s)
-    expect_logits(step({all[prompt + s]}), expected.read("step" + std::to_string(s) + "_logits"),
-                  "decode step " + std::to_string(s));
+    check(step({all[prompt + s]}), "step" + std::to_string(s) + "_logits",
+          "decode step " + std::to_string(s));
 }
 
 // A tiny random-weight BERT's last hidden states and sentence embedding for sentences of

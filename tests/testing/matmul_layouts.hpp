@@ -1,11 +1,13 @@
 // Products of every operand layout the MatMul kernel sees (batched, transposed, a weight
 // shared by the batch), in f32, f16 and bf16, compiled for a backend and compared with
-// the reference interpreter; shared by the CPU and CUDA tests.
+// the reference interpreter; shared by the CPU and CUDA tests. Also products over
+// half-precision block-stored weights (QMatMul).
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -86,6 +88,53 @@ inline void expect_one_row_products_match_reference(const Backend& backend) {
       for (size_t i = 0; i < got.size(); ++i)
         ASSERT_NEAR(got[i], want[i], tol * (1 + std::fabs(want[i])))
             << dtype_name(t) << " K " << s.k << " N " << s.n << " row " << s.row << ", element "
+            << i;
+    }
+}
+
+// x W^T with W's f32 values kept in a half-precision block format (ggml F16 and BF16, as
+// a half-precision checkpoint loads): one row and several, K a whole number of 16-byte
+// vectors or not, a batch dim. Each product must be a QMatMul run by the backend.
+inline void expect_half_weight_products_match_reference(const Backend& backend) {
+  std::mt19937 rng(13);
+  struct Shape {
+    std::vector<int64_t> x;  // [..., K]
+    int64_t n;
+  };
+  for (const auto& [format, type] : {std::pair{1u, DType::F16}, std::pair{30u, DType::BF16}})
+    for (const Shape& s : std::vector<Shape>{
+             {{1, 1024}, 300}, {{1, 36}, 13}, {{7, 64}, 50}, {{2, 5, 40}, 24}, {{33, 256}, 72}}) {
+      const int64_t k = s.x.back();
+      Graph cx;
+      std::vector<Expr> x_shape(s.x.begin(), s.x.end());
+      Tensor x = cx.named_tensor("x", x_shape);
+      Tensor w = cx.named_tensor("w", {s.n, k});
+      int64_t rows = 1;
+      for (int64_t d : s.x) rows *= d;
+      x.set(uniform_floats(rng, static_cast<size_t>(rows)));
+      const std::vector<float> values = uniform_floats(rng, static_cast<size_t>(s.n * k));
+      Buffer half(type, values.size());
+      for (size_t i = 0; i < values.size(); ++i) half.set_f64(i, values[i]);
+      Buffer raw(DType::U8, half.bytes());
+      std::memcpy(raw.data(), half.data(), half.bytes());
+      w.set_quantized(format, std::move(raw));
+      Tensor y = x.matmul(w.permute({1, 0})).retrieve();
+      const compiler::Optimized opt = compiler::optimize(cx);
+      size_t products = 0;
+      for (uint32_t i = 0; i < opt.graph->num_nodes(); ++i) {
+        const Node& n = opt.graph->node(NodeId{i});
+        products += n.op == Op::Custom && dynamic_cast<const compiler::QMatMulOp*>(n.custom.get());
+      }
+      EXPECT_EQ(products, 1u) << dtype_name(type);
+      const std::vector<float> want = run_outputs(cx, reference(), {y})[0];
+      const std::vector<float> got = run_outputs(cx, backend, {y})[0];
+      EXPECT_EQ(cx.last_run_stats().host_fallbacks, 0u) << dtype_name(type);
+      ASSERT_EQ(got.size(), want.size());
+      // Several rows may round x to W's type (as a half-precision model computes).
+      const double tol = type == DType::F16 ? 3e-3 : 1e-2;
+      for (size_t i = 0; i < got.size(); ++i)
+        ASSERT_NEAR(got[i], want[i], tol * (1 + std::fabs(want[i])))
+            << dtype_name(type) << " x " << to_string(x_shape) << " N " << s.n << ", element "
             << i;
     }
 }

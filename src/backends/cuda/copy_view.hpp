@@ -1,7 +1,8 @@
 // Copying a strided view of device memory into a dense array (private to
 // src/backends/cuda): what a library kernel does with an operand it needs in order, such
 // as the rows AppendRows adds when they are a permuted value (a prompt's keys, stored
-// head-major, appended position-major). Compiled by NVRTC on first use.
+// head-major, appended position-major), or f32 activations rounded to a half type for a
+// half-precision product. Compiled by NVRTC on first use.
 #pragma once
 
 #include <memory>
@@ -9,6 +10,7 @@
 
 #include "backends/cuda/device.hpp"
 #include "backends/cuda/nvrtc.hpp"
+#include "luminal/dtype.hpp"
 #include "luminal/view.hpp"
 
 namespace luminal::cudagen {
@@ -24,8 +26,12 @@ class ViewCopy {
   /// or 8) to `dst` in row-major order: one copy when the view is dense, else a kernel.
   /// False, copying nothing, for a padded view or one of more than eight dims.
   bool run(const ConcreteView& view, const void* src, size_t element_bytes, void* dst);
+  /// The same from f32 elements, each rounded to `to` (f16 or bf16) on the way.
+  bool run_rounded(const ConcreteView& view, const float* src, DType to, void* dst);
 
  private:
+  bool launch(const ConcreteView& view, const void* src, void* dst, const char* kernel);
+
   const Device& device_;
   std::unique_ptr<Module> module_;  // loaded on first use
 };

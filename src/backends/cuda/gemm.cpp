@@ -88,11 +88,11 @@ Gemm::~Gemm() {
 }
 
 bool Gemm::run(const ConcreteView& a, const void* a_data, const ConcreteView& b, const void* b_data,
-               DType dtype, void* c_data) {
+               DType dtype, void* c_data, DType c_type) {
   const size_t rank = a.dims.size();
   if (rank < 3 || b.dims.size() != rank || a.has_mask() || b.has_mask()) return false;
   const int64_t m = a.dims[rank - 3], k = a.dims[rank - 2], n = a.dims[rank - 1];
-  const size_t esize = dtype_size(dtype);
+  const size_t esize = dtype_size(dtype), c_size = dtype_size(c_type);
   // Batch dims, merged where all three operands step through them as one run.
   std::vector<int64_t> count, sa, sb, sc;
   int64_t c_stride = m * n;
@@ -112,7 +112,7 @@ bool Gemm::run(const ConcreteView& a, const void* a_data, const ConcreteView& b,
   }
   if (m == 0 || n == 0 || c_stride == 0) return true;
   if (k == 0) {
-    check(cudaMemsetAsync(c_data, 0, static_cast<size_t>(c_stride) * esize, device_.stream()),
+    check(cudaMemsetAsync(c_data, 0, static_cast<size_t>(c_stride) * c_size, device_.stream()),
           "cudaMemsetAsync");
     return true;
   }
@@ -125,8 +125,9 @@ bool Gemm::run(const ConcreteView& a, const void* a_data, const ConcreteView& b,
   const int64_t inner_sc = count.empty() ? 0 : sc.back();
   const uint32_t align_a = alignment(a_data, a.offset, sa, esize);
   const uint32_t align_b = alignment(b_data, b.offset, sb, esize);
-  const uint32_t align_c = alignment(c_data, 0, sc, esize);
-  const std::string key = std::to_string(static_cast<int>(dtype)) + ":" + std::to_string(first.op) +
+  const uint32_t align_c = alignment(c_data, 0, sc, c_size);
+  const std::string key = std::to_string(static_cast<int>(dtype)) + "," +
+                          std::to_string(static_cast<int>(c_type)) + ":" + std::to_string(first.op) +
                           "," + std::to_string(first.rows) + "," + std::to_string(first.cols) +
                           "," + std::to_string(first.ld) + ":" + std::to_string(second.op) + "," +
                           std::to_string(second.rows) + "," + std::to_string(second.cols) + "," +
@@ -146,9 +147,9 @@ bool Gemm::run(const ConcreteView& a, const void* a_data, const ConcreteView& b,
     check_lt(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &second.op,
                                             sizeof second.op),
              "transb");
-    auto layout = [&](cublasLtMatrixLayout_t& l, uint64_t rows, uint64_t cols, int64_t ld,
-                      int64_t batch_stride) {
-      check_lt(cublasLtMatrixLayoutCreate(&l, t, rows, cols, ld), "layout");
+    auto layout = [&](cublasLtMatrixLayout_t& l, cudaDataType_t type, uint64_t rows,
+                      uint64_t cols, int64_t ld, int64_t batch_stride) {
+      check_lt(cublasLtMatrixLayoutCreate(&l, type, rows, cols, ld), "layout");
       const int32_t batch = static_cast<int32_t>(inner);
       check_lt(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch,
                                                 sizeof batch),
@@ -157,9 +158,10 @@ bool Gemm::run(const ConcreteView& a, const void* a_data, const ConcreteView& b,
                                                 &batch_stride, sizeof batch_stride),
                "batch stride");
     };
-    layout(p->first, first.rows, first.cols, first.ld, inner_sb);
-    layout(p->second, second.rows, second.cols, second.ld, inner_sa);
-    layout(p->out, static_cast<uint64_t>(n), static_cast<uint64_t>(m), n, inner_sc);
+    layout(p->first, t, first.rows, first.cols, first.ld, inner_sb);
+    layout(p->second, t, second.rows, second.cols, second.ld, inner_sa);
+    layout(p->out, data_type(c_type), static_cast<uint64_t>(n), static_cast<uint64_t>(m), n,
+           inner_sc);
     cublasLtMatmulPreference_t pref = nullptr;
     check_lt(cublasLtMatmulPreferenceCreate(&pref), "preference");
     const uint64_t ws = workspace_.bytes();
@@ -200,7 +202,7 @@ bool Gemm::run(const ConcreteView& a, const void* a_data, const ConcreteView& b,
     }
     const auto* pa = static_cast<const char*>(a_data) + oa * static_cast<int64_t>(esize);
     const auto* pb = static_cast<const char*>(b_data) + ob * static_cast<int64_t>(esize);
-    auto* pc = static_cast<char*>(c_data) + oc * static_cast<int64_t>(esize);
+    auto* pc = static_cast<char*>(c_data) + oc * static_cast<int64_t>(c_size);
     check_lt(cublasLtMatmul(handle_, plan->desc, &one, pb, plan->first, pa, plan->second, &zero, pc,
                             plan->out, pc, plan->out, &plan->algo, workspace_.data(),
                             workspace_.bytes(), device_.stream()),

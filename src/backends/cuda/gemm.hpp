@@ -21,12 +21,13 @@ class Gemm {
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
 
-  /// c[batch..., M, N] (contiguous) = sum over K of a * b, where `a` and `b` are MatMul
-  /// operand views over device buffers of `dtype` (f32, f16 or bf16; c has it too).
-  /// False when the views are not strided matrices cuBLASLt can read (padding, no unit
-  /// stride along either matrix dim): the caller computes the product another way.
+  /// c[batch..., M, N] (contiguous, of `c_type`) = sum over K of a * b, where `a` and `b`
+  /// are MatMul operand views over device buffers of `dtype` (f32, f16 or bf16; c of the
+  /// same type, or f32 over half operands). False when the views are not strided matrices
+  /// cuBLASLt can read (padding, no unit stride along either matrix dim): the caller
+  /// computes the product another way.
   bool run(const ConcreteView& a, const void* a_data, const ConcreteView& b, const void* b_data,
-           DType dtype, void* c_data);
+           DType dtype, void* c_data, DType c_type);
 
  private:
   struct Plan;

@@ -23,11 +23,12 @@ class Gemv {
   explicit Gemv(const Device& device) : device_(device) {}
 
   /// c[1, N] = a[1, K] b[K, N] for MatMul operand views a, b ([batch..., M, K, N], all
-  /// batch dims 1, M = 1) over device buffers of `dtype` (f32, f16 or bf16; c has it
-  /// too), when b is a matrix read along K with 16-byte aligned rows and a is contiguous.
+  /// batch dims 1, M = 1) over device buffers, a and c of `a_type`, b of `b_type`: both
+  /// f32, f16 or bf16, or f32 a over f16 or bf16 b (a QMatMul's half-precision weights);
+  /// when b is a matrix read along K with 16-byte aligned rows and a is contiguous.
   /// False otherwise: the caller uses the general product.
-  bool run(const ConcreteView& a, const void* a_data, const ConcreteView& b, const void* b_data,
-           DType dtype, void* c_data);
+  bool run(const ConcreteView& a, const void* a_data, DType a_type, const ConcreteView& b,
+           const void* b_data, DType b_type, void* c_data);
 
  private:
   const Device& device_;
