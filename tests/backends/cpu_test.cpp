@@ -35,6 +35,10 @@ TEST(Cpu, HalfWeightProductsMatchTheReference) {
   testing::expect_half_weight_products_match_reference(cpu());
 }
 
+TEST(Cpu, F32ByF16ProductsMatchTheReference) {
+  testing::expect_f32_by_f16_products_match_reference(cpu());
+}
+
 TEST(Cpu, RowOpsMatchTheReference) { testing::expect_row_ops_match_reference(cpu()); }
 
 TEST(Cpu, RandomGraphsMatchTheReference) {

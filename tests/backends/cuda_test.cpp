@@ -59,6 +59,11 @@ TEST(Cuda, HalfWeightProductsMatchTheReference) {
   testing::expect_half_weight_products_match_reference(cuda());
 }
 
+TEST(Cuda, F32ByF16ProductsMatchTheReference) {
+  SKIP_WITHOUT_GPU();
+  testing::expect_f32_by_f16_products_match_reference(cuda());
+}
+
 TEST(Cuda, AttentionMatchesTheReference) {
   SKIP_WITHOUT_GPU();
   testing::expect_attention_matches_reference(cuda(), "cuda");

@@ -1,7 +1,7 @@
 // Products of every operand layout the MatMul kernel sees (batched, transposed, a weight
 // shared by the batch), in f32, f16 and bf16, compiled for a backend and compared with
 // the reference interpreter; shared by the CPU and CUDA tests. Also products over
-// half-precision block-stored weights (QMatMul).
+// half-precision block-stored weights (QMatMul), and f32 by f16 operands.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -130,13 +130,58 @@ inline void expect_half_weight_products_match_reference(const Backend& backend) 
       const std::vector<float> got = run_outputs(cx, backend, {y})[0];
       EXPECT_EQ(cx.last_run_stats().host_fallbacks, 0u) << dtype_name(type);
       ASSERT_EQ(got.size(), want.size());
-      // Several rows may round x to W's type (as a half-precision model computes).
-      const double tol = type == DType::F16 ? 3e-3 : 1e-2;
-      for (size_t i = 0; i < got.size(); ++i)
-        ASSERT_NEAR(got[i], want[i], tol * (1 + std::fabs(want[i])))
+      // Several rows may round x to W's type (as a half-precision model computes): each
+      // element then errs by up to the type's unit roundoff times sum |x| |w|.
+      const std::vector<float> xs = x.to_f32();
+      const double unit = type == DType::F16 ? 0x1p-11 : 0x1p-8;
+      for (size_t i = 0; i < got.size(); ++i) {
+        const size_t row = i / static_cast<size_t>(s.n), col = i % static_cast<size_t>(s.n);
+        double magnitude = 0;
+        for (int64_t p = 0; p < k; ++p)
+          magnitude += std::fabs(xs[row * k + p]) * std::fabs(half.get_f64(col * k + p));
+        ASSERT_NEAR(got[i], want[i], 1e-5 + 1.01 * unit * magnitude)
             << dtype_name(type) << " x " << to_string(x_shape) << " N " << s.n << ", element "
             << i;
+      }
     }
+}
+
+// f32 a by an f16 b read where it lies (an f16 KV cache under attention the attention
+// rule does not fuse): batched prompt-shaped products and one row, exact in f32.
+inline void expect_f32_by_f16_products_match_reference(const Backend& backend) {
+  std::mt19937 rng(17);
+  Graph cx;
+  Tensor q = cx.named_tensor("q", {4, 9, 64});
+  Tensor k = cx.named_tensor("k", {4, 30, 64}, DType::F16);
+  Tensor x = cx.named_tensor("x", {1, 64});
+  q.set(uniform_floats(rng, 4 * 9 * 64));
+  const std::vector<float> kv = uniform_floats(rng, 4 * 30 * 64);
+  k.set_buffer(Buffer::from_doubles(std::vector<double>(kv.begin(), kv.end()), DType::F16));
+  x.set(uniform_floats(rng, 64));
+  const Tensor keys = k.cast(DType::F32);
+  std::vector<Tensor> outs = {
+      q.matmul(keys.transpose(-1, -2)).retrieve(),             // scores of a prompt
+      x.matmul(keys.slice(0, 0, 1).squeeze(0).transpose(0, 1)).retrieve(),  // one row
+  };
+  // Both are MatMuls reading the f16 values, not products of a widened copy.
+  const compiler::Optimized opt = compiler::optimize(cx);
+  size_t reading_f16 = 0;
+  for (uint32_t i = 0; i < opt.graph->num_nodes(); ++i) {
+    const Node& n = opt.graph->node(NodeId{i});
+    reading_f16 += n.op == Op::Custom &&
+                   dynamic_cast<const compiler::MatMulOp*>(n.custom.get()) &&
+                   opt.graph->node(n.inputs[1].source).dtype == DType::F16;
+  }
+  EXPECT_EQ(reading_f16, outs.size());
+  const auto want = run_outputs(cx, reference(), outs);
+  const auto got = run_outputs(cx, backend, outs);
+  EXPECT_EQ(cx.last_run_stats().host_fallbacks, 0u);
+  for (size_t o = 0; o < outs.size(); ++o) {
+    ASSERT_EQ(got[o].size(), want[o].size());
+    for (size_t i = 0; i < got[o].size(); ++i)
+      ASSERT_NEAR(got[o][i], want[o][i], 1e-4 * (1 + std::fabs(want[o][i])))
+          << "product " << o << " element " << i;
+  }
 }
 
 }  // namespace luminal::testing

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 
 #include "backends/cuda/codegen.hpp"
 
@@ -43,8 +44,10 @@ LUM_COPY_VIEW(lum_copy_view_1, unsigned char, unsigned char, )
 LUM_COPY_VIEW(lum_copy_view_2, unsigned short, unsigned short, )
 LUM_COPY_VIEW(lum_copy_view_4, unsigned int, unsigned int, )
 LUM_COPY_VIEW(lum_copy_view_8, unsigned long long, unsigned long long, )
-LUM_COPY_VIEW(lum_round_view_f16, float, unsigned short, lum_f2h)
-LUM_COPY_VIEW(lum_round_view_bf16, float, unsigned short, lum_f2bf)
+LUM_COPY_VIEW(lum_convert_view_f32_f16, float, unsigned short, lum_f2h)
+LUM_COPY_VIEW(lum_convert_view_f32_bf16, float, unsigned short, lum_f2bf)
+LUM_COPY_VIEW(lum_convert_view_f16_f32, unsigned short, float, lum_h2f)
+LUM_COPY_VIEW(lum_convert_view_bf16_f32, unsigned short, float, lum_bf2f)
 )COPY";
 
 }  // namespace
@@ -79,10 +82,37 @@ bool ViewCopy::run(const ConcreteView& view, const void* src, size_t element_byt
   }
 }
 
-bool ViewCopy::run_rounded(const ConcreteView& view, const float* src, DType to, void* dst) {
-  if (view.has_mask() || (to != DType::F16 && to != DType::BF16)) return false;
+bool ViewCopy::run_converted(const ConcreteView& view, const void* src, DType from, DType to,
+                             void* dst) {
+  const auto half = [](DType t) { return t == DType::F16 || t == DType::BF16; };
+  if (view.has_mask() || !((from == DType::F32 && half(to)) || (half(from) && to == DType::F32)))
+    return false;
   if (view.numel() == 0) return true;
-  return launch(view, src, dst, to == DType::F16 ? "lum_round_view_f16" : "lum_round_view_bf16");
+  const std::string kernel = "lum_convert_view_" + std::string(dtype_name(from)) + "_" +
+                             std::string(dtype_name(to));
+  return launch(view, src, dst, kernel.c_str());
+}
+
+ConcreteView unbroadcast(const ConcreteView& view) {
+  ConcreteView v = view;
+  for (size_t d = 0; d < v.dims.size(); ++d)
+    if (v.strides[d] == 0) v.dims[d] = 1, v.mask_lo[d] = 0, v.mask_hi[d] = 1;
+  return v;
+}
+
+ConcreteView packed(const ConcreteView& view) {
+  ConcreteView v;
+  v.dims = view.dims;
+  v.strides.assign(v.dims.size(), 0);
+  v.mask_lo.assign(v.dims.size(), 0);
+  v.mask_hi = v.dims;
+  int64_t step = 1;
+  for (size_t d = v.dims.size(); d-- > 0;) {
+    if (view.strides[d] == 0) continue;
+    v.strides[d] = step;
+    step *= v.dims[d];
+  }
+  return v;
 }
 
 bool ViewCopy::launch(const ConcreteView& view, const void* src, void* dst, const char* kernel) {

@@ -26,8 +26,9 @@ class ViewCopy {
   /// or 8) to `dst` in row-major order: one copy when the view is dense, else a kernel.
   /// False, copying nothing, for a padded view or one of more than eight dims.
   bool run(const ConcreteView& view, const void* src, size_t element_bytes, void* dst);
-  /// The same from f32 elements, each rounded to `to` (f16 or bf16) on the way.
-  bool run_rounded(const ConcreteView& view, const float* src, DType to, void* dst);
+  /// The same, converting each element from `from` to `to` on the way: f32 to f16 or
+  /// bf16 (rounded to nearest even), or back (exactly).
+  bool run_converted(const ConcreteView& view, const void* src, DType from, DType to, void* dst);
 
  private:
   bool launch(const ConcreteView& view, const void* src, void* dst, const char* kernel);
@@ -35,5 +36,12 @@ class ViewCopy {
   const Device& device_;
   std::unique_ptr<Module> module_;  // loaded on first use
 };
+
+/// `view` with its broadcast dims (stride 0) of size 1: each element it selects once, as
+/// a copy of it holds them.
+ConcreteView unbroadcast(const ConcreteView& view);
+/// `view`'s dims read from a row-major copy of unbroadcast(view): broadcast dims keep
+/// stride 0.
+ConcreteView packed(const ConcreteView& view);
 
 }  // namespace luminal::cudagen

@@ -15,8 +15,8 @@
 #include "backends/cuda/device_storage.hpp"
 #include "backends/cuda/gemm.hpp"
 #include "backends/cuda/gemv.hpp"
+#include "backends/cuda/mixed_products.hpp"
 #include "backends/cuda/nvrtc.hpp"
-#include "backends/cuda/qmatmul.hpp"
 #include "luminal/append_rows_op.hpp"
 #include "luminal/compiler/attention_op.hpp"
 #include "luminal/compiler/matmul_op.hpp"
@@ -50,7 +50,7 @@ class CudaExecutable final : public Executable {
         gemv_(*device_),
         attention_(*device_),
         copy_view_(*device_),
-        quantized_(*device_, gemv_, gemm_, copy_view_) {
+        mixed_(*device_, gemv_, gemm_, copy_view_) {
     const Graph& g = *program_.graph;
     liveness_ = runtime::plan_liveness(g, plan_);
     functions_.resize(plan_.kernels.size(), {nullptr, nullptr});
@@ -352,8 +352,9 @@ class CudaExecutable final : public Executable {
             "launching a scatter kernel");
   }
 
-  // Library kernels: MatMul through the one-row kernel or cuBLASLt, QMatMul over half
-  // weights through the same two, Attention through its kernel; anything else (and one of those its kernels cannot read) by its reference
+  // Library kernels: MatMul through the one-row kernel or cuBLASLt (MixedProducts where
+  // one operand is f32 and the other half), QMatMul over half weights through the same
+  // two, Attention through its kernel; anything else (and one of those its kernels cannot read) by its reference
   // semantics on the host, its operands copied over and back.
   void run_library(const Graph& user, size_t k, void* out, size_t out_bytes) {
     const Node& n = program_.graph->node(plan_.kernels[k].root);
@@ -367,9 +368,13 @@ class CudaExecutable final : public Executable {
             gemm_.run(views[0], a_data, views[1], b_data, a, out, a))
           return;
       }
+      if (a == DType::F32 && n.dtype == a &&
+          mixed_.matmul(views[0], operand(n.inputs[0].source), views[1],
+                        operand(n.inputs[1].source), b, out))
+        return;
     } else if (const auto* q = dynamic_cast<const compiler::QMatMulOp*>(n.custom.get())) {
       if (source_dtype(n, 0) == DType::F32 &&
-          quantized_.run(q->format, views[0], operand(n.inputs[0].source), views[1],
+          mixed_.qmatmul(q->format, views[0], operand(n.inputs[0].source), views[1],
                          operand(n.inputs[1].source), out))
         return;
     } else if (const auto* at = dynamic_cast<const compiler::AttentionOp*>(n.custom.get());
@@ -574,7 +579,7 @@ class CudaExecutable final : public Executable {
   cudagen::Gemv gemv_;
   cudagen::Attention attention_;
   cudagen::ViewCopy copy_view_;
-  cudagen::QuantizedProduct quantized_;
+  cudagen::MixedProducts mixed_;
   runtime::Liveness liveness_;
   std::vector<std::pair<const void*, const void*>> functions_;  // by kernel; null: none
   std::vector<Expr> numel_;                                     // by kernel: output elements
