@@ -287,7 +287,12 @@ std::string ElementWriter::value(NodeId n, const std::vector<Expr>& idx,
   if (n != k_.root && plan_.materialized[n.value]) return load(n, flatten(idx, node.shape));
   auto bind = [&](const std::string& expr) {
     const std::string name = fresh();
-    os_ << indent << "const " << t << " " << name << " = " << expr << ";\n";
+    if (hoisting_ && invariant(expr)) {
+      hoisted_ << hoist_indent_ << "const " << t << " " << name << " = " << expr << ";\n";
+      invariant_temps_.insert(name);
+    } else {
+      os_ << indent << "const " << t << " " << name << " = " << expr << ";\n";
+    }
     return name;
   };
   auto in = [&](size_t k) { return operand(node.inputs[k], idx, indent); };
@@ -347,6 +352,53 @@ std::string ElementWriter::value(NodeId n, const std::vector<Expr>& idx,
       break;
   }
   LUM_FAIL() << "code generation: no rendering for " << op_name(node.op) << " (%" << n.value << ")";
+}
+
+void ElementWriter::hoist_invariants(const std::string& indent, std::set<std::string> varying) {
+  hoisting_ = true;
+  hoist_indent_ = indent;
+  varying_ = std::move(varying);
+  hoisted_.str("");
+}
+
+std::string ElementWriter::take_hoisted() {
+  hoisting_ = false;
+  invariant_temps_.clear();
+  std::string out = hoisted_.str();
+  hoisted_.str("");
+  return out;
+}
+
+// Whether an expression bound to a temporary takes the same value at every step of the
+// loop being hoisted from: it reads no memory (any subscript counts as a read), names
+// none of the varying identifiers, and names only temporaries hoisted before it (a
+// temporary bound in the loop, or declared by other statements, may vary).
+bool ElementWriter::invariant(const std::string& expr) const {
+  if (expr.find('[') != std::string::npos) return false;
+  for (size_t i = 0; i < expr.size();) {
+    const auto word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+    if (!word(expr[i]) || std::isdigit(static_cast<unsigned char>(expr[i]))) {
+      // skip a number whole (1e-05f, 0x1p-8) so its letters are not read as names
+      if (std::isdigit(static_cast<unsigned char>(expr[i])))
+        while (i < expr.size() && (word(expr[i]) || expr[i] == '.' ||
+                                   ((expr[i] == '-' || expr[i] == '+') && i > 0 &&
+                                    (expr[i - 1] == 'e' || expr[i - 1] == 'p'))))
+          ++i;
+      else
+        ++i;
+      continue;
+    }
+    size_t j = i;
+    while (j < expr.size() && word(expr[j])) ++j;
+    const std::string name = expr.substr(i, j - i);
+    i = j;
+    if (varying_.count(name)) return false;
+    const bool temporary = name.size() > 1 && name[0] == 't' &&
+                           std::all_of(name.begin() + 1, name.end(),
+                                       [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+    if (temporary && !invariant_temps_.count(name)) return false;
+  }
+  return true;
 }
 
 // Node n's value rounded or wrapped as the reference stores a value of dtype t (see

@@ -70,6 +70,14 @@ class ElementWriter {
   std::string value(NodeId n, const std::vector<Expr>& idx, const std::string& indent);
   /// The value an edge supplies at the consumer's logical index, padding reading zero.
   std::string operand(const Edge& e, const std::vector<Expr>& idx, const std::string& indent);
+  /// From here on, a value computed from nothing that varies along the loop a backend is
+  /// about to open (no memory read, none of the identifiers `varying`, no value that
+  /// does) is written to a separate stream at `indent`: the backend emits
+  /// take_hoisted() before that loop, so a row's constants (a norm's 1/sqrt of its mean
+  /// square) are computed once per row rather than once per element.
+  void hoist_invariants(const std::string& indent, std::set<std::string> varying);
+  /// The statements hoisted since hoist_invariants; hoisting stops.
+  std::string take_hoisted();
   /// A Scatter's sources written in order into `out` (later writes win, as in the
   /// reference), one at a time; `lum_n` (the output's size) must be declared before it.
   void write_ordered_scatter(const Node& root);
@@ -105,7 +113,15 @@ class ElementWriter {
   std::string cast(NodeId n, const Edge& e, const std::string& v, DType to);
   std::string gather(const Node& node, const std::vector<Expr>& idx, const std::string& indent);
 
+  bool invariant(const std::string& expr) const;
+
   std::map<uint32_t, size_t> slot_;
+  // Hoisting (hoist_invariants): where invariant statements go, what varies, and the
+  // temporaries known not to.
+  std::ostringstream hoisted_;
+  std::string hoist_indent_;
+  std::set<std::string> varying_, invariant_temps_;
+  bool hoisting_ = false;
   std::set<std::string> vars_;
   VarRanges ranges_;                      // of the loop counters in scope
   std::map<std::string, Expr> counters_;  // by name

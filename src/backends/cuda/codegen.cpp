@@ -254,9 +254,12 @@ class RowMemberWriter : public runtime::ElementWriter {
       os_ << "      const int64_t lum_o = lum_row;\n";
       os_ << "      " << t << " acc = " << runtime::reduction_identity(root.op, root.dtype)
           << ";\n";
-      os_ << loop;
-      const std::string v = operand(root.inputs[0], idx, "          ");
-      os_ << "          acc = " << combined(root, "acc", v) << ";\n" << loop_tail("      ");
+      const std::string body =
+          in_loop([&] {
+            const std::string v = operand(root.inputs[0], idx, "          ");
+            os_ << "          acc = " << combined(root, "acc", v) << ";\n";
+          });
+      os_ << take_hoisted() << loop << body << loop_tail("      ");
       os_ << warp_combine(root, "      ") << "      if ((threadIdx.x & 31) == 0) " << part
           << "[threadIdx.x >> 5] = acc;\n"
           << "      __syncthreads();\n"
@@ -269,13 +272,14 @@ class RowMemberWriter : public runtime::ElementWriter {
           << ";\n";
       os_ << "      if (threadIdx.x == 0) " << prefix() << "out[lum_row] = " << stored << ";\n";
     } else {
-      os_ << loop;
-      const Expr o = within(runtime::flatten(idx, root.shape));
-      note_vars(o);
-      os_ << "          const int64_t lum_o = " << o.to_c() << ";\n";
-      const std::string v = value(k_.root, idx, "          ");
-      os_ << "          " << prefix() << "out[lum_o] = " << store_expr(root.dtype, v) << ";\n"
-          << loop_tail("      ");
+      const std::string body = in_loop([&] {
+        const Expr o = within(runtime::flatten(idx, root.shape));
+        note_vars(o);
+        os_ << "          const int64_t lum_o = " << o.to_c() << ";\n";
+        const std::string v = value(k_.root, idx, "          ");
+        os_ << "          " << prefix() << "out[lum_o] = " << store_expr(root.dtype, v) << ";\n";
+      });
+      os_ << take_hoisted() << loop << body << loop_tail("      ");
     }
     os_ << "    }\n";
     return os_.str();
@@ -357,6 +361,20 @@ class RowMemberWriter : public runtime::ElementWriter {
     row_element_ = within(runtime::flatten(idx, rows_.elements()));
     note_vars(row_element_);
     return idx;
+  }
+
+  // The statements `write` puts in os_ for the loop over the row's elements, returned
+  // instead; what does not vary along the row goes to take_hoisted(), for before it.
+  template <class Write>
+  std::string in_loop(Write write) {
+    const std::string before = os_.str();
+    os_.str("");
+    hoist_invariants("      ", {"lum_r", "lum_o"});
+    write();
+    std::string body = os_.str();
+    os_.str("");
+    os_ << before;
+    return body;
   }
 
   // for each of this thread's elements lum_r of the row (a 32-bit counter where a known
