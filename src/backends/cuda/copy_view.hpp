@@ -1,8 +1,8 @@
 // Copying a strided view of device memory into a dense array (private to
 // src/backends/cuda): what a library kernel does with an operand it needs in order, such
 // as the rows AppendRows adds when they are a permuted value (a prompt's keys, stored
-// head-major, appended position-major), or f32 activations rounded to a half type for a
-// half-precision product. Compiled by NVRTC on first use.
+// head-major, appended position-major), or an operand converted between f32 and a half
+// type for a product of mixed types. Compiled by NVRTC on first use.
 #pragma once
 
 #include <memory>
