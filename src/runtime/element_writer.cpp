@@ -372,30 +372,27 @@ std::string ElementWriter::take_hoisted() {
 // Whether an expression bound to a temporary takes the same value at every step of the
 // loop being hoisted from: it reads no memory (any subscript counts as a read), names
 // none of the varying identifiers, and names only temporaries hoisted before it (a
-// temporary bound in the loop, or declared by other statements, may vary).
+// temporary bound in the loop, or declared by other statements, may vary). A name starts
+// where a letter or '_' follows neither a name character nor '.', which passes over the
+// letters inside numbers (1e-05f, 0x7f800000u).
 bool ElementWriter::invariant(const std::string& expr) const {
   if (expr.find('[') != std::string::npos) return false;
-  for (size_t i = 0; i < expr.size();) {
-    const auto word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
-    if (!word(expr[i]) || std::isdigit(static_cast<unsigned char>(expr[i]))) {
-      // skip a number whole (1e-05f, 0x1p-8) so its letters are not read as names
-      if (std::isdigit(static_cast<unsigned char>(expr[i])))
-        while (i < expr.size() && (word(expr[i]) || expr[i] == '.' ||
-                                   ((expr[i] == '-' || expr[i] == '+') && i > 0 &&
-                                    (expr[i - 1] == 'e' || expr[i - 1] == 'p'))))
-          ++i;
-      else
-        ++i;
-      continue;
-    }
-    size_t j = i;
-    while (j < expr.size() && word(expr[j])) ++j;
-    const std::string name = expr.substr(i, j - i);
-    i = j;
+  const auto in_name = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+  };
+  for (size_t i = 0; i < expr.size(); ++i) {
+    const bool starts = (std::isalpha(static_cast<unsigned char>(expr[i])) || expr[i] == '_') &&
+                        (i == 0 || (!in_name(expr[i - 1]) && expr[i - 1] != '.'));
+    if (!starts) continue;
+    size_t end = i;
+    while (end < expr.size() && in_name(expr[end])) ++end;
+    const std::string name = expr.substr(i, end - i);
+    i = end;
     if (varying_.count(name)) return false;
     const bool temporary = name.size() > 1 && name[0] == 't' &&
-                           std::all_of(name.begin() + 1, name.end(),
-                                       [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+                           std::all_of(name.begin() + 1, name.end(), [](char c) {
+                             return std::isdigit(static_cast<unsigned char>(c));
+                           });
     if (temporary && !invariant_temps_.count(name)) return false;
   }
   return true;

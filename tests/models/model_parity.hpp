@@ -88,7 +88,6 @@ inline void expect_logits_near(const std::vector<float>& got, const Buffer& want
 inline std::string bf16_copy(const std::string& path, const std::string& tag) {
   const SafetensorsFile f(path);
   std::vector<Buffer> data;
-  data.reserve(f.tensors().size());
   std::vector<NamedTensor> out;
   for (const SafetensorsTensor& t : f.tensors()) {
     const Buffer b = f.read(t.name);

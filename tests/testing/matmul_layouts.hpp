@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <vector>
 
@@ -17,6 +18,21 @@
 #include "testing/run_outputs.hpp"
 
 namespace luminal::testing {
+
+// How many kernels of cx's optimized graph are custom ops of type KernelOp for which
+// `also(graph, node)` holds.
+template <class KernelOp>
+size_t count_kernels(const Graph& cx, const std::function<bool(const Graph&, const Node&)>& also =
+                                          [](const Graph&, const Node&) { return true; }) {
+  const compiler::Optimized opt = compiler::optimize(cx);
+  size_t count = 0;
+  for (uint32_t i = 0; i < opt.graph->num_nodes(); ++i) {
+    const Node& n = opt.graph->node(NodeId{i});
+    count += n.op == Op::Custom && dynamic_cast<const KernelOp*>(n.custom.get()) &&
+             also(*opt.graph, n);
+  }
+  return count;
+}
 
 inline void expect_matmuls_match_reference(const Backend& backend) {
   std::mt19937 rng(7);
@@ -36,13 +52,7 @@ inline void expect_matmuls_match_reference(const Backend& backend) {
         bc.permute({0, 2, 1}).matmul(ac.permute({0, 2, 1})).cast(DType::F32).retrieve(),
     };
     // Each product is a library MatMul, not a generated reduction.
-    const compiler::Optimized opt = compiler::optimize(cx);
-    size_t products = 0;
-    for (uint32_t i = 0; i < opt.graph->num_nodes(); ++i) {
-      const Node& n = opt.graph->node(NodeId{i});
-      products += n.op == Op::Custom && dynamic_cast<const compiler::MatMulOp*>(n.custom.get());
-    }
-    EXPECT_EQ(products, outs.size()) << dtype_name(t);
+    EXPECT_EQ(count_kernels<compiler::MatMulOp>(cx), outs.size()) << dtype_name(t);
     const auto want = run_outputs(cx, reference(), outs);
     const auto got_all = run_outputs(cx, backend, outs);
     EXPECT_EQ(cx.last_run_stats().host_fallbacks, 0u) << dtype_name(t);
@@ -119,13 +129,7 @@ inline void expect_half_weight_products_match_reference(const Backend& backend) 
       std::memcpy(raw.data(), half.data(), half.bytes());
       w.set_quantized(format, std::move(raw));
       Tensor y = x.matmul(w.permute({1, 0})).retrieve();
-      const compiler::Optimized opt = compiler::optimize(cx);
-      size_t products = 0;
-      for (uint32_t i = 0; i < opt.graph->num_nodes(); ++i) {
-        const Node& n = opt.graph->node(NodeId{i});
-        products += n.op == Op::Custom && dynamic_cast<const compiler::QMatMulOp*>(n.custom.get());
-      }
-      EXPECT_EQ(products, 1u) << dtype_name(type);
+      EXPECT_EQ(count_kernels<compiler::QMatMulOp>(cx), 1u) << dtype_name(type);
       const std::vector<float> want = run_outputs(cx, reference(), {y})[0];
       const std::vector<float> got = run_outputs(cx, backend, {y})[0];
       EXPECT_EQ(cx.last_run_stats().host_fallbacks, 0u) << dtype_name(type);
@@ -164,15 +168,10 @@ inline void expect_f32_by_f16_products_match_reference(const Backend& backend) {
       x.matmul(keys.slice(0, 0, 1).squeeze(0).transpose(0, 1)).retrieve(),  // one row
   };
   // Both are MatMuls reading the f16 values, not products of a widened copy.
-  const compiler::Optimized opt = compiler::optimize(cx);
-  size_t reading_f16 = 0;
-  for (uint32_t i = 0; i < opt.graph->num_nodes(); ++i) {
-    const Node& n = opt.graph->node(NodeId{i});
-    reading_f16 += n.op == Op::Custom &&
-                   dynamic_cast<const compiler::MatMulOp*>(n.custom.get()) &&
-                   opt.graph->node(n.inputs[1].source).dtype == DType::F16;
-  }
-  EXPECT_EQ(reading_f16, outs.size());
+  const auto reads_f16 = [](const Graph& g, const Node& n) {
+    return g.node(n.inputs[1].source).dtype == DType::F16;
+  };
+  EXPECT_EQ(count_kernels<compiler::MatMulOp>(cx, reads_f16), outs.size());
   const auto want = run_outputs(cx, reference(), outs);
   const auto got = run_outputs(cx, backend, outs);
   EXPECT_EQ(cx.last_run_stats().host_fallbacks, 0u);

@@ -24,8 +24,6 @@
 
 #include "backends/cuda/attention_common.hpp"
 #include "backends/cuda/attention_mma.hpp"
-#include "backends/cuda/codegen.hpp"
-#include "runtime/element_writer.hpp"
 
 namespace luminal::cudagen {
 namespace {
@@ -283,25 +281,20 @@ std::string key_of(std::initializer_list<int64_t> fields) {
 }  // namespace
 
 std::string attention_source(const AttentionKernel& s) {
-  std::string defines;
-  auto define = [&](const char* name, const std::string& value) {
-    defines += std::string("#define ") + name + " " + value + "\n";
-  };
-  define("LUM_AT_Q", attention_element(s.q));
-  define("LUM_AT_K", attention_element(s.k));
-  define("LUM_AT_V", attention_element(s.v));
-  define("LUM_AT_O", attention_element(s.out));
-  define("LUM_AT_D", std::to_string(s.d));
-  define("LUM_AT_DV", std::to_string(s.dv));
-  define("LUM_AT_VK", std::to_string(s.key_vec));
-  define("LUM_AT_VV", std::to_string(s.value_vec));
-  define("LUM_AT_L", std::to_string(s.lanes));
-  define("LUM_AT_R", std::to_string(s.rows));
-  define("LUM_AT_THREADS", std::to_string(kThreads));
-  define("LUM_AT_CHUNK", std::to_string(kChunk));
-  define("LUM_AT_MAX_SPLITS", std::to_string(kMaxSplits));
-  return std::string(cuda_prelude()) + std::string(runtime::scalar_prelude()) + defines +
-         std::string(attention_common_source()) + kSource;
+  return attention_program({{"LUM_AT_Q", attention_element(s.q)},
+                            {"LUM_AT_K", attention_element(s.k)},
+                            {"LUM_AT_V", attention_element(s.v)},
+                            {"LUM_AT_O", attention_element(s.out)},
+                            {"LUM_AT_D", std::to_string(s.d)},
+                            {"LUM_AT_DV", std::to_string(s.dv)},
+                            {"LUM_AT_VK", std::to_string(s.key_vec)},
+                            {"LUM_AT_VV", std::to_string(s.value_vec)},
+                            {"LUM_AT_L", std::to_string(s.lanes)},
+                            {"LUM_AT_R", std::to_string(s.rows)},
+                            {"LUM_AT_THREADS", std::to_string(kThreads)},
+                            {"LUM_AT_CHUNK", std::to_string(kChunk)},
+                            {"LUM_AT_MAX_SPLITS", std::to_string(kMaxSplits)}},
+                           kSource);
 }
 
 const Attention::Compiled& Attention::compiled(const std::string& key, const std::string& kernel,

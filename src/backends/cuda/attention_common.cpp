@@ -1,10 +1,13 @@
 // What the two attention kernels share (see attention_common.hpp).
 #include "backends/cuda/attention_common.hpp"
 
-namespace luminal::cudagen {
+#include "backends/cuda/codegen.hpp"
+#include "runtime/element_writer.hpp"
 
-std::string_view attention_common_source() {
-  return R"ATTN(
+namespace luminal::cudagen {
+namespace {
+
+constexpr const char* kCommonSource = R"ATTN(
 struct LumAttnArgs {
   const void *q, *k, *v; const unsigned char* mask;
   void* out; float* partials;
@@ -91,6 +94,14 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS)
   }
 }
 )ATTN";
+
+}  // namespace
+
+std::string attention_program(const std::vector<std::pair<std::string, std::string>>& defines,
+                              std::string_view kernel) {
+  std::string source = std::string(cuda_prelude()) + std::string(runtime::scalar_prelude());
+  for (const auto& [name, value] : defines) source += "#define " + name + " " + value + "\n";
+  return source + kCommonSource + std::string(kernel);
 }
 
 const char* attention_element(DType t) {

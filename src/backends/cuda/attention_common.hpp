@@ -6,6 +6,9 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "luminal/dtype.hpp"
 
@@ -17,7 +20,7 @@ namespace luminal::cudagen {
 constexpr int kAttentionMaxDims = 4, kAttentionThreads = 128;
 constexpr int64_t kAttentionMaxSplits = 1024;
 
-/// The kernels' parameter block; attention_common_source() declares the same fields in
+/// The kernels' parameter block; attention_program's shared side declares the same fields in
 /// the same order (all 8 bytes wide but the last two, so both sides lay it out alike).
 /// The op's batch dims split in two: those the keys and values vary along (batch, key
 /// heads: "kv") and those they do not (the query heads of one key head and the query
@@ -45,12 +48,15 @@ struct AttentionArgs {
   float unused;
 };
 
-/// The CUDA side: LumAttnArgs, the element structs lum_at_f32/f16/bf16 (get: to float;
-/// put: from float), lum_at_point and lum_at_row (the offsets of a kv point and of a row
-/// of it) and the combine kernel lum_attention_combine, which reads the defines
-/// LUM_AT_DV (value head dim), LUM_AT_O (the output's element struct), LUM_AT_THREADS and
-/// LUM_AT_MAX_SPLITS. Follows the CUDA and scalar preludes.
-std::string_view attention_common_source();
+/// An attention kernel's whole source: the CUDA and scalar preludes, `defines` (name,
+/// value) as #define lines, the shared CUDA side, then `kernel`. The shared side holds
+/// LumAttnArgs, the element structs lum_at_f32/f16/bf16 (get: to float; put: from
+/// float), lum_at_point and lum_at_row (the offsets of a kv point and of a row of it) and
+/// the combine kernel lum_attention_combine, which reads the defines LUM_AT_DV (value
+/// head dim), LUM_AT_O (the output's element struct), LUM_AT_THREADS and
+/// LUM_AT_MAX_SPLITS.
+std::string attention_program(const std::vector<std::pair<std::string, std::string>>& defines,
+                              std::string_view kernel);
 
 /// The element struct of `t` (f32, f16 or bf16).
 const char* attention_element(DType t);

@@ -16,8 +16,6 @@
 #include "backends/cuda/attention_mma.hpp"
 
 #include "backends/cuda/attention_common.hpp"
-#include "backends/cuda/codegen.hpp"
-#include "runtime/element_writer.hpp"
 
 namespace luminal::cudagen {
 namespace {
@@ -442,25 +440,20 @@ bool mma_attention_supports(DType q, DType k, DType v, int64_t d, int64_t dv) {
 }
 
 std::string mma_attention_source(const MmaAttentionKernel& s) {
-  std::string defines;
-  auto define = [&](const char* name, const std::string& value) {
-    defines += std::string("#define ") + name + " " + value + "\n";
-  };
-  define("LUM_AT_Q", attention_element(s.q));
-  define("LUM_AT_O", attention_element(s.out));
-  define("LUM_AT_D", std::to_string(s.d));
-  define("LUM_AT_DV", std::to_string(s.dv));
-  define("LUM_AT_THREADS", std::to_string(kAttentionThreads));
-  define("LUM_AT_MAX_SPLITS", std::to_string(kAttentionMaxSplits));
-  define("LUM_FA_ROWS", std::to_string(kMmaAttentionRows));
-  define("LUM_FA_KEYS", std::to_string(kMmaAttentionKeys));
-  define("LUM_FA_MASK_STRIDE", std::to_string(kMaskStride));
-  define("LUM_FA_STAGE_BYTES", std::to_string(stage_bytes(s)));
-  define("LUM_FA_SPLIT", s.q == DType::F32 ? "1" : "0");
-  define("LUM_FA_KBF16", s.k == DType::BF16 ? "true" : "false");
-  define("LUM_FA_VBF16", s.v == DType::BF16 ? "true" : "false");
-  return std::string(cuda_prelude()) + std::string(runtime::scalar_prelude()) + defines +
-         std::string(attention_common_source()) + kSource;
+  return attention_program({{"LUM_AT_Q", attention_element(s.q)},
+                            {"LUM_AT_O", attention_element(s.out)},
+                            {"LUM_AT_D", std::to_string(s.d)},
+                            {"LUM_AT_DV", std::to_string(s.dv)},
+                            {"LUM_AT_THREADS", std::to_string(kAttentionThreads)},
+                            {"LUM_AT_MAX_SPLITS", std::to_string(kAttentionMaxSplits)},
+                            {"LUM_FA_ROWS", std::to_string(kMmaAttentionRows)},
+                            {"LUM_FA_KEYS", std::to_string(kMmaAttentionKeys)},
+                            {"LUM_FA_MASK_STRIDE", std::to_string(kMaskStride)},
+                            {"LUM_FA_STAGE_BYTES", std::to_string(stage_bytes(s))},
+                            {"LUM_FA_SPLIT", s.q == DType::F32 ? "1" : "0"},
+                            {"LUM_FA_KBF16", s.k == DType::BF16 ? "true" : "false"},
+                            {"LUM_FA_VBF16", s.v == DType::BF16 ? "true" : "false"}},
+                           kSource);
 }
 
 size_t mma_attention_shared_bytes(const MmaAttentionKernel& s) {

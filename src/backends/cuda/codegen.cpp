@@ -245,7 +245,6 @@ class RowMemberWriter : public runtime::ElementWriter {
     const Node& root = g_.node(k_.root);
     os_ << "    {\n      int64_t* err = lum_err + " << 3 * member_ << "; (void)err;\n";
     std::vector<Expr> idx = open_row("      ");
-    const std::string loop = loop_head("      ");
     if (root.op == Op::SumReduce || root.op == Op::MaxReduce) {
       const std::string t = compute_type(root.dtype);
       const std::string part = t == "float"    ? "lum_part_f"
@@ -254,12 +253,10 @@ class RowMemberWriter : public runtime::ElementWriter {
       os_ << "      const int64_t lum_o = lum_row;\n";
       os_ << "      " << t << " acc = " << runtime::reduction_identity(root.op, root.dtype)
           << ";\n";
-      const std::string body =
-          in_loop([&] {
-            const std::string v = operand(root.inputs[0], idx, "          ");
-            os_ << "          acc = " << combined(root, "acc", v) << ";\n";
-          });
-      os_ << take_hoisted() << loop << body << loop_tail("      ");
+      element_loop([&] {
+        const std::string v = operand(root.inputs[0], idx, "          ");
+        os_ << "          acc = " << combined(root, "acc", v) << ";\n";
+      });
       os_ << warp_combine(root, "      ") << "      if ((threadIdx.x & 31) == 0) " << part
           << "[threadIdx.x >> 5] = acc;\n"
           << "      __syncthreads();\n"
@@ -272,14 +269,13 @@ class RowMemberWriter : public runtime::ElementWriter {
           << ";\n";
       os_ << "      if (threadIdx.x == 0) " << prefix() << "out[lum_row] = " << stored << ";\n";
     } else {
-      const std::string body = in_loop([&] {
+      element_loop([&] {
         const Expr o = within(runtime::flatten(idx, root.shape));
         note_vars(o);
         os_ << "          const int64_t lum_o = " << o.to_c() << ";\n";
         const std::string v = value(k_.root, idx, "          ");
         os_ << "          " << prefix() << "out[lum_o] = " << store_expr(root.dtype, v) << ";\n";
       });
-      os_ << take_hoisted() << loop << body << loop_tail("      ");
     }
     os_ << "    }\n";
     return os_.str();
@@ -363,18 +359,17 @@ class RowMemberWriter : public runtime::ElementWriter {
     return idx;
   }
 
-  // The statements `write` puts in os_ for the loop over the row's elements, returned
-  // instead; what does not vary along the row goes to take_hoisted(), for before it.
+  // The loop over this thread's elements of the row around the statements `write` puts
+  // in os_, with those that do not vary along the row hoisted before it.
   template <class Write>
-  std::string in_loop(Write write) {
+  void element_loop(Write write) {
     const std::string before = os_.str();
     os_.str("");
     hoist_invariants("      ", {"lum_r", "lum_o"});
     write();
-    std::string body = os_.str();
+    const std::string body = os_.str();
     os_.str("");
-    os_ << before;
-    return body;
+    os_ << before << take_hoisted() << loop_head("      ") << body << loop_tail("      ");
   }
 
   // for each of this thread's elements lum_r of the row (a 32-bit counter where a known
