@@ -209,6 +209,7 @@ int main(int argc, char** argv) {
   if (want("qgemv_bf16")) qgemv(14336, 4096, "qgemv_bf16_14336x4096");
   if (want("attention_decode")) attention(1, 4096, "attention_decode_4k");
   if (want("attention_decode")) attention(1, 32768, "attention_decode_32k");
+  if (want("attention_decode")) attention(1, 32768, "attention_decode_32k_bf16", DType::BF16);
   if (want("attention_prefill")) attention(4096, 0, "attention_prefill_4k");
   if (want("attention_prefill")) attention(4096, 0, "attention_prefill_4k_bf16", DType::BF16);
   for (DType t : {DType::F32, DType::BF16}) {

@@ -93,6 +93,7 @@ def main():
     for case, seq, total, dtype in [
             ("attention_decode_4k", 1, 4096, torch.float16),
             ("attention_decode_32k", 1, 32768, torch.float16),
+            ("attention_decode_32k_bf16", 1, 32768, torch.bfloat16),
             ("attention_prefill_4k", 4096, 4096, torch.float16),
             ("attention_prefill_4k_bf16", 4096, 4096, torch.bfloat16)]:
         if not want(case):

@@ -9,6 +9,7 @@
 #include "backends/cuda/arena.hpp"
 #include "backends/cuda/attention.hpp"
 #include "backends/cuda/attention_mma.hpp"
+#include "backends/cuda/attention_stream.hpp"
 #include "backends/cuda/codegen.hpp"
 #include "backends/cuda/compile.hpp"
 #include "backends/cuda/copy_view.hpp"
@@ -153,6 +154,40 @@ TEST(CudaCodegen, TensorCoreAttentionCompilesForAmpereAndHopper) {
   EXPECT_FALSE(cudagen::mma_attention_supports(DType::F16, DType::BF16, DType::BF16, 64, 64));
   EXPECT_FALSE(cudagen::mma_attention_supports(DType::F32, DType::F32, DType::F16, 64, 64));
   EXPECT_FALSE(cudagen::mma_attention_supports(DType::F32, DType::F16, DType::F16, 40, 64));
+}
+
+// The streaming kernel's, on CUDA cores: f32 queries over an f16 cache (a decode step of
+// an f32 model), bf16 throughout with eight rows, f32 keys and values (four to a piece, a
+// lane each), the smallest and largest rows of pieces, mixed key and value types; and on
+// tensor cores: f32 queries split over an f16 cache, sixteen rows, the largest head dims,
+// one row; for Ampere too.
+TEST(CudaCodegen, StreamingAttentionCompilesForAmpereAndHopper) {
+  using cudagen::StreamAttentionKernel;
+  for (const StreamAttentionKernel& spec : {
+           StreamAttentionKernel{DType::F32, DType::F16, DType::F16, DType::F32, 128, 128, 4},
+           StreamAttentionKernel{DType::BF16, DType::BF16, DType::BF16, DType::BF16, 128, 128, 8},
+           StreamAttentionKernel{DType::F32, DType::F32, DType::F32, DType::F32, 128, 128, 3},
+           StreamAttentionKernel{DType::F16, DType::F16, DType::F16, DType::F16, 8, 8, 1},
+           StreamAttentionKernel{DType::BF16, DType::BF16, DType::BF16, DType::F32, 256, 256, 8},
+           StreamAttentionKernel{DType::F32, DType::F16, DType::F32, DType::F32, 64, 32, 2},
+           StreamAttentionKernel{DType::F32, DType::F16, DType::F16, DType::F32, 128, 128, 4, true},
+           StreamAttentionKernel{DType::BF16, DType::BF16, DType::BF16, DType::BF16, 128, 128, 16,
+                                 true},
+           StreamAttentionKernel{DType::BF16, DType::BF16, DType::BF16, DType::F32, 256, 256, 8,
+                                 true},
+           StreamAttentionKernel{DType::F16, DType::F16, DType::F16, DType::F16, 64, 64, 1, true},
+       }) {
+    ASSERT_TRUE(cudagen::stream_attention_supports(spec.k, spec.v, spec.d, spec.dv)) << spec.d;
+    for (const char* arch : {"sm_90", "sm_80"})
+      EXPECT_FALSE(
+          cudagen::compile_cubin(cudagen::stream_attention_source(spec), arch).code.empty())
+          << arch << " d " << spec.d;
+  }
+  // Rows of different piece counts, a count that is not a power of two, too many.
+  EXPECT_FALSE(cudagen::stream_attention_supports(DType::F16, DType::F16, 128, 64));
+  EXPECT_FALSE(cudagen::stream_attention_supports(DType::F16, DType::F16, 96, 96));
+  EXPECT_FALSE(cudagen::stream_attention_supports(DType::F32, DType::F32, 256, 256));
+  EXPECT_FALSE(cudagen::stream_attention_supports(DType::F16, DType::F16, 36, 36));
 }
 
 // Half-precision conversions use instructions of sm_80 and later where they exist; older

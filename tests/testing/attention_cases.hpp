@@ -2,10 +2,12 @@
 // position-major, [past + seq, kv_heads, d]), which the compiler makes one Attention
 // kernel: compiled for a backend and compared with the reference interpreter on the
 // decomposition. One query row and prompts of several tiles of rows (on a GPU, the
-// prompts over half-precision caches run on tensor cores), caches long enough that keys
-// are split between threads or blocks, windowed masks, key heads shared by 1-4 query
-// heads, f16 and f32 caches, head dims that allow 16-byte loads and some that do not,
-// graphs computed in bf16 and f16 throughout, and padding masks of each key head's own.
+// prompts over half-precision caches run on tensor cores, short ones and decoding
+// through the streaming kernel where rows are whole 16-byte pieces), caches long enough
+// that keys are split between threads or blocks, windowed masks, key heads shared by 1-8
+// query heads, f16 and f32 caches, head dims that allow 16-byte loads and some that do
+// not, graphs computed in bf16 and f16 throughout, and padding masks of each key head's
+// own.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -53,7 +55,13 @@ inline void expect_attention_matches_reference(const Backend& backend, const std
                                          {2, 2, 64, 64, 64, 64, 0, DType::F16},
                                          {1, 4, 96, 32, 128, 128, 50, DType::BF16, DType::BF16},
                                          {2, 2, 50, 142, 64, 64, 0, DType::F16, DType::F32, true},
-                                         {3, 2, 40, 0, 32, 32, 0, DType::F16, DType::F32, true}}) {
+                                         {3, 2, 40, 0, 32, 32, 0, DType::F16, DType::F32, true},
+                                         {2, 4, 1, 900, 128, 128, 0, DType::F16, DType::F32, true},
+                                         {1, 8, 1, 2000, 64, 64, 0, DType::BF16, DType::BF16},
+                                         {2, 4, 3, 400, 128, 128, 0, DType::F16},
+                                         {2, 4, 1, 1000, 128, 128, 0, DType::F32},
+                                         {1, 4, 1, 700, 128, 128, 100, DType::F16},
+                                         {2, 2, 1, 50, 8, 8, 0, DType::F16}}) {
     const std::string what =
         label + ": kv " + std::to_string(c.kv_heads) + " group " + std::to_string(c.group) +
         " seq " + std::to_string(c.seq) + " past " + std::to_string(c.past) + " d " +

@@ -1,6 +1,7 @@
 // The Attention kernel on the GPU (see attention.hpp): the op's geometry, the choice
-// between the tensor-core kernel (attention_mma.cpp, prompts) and the one on CUDA cores
-// here (decoding, short prompts, f32 caches), key splits and their combine.
+// between the tensor-core kernel (attention_mma.cpp, prompts), the streaming kernel
+// (attention_stream.cpp: decoding and short prompts on sm_80 on, rows of 16-byte
+// pieces) and the one on CUDA cores here (the rest), key splits and their combine.
 //
 // The op's batch dims split in two: those the keys and values vary along (batch, key
 // heads) and those they do not (the query heads of one key head, the query positions).
@@ -13,7 +14,8 @@
 // eight at a time whether masked or not (so no load waits for the mask); masked keys'
 // values are not read. When there are too few (kv point, tile) pairs to fill the GPU
 // (decoding: one per key head), the keys are split between blocks, each writes its rows'
-// max, sum and unnormalised output, and a second kernel combines them (flash-decoding).
+// max, sum and unnormalised output, and a second kernel combines them (flash-decoding;
+// the streaming kernel's last block of a tile combines its own).
 #include "backends/cuda/attention.hpp"
 
 #include <algorithm>
@@ -24,6 +26,7 @@
 
 #include "backends/cuda/attention_common.hpp"
 #include "backends/cuda/attention_mma.hpp"
+#include "backends/cuda/attention_stream.hpp"
 
 namespace luminal::cudagen {
 namespace {
@@ -281,19 +284,12 @@ std::string key_of(std::initializer_list<int64_t> fields) {
 }  // namespace
 
 std::string attention_source(const AttentionKernel& s) {
-  return attention_program({{"LUM_AT_Q", attention_element(s.q)},
-                            {"LUM_AT_K", attention_element(s.k)},
-                            {"LUM_AT_V", attention_element(s.v)},
-                            {"LUM_AT_O", attention_element(s.out)},
-                            {"LUM_AT_D", std::to_string(s.d)},
-                            {"LUM_AT_DV", std::to_string(s.dv)},
-                            {"LUM_AT_VK", std::to_string(s.key_vec)},
+  return attention_program({s.q, s.k, s.v, s.out, s.d, s.dv},
+                           {{"LUM_AT_VK", std::to_string(s.key_vec)},
                             {"LUM_AT_VV", std::to_string(s.value_vec)},
                             {"LUM_AT_L", std::to_string(s.lanes)},
                             {"LUM_AT_R", std::to_string(s.rows)},
-                            {"LUM_AT_THREADS", std::to_string(kThreads)},
-                            {"LUM_AT_CHUNK", std::to_string(kChunk)},
-                            {"LUM_AT_MAX_SPLITS", std::to_string(kMaxSplits)}},
+                            {"LUM_AT_CHUNK", std::to_string(kChunk)}},
                            kSource);
 }
 
@@ -306,8 +302,9 @@ const Attention::Compiled& Attention::compiled(const std::string& key, const std
     c.kernel = c.module->kernel(kernel);
     c.combine = c.module->kernel("lum_attention_combine");
     if (kernel == "lum_attention_mma") c.mask_tiles = c.module->kernel("lum_attention_mask_tiles");
+    c.combines_itself = kernel == "lum_attention_stream";
     c.shared_bytes = shared_bytes;
-    if (shared_bytes > 48 * 1024)  // past the default a block may ask for
+    if (shared_bytes > 0)  // (with its static arrays, it may pass the default 48 KiB)
       check(cudaKernelSetAttributeForDevice(
                 reinterpret_cast<cudaKernel_t>(const_cast<void*>(c.kernel)),
                 cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared_bytes),
@@ -382,6 +379,19 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
         key, "lum_attention_mma", [&] { return mma_attention_source(spec); },
         mma_attention_shared_bytes(spec));
     rows = kMmaAttentionRows;
+  } else if (device_.compute_capability() >= 80 &&
+             key_vec * static_cast<int>(dtype_size(k_type)) == 16 &&
+             value_vec * static_cast<int>(dtype_size(v_type)) == 16 &&
+             stream_attention_supports(k_type, v_type, d, dv)) {
+    const bool tensor_cores = scale > 0 && mma_attention_supports(q_type, k_type, v_type, d, dv);
+    rows = std::min(stream_attention_max_rows(tensor_cores), a.shared_rows);
+    const StreamAttentionKernel spec{
+        q_type, k_type, v_type, out_type, d, dv, static_cast<int>(rows), tensor_cores};
+    const std::string key = key_of({2, int64_t(q_type), int64_t(k_type), int64_t(v_type),
+                                    int64_t(out_type), d, dv, rows, tensor_cores});
+    kernel = &compiled(
+        key, "lum_attention_stream", [&] { return stream_attention_source(spec); },
+        stream_attention_shared_bytes(spec));
   } else {
     AttentionKernel spec{q_type, k_type, v_type, out_type, d, dv, key_vec, value_vec, 1, 1};
     const int64_t key_vecs = d / spec.key_vec;
@@ -422,6 +432,13 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
   if (a.splits > 1)
     a.partials = static_cast<float*>(
         at_least(partials_, static_cast<size_t>(out_rows * a.splits * (dv + 2)) * sizeof(float)));
+  if (a.splits > 1 && kernel->combines_itself) {
+    const size_t bytes = static_cast<size_t>(pairs) * sizeof(unsigned);
+    if (arrivals_.bytes() < bytes)
+      check(cudaMemsetAsync(at_least(arrivals_, bytes), 0, bytes, device_.stream()),
+            "clearing attention's arrival counts");
+    a.arrivals = static_cast<unsigned*>(arrivals_.data());
+  }
 
   void* args[] = {&a};
   if (kernel->mask_tiles) {
@@ -440,7 +457,7 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
   check(cudaLaunchKernel(kernel->kernel, dim3(static_cast<unsigned>(pairs * a.splits)),
                          dim3(kThreads), args, kernel->shared_bytes, device_.stream()),
         "launching attention");
-  if (a.splits > 1) {
+  if (a.splits > 1 && !kernel->combines_itself) {
     long long n = out_rows, splits_arg = a.splits;
     void* combine_args[] = {&a.partials, &out, &n, &splits_arg};
     const int64_t blocks = std::min<int64_t>(out_rows, int64_t{device_.multiprocessors()} * 16);

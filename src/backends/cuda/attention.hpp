@@ -52,6 +52,7 @@ class Attention {
     const void* kernel = nullptr;      // the attention kernel
     const void* combine = nullptr;     // its split pieces' combine
     const void* mask_tiles = nullptr;  // the tensor-core kernel's pass over the mask
+    bool combines_itself = false;      // its last split block combines (no combine launch)
     size_t shared_bytes = 0;           // dynamic, a block
     int blocks_per_sm = 0;             // resident at once
   };
@@ -62,9 +63,9 @@ class Attention {
 
   const Device& device_;
   std::map<std::string, Compiled> kernels_;  // by specialisation
-  // Split rows' partial results and the mask tiles' flags, kept while a CUDA graph may
-  // read them.
-  DeviceBuffer partials_, tiles_;
+  // Split rows' partial results, the mask tiles' flags and the split blocks' arrival
+  // counts (zero between launches), kept while a CUDA graph may read them.
+  DeviceBuffer partials_, tiles_, arrivals_;
 };
 
 }  // namespace luminal::cudagen

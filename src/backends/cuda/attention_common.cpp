@@ -10,7 +10,7 @@ namespace {
 constexpr const char* kCommonSource = R"ATTN(
 struct LumAttnArgs {
   const void *q, *k, *v; const unsigned char* mask;
-  void* out; float* partials;
+  void* out; float* partials; unsigned* arrivals;
   long long q_off, k_off, v_off, m_off;
   long long q_d, k_d, v_d;
   long long k_t, v_t, m_t;
@@ -38,6 +38,175 @@ struct lum_at_bf16 {
   static __device__ __forceinline__ void put(void* p, long long i, float x) { ((uint16_t*)p)[i] = lum_f2bf(x); }
 };
 
+// 2^x by the hardware's approximation (2 ulp; results below 2^-126 flush to 0, which
+// weights so far below the largest do not miss).
+LUM_FN float lum_at_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+// Shared memory's own (32-bit) address of a pointer into it.
+LUM_FN uint32_t lum_at_smem(const void* p) {
+  uint32_t r;
+  asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(r) : "l"(p));
+  return r;
+}
+#if __CUDA_ARCH__ >= 800
+// 16 bytes from global to shared memory without registers; zeros where `bytes` is 0.
+// The copies since the last commit make one group; wait<N> returns once at most N
+// groups are still on their way.
+LUM_FN void lum_at_cp16(uint32_t dst, const void* src, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes));
+}
+LUM_FN void lum_at_commit() { asm volatile("cp.async.commit_group;"); }
+template <int N> LUM_FN void lum_at_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
+
+// Tensor-core pieces (sm_80 on): matrix loads from shared memory, m16n8k16 products
+// with f32 accumulators, and the conversions between their fragments and floats.
+// A 16 x 16 operand (four 8 x 8 matrices) from shared memory, each lane naming one row.
+// (Addresses are shared memory's own, 32 bits.)
+LUM_FN void lum_fa_ldsm(uint32_t (&r)[4], uint32_t at) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(at));
+}
+LUM_FN void lum_fa_ldsm_t(uint32_t (&r)[4], uint32_t at) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(at));
+}
+// c += a b for a 16 x 16 A (row-major fragments) and a 16 x 8 B of bf16 or f16.
+template <bool kBf16>
+LUM_FN void lum_fa_mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (kBf16)
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  else
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// c0, c1 += the A operand (hi, and lo when split) times the 16 x 16 B operand at `at`
+// in shared memory (rows of k, or with kTrans rows of n): two 8-wide tiles of columns.
+template <bool kBf16, bool kTrans>
+LUM_FN void lum_fa_product(float (&c0)[4], float (&c1)[4], const uint32_t (&hi)[4],
+                           const uint32_t (&lo)[4], uint32_t at) {
+  uint32_t b[4];
+  if constexpr (kTrans) lum_fa_ldsm_t(b, at);
+  else lum_fa_ldsm(b, at);
+  lum_fa_mma<kBf16>(c0, hi, b[0], b[1]);
+  lum_fa_mma<kBf16>(c1, hi, b[2], b[3]);
+#if LUM_FA_SPLIT
+  lum_fa_mma<kBf16>(c0, lo, b[0], b[1]);
+  lum_fa_mma<kBf16>(c1, lo, b[2], b[3]);
+#endif
+}
+// Two floats rounded into one register (the first in the low half), and back.
+template <bool kBf16> LUM_FN uint32_t lum_fa_pack(float lo, float hi) {
+  uint32_t r;
+  if constexpr (kBf16) asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  else asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+template <bool kBf16> LUM_FN float lum_fa_low(uint32_t r) {
+  return kBf16 ? __uint_as_float(r << 16) : lum_h2f((uint16_t)(r & 0xffffu));
+}
+template <bool kBf16> LUM_FN float lum_fa_high(uint32_t r) {
+  return kBf16 ? __uint_as_float(r & 0xffff0000u) : lum_h2f((uint16_t)(r >> 16));
+}
+// x0, x1 as a register of two halves and, split, the remainders as another.
+template <bool kBf16> LUM_FN void lum_fa_split(float x0, float x1, uint32_t& hi, uint32_t& lo) {
+  hi = lum_fa_pack<kBf16>(x0, x1);
+#if LUM_FA_SPLIT
+  lo = lum_fa_pack<kBf16>(x0 - lum_fa_low<kBf16>(hi), x1 - lum_fa_high<kBf16>(hi));
+#endif
+}
+// Query rows staged for the products by the whole block: `n` rows of LUM_AT_D + 8
+// halves at qs, the first `rows` of them the queries at offsets row_q in the keys' type
+// (and, split, the remainders at ql), the rest zeros.
+template <bool kBf16>
+LUM_FN void lum_fa_stage_queries(const LumAttnArgs& a, const long long* row_q, int rows, int n,
+                                 uint16_t* qs, uint16_t* ql) {
+  constexpr int kQs = LUM_AT_D + 8;
+  const typename LUM_AT_Q::T* qp = (const typename LUM_AT_Q::T*)a.q;
+  for (int i = 2 * threadIdx.x; i < n * LUM_AT_D; i += 2 * LUM_AT_THREADS) {
+    const int r = i / LUM_AT_D, d = i % LUM_AT_D;
+    const float x0 = r < rows ? LUM_AT_Q::get(qp[row_q[r] + d * a.q_d]) : 0.0f;
+    const float x1 = r < rows ? LUM_AT_Q::get(qp[row_q[r] + (d + 1) * a.q_d]) : 0.0f;
+    uint32_t hi, lo;
+    lum_fa_split<kBf16>(x0, x1, hi, lo);
+    *(uint32_t*)(qs + r * kQs + d) = hi;
+#if LUM_FA_SPLIT
+    *(uint32_t*)(ql + r * kQs + d) = lo;
+#endif
+  }
+}
+// A warp's 16 staged query rows from `first` as the scores' A fragments (and the
+// remainders', split).
+template <int NQ, int NL>
+LUM_FN void lum_fa_load_queries(uint32_t (&qf)[NQ][4], uint32_t (&qlf)[NL][4], const uint16_t* qs,
+                                const uint16_t* ql, int first) {
+  constexpr int kQs = LUM_AT_D + 8;
+  const int lane = threadIdx.x % 32;
+  const int r = first + lane % 8 + (lane / 8 % 2) * 8, c = (lane / 16) * 8;
+#pragma unroll
+  for (int kk = 0; kk < NQ; ++kk) {
+    lum_fa_ldsm(qf[kk], lum_at_smem(qs + r * kQs + kk * 16 + c));
+#if LUM_FA_SPLIT
+    lum_fa_ldsm(qlf[kk], lum_at_smem(ql + r * kQs + kk * 16 + c));
+#endif
+  }
+}
+// One step of the online softmax over a warp's score fragments s[N][4] (N * 8 keys of
+// rows g and g + 8: s[n] holds keys 8n + 2 t4 (+1) of row g in 0, 1, of row g + 8 in 2,
+// 3): each row's running max m and sum l move on, the scores become the weights
+// 2^(s scale - max) (the scale, positive, inside the exponent), and the output
+// fragments acc are rescaled where the max moved.
+template <int N, int NV>
+LUM_FN void lum_fa_softmax(float (&s)[N][4], float (&m)[2], float (&l)[2], float (&acc)[NV][4], float scale) {
+  const float kNegInf = __int_as_float(0xff800000);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float top = kNegInf;
+#pragma unroll
+    for (int n = 0; n < N; ++n) top = fmaxf(top, fmaxf(s[n][2 * h], s[n][2 * h + 1]));
+    top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 1));
+    top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 2));
+    const float m_new = fmaxf(m[h], top * scale);
+    // A row with no key kept yet subtracts 0: its -inf scores still give 0.
+    const float base = m_new == kNegInf ? 0.0f : m_new;
+    const float alpha = lum_at_exp2(m[h] - base);
+    m[h] = m_new;
+    float sum = 0.0f;
+#pragma unroll
+    for (int n = 0; n < N; ++n)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float& x = s[n][2 * h + e];
+        x = lum_at_exp2(fmaf(x, scale, -base));
+        sum += x;
+      }
+    l[h] = l[h] * alpha + sum;
+    // Once the max settles, most steps leave it: no rescaling then.
+    if (__any_sync(0xffffffffu, alpha != 1.0f))
+#pragma unroll
+      for (int j = 0; j < NV; ++j) acc[j][2 * h] *= alpha, acc[j][2 * h + 1] *= alpha;
+  }
+}
+// The weights s[N][4] as the value product's A operand: pf[kk] (and, split, the
+// remainders plf[kk]) holds keys 16 kk .. 16 kk + 15.
+template <bool kBf16, int N, int NL>
+LUM_FN void lum_fa_weights(const float (&s)[N][4], uint32_t (&pf)[N / 2][4], uint32_t (&plf)[NL][4]) {
+#pragma unroll
+  for (int kk = 0; kk < N / 2; ++kk) {
+    const int lo = NL > 1 ? kk : 0;
+    lum_fa_split<kBf16>(s[2 * kk][0], s[2 * kk][1], pf[kk][0], plf[lo][0]);
+    lum_fa_split<kBf16>(s[2 * kk][2], s[2 * kk][3], pf[kk][1], plf[lo][1]);
+    lum_fa_split<kBf16>(s[2 * kk + 1][0], s[2 * kk + 1][1], pf[kk][2], plf[lo][2]);
+    lum_fa_split<kBf16>(s[2 * kk + 1][2], s[2 * kk + 1][3], pf[kk][3], plf[lo][3]);
+  }
+}
+#endif
+
 // A row's offsets of q, mask and output, given its kv point's: the row decomposed over
 // the dims keys and values do not vary along.
 LUM_FN void lum_at_row(const LumAttnArgs& a, long long row, long long& q, long long& m, long long& o) {
@@ -61,14 +230,18 @@ LUM_FN void lum_at_point(const LumAttnArgs& a, long long p, long long& q, long l
 // Split rows: each piece's output rescaled to the largest max, over the rescaled sums. A
 // piece without kept keys (max -inf, sum 0, output 0) weighs 0; a row without any comes
 // out NaN, as the decomposition's 0 / 0 does. A block per row: the first warp finds the
-// pieces' weights once, then every thread sums its output elements over them.
+// pieces' weights once, then warp w sums pieces w, w + warps, ... of the row's outputs
+// (its lanes along the row, so each piece is read whole and all at once), and the warps'
+// sums meet in shared memory.
 extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS)
     lum_attention_combine(const float* __restrict__ partials, void* __restrict__ out,
                           long long rows, long long splits) {
+  constexpr int kWarps = LUM_AT_THREADS / 32;
   __shared__ float weight[LUM_AT_MAX_SPLITS];
+  __shared__ float part[kWarps][LUM_AT_DV];
   __shared__ float scale;
   const long long width = LUM_AT_DV + 2;
-  const int tid = threadIdx.x;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
     const float* p = partials + row * splits * width;
     if (tid < 32) {
@@ -84,28 +257,49 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS)
       if (tid == 0) scale = 1.0f / total;
     }
     __syncthreads();
+    for (int j = lane; j < LUM_AT_DV; j += 32) {
+      float o = 0.0f;
+#pragma unroll 8
+      for (long long s = warp; s < splits; s += kWarps) o = fmaf(weight[s], p[s * width + j], o);
+      part[warp][j] = o;
+    }
+    __syncthreads();
     for (int j = tid; j < LUM_AT_DV; j += LUM_AT_THREADS) {
       float o = 0.0f;
-#pragma unroll 16
-      for (long long s = 0; s < splits; ++s) o = fmaf(weight[s], p[s * width + j], o);
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) o += part[w][j];
       LUM_AT_O::put(out, row * LUM_AT_DV + j, o * scale);
     }
-    __syncthreads();  // weight is rewritten for the next row
+    __syncthreads();  // weight and part are rewritten for the next row
   }
 }
 )ATTN";
 
-}  // namespace
-
-std::string attention_program(const std::vector<std::pair<std::string, std::string>>& defines,
-                              std::string_view kernel) {
-  std::string source = std::string(cuda_prelude()) + std::string(runtime::scalar_prelude());
-  for (const auto& [name, value] : defines) source += "#define " + name + " " + value + "\n";
-  return source + kCommonSource + std::string(kernel);
+const char* element(DType t) {
+  return t == DType::F32 ? "lum_at_f32" : t == DType::F16 ? "lum_at_f16" : "lum_at_bf16";
 }
 
-const char* attention_element(DType t) {
-  return t == DType::F32 ? "lum_at_f32" : t == DType::F16 ? "lum_at_f16" : "lum_at_bf16";
+}  // namespace
+
+std::string attention_program(const AttentionOperands& operands,
+                              const std::vector<std::pair<std::string, std::string>>& defines,
+                              std::string_view kernel) {
+  std::string source = std::string(cuda_prelude()) + std::string(runtime::scalar_prelude());
+  auto define = [&](const std::string& name, const std::string& value) {
+    source += "#define " + name + " " + value + "\n";
+  };
+  define("LUM_AT_Q", element(operands.q));
+  define("LUM_AT_K", element(operands.k));
+  define("LUM_AT_V", element(operands.v));
+  define("LUM_AT_O", element(operands.out));
+  define("LUM_AT_D", std::to_string(operands.d));
+  define("LUM_AT_DV", std::to_string(operands.dv));
+  define("LUM_AT_THREADS", std::to_string(kAttentionThreads));
+  define("LUM_AT_MAX_SPLITS", std::to_string(kAttentionMaxSplits));
+  define("LUM_FA_KBF16", operands.k == DType::BF16 ? "true" : "false");
+  define("LUM_FA_VBF16", operands.v == DType::BF16 ? "true" : "false");
+  for (const auto& [name, value] : defines) define(name, value);
+  return source + kCommonSource + std::string(kernel);
 }
 
 }  // namespace luminal::cudagen

@@ -1,7 +1,7 @@
-// What the two attention kernels share (private to src/backends/cuda): the parameter
-// block that places every query row, key and value, the element types' loads and
-// stores, and the kernel that combines the pieces of rows whose keys were split between
-// blocks.
+// What the attention kernels share (private to src/backends/cuda): the parameter block
+// that places every query row, key and value, the element types' loads and stores, the
+// device helpers (exp2, asynchronous copies, tensor-core fragments), and the combine of
+// rows whose keys were split between blocks.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +29,9 @@ struct AttentionArgs {
   const void *q, *k, *v, *mask;
   void* out;
   float* partials;  // split rows' pieces: [row][split][Dv values, max, sum]
+  // Split blocks finished, a (kv point, row tile) pair each: the last to finish combines
+  // the pair's rows (the streaming kernel) and resets its count to 0.
+  unsigned* arrivals;
   int64_t q_off, k_off, v_off, m_off;
   int64_t q_d, k_d, v_d;  // strides along the head dims
   int64_t k_t, v_t, m_t;  // strides along the keys
@@ -48,17 +51,25 @@ struct AttentionArgs {
   float unused;
 };
 
-/// An attention kernel's whole source: the CUDA and scalar preludes, `defines` (name,
-/// value) as #define lines, the shared CUDA side, then `kernel`. The shared side holds
-/// LumAttnArgs, the element structs lum_at_f32/f16/bf16 (get: to float; put: from
-/// float), lum_at_point and lum_at_row (the offsets of a kv point and of a row of it) and
-/// the combine kernel lum_attention_combine, which reads the defines LUM_AT_DV (value
-/// head dim), LUM_AT_O (the output's element struct), LUM_AT_THREADS and
-/// LUM_AT_MAX_SPLITS.
-std::string attention_program(const std::vector<std::pair<std::string, std::string>>& defines,
-                              std::string_view kernel);
+/// The operand types and head dims every attention kernel is specialised to.
+struct AttentionOperands {
+  DType q, k, v, out;
+  int64_t d, dv;  // query/key and value head dims
+};
 
-/// The element struct of `t` (f32, f16 or bf16).
-const char* attention_element(DType t);
+/// An attention kernel's whole source: the CUDA and scalar preludes, the defines of
+/// `operands` (LUM_AT_Q/K/V/O: their element structs; LUM_AT_D, LUM_AT_DV;
+/// LUM_FA_KBF16/VBF16: whether keys, values are bf16), of
+/// LUM_AT_THREADS and LUM_AT_MAX_SPLITS, the kernel's own `defines` (name, value), the
+/// shared CUDA side, then `kernel`. The shared side holds LumAttnArgs, the element
+/// structs lum_at_f32/f16/bf16 (get: to float; put: from float), lum_at_point and
+/// lum_at_row (the offsets of a kv point and of a row of it), lum_at_exp2 and
+/// lum_at_smem; from sm_80 on, the cp.async helpers lum_at_cp16/commit/wait and the
+/// tensor-core helpers lum_fa_* (mma.sync m16n8k16 and ldmatrix, query staging, the
+/// online softmax over score fragments; LUM_FA_SPLIT adds a second product for f32
+/// operands' remainders); and the combine kernel lum_attention_combine.
+std::string attention_program(const AttentionOperands& operands,
+                              const std::vector<std::pair<std::string, std::string>>& defines,
+                              std::string_view kernel);
 
 }  // namespace luminal::cudagen

@@ -27,26 +27,6 @@ constexpr int kFaRows = LUM_FA_ROWS, kFaKeys = LUM_FA_KEYS, kFaMaskStride = LUM_
 constexpr int kFaQs = LUM_AT_D + 8, kFaVs = LUM_AT_DV + 8;  // halves a row in shared memory
 constexpr int kFaNq = LUM_AT_D / 16, kFaNv = LUM_AT_DV / 8;  // k-steps of q.k, 8-wide tiles of out
 
-LUM_FN uint32_t lum_fa_smem(const void* p) {
-  uint32_t r;
-  asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(r) : "l"(p));
-  return r;
-}
-// A 16 x 16 operand (four 8 x 8 matrices) from shared memory, each lane naming one row.
-// (Addresses are shared memory's own, 32 bits.)
-LUM_FN void lum_fa_ldsm(uint32_t (&r)[4], uint32_t at) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(at));
-}
-LUM_FN void lum_fa_ldsm_t(uint32_t (&r)[4], uint32_t at) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(at));
-}
-// 16 bytes from global to shared memory without registers; zeros where `bytes` is 0.
-LUM_FN void lum_fa_cp16(uint32_t dst, const void* src, int bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes));
-}
-LUM_FN void lum_fa_commit() { asm volatile("cp.async.commit_group;"); }
 // A tile's 64 rows (keys or values) of W halves, `stride` apart from `src`, copied to
 // `dst` (rows padded to W + 8), as one copy group: thread `tid` takes 16-byte pieces
 // tid, tid + threads, ... (W / 16 of them: a tile has W / 2 threads' worth); rows at or
@@ -60,7 +40,7 @@ LUM_FN void lum_fa_fetch(uint32_t dst, const uint16_t* src, long long stride, in
 #pragma unroll
   for (int i = 0; i < kPieces / 2; ++i) {
     const bool in = row < valid;
-    lum_fa_cp16(d, in ? p : src, in ? 16 : 0);
+    lum_at_cp16(d, in ? p : src, in ? 16 : 0);
     row += kStep, c += kCarry;
     p += kStep * stride + kCarry * 8;
     d += (kStep * (W + 8) + kCarry * 8) * 2;
@@ -70,64 +50,9 @@ LUM_FN void lum_fa_fetch(uint32_t dst, const uint16_t* src, long long stride, in
       d += (W + 8 - kPieces * 8) * 2;
     }
   }
-  lum_fa_commit();
+  lum_at_commit();
 }
-template <int N> LUM_FN void lum_fa_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
 
-// c += a b for a 16 x 16 A (row-major fragments) and a 16 x 8 B of bf16 or f16.
-template <bool kBf16>
-LUM_FN void lum_fa_mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  if constexpr (kBf16)
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  else
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-// 2^x by the hardware's approximation (2 ulp; results below 2^-126 flush to 0, which
-// weights so far below the largest do not miss).
-LUM_FN float lum_fa_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-// c0, c1 += the A operand (hi, and lo when split) times the 16 x 16 B operand at `at`
-// in shared memory (rows of k, or with kTrans rows of n): two 8-wide tiles of columns.
-template <bool kBf16, bool kTrans>
-LUM_FN void lum_fa_product(float (&c0)[4], float (&c1)[4], const uint32_t (&hi)[4],
-                           const uint32_t (&lo)[4], uint32_t at) {
-  uint32_t b[4];
-  if constexpr (kTrans) lum_fa_ldsm_t(b, at);
-  else lum_fa_ldsm(b, at);
-  lum_fa_mma<kBf16>(c0, hi, b[0], b[1]);
-  lum_fa_mma<kBf16>(c1, hi, b[2], b[3]);
-#if LUM_FA_SPLIT
-  lum_fa_mma<kBf16>(c0, lo, b[0], b[1]);
-  lum_fa_mma<kBf16>(c1, lo, b[2], b[3]);
-#endif
-}
-// Two floats rounded into one register (the first in the low half), and back.
-template <bool kBf16> LUM_FN uint32_t lum_fa_pack(float lo, float hi) {
-  uint32_t r;
-  if constexpr (kBf16) asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  else asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-template <bool kBf16> LUM_FN float lum_fa_low(uint32_t r) {
-  return kBf16 ? __uint_as_float(r << 16) : lum_h2f((uint16_t)(r & 0xffffu));
-}
-template <bool kBf16> LUM_FN float lum_fa_high(uint32_t r) {
-  return kBf16 ? __uint_as_float(r & 0xffff0000u) : lum_h2f((uint16_t)(r >> 16));
-}
-// x0, x1 as a register of two halves and, split, the remainders as another.
-template <bool kBf16> LUM_FN void lum_fa_split(float x0, float x1, uint32_t& hi, uint32_t& lo) {
-  hi = lum_fa_pack<kBf16>(x0, x1);
-#if LUM_FA_SPLIT
-  lo = lum_fa_pack<kBf16>(x0 - lum_fa_low<kBf16>(hi), x1 - lum_fa_high<kBf16>(hi));
-#endif
-}
 
 // The mask's tiles, before the attention: a warp a (mask point, row tile, key tile)
 // writes whether any of its 64 x 64 bytes keeps a key (bit 0) and whether all do
@@ -209,41 +134,21 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_mma(c
   __syncthreads();
 
   // The queries, in the keys' type (and the remainders, split), into registers.
-  const typename LUM_AT_Q::T* qp = (const typename LUM_AT_Q::T*)a.q;
-  for (int i = 2 * tid; i < kFaRows * LUM_AT_D; i += 2 * LUM_AT_THREADS) {
-    const int r = i / LUM_AT_D, d = i % LUM_AT_D;
-    const float x0 = r < rows ? LUM_AT_Q::get(qp[row_q[r] + d * a.q_d]) : 0.0f;
-    const float x1 = r < rows ? LUM_AT_Q::get(qp[row_q[r] + (d + 1) * a.q_d]) : 0.0f;
-    uint32_t hi, lo;
-    lum_fa_split<kKb>(x0, x1, hi, lo);
-    *(uint32_t*)(qs + r * kFaQs + d) = hi;
-#if LUM_FA_SPLIT
-    *(uint32_t*)(ql + r * kFaQs + d) = lo;
-#endif
-  }
+  lum_fa_stage_queries<kKb>(a, row_q, rows, kFaRows, qs, ql);
   __syncthreads();
   uint32_t qf[kFaNq][4], qlf[LUM_FA_SPLIT ? kFaNq : 1][4];
-  {
-    const int r = warp * 16 + lane % 8 + (lane / 8 % 2) * 8, c = (lane / 16) * 8;
-#pragma unroll
-    for (int kk = 0; kk < kFaNq; ++kk) {
-      lum_fa_ldsm(qf[kk], lum_fa_smem(qs + r * kFaQs + kk * 16 + c));
-#if LUM_FA_SPLIT
-      lum_fa_ldsm(qlf[kk], lum_fa_smem(ql + r * kFaQs + kk * 16 + c));
-#endif
-    }
-  }
+  lum_fa_load_queries(qf, qlf, qs, ql, warp * 16);
   __syncthreads();  // every warp has its queries: keys may overwrite them
   // Each lane's row of the matrix loads, as shared-memory byte addresses.
-  const uint32_t k_lane = lum_fa_smem(ks + (lane % 8 + (lane / 16) * 8) * kFaQs + (lane / 8 % 2) * 8);
-  const uint32_t v_lane = lum_fa_smem(vs + (lane % 8 + (lane / 8 % 2) * 8) * kFaVs + (lane / 16) * 8);
+  const uint32_t k_lane = lum_at_smem(ks + (lane % 8 + (lane / 16) * 8) * kFaQs + (lane / 8 % 2) * 8);
+  const uint32_t v_lane = lum_at_smem(vs + (lane % 8 + (lane / 8 % 2) * 8) * kFaVs + (lane / 16) * 8);
 
   const uint16_t* kp = (const uint16_t*)a.k + ko;
   const uint16_t* vp = (const uint16_t*)a.v + vo;
   const long long t_begin = split * a.keys_per_split;
   const long long t_end = min(a.keys, t_begin + a.keys_per_split);
   const long long kt_end = (t_end + kFaKeys - 1) / kFaKeys;
-  const uint32_t ks_at = lum_fa_smem(ks), vs_at = lum_fa_smem(vs), ms_at = lum_fa_smem(ms);
+  const uint32_t ks_at = lum_at_smem(ks), vs_at = lum_at_smem(vs), ms_at = lum_at_smem(ms);
   constexpr uint32_t kKeysBytes = kFaKeys * kFaQs * 2, kMaskBytes = kFaRows * kFaMaskStride;
   auto fetch_keys = [&](long long kt, int buf) {
     lum_fa_fetch<LUM_AT_D>(ks_at + buf * kKeysBytes, kp + kt * kFaKeys * a.k_t, a.k_t,
@@ -263,8 +168,8 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_mma(c
     const unsigned char* src = a.mask + row_m[r] + t0 * a.m_t;
     const uint32_t dst = ms_at + buf * kMaskBytes + r * kFaMaskStride + c0;
     if (a.m_t == 1 && ((unsigned long long)src % 16) == 0) {
-      lum_fa_cp16(dst, n > 0 ? src : a.mask, min(n, 16));
-      lum_fa_cp16(dst + 16, n > 16 ? src + 16 : a.mask, max(0, min(n - 16, 16)));
+      lum_at_cp16(dst, n > 0 ? src : a.mask, min(n, 16));
+      lum_at_cp16(dst + 16, n > 16 ? src + 16 : a.mask, max(0, min(n - 16, 16)));
     } else {
       for (int j = 0; j < 32; ++j)
         ms[buf * kMaskBytes + r * kFaMaskStride + c0 + j] = j < n && src[j * a.m_t] != 0;
@@ -311,7 +216,7 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_mma(c
   // buffer, so they arrive while this tile's products run.
   while (kt < kt_end) {
     const bool all_kept = flags & 2;
-    lum_fa_wait<1>();
+    lum_at_wait<1>();
     __syncthreads();
     int next_flags = 0;
     const long long next = next_kept(kt + 1, next_flags);
@@ -344,48 +249,15 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_mma(c
           s[n][2 * h + 1] = keep >> 8 ? s[n][2 * h + 1] : kNegInf;
         }
       }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float mx = kNegInf;
-#pragma unroll
-      for (int n = 0; n < kFaKeys / 8; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * h], s[n][2 * h + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m[h], mx * a.scale);
-      // A row with no key kept yet subtracts 0: its -inf scores still give 0.
-      const float base = m_new == kNegInf ? 0.0f : m_new;
-      const float alpha = lum_fa_exp2(m[h] - base);
-      m[h] = m_new;
-      float sum = 0.0f;
-#pragma unroll
-      for (int n = 0; n < kFaKeys / 8; ++n)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          float& x = s[n][2 * h + e];
-          x = lum_fa_exp2(fmaf(x, a.scale, -base));
-          sum += x;
-        }
-      l[h] = l[h] * alpha + sum;
-      // Once the max settles, most tiles leave it: no rescaling then.
-      if (__any_sync(0xffffffffu, alpha != 1.0f))
-#pragma unroll
-        for (int j = 0; j < kFaNv; ++j) o[j][2 * h] *= alpha, o[j][2 * h + 1] *= alpha;
-    }
+    lum_fa_softmax(s, m, l, o, a.scale);
     // The weights as the value product's A operand: keys 16 kk .. 16 kk + 15.
     uint32_t pf[kFaKeys / 16][4], plf[LUM_FA_SPLIT ? kFaKeys / 16 : 1][4];
-#pragma unroll
-    for (int kk = 0; kk < kFaKeys / 16; ++kk) {
-      const int lo = LUM_FA_SPLIT ? kk : 0;
-      lum_fa_split<kVb>(s[2 * kk][0], s[2 * kk][1], pf[kk][0], plf[lo][0]);
-      lum_fa_split<kVb>(s[2 * kk][2], s[2 * kk][3], pf[kk][1], plf[lo][1]);
-      lum_fa_split<kVb>(s[2 * kk + 1][0], s[2 * kk + 1][1], pf[kk][2], plf[lo][2]);
-      lum_fa_split<kVb>(s[2 * kk + 1][2], s[2 * kk + 1][3], pf[kk][3], plf[lo][3]);
-    }
+    lum_fa_weights<kVb>(s, pf, plf);
     // This tile's values (the next keys may still be on their way).
     if (next < kt_end)
-      lum_fa_wait<1>();
+      lum_at_wait<1>();
     else
-      lum_fa_wait<0>();
+      lum_at_wait<0>();
     __syncthreads();
 #pragma unroll
     for (int kk = 0; kk < kFaKeys / 16; ++kk)
@@ -440,19 +312,12 @@ bool mma_attention_supports(DType q, DType k, DType v, int64_t d, int64_t dv) {
 }
 
 std::string mma_attention_source(const MmaAttentionKernel& s) {
-  return attention_program({{"LUM_AT_Q", attention_element(s.q)},
-                            {"LUM_AT_O", attention_element(s.out)},
-                            {"LUM_AT_D", std::to_string(s.d)},
-                            {"LUM_AT_DV", std::to_string(s.dv)},
-                            {"LUM_AT_THREADS", std::to_string(kAttentionThreads)},
-                            {"LUM_AT_MAX_SPLITS", std::to_string(kAttentionMaxSplits)},
-                            {"LUM_FA_ROWS", std::to_string(kMmaAttentionRows)},
+  return attention_program({s.q, s.k, s.v, s.out, s.d, s.dv},
+                           {{"LUM_FA_ROWS", std::to_string(kMmaAttentionRows)},
                             {"LUM_FA_KEYS", std::to_string(kMmaAttentionKeys)},
                             {"LUM_FA_MASK_STRIDE", std::to_string(kMaskStride)},
                             {"LUM_FA_STAGE_BYTES", std::to_string(stage_bytes(s))},
-                            {"LUM_FA_SPLIT", s.q == DType::F32 ? "1" : "0"},
-                            {"LUM_FA_KBF16", s.k == DType::BF16 ? "true" : "false"},
-                            {"LUM_FA_VBF16", s.v == DType::BF16 ? "true" : "false"}},
+                            {"LUM_FA_SPLIT", s.q == DType::F32 ? "1" : "0"}},
                            kSource);
 }
 
