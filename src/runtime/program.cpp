@@ -12,11 +12,16 @@
 
 namespace luminal::runtime {
 
-void dump(const std::string& stage, const std::string& text, const std::string& dot) {
-  if (!env_has("LUMINAL_DUMP", stage.c_str()) && !env_has("LUMINAL_DUMP", "all")) return;
+std::filesystem::path dump_dir() {
   const char* d = std::getenv("LUMINAL_DUMP_DIR");
   const std::filesystem::path dir = d && *d ? d : "luminal-dump";
   std::filesystem::create_directories(dir);
+  return dir;
+}
+
+void dump(const std::string& stage, const std::string& text, const std::string& dot) {
+  if (!env_has("LUMINAL_DUMP", stage.c_str()) && !env_has("LUMINAL_DUMP", "all")) return;
+  const std::filesystem::path dir = dump_dir();
   std::ofstream(dir / (stage + ".txt")) << text;
   if (!dot.empty()) std::ofstream(dir / (stage + ".dot")) << dot;
   std::fprintf(stderr, "luminal: dumped %s to %s\n", stage.c_str(), (dir / stage).c_str());

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <utility>
@@ -22,7 +23,10 @@ struct PlannedProgram {
   std::chrono::steady_clock::time_point start;  // when compile() began
 };
 
-/// LUMINAL_DUMP=hlir,egraph,optimized,kernels,source (or "all") writes each stage as
+/// $LUMINAL_DUMP_DIR (default ./luminal-dump), created.
+std::filesystem::path dump_dir();
+
+/// LUMINAL_DUMP=hlir,egraph,optimized,kernels,source,search (or "all") writes each stage as
 /// text (and DOT where it is a graph) into $LUMINAL_DUMP_DIR (default ./luminal-dump).
 void dump(const std::string& stage, const std::string& text, const std::string& dot = "");
 

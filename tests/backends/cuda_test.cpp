@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <random>
+#include <unistd.h>
 
 #include "luminal/luminal.hpp"
 #include "testing/attention_cases.hpp"
@@ -14,6 +16,7 @@
 #include "testing/random_graph.hpp"
 #include "testing/row_ops.hpp"
 #include "testing/run_outputs.hpp"
+#include "testing/scoped_env.hpp"
 
 namespace luminal {
 namespace {
@@ -72,6 +75,57 @@ TEST(Cuda, AttentionMatchesTheReference) {
 TEST(Cuda, RowOpsMatchTheReference) {
   SKIP_WITHOUT_GPU();
   testing::expect_row_ops_match_reference(cuda());
+}
+
+// A product large enough to be searched: cuBLASLt's algorithms are timed on it, the
+// output is the winner's, and a second compile takes the winner from the cache. The
+// inputs are multiples of 1/64 in [-1, 1], so every product and partial sum is exact in
+// f32 whatever the algorithm's order: the expected output is exact too.
+TEST(Cuda, ProductsSearchTheLibrarysAlgorithmsAndRememberTheWinner) {
+  SKIP_WITHOUT_GPU();
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("luminal-gemm-search-" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  const testing::ScopedEnv cache("LUMINAL_CACHE_DIR", dir.c_str());
+  const testing::ScopedEnv log("LUMINAL_LOG", "info");
+  const testing::ScopedEnv mode("LUMINAL_SEARCH", "fast");
+  constexpr int64_t n = 512;
+  std::mt19937 rng(11);
+  auto exact = [&] {
+    std::vector<float> v(static_cast<size_t>(n * n));
+    for (float& x : v) x = static_cast<float>(std::uniform_int_distribution<int>(-64, 64)(rng)) / 64;
+    return v;
+  };
+  const std::vector<float> av = exact(), bv = exact();
+  std::vector<double> want(static_cast<size_t>(n * n), 0.0);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t k = 0; k < n; ++k)
+      for (int64_t j = 0; j < n; ++j)
+        want[static_cast<size_t>(i * n + j)] +=
+            double{av[static_cast<size_t>(i * n + k)]} * bv[static_cast<size_t>(k * n + j)];
+  for (DType t : {DType::F32, DType::BF16}) {
+    for (const char* pass : {"searched", "cached"}) {
+      Graph cx;
+      Tensor a = cx.named_tensor("a", {n, n});
+      Tensor b = cx.named_tensor("b", {n, n});
+      a.set(av);
+      b.set(bv);
+      Tensor y = a.cast(t).matmul(b.cast(t)).cast(DType::F32).retrieve();
+      ::testing::internal::CaptureStderr();
+      const std::vector<float> got = testing::run_outputs(cx, cuda(), {y})[0];
+      const std::string err = ::testing::internal::GetCapturedStderr();
+      const std::string want_log = std::string(pass) == "searched" ? "the cost model's pick" : "(cached)";
+      EXPECT_NE(err.find("luminal: search gemm " + std::string(dtype_name(t))), std::string::npos)
+          << pass << ":\n" << err;
+      EXPECT_NE(err.find(want_log), std::string::npos) << pass << ":\n" << err;
+      // bf16 output: rounded once, to 8 significant bits.
+      const double tol = t == DType::F32 ? 0.0 : std::ldexp(1.0, -8);
+      for (size_t i = 0; i < got.size(); ++i)
+        ASSERT_LE(std::fabs(got[i] - want[i]), tol * std::fabs(want[i]))
+            << dtype_name(t) << " " << pass << " element " << i;
+    }
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Cuda, ChangingABoundDimReusesTheCompiledKernels) {

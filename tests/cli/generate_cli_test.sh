@@ -54,6 +54,8 @@ if ! nvidia-smi >/dev/null 2>&1; then
 fi
 expect 2 "--threads must be a positive integer" generate --model x.gguf --threads 0
 expect 2 "--kv-cache must be f32 or f16" generate --model x.gguf --kv-cache bf16
+expect 2 "--search must be off, fast or full" generate --model x.gguf --search sometimes
+expect 2 "--search-budget expects a number" perplexity --model x.gguf --file x.txt --search-budget soon
 expect 2 "no such file or folder" generate --model "$work/missing.gguf"
 expect 2 "expected a .gguf file" generate --model "$fixtures/generate/expected_llama_gguf.json"
 expect 2 "no tokenizer.json" generate --model "$fixtures/models/llama"

@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <string>
 
 #include "luminal/cuda.hpp"
@@ -34,6 +35,26 @@ inline void check_device(const std::string& device) {
   }
   if (device != "cpu" && device != "reference")
     usage_error("unknown device '" + device + "' (cpu, reference or cuda)");
+}
+
+/// Options every command takes that set how the compiler searches (see the README):
+/// `--search off|fast|full` and `--search-budget SECONDS`, passed on as LUMINAL_SEARCH
+/// and LUMINAL_SEARCH_BUDGET. False where `option` is neither.
+inline bool search_option(const std::string& option, const std::function<std::string()>& value) {
+  if (option == "--search") {
+    const std::string mode = value();
+    if (mode != "off" && mode != "fast" && mode != "full")
+      usage_error("--search must be off, fast or full, got '" + mode + "'");
+    setenv("LUMINAL_SEARCH", mode.c_str(), 1);
+    return true;
+  }
+  if (option == "--search-budget") {
+    const std::string v = value();
+    if (number(option, v) < 0) usage_error("--search-budget must be a number of seconds >= 0");
+    setenv("LUMINAL_SEARCH_BUDGET", v.c_str(), 1);
+    return true;
+  }
+  return false;
 }
 
 /// `luminal perplexity`.

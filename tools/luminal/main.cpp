@@ -55,6 +55,9 @@ constexpr const char* kChatUsage =
     "  --residual-activations\n"
     "                      a second int8 term for each activation's rounding error:\n"
     "                      the f32-activation model's outputs, decode 3-7% slower\n"
+    "  --search MODE       time equivalent kernels on this machine and keep the fastest:\n"
+    "                      off, fast (default) or full; winners are cached\n"
+    "  --search-budget S   seconds the search may spend timing (default 10; full: 120)\n"
     "  -h, --help          this help\n";
 
 constexpr const char* kGenerateUsage =
@@ -81,6 +84,9 @@ constexpr const char* kGenerateUsage =
     "  --residual-activations\n"
     "                      a second int8 term for each activation's rounding error:\n"
     "                      the f32-activation model's outputs, decode 3-7% slower\n"
+    "  --search MODE       time equivalent kernels on this machine and keep the fastest:\n"
+    "                      off, fast (default) or full; winners are cached\n"
+    "  --search-budget S   seconds the search may spend timing (default 10; full: 120)\n"
     "  -h, --help          this help\n";
 
 using luminal::cli::check_device;
@@ -141,6 +147,7 @@ Options parse(int argc, char** argv, const char* usage, bool chat) {
       const std::string t = value();
       if (t != "f32" && t != "f16") usage_error("--kv-cache must be f32 or f16, got '" + t + "'");
       o.kv_cache = t == "f32" ? luminal::DType::F32 : luminal::DType::F16;
+    } else if (luminal::cli::search_option(a, value)) {
     } else if (a == "--threads") {
       const double n = number(value());
       if (n < 1 || n != static_cast<int>(n)) usage_error("--threads must be a positive integer");

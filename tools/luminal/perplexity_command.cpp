@@ -47,6 +47,9 @@ constexpr const char* kUsage =
     "                        --ctx: mean and 99th-percentile KL divergence, top-1 agreement\n"
     "  --device DEV          cpu (default), cuda (an NVIDIA GPU) or reference\n"
     "  --threads N           CPU threads (default: one per core)\n"
+    "  --search MODE         time equivalent kernels on this machine and keep the\n"
+    "                        fastest: off, fast (default) or full; winners are cached\n"
+    "  --search-budget S     seconds the search may spend timing (default 10; full: 120)\n"
     "  -h, --help            this help\n";
 
 struct Options {
@@ -97,6 +100,7 @@ Options parse(int argc, char** argv) {
       o.kl_base = value();
     } else if (a == "--device") {
       o.device = value();
+    } else if (search_option(a, value)) {
     } else if (a == "--threads") {
       omp_set_num_threads(static_cast<int>(positive(value())));
     } else {

@@ -43,6 +43,7 @@ Device::Device(int ordinal) : ordinal_(ordinal) {
   compute_capability_ = prop.major * 10 + prop.minor;
   arch_ = "sm_" + std::to_string(compute_capability_);
   multiprocessors_ = prop.multiProcessorCount;
+  name_ = prop.name;
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
 }
 

@@ -28,6 +28,8 @@ class Device {
   /// 90 for an H100.
   int compute_capability() const { return compute_capability_; }
   int multiprocessors() const { return multiprocessors_; }
+  /// "NVIDIA H100 80GB HBM3".
+  const std::string& name() const { return name_; }
   /// Makes this device current on the calling thread.
   void make_current() const;
   /// Waits for the stream, raising any error a kernel hit.
@@ -39,6 +41,7 @@ class Device {
   std::string arch_;
   int compute_capability_ = 0;
   int multiprocessors_ = 0;
+  std::string name_;
 };
 
 /// Why no device can be used, or "" when one can.

@@ -5,9 +5,12 @@
 // itself or its transpose has unit stride down the columns.
 #include "backends/cuda/gemm.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
+#include "luminal/buffer.hpp"
 #include "luminal/error.hpp"
 
 namespace luminal::cudagen {
@@ -65,6 +68,34 @@ uint32_t alignment(const void* base, int64_t offset, const std::vector<int64_t>&
   return bytes;
 }
 
+// Algorithms the heuristic is asked for (the first is its pick), and the multiply-adds
+// below which a product is not searched (launch time, not the algorithm, sets its pace).
+constexpr int kAlgorithms = 8;
+constexpr double kSearchedMultiplyAdds = 1 << 27;
+
+// What fixes a search's winner besides the product: the GPU and the library.
+std::string search_context(const Device& device) {
+  int driver = 0;
+  cudaDriverGetVersion(&driver);
+  return device.name() + " " + device.arch() + " x" + std::to_string(device.multiprocessors()) +
+         ", cuBLASLt " + std::to_string(cublasLtGetVersion()) + ", driver " +
+         std::to_string(driver);
+}
+
+// An algorithm as the cache remembers it: its place in the heuristic's list and its
+// configuration.
+std::string algorithm_label(size_t i, const cublasLtMatmulAlgo_t& algo) {
+  auto attr = [&](cublasLtMatmulAlgoConfigAttributes_t a) {
+    uint32_t v = 0;
+    size_t written = 0;
+    cublasLtMatmulAlgoConfigGetAttribute(&algo, a, &v, sizeof v, &written);
+    return std::to_string(v);
+  };
+  return "#" + std::to_string(i) + " (algo " + attr(CUBLASLT_ALGO_CONFIG_ID) + ", tile " +
+         attr(CUBLASLT_ALGO_CONFIG_TILE_ID) + ", stages " + attr(CUBLASLT_ALGO_CONFIG_STAGES_ID) +
+         ", split-k " + attr(CUBLASLT_ALGO_CONFIG_SPLITK_NUM) + ")";
+}
+
 }  // namespace
 
 struct Gemm::Plan {
@@ -78,7 +109,10 @@ struct Gemm::Plan {
   }
 };
 
-Gemm::Gemm(const Device& device) : device_(device), workspace_(32u << 20) {
+Gemm::Gemm(const Device& device)
+    : device_(device),
+      workspace_(32u << 20),
+      searcher_(search_context(device), runtime::search_settings_from_env()) {
   check_lt(cublasLtCreate(&handle_), "create");
 }
 
@@ -126,15 +160,14 @@ bool Gemm::run(const ConcreteView& a, const void* a_data, const ConcreteView& b,
   const uint32_t align_a = alignment(a_data, a.offset, sa, esize);
   const uint32_t align_b = alignment(b_data, b.offset, sb, esize);
   const uint32_t align_c = alignment(c_data, 0, sc, c_size);
-  const std::string key = std::to_string(static_cast<int>(dtype)) + "," +
-                          std::to_string(static_cast<int>(c_type)) + ":" + std::to_string(first.op) +
-                          "," + std::to_string(first.rows) + "," + std::to_string(first.cols) +
-                          "," + std::to_string(first.ld) + ":" + std::to_string(second.op) + "," +
-                          std::to_string(second.rows) + "," + std::to_string(second.cols) + "," +
-                          std::to_string(second.ld) + ":" + std::to_string(inner) + "," +
-                          std::to_string(inner_sa) + "," + std::to_string(inner_sb) + ":" +
-                          std::to_string(align_a) + "," + std::to_string(align_b) + "," +
-                          std::to_string(align_c);
+  const std::string key =
+      std::to_string(static_cast<int>(dtype)) + "," + std::to_string(static_cast<int>(c_type)) +
+      ":" + std::to_string(first.op) + "," + std::to_string(first.rows) + "," +
+      std::to_string(first.cols) + "," + std::to_string(first.ld) + ":" +
+      std::to_string(second.op) + "," + std::to_string(second.rows) + "," +
+      std::to_string(second.cols) + "," + std::to_string(second.ld) + ":" + std::to_string(inner) +
+      "," + std::to_string(inner_sa) + "," + std::to_string(inner_sb) + ":" +
+      std::to_string(align_a) + "," + std::to_string(align_b) + "," + std::to_string(align_c);
   Plan*& plan = plans_[key];
   if (!plan) {
     auto p = std::make_unique<Plan>();
@@ -147,8 +180,8 @@ bool Gemm::run(const ConcreteView& a, const void* a_data, const ConcreteView& b,
     check_lt(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &second.op,
                                             sizeof second.op),
              "transb");
-    auto layout = [&](cublasLtMatrixLayout_t& l, cudaDataType_t type, uint64_t rows,
-                      uint64_t cols, int64_t ld, int64_t batch_stride) {
+    auto layout = [&](cublasLtMatrixLayout_t& l, cudaDataType_t type, uint64_t rows, uint64_t cols,
+                      int64_t ld, int64_t batch_stride) {
       check_lt(cublasLtMatrixLayoutCreate(&l, type, rows, cols, ld), "layout");
       const int32_t batch = static_cast<int32_t>(inner);
       check_lt(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch,
@@ -176,16 +209,33 @@ bool Gemm::run(const ConcreteView& a, const void* a_data, const ConcreteView& b,
                                          sizeof ac);
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ac,
                                          sizeof ac);
-    cublasLtMatmulHeuristicResult_t result{};
+    std::vector<cublasLtMatmulHeuristicResult_t> algos(kAlgorithms);
     int found = 0;
-    const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(
-        handle_, p->desc, p->first, p->second, p->out, p->out, pref, 1, &result, &found);
+    const cublasStatus_t s =
+        cublasLtMatmulAlgoGetHeuristic(handle_, p->desc, p->first, p->second, p->out, p->out, pref,
+                                       kAlgorithms, algos.data(), &found);
     cublasLtMatmulPreferenceDestroy(pref);
     if (s != CUBLAS_STATUS_SUCCESS || found == 0) {
       plans_.erase(key);
       return false;
     }
-    p->algo = result.algo;
+    algos.resize(static_cast<size_t>(found));
+    p->algo = algos[0].algo;
+    // Searched on the call's first matrices, unless the stream is being captured into a
+    // CUDA graph (nothing may wait for it then).
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    check(cudaStreamIsCapturing(device_.stream(), &capturing), "cudaStreamIsCapturing");
+    if (found > 1 && capturing == cudaStreamCaptureStatusNone &&
+        static_cast<double>(m) * n * k * inner >= kSearchedMultiplyAdds) {
+      const std::string signature = "gemm " + std::string(dtype_name(dtype)) + "->" +
+                                    std::string(dtype_name(c_type)) + " m=" + std::to_string(m) +
+                                    " n=" + std::to_string(n) + " k=" + std::to_string(k) +
+                                    " batch=" + std::to_string(inner) + " [" + key + "]";
+      search(*p, algos, signature,
+             static_cast<const char*>(a_data) + a.offset * static_cast<int64_t>(esize),
+             static_cast<const char*>(b_data) + b.offset * static_cast<int64_t>(esize), c_data,
+             static_cast<size_t>(m * n * (inner_sc ? inner : 1)) * c_size, c_type);
+    }
     plan = p.release();
   }
   // Outer batch dims that did not merge into the strided batch: one call each.
@@ -209,6 +259,63 @@ bool Gemm::run(const ConcreteView& a, const void* a_data, const ConcreteView& b,
              "matmul");
   }
   return true;
+}
+
+void Gemm::search(Plan& plan, const std::vector<cublasLtMatmulHeuristicResult_t>& algos,
+                  const std::string& signature, const void* pa, const void* pb, void* pc,
+                  size_t c_bytes, DType c_type) {
+  const float one = 1, zero = 0;
+  runtime::SearchProblem p;
+  p.signature = signature;
+  for (size_t i = 0; i < algos.size(); ++i)
+    p.candidates.push_back({algorithm_label(i, algos[i].algo), [&, i] {
+                              check_lt(cublasLtMatmul(handle_, plan.desc, &one, pb, plan.first, pa,
+                                                      plan.second, &zero, pc, plan.out, pc,
+                                                      plan.out, &algos[i].algo, workspace_.data(),
+                                                      workspace_.bytes(), device_.stream()),
+                                       "matmul");
+                            }});
+  // The output read back as floats.
+  const size_t numel = c_bytes / dtype_size(c_type);
+  auto output = [&] {
+    Buffer host(c_type, numel);
+    device_.synchronize();
+    check(cudaMemcpy(host.data(), pc, c_bytes, cudaMemcpyDeviceToHost), "reading a product back");
+    return host.to_f32();
+  };
+  std::vector<float> reference;
+  p.keep_reference = [&] { reference = output(); };
+  // Another order of summation moves an f32 result by a few ulps of its largest terms;
+  // a half-precision one by its rounding.
+  const double tolerance = c_type == DType::F32 ? 1e-4 : 2e-2;
+  p.mismatch = [&]() -> std::string {
+    const std::vector<float> got = output();
+    double scale = 0;
+    for (float x : reference) scale = std::max(scale, static_cast<double>(std::fabs(x)));
+    for (size_t i = 0; i < numel; ++i) {
+      const double diff = std::fabs(static_cast<double>(got[i]) - reference[i]);
+      if (!(diff <= tolerance * scale) && !(std::isnan(got[i]) && std::isnan(reference[i])))
+        return "element " + std::to_string(i) + " is " + std::to_string(got[i]) + ", the pick's " +
+               std::to_string(reference[i]);
+    }
+    return "";
+  };
+  cudaEvent_t start = nullptr, stop = nullptr;
+  check(cudaEventCreate(&start), "cudaEventCreate");
+  check(cudaEventCreate(&stop), "cudaEventCreate");
+  p.time = [&](const runtime::SearchCandidate& c) {
+    check(cudaEventRecord(start, device_.stream()), "cudaEventRecord");
+    c.run();
+    check(cudaEventRecord(stop, device_.stream()), "cudaEventRecord");
+    check(cudaEventSynchronize(stop), "timing a product");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+    return ms * 1e-3;
+  };
+  const runtime::SearchResult r = searcher_.choose(p);
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  plan.algo = algos[r.winner].algo;
 }
 
 }  // namespace luminal::cudagen

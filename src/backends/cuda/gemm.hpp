@@ -1,6 +1,8 @@
 // Matrix products through cuBLASLt (private to src/backends/cuda): the MatMul kernel's
 // [batch..., M, K, N] operand views mapped onto cuBLASLt's column-major, strided-batch
-// layouts, with f32 accumulation for every input type.
+// layouts, with f32 accumulation for every input type. Each new shape's algorithm is
+// searched (runtime/search.hpp) among the heuristic's first few, on the call's own
+// operands, where the product is large enough for the choice to matter.
 #pragma once
 
 #include <cublasLt.h>
@@ -11,6 +13,7 @@
 #include "backends/cuda/device.hpp"
 #include "luminal/dtype.hpp"
 #include "luminal/view.hpp"
+#include "runtime/search.hpp"
 
 namespace luminal::cudagen {
 
@@ -31,10 +34,17 @@ class Gemm {
 
  private:
   struct Plan;
+  // Times the heuristic's algorithms for `plan` on the call's first matrices and keeps
+  // the fastest correct one.
+  void search(Plan& plan, const std::vector<cublasLtMatmulHeuristicResult_t>& algos,
+              const std::string& signature, const void* pa, const void* pb, void* pc,
+              size_t c_bytes, DType c_type);
+
   const Device& device_;
   cublasLtHandle_t handle_ = nullptr;
   DeviceBuffer workspace_;
   std::map<std::string, Plan*> plans_;  // by the call's shapes, strides, types, alignments
+  runtime::Searcher searcher_;
 };
 
 }  // namespace luminal::cudagen

@@ -1,0 +1,247 @@
+// Timing a kernel's candidates and remembering the winner (see search.hpp).
+#include "runtime/search.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "luminal/error.hpp"
+#include "luminal/hash.hpp"
+#include "runtime/env.hpp"
+#include "runtime/kernel_cache.hpp"
+#include "runtime/program.hpp"
+
+namespace luminal::runtime {
+namespace {
+
+constexpr const char* kMagic = "luminal-search 1";
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t h = v.size() / 2;
+  return v.size() % 2 ? v[h] : (v[h - 1] + v[h]) / 2;
+}
+
+double steady_time(const SearchCandidate& c) {
+  const auto start = std::chrono::steady_clock::now();
+  c.run();
+  return seconds_since(start);
+}
+
+std::string number(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", x);
+  return buf;
+}
+
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (const char ch : s) {
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (static_cast<unsigned char>(ch) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", ch);
+      out += buf;
+    } else {
+      out += ch;
+    }
+  }
+  return out + "\"";
+}
+
+// The cache key: everything that fixes the winner. The candidates' labels are part of it,
+// so a kernel whose candidates change is searched again.
+std::string cache_key(const std::string& context, const SearchProblem& p) {
+  std::string key =
+      std::string("luminal ") + LUMINAL_VERSION + "\n" + context + "\n" + p.signature + "\n";
+  for (const SearchCandidate& c : p.candidates) key += c.label + ";";
+  return key;
+}
+
+}  // namespace
+
+SearchMode parse_search_mode(const std::string& text, const std::string& what) {
+  if (text == "off") return SearchMode::Off;
+  if (text == "fast") return SearchMode::Fast;
+  if (text == "full") return SearchMode::Full;
+  throw Error(what + "=" + text + ": expected off, fast or full");
+}
+
+SearchSettings search_settings_from_env() {
+  SearchSettings s;
+  if (const char* m = std::getenv("LUMINAL_SEARCH"); m && *m)
+    s.mode = parse_search_mode(m, "LUMINAL_SEARCH");
+  s.budget_seconds = s.mode == SearchMode::Full ? 120 : 10;
+  if (const char* b = std::getenv("LUMINAL_SEARCH_BUDGET"); b && *b) {
+    char* end = nullptr;
+    const double v = std::strtod(b, &end);
+    LUM_CHECK(*end == '\0' && v >= 0 && v <= 1e6)
+        << "LUMINAL_SEARCH_BUDGET=" << b << ": expected seconds, a number from 0 to 1e6";
+    s.budget_seconds = v;
+  }
+  return s;
+}
+
+Searcher::Searcher(std::string context, SearchSettings settings)
+    : context_(std::move(context)), settings_(settings) {}
+
+Searcher::~Searcher() {
+  if (progress_shown_) std::fputs("\r\033[K", stderr);
+}
+
+std::string Searcher::cache_path(const std::string& key) const {
+  return cache_dir() + "/search-" + hex(hash_bytes(key));
+}
+
+SearchResult Searcher::choose(const SearchProblem& p) {
+  LUM_CHECK(!p.candidates.empty())
+      << "internal: search for " << p.signature << " without candidates";
+  SearchResult r;
+  if (settings_.mode == SearchMode::Off || p.candidates.size() == 1) return r;
+  const std::string key = cache_key(context_, p);
+  const std::string path = settings_.use_cache ? cache_path(key) : "";
+  if (!path.empty() && std::filesystem::exists(path)) {
+    // A winner is trusted only where the whole file reads back: the header, this exact
+    // key (no hash collision) and one of today's candidates.
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    const std::string want = std::string(kMagic) + "\n" + key + "\nwinner ";
+    const std::string got = text.str();
+    std::string why = "it does not parse";
+    if (got.rfind(want, 0) == 0 && got.back() == '\n') {
+      const std::string label = got.substr(want.size(), got.size() - want.size() - 1);
+      for (size_t i = 0; i < p.candidates.size(); ++i)
+        if (p.candidates[i].label == label) {
+          r.winner = i;
+          r.cached = true;
+          if (env_has("LUMINAL_LOG", "info"))
+            std::fprintf(stderr, "luminal: search %s: %s (cached)\n", p.signature.c_str(),
+                         label.c_str());
+          return r;
+        }
+      why = "it names no candidate (" + label + ")";
+    }
+    std::fprintf(stderr,
+                 "luminal: warning: ignoring the search cache entry %s: %s; searching again\n",
+                 path.c_str(), why.c_str());
+  }
+  if (spent_ >= settings_.budget_seconds) return r;
+  r = search(p);
+  dump(p, r);
+  const SearchTrial& win = r.trials[r.winner];
+  if (env_has("LUMINAL_LOG", "info")) {
+    const SearchTrial& pick = r.trials[0];
+    std::fprintf(stderr,
+                 "luminal: search %s: %s %.4f ms; the cost model's pick %s %.4f ms (%.2fx), %zu "
+                 "candidates\n",
+                 p.signature.c_str(), win.label.c_str(), win.median * 1e3, pick.label.c_str(),
+                 pick.median * 1e3, win.median > 0 ? pick.median / win.median : 1.0,
+                 p.candidates.size());
+  }
+  // Cached only where every candidate was judged: a budget that ran out decided nothing.
+  const bool complete = std::none_of(r.trials.begin(), r.trials.end(), [](const SearchTrial& t) {
+    return t.verdict.rfind("skipped", 0) == 0;
+  });
+  if (!path.empty() && complete) {
+    // Written aside and renamed: a concurrent compile reads all of it or none.
+    const std::string tmp = path + "." + unique_tag() + ".tmp";
+    std::ofstream(tmp) << kMagic << "\n" << key << "\nwinner " << win.label << "\n";
+    std::error_code ec;
+    std::filesystem::rename(tmp, path, ec);
+    if (ec) std::filesystem::remove(tmp, ec);  // a cache: not remembering is no error
+  }
+  return r;
+}
+
+SearchResult Searcher::search(const SearchProblem& p) {
+  const int runs = settings_.mode == SearchMode::Full ? 15 : 5;
+  const auto time = [&](const SearchCandidate& c) { return p.time ? p.time(c) : steady_time(c); };
+  SearchResult r;
+  r.searched = true;
+  double best = 0;  // the best median so far (0: none)
+  const auto start = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < p.candidates.size(); ++i) {
+    const SearchCandidate& c = p.candidates[i];
+    SearchTrial t{c.label, {}, 0, ""};
+    // The reference is always judged, so there is a winner however small the budget.
+    if (i > 0 && spent_ + seconds_since(start) >= settings_.budget_seconds) {
+      t.verdict = "skipped: budget";
+      r.trials.push_back(t);
+      continue;
+    }
+    c.run();
+    if (i == 0) {
+      p.keep_reference();
+    } else if (const std::string why = p.mismatch(); !why.empty()) {
+      t.verdict = "wrong: " + why;
+      if (env_has("LUMINAL_LOG", "info"))
+        std::fprintf(stderr, "luminal: search %s: candidate %s is wrong: %s\n", p.signature.c_str(),
+                     c.label.c_str(), why.c_str());
+      r.trials.push_back(t);
+      continue;
+    }
+    t.verdict = "correct";
+    for (int k = 0; k < runs; ++k) {
+      t.seconds.push_back(time(c));
+      if (best > 0 && k + 1 >= 3 &&
+          *std::min_element(t.seconds.begin(), t.seconds.end()) > 2 * best) {
+        t.verdict = "slow";
+        break;
+      }
+    }
+    t.median = median(t.seconds);
+    if (t.verdict == "correct" && (best == 0 || t.median < best)) {
+      best = t.median;
+      r.winner = i;
+    }
+    r.trials.push_back(t);
+    progress(p, i + 1, best, start, false);
+  }
+  r.trials[r.winner].verdict = "winner";
+  spent_ += seconds_since(start);
+  progress(p, p.candidates.size(), best, start, true);
+  return r;
+}
+
+void Searcher::progress(const SearchProblem& p, size_t done, double best,
+                        std::chrono::steady_clock::time_point start, bool end) {
+  if (!isatty(2)) return;
+  if (end) {
+    std::fputs("\r\033[K", stderr);
+    return;
+  }
+  std::fprintf(stderr, "\r\033[Kluminal: searching %.60s: %zu/%zu, best %.4f ms, %.1f s left",
+               p.signature.c_str(), done, p.candidates.size(), best * 1e3,
+               std::max(0.0, settings_.budget_seconds - spent_ - seconds_since(start)));
+  progress_shown_ = true;
+}
+
+void Searcher::dump(const SearchProblem& p, const SearchResult& r) {
+  if (!env_has("LUMINAL_DUMP", "search") && !env_has("LUMINAL_DUMP", "all")) return;
+  std::string entry = "  {\"signature\": " + json_string(p.signature) + ", \"candidates\": [";
+  for (size_t i = 0; i < r.trials.size(); ++i) {
+    const SearchTrial& t = r.trials[i];
+    entry += std::string(i ? ", " : "") + "{\"label\": " + json_string(t.label) +
+             ", \"verdict\": " + json_string(t.verdict) + ", \"median_s\": " + number(t.median) +
+             ", \"runs_s\": [";
+    for (size_t k = 0; k < t.seconds.size(); ++k) entry += (k ? ", " : "") + number(t.seconds[k]);
+    entry += "]}";
+  }
+  entry += "]}";
+  const bool first = dumped_.empty();
+  dumped_ += (first ? "" : ",\n") + entry;
+  const std::filesystem::path file = dump_dir() / "search.json";
+  std::ofstream(file) << "[\n" << dumped_ << "\n]\n";
+  if (first) std::fprintf(stderr, "luminal: dumping search to %s\n", file.c_str());
+}
+
+}  // namespace luminal::runtime

@@ -1,0 +1,112 @@
+// Search: the fastest correct way to run a kernel, found by timing its candidates on the
+// machine at hand rather than trusting a cost model, and remembered on disk.
+//
+// Backend-neutral: a backend describes a kernel's candidates (ways to run the same
+// kernel: a library's algorithms, tile sizes, split factors), how to keep and compare an
+// output, and how to time a run (device events on a GPU). The first candidate is the
+// cost model's pick and the reference the others are checked against, so search never
+// returns something wrong, nor, within the timing's noise, slower than no search. Judged
+// candidate by candidate: one checked run (which also warms up), then timed runs (5
+// fast, 15 full), the median kept; a candidate slower than twice the best so far after
+// three runs stops there. Winners are cached in the kernel cache directory by the
+// kernel's signature and the context (device, driver or compiler, luminal's version); a
+// cache entry that does not parse or names no candidate is ignored with a warning and
+// replaced.
+//
+// LUMINAL_SEARCH=off|fast|full (default fast) and LUMINAL_SEARCH_BUDGET=SECONDS (the time
+// a Searcher may spend timing; default 10 fast, 120 full): past the budget, kernels take
+// the cost model's pick, uncached, so a later process with time left searches them. While
+// searching, a progress line on stderr (a terminal); LUMINAL_LOG=info prints each
+// kernel's winner against the cost model's pick; LUMINAL_DUMP=search writes every
+// candidate's times and verdict to search.json.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace luminal::runtime {
+
+enum class SearchMode { Off, Fast, Full };
+
+struct SearchSettings {
+  SearchMode mode = SearchMode::Fast;
+  double budget_seconds = 10;  // timing a Searcher may do in all
+  bool use_cache = true;       // read and write winners in cache_dir()
+};
+
+/// The settings LUMINAL_SEARCH and LUMINAL_SEARCH_BUDGET ask for; a malformed value is an
+/// Error naming the variable and what it takes.
+SearchSettings search_settings_from_env();
+
+/// "off", "fast" or "full" as a mode; anything else an Error naming `what`.
+SearchMode parse_search_mode(const std::string& text, const std::string& what);
+
+struct SearchCandidate {
+  std::string label;          // what the cache remembers: the same from run to run
+  std::function<void()> run;  // one run, writing the kernel's output
+};
+
+struct SearchProblem {
+  /// What fixes the winner besides the context: kernel kind, shapes, dtypes, strides.
+  std::string signature;
+  /// candidates[0] is the cost model's pick and the reference.
+  std::vector<SearchCandidate> candidates;
+  /// Called after the reference's run: keep its output.
+  std::function<void()> keep_reference;
+  /// Called after another candidate's run: "" where its output matches the kept one at
+  /// the dtype's tolerance, else what differs.
+  std::function<std::string()> mismatch;
+  /// One run of a candidate, timed in seconds; empty: a steady clock around run() (for
+  /// a GPU, device events with the stream synchronised).
+  std::function<double(const SearchCandidate&)> time;
+};
+
+/// One candidate's judgement.
+struct SearchTrial {
+  std::string label;
+  std::vector<double> seconds;  // the timed runs
+  double median = 0;
+  std::string verdict;  // "winner", "correct", "wrong: ...", "slow", "skipped: budget"
+};
+
+struct SearchResult {
+  size_t winner = 0;  // index into the candidates
+  bool cached = false;
+  bool searched = false;  // candidates were timed (not: cached, search off, budget spent)
+  std::vector<SearchTrial> trials;
+};
+
+class Searcher {
+ public:
+  /// `context`: what else fixes a winner (device name and architecture, driver or
+  /// compiler version); luminal's version is added.
+  Searcher(std::string context, SearchSettings settings);
+  ~Searcher();
+  Searcher(const Searcher&) = delete;
+  Searcher& operator=(const Searcher&) = delete;
+
+  /// The candidate to run `p` with: cached, searched, or (search off, budget spent, a
+  /// single candidate) the first.
+  SearchResult choose(const SearchProblem& p);
+
+  const SearchSettings& settings() const { return settings_; }
+  double seconds_spent() const { return spent_; }
+
+ private:
+  SearchResult search(const SearchProblem& p);
+  void progress(const SearchProblem& p, size_t done, double best,
+                std::chrono::steady_clock::time_point start, bool end);
+  std::string cache_path(const std::string& key) const;
+  void dump(const SearchProblem& p, const SearchResult& r);
+
+  std::string context_;
+  SearchSettings settings_;
+  double spent_ = 0;  // seconds timing so far
+  bool progress_shown_ = false;
+  std::string dumped_;  // search.json's entries so far
+};
+
+}  // namespace luminal::runtime

@@ -1,0 +1,240 @@
+// The search engine: planted slow and wrong candidates, the budget, the on-disk cache
+// (round trip, corrupt and stale entries) and the settings' parsing. Times are planted
+// through the problem's timer, so the winner is known in advance.
+#include "runtime/search.hpp"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <thread>
+
+#include "luminal/error.hpp"
+#include "testing/scoped_env.hpp"
+
+namespace luminal::runtime {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A kernel whose candidates each write their own value into one output; "wrong" writes
+// another value than the reference, every other candidate the same.
+struct Planted {
+  std::map<std::string, double> seconds;  // each candidate's planted time a run
+  std::map<std::string, int> runs;        // runs made of each
+  int out = 0, kept = 0;
+
+  SearchProblem problem(const std::string& signature) {
+    SearchProblem p;
+    p.signature = signature;
+    for (const std::string label : {"pick", "slow", "wrong", "fast", "also-fast"}) {
+      if (!seconds.count(label)) continue;
+      p.candidates.push_back({label, [this, label] {
+                                ++runs[label];
+                                out = label == "wrong" ? 7 : 42;
+                              }});
+    }
+    p.keep_reference = [this] { kept = out; };
+    p.mismatch = [this] {
+      return out == kept ? std::string()
+                         : std::to_string(out) + " where the pick wrote " + std::to_string(kept);
+    };
+    p.time = [this](const SearchCandidate& c) {
+      c.run();
+      return seconds.at(c.label);
+    };
+    return p;
+  }
+};
+
+// A fresh cache directory for the test, and LUMINAL_CACHE_DIR pointing at it.
+class SearchTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("luminal-search-test-" + std::to_string(getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    cache_.emplace("LUMINAL_CACHE_DIR", dir_.c_str());
+  }
+  void TearDown() override {
+    cache_.reset();
+    fs::remove_all(dir_);
+  }
+  std::vector<fs::path> entries() const {
+    std::vector<fs::path> out;
+    for (const auto& e : fs::directory_iterator(dir_))
+      if (e.path().filename().string().rfind("search-", 0) == 0) out.push_back(e.path());
+    return out;
+  }
+  fs::path dir_;
+  std::optional<luminal::testing::ScopedEnv> cache_;
+};
+
+SearchSettings fast(double budget = 10) {
+  return {SearchMode::Fast, budget, true};
+}
+
+TEST_F(SearchTest, PicksTheFastestCorrectCandidate) {
+  Planted k;
+  k.seconds = {{"pick", 2.0}, {"slow", 9.0}, {"wrong", 0.5}, {"fast", 1.0}};
+  Searcher s("test device", fast());
+  const SearchProblem p = k.problem("matmul 64x64x64 f32");
+  const SearchResult r = s.choose(p);
+  ASSERT_TRUE(r.searched);
+  EXPECT_EQ(p.candidates[r.winner].label, "fast");
+  std::map<std::string, std::string> verdict;
+  for (const SearchTrial& t : r.trials) verdict[t.label] = t.verdict;
+  EXPECT_EQ(verdict["pick"], "correct");
+  EXPECT_EQ(verdict["fast"], "winner");
+  EXPECT_EQ(verdict["slow"], "slow");
+  EXPECT_EQ(verdict["wrong"].rfind("wrong: 7 where the pick wrote 42", 0), 0u) << verdict["wrong"];
+  // The wrong one is checked once and never timed; the slow one stops after three runs
+  // (its one checked run before them).
+  EXPECT_EQ(k.runs["wrong"], 1);
+  EXPECT_EQ(k.runs["slow"], 1 + 3);
+  EXPECT_EQ(k.runs["fast"], 1 + 5);
+  EXPECT_DOUBLE_EQ(r.trials[r.winner].median, 1.0);
+}
+
+TEST_F(SearchTest, TiesAndAWrongFastestKeepTheEarlierCorrectCandidate) {
+  Planted k;
+  k.seconds = {{"pick", 1.0}, {"wrong", 0.1}, {"also-fast", 1.0}};
+  Searcher s("test device", fast());
+  const SearchProblem p = k.problem("tie");
+  for (int i = 0; i < 2; ++i) {  // the same verdicts every time (the second from the cache)
+    const SearchResult r = s.choose(p);
+    EXPECT_EQ(p.candidates[r.winner].label, "pick");
+  }
+}
+
+TEST_F(SearchTest, OffRunsNothingAndAOneCandidateKernelIsNotTimed) {
+  Planted k;
+  k.seconds = {{"pick", 2.0}, {"fast", 1.0}};
+  Searcher off("test device", {SearchMode::Off, 10, true});
+  EXPECT_EQ(off.choose(k.problem("off")).winner, 0u);
+  EXPECT_TRUE(k.runs.empty());
+  Planted one;
+  one.seconds = {{"pick", 2.0}};
+  Searcher s("test device", fast());
+  const SearchResult r = s.choose(one.problem("single"));
+  EXPECT_FALSE(r.searched);
+  EXPECT_TRUE(one.runs.empty());
+  EXPECT_TRUE(entries().empty());
+}
+
+TEST_F(SearchTest, TheCacheRemembersTheWinnerByContextAndSignature) {
+  Planted k;
+  k.seconds = {{"pick", 2.0}, {"fast", 1.0}};
+  {
+    Searcher s("test device", fast());
+    EXPECT_TRUE(s.choose(k.problem("sig")).searched);
+  }
+  ASSERT_EQ(entries().size(), 1u);
+  k.runs.clear();
+  k.seconds = {{"pick", 1.0}, {"fast", 5.0}};  // what a new search would now find
+  Searcher again("test device", fast());
+  const SearchProblem p = k.problem("sig");
+  const SearchResult r = again.choose(p);
+  EXPECT_TRUE(r.cached);
+  EXPECT_FALSE(r.searched);
+  EXPECT_EQ(p.candidates[r.winner].label, "fast");
+  EXPECT_TRUE(k.runs.empty()) << "a cached winner runs nothing";
+  // Another device, another signature or another set of candidates is searched anew.
+  Searcher other("another device", fast());
+  EXPECT_TRUE(other.choose(p).searched);
+  EXPECT_TRUE(again.choose(k.problem("sig2")).searched);
+  k.seconds["slow"] = 9.0;
+  EXPECT_TRUE(again.choose(k.problem("sig")).searched);
+}
+
+TEST_F(SearchTest, ACorruptOrStaleCacheEntryIsIgnoredAndReplaced) {
+  Planted k;
+  k.seconds = {{"pick", 2.0}, {"fast", 1.0}};
+  { Searcher("test device", fast()).choose(k.problem("sig")); }
+  ASSERT_EQ(entries().size(), 1u);
+  const fs::path entry = entries()[0];
+  std::string text;
+  {
+    std::ifstream in(entry);
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const std::string cut = text.substr(0, text.size() / 2);
+  std::string renamed = text;
+  renamed.replace(renamed.rfind("fast"), 4, "gone");
+  for (const std::string& bad : {std::string(), cut, std::string("\x01\xff garbage"), renamed}) {
+    std::ofstream(entry, std::ios::trunc) << bad;
+    ::testing::internal::CaptureStderr();
+    Searcher s("test device", fast());
+    const SearchProblem p = k.problem("sig");
+    const SearchResult r = s.choose(p);
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_TRUE(r.searched) << "trusted a bad entry: " << bad;
+    EXPECT_EQ(p.candidates[r.winner].label, "fast");
+    EXPECT_NE(err.find("ignoring the search cache entry"), std::string::npos) << err;
+    std::ifstream in(entry);
+    EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), text) << "not rebuilt";
+  }
+}
+
+TEST_F(SearchTest, TheBudgetBoundsTheTimeSpentAndAnUnfinishedSearchIsNotCached) {
+  // Real time: every run sleeps 20 ms; twelve candidates would take about 1.4 s.
+  SearchProblem p;
+  p.signature = "sleepy";
+  for (int i = 0; i < 12; ++i)
+    p.candidates.push_back({"c" + std::to_string(i),
+                            [] { std::this_thread::sleep_for(std::chrono::milliseconds(20)); }});
+  p.keep_reference = [] {};
+  p.mismatch = [] { return std::string(); };
+  Searcher s("test device", fast(0.15));
+  const auto start = std::chrono::steady_clock::now();
+  const SearchResult r = s.choose(p);
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  // Past the budget only the candidate being judged finishes (six runs, 0.12 s).
+  EXPECT_LT(took, 0.15 + 0.2);
+  EXPECT_LT(s.seconds_spent(), 0.15 + 0.2);
+  size_t skipped = 0;
+  for (const SearchTrial& t : r.trials) skipped += t.verdict == "skipped: budget";
+  EXPECT_GE(skipped, 8u);
+  EXPECT_TRUE(entries().empty());
+  // With the budget spent, later kernels take the pick untimed.
+  const SearchResult later = s.choose(p);
+  EXPECT_FALSE(later.searched);
+  EXPECT_EQ(later.winner, 0u);
+}
+
+TEST(SearchSettings, ComeFromTheEnvironmentAndRejectWhatTheyDoNotKnow) {
+  EXPECT_EQ(parse_search_mode("full", "x"), SearchMode::Full);
+  EXPECT_EQ(parse_search_mode("off", "x"), SearchMode::Off);
+  try {
+    parse_search_mode("fastest", "--search");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--search=fastest: expected off, fast or full"),
+              std::string::npos);
+  }
+  std::optional<luminal::testing::ScopedEnv> mode, budget;
+  mode.emplace("LUMINAL_SEARCH", "full");
+  budget.emplace("LUMINAL_SEARCH_BUDGET", "2.5");
+  SearchSettings s = search_settings_from_env();
+  EXPECT_EQ(s.mode, SearchMode::Full);
+  EXPECT_DOUBLE_EQ(s.budget_seconds, 2.5);
+  budget.emplace("LUMINAL_SEARCH_BUDGET", "ten");
+  EXPECT_THROW(search_settings_from_env(), Error);
+  budget.emplace("LUMINAL_SEARCH_BUDGET", nullptr);
+  mode.emplace("LUMINAL_SEARCH", "sometimes");
+  EXPECT_THROW(search_settings_from_env(), Error);
+  mode.emplace("LUMINAL_SEARCH", nullptr);
+  s = search_settings_from_env();
+  EXPECT_EQ(s.mode, SearchMode::Fast);
+  EXPECT_DOUBLE_EQ(s.budget_seconds, 10);
+}
+
+}  // namespace
+}  // namespace luminal::runtime
