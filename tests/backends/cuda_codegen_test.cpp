@@ -69,7 +69,10 @@ TEST(CudaCodegen, RowOpsCompileForHopper) {
 }
 
 TEST(CudaCodegen, OneRowProductAndViewCopyKernelsCompileForHopper) {
-  EXPECT_FALSE(cudagen::compile_cubin(cudagen::gemv_source(), "sm_90").code.empty());
+  EXPECT_FALSE(cudagen::compile_cubin(cudagen::gemv_source({std::begin(cudagen::kGemvShapes),
+                                                            std::end(cudagen::kGemvShapes)}),
+                                      "sm_90")
+                   .code.empty());
   EXPECT_FALSE(cudagen::compile_cubin(cudagen::copy_view_source(), "sm_90").code.empty());
 }
 
@@ -197,7 +200,8 @@ TEST(CudaCodegen, HalfPrecisionKernelsCompileForTuring) {
   Tensor x = cx.named_tensor("x", {4, 1000}, DType::BF16);
   (x.softmax(1) + x.cast(DType::F16).cast(DType::BF16)).retrieve();
   EXPECT_NO_THROW(cudagen::compile_program(cx, "sm_75", true));
-  EXPECT_FALSE(cudagen::compile_cubin(cudagen::gemv_source(), "sm_75").code.empty());
+  EXPECT_FALSE(cudagen::compile_cubin(cudagen::gemv_source({cudagen::kGemvShapes[0]}), "sm_75")
+                   .code.empty());
 }
 
 TEST(CudaCodegen, ProductsCompileForHopper) {

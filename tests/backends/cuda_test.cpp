@@ -4,10 +4,10 @@
 // error where no GPU can be used.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <cmath>
 #include <filesystem>
 #include <random>
-#include <unistd.h>
 
 #include "luminal/luminal.hpp"
 #include "testing/attention_cases.hpp"
@@ -77,55 +77,77 @@ TEST(Cuda, RowOpsMatchTheReference) {
   testing::expect_row_ops_match_reference(cuda());
 }
 
-// A product large enough to be searched: cuBLASLt's algorithms are timed on it, the
-// output is the winner's, and a second compile takes the winner from the cache. The
-// inputs are multiples of 1/64 in [-1, 1], so every product and partial sum is exact in
-// f32 whatever the algorithm's order: the expected output is exact too.
-TEST(Cuda, ProductsSearchTheLibrarysAlgorithmsAndRememberTheWinner) {
-  SKIP_WITHOUT_GPU();
-  const std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / ("luminal-gemm-search-" + std::to_string(getpid()));
+// Values that are multiples of 1/64 in [-1, 1]: exact in bf16, their products exact in
+// f32, and so are sums of them while below 4096 in magnitude (random sums of a few
+// thousand stay far below), whatever the order: a product of them has an exact expected
+// value under any algorithm.
+std::vector<float> exact_values(std::mt19937& rng, size_t n) {
+  std::vector<float> v(n);
+  for (float& x : v) x = static_cast<float>(std::uniform_int_distribution<int>(-64, 64)(rng)) / 64;
+  return v;
+}
+
+// Runs the product a[m, k] b[k, n] in type t with search on (a fresh cache, LUMINAL_LOG
+// on) twice, expecting the search's log line `searched` the first time and "(cached)"
+// the second, no candidate found wrong, and the exact result (rounded once for bf16).
+// With `b_stored_nk`, b is the transpose of a stored [n, k] matrix (a weight, read
+// along k).
+void expect_searched_product(int64_t m, int64_t k, int64_t n, DType t, const std::string& searched,
+                             bool b_stored_nk = false) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("luminal-product-search-" + std::to_string(getpid()));
   std::filesystem::remove_all(dir);
   const testing::ScopedEnv cache("LUMINAL_CACHE_DIR", dir.c_str());
   const testing::ScopedEnv log("LUMINAL_LOG", "info");
   const testing::ScopedEnv mode("LUMINAL_SEARCH", "fast");
-  constexpr int64_t n = 512;
   std::mt19937 rng(11);
-  auto exact = [&] {
-    std::vector<float> v(static_cast<size_t>(n * n));
-    for (float& x : v) x = static_cast<float>(std::uniform_int_distribution<int>(-64, 64)(rng)) / 64;
-    return v;
-  };
-  const std::vector<float> av = exact(), bv = exact();
-  std::vector<double> want(static_cast<size_t>(n * n), 0.0);
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t k = 0; k < n; ++k)
+  const std::vector<float> av = exact_values(rng, static_cast<size_t>(m * k));
+  const std::vector<float> bv = exact_values(rng, static_cast<size_t>(k * n));
+  std::vector<double> want(static_cast<size_t>(m * n), 0.0);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t p = 0; p < k; ++p)
       for (int64_t j = 0; j < n; ++j)
         want[static_cast<size_t>(i * n + j)] +=
-            double{av[static_cast<size_t>(i * n + k)]} * bv[static_cast<size_t>(k * n + j)];
-  for (DType t : {DType::F32, DType::BF16}) {
-    for (const char* pass : {"searched", "cached"}) {
-      Graph cx;
-      Tensor a = cx.named_tensor("a", {n, n});
-      Tensor b = cx.named_tensor("b", {n, n});
-      a.set(av);
-      b.set(bv);
-      Tensor y = a.cast(t).matmul(b.cast(t)).cast(DType::F32).retrieve();
-      ::testing::internal::CaptureStderr();
-      const std::vector<float> got = testing::run_outputs(cx, cuda(), {y})[0];
-      const std::string err = ::testing::internal::GetCapturedStderr();
-      const std::string want_log = std::string(pass) == "searched" ? "the cost model's pick" : "(cached)";
-      EXPECT_NE(err.find("luminal: search gemm " + std::string(dtype_name(t))), std::string::npos)
-          << pass << ":\n" << err;
-      EXPECT_NE(err.find(want_log), std::string::npos) << pass << ":\n" << err;
-      // bf16 output: rounded once, to 8 significant bits.
-      const double tol = t == DType::F32 ? 0.0 : std::ldexp(1.0, -8);
-      for (size_t i = 0; i < got.size(); ++i)
-        ASSERT_LE(std::fabs(got[i] - want[i]), tol * std::fabs(want[i]))
-            << dtype_name(t) << " " << pass << " element " << i;
-    }
+            double{av[static_cast<size_t>(i * k + p)]} *
+            bv[static_cast<size_t>(b_stored_nk ? j * k + p : p * n + j)];
+  for (const std::string pass : {"searched", "cached"}) {
+    Graph cx;
+    Tensor a = cx.named_tensor("a", {m, k});
+    Tensor b = b_stored_nk ? cx.named_tensor("b", {n, k}) : cx.named_tensor("b", {k, n});
+    a.set(av);
+    b.set(bv);
+    const Tensor bt = b_stored_nk ? b.cast(t).permute({1, 0}) : b.cast(t);
+    Tensor y = a.cast(t).matmul(bt).cast(DType::F32).retrieve();
+    ::testing::internal::CaptureStderr();
+    const std::vector<float> got = testing::run_outputs(cx, cuda(), {y})[0];
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    const std::string line = "luminal: search " + searched;
+    EXPECT_NE(err.find(line), std::string::npos) << pass << ", no '" << line << "':\n" << err;
+    const std::string verdict = pass == "searched" ? "the cost model's pick" : "(cached)";
+    EXPECT_NE(err.find(verdict), std::string::npos) << pass << ":\n" << err;
+    EXPECT_EQ(err.find("is wrong"), std::string::npos) << err;
+    const double tol = t == DType::F32 ? 0.0 : std::ldexp(1.0, -8);
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_LE(std::fabs(got[i] - want[i]), tol * std::fabs(want[i]))
+          << dtype_name(t) << " " << pass << " element " << i;
   }
   std::filesystem::remove_all(dir);
+}
+
+// A product large enough to be searched: cuBLASLt's algorithms are timed on it, the
+// output is the winner's, and a second compile takes the winner from the cache.
+TEST(Cuda, ProductsSearchTheLibrarysAlgorithmsAndRememberTheWinner) {
+  SKIP_WITHOUT_GPU();
+  expect_searched_product(512, 512, 512, DType::F32, "gemm f32->f32 m=512");
+  expect_searched_product(512, 512, 512, DType::BF16, "gemm bf16->bf16 m=512");
+}
+
+// One-row products: every kernel shape is tried (none may be wrong), on a row count that
+// no shape's rows a block divide and a K with a tail past the unrolled loads.
+TEST(Cuda, OneRowProductsSearchTheKernelsShapes) {
+  SKIP_WITHOUT_GPU();
+  expect_searched_product(1, 4104, 1001, DType::F32, "gemv f32 n=1001 k=4104", true);
+  expect_searched_product(1, 4104, 1001, DType::BF16, "gemv bf16 n=1001 k=4104", true);
 }
 
 TEST(Cuda, ChangingABoundDimReusesTheCompiledKernels) {

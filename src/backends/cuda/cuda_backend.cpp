@@ -13,6 +13,7 @@
 #include "backends/cuda/copy_view.hpp"
 #include "backends/cuda/device.hpp"
 #include "backends/cuda/device_storage.hpp"
+#include "backends/cuda/device_trials.hpp"
 #include "backends/cuda/gemm.hpp"
 #include "backends/cuda/gemv.hpp"
 #include "backends/cuda/mixed_products.hpp"
@@ -29,6 +30,7 @@
 #include "runtime/liveness.hpp"
 #include "runtime/program.hpp"
 #include "runtime/resolved_views.hpp"
+#include "runtime/search.hpp"
 
 namespace luminal {
 namespace {
@@ -46,8 +48,9 @@ class CudaExecutable final : public Executable {
         plan_(std::move(planned.plan)),
         source_(std::move(source)),
         module_(cubin.code),
-        gemm_(*device_),
-        gemv_(*device_),
+        searcher_(cudagen::search_context(*device_), runtime::search_settings_from_env()),
+        gemm_(*device_, searcher_),
+        gemv_(*device_, searcher_),
         attention_(*device_),
         copy_view_(*device_),
         mixed_(*device_, gemv_, gemm_, copy_view_) {
@@ -575,6 +578,7 @@ class CudaExecutable final : public Executable {
   compiler::KernelPlan plan_;
   cudagen::CudaSource source_;
   cudagen::Module module_;
+  runtime::Searcher searcher_;  // the library's algorithms and the one-row kernel's shapes
   cudagen::Gemm gemm_;
   cudagen::Gemv gemv_;
   cudagen::Attention attention_;

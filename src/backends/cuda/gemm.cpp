@@ -5,12 +5,10 @@
 // itself or its transpose has unit stride down the columns.
 #include "backends/cuda/gemm.hpp"
 
-#include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <vector>
 
-#include "luminal/buffer.hpp"
+#include "backends/cuda/device_trials.hpp"
 #include "luminal/error.hpp"
 
 namespace luminal::cudagen {
@@ -73,15 +71,6 @@ uint32_t alignment(const void* base, int64_t offset, const std::vector<int64_t>&
 constexpr int kAlgorithms = 8;
 constexpr double kSearchedMultiplyAdds = 1 << 27;
 
-// What fixes a search's winner besides the product: the GPU and the library.
-std::string search_context(const Device& device) {
-  int driver = 0;
-  cudaDriverGetVersion(&driver);
-  return device.name() + " " + device.arch() + " x" + std::to_string(device.multiprocessors()) +
-         ", cuBLASLt " + std::to_string(cublasLtGetVersion()) + ", driver " +
-         std::to_string(driver);
-}
-
 // An algorithm as the cache remembers it: its place in the heuristic's list and its
 // configuration.
 std::string algorithm_label(size_t i, const cublasLtMatmulAlgo_t& algo) {
@@ -109,10 +98,8 @@ struct Gemm::Plan {
   }
 };
 
-Gemm::Gemm(const Device& device)
-    : device_(device),
-      workspace_(32u << 20),
-      searcher_(search_context(device), runtime::search_settings_from_env()) {
+Gemm::Gemm(const Device& device, runtime::Searcher& searcher)
+    : device_(device), workspace_(32u << 20), searcher_(searcher) {
   check_lt(cublasLtCreate(&handle_), "create");
 }
 
@@ -275,47 +262,11 @@ void Gemm::search(Plan& plan, const std::vector<cublasLtMatmulHeuristicResult_t>
                                                       workspace_.bytes(), device_.stream()),
                                        "matmul");
                             }});
-  // The output read back as floats.
-  const size_t numel = c_bytes / dtype_size(c_type);
-  auto output = [&] {
-    Buffer host(c_type, numel);
-    device_.synchronize();
-    check(cudaMemcpy(host.data(), pc, c_bytes, cudaMemcpyDeviceToHost), "reading a product back");
-    return host.to_f32();
-  };
-  std::vector<float> reference;
-  p.keep_reference = [&] { reference = output(); };
   // Another order of summation moves an f32 result by a few ulps of its largest terms;
   // a half-precision one by its rounding.
-  const double tolerance = c_type == DType::F32 ? 1e-4 : 2e-2;
-  p.mismatch = [&]() -> std::string {
-    const std::vector<float> got = output();
-    double scale = 0;
-    for (float x : reference) scale = std::max(scale, static_cast<double>(std::fabs(x)));
-    for (size_t i = 0; i < numel; ++i) {
-      const double diff = std::fabs(static_cast<double>(got[i]) - reference[i]);
-      if (!(diff <= tolerance * scale) && !(std::isnan(got[i]) && std::isnan(reference[i])))
-        return "element " + std::to_string(i) + " is " + std::to_string(got[i]) + ", the pick's " +
-               std::to_string(reference[i]);
-    }
-    return "";
-  };
-  cudaEvent_t start = nullptr, stop = nullptr;
-  check(cudaEventCreate(&start), "cudaEventCreate");
-  check(cudaEventCreate(&stop), "cudaEventCreate");
-  p.time = [&](const runtime::SearchCandidate& c) {
-    check(cudaEventRecord(start, device_.stream()), "cudaEventRecord");
-    c.run();
-    check(cudaEventRecord(stop, device_.stream()), "cudaEventRecord");
-    check(cudaEventSynchronize(stop), "timing a product");
-    float ms = 0;
-    check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-    return ms * 1e-3;
-  };
-  const runtime::SearchResult r = searcher_.choose(p);
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  plan.algo = algos[r.winner].algo;
+  DeviceTrials trials(device_);
+  trials.judge(p, pc, c_bytes / dtype_size(c_type), c_type, c_type == DType::F32 ? 1e-4 : 2e-2);
+  plan.algo = algos[searcher_.choose(p).winner].algo;
 }
 
 }  // namespace luminal::cudagen

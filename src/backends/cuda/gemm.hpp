@@ -19,7 +19,8 @@ namespace luminal::cudagen {
 
 class Gemm {
  public:
-  explicit Gemm(const Device& device);
+  /// Searches new shapes' algorithms with `searcher` (the executable's).
+  Gemm(const Device& device, runtime::Searcher& searcher);
   ~Gemm();
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
@@ -44,7 +45,7 @@ class Gemm {
   cublasLtHandle_t handle_ = nullptr;
   DeviceBuffer workspace_;
   std::map<std::string, Plan*> plans_;  // by the call's shapes, strides, types, alignments
-  runtime::Searcher searcher_;
+  runtime::Searcher& searcher_;
 };
 
 }  // namespace luminal::cudagen

@@ -6,20 +6,21 @@
 #include <string>
 
 #include "backends/cuda/codegen.hpp"
+#include "backends/cuda/device_trials.hpp"
 #include "runtime/element_writer.hpp"
 
 namespace luminal::cudagen {
 namespace {
 
-// Four warps per output row, each taking every fourth 16-byte vector of the row (and of
-// x), four loads in flight; the warps sum through shuffles and then shared memory. W is
-// streamed past L1 with a hint to fetch 256 bytes into L2. Rows must start 16-byte
-// aligned and K be a whole number of 16-byte vectors. Measured on an H100 against a warp
-// per row with eight loads in flight: 2.94 and 3.17 TB/s against 2.70 and 2.61 for
-// 14336 x 4096 and 4096 x 14336 bf16 (bench/results/cuda.md).
+// `split` warps per output row, each taking every split-th 16-byte vector of the row
+// (and of x), `unroll` loads in flight; the warps sum through shuffles and then shared
+// memory. W is streamed past L1 with a hint to fetch 256 bytes into L2. Rows must start
+// 16-byte aligned and K be a whole number of 16-byte vectors. The default shape, 8 warps
+// a block, 4 a row, 4 loads in flight, measured on an H100 against a warp per row with
+// eight loads in flight: 2.94 and 3.17 TB/s against 2.70 and 2.61 for 14336 x 4096 and
+// 4096 x 14336 bf16 (bench/results/cuda.md); the other shapes are the search's
+// candidates for each new matrix shape.
 constexpr const char* kSource = R"GEMV(
-#define LUM_GEMV_WARPS 8  // per block
-#define LUM_GEMV_SPLIT 4  // per row
 static __device__ __forceinline__ uint4 lum_gv_stream(const uint4* p) {
 #if __CUDA_ARCH__ >= 800
   uint4 v;
@@ -65,27 +66,28 @@ LUM_GV_DOT_HALVES(lum_gv_dot_bf16, lum_bf2f)
 LUM_GV_DOT_F32_HALVES(lum_gv_dot_f32_f16, lum_h2f)
 LUM_GV_DOT_F32_HALVES(lum_gv_dot_f32_bf16, lum_bf2f)
 
-// `vecs` counts W's 16-byte vectors per row; y has x's type.
-#define LUM_GEMV(name, Y, dot, store)                                                     \
-  extern "C" __global__ void __launch_bounds__(32 * LUM_GEMV_WARPS)                     \
+// `vecs` counts W's 16-byte vectors per row; y has x's type. A shape's kernels are
+// named lum_gemv_<types>_w<warps>_s<split>_u<unroll>.
+#define LUM_GEMV(name, Y, dot, store, WARPS, SPLIT, UNROLL)                              \
+  extern "C" __global__ void __launch_bounds__(32 * WARPS)                              \
       name(const void* __restrict__ x, const char* __restrict__ w, Y* __restrict__ y,   \
            long long n, long long vecs, long long ldw_bytes) {                          \
-    __shared__ float part[LUM_GEMV_WARPS];                                              \
+    __shared__ float part[WARPS];                                                       \
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;                         \
-    const int sub = warp % LUM_GEMV_SPLIT, rows = LUM_GEMV_WARPS / LUM_GEMV_SPLIT;      \
-    const long long step = 32 * LUM_GEMV_SPLIT;                                         \
+    const int sub = warp % SPLIT, rows = WARPS / SPLIT;                                 \
+    const long long step = 32 * SPLIT;                                                  \
     const uint4* xv = (const uint4*)x;                                                  \
     for (long long base = (long long)blockIdx.x * rows; base < n;                       \
          base += (long long)gridDim.x * rows) {                                         \
-      const long long row = base + warp / LUM_GEMV_SPLIT;                               \
+      const long long row = base + warp / SPLIT;                                        \
       float acc = 0.0f;                                                                 \
       if (row < n) {                                                                    \
         const uint4* wv = (const uint4*)(w + row * ldw_bytes);                          \
         long long v = lane + 32 * sub;                                                  \
-        for (; v + 3 * step < vecs; v += 4 * step) {                                    \
-          uint4 wr[4];                                                                  \
-          _Pragma("unroll") for (int i = 0; i < 4; ++i) wr[i] = lum_gv_stream(wv + v + step * i); \
-          _Pragma("unroll") for (int i = 0; i < 4; ++i) acc += dot(xv, v + step * i, wr[i]); \
+        for (; v + (UNROLL - 1) * step < vecs; v += UNROLL * step) {                    \
+          uint4 wr[UNROLL];                                                             \
+          _Pragma("unroll") for (int i = 0; i < UNROLL; ++i) wr[i] = lum_gv_stream(wv + v + step * i); \
+          _Pragma("unroll") for (int i = 0; i < UNROLL; ++i) acc += dot(xv, v + step * i, wr[i]); \
         }                                                                               \
         for (; v < vecs; v += step) acc += dot(xv, v, lum_gv_stream(wv + v));           \
       }                                                                                 \
@@ -94,25 +96,45 @@ LUM_GV_DOT_F32_HALVES(lum_gv_dot_f32_bf16, lum_bf2f)
       __syncthreads();                                                                  \
       if (sub == 0 && lane == 0 && row < n) {                                           \
         float total = 0.0f;                                                             \
-        for (int i = 0; i < LUM_GEMV_SPLIT; ++i) total += part[warp + i];               \
+        for (int i = 0; i < SPLIT; ++i) total += part[warp + i];                        \
         y[row] = store(total);                                                          \
       }                                                                                 \
       __syncthreads();  /* part is rewritten for the next rows */                       \
     }                                                                                   \
   }
-LUM_GEMV(lum_gemv_f32, float, lum_gv_dot_f32, (float))
-LUM_GEMV(lum_gemv_f16, unsigned short, lum_gv_dot_f16, lum_f2h)
-LUM_GEMV(lum_gemv_bf16, unsigned short, lum_gv_dot_bf16, lum_f2bf)
-LUM_GEMV(lum_gemv_f32_f16, float, lum_gv_dot_f32_f16, (float))
-LUM_GEMV(lum_gemv_f32_bf16, float, lum_gv_dot_f32_bf16, (float))
 )GEMV";
 
-constexpr int kWarpsPerBlock = 8, kRowsPerBlock = 2;
+// The operand types' kernels: name part, y's type, dot product, store.
+struct Types {
+  const char *name, *y, *dot, *store;
+};
+constexpr Types kTypes[] = {{"f32", "float", "lum_gv_dot_f32", "(float)"},
+                            {"f16", "unsigned short", "lum_gv_dot_f16", "lum_f2h"},
+                            {"bf16", "unsigned short", "lum_gv_dot_bf16", "lum_f2bf"},
+                            {"f32_f16", "float", "lum_gv_dot_f32_f16", "(float)"},
+                            {"f32_bf16", "float", "lum_gv_dot_f32_bf16", "(float)"}};
+
+std::string kernel_name(const std::string& types, const GemvShape& s) {
+  return "lum_gemv_" + types + "_w" + std::to_string(s.warps) + "_s" + std::to_string(s.split) +
+         "_u" + std::to_string(s.unroll);
+}
 
 }  // namespace
 
-std::string gemv_source() {
-  return std::string(cuda_prelude()) + std::string(runtime::scalar_prelude()) + kSource;
+std::string gemv_source(const std::vector<GemvShape>& shapes) {
+  std::string source =
+      std::string(cuda_prelude()) + std::string(runtime::scalar_prelude()) + kSource;
+  for (const GemvShape& s : shapes)
+    for (const Types& t : kTypes)
+      source += std::string("LUM_GEMV(") + kernel_name(t.name, s) + ", " + t.y + ", " + t.dot +
+                ", " + t.store + ", " + std::to_string(s.warps) + ", " + std::to_string(s.split) +
+                ", " + std::to_string(s.unroll) + ")\n";
+  return source;
+}
+
+std::string GemvShape::label() const {
+  return "warps " + std::to_string(warps) + ", " + std::to_string(split) + " a row, " +
+         std::to_string(unroll) + " loads in flight";
 }
 
 bool Gemv::run(const ConcreteView& a, const void* a_data, DType a_type, const ConcreteView& b,
@@ -120,12 +142,14 @@ bool Gemv::run(const ConcreteView& a, const void* a_data, DType a_type, const Co
   const size_t rank = a.dims.size();
   if (rank < 3 || b.dims.size() != rank || a.has_mask() || b.has_mask()) return false;
   const auto half = [](DType t) { return t == DType::F16 || t == DType::BF16; };
-  const char* name = nullptr;
-  if (a_type == b_type && a_type == DType::F32) name = "lum_gemv_f32";
-  else if (a_type == b_type && half(a_type)) name = a_type == DType::F16 ? "lum_gemv_f16" : "lum_gemv_bf16";
+  const char* types = nullptr;
+  if (a_type == b_type && a_type == DType::F32)
+    types = "f32";
+  else if (a_type == b_type && half(a_type))
+    types = a_type == DType::F16 ? "f16" : "bf16";
   else if (a_type == DType::F32 && half(b_type))
-    name = b_type == DType::F16 ? "lum_gemv_f32_f16" : "lum_gemv_f32_bf16";
-  if (!name) return false;
+    types = b_type == DType::F16 ? "f32_f16" : "f32_bf16";
+  if (!types) return false;
   for (size_t d = 0; d + 3 < rank; ++d)
     if (a.dims[d] != 1) return false;  // one batch
   const int64_t m = a.dims[rank - 3], k = a.dims[rank - 2], n = a.dims[rank - 1];
@@ -141,17 +165,53 @@ bool Gemv::run(const ConcreteView& a, const void* a_data, DType a_type, const Co
   const auto* w = static_cast<const char*>(b_data) + b.offset * b_size;
   if (reinterpret_cast<uintptr_t>(x) % 16 != 0 || reinterpret_cast<uintptr_t>(w) % 16 != 0)
     return false;
-  if (!module_) {
-    module_ = std::make_unique<Module>(compile_cubin(gemv_source(), device_.arch()).code);
-  }
   long long rows = n, vecs = k / per_vec, ld_bytes = ldw * b_size;
   void* args[] = {&x, &w, &c_data, &rows, &vecs, &ld_bytes};
-  const int64_t blocks = std::min<int64_t>((n + kRowsPerBlock - 1) / kRowsPerBlock,
-                                           int64_t{device_.multiprocessors()} * 64);
-  check(cudaLaunchKernel(module_->kernel(name), dim3(static_cast<unsigned>(blocks)),
-                         dim3(32 * kWarpsPerBlock), args, 0, device_.stream()),
-        "launching the one-row product");
+  auto launch = [&](const GemvShape& s) {
+    const Module& code = s == kGemvShapes[0] && !every_shape_ ? *module(false) : *module(true);
+    const int64_t per_block = s.warps / s.split;
+    const int64_t blocks =
+        std::min<int64_t>((n + per_block - 1) / per_block, int64_t{device_.multiprocessors()} * 64);
+    check(cudaLaunchKernel(code.kernel(kernel_name(types, s)), dim3(static_cast<unsigned>(blocks)),
+                           dim3(static_cast<unsigned>(32 * s.warps)), args, 0, device_.stream()),
+          "launching the one-row product");
+  };
+  const std::string signature = std::string("gemv ") + types + " n=" + std::to_string(n) +
+                                " k=" + std::to_string(k) + " ldw=" + std::to_string(ldw);
+  auto chosen = shape_of_.find(signature);
+  if (chosen == shape_of_.end()) {
+    // A new matrix shape: its kernel shape is searched, unless the stream is being
+    // captured into a CUDA graph (nothing may wait for it then: the default runs).
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    check(cudaStreamIsCapturing(device_.stream(), &capturing), "cudaStreamIsCapturing");
+    if (capturing != cudaStreamCaptureStatusNone ||
+        searcher_.settings().mode == runtime::SearchMode::Off) {
+      launch(kGemvShapes[0]);
+      return true;
+    }
+    runtime::SearchProblem p;
+    p.signature = signature;
+    for (const GemvShape& s : kGemvShapes)
+      p.candidates.push_back({s.label(), [&, s] { launch(s); }});
+    DeviceTrials trials(device_);
+    // The warps' partial sums meet in another order: an f32 y moves by a few ulps of the
+    // largest terms, a half-precision one by its rounding.
+    trials.judge(p, c_data, static_cast<size_t>(n), a_type, a_type == DType::F32 ? 1e-4 : 2e-2);
+    chosen = shape_of_.emplace(signature, searcher_.choose(p).winner).first;
+  }
+  launch(kGemvShapes[chosen->second]);
   return true;
+}
+
+const Module* Gemv::module(bool every_shape) {
+  std::unique_ptr<Module>& m = every_shape ? every_shape_ : default_shape_;
+  if (!m) {
+    const std::vector<GemvShape> shapes =
+        every_shape ? std::vector<GemvShape>(std::begin(kGemvShapes), std::end(kGemvShapes))
+                    : std::vector<GemvShape>{kGemvShapes[0]};
+    m = std::make_unique<Module>(compile_cubin(gemv_source(shapes), device_.arch()).code);
+  }
+  return m.get();
 }
 
 }  // namespace luminal::cudagen

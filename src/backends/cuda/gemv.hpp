@@ -1,26 +1,43 @@
 // Products with one row, y[N] = x[K] W^T with W[N, K] read along K: a decode step's
 // every projection (private to src/backends/cuda). They are bound by reading W, which
 // cuBLASLt's general kernels do short of the bandwidth; this kernel streams W with
-// 16-byte loads, four warps per output. Its source is compiled by NVRTC on first use, like
-// the generated kernels (cached, no nvcc at build time).
+// 16-byte loads, several warps per output. Its source is compiled by NVRTC on first use,
+// like the generated kernels (cached, no nvcc at build time). Each new matrix shape's
+// kernel shape (warps a block and a row, loads in flight) is searched
+// (runtime/search.hpp).
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backends/cuda/device.hpp"
 #include "backends/cuda/nvrtc.hpp"
 #include "luminal/dtype.hpp"
 #include "luminal/view.hpp"
+#include "runtime/search.hpp"
 
 namespace luminal::cudagen {
 
-/// The kernels' CUDA source (compiled on first use; CI compiles it for sm_90).
-std::string gemv_source();
+/// A kernel shape: warps a block, warps an output row, 16-byte loads in flight a lane.
+struct GemvShape {
+  int warps = 8, split = 4, unroll = 4;
+  bool operator==(const GemvShape&) const = default;
+  std::string label() const;
+};
+
+/// The shapes the search tries; the first is the default (the cost model's pick).
+constexpr GemvShape kGemvShapes[] = {{8, 4, 4}, {8, 2, 4}, {8, 8, 4}, {8, 4, 8},
+                                     {8, 2, 8}, {8, 1, 8}, {4, 4, 4}, {16, 4, 4}};
+
+/// The kernels' CUDA source for `shapes` (compiled on first use; CI compiles it).
+std::string gemv_source(const std::vector<GemvShape>& shapes);
 
 class Gemv {
  public:
-  explicit Gemv(const Device& device) : device_(device) {}
+  /// Searches new matrix shapes' kernel shapes with `searcher` (the executable's).
+  Gemv(const Device& device, runtime::Searcher& searcher) : device_(device), searcher_(searcher) {}
 
   /// c[1, N] = a[1, K] b[K, N] for MatMul operand views a, b ([batch..., M, K, N], all
   /// batch dims 1, M = 1) over device buffers, a and c of `a_type`, b of `b_type`: both
@@ -31,8 +48,13 @@ class Gemv {
            const void* b_data, DType b_type, void* c_data);
 
  private:
+  // The default shape's kernels, or every shape's (once a search needs them).
+  const Module* module(bool every_shape);
+
   const Device& device_;
-  std::unique_ptr<Module> module_;  // loaded on first use
+  runtime::Searcher& searcher_;
+  std::unique_ptr<Module> default_shape_, every_shape_;  // loaded on first use
+  std::map<std::string, size_t> shape_of_;  // by the product's signature: kGemvShapes' index
 };
 
 }  // namespace luminal::cudagen

@@ -1,0 +1,75 @@
+// Candidates judged on the device (see device_trials.hpp).
+#include "backends/cuda/device_trials.hpp"
+
+#include <cublasLt.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "luminal/buffer.hpp"
+
+namespace luminal::cudagen {
+
+std::string search_context(const Device& device) {
+  int driver = 0;
+  cudaDriverGetVersion(&driver);
+  return device.name() + " " + device.arch() + " x" + std::to_string(device.multiprocessors()) +
+         ", cuBLASLt " + std::to_string(cublasLtGetVersion()) + ", driver " +
+         std::to_string(driver);
+}
+
+DeviceTrials::DeviceTrials(const Device& device) : device_(device) {
+  check(cudaEventCreate(&start_), "cudaEventCreate");
+  check(cudaEventCreate(&stop_), "cudaEventCreate");
+}
+
+DeviceTrials::~DeviceTrials() {
+  if (start_) cudaEventDestroy(start_);
+  if (stop_) cudaEventDestroy(stop_);
+}
+
+std::vector<float> DeviceTrials::read_back() const {
+  Buffer host(type_, numel_);
+  device_.synchronize();
+  check(cudaMemcpy(host.data(), out_, host.bytes(), cudaMemcpyDeviceToHost),
+        "reading a candidate's output back");
+  return host.to_f32();
+}
+
+double DeviceTrials::time(const runtime::SearchCandidate& c) {
+  if (flush_.bytes() == 0) {  // (not for a winner found in the cache)
+    int l2 = 0;
+    check(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device_.ordinal()),
+          "reading the L2 size");
+    flush_ = DeviceBuffer(2 * static_cast<size_t>(std::max(l2, 1 << 20)));
+  }
+  check(cudaMemsetAsync(flush_.data(), 0, flush_.bytes(), device_.stream()), "emptying the L2");
+  check(cudaEventRecord(start_, device_.stream()), "cudaEventRecord");
+  c.run();
+  check(cudaEventRecord(stop_, device_.stream()), "cudaEventRecord");
+  check(cudaEventSynchronize(stop_), "timing a candidate");
+  float ms = 0;
+  check(cudaEventElapsedTime(&ms, start_, stop_), "cudaEventElapsedTime");
+  return ms * 1e-3;
+}
+
+void DeviceTrials::judge(runtime::SearchProblem& p, const void* out, size_t numel, DType type,
+                         double tolerance) {
+  out_ = out, numel_ = numel, type_ = type, tolerance_ = tolerance;
+  p.keep_reference = [this] { reference_ = read_back(); };
+  p.mismatch = [this]() -> std::string {
+    const std::vector<float> got = read_back();
+    double scale = 0;
+    for (float x : reference_) scale = std::max(scale, static_cast<double>(std::fabs(x)));
+    for (size_t i = 0; i < numel_; ++i) {
+      const double diff = std::fabs(static_cast<double>(got[i]) - reference_[i]);
+      if (!(diff <= tolerance_ * scale) && !(std::isnan(got[i]) && std::isnan(reference_[i])))
+        return "element " + std::to_string(i) + " is " + std::to_string(got[i]) + ", the pick's " +
+               std::to_string(reference_[i]);
+    }
+    return "";
+  };
+  p.time = [this](const runtime::SearchCandidate& c) { return time(c); };
+}
+
+}  // namespace luminal::cudagen

@@ -1,0 +1,49 @@
+// Judging a kernel's candidates on the device for the search (private to
+// src/backends/cuda; runtime/search.hpp): what a winner depends on, runs timed by events
+// with the L2 cache emptied first, and outputs read back and compared.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/device.hpp"
+#include "luminal/dtype.hpp"
+#include "runtime/search.hpp"
+
+namespace luminal::cudagen {
+
+/// What fixes a winner besides the kernel: the GPU (name, architecture, SMs), the driver
+/// and cuBLASLt.
+std::string search_context(const Device& device);
+
+class DeviceTrials {
+ public:
+  explicit DeviceTrials(const Device& device);
+  ~DeviceTrials();
+  DeviceTrials(const DeviceTrials&) = delete;
+  DeviceTrials& operator=(const DeviceTrials&) = delete;
+
+  /// Gives `p` its reference, comparison and timer for an output of `numel` elements of
+  /// `type` at device address `out`: a candidate matches where no element is further
+  /// from the reference's than `tolerance` times the reference's largest magnitude (NaN
+  /// only where the reference has NaN). Each timed run follows a write of twice the L2
+  /// cache, so what the kernel reads comes from memory, as in a model's run.
+  void judge(runtime::SearchProblem& p, const void* out, size_t numel, DType type,
+             double tolerance);
+
+ private:
+  std::vector<float> read_back() const;
+  double time(const runtime::SearchCandidate& c);
+
+  const Device& device_;
+  const void* out_ = nullptr;
+  size_t numel_ = 0;
+  DType type_ = DType::F32;
+  double tolerance_ = 0;
+  std::vector<float> reference_;
+  DeviceBuffer flush_;
+  cudaEvent_t start_ = nullptr, stop_ = nullptr;
+};
+
+}  // namespace luminal::cudagen
