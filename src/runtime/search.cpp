@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -88,6 +89,18 @@ SearchSettings search_settings_from_env() {
     s.budget_seconds = v;
   }
   return s;
+}
+
+std::string output_mismatch(const float* got, const std::vector<float>& reference,
+                            double tolerance) {
+  double scale = 0;
+  for (float x : reference) scale = std::max(scale, static_cast<double>(std::fabs(x)));
+  for (size_t i = 0; i < reference.size(); ++i)
+    if (!(std::fabs(static_cast<double>(got[i]) - reference[i]) <= tolerance * scale) &&
+        !(std::isnan(got[i]) && std::isnan(reference[i])))
+      return "element " + std::to_string(i) + " is " + std::to_string(got[i]) + ", the pick's " +
+             std::to_string(reference[i]);
+  return "";
 }
 
 Searcher::Searcher(std::string context, SearchSettings settings)

@@ -79,6 +79,12 @@ struct SearchResult {
   std::vector<SearchTrial> trials;
 };
 
+/// How a candidate's output differs from the reference's: "" where every element is
+/// within `tolerance` times the reference's largest magnitude (NaN only where the
+/// reference has NaN), else the first element that is not (for SearchProblem::mismatch).
+std::string output_mismatch(const float* got, const std::vector<float>& reference,
+                            double tolerance);
+
 class Searcher {
  public:
   /// `context`: what else fixes a winner (device name and architecture, driver or

@@ -2,6 +2,7 @@
 // primitive ops over random views, errors, the kernel cache and dynamic dims.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -19,13 +20,62 @@
 #include "testing/matmul_layouts.hpp"
 #include "testing/random_graph.hpp"
 #include "testing/row_ops.hpp"
+#include "testing/run_outputs.hpp"
+#include "testing/scoped_env.hpp"
 
 namespace luminal {
 namespace {
 
 namespace fs = std::filesystem;
 
-TEST(Cpu, MatMulsMatchTheReference) { testing::expect_matmuls_match_reference(cpu()); }
+// f32 products of a few tens of rows: the few-rows kernel and BLAS are both timed, the
+// output (whichever won) matches the reference, and a second compile takes the winner
+// from the cache. Small products and one-row products are not searched.
+TEST(Cpu, ProductsOfAFewTensOfRowsSearchTheKernel) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("luminal-cpu-search-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  const testing::ScopedEnv cache("LUMINAL_CACHE_DIR", dir.c_str());
+  const testing::ScopedEnv log("LUMINAL_LOG", "info");
+  const testing::ScopedEnv mode("LUMINAL_SEARCH", "fast");
+  std::mt19937 rng(5);
+  const std::vector<float> av = testing::uniform_floats(rng, 24 * 1024);
+  const std::vector<float> wv = testing::uniform_floats(rng, 512 * 1024);
+  const std::vector<float> sv = testing::uniform_floats(rng, 24 * 64);
+  for (const std::string pass : {"searched", "cached"}) {
+    Graph cx;
+    Tensor a = cx.named_tensor("a", {24, 1024});
+    Tensor w = cx.named_tensor("w", {512, 1024});
+    Tensor small = cx.named_tensor("small", {24, 64});
+    a.set(av);
+    w.set(wv);
+    small.set(sv);
+    const Tensor y = a.matmul(w.permute({1, 0})).retrieve();          // 12.6M multiply-adds
+    const Tensor z = small.matmul(small.permute({1, 0})).retrieve();  // 37k: not searched
+    const auto want = testing::run_outputs(cx, reference(), {y, z});
+    ::testing::internal::CaptureStderr();
+    const auto got = testing::run_outputs(cx, cpu(), {y, z});
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_NE(err.find("luminal: search matmul f32 m=24 k=1024 n=512"), std::string::npos)
+        << pass << ":\n"
+        << err;
+    EXPECT_NE(err.find(pass == "searched" ? "the cost model's pick" : "(cached)"),
+              std::string::npos)
+        << pass << ":\n"
+        << err;
+    EXPECT_EQ(err.find("m=24 k=64"), std::string::npos) << err;
+    EXPECT_EQ(err.find("is wrong"), std::string::npos) << err;
+    for (size_t o = 0; o < 2; ++o)
+      for (size_t i = 0; i < got[o].size(); ++i)
+        ASSERT_NEAR(got[o][i], want[o][i], 1e-4 * (1 + std::fabs(want[o][i])))
+            << pass << " output " << o;
+  }
+  fs::remove_all(dir);
+}
+
+TEST(Cpu, MatMulsMatchTheReference) {
+  testing::expect_matmuls_match_reference(cpu());
+}
 
 TEST(Cpu, OneRowProductsMatchTheReference) {
   testing::expect_one_row_products_match_reference(cpu());
@@ -39,7 +89,9 @@ TEST(Cpu, F32ByF16ProductsMatchTheReference) {
   testing::expect_f32_by_f16_products_match_reference(cpu());
 }
 
-TEST(Cpu, RowOpsMatchTheReference) { testing::expect_row_ops_match_reference(cpu()); }
+TEST(Cpu, RowOpsMatchTheReference) {
+  testing::expect_row_ops_match_reference(cpu());
+}
 
 TEST(Cpu, RandomGraphsMatchTheReference) {
   testing::expect_random_graphs_match_reference(cpu());

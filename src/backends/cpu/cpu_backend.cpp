@@ -14,6 +14,7 @@
 #include "backends/cpu/codegen.hpp"
 #include "backends/cpu/gemm.hpp"
 #include "backends/cpu/jit.hpp"
+#include "backends/cpu/machine.hpp"
 #include "backends/cpu/prefetch_tuning.hpp"
 #include "backends/cpu/qgemm.hpp"
 #include "backends/cpu/simd.hpp"
@@ -30,6 +31,7 @@
 #include "runtime/liveness.hpp"
 #include "runtime/program.hpp"
 #include "runtime/resolved_views.hpp"
+#include "runtime/search.hpp"
 
 namespace luminal {
 namespace {
@@ -482,7 +484,7 @@ class CpuExecutable final : public Executable {
       const float* a = bufs[0]->span<float>().data();
       if (bufs[1]->dtype() == DType::F32)
         return cpugen::matmul_f32(views[0], a, views[1], bufs[1]->span<float>().data(),
-                                  out.span<float>().data());
+                                  out.span<float>().data(), &product_choices_);
       if (bufs[1]->dtype() == DType::F16)
         return cpugen::matmul_f32_f16(views[0], a, views[1],
                                       static_cast<const uint16_t*>(bufs[1]->data()),
@@ -493,7 +495,7 @@ class CpuExecutable final : public Executable {
         bufs[0]->dtype() == n.dtype && bufs[1]->dtype() == n.dtype) {
       const std::vector<float> a = bufs[0]->to_f32(), b = bufs[1]->to_f32();
       std::vector<float> c(out.numel());
-      cpugen::matmul_f32(views[0], a.data(), views[1], b.data(), c.data());
+      cpugen::matmul_f32(views[0], a.data(), views[1], b.data(), c.data(), &product_choices_);
       for (size_t i = 0; i < c.size(); ++i) out.set_f64(i, c[i]);
       return;
     }
@@ -600,6 +602,9 @@ class CpuExecutable final : public Executable {
   CpuOptions options_;
   compiler::Optimized program_;
   compiler::KernelPlan plan_;
+  // Few-rows kernel or BLAS for products of a few tens of rows, searched per shape.
+  runtime::Searcher searcher_{cpugen::cpu_search_context(), runtime::search_settings_from_env()};
+  cpugen::ProductChoices product_choices_{searcher_};
   std::map<std::string, Variant> variants_;  // by the dims fixed to 1: "" is the generic code
   RunStats stats_;
 };

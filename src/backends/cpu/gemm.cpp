@@ -5,6 +5,9 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
+#include <functional>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -197,23 +200,28 @@ void few_rows(const Folded& f, const float* a, const BT* b, float* c) {
   add_partials(partial, threads, m * n, c);
 }
 
-// Products with no output, an empty sum, or few enough rows for few_rows; false leaves
-// the product to the caller.
+// Products with no output, an empty sum, or (`few`) rows for few_rows; false leaves the
+// product to the caller.
 template <class BT>
 bool empty_or_few_rows(const ConcreteView& a, const float* ad, const ConcreteView& b, const BT* bd,
-                       const Folded& f, float* out) {
+                       const Folded& f, float* out, bool few) {
   const int64_t size = f.m * f.n;  // of one batch entry's output
   if (size == 0) return true;
   if (f.k == 0) {
     std::fill(out, out + f.batch * size, 0.0f);
     return true;
   }
-  if (f.m > kFewRows) return false;
+  if (!few) return false;
   for_each_batch(a, b, f, [&](int64_t bi, int64_t oa, int64_t ob) {
     few_rows(f, ad + oa, bd + ob, out + bi * size);
   });
   return true;
 }
+
+// Rows up to which f32 products are searched, and the multiply-adds below which they are
+// not (the choice then costs more than it can save).
+constexpr int64_t kSearchedRows = 64;
+constexpr int64_t kSearchedMultiplyAdds = 1 << 20;
 
 }  // namespace
 
@@ -248,14 +256,47 @@ void sgemm_columns(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n,
   }
 }
 
+bool ProductChoices::few_rows(const std::string& signature, bool pick,
+                              const std::function<void()>& few, const std::function<void()>& blas,
+                              float* out, size_t numel) {
+  if (const auto it = chosen_.find(signature); it != chosen_.end()) return it->second;
+  runtime::SearchProblem p;
+  p.signature = signature;
+  p.candidates = {{pick ? "few rows" : "blas", pick ? few : blas},
+                  {pick ? "blas" : "few rows", pick ? blas : few}};
+  std::vector<float> reference;
+  p.keep_reference = [&] { reference.assign(out, out + numel); };
+  // Another order of summation: a few ulps of the largest terms.
+  p.mismatch = [&] { return runtime::output_mismatch(out, reference, 1e-4); };
+  const size_t winner = searcher_.choose(p).winner;
+  return chosen_[signature] = winner == 0 ? pick : !pick;
+}
+
 void matmul_f32(const ConcreteView& a, const float* ad, const ConcreteView& b, const float* bd,
-                float* out) {
+                float* out, ProductChoices* choices) {
   const Folded f = fold(a, b);
-  if (empty_or_few_rows(a, ad, b, bd, f, out)) return;
   const int64_t m = f.m, k = f.k, n = f.n;
   CBLAS_TRANSPOSE ta = CblasNoTrans, tb = CblasNoTrans;
   int64_t lda = 1, ldb = 1;
   const bool blas = layout(m, k, f.sam, f.sak, ta, lda) && layout(k, n, f.sbk, f.sbn, tb, ldb);
+  bool few = m <= kFewRows;
+  if (choices && blas && m > 1 && m <= kSearchedRows &&
+      m * n * k * f.batch >= kSearchedMultiplyAdds) {
+    const std::string signature = "matmul f32 m=" + std::to_string(m) + " k=" + std::to_string(k) +
+                                  " n=" + std::to_string(n) + " batch=" + std::to_string(f.batch) +
+                                  " a(" + std::to_string(f.sam) + "," + std::to_string(f.sak) +
+                                  ") b(" + std::to_string(f.sbk) + "," + std::to_string(f.sbn) +
+                                  ")";
+    few = choices->few_rows(
+        signature, few, [&] { empty_or_few_rows(a, ad, b, bd, f, out, true); },
+        [&] {
+          for_each_batch(a, b, f, [&](int64_t bi, int64_t oa, int64_t ob) {
+            sgemm_columns(ta, tb, m, n, k, ad + oa, lda, bd + ob, ldb, f.sbn, out + bi * m * n, n);
+          });
+        },
+        out, static_cast<size_t>(f.batch * m * n));
+  }
+  if (empty_or_few_rows(a, ad, b, bd, f, out, few)) return;
   for_each_batch(a, b, f, [&](int64_t bi, int64_t oa, int64_t ob) {
     float* c = out + bi * m * n;
     if (blas) return sgemm_columns(ta, tb, m, n, k, ad + oa, lda, bd + ob, ldb, f.sbn, c, n);
@@ -271,7 +312,8 @@ void matmul_f32(const ConcreteView& a, const float* ad, const ConcreteView& b, c
 
 void matmul_f32_f16(const ConcreteView& a, const float* ad, const ConcreteView& b,
                     const uint16_t* bd, float* out) {
-  if (empty_or_few_rows(a, ad, b, bd, fold(a, b), out)) return;
+  const Folded f = fold(a, b);
+  if (empty_or_few_rows(a, ad, b, bd, f, out, f.m <= kFewRows)) return;
   // Many rows (a prompt): the product is compute-bound, so B's span is widened to f32
   // once and multiplied through BLAS.
   const auto range = b.physical_range();

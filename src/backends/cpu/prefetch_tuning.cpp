@@ -11,10 +11,11 @@
 #include <string>
 #include <utility>
 
-#include "runtime/env.hpp"
-#include "runtime/kernel_cache.hpp"
+#include "backends/cpu/machine.hpp"
 #include "luminal/error.hpp"
 #include "luminal/hash.hpp"
+#include "runtime/env.hpp"
+#include "runtime/kernel_cache.hpp"
 
 namespace luminal::cpugen {
 namespace {
@@ -30,14 +31,7 @@ double median(std::vector<double> v) {
 
 // One file per kind of product, CPU model and thread count in the kernel cache directory.
 std::string remembered_path(const char* kind) {
-  std::string cpu = "unknown cpu";
-  std::ifstream info("/proc/cpuinfo");
-  for (std::string line; std::getline(info, line);)
-    if (line.rfind("model name", 0) == 0) {
-      cpu = line.substr(line.find(':') + 1);
-      break;
-    }
-  const std::string key = cpu + " x " + std::to_string(omp_get_max_threads());
+  const std::string key = cpu_model() + " x " + std::to_string(omp_get_max_threads());
   char name[64];
   std::snprintf(name, sizeof name, "prefetch-%s-%016llx", kind,
                 static_cast<unsigned long long>(hash_bytes(key)));

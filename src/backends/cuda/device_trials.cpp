@@ -4,7 +4,6 @@
 #include <cublasLt.h>
 
 #include <algorithm>
-#include <cmath>
 
 #include "luminal/buffer.hpp"
 
@@ -57,17 +56,8 @@ void DeviceTrials::judge(runtime::SearchProblem& p, const void* out, size_t nume
                          double tolerance) {
   out_ = out, numel_ = numel, type_ = type, tolerance_ = tolerance;
   p.keep_reference = [this] { reference_ = read_back(); };
-  p.mismatch = [this]() -> std::string {
-    const std::vector<float> got = read_back();
-    double scale = 0;
-    for (float x : reference_) scale = std::max(scale, static_cast<double>(std::fabs(x)));
-    for (size_t i = 0; i < numel_; ++i) {
-      const double diff = std::fabs(static_cast<double>(got[i]) - reference_[i]);
-      if (!(diff <= tolerance_ * scale) && !(std::isnan(got[i]) && std::isnan(reference_[i])))
-        return "element " + std::to_string(i) + " is " + std::to_string(got[i]) + ", the pick's " +
-               std::to_string(reference_[i]);
-    }
-    return "";
+  p.mismatch = [this] {
+    return runtime::output_mismatch(read_back().data(), reference_, tolerance_);
   };
   p.time = [this](const runtime::SearchCandidate& c) { return time(c); };
 }
