@@ -14,6 +14,7 @@
 #include "luminal/models/language_model.hpp"
 #include "models/generate_cases.hpp"
 #include "models/json.hpp"
+#include "testing/scoped_env.hpp"
 
 namespace luminal::models {
 namespace {
@@ -28,6 +29,33 @@ TEST_P(Generate, MatchesTransformers) {
 
 INSTANTIATE_TEST_SUITE_P(Forms, Generate, ::testing::ValuesIn(kGenerateForms),
                          [](const auto& info) { return std::string(info.param.name); });
+
+// With int8 activations and CpuOptions::residual_attention_projections, the products
+// next to each attention (queries, keys, values, output) carry the activations'
+// residual term and the rest (feed-forward, the output head) do not: 4 of every
+// layer's 7 quantised products. By default none do.
+TEST(Generate, AttentionProjectionsCarryTheResidualTermWhenAsked) {
+  Graph g;
+  const std::string summary = open_language_model(kDir + "llama.gguf", g).summary;
+  const size_t at = summary.find(" layers");
+  ASSERT_NE(at, std::string::npos) << summary;
+  const int layers = std::stoi(summary.substr(summary.rfind(' ', at - 1) + 1));
+  const testing::ScopedEnv log("LUMINAL_LOG", "info");
+  for (const bool asked : {false, true}) {
+    ::testing::internal::CaptureStderr();
+    TextGenerator gen(kDir + "llama.gguf",
+                      CpuBackend(CpuOptions{.residual_attention_projections = asked}));
+    gen.greedy_ids(gen.encode("Hello"), 2);
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    const std::string want =
+        "residual int8 term on " + std::to_string(asked ? 4 * layers : 0) + " of ";
+    const size_t line = err.find(want);
+    ASSERT_NE(line, std::string::npos) << want << " missing from:\n" << err;
+    const int products = std::stoi(err.substr(line + want.size()));
+    EXPECT_GE(products, 7 * layers);
+    EXPECT_LE(products, 7 * layers + 1);  // the output head, where it is quantised
+  }
+}
 
 // The message of the error opening `path` raises.
 std::string open_error(const std::string& path) {
@@ -73,16 +101,21 @@ TEST(OpenLanguageModel, ConfigThatLiesIsRefusedBeforeBuilding) {
     std::ofstream(dir / "config.json") << c;
     return open_error(dir.string());
   };
-  EXPECT_NE(with("\"num_attention_heads\": 4", "\"num_attention_heads\": 0").find("num_attention_heads 0"),
+  EXPECT_NE(with("\"num_attention_heads\": 4", "\"num_attention_heads\": 0")
+                .find("num_attention_heads 0"),
             std::string::npos);
-  EXPECT_NE(with("\"num_hidden_layers\": 2", "\"num_hidden_layers\": 1000000").find("num_hidden_layers is 1000000"),
+  EXPECT_NE(with("\"num_hidden_layers\": 2", "\"num_hidden_layers\": 1000000")
+                .find("num_hidden_layers is 1000000"),
             std::string::npos);
-  EXPECT_NE(with("\"vocab_size\": 600", "\"vocab_size\": 100").find("more than the model's vocab_size 100"),
+  EXPECT_NE(with("\"vocab_size\": 600", "\"vocab_size\": 100")
+                .find("more than the model's vocab_size 100"),
             std::string::npos);
-  EXPECT_NE(with("\"rope_theta\": 10000.0", "\"rope_parameters\": {\"rope_type\": \"linear\", \"factor\": 2, \"mscale\": 1}")
+  EXPECT_NE(with("\"rope_theta\": 10000.0",
+                 "\"rope_parameters\": {\"rope_type\": \"linear\", \"factor\": 2, \"mscale\": 1}")
                 .find("rope_parameters.mscale"),
             std::string::npos);
-  EXPECT_NE(with("\"rope_scaling\": null", "\"rope_scaling\": {\"rope_type\": \"longrope\"}").find("longrope"),
+  EXPECT_NE(with("\"rope_scaling\": null", "\"rope_scaling\": {\"rope_type\": \"longrope\"}")
+                .find("longrope"),
             std::string::npos);
   std::filesystem::remove_all(dir);
 }
@@ -107,7 +140,8 @@ TEST(OpenLanguageModel, GgufThatLiesIsRefusedBeforeBuilding) {
   std::string patched = original.substr(at, key.size() + 8);
   const uint32_t big = 1000000;
   std::memcpy(patched.data() + key.size() + 4, &big, 4);
-  EXPECT_NE(with(original.substr(at, key.size() + 8), patched).find("llama.block_count says 1000000 layers"),
+  EXPECT_NE(with(original.substr(at, key.size() + 8), patched)
+                .find("llama.block_count says 1000000 layers"),
             std::string::npos);
   // Two tensors of the same name: rename blk.1's attention norm to blk.0's.
   EXPECT_NE(with("blk.1.attn_norm.weight", "blk.0.attn_norm.weight").find("appears twice"),

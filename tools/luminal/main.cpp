@@ -55,6 +55,9 @@ constexpr const char* kChatUsage =
     "  --residual-activations\n"
     "                      a second int8 term for each activation's rounding error:\n"
     "                      the f32-activation model's outputs, decode 3-7% slower\n"
+    "  --residual-attention\n"
+    "                      that term for the attention's projections only (queries,\n"
+    "                      keys, values, output): most of its fidelity, less cost\n"
     "  --search MODE       time equivalent kernels on this machine and keep the fastest:\n"
     "                      off, fast (default) or full; winners are cached\n"
     "  --search-budget S   seconds the search may spend timing (default 10; full: 120)\n"
@@ -84,6 +87,9 @@ constexpr const char* kGenerateUsage =
     "  --residual-activations\n"
     "                      a second int8 term for each activation's rounding error:\n"
     "                      the f32-activation model's outputs, decode 3-7% slower\n"
+    "  --residual-attention\n"
+    "                      that term for the attention's projections only (queries,\n"
+    "                      keys, values, output): most of its fidelity, less cost\n"
     "  --search MODE       time equivalent kernels on this machine and keep the fastest:\n"
     "                      off, fast (default) or full; winners are cached\n"
     "  --search-budget S   seconds the search may spend timing (default 10; full: 120)\n"
@@ -103,7 +109,7 @@ struct Options {
   int64_t max_tokens = 32;
   luminal::models::SamplingOptions sampling;
   luminal::DType kv_cache = luminal::DType::F16;
-  bool residual_activations = false;
+  bool residual_activations = false, residual_attention = false;
 };
 
 // Parses the options both commands share; `usage` is printed for --help.
@@ -143,6 +149,8 @@ Options parse(int argc, char** argv, const char* usage, bool chat) {
       o.device = value();
     } else if (a == "--residual-activations") {
       o.residual_activations = true;
+    } else if (a == "--residual-attention") {
+      o.residual_attention = true;
     } else if (a == "--kv-cache") {
       const std::string t = value();
       if (t != "f32" && t != "f16") usage_error("--kv-cache must be f32 or f16, got '" + t + "'");
@@ -166,9 +174,14 @@ const luminal::Backend& backend_for(const Options& o) {
   static const luminal::CpuBackend cpu_backend;
   static const luminal::CpuBackend residual_backend(
       luminal::CpuOptions{.residual_activations = true});
+  static const luminal::CpuBackend attention_backend(
+      luminal::CpuOptions{.residual_attention_projections = true});
   static const luminal::ReferenceBackend ref_backend;
   static const luminal::CudaBackend cuda_backend;
-  if (o.device == "cpu") return o.residual_activations ? residual_backend : cpu_backend;
+  if (o.device == "cpu")
+    return o.residual_activations ? residual_backend
+           : o.residual_attention ? attention_backend
+                                  : cpu_backend;
   if (o.device == "cuda") return cuda_backend;
   return ref_backend;
 }

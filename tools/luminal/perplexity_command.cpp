@@ -36,6 +36,7 @@ constexpr const char* kUsage =
     "                        `generate` uses (int8 activations, f16 KV cache)\n"
     "  --residual-activations  the fast kernels with a second int8 term for each\n"
     "                        activation's rounding error (generate --help)\n"
+    "  --residual-attention  that term for the attention's projections only\n"
     "  --decode              score through one-token decode steps, as `generate` runs\n"
     "                        (each window's first half as the prompt): the decode\n"
     "                        kernels' numbers; slower\n"
@@ -55,7 +56,7 @@ constexpr const char* kUsage =
 struct Options {
   std::string model, file, save_base, kl_base, device = "cpu";
   models::PerplexityOptions run;
-  bool exact = false, residual = false;
+  bool exact = false, residual = false, residual_attention = false;
   std::string kv_cache;  // empty: f32 with --exact, else f16
 };
 
@@ -88,6 +89,8 @@ Options parse(int argc, char** argv) {
       o.exact = true;
     } else if (a == "--residual-activations") {
       o.residual = true;
+    } else if (a == "--residual-attention") {
+      o.residual_attention = true;
     } else if (a == "--decode") {
       o.run.decode = true;
     } else if (a == "--kv-cache") {
@@ -120,7 +123,8 @@ class ProgressBar {
  public:
   void operator()(int64_t done, int64_t total) {
     const double seconds = std::chrono::duration<double>(Clock::now() - start_).count();
-    const double left = done > 0 ? seconds / static_cast<double>(done) * static_cast<double>(total - done) : 0;
+    const double left =
+        done > 0 ? seconds / static_cast<double>(done) * static_cast<double>(total - done) : 0;
     const int width = 30, filled = static_cast<int>(width * done / total);
     if (!tty_ && done != total && done * 10 / total == (done - 1) * 10 / total) return;
     std::fprintf(stderr, "%s[%s%s] %lld/%lld windows, %.0f s, %.0f s left%s", tty_ ? "\r" : "",
@@ -147,14 +151,16 @@ int perplexity(int argc, char** argv) {
     const std::string text{std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
     std::optional<models::PerplexityBase> base;
     if (!o.kl_base.empty()) base = models::PerplexityBase::load(o.kl_base);
-    const CpuBackend cpu(CpuOptions{.int8_activations = !o.exact, .residual_activations = o.residual});
+    const CpuBackend cpu(CpuOptions{.int8_activations = !o.exact,
+                                    .residual_activations = o.residual,
+                                    .residual_attention_projections = o.residual_attention});
     const ReferenceBackend reference;
     const CudaBackend cuda;
     const Backend& backend = o.device == "cpu"    ? static_cast<const Backend&>(cpu)
                              : o.device == "cuda" ? static_cast<const Backend&>(cuda)
                                                   : reference;
-    std::fprintf(stderr, "loading and compiling %s for %s%s...\n", o.model.c_str(), backend.name().c_str(),
-                 o.exact ? " (exact)" : "");
+    std::fprintf(stderr, "loading and compiling %s for %s%s...\n", o.model.c_str(),
+                 backend.name().c_str(), o.exact ? " (exact)" : "");
     models::PerplexityRunner runner(o.model, backend, o.run);
     models::PerplexityBase keep;
     ProgressBar bar;
@@ -163,7 +169,11 @@ int perplexity(int argc, char** argv) {
         o.save_base.empty() ? nullptr : &keep);
     if (!o.save_base.empty()) keep.save(o.save_base);
     std::printf("model: %s (%s%s)\n", o.model.c_str(),
-                o.exact ? "exact" : o.residual ? "fast kernels, residual activations" : "fast kernels",
+                o.exact      ? "exact"
+                : o.residual ? "fast kernels, residual activations"
+                : o.residual_attention
+                    ? "fast kernels, residual term on the attention's projections"
+                    : "fast kernels",
                 o.run.decode ? ", decode steps" : "");
     std::printf("text: %s, %lld windows of %lld tokens, %lld tokens scored\n", o.file.c_str(),
                 static_cast<long long>(r.windows), static_cast<long long>(o.run.ctx),

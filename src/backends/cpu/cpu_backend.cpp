@@ -193,6 +193,7 @@ class CpuExecutable final : public Executable {
     const compiler::QMatMulOp* qmatmul = nullptr;
     const compiler::AttentionOp* attention = nullptr;
     uint32_t joined = 0, joined_end = 0;  // later QMatMuls run with this one, in joined_
+    bool residual = false;                // a QMatMul with the activations' residual int8 term
   };
   std::vector<Step> steps_;
   std::vector<Operand> operands_;
@@ -244,8 +245,77 @@ class CpuExecutable final : public Executable {
     views_.resize(plan_.kernels.size());
     values_.resize(plan_.kernels.size());
     checked_version_.assign(g.num_nodes(), 0);
+    size_t products = 0, residual = 0;
+    for (size_t k = 0; k < plan_.kernels.size(); ++k) {
+      Step& step = steps_[k];
+      step.residual = step.qmatmul && options_.int8_activations &&
+                      (options_.residual_activations ||
+                       (options_.residual_attention_projections && attention_projection(k)));
+      products += step.qmatmul != nullptr;
+      residual += step.residual;
+    }
+    if (products > 0 && runtime::env_has("LUMINAL_LOG", "info"))
+      std::fprintf(stderr,
+                   "luminal cpu: the activations' residual int8 term on %zu of %zu quantised "
+                   "products%s\n",
+                   residual, products,
+                   !options_.residual_activations && options_.residual_attention_projections
+                       ? " (those next to an attention)"
+                       : "");
     join_products();
   }
+
+  // Whether QMatMul kernel k feeds an attention (queries, keys, values) or reads its
+  // output, within a few ops that are not products (rotary embeddings, norms, casts, the
+  // KV cache's append, reshapes).
+  bool attention_projection(size_t k) const {
+    const Graph& g = *program_.graph;
+    auto is_attention = [&](NodeId n) {
+      const Node& node = g.node(n);
+      return node.op == Op::Custom &&
+             dynamic_cast<const compiler::AttentionOp*>(node.custom.get()) != nullptr;
+    };
+    auto is_product = [&](const Node& node) {
+      return node.op == Op::Custom &&
+             (dynamic_cast<const compiler::QMatMulOp*>(node.custom.get()) ||
+              dynamic_cast<const compiler::MatMulOp*>(node.custom.get()));
+    };
+    constexpr int kHops = 8;
+    const NodeId root = plan_.kernels[k].root;
+    // Backwards from the activations, through ops of one input.
+    NodeId x = plan_.canon(g.node(root).inputs[0].source);
+    for (int hop = 0; hop < kHops; ++hop) {
+      if (is_attention(x)) return true;
+      const Node& node = g.node(x);
+      if (node.inputs.size() != 1 || is_product(node)) break;
+      x = plan_.canon(node.inputs[0].source);
+    }
+    // Forwards from the output, breadth first.
+    std::vector<NodeId> frontier{root};
+    for (int hop = 0; hop < kHops && !frontier.empty(); ++hop) {
+      std::vector<NodeId> next;
+      for (NodeId n : frontier)
+        for (NodeId user : users_of(n)) {
+          if (is_attention(user)) return true;
+          if (!is_product(g.node(user))) next.push_back(user);
+        }
+      frontier = std::move(next);
+    }
+    return false;
+  }
+
+  // The nodes reading `n` (built once).
+  const std::vector<NodeId>& users_of(NodeId n) const {
+    if (users_.empty()) {
+      const Graph& g = *program_.graph;
+      users_.resize(g.num_nodes());
+      for (uint32_t i = 0; i < g.num_nodes(); ++i)
+        for (const Edge& e : g.node(NodeId{i}).inputs)
+          users_[plan_.canon(e.source).value].push_back(NodeId{i});
+    }
+    return users_[n.value];
+  }
+  mutable std::vector<std::vector<NodeId>> users_;
 
   // Whether a QMatMul runs on interleaved weights (qmatmul_interleaved).
   bool interleaved_product(const Node& n) const {
@@ -509,7 +579,7 @@ class CpuExecutable final : public Executable {
                       options_.int8_activations,
                       interleaved_weights(user, plan_.canon(n.inputs[1].source), *bufs[1],
                                           step.qmatmul->format, w[0], w[1]),
-                      options_.residual_activations);
+                      step.residual);
       return;
     }
     // Attention over f32 or f16 keys and values; half-precision queries are widened and
@@ -567,7 +637,7 @@ class CpuExecutable final : public Executable {
       outs.push_back(allocate(steps_[j].dtype, numel_of(user, j)));
       products.push_back({wj, outs.back().span<float>().data()});
     }
-    cpugen::qmatmul_group(views[0], activations, products, options_.residual_activations);
+    cpugen::qmatmul_group(views[0], activations, products, steps_[k].residual);
     for (uint32_t i = steps_[k].joined; i < steps_[k].joined_end; ++i)
       values_[joined_[i]] = std::move(outs[i - steps_[k].joined]);
     return true;
