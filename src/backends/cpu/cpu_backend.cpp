@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 #include <unordered_map>
+#include <unordered_set>
 
 #include <omp.h>
 
@@ -290,14 +291,15 @@ class CpuExecutable final : public Executable {
       if (node.inputs.size() != 1 || is_product(node)) break;
       x = plan_.canon(node.inputs[0].source);
     }
-    // Forwards from the output, breadth first.
+    // Forwards from the output, breadth first, each node once.
     std::vector<NodeId> frontier{root};
+    std::unordered_set<uint32_t> seen{root.value};
     for (int hop = 0; hop < kHops && !frontier.empty(); ++hop) {
       std::vector<NodeId> next;
       for (NodeId n : frontier)
         for (NodeId user : users_of(n)) {
           if (is_attention(user)) return true;
-          if (!is_product(g.node(user))) next.push_back(user);
+          if (!is_product(g.node(user)) && seen.insert(user.value).second) next.push_back(user);
         }
       frontier = std::move(next);
     }
