@@ -33,6 +33,22 @@ constexpr const char* kUsage =
     "\n"
     "Run 'luminal <command> --help' for the command's options.\n";
 
+// The options generate and chat share, after their own: a macro, so that each usage
+// stays one string literal.
+#define LUMINAL_SHARED_OPTIONS                                                            \
+  "  --kv-cache TYPE     the KV cache's element type: f16 (default; half the memory)\n"   \
+  "                      or f32\n"                                                        \
+  "  --residual-activations\n"                                                            \
+  "                      a second int8 term for each activation's rounding error:\n"      \
+  "                      the f32-activation model's outputs, decode 3-7% slower\n"        \
+  "  --residual-attention\n"                                                              \
+  "                      that term for the attention's projections only (queries,\n"      \
+  "                      keys, values, output): most of its fidelity, less cost\n"        \
+  "  --search MODE       time equivalent kernels on this machine and keep the fastest:\n" \
+  "                      off, fast (default) or full; winners are cached\n"               \
+  "  --search-budget S   seconds the search may spend timing (default 10; full: 120)\n"   \
+  "  -h, --help          this help\n"
+
 constexpr const char* kChatUsage =
     "usage: luminal chat --model PATH [options]\n"
     "\n"
@@ -50,18 +66,7 @@ constexpr const char* kChatUsage =
     "  --seed S            (default: 0)\n"
     "  --device DEV        cpu (default), cuda (an NVIDIA GPU) or reference\n"
     "  --threads N         CPU threads (default: one per core)\n"
-    "  --kv-cache TYPE     the KV cache's element type: f16 (default; half the memory)\n"
-    "                      or f32\n"
-    "  --residual-activations\n"
-    "                      a second int8 term for each activation's rounding error:\n"
-    "                      the f32-activation model's outputs, decode 3-7% slower\n"
-    "  --residual-attention\n"
-    "                      that term for the attention's projections only (queries,\n"
-    "                      keys, values, output): most of its fidelity, less cost\n"
-    "  --search MODE       time equivalent kernels on this machine and keep the fastest:\n"
-    "                      off, fast (default) or full; winners are cached\n"
-    "  --search-budget S   seconds the search may spend timing (default 10; full: 120)\n"
-    "  -h, --help          this help\n";
+    LUMINAL_SHARED_OPTIONS;
 
 constexpr const char* kGenerateUsage =
     "usage: luminal generate --model PATH [options]\n"
@@ -82,18 +87,7 @@ constexpr const char* kGenerateUsage =
     "  --seed S            random seed for sampling (default: 0)\n"
     "  --device DEV        cpu (default), cuda (an NVIDIA GPU) or reference\n"
     "  --threads N         CPU threads (default: one per core; fewer on a busy machine)\n"
-    "  --kv-cache TYPE     the KV cache's element type: f16 (default; half the memory)\n"
-    "                      or f32\n"
-    "  --residual-activations\n"
-    "                      a second int8 term for each activation's rounding error:\n"
-    "                      the f32-activation model's outputs, decode 3-7% slower\n"
-    "  --residual-attention\n"
-    "                      that term for the attention's projections only (queries,\n"
-    "                      keys, values, output): most of its fidelity, less cost\n"
-    "  --search MODE       time equivalent kernels on this machine and keep the fastest:\n"
-    "                      off, fast (default) or full; winners are cached\n"
-    "  --search-budget S   seconds the search may spend timing (default 10; full: 120)\n"
-    "  -h, --help          this help\n";
+    LUMINAL_SHARED_OPTIONS;
 
 using luminal::cli::check_device;
 using luminal::cli::usage_error;

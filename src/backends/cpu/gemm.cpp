@@ -256,12 +256,15 @@ void sgemm_columns(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n,
   }
 }
 
-bool ProductChoices::few_rows(const std::string& signature, bool pick,
-                              const std::function<void()>& few, const std::function<void()>& blas,
-                              float* out, size_t numel) {
-  if (const auto it = chosen_.find(signature); it != chosen_.end()) return it->second;
+bool ProductChoices::few_rows(const Shape& shape, bool pick, const std::function<void()>& few,
+                              const std::function<void()>& blas, float* out, size_t numel) {
+  if (const auto it = chosen_.find(shape); it != chosen_.end()) return it->second;
   runtime::SearchProblem p;
-  p.signature = signature;
+  const auto& [m, k, n, batch, sam, sak, sbk, sbn] = shape;
+  p.signature = "matmul f32 m=" + std::to_string(m) + " k=" + std::to_string(k) +
+                " n=" + std::to_string(n) + " batch=" + std::to_string(batch) + " a(" +
+                std::to_string(sam) + "," + std::to_string(sak) + ") b(" + std::to_string(sbk) +
+                "," + std::to_string(sbn) + ")";
   p.candidates = {{pick ? "few rows" : "blas", pick ? few : blas},
                   {pick ? "blas" : "few rows", pick ? blas : few}};
   std::vector<float> reference;
@@ -269,7 +272,7 @@ bool ProductChoices::few_rows(const std::string& signature, bool pick,
   // Another order of summation: a few ulps of the largest terms.
   p.mismatch = [&] { return runtime::output_mismatch(out, reference, 1e-4); };
   const size_t winner = searcher_.choose(p).winner;
-  return chosen_[signature] = winner == 0 ? pick : !pick;
+  return chosen_[shape] = winner == 0 ? pick : !pick;
 }
 
 void matmul_f32(const ConcreteView& a, const float* ad, const ConcreteView& b, const float* bd,
@@ -282,13 +285,9 @@ void matmul_f32(const ConcreteView& a, const float* ad, const ConcreteView& b, c
   bool few = m <= kFewRows;
   if (choices && blas && m > 1 && m <= kSearchedRows &&
       m * n * k * f.batch >= kSearchedMultiplyAdds) {
-    const std::string signature = "matmul f32 m=" + std::to_string(m) + " k=" + std::to_string(k) +
-                                  " n=" + std::to_string(n) + " batch=" + std::to_string(f.batch) +
-                                  " a(" + std::to_string(f.sam) + "," + std::to_string(f.sak) +
-                                  ") b(" + std::to_string(f.sbk) + "," + std::to_string(f.sbn) +
-                                  ")";
     few = choices->few_rows(
-        signature, few, [&] { empty_or_few_rows(a, ad, b, bd, f, out, true); },
+        {m, k, n, f.batch, f.sam, f.sak, f.sbk, f.sbn}, few,
+        [&] { empty_or_few_rows(a, ad, b, bd, f, out, true); },
         [&] {
           for_each_batch(a, b, f, [&](int64_t bi, int64_t oa, int64_t ob) {
             sgemm_columns(ta, tb, m, n, k, ad + oa, lda, bd + ob, ldb, f.sbn, out + bi * m * n, n);

@@ -6,9 +6,9 @@
 
 #include <cblas.h>
 
+#include <array>
 #include <functional>
 #include <map>
-#include <string>
 
 #include "luminal/view.hpp"
 #include "runtime/search.hpp"
@@ -32,15 +32,17 @@ void sgemm_columns(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n,
 class ProductChoices {
  public:
   explicit ProductChoices(runtime::Searcher& searcher) : searcher_(searcher) {}
-  /// Whether the product `signature` runs on the few-rows kernel: the remembered choice,
+  /// A product's shape: rows, inner dim, columns, batch, and A's and B's strides.
+  using Shape = std::array<int64_t, 8>;
+  /// Whether the product of `shape` runs on the few-rows kernel: the remembered choice,
   /// else the search's winner between `few` and `blas`, each writing `numel` floats at
   /// `out`, `pick` being the cost model's choice.
-  bool few_rows(const std::string& signature, bool pick, const std::function<void()>& few,
+  bool few_rows(const Shape& shape, bool pick, const std::function<void()>& few,
                 const std::function<void()>& blas, float* out, size_t numel);
 
  private:
   runtime::Searcher& searcher_;
-  std::map<std::string, bool> chosen_;
+  std::map<Shape, bool> chosen_;
 };
 
 /// a and b are [batch..., M, K, N] views (a broadcast along N, b along M) over the raw

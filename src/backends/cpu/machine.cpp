@@ -9,10 +9,14 @@
 namespace luminal::cpugen {
 
 std::string cpu_model() {
-  std::ifstream info("/proc/cpuinfo");
-  for (std::string line; std::getline(info, line);)
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 1);
-  return "unknown cpu";
+  // Read once: every compile asks, and the file is long on machines of many cores.
+  static const std::string model = [] {
+    std::ifstream info("/proc/cpuinfo");
+    for (std::string line; std::getline(info, line);)
+      if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 1);
+    return std::string("unknown cpu");
+  }();
+  return model;
 }
 
 std::string cpu_search_context() {

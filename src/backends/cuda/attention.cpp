@@ -79,12 +79,9 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention(const
   __shared__ long long row_q[LUM_AT_R], row_m[LUM_AT_R], row_o[LUM_AT_R];
   const float kNegInf = __int_as_float(0xff800000);
   const int tid = threadIdx.x, lane = tid % LUM_AT_L, group = tid / LUM_AT_L;
-  long long bid = blockIdx.x;
-  const long long split = bid % a.splits;
-  bid /= a.splits;
-  const long long tile = bid % a.row_tiles;
-  long long qo, ko, vo, mo, oo;
-  lum_at_point(a, bid / a.row_tiles, qo, ko, vo, mo, oo);
+  const LumAtBlock block = lum_at_block(a);
+  const long long split = block.split, tile = block.tile;
+  const long long qo = block.q, ko = block.k, vo = block.v, mo = block.m, oo = block.o;
   const int rows = (int)min((long long)LUM_AT_R, a.shared_rows - tile * LUM_AT_R);
   if (tid < LUM_AT_R) {
     long long q = qo, m = mo, o = oo;

@@ -227,6 +227,22 @@ LUM_FN void lum_at_point(const LumAttnArgs& a, long long p, long long& q, long l
   }
 }
 
+// Where a block of the kernels whose blocks run split fastest, then row tile, then kv
+// point stands: its key split, (kv point, row tile) pair and tile, and the kv point's
+// offsets of q, k, v, mask and output.
+struct LumAtBlock {
+  long long split, pair, tile, q, k, v, m, o;
+};
+LUM_FN LumAtBlock lum_at_block(const LumAttnArgs& a) {
+  LumAtBlock b;
+  const long long id = blockIdx.x;
+  b.split = id % a.splits;
+  b.pair = id / a.splits;
+  b.tile = b.pair % a.row_tiles;
+  lum_at_point(a, b.pair / a.row_tiles, b.q, b.k, b.v, b.m, b.o);
+  return b;
+}
+
 // Split rows: each piece's output rescaled to the largest max, over the rescaled sums. A
 // piece without kept keys (max -inf, sum 0, output 0) weighs 0; a row without any comes
 // out NaN, as the decomposition's 0 / 0 does. A block per row: the first warp finds the

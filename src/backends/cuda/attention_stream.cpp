@@ -48,12 +48,9 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_strea
   const float kNegInf = __int_as_float(0xff800000);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int piece = lane % kStLanes, sub = lane / kStLanes;  // this lane's piece, and key of a step
-  long long bid = blockIdx.x;
-  const long long split = bid % a.splits;
-  bid /= a.splits;
-  const long long tile = bid % a.row_tiles;
-  long long qo, ko, vo, mo, oo;
-  lum_at_point(a, bid / a.row_tiles, qo, ko, vo, mo, oo);
+  const LumAtBlock block = lum_at_block(a);
+  const long long split = block.split, tile = block.tile;
+  const long long qo = block.q, ko = block.k, vo = block.v, mo = block.m, oo = block.o;
   const long long t_begin = split * a.keys_per_split;
   const long long t_end = min(a.keys, t_begin + a.keys_per_split);
   const long long stages = (t_end - t_begin + kStKeys - 1) / kStKeys;  // the block's
@@ -337,8 +334,8 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_strea
   __threadfence();  // this block's pieces are visible before its arrival is
   __syncthreads();
   if (tid == 0) {
-    last = atomicAdd(a.arrivals + bid, 1u) == a.splits - 1;
-    if (last) a.arrivals[bid] = 0;
+    last = atomicAdd(a.arrivals + block.pair, 1u) == a.splits - 1;
+    if (last) a.arrivals[block.pair] = 0;
   }
   __syncthreads();
   if (!last) return;

@@ -221,7 +221,7 @@ bool Gemm::run(const ConcreteView& a, const void* a_data, const ConcreteView& b,
       search(*p, algos, signature,
              static_cast<const char*>(a_data) + a.offset * static_cast<int64_t>(esize),
              static_cast<const char*>(b_data) + b.offset * static_cast<int64_t>(esize), c_data,
-             static_cast<size_t>(m * n * (inner_sc ? inner : 1)) * c_size, c_type);
+             static_cast<size_t>(m * n * inner) * c_size, c_type);
     }
     plan = p.release();
   }

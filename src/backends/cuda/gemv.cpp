@@ -176,28 +176,31 @@ bool Gemv::run(const ConcreteView& a, const void* a_data, DType a_type, const Co
                            dim3(static_cast<unsigned>(32 * s.warps)), args, 0, device_.stream()),
           "launching the one-row product");
   };
-  const std::string signature = std::string("gemv ") + types + " n=" + std::to_string(n) +
-                                " k=" + std::to_string(k) + " ldw=" + std::to_string(ldw);
-  auto chosen = shape_of_.find(signature);
+  const ShapeKey key{types, n, k, ldw};
+  auto chosen = shape_of_.find(key);
   if (chosen == shape_of_.end()) {
-    // A new matrix shape: its kernel shape is searched, unless the stream is being
-    // captured into a CUDA graph (nothing may wait for it then: the default runs).
-    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-    check(cudaStreamIsCapturing(device_.stream(), &capturing), "cudaStreamIsCapturing");
-    if (capturing != cudaStreamCaptureStatusNone ||
-        searcher_.settings().mode == runtime::SearchMode::Off) {
-      launch(kGemvShapes[0]);
-      return true;
+    if (searcher_.settings().mode == runtime::SearchMode::Off) {
+      chosen = shape_of_.emplace(key, 0).first;
+    } else {
+      // A new matrix shape: its kernel shape is searched, unless the stream is being
+      // captured into a CUDA graph (nothing may wait for it then: the default runs).
+      cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+      check(cudaStreamIsCapturing(device_.stream(), &capturing), "cudaStreamIsCapturing");
+      if (capturing != cudaStreamCaptureStatusNone) {
+        launch(kGemvShapes[0]);
+        return true;
+      }
+      runtime::SearchProblem p;
+      p.signature = std::string("gemv ") + types + " n=" + std::to_string(n) +
+                    " k=" + std::to_string(k) + " ldw=" + std::to_string(ldw);
+      for (const GemvShape& s : kGemvShapes)
+        p.candidates.push_back({s.label(), [&, s] { launch(s); }});
+      DeviceTrials trials(device_);
+      // The warps' partial sums meet in another order: an f32 y moves by a few ulps of
+      // the largest terms, a half-precision one by its rounding.
+      trials.judge(p, c_data, static_cast<size_t>(n), a_type, a_type == DType::F32 ? 1e-4 : 2e-2);
+      chosen = shape_of_.emplace(key, searcher_.choose(p).winner).first;
     }
-    runtime::SearchProblem p;
-    p.signature = signature;
-    for (const GemvShape& s : kGemvShapes)
-      p.candidates.push_back({s.label(), [&, s] { launch(s); }});
-    DeviceTrials trials(device_);
-    // The warps' partial sums meet in another order: an f32 y moves by a few ulps of the
-    // largest terms, a half-precision one by its rounding.
-    trials.judge(p, c_data, static_cast<size_t>(n), a_type, a_type == DType::F32 ? 1e-4 : 2e-2);
-    chosen = shape_of_.emplace(signature, searcher_.choose(p).winner).first;
   }
   launch(kGemvShapes[chosen->second]);
   return true;

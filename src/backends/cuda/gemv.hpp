@@ -10,6 +10,8 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "backends/cuda/device.hpp"
@@ -54,7 +56,10 @@ class Gemv {
   const Device& device_;
   runtime::Searcher& searcher_;
   std::unique_ptr<Module> default_shape_, every_shape_;  // loaded on first use
-  std::map<std::string, size_t> shape_of_;  // by the product's signature: kGemvShapes' index
+  // The kernel shape of each product seen (kGemvShapes' index), by its operand types'
+  // kernel name part, N, K and W's row stride.
+  using ShapeKey = std::tuple<std::string_view, int64_t, int64_t, int64_t>;
+  std::map<ShapeKey, size_t> shape_of_;
 };
 
 }  // namespace luminal::cudagen
