@@ -4,6 +4,8 @@
 // Changing a bound symbolic dimension does not recompile.
 #pragma once
 
+#include <cstdint>
+
 #include "luminal/backend.hpp"
 
 namespace luminal {
@@ -16,20 +18,18 @@ struct CpuOptions {
   /// times faster, within 8-bit rounding of the activations. Off: f32 activations times
   /// the decoded weights, which agrees with a dequantised f32 model to float rounding.
   bool int8_activations = true;
-  /// With int8_activations: each value's int8 rounding error is quantised too and
-  /// multiplied as a second term, in the same pass over the weights, so products carry
-  /// about 15 bits of the activations. On Gemma 3 270M the output distribution then
-  /// matches the f32-activation run's (mean KL divergence ~1e-7 against 0.0017) for
-  /// decode steps 3-7% slower and quantised products in prompts ~2x slower.
-  bool residual_activations = false;
-  /// With int8_activations: the residual term (above) for the products next to each
-  /// attention only (queries, keys, values and the output projection), whose errors the
-  /// softmax's exponent amplifies. On Gemma 3 270M it takes the fast path's top-1
-  /// agreement with the exact run from 97.35% to 98.19% (English prose) and from 97.40%
-  /// to 97.89% (Python code), mean KL divergence from 0.0017 to 0.0011-0.0012, for a
-  /// small share of the weights (bench/results/fidelity.md). Off by default until its
-  /// cost to prompt processing is measured on a quiet machine.
-  bool residual_attention_projections = false;
+  /// With int8_activations: which products also quantise each value's int8 rounding error
+  /// and multiply it as a second term, in the same pass over the weights, so that they
+  /// carry about 15 bits of the activations (bench/results/fidelity.md, Gemma 3 270M):
+  /// - none: one int8 term, as llama.cpp: top-1 agreement with the exact run 97.4%;
+  /// - sensitive (default): the products next to each attention (queries, keys, values,
+  ///   output; the softmax's exponent amplifies their errors) and the feed-forward's down
+  ///   projection (activations that are a product of two products, with the widest
+  ///   range): 5 of a layer's 7 products, top-1 agreement above 98%, prompts ~20% slower;
+  /// - all: every product: the f32-activation run's distribution (mean KL ~1e-7),
+  ///   decode steps 3-7% slower, quantised products in prompts ~2x slower.
+  enum class Residual : uint8_t { none, sensitive, all };
+  Residual residual = Residual::sensitive;
   /// Compile a second set of kernels, on first use, for runs where symbolic dims are
   /// bound to 1 (one-token decoding): their index arithmetic simplifies.
   bool specialize_unit_dims = true;

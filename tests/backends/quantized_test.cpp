@@ -320,10 +320,10 @@ TEST(Quantized, ResidualActivationsCarryTheRoundingError) {
         }
         return err / scale;
       };
-      cx.compile(cpu());
+      cx.compile(cpu({.residual = CpuOptions::Residual::none}));
       cx.execute();
       const double plain = std::max(worst(y1, want1), worst(y2, want2));
-      cx.compile(cpu({.residual_activations = true}));
+      cx.compile(cpu({.residual = CpuOptions::Residual::all}));
       cx.execute();
       const double residual = std::max(worst(y1, want1), worst(y2, want2));
       const std::string what = "type " + std::to_string(type) + " m=" + std::to_string(m);

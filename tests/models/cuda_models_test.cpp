@@ -42,12 +42,16 @@ class CudaEncoder : public CudaModel {};
 TEST_P(CudaEncoder, MatchesTransformers) { run_encoder_parity(GetParam(), cuda()); }
 INSTANTIATE_TEST_SUITE_P(Bert, CudaEncoder, ::testing::ValuesIn(kEncoderFixtures));
 
-// Greedy generation, the caches kept on the GPU between steps.
-TEST(CudaGenerate, HfFolderMatchesTransformers) {
+// Greedy generation, the caches kept on the GPU between steps: an HF folder, and GGUF
+// files whose block-quantised products (Q8_0, Q4_0) the GPU has no kernel for yet.
+class CudaGenerate : public ::testing::TestWithParam<GenerateForm> {};
+TEST_P(CudaGenerate, MatchesTransformers) {
   std::string why;
   if (!cuda_available(&why)) GTEST_SKIP() << "no GPU here: " << why;
-  expect_generation_matches_transformers(kGenerateForms[0], cuda());
+  expect_generation_matches_transformers(GetParam(), cuda());
 }
+INSTANTIATE_TEST_SUITE_P(Forms, CudaGenerate, ::testing::ValuesIn(kGenerateForms),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace luminal::models

@@ -30,30 +30,36 @@ TEST_P(Generate, MatchesTransformers) {
 INSTANTIATE_TEST_SUITE_P(Forms, Generate, ::testing::ValuesIn(kGenerateForms),
                          [](const auto& info) { return std::string(info.param.name); });
 
-// With int8 activations and CpuOptions::residual_attention_projections, the products
-// next to each attention (queries, keys, values, output) carry the activations'
-// residual term and the rest (feed-forward, the output head) do not: 4 of every
-// layer's 7 quantised products. By default none do.
-TEST(Generate, AttentionProjectionsCarryTheResidualTermWhenAsked) {
+// With int8 activations, CpuOptions::residual selects the products that carry the
+// activations' residual term: by default (sensitive) those next to each attention
+// (queries, keys, values, output) and the feed-forward's down projection, 5 of every
+// layer's 7 quantised products, not the gate and up projections nor the output head;
+// all of them with `all`, none with `none`.
+TEST(Generate, TheSensitiveProductsCarryTheResidualTerm) {
   Graph g;
   const std::string summary = open_language_model(kDir + "llama.gguf", g).summary;
   const size_t at = summary.find(" layers");
   ASSERT_NE(at, std::string::npos) << summary;
   const int layers = std::stoi(summary.substr(summary.rfind(' ', at - 1) + 1));
   const testing::ScopedEnv log("LUMINAL_LOG", "info");
-  for (const bool asked : {false, true}) {
+  using Residual = CpuOptions::Residual;
+  for (const Residual which : {Residual::none, Residual::sensitive, Residual::all}) {
     ::testing::internal::CaptureStderr();
-    TextGenerator gen(kDir + "llama.gguf",
-                      CpuBackend(CpuOptions{.residual_attention_projections = asked}));
+    TextGenerator gen(kDir + "llama.gguf", CpuBackend(CpuOptions{.residual = which}));
     gen.greedy_ids(gen.encode("Hello"), 2);
     const std::string err = ::testing::internal::GetCapturedStderr();
-    const std::string want =
-        "residual int8 term on " + std::to_string(asked ? 4 * layers : 0) + " of ";
+    const std::string want = "residual int8 term on ";
     const size_t line = err.find(want);
     ASSERT_NE(line, std::string::npos) << want << " missing from:\n" << err;
-    const int products = std::stoi(err.substr(line + want.size()));
+    size_t end = 0;
+    const int residual = std::stoi(err.substr(line + want.size()), &end);
+    const int products = std::stoi(err.substr(line + want.size() + end + 4));  // " of "
     EXPECT_GE(products, 7 * layers);
     EXPECT_LE(products, 7 * layers + 1);  // the output head, where it is quantised
+    EXPECT_EQ(residual, which == Residual::none        ? 0
+                        : which == Residual::sensitive ? 5 * layers
+                                                       : products)
+        << err;
   }
 }
 

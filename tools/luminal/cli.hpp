@@ -6,6 +6,7 @@
 #include <functional>
 #include <string>
 
+#include "luminal/cpu.hpp"
 #include "luminal/cuda.hpp"
 
 namespace luminal::cli {
@@ -55,6 +56,15 @@ inline bool search_option(const std::string& option, const std::function<std::st
     return true;
   }
   return false;
+}
+
+/// A `--residual` value: which quantised products carry the activations' second int8
+/// term (CpuOptions::residual).
+inline CpuOptions::Residual residual_term(const std::string& v) {
+  if (v == "none") return CpuOptions::Residual::none;
+  if (v == "sensitive") return CpuOptions::Residual::sensitive;
+  if (v == "all") return CpuOptions::Residual::all;
+  usage_error("--residual must be none, sensitive or all, got '" + v + "'");
 }
 
 /// `luminal perplexity`.

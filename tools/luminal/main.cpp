@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -38,12 +39,11 @@ constexpr const char* kUsage =
 #define LUMINAL_SHARED_OPTIONS                                                            \
   "  --kv-cache TYPE     the KV cache's element type: f16 (default; half the memory)\n"   \
   "                      or f32\n"                                                        \
-  "  --residual-activations\n"                                                            \
-  "                      a second int8 term for each activation's rounding error:\n"      \
-  "                      the f32-activation model's outputs, decode 3-7% slower\n"        \
-  "  --residual-attention\n"                                                              \
-  "                      that term for the attention's projections only (queries,\n"      \
-  "                      keys, values, output): most of its fidelity, less cost\n"        \
+  "  --residual WHICH    the products that carry a second int8 term for each\n"         \
+  "                      activation's rounding error: sensitive (default: next to\n"     \
+  "                      the attentions, and the feed-forward's down projections),\n"   \
+  "                      all (the f32-activation model's outputs; prompts slower)\n"     \
+  "                      or none (fastest; llama.cpp's rounding)\n"                      \
   "  --search MODE       time equivalent kernels on this machine and keep the fastest:\n" \
   "                      off, fast (default) or full; winners are cached\n"               \
   "  --search-budget S   seconds the search may spend timing (default 10; full: 120)\n"   \
@@ -103,7 +103,7 @@ struct Options {
   int64_t max_tokens = 32;
   luminal::models::SamplingOptions sampling;
   luminal::DType kv_cache = luminal::DType::F16;
-  bool residual_activations = false, residual_attention = false;
+  luminal::CpuOptions::Residual residual = luminal::CpuOptions{}.residual;
 };
 
 // Parses the options both commands share; `usage` is printed for --help.
@@ -141,10 +141,8 @@ Options parse(int argc, char** argv, const char* usage, bool chat) {
       o.sampling.seed = static_cast<uint64_t>(number(value()));
     } else if (a == "--device") {
       o.device = value();
-    } else if (a == "--residual-activations") {
-      o.residual_activations = true;
-    } else if (a == "--residual-attention") {
-      o.residual_attention = true;
+    } else if (a == "--residual") {
+      o.residual = luminal::cli::residual_term(value());
     } else if (a == "--kv-cache") {
       const std::string t = value();
       if (t != "f32" && t != "f16") usage_error("--kv-cache must be f32 or f16, got '" + t + "'");
@@ -164,20 +162,11 @@ Options parse(int argc, char** argv, const char* usage, bool chat) {
   return o;
 }
 
-const luminal::Backend& backend_for(const Options& o) {
-  static const luminal::CpuBackend cpu_backend;
-  static const luminal::CpuBackend residual_backend(
-      luminal::CpuOptions{.residual_activations = true});
-  static const luminal::CpuBackend attention_backend(
-      luminal::CpuOptions{.residual_attention_projections = true});
-  static const luminal::ReferenceBackend ref_backend;
-  static const luminal::CudaBackend cuda_backend;
+std::unique_ptr<luminal::Backend> backend_for(const Options& o) {
   if (o.device == "cpu")
-    return o.residual_activations ? residual_backend
-           : o.residual_attention ? attention_backend
-                                  : cpu_backend;
-  if (o.device == "cuda") return cuda_backend;
-  return ref_backend;
+    return std::make_unique<luminal::CpuBackend>(luminal::CpuOptions{.residual = o.residual});
+  if (o.device == "cuda") return std::make_unique<luminal::CudaBackend>();
+  return std::make_unique<luminal::ReferenceBackend>();
 }
 
 void progress(const std::string& s) {
@@ -196,7 +185,8 @@ void print_stats(const luminal::models::GenerationStats& st) {
 int generate(int argc, char** argv) {
   const Options o = parse(argc, argv, kGenerateUsage, false);
   try {
-    luminal::models::TextGenerator gen(o.model, backend_for(o), progress, o.kv_cache);
+    const auto backend = backend_for(o);
+    luminal::models::TextGenerator gen(o.model, *backend, progress, o.kv_cache);
     std::fputs(o.prompt.c_str(), stdout);
     std::fflush(stdout);
     const auto st = gen.generate(o.prompt, o.max_tokens, o.sampling, [](const std::string& piece) {
@@ -216,7 +206,8 @@ int generate(int argc, char** argv) {
 int chat(int argc, char** argv) {
   const Options o = parse(argc, argv, kChatUsage, true);
   try {
-    luminal::models::TextGenerator gen(o.model, backend_for(o), progress, o.kv_cache);
+    const auto backend = backend_for(o);
+    luminal::models::TextGenerator gen(o.model, *backend, progress, o.kv_cache);
     const auto format = gen.chat_format();
     std::vector<luminal::models::ChatMessage> history;
     if (!o.system.empty()) history.push_back({"system", o.system});

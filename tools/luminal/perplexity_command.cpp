@@ -34,9 +34,9 @@ constexpr const char* kUsage =
     "  --exact               f32 activations and KV cache, weights decoded exactly: the\n"
     "                        model's own numbers (slower); default: the fast kernels\n"
     "                        `generate` uses (int8 activations, f16 KV cache)\n"
-    "  --residual-activations  the fast kernels with a second int8 term for each\n"
-    "                        activation's rounding error (generate --help)\n"
-    "  --residual-attention  that term for the attention's projections only\n"
+    "  --residual WHICH      the fast kernels' products that carry a second int8 term\n"
+    "                        for each activation's rounding error: sensitive (default),\n"
+    "                        all or none (generate --help)\n"
     "  --decode              score through one-token decode steps, as `generate` runs\n"
     "                        (each window's first half as the prompt): the decode\n"
     "                        kernels' numbers; slower\n"
@@ -56,7 +56,8 @@ constexpr const char* kUsage =
 struct Options {
   std::string model, file, save_base, kl_base, device = "cpu";
   models::PerplexityOptions run;
-  bool exact = false, residual = false, residual_attention = false;
+  bool exact = false;
+  CpuOptions::Residual residual = CpuOptions{}.residual;
   std::string kv_cache;  // empty: f32 with --exact, else f16
 };
 
@@ -87,10 +88,8 @@ Options parse(int argc, char** argv) {
       o.run.max_windows = positive(value());
     } else if (a == "--exact") {
       o.exact = true;
-    } else if (a == "--residual-activations") {
-      o.residual = true;
-    } else if (a == "--residual-attention") {
-      o.residual_attention = true;
+    } else if (a == "--residual") {
+      o.residual = residual_term(value());
     } else if (a == "--decode") {
       o.run.decode = true;
     } else if (a == "--kv-cache") {
@@ -152,8 +151,7 @@ int perplexity(int argc, char** argv) {
     std::optional<models::PerplexityBase> base;
     if (!o.kl_base.empty()) base = models::PerplexityBase::load(o.kl_base);
     const CpuBackend cpu(CpuOptions{.int8_activations = !o.exact,
-                                    .residual_activations = o.residual,
-                                    .residual_attention_projections = o.residual_attention});
+                                    .residual = o.residual});
     const ReferenceBackend reference;
     const CudaBackend cuda;
     const Backend& backend = o.device == "cpu"    ? static_cast<const Backend&>(cpu)
@@ -169,11 +167,12 @@ int perplexity(int argc, char** argv) {
         o.save_base.empty() ? nullptr : &keep);
     if (!o.save_base.empty()) keep.save(o.save_base);
     std::printf("model: %s (%s%s)\n", o.model.c_str(),
-                o.exact      ? "exact"
-                : o.residual ? "fast kernels, residual activations"
-                : o.residual_attention
-                    ? "fast kernels, residual term on the attention's projections"
-                    : "fast kernels",
+                o.exact ? "exact"
+                : o.residual == CpuOptions::Residual::all
+                    ? "fast kernels, residual term on every product"
+                : o.residual == CpuOptions::Residual::sensitive
+                    ? "fast kernels, residual term on the sensitive products"
+                    : "fast kernels, one int8 term",
                 o.run.decode ? ", decode steps" : "");
     std::printf("text: %s, %lld windows of %lld tokens, %lld tokens scored\n", o.file.c_str(),
                 static_cast<long long>(r.windows), static_cast<long long>(o.run.ctx),

@@ -250,19 +250,17 @@ class CpuExecutable final : public Executable {
     for (size_t k = 0; k < plan_.kernels.size(); ++k) {
       Step& step = steps_[k];
       step.residual = step.qmatmul && options_.int8_activations &&
-                      (options_.residual_activations ||
-                       (options_.residual_attention_projections && attention_projection(k)));
+                      (options_.residual == CpuOptions::Residual::all ||
+                       (options_.residual == CpuOptions::Residual::sensitive &&
+                        (attention_projection(k) || gated_product(k))));
       products += step.qmatmul != nullptr;
       residual += step.residual;
     }
     if (products > 0 && runtime::env_has("LUMINAL_LOG", "info"))
       std::fprintf(stderr,
                    "luminal cpu: the activations' residual int8 term on %zu of %zu quantised "
-                   "products%s\n",
-                   residual, products,
-                   !options_.residual_activations && options_.residual_attention_projections
-                       ? " (those next to an attention)"
-                       : "");
+                   "products\n",
+                   residual, products);
     join_products();
   }
 
@@ -304,6 +302,21 @@ class CpuExecutable final : public Executable {
       frontier = std::move(next);
     }
     return false;
+  }
+
+  // Whether QMatMul kernel k's activations are computed from two or more products'
+  // outputs in one kernel: a gated feed-forward's down projection, act(gate(x)) * up(x).
+  bool gated_product(size_t k) const {
+    const Graph& g = *program_.graph;
+    const NodeId x = plan_.canon(g.node(plan_.kernels[k].root).inputs[0].source);
+    const int32_t producer = slot_of_[x.value];
+    if (producer < 0) return false;
+    int products = 0;
+    for (NodeId r : plan_.kernels[static_cast<size_t>(producer)].reads) {
+      const int32_t slot = slot_of_[r.value];  // kernel `slot` computes r
+      products += slot >= 0 && steps_[static_cast<size_t>(slot)].qmatmul != nullptr;
+    }
+    return products >= 2;
   }
 
   // The nodes reading `n` (built once).

@@ -25,7 +25,7 @@ namespace luminal::cpugen {
 /// `interleaved`, when given, is the same weights re-laid out (qinterleaved.hpp); the
 /// integer products read it instead (with int8_activations). With `residual` too, each
 /// value's int8 rounding error is quantised and multiplied as a second term in the same
-/// pass over the weights (CpuOptions::residual_activations).
+/// pass over the weights (CpuOptions::residual).
 void qmatmul(const ConcreteView& a, const float* a_data, uint32_t format, const uint8_t* w,
              int64_t n, int64_t k, float* out, bool int8_activations = true,
              const InterleavedWeights* interleaved = nullptr, bool residual = false);

@@ -394,11 +394,14 @@ class CudaExecutable final : public Executable {
     std::vector<Buffer> in;
     std::vector<std::vector<int64_t>> shapes;
     for (size_t i = 0; i < n.inputs.size(); ++i) {
-      // A user input is read where it is set; a computed value is copied back first.
+      // A user input is read where it is set (a block-stored one decoded, as the reference
+      // semantics read it); a computed value is copied back first.
       const NodeId r = plan_.canon(n.inputs[i].source);
       const int32_t slot = liveness_.slot_of[r.value];
-      in.push_back(read_view(
-          slot >= 0 ? download(user, static_cast<size_t>(slot)) : host_input(user, r), views[i]));
+      const Node& source = program_.graph->node(r);
+      Buffer data = slot >= 0 ? download(user, static_cast<size_t>(slot)) : host_input(user, r);
+      if (slot < 0 && source.quant != kPlainStorage) data = dequantized(source, data);
+      in.push_back(read_view(data, views[i]));
       shapes.push_back(views[i].dims);
     }
     std::vector<int64_t> out_shape;

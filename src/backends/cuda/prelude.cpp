@@ -30,6 +30,13 @@ LUM_FN uint16_t lum_f2h(float f) { uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=
 LUM_FN float lum_bf2f(uint16_t b) { return __uint_as_float((uint32_t)b << 16); }
 LUM_FN uint16_t lum_f2bf(float f) { uint16_t h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
 #endif
+// N adjacent elements moved by one load or store (16 bytes for four f32).
+template <class T, int N>
+struct alignas(sizeof(T) * N) lum_vec { T v[N]; };
+template <int N, class T>
+LUM_FN bool lum_aligned(const T* p) { return (uint64_t)p % (sizeof(T) * N) == 0; }
+template <int N, class T>
+LUM_FN lum_vec<T, N> lum_load_vec(const T* p) { return *reinterpret_cast<const lum_vec<T, N>*>(p); }
 // Records an error: the first kernel thread to fail claims the slot.
 LUM_FN void lum_fail(int64_t* err, int64_t code, int64_t value, int64_t pos) {
   if (atomicCAS((unsigned long long*)err, 0ull, (unsigned long long)code) == 0ull) {
