@@ -32,7 +32,7 @@ struct KernelLaunch {
   // each).
   Expr threads;
   size_t group_begin = 0;    // Rows: the group's first kernel (this one is its last)
-  Expr row_len;              // Rows: elements per row
+  Expr row_threads;          // Rows: threads a row keeps busy (its elements / those a step)
   int64_t shared_bytes = 0;  // Rows: the row cache's dynamic shared memory
 };
 

@@ -338,9 +338,9 @@ class CudaExecutable final : public Executable {
     args.push_back(&err);
     args.push_back(dims.data());
     int64_t block = cudagen::kMaxBlock, blocks = (threads + block - 1) / block;
-    if (l.shape == KernelShape::Rows) {  // a block per row, a thread per element up to the most
-      const int64_t len = l.row_len.eval(user.dims());
-      block = std::clamp<int64_t>((len + 31) / 32 * 32, 32, cudagen::kMaxBlock);
+    if (l.shape == KernelShape::Rows) {  // a block per row, as many threads as it keeps busy up to the most
+      const int64_t busy = l.row_threads.eval(user.dims());
+      block = std::clamp<int64_t>((busy + 31) / 32 * 32, 32, cudagen::kMaxBlock);
       blocks = threads;
     }
     const int64_t most = int64_t{device_->multiprocessors()} * (4096 / block);

@@ -30,13 +30,46 @@ LUM_FN uint16_t lum_f2h(float f) { uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=
 LUM_FN float lum_bf2f(uint16_t b) { return __uint_as_float((uint32_t)b << 16); }
 LUM_FN uint16_t lum_f2bf(float f) { uint16_t h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
 #endif
-// N adjacent elements moved by one load or store (16 bytes for four f32).
+// N adjacent elements (2 to 32 bytes of them) moved by one load or store (two of 32):
+// through an integer vector of their size, since a copy of the array itself is split
+// per element.
+template <int Bytes> struct lum_bits;
+template <> struct lum_bits<2> { typedef uint16_t T; };
+template <> struct lum_bits<4> { typedef uint32_t T; };
+template <> struct lum_bits<8> { typedef uint2 T; };
+template <> struct lum_bits<16> { typedef uint4 T; };
+template <> struct lum_bits<32> { struct T { uint4 lo, hi; }; };
 template <class T, int N>
-struct alignas(sizeof(T) * N) lum_vec { T v[N]; };
+struct lum_vec {
+  typedef typename lum_bits<sizeof(T) * N>::T Bits;
+  union { T v[N]; Bits bits; };
+};
 template <int N, class T>
 LUM_FN bool lum_aligned(const T* p) { return (uint64_t)p % (sizeof(T) * N) == 0; }
 template <int N, class T>
-LUM_FN lum_vec<T, N> lum_load_vec(const T* p) { return *reinterpret_cast<const lum_vec<T, N>*>(p); }
+LUM_FN lum_vec<T, N> lum_load_vec(const T* p) {
+  lum_vec<T, N> r;
+  r.bits = *reinterpret_cast<const typename lum_vec<T, N>::Bits*>(p);
+  return r;
+}
+// Vector stores written out: a plain store of the union's bits is still split into the
+// elements' sizes.
+LUM_FN void lum_store_bits(uint16_t* p, uint16_t b) { *p = b; }
+LUM_FN void lum_store_bits(uint32_t* p, uint32_t b) { *p = b; }
+LUM_FN void lum_store_bits(uint2* p, uint2 b) {
+  asm("st.global.v2.b32 [%0], {%1, %2};" : : "l"(p), "r"(b.x), "r"(b.y) : "memory");
+}
+LUM_FN void lum_store_bits(uint4* p, uint4 b) {
+  asm("st.global.v4.b32 [%0], {%1, %2, %3, %4};" : : "l"(p), "r"(b.x), "r"(b.y), "r"(b.z), "r"(b.w) : "memory");
+}
+LUM_FN void lum_store_bits(lum_bits<32>::T* p, lum_bits<32>::T b) {
+  lum_store_bits(&p->lo, b.lo);
+  lum_store_bits(&p->hi, b.hi);
+}
+template <int N, class T>
+LUM_FN void lum_store_vec(T* p, const lum_vec<T, N>& x) {
+  lum_store_bits(reinterpret_cast<typename lum_vec<T, N>::Bits*>(p), x.bits);
+}
 // Records an error: the first kernel thread to fail claims the slot.
 LUM_FN void lum_fail(int64_t* err, int64_t code, int64_t value, int64_t pos) {
   if (atomicCAS((unsigned long long*)err, 0ull, (unsigned long long)code) == 0ull) {
