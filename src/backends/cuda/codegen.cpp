@@ -117,18 +117,23 @@ class KernelWriter : public runtime::ElementWriter {
         << "  const int64_t lum_t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;\n"
         << "  if (lum_aligned<" << kMapElements << ">(out)";
     for (const auto& [n, buffer] : preloaded_) os_ << " && lum_aligned<" << kMapElements << ">(" << buffer << ")";
+    // Kernels that move more than kStreamBytes stream past the L2 (lum_load_vec).
+    size_t element_bytes = dtype_size(root.dtype);
+    for (const auto& [n, buffer] : preloaded_) element_bytes += dtype_size(g_.node(NodeId{n}).dtype);
     os_ << ") {\n"
+        << "    const bool lum_stream = lum_n > " << kStreamBytes / static_cast<int64_t>(element_bytes)
+        << ";\n"
         << "    const int64_t lum_whole = lum_n / " << kMapElements << " * " << kMapElements << ";\n"
         << "    for (int64_t lum_o0 = lum_t * " << kMapElements << "; lum_o0 < lum_whole; lum_o0 += "
         << kMapElements << " * lum_step) {\n";
     for (const auto& [n, buffer] : preloaded_)
       os_ << "      const auto lum_v" << n << " = lum_load_vec<" << kMapElements << ">(" << buffer
-          << " + lum_o0);\n";
+          << " + lum_o0, lum_stream);\n";
     os_ << "      " << vec << " lum_r;\n"
         << "#pragma unroll\n      for (int lum_u = 0; lum_u < " << kMapElements << "; ++lum_u) {\n"
         << "      const int64_t lum_o = lum_o0 + lum_u;\n"
         << body << "      lum_r.v[lum_u] = " << store << ";\n      }\n"
-        << "      lum_store_vec(out + lum_o0, lum_r);\n    }\n"
+        << "      lum_store_vec(out + lum_o0, lum_r, lum_stream);\n    }\n"
         << "    for (int64_t lum_o = lum_whole + lum_t; lum_o < lum_n; lum_o += lum_step) {\n"
         << "      const int lum_u = 0;\n";
     declare_preloaded("      ");
@@ -170,6 +175,11 @@ class KernelWriter : public runtime::ElementWriter {
   // Four measured best on an H100 for the 8-op chain over 256M f32: 0.832 ms (89% of
   // copy) against 0.97 at one and 0.86 at eight (bench/results/cuda.md).
   static constexpr int kMapElements = 4;
+  // Bytes (read and written) past which an elementwise kernel's vectors take the
+  // evict-first path: well beyond the L2 of any GPU it runs on (50 MB on an H100), where
+  // keeping them would only push out what the next kernels read. 0.80 -> 0.776 ms on the
+  // 8-op chain over 256M f32 (bench/results/cuda.md).
+  static constexpr int64_t kStreamBytes = int64_t{256} << 20;
   std::optional<Expr> own_element_;  // while write_map renders its body
   Expr own_numel_;
   std::map<uint32_t, std::string> preloaded_;  // input node -> its buffer

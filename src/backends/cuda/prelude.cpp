@@ -46,29 +46,52 @@ struct lum_vec {
 };
 template <int N, class T>
 LUM_FN bool lum_aligned(const T* p) { return (uint64_t)p % (sizeof(T) * N) == 0; }
+// `stream`: the evict-first forms (.cs) of 8- and 16-byte vectors in global memory, for
+// kernels that move far more than the L2 holds, whose data would only push out what the
+// next kernels read (3% on an H100's copy-bound chain).
+LUM_FN uint2 lum_load_bits(const uint2* p, bool stream) {
+  if (!stream) return *p;
+  uint2 b;
+  asm("ld.global.cs.v2.u32 {%0, %1}, [%2];" : "=r"(b.x), "=r"(b.y) : "l"(p));
+  return b;
+}
+LUM_FN uint4 lum_load_bits(const uint4* p, bool stream) {
+  if (!stream) return *p;
+  uint4 b;
+  asm("ld.global.cs.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(b.x), "=r"(b.y), "=r"(b.z), "=r"(b.w) : "l"(p));
+  return b;
+}
+template <class B>
+LUM_FN B lum_load_bits(const B* p, bool) { return *p; }
 template <int N, class T>
-LUM_FN lum_vec<T, N> lum_load_vec(const T* p) {
+LUM_FN lum_vec<T, N> lum_load_vec(const T* p, bool stream = false) {
   lum_vec<T, N> r;
-  r.bits = *reinterpret_cast<const typename lum_vec<T, N>::Bits*>(p);
+  r.bits = lum_load_bits(reinterpret_cast<const typename lum_vec<T, N>::Bits*>(p), stream);
   return r;
 }
 // Vector stores written out: a plain store of the union's bits is still split into the
 // elements' sizes.
-LUM_FN void lum_store_bits(uint16_t* p, uint16_t b) { *p = b; }
-LUM_FN void lum_store_bits(uint32_t* p, uint32_t b) { *p = b; }
-LUM_FN void lum_store_bits(uint2* p, uint2 b) {
-  asm("st.global.v2.b32 [%0], {%1, %2};" : : "l"(p), "r"(b.x), "r"(b.y) : "memory");
+LUM_FN void lum_store_bits(uint16_t* p, uint16_t b, bool) { *p = b; }
+LUM_FN void lum_store_bits(uint32_t* p, uint32_t b, bool) { *p = b; }
+LUM_FN void lum_store_bits(uint2* p, uint2 b, bool stream) {
+  if (stream)
+    asm("st.global.cs.v2.b32 [%0], {%1, %2};" : : "l"(p), "r"(b.x), "r"(b.y) : "memory");
+  else
+    asm("st.global.v2.b32 [%0], {%1, %2};" : : "l"(p), "r"(b.x), "r"(b.y) : "memory");
 }
-LUM_FN void lum_store_bits(uint4* p, uint4 b) {
-  asm("st.global.v4.b32 [%0], {%1, %2, %3, %4};" : : "l"(p), "r"(b.x), "r"(b.y), "r"(b.z), "r"(b.w) : "memory");
+LUM_FN void lum_store_bits(uint4* p, uint4 b, bool stream) {
+  if (stream)
+    asm("st.global.cs.v4.b32 [%0], {%1, %2, %3, %4};" : : "l"(p), "r"(b.x), "r"(b.y), "r"(b.z), "r"(b.w) : "memory");
+  else
+    asm("st.global.v4.b32 [%0], {%1, %2, %3, %4};" : : "l"(p), "r"(b.x), "r"(b.y), "r"(b.z), "r"(b.w) : "memory");
 }
-LUM_FN void lum_store_bits(lum_bits<32>::T* p, lum_bits<32>::T b) {
-  lum_store_bits(&p->lo, b.lo);
-  lum_store_bits(&p->hi, b.hi);
+LUM_FN void lum_store_bits(lum_bits<32>::T* p, lum_bits<32>::T b, bool stream) {
+  lum_store_bits(&p->lo, b.lo, stream);
+  lum_store_bits(&p->hi, b.hi, stream);
 }
 template <int N, class T>
-LUM_FN void lum_store_vec(T* p, const lum_vec<T, N>& x) {
-  lum_store_bits(reinterpret_cast<typename lum_vec<T, N>::Bits*>(p), x.bits);
+LUM_FN void lum_store_vec(T* p, const lum_vec<T, N>& x, bool stream = false) {
+  lum_store_bits(reinterpret_cast<typename lum_vec<T, N>::Bits*>(p), x.bits, stream);
 }
 // Records an error: the first kernel thread to fail claims the slot.
 LUM_FN void lum_fail(int64_t* err, int64_t code, int64_t value, int64_t pos) {
