@@ -25,7 +25,7 @@ struct CpuOptions {
   /// - sensitive (default): the products next to each attention (queries, keys, values,
   ///   output; the softmax's exponent amplifies their errors) and the feed-forward's down
   ///   projection (activations that are a product of two products, with the widest
-  ///   range): 5 of a layer's 7 products, top-1 agreement above 98%, prompts ~20% slower;
+  ///   range): 5 of a layer's 7 products, top-1 agreement above 98%, prompts ~27% slower;
   /// - all: every product: the f32-activation run's distribution (mean KL ~1e-7),
   ///   decode steps 3-7% slower, quantised products in prompts ~2x slower.
   enum class Residual : uint8_t { none, sensitive, all };

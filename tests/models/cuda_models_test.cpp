@@ -39,7 +39,9 @@ INSTANTIATE_TEST_SUITE_P(Arch, CudaGemmaFamily, ::testing::ValuesIn(kGemmaFixtur
 INSTANTIATE_TEST_SUITE_P(Transformers5, CudaGemmaFamily, ::testing::ValuesIn(kGemmaFixturesTf5));
 
 class CudaEncoder : public CudaModel {};
-TEST_P(CudaEncoder, MatchesTransformers) { run_encoder_parity(GetParam(), cuda()); }
+TEST_P(CudaEncoder, MatchesTransformers) {
+  run_encoder_parity(GetParam(), cuda());
+}
 INSTANTIATE_TEST_SUITE_P(Bert, CudaEncoder, ::testing::ValuesIn(kEncoderFixtures));
 
 // Greedy generation, the caches kept on the GPU between steps: an HF folder, and GGUF

@@ -40,10 +40,10 @@ constexpr const char* kUsage =
   "  --kv-cache TYPE     the KV cache's element type: f16 (default; half the memory)\n"   \
   "                      or f32\n"                                                        \
   "  --residual WHICH    the products that carry a second int8 term for each\n"         \
-  "                      activation's rounding error: sensitive (default: next to\n"     \
+  "                      activation's rounding error: sensitive (default: next to\n"    \
   "                      the attentions, and the feed-forward's down projections),\n"   \
-  "                      all (the f32-activation model's outputs; prompts slower)\n"     \
-  "                      or none (fastest; llama.cpp's rounding)\n"                      \
+  "                      all (the f32-activation model's outputs; prompts slower)\n"    \
+  "                      or none (fastest; llama.cpp's rounding)\n"                     \
   "  --search MODE       time equivalent kernels on this machine and keep the fastest:\n" \
   "                      off, fast (default) or full; winners are cached\n"               \
   "  --search-budget S   seconds the search may spend timing (default 10; full: 120)\n"   \

@@ -150,8 +150,7 @@ int perplexity(int argc, char** argv) {
     const std::string text{std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
     std::optional<models::PerplexityBase> base;
     if (!o.kl_base.empty()) base = models::PerplexityBase::load(o.kl_base);
-    const CpuBackend cpu(CpuOptions{.int8_activations = !o.exact,
-                                    .residual = o.residual});
+    const CpuBackend cpu(CpuOptions{.int8_activations = !o.exact, .residual = o.residual});
     const ReferenceBackend reference;
     const CudaBackend cuda;
     const Backend& backend = o.device == "cpu"    ? static_cast<const Backend&>(cpu)

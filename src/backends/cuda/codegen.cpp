@@ -116,16 +116,19 @@ class KernelWriter : public runtime::ElementWriter {
         << "  const int64_t lum_step = (int64_t)gridDim.x * blockDim.x;\n"
         << "  const int64_t lum_t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;\n"
         << "  if (lum_aligned<" << kMapElements << ">(out)";
-    for (const auto& [n, buffer] : preloaded_) os_ << " && lum_aligned<" << kMapElements << ">(" << buffer << ")";
+    for (const auto& [n, buffer] : preloaded_)
+      os_ << " && lum_aligned<" << kMapElements << ">(" << buffer << ")";
     // Kernels that move more than kStreamBytes stream past the L2 (lum_load_vec).
     size_t element_bytes = dtype_size(root.dtype);
-    for (const auto& [n, buffer] : preloaded_) element_bytes += dtype_size(g_.node(NodeId{n}).dtype);
+    for (const auto& [n, buffer] : preloaded_)
+      element_bytes += dtype_size(g_.node(NodeId{n}).dtype);
     os_ << ") {\n"
-        << "    const bool lum_stream = lum_n > " << kStreamBytes / static_cast<int64_t>(element_bytes)
+        << "    const bool lum_stream = lum_n > "
+        << kStreamBytes / static_cast<int64_t>(element_bytes) << ";\n"
+        << "    const int64_t lum_whole = lum_n / " << kMapElements << " * " << kMapElements
         << ";\n"
-        << "    const int64_t lum_whole = lum_n / " << kMapElements << " * " << kMapElements << ";\n"
-        << "    for (int64_t lum_o0 = lum_t * " << kMapElements << "; lum_o0 < lum_whole; lum_o0 += "
-        << kMapElements << " * lum_step) {\n";
+        << "    for (int64_t lum_o0 = lum_t * " << kMapElements
+        << "; lum_o0 < lum_whole; lum_o0 += " << kMapElements << " * lum_step) {\n";
     for (const auto& [n, buffer] : preloaded_)
       os_ << "      const auto lum_v" << n << " = lum_load_vec<" << kMapElements << ">(" << buffer
           << " + lum_o0, lum_stream);\n";
@@ -314,14 +317,17 @@ class RowMemberWriter : public runtime::ElementWriter {
       note_vars(o);
       // Adjacent elements of a row the output stores whole: one vector store for them.
       const bool whole = adjacent_ > 1 && o == row_element_;
-      element_loop([&] {
-        os_ << "          const int64_t lum_o = " << o.to_c() << ";\n";
-        const std::string v = value(k_.root, idx, "          ");
-        if (whole)
-          os_ << "          lum_ov.v[lum_u] = " << store_expr(root.dtype, v) << ";\n";
-        else
-          os_ << "          " << prefix() << "out[lum_o] = " << store_expr(root.dtype, v) << ";\n";
-      }, whole ? std::optional<std::string>(output_type()) : std::nullopt);
+      element_loop(
+          [&] {
+            os_ << "          const int64_t lum_o = " << o.to_c() << ";\n";
+            const std::string v = value(k_.root, idx, "          ");
+            if (whole)
+              os_ << "          lum_ov.v[lum_u] = " << store_expr(root.dtype, v) << ";\n";
+            else
+              os_ << "          " << prefix() << "out[lum_o] = " << store_expr(root.dtype, v)
+                  << ";\n";
+          },
+          whole ? std::optional<std::string>(output_type()) : std::nullopt);
     }
     os_ << "    }\n";
     return os_.str();
@@ -440,7 +446,8 @@ class RowMemberWriter : public runtime::ElementWriter {
         << body << "        }\n";
     if (stored) {
       const Expr start = within(row_element_.substitute("lum_r", Expr(0)));
-      os_ << "        lum_store_vec(" << prefix() << "out + " << start.to_c() << " + lum_r0, lum_ov);\n";
+      os_ << "        lum_store_vec(" << prefix() << "out + " << start.to_c()
+          << " + lum_r0, lum_ov);\n";
     }
     os_ << "      }\n";
     read_adjacent_.clear();
@@ -461,7 +468,7 @@ class RowMemberWriter : public runtime::ElementWriter {
   size_t member_;
   const Rows& rows_;
   bool cache_;
-  int adjacent_;                     // elements a thread takes a step (element_loop)
+  int adjacent_;                      // elements a thread takes a step (element_loop)
   std::set<uint32_t> read_adjacent_;  // cached reads of the loop being written
   const std::map<uint32_t, std::string>& held_;
   std::map<uint32_t, CachedRead>& cached_;
@@ -489,9 +496,9 @@ std::optional<RowGroup> write_row_group(const Graph& g, const compiler::KernelPl
   RowGroup out;
   const std::optional<int64_t> len = rows.len.as_const();
   cache = cache && len && *len > 0;
-  // With the row cached, contiguous and a whole number of them, a thread takes 16 bytes
-  // of the widest value the members read or write a step: a quarter to an eighth of the
-  // shared-memory loads, and vector stores.
+  // With the row cached, contiguous and a whole number of 16-byte pieces of the widest
+  // value the members read or write, a thread takes one such piece of adjacent elements
+  // a step: a quarter to an eighth of the shared-memory loads, and vector stores.
   out.adjacent = 1;
   if (cache && rows.axis == rows.shape.size()) {
     size_t widest = 1;

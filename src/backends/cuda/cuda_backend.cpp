@@ -338,7 +338,8 @@ class CudaExecutable final : public Executable {
     args.push_back(&err);
     args.push_back(dims.data());
     int64_t block = cudagen::kMaxBlock, blocks = (threads + block - 1) / block;
-    if (l.shape == KernelShape::Rows) {  // a block per row, as many threads as it keeps busy up to the most
+    // Rows: a block per row, with as many threads as the row keeps busy (up to the most).
+    if (l.shape == KernelShape::Rows) {
       const int64_t busy = l.row_threads.eval(user.dims());
       block = std::clamp<int64_t>((busy + 31) / 32 * 32, 32, cudagen::kMaxBlock);
       blocks = threads;
