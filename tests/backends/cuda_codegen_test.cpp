@@ -5,6 +5,7 @@
 #ifdef LUMINAL_HAS_CUDA
 #include <algorithm>
 #include <random>
+#include <tuple>
 
 #include "backends/cuda/arena.hpp"
 #include "backends/cuda/attention.hpp"
@@ -62,6 +63,29 @@ TEST(CudaCodegen, ARowGroupNeverReadsAnotherRowsResult) {
   const std::vector<KernelShape> got = launches(cx);
   EXPECT_EQ(std::count(got.begin(), got.end(), KernelShape::Rows), 0) << got.size();
   EXPECT_EQ(got.size(), 2u);
+}
+
+// A row group takes 16 bytes of adjacent elements a thread where its cached row is a
+// whole number of them (bf16 rows of 1024: 8 a thread, so 128 threads keep a row busy),
+// and one element a thread where it is not (rows of 1001) or is not cached (rows of
+// 40000 f32 exceed the row cache).
+TEST(CudaCodegen, RowGroupsTakeAdjacentElementsWhereTheRowAllows) {
+  for (const auto& [len, t, busy] :
+       std::vector<std::tuple<int64_t, DType, int64_t>>{{1024, DType::BF16, 128},
+                                                        {1024, DType::F32, 256},
+                                                        {1001, DType::BF16, 1001},
+                                                        {40000, DType::F32, 40000}}) {
+    Graph cx;
+    Tensor x = cx.named_tensor("x", {Expr::var("rows"), len}, t);
+    x.layer_norm({1}).retrieve();
+    const runtime::PlannedProgram p =
+        runtime::optimize_and_plan(cx, compiler::Fusion::RecomputeShared);
+    const cudagen::CudaSource src = cudagen::generate_cuda_source(*p.program.graph, p.plan);
+    const auto rows = std::find_if(src.launches.begin(), src.launches.end(),
+                                   [](const auto& l) { return l.shape == KernelShape::Rows; });
+    ASSERT_NE(rows, src.launches.end()) << len;
+    EXPECT_EQ(rows->row_threads.eval(), busy) << len << " " << dtype_name(t);
+  }
 }
 
 TEST(CudaCodegen, RowOpsCompileForHopper) {
