@@ -244,6 +244,30 @@ TEST(Cuda, InputsAndOutputsStayOnTheDevice) {
   testing::expect_error([&] { cx.execute(); }, {"'x'", "needs 20 elements, got 7 on the GPU"});
 }
 
+// Inputs whose upload does not fit the memory luminal may count on stop the run before
+// any of it is allocated, naming what they need and what is free; within the limit the
+// same program runs. A malformed limit is an error naming the variable.
+TEST(Cuda, InputsThatDoNotFitStopBeforeUploading) {
+  SKIP_WITHOUT_GPU();
+  Graph cx;
+  Tensor w = cx.named_tensor("w", {2048, 4096});  // 32 MiB
+  w.set(std::vector<float>(2048 * 4096, 0.5f));
+  Tensor y = w.sum({1});
+  y.retrieve();
+  cx.compile(cuda());
+  {
+    const testing::ScopedEnv limit("LUMINAL_CUDA_MEMORY_LIMIT", "16M");
+    testing::expect_error([&] { cx.execute(); }, {"need 32 MiB on GPU 0", "and 16 MiB of its"});
+  }
+  {
+    const testing::ScopedEnv limit("LUMINAL_CUDA_MEMORY_LIMIT", "lots");
+    testing::expect_error([&] { cx.execute(); }, {"LUMINAL_CUDA_MEMORY_LIMIT", "'lots'"});
+  }
+  const testing::ScopedEnv limit("LUMINAL_CUDA_MEMORY_LIMIT", "1G");
+  cx.execute();
+  EXPECT_EQ(y.to_f32()[0], 2048.0f);
+}
+
 // A cache kept on the device and donated back every step grows in its own memory: the
 // rows are appended where the last step left room, and it moves only when it doubles.
 TEST(Cuda, ADonatedCacheOnTheDeviceGrowsInPlace) {

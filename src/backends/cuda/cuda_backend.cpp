@@ -268,6 +268,7 @@ class CudaExecutable final : public Executable {
   // Returns whether an input now lives at another address than in the last run (a
   // captured graph would read the old one).
   bool upload_inputs(const Graph& user) {
+    check_uploads_fit(user);
     bool moved = false;
     for (NodeId r : inputs_read_) {
       const NodeId source = program_.source_of[r.value];
@@ -288,6 +289,30 @@ class CudaExecutable final : public Executable {
       it->second = address;
     }
     return moved;
+  }
+
+  // The host data about to be uploaded for the first time (or at a new size) must fit
+  // the device's free memory: checked before any of it is allocated, so a model too
+  // large for the GPU stops naming the bytes it needs and those free, with nothing
+  // uploaded. Small uploads (a decode step's new rows) are left to the allocation's own
+  // error, which costs them no query of the device.
+  void check_uploads_fit(const Graph& user) {
+    size_t needed = 0;
+    for (NodeId r : inputs_read_) {
+      const NodeId source = program_.source_of[r.value];
+      const Buffer* host = user.data(source);
+      if (user.device_data(source) || !host) continue;  // a missing input is named later
+      const auto it = uploaded_.find(r.value);
+      if (it == uploaded_.end() || it->second.second.bytes() != host->bytes())
+        needed += host->bytes();
+    }
+    if (needed < kCheckedUploadBytes) return;
+    const size_t free = device_->free_bytes();
+    auto mib = [](size_t b) { return std::to_string((b + (1 << 20) - 1) >> 20); };
+    LUM_CHECK(needed <= free) << "the inputs (a model's weights) need " << mib(needed)
+                              << " MiB on GPU " << device_->ordinal() << " (" << device_->name()
+                              << "), and " << mib(free) << " MiB of its "
+                              << mib(device_->total_bytes()) << " MiB are free";
   }
 
   // Input r's host data on the device, uploaded if its data version is new.
@@ -607,6 +632,7 @@ class CudaExecutable final : public Executable {
   std::vector<int64_t> placed_dims_;  // the dims and handed-over values arena_plan_ is for
   std::vector<bool> placed_handed_;
   std::unordered_map<uint32_t, std::pair<uint64_t, DeviceBuffer>> uploaded_;  // by input node
+  static constexpr size_t kCheckedUploadBytes = size_t{16} << 20;             // check_uploads_fit
   DeviceBuffer errors_;                // three int64 per kernel (runtime/kernel_errors.hpp)
   cudagen::Event started_, finished_;  // around the kernels, for RunStats::device_seconds
   const bool poison_ = runtime::env_has("LUMINAL_CPU_POISON", "1");

@@ -1,6 +1,10 @@
 // Checked CUDA runtime calls, the device, its stream and device memory (see device.hpp).
 #include "backends/cuda/device.hpp"
 
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+
 #include "luminal/error.hpp"
 
 namespace luminal::cudagen {
@@ -57,6 +61,44 @@ void Device::make_current() const {
 
 void Device::synchronize() const {
   check(cudaStreamSynchronize(stream_), "a CUDA kernel failed");
+}
+
+namespace {
+
+// LUMINAL_CUDA_MEMORY_LIMIT in bytes, or 0 where unset or empty.
+size_t memory_limit() {
+  const char* v = std::getenv("LUMINAL_CUDA_MEMORY_LIMIT");
+  if (!v || !*v) return 0;
+  char* end = nullptr;
+  const double n = std::strtod(v, &end);
+  const std::string unit = end;
+  const double scale = unit.empty()  ? 1
+                       : unit == "K" ? 1024.0
+                       : unit == "M" ? 1024.0 * 1024
+                       : unit == "G" ? 1024.0 * 1024 * 1024
+                                     : 0;
+  LUM_CHECK(end != v && n > 0 && scale > 0)
+      << "LUMINAL_CUDA_MEMORY_LIMIT must be a positive number of bytes, optionally with K, M "
+         "or G, got '"
+      << v << "'";
+  return static_cast<size_t>(n * scale);
+}
+
+}  // namespace
+
+size_t Device::free_bytes() const {
+  make_current();
+  size_t free = 0, total = 0;
+  check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+  const size_t limit = memory_limit();
+  return limit > 0 ? std::min(free, limit) : free;
+}
+
+size_t Device::total_bytes() const {
+  make_current();
+  size_t free = 0, total = 0;
+  check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+  return total;
 }
 
 DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {

@@ -34,6 +34,12 @@ class Device {
   void make_current() const;
   /// Waits for the stream, raising any error a kernel hit.
   void synchronize() const;
+  /// Device memory free now, capped by LUMINAL_CUDA_MEMORY_LIMIT (bytes, or a number
+  /// with K, M or G: binary units), which bounds what luminal may count on; a malformed
+  /// value is an Error naming the variable.
+  size_t free_bytes() const;
+  /// The device's memory in all.
+  size_t total_bytes() const;
 
  private:
   int ordinal_;
