@@ -282,23 +282,23 @@ void matmul_f32(const ConcreteView& a, const float* ad, const ConcreteView& b, c
   CBLAS_TRANSPOSE ta = CblasNoTrans, tb = CblasNoTrans;
   int64_t lda = 1, ldb = 1;
   const bool blas = layout(m, k, f.sam, f.sak, ta, lda) && layout(k, n, f.sbk, f.sbn, tb, ldb);
+  auto run_blas = [&] {
+    for_each_batch(a, b, f, [&](int64_t bi, int64_t oa, int64_t ob) {
+      sgemm_columns(ta, tb, m, n, k, ad + oa, lda, bd + ob, ldb, f.sbn, out + bi * m * n, n);
+    });
+  };
   bool few = m <= kFewRows;
   if (choices && blas && m > 1 && m <= kSearchedRows &&
       m * n * k * f.batch >= kSearchedMultiplyAdds) {
     few = choices->few_rows(
         {m, k, n, f.batch, f.sam, f.sak, f.sbk, f.sbn}, few,
-        [&] { empty_or_few_rows(a, ad, b, bd, f, out, true); },
-        [&] {
-          for_each_batch(a, b, f, [&](int64_t bi, int64_t oa, int64_t ob) {
-            sgemm_columns(ta, tb, m, n, k, ad + oa, lda, bd + ob, ldb, f.sbn, out + bi * m * n, n);
-          });
-        },
-        out, static_cast<size_t>(f.batch * m * n));
+        [&] { empty_or_few_rows(a, ad, b, bd, f, out, true); }, run_blas, out,
+        static_cast<size_t>(f.batch * m * n));
   }
   if (empty_or_few_rows(a, ad, b, bd, f, out, few)) return;
+  if (blas) return run_blas();
   for_each_batch(a, b, f, [&](int64_t bi, int64_t oa, int64_t ob) {
     float* c = out + bi * m * n;
-    if (blas) return sgemm_columns(ta, tb, m, n, k, ad + oa, lda, bd + ob, ldb, f.sbn, c, n);
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j) {
         float acc = 0;
