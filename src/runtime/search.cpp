@@ -11,6 +11,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "luminal/error.hpp"
 #include "luminal/hash.hpp"
 #include "runtime/env.hpp"
@@ -33,29 +35,6 @@ double steady_time(const SearchCandidate& c) {
   const auto start = std::chrono::steady_clock::now();
   c.run();
   return seconds_since(start);
-}
-
-std::string number(double x) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.9g", x);
-  return buf;
-}
-
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (const char ch : s) {
-    if (ch == '"' || ch == '\\') {
-      out += '\\';
-      out += ch;
-    } else if (static_cast<unsigned char>(ch) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", ch);
-      out += buf;
-    } else {
-      out += ch;
-    }
-  }
-  return out + "\"";
 }
 
 // The cache key: everything that fixes the winner. The candidates' labels are part of it,
@@ -240,18 +219,16 @@ void Searcher::progress(const SearchProblem& p, size_t done, double best,
 
 void Searcher::dump(const SearchProblem& p, const SearchResult& r) {
   if (!env_has("LUMINAL_DUMP", "search") && !env_has("LUMINAL_DUMP", "all")) return;
-  std::string entry = "  {\"signature\": " + json_string(p.signature) + ", \"candidates\": [";
-  for (size_t i = 0; i < r.trials.size(); ++i) {
-    const SearchTrial& t = r.trials[i];
-    entry += std::string(i ? ", " : "") + "{\"label\": " + json_string(t.label) +
-             ", \"verdict\": " + json_string(t.verdict) + ", \"median_s\": " + number(t.median) +
-             ", \"runs_s\": [";
-    for (size_t k = 0; k < t.seconds.size(); ++k) entry += (k ? ", " : "") + number(t.seconds[k]);
-    entry += "]}";
-  }
-  entry += "]}";
+  nlohmann::json candidates = nlohmann::json::array();
+  for (const SearchTrial& t : r.trials)
+    candidates.push_back({{"label", t.label},
+                          {"verdict", t.verdict},
+                          {"median_s", t.median},
+                          {"runs_s", t.seconds}});
+  const std::string entry =
+      nlohmann::json{{"signature", p.signature}, {"candidates", candidates}}.dump();
   const bool first = dumped_.empty();
-  dumped_ += (first ? "" : ",\n") + entry;
+  dumped_ += (first ? "  " : ",\n  ") + entry;
   const std::filesystem::path file = dump_dir() / "search.json";
   std::ofstream(file) << "[\n" << dumped_ << "\n]\n";
   if (first) std::fprintf(stderr, "luminal: dumping search to %s\n", file.c_str());

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <nlohmann/json.hpp>
+
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -100,6 +102,37 @@ TEST_F(SearchTest, PicksTheFastestCorrectCandidate) {
   EXPECT_EQ(k.runs["slow"], 1 + 3);
   EXPECT_EQ(k.runs["fast"], 1 + 5);
   EXPECT_DOUBLE_EQ(r.trials[r.winner].median, 1.0);
+}
+
+// LUMINAL_DUMP=search writes every searched kernel to search.json, valid JSON read here
+// by another parser: each candidate with its verdict, timed runs and median.
+TEST_F(SearchTest, TheDumpListsEveryCandidateWithItsVerdictAndTimes) {
+  const fs::path dump = dir_ / "dump";
+  const luminal::testing::ScopedEnv what("LUMINAL_DUMP", "search");
+  const luminal::testing::ScopedEnv where("LUMINAL_DUMP_DIR", dump.c_str());
+  Planted k;
+  k.seconds = {{"pick", 2.0}, {"slow", 9.0}, {"wrong", 0.5}, {"fast", 1.0}};
+  Searcher s("test device", fast());
+  s.choose(k.problem("matmul \"64\"\tx64"));  // a quote and a tab to escape
+  s.choose(k.problem("matmul 32x32x32 f32"));
+  std::ifstream in(dump / "search.json");
+  const nlohmann::json j = nlohmann::json::parse(in);
+  ASSERT_EQ(j.size(), 2u);
+  EXPECT_EQ(j[0]["signature"], "matmul \"64\"\tx64");
+  EXPECT_EQ(j[1]["signature"], "matmul 32x32x32 f32");
+  const nlohmann::json& c = j[0]["candidates"];
+  ASSERT_EQ(c.size(), 4u);
+  EXPECT_EQ(c[0]["label"], "pick");
+  EXPECT_EQ(c[0]["verdict"], "correct");
+  EXPECT_EQ(c[1]["label"], "slow");
+  EXPECT_EQ(c[1]["verdict"], "slow");
+  EXPECT_EQ(c[1]["runs_s"].size(), 3u);
+  EXPECT_EQ(c[2]["verdict"].get<std::string>().rfind("wrong: ", 0), 0u);
+  EXPECT_TRUE(c[2]["runs_s"].empty());
+  EXPECT_EQ(c[3]["label"], "fast");
+  EXPECT_EQ(c[3]["verdict"], "winner");
+  EXPECT_EQ(c[3]["runs_s"], nlohmann::json({1.0, 1.0, 1.0, 1.0, 1.0}));
+  EXPECT_DOUBLE_EQ(c[3]["median_s"].get<double>(), 1.0);
 }
 
 TEST_F(SearchTest, TiesAndAWrongFastestKeepTheEarlierCorrectCandidate) {
