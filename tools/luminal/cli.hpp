@@ -4,10 +4,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "luminal/cpu.hpp"
 #include "luminal/cuda.hpp"
+#include "luminal/reference.hpp"
 
 namespace luminal::cli {
 
@@ -36,6 +38,13 @@ inline void check_device(const std::string& device) {
   }
   if (device != "cpu" && device != "reference")
     usage_error("unknown device '" + device + "' (cpu, reference or cuda)");
+}
+
+/// The backend a (checked) --device value names; `cpu` for the CPU backend's options.
+inline std::unique_ptr<Backend> backend_for(const std::string& device, const CpuOptions& cpu) {
+  if (device == "cpu") return std::make_unique<CpuBackend>(cpu);
+  if (device == "cuda") return std::make_unique<CudaBackend>();
+  return std::make_unique<ReferenceBackend>();
 }
 
 /// Options every command takes that set how the compiler searches (see the README):

@@ -11,7 +11,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -20,7 +19,6 @@
 #include "luminal/error.hpp"
 #include "luminal/models/chat_template.hpp"
 #include "luminal/models/generate.hpp"
-#include "luminal/reference.hpp"
 
 namespace {
 
@@ -162,13 +160,6 @@ Options parse(int argc, char** argv, const char* usage, bool chat) {
   return o;
 }
 
-std::unique_ptr<luminal::Backend> backend_for(const Options& o) {
-  if (o.device == "cpu")
-    return std::make_unique<luminal::CpuBackend>(luminal::CpuOptions{.residual = o.residual});
-  if (o.device == "cuda") return std::make_unique<luminal::CudaBackend>();
-  return std::make_unique<luminal::ReferenceBackend>();
-}
-
 void progress(const std::string& s) {
   std::fprintf(stderr, "%s\n", s.c_str());
 }
@@ -185,7 +176,7 @@ void print_stats(const luminal::models::GenerationStats& st) {
 int generate(int argc, char** argv) {
   const Options o = parse(argc, argv, kGenerateUsage, false);
   try {
-    const auto backend = backend_for(o);
+    const auto backend = luminal::cli::backend_for(o.device, {.residual = o.residual});
     luminal::models::TextGenerator gen(o.model, *backend, progress, o.kv_cache);
     std::fputs(o.prompt.c_str(), stdout);
     std::fflush(stdout);
@@ -206,7 +197,7 @@ int generate(int argc, char** argv) {
 int chat(int argc, char** argv) {
   const Options o = parse(argc, argv, kChatUsage, true);
   try {
-    const auto backend = backend_for(o);
+    const auto backend = luminal::cli::backend_for(o.device, {.residual = o.residual});
     luminal::models::TextGenerator gen(o.model, *backend, progress, o.kv_cache);
     const auto format = gen.chat_format();
     std::vector<luminal::models::ChatMessage> history;

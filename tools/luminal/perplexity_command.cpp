@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -14,7 +15,6 @@
 #include "luminal/cpu.hpp"
 #include "luminal/error.hpp"
 #include "luminal/models/perplexity.hpp"
-#include "luminal/reference.hpp"
 
 namespace luminal::cli {
 namespace {
@@ -150,12 +150,9 @@ int perplexity(int argc, char** argv) {
     const std::string text{std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
     std::optional<models::PerplexityBase> base;
     if (!o.kl_base.empty()) base = models::PerplexityBase::load(o.kl_base);
-    const CpuBackend cpu(CpuOptions{.int8_activations = !o.exact, .residual = o.residual});
-    const ReferenceBackend reference;
-    const CudaBackend cuda;
-    const Backend& backend = o.device == "cpu"    ? static_cast<const Backend&>(cpu)
-                             : o.device == "cuda" ? static_cast<const Backend&>(cuda)
-                                                  : reference;
+    const std::unique_ptr<Backend> owned =
+        backend_for(o.device, {.int8_activations = !o.exact, .residual = o.residual});
+    const Backend& backend = *owned;
     std::fprintf(stderr, "loading and compiling %s for %s%s...\n", o.model.c_str(),
                  backend.name().c_str(), o.exact ? " (exact)" : "");
     models::PerplexityRunner runner(o.model, backend, o.run);
