@@ -2,7 +2,6 @@
 // primitive ops over random views, errors, the kernel cache and dynamic dims.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -32,10 +31,7 @@ namespace fs = std::filesystem;
 // output (whichever won) matches the reference, and a second compile takes the winner
 // from the cache. Small products and one-row products are not searched.
 TEST(Cpu, ProductsOfAFewTensOfRowsSearchTheKernel) {
-  const fs::path dir =
-      fs::temp_directory_path() / ("luminal-cpu-search-" + std::to_string(getpid()));
-  fs::remove_all(dir);
-  const testing::ScopedEnv cache("LUMINAL_CACHE_DIR", dir.c_str());
+  const testing::ScopedCacheDir cache("cpu-search");
   const testing::ScopedEnv log("LUMINAL_LOG", "info");
   const testing::ScopedEnv mode("LUMINAL_SEARCH", "fast");
   std::mt19937 rng(5);
@@ -70,7 +66,6 @@ TEST(Cpu, ProductsOfAFewTensOfRowsSearchTheKernel) {
         ASSERT_NEAR(got[o][i], want[o][i], 1e-4 * (1 + std::fabs(want[o][i])))
             << pass << " output " << o;
   }
-  fs::remove_all(dir);
 }
 
 TEST(Cpu, MatMulsMatchTheReference) {

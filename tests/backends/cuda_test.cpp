@@ -4,9 +4,7 @@
 // error where no GPU can be used.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
 #include <cmath>
-#include <filesystem>
 #include <random>
 
 #include "luminal/luminal.hpp"
@@ -94,10 +92,7 @@ std::vector<float> exact_values(std::mt19937& rng, size_t n) {
 // along k).
 void expect_searched_product(int64_t m, int64_t k, int64_t n, DType t, const std::string& searched,
                              bool b_stored_nk = false) {
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
-                                    ("luminal-product-search-" + std::to_string(getpid()));
-  std::filesystem::remove_all(dir);
-  const testing::ScopedEnv cache("LUMINAL_CACHE_DIR", dir.c_str());
+  const testing::ScopedCacheDir cache("product-search");
   const testing::ScopedEnv log("LUMINAL_LOG", "info");
   const testing::ScopedEnv mode("LUMINAL_SEARCH", "fast");
   std::mt19937 rng(11);
@@ -131,7 +126,6 @@ void expect_searched_product(int64_t m, int64_t k, int64_t n, DType t, const std
       ASSERT_LE(std::fabs(got[i] - want[i]), tol * std::fabs(want[i]))
           << dtype_name(t) << " " << pass << " element " << i;
   }
-  std::filesystem::remove_all(dir);
 }
 
 // A product large enough to be searched: cuBLASLt's algorithms are timed on it, the

@@ -4,7 +4,6 @@
 #include "runtime/search.hpp"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -57,17 +56,11 @@ struct Planted {
 class SearchTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("luminal-search-test-" + std::to_string(getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    cache_.emplace("LUMINAL_CACHE_DIR", dir_.c_str());
+    cache_.emplace(std::string("search-test-") +
+                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = cache_->path();
   }
-  void TearDown() override {
-    cache_.reset();
-    fs::remove_all(dir_);
-  }
+  void TearDown() override { cache_.reset(); }
   std::vector<fs::path> entries() const {
     std::vector<fs::path> out;
     for (const auto& e : fs::directory_iterator(dir_))
@@ -75,7 +68,7 @@ class SearchTest : public ::testing::Test {
     return out;
   }
   fs::path dir_;
-  std::optional<luminal::testing::ScopedEnv> cache_;
+  std::optional<luminal::testing::ScopedCacheDir> cache_;
 };
 
 SearchSettings fast(double budget = 10) {
