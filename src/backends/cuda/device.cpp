@@ -47,7 +47,6 @@ Device::Device(int ordinal) : ordinal_(ordinal) {
   compute_capability_ = prop.major * 10 + prop.minor;
   arch_ = "sm_" + std::to_string(compute_capability_);
   multiprocessors_ = prop.multiProcessorCount;
-  total_bytes_ = prop.totalGlobalMem;
   name_ = prop.name;
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
 }
@@ -95,10 +94,11 @@ size_t Device::free_bytes() const {
   return limit > 0 ? std::min(free, limit) : free;
 }
 
-bool Device::capturing() const {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  check(cudaStreamIsCapturing(stream_, &status), "cudaStreamIsCapturing");
-  return status != cudaStreamCaptureStatusNone;
+size_t Device::total_bytes() const {
+  make_current();
+  size_t free = 0, total = 0;
+  check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+  return total;
 }
 
 DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {

@@ -34,14 +34,12 @@ class Device {
   void make_current() const;
   /// Waits for the stream, raising any error a kernel hit.
   void synchronize() const;
-  /// Whether the stream is being captured into a CUDA graph (nothing may wait for it).
-  bool capturing() const;
   /// Device memory free now, capped by LUMINAL_CUDA_MEMORY_LIMIT (bytes, or a number
   /// with K, M or G: binary units), which bounds what luminal may count on; a malformed
   /// value is an Error naming the variable.
   size_t free_bytes() const;
   /// The device's memory in all.
-  size_t total_bytes() const { return total_bytes_; }
+  size_t total_bytes() const;
 
  private:
   int ordinal_;
@@ -49,7 +47,6 @@ class Device {
   std::string arch_;
   int compute_capability_ = 0;
   int multiprocessors_ = 0;
-  size_t total_bytes_ = 0;
   std::string name_;
 };
 
