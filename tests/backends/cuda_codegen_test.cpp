@@ -11,6 +11,7 @@
 #include "backends/cuda/attention.hpp"
 #include "backends/cuda/attention_mma.hpp"
 #include "backends/cuda/attention_stream.hpp"
+#include "backends/cuda/attention_wgmma.hpp"
 #include "backends/cuda/codegen.hpp"
 #include "backends/cuda/compile.hpp"
 #include "backends/cuda/copy_view.hpp"
@@ -181,6 +182,29 @@ TEST(CudaCodegen, TensorCoreAttentionCompilesForAmpereAndHopper) {
   EXPECT_FALSE(cudagen::mma_attention_supports(DType::F16, DType::BF16, DType::BF16, 64, 64));
   EXPECT_FALSE(cudagen::mma_attention_supports(DType::F32, DType::F32, DType::F16, 64, 64));
   EXPECT_FALSE(cudagen::mma_attention_supports(DType::F32, DType::F16, DType::F16, 40, 64));
+}
+
+// The warpgroup kernel's, for sm_90a: bf16 and f16, head dims 64 to 256 (the largest
+// with tiles of 64 keys), outputs of another type; what it does not take.
+TEST(CudaCodegen, WarpgroupAttentionCompilesForHopper) {
+  using cudagen::WgmmaAttentionKernel;
+  for (const auto& [type, out, d, dv] : std::vector<std::tuple<DType, DType, int64_t, int64_t>>{
+           {DType::BF16, DType::BF16, 128, 128},
+           {DType::F16, DType::F32, 64, 64},
+           {DType::BF16, DType::F16, 256, 128},
+       }) {
+    ASSERT_TRUE(cudagen::wgmma_attention_supports(type, type, type, d, dv));
+    const WgmmaAttentionKernel spec{type, out, d, dv, cudagen::wgmma_attention_keys(d, dv)};
+    EXPECT_LE(cudagen::wgmma_attention_shared_bytes(spec), 227u * 1024) << "d " << d;
+    EXPECT_FALSE(
+        cudagen::compile_cubin(cudagen::wgmma_attention_source(spec), "sm_90a").code.empty())
+        << "d " << d;
+  }
+  EXPECT_EQ(cudagen::wgmma_attention_keys(128, 128), 128);
+  EXPECT_EQ(cudagen::wgmma_attention_keys(256, 128), 64);
+  EXPECT_FALSE(cudagen::wgmma_attention_supports(DType::F32, DType::BF16, DType::BF16, 128, 128));
+  EXPECT_FALSE(cudagen::wgmma_attention_supports(DType::BF16, DType::BF16, DType::BF16, 96, 96));
+  EXPECT_FALSE(cudagen::wgmma_attention_supports(DType::BF16, DType::BF16, DType::BF16, 128, 256));
 }
 
 // The streaming kernel's, on CUDA cores: f32 queries over an f16 cache (a decode step of

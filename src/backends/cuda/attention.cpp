@@ -27,6 +27,8 @@
 #include "backends/cuda/attention_common.hpp"
 #include "backends/cuda/attention_mma.hpp"
 #include "backends/cuda/attention_stream.hpp"
+#include "backends/cuda/attention_wgmma.hpp"
+#include "runtime/env.hpp"
 
 namespace luminal::cudagen {
 namespace {
@@ -292,22 +294,29 @@ std::string attention_source(const AttentionKernel& s) {
 
 const Attention::Compiled& Attention::compiled(const std::string& key, const std::string& kernel,
                                                const std::function<std::string()>& source,
-                                               size_t shared_bytes) {
+                                               size_t shared_bytes, int threads,
+                                               int64_t tile_keys) {
   Compiled& c = kernels_[key];
   if (!c.module) {
-    c.module = std::make_unique<Module>(compile_cubin(source(), device_.arch()).code);
+    // Warpgroup products exist only on the architecture-specific target (sm_90a).
+    const bool wgmma = kernel == "lum_attention_wgmma";
+    c.module =
+        std::make_unique<Module>(compile_cubin(source(), device_.arch() + (wgmma ? "a" : "")).code);
     c.kernel = c.module->kernel(kernel);
     c.combine = c.module->kernel("lum_attention_combine");
-    if (kernel == "lum_attention_mma") c.mask_tiles = c.module->kernel("lum_attention_mask_tiles");
+    if (wgmma || kernel == "lum_attention_mma")
+      c.mask_tiles = c.module->kernel("lum_attention_mask_tiles");
     c.combines_itself = kernel == "lum_attention_stream";
     c.shared_bytes = shared_bytes;
+    c.threads = threads;
+    c.tile_keys = tile_keys;
     if (shared_bytes > 0)  // (with its static arrays, it may pass the default 48 KiB)
       check(cudaKernelSetAttributeForDevice(
                 reinterpret_cast<cudaKernel_t>(const_cast<void*>(c.kernel)),
                 cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared_bytes),
                 device_.ordinal()),
             "allowing attention its shared memory");
-    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&c.blocks_per_sm, c.kernel, kThreads,
+    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&c.blocks_per_sm, c.kernel, threads,
                                                         shared_bytes),
           "sizing attention's grid");
   }
@@ -367,8 +376,23 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
   // Tensor cores where a tile of their rows shares each key head and they take the
   // types; each key and value row read in one 16-byte piece or more, and the scale
   // positive (it is applied after the max).
-  if (device_.compute_capability() >= 80 && a.shared_rows >= 16 && scale > 0 &&
-      mma_attention_supports(q_type, k_type, v_type, d, dv) && key_vec == 8 && value_vec == 8) {
+  // On Hopper, warpgroup products where a whole block's rows share each key head
+  // (LUMINAL_CUDA_ATTENTION=mma keeps the sm_80 kernel, to compare the two).
+  TensorMap key_map, value_map;
+  const int64_t wgmma_keys = wgmma_attention_keys(d, dv);
+  if (device_.compute_capability() == 90 && a.shared_rows >= kWgmmaAttentionRows && scale > 0 &&
+      wgmma_attention_supports(q_type, k_type, v_type, d, dv) && key_vec == 8 && value_vec == 8 &&
+      !runtime::env_has("LUMINAL_CUDA_ATTENTION", "mma") &&
+      wgmma_attention_maps(a, k_data, v_data, d, dv, wgmma_keys, key_map, value_map)) {
+    const WgmmaAttentionKernel spec{q_type, out_type, d, dv, wgmma_keys};
+    const std::string key = key_of({3, int64_t(q_type), int64_t(out_type), d, dv, spec.keys});
+    kernel = &compiled(
+        key, "lum_attention_wgmma", [&] { return wgmma_attention_source(spec); },
+        wgmma_attention_shared_bytes(spec), kWgmmaAttentionThreads, spec.keys);
+    rows = kWgmmaAttentionRows;
+  } else if (device_.compute_capability() >= 80 && a.shared_rows >= 16 && scale > 0 &&
+             mma_attention_supports(q_type, k_type, v_type, d, dv) && key_vec == 8 &&
+             value_vec == 8) {
     const MmaAttentionKernel spec{q_type, k_type, v_type, out_type, d, dv};
     const std::string key =
         key_of({1, int64_t(q_type), int64_t(k_type), int64_t(v_type), int64_t(out_type), d, dv});
@@ -437,29 +461,31 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
     a.arrivals = static_cast<unsigned*>(arrivals_.data());
   }
 
-  void* args[] = {&a};
+  void* args[] = {&a, &key_map, &value_map};  // (the maps for the warpgroup kernel alone)
   if (kernel->mask_tiles) {
-    a.key_tiles = (keys + kMmaAttentionKeys - 1) / kMmaAttentionKeys;
+    a.key_tiles = (keys + kernel->tile_keys - 1) / kernel->tile_keys;
     a.mask_points = 1;
     for (int64_t i = 0; i < a.kv_rank; ++i)
       if (a.kv_m[i] != 0) a.mask_points = kv_points;
     const int64_t tiles = a.mask_points * a.row_tiles * a.key_tiles;  // a warp each
     a.tiles = static_cast<uint8_t*>(at_least(tiles_, static_cast<size_t>(tiles)));
-    const int64_t warps = kThreads / 32;
+    const int64_t warps = kernel->threads / 32;
     check(cudaLaunchKernel(kernel->mask_tiles,
-                           dim3(static_cast<unsigned>((tiles + warps - 1) / warps)), dim3(kThreads),
-                           args, 0, device_.stream()),
+                           dim3(static_cast<unsigned>((tiles + warps - 1) / warps)),
+                           dim3(static_cast<unsigned>(kernel->threads)), args, 0, device_.stream()),
           "launching attention's pass over the mask");
   }
   check(cudaLaunchKernel(kernel->kernel, dim3(static_cast<unsigned>(pairs * a.splits)),
-                         dim3(kThreads), args, kernel->shared_bytes, device_.stream()),
+                         dim3(static_cast<unsigned>(kernel->threads)), args, kernel->shared_bytes,
+                         device_.stream()),
         "launching attention");
   if (a.splits > 1 && !kernel->combines_itself) {
     long long n = out_rows, splits_arg = a.splits;
     void* combine_args[] = {&a.partials, &out, &n, &splits_arg};
     const int64_t blocks = std::min<int64_t>(out_rows, int64_t{device_.multiprocessors()} * 16);
-    check(cudaLaunchKernel(kernel->combine, dim3(static_cast<unsigned>(blocks)), dim3(kThreads),
-                           combine_args, 0, device_.stream()),
+    check(cudaLaunchKernel(kernel->combine, dim3(static_cast<unsigned>(blocks)),
+                           dim3(static_cast<unsigned>(kernel->threads)), combine_args, 0,
+                           device_.stream()),
           "launching attention's combine");
   }
   return true;

@@ -9,6 +9,8 @@
 #include <memory>
 #include <string>
 
+#include "backends/cuda/attention_common.hpp"
+#include "backends/cuda/attention_mma.hpp"
 #include "backends/cuda/device.hpp"
 #include "backends/cuda/nvrtc.hpp"
 #include "luminal/dtype.hpp"
@@ -55,11 +57,14 @@ class Attention {
     bool combines_itself = false;      // its last split block combines (no combine launch)
     size_t shared_bytes = 0;           // dynamic, a block
     int blocks_per_sm = 0;             // resident at once
+    int threads = 0;                   // a block, of every kernel of the module
+    int64_t tile_keys = 0;             // keys a tile of the pass over the mask
   };
   // The module cached under `key` (the specialisation's fields), compiled from source()
   // on first use.
   const Compiled& compiled(const std::string& key, const std::string& kernel,
-                           const std::function<std::string()>& source, size_t shared_bytes);
+                           const std::function<std::string()>& source, size_t shared_bytes,
+                           int threads = kAttentionThreads, int64_t tile_keys = kMmaAttentionKeys);
 
   const Device& device_;
   std::map<std::string, Compiled> kernels_;  // by specialisation

@@ -291,15 +291,100 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS)
 }
 )ATTN";
 
+constexpr const char* kTilesSource = R"ATTN(
+constexpr int kFaRows = LUM_FA_ROWS, kFaKeys = LUM_FA_KEYS;
+
+// The mask's tiles, before a tensor-core attention kernel: a warp a (mask point, row
+// tile, key tile) writes whether any of its LUM_FA_ROWS x LUM_FA_KEYS bytes keeps a key
+// (bit 0) and whether all do (bit 1). Mask points are the kv points where the mask varies along those dims, else
+// one. The attention kernel then skips dropped tiles without reading them, and reads
+// the bytes of mixed ones only.
+extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_mask_tiles(const LumAttnArgs a) {
+  const long long w = blockIdx.x * (long long)(LUM_AT_THREADS / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (w >= a.mask_points * a.row_tiles * a.key_tiles) return;
+  const long long kt = w % a.key_tiles, tile = w / a.key_tiles % a.row_tiles;
+  long long q, k, v, mo, o;
+  lum_at_point(a, a.mask_points > 1 ? w / a.key_tiles / a.row_tiles : 0, q, k, v, mo, o);
+  const int rows = (int)min((long long)kFaRows, a.shared_rows - tile * kFaRows);
+  const long long t0 = kt * kFaKeys;
+  const int n = (int)min((long long)kFaKeys, a.keys - t0);
+  bool any = false, all = true;
+  for (int h = 0; h < kFaRows / 32; ++h) {
+    const int r = lane * (kFaRows / 32) + h;
+    if (r >= rows) {
+      all = false;
+      continue;
+    }
+    long long qr = 0, m = mo, orow = 0;
+    lum_at_row(a, tile * kFaRows + r, qr, m, orow);
+    const unsigned char* src = a.mask + m + t0 * a.m_t;
+    if (n == kFaKeys && a.m_t == 1 && ((unsigned long long)src % 16) == 0) {
+#pragma unroll
+      for (int i = 0; i < kFaKeys / 16; ++i) {
+        const uint4 x = *(const uint4*)(src + 16 * i);
+        const uint32_t words[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          any |= words[j] != 0u;
+          all &= ((words[j] - 0x01010101u) & ~words[j] & 0x80808080u) == 0u;  // no zero byte
+        }
+      }
+    } else {
+      for (int j = 0; j < kFaKeys; ++j) {
+        const bool keep = j < n && src[j * a.m_t] != 0;
+        any |= keep, all &= keep;
+      }
+    }
+  }
+  any = __any_sync(0xffffffffu, any), all = __all_sync(0xffffffffu, all);
+  if (lane == 0) a.tiles[w] = (any ? 1 : 0) | (all ? 2 : 0);
+}
+
+// One (mask point, row tile)'s flags, read by a whole warp: the first tile from kt on
+// that keeps a key, and its flags. Each lane holds one tile's flags of a window of 32,
+// loaded when the window moves.
+struct LumFaTiles {
+  const unsigned char* flags;
+  long long end, window = -1;
+  int window_flags = 0;
+  __device__ LumFaTiles(const LumAttnArgs& a, long long point, long long tile, long long key_tiles_end)
+      : flags(a.tiles + ((a.mask_points > 1 ? point : 0) * a.row_tiles + tile) * a.key_tiles),
+        end(key_tiles_end) {}
+  __device__ long long next_kept(long long kt, int& tile_flags) {
+    const int lane = threadIdx.x % 32;
+    while (kt < end) {
+      if (kt - window >= 32 || window < 0) {
+        window = kt;
+        window_flags = kt + lane < end ? flags[kt + lane] : 0;
+      }
+      const int from = (int)(kt - window);
+      const unsigned kept = __ballot_sync(0xffffffffu, (window_flags & 1) && lane >= from);
+      if (kept != 0u) {
+        const int i = __ffs(kept) - 1;
+        tile_flags = __shfl_sync(0xffffffffu, window_flags, i);
+        return window + i;
+      }
+      kt = window + 32;
+    }
+    return end;
+  }
+};
+)ATTN";
+
 const char* element(DType t) {
   return t == DType::F32 ? "lum_at_f32" : t == DType::F16 ? "lum_at_f16" : "lum_at_bf16";
 }
 
 }  // namespace
 
+std::string_view attention_tiles_source() {
+  return kTilesSource;
+}
+
 std::string attention_program(const AttentionOperands& operands,
                               const std::vector<std::pair<std::string, std::string>>& defines,
-                              std::string_view kernel) {
+                              std::string_view kernel, int threads) {
   std::string source = std::string(cuda_prelude()) + std::string(runtime::scalar_prelude());
   auto define = [&](const std::string& name, const std::string& value) {
     source += "#define " + name + " " + value + "\n";
@@ -310,7 +395,7 @@ std::string attention_program(const AttentionOperands& operands,
   define("LUM_AT_O", element(operands.out));
   define("LUM_AT_D", std::to_string(operands.d));
   define("LUM_AT_DV", std::to_string(operands.dv));
-  define("LUM_AT_THREADS", std::to_string(kAttentionThreads));
+  define("LUM_AT_THREADS", std::to_string(threads));
   define("LUM_AT_MAX_SPLITS", std::to_string(kAttentionMaxSplits));
   define("LUM_FA_KBF16", operands.k == DType::BF16 ? "true" : "false");
   define("LUM_FA_VBF16", operands.v == DType::BF16 ? "true" : "false");

@@ -57,11 +57,16 @@ struct AttentionOperands {
   int64_t d, dv;  // query/key and value head dims
 };
 
+/// The tensor-core kernels' pass over the mask (kernel lum_attention_mask_tiles: flags
+/// a tile of LUM_FA_ROWS x LUM_FA_KEYS mask bytes dropped, kept whole or mixed) and
+/// LumFaTiles, which finds a row tile's next kept key tile from those flags.
+std::string_view attention_tiles_source();
+
 /// An attention kernel's whole source: the CUDA and scalar preludes, the defines of
 /// `operands` (LUM_AT_Q/K/V/O: their element structs; LUM_AT_D, LUM_AT_DV;
 /// LUM_FA_KBF16/VBF16: whether keys, values are bf16), of
-/// LUM_AT_THREADS and LUM_AT_MAX_SPLITS, the kernel's own `defines` (name, value), the
-/// shared CUDA side, then `kernel`. The shared side holds LumAttnArgs, the element
+/// LUM_AT_THREADS (`threads`, a block) and LUM_AT_MAX_SPLITS, the kernel's own `defines` (name,
+/// value), the shared CUDA side, then `kernel`. The shared side holds LumAttnArgs, the element
 /// structs lum_at_f32/f16/bf16 (get: to float; put: from float), lum_at_point and
 /// lum_at_row (the offsets of a kv point and of a row of it), lum_at_block (a block's
 /// split, tile and kv point where splits run fastest), lum_at_exp2 and
@@ -71,6 +76,6 @@ struct AttentionOperands {
 /// operands' remainders); and the combine kernel lum_attention_combine.
 std::string attention_program(const AttentionOperands& operands,
                               const std::vector<std::pair<std::string, std::string>>& defines,
-                              std::string_view kernel);
+                              std::string_view kernel, int threads = kAttentionThreads);
 
 }  // namespace luminal::cudagen

@@ -23,7 +23,7 @@ namespace {
 constexpr int64_t kMaskStride = kMmaAttentionKeys + 16;  // bytes a row of the mask tile
 
 constexpr const char* kSource = R"ATTN(
-constexpr int kFaRows = LUM_FA_ROWS, kFaKeys = LUM_FA_KEYS, kFaMaskStride = LUM_FA_MASK_STRIDE;
+constexpr int kFaMaskStride = LUM_FA_MASK_STRIDE;
 constexpr int kFaQs = LUM_AT_D + 8, kFaVs = LUM_AT_DV + 8;  // halves a row in shared memory
 constexpr int kFaNq = LUM_AT_D / 16, kFaNv = LUM_AT_DV / 8;  // k-steps of q.k, 8-wide tiles of out
 
@@ -53,53 +53,6 @@ LUM_FN void lum_fa_fetch(uint32_t dst, const uint16_t* src, long long stride, in
   lum_at_commit();
 }
 
-
-// The mask's tiles, before the attention: a warp a (mask point, row tile, key tile)
-// writes whether any of its 64 x 64 bytes keeps a key (bit 0) and whether all do
-// (bit 1). Mask points are the kv points where the mask varies along those dims, else
-// one. The attention kernel then skips dropped tiles without reading them, and reads
-// the bytes of mixed ones only.
-extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_mask_tiles(const LumAttnArgs a) {
-  const long long w = blockIdx.x * (long long)(LUM_AT_THREADS / 32) + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (w >= a.mask_points * a.row_tiles * a.key_tiles) return;
-  const long long kt = w % a.key_tiles, tile = w / a.key_tiles % a.row_tiles;
-  long long q, k, v, mo, o;
-  lum_at_point(a, a.mask_points > 1 ? w / a.key_tiles / a.row_tiles : 0, q, k, v, mo, o);
-  const int rows = (int)min((long long)kFaRows, a.shared_rows - tile * kFaRows);
-  const long long t0 = kt * kFaKeys;
-  const int n = (int)min((long long)kFaKeys, a.keys - t0);
-  bool any = false, all = true;
-  for (int h = 0; h < 2; ++h) {
-    const int r = lane * 2 + h;
-    if (r >= rows) {
-      all = false;
-      continue;
-    }
-    long long qr = 0, m = mo, orow = 0;
-    lum_at_row(a, tile * kFaRows + r, qr, m, orow);
-    const unsigned char* src = a.mask + m + t0 * a.m_t;
-    if (n == kFaKeys && a.m_t == 1 && ((unsigned long long)src % 16) == 0) {
-#pragma unroll
-      for (int i = 0; i < kFaKeys / 16; ++i) {
-        const uint4 x = *(const uint4*)(src + 16 * i);
-        const uint32_t words[4] = {x.x, x.y, x.z, x.w};
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          any |= words[j] != 0u;
-          all &= ((words[j] - 0x01010101u) & ~words[j] & 0x80808080u) == 0u;  // no zero byte
-        }
-      }
-    } else {
-      for (int j = 0; j < kFaKeys; ++j) {
-        const bool keep = j < n && src[j * a.m_t] != 0;
-        any |= keep, all &= keep;
-      }
-    }
-  }
-  any = __any_sync(0xffffffffu, any), all = __all_sync(0xffffffffu, all);
-  if (lane == 0) a.tiles[w] = (any ? 1 : 0) | (all ? 2 : 0);
-}
 
 extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_mma(const LumAttnArgs a) {
   extern __shared__ __align__(16) unsigned char lum_fa_shared[];
@@ -175,36 +128,13 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_mma(c
         ms[buf * kMaskBytes + r * kFaMaskStride + c0 + j] = j < n && src[j * a.m_t] != 0;
     }
   };
-  // The first tile from kt on that keeps a key, and its flags (each warp finds it):
-  // each lane holds one tile's flags of a window of 32, loaded when the window moves.
-  const unsigned char* tiles =
-      a.tiles + ((a.mask_points > 1 ? point : 0) * a.row_tiles + tile) * a.key_tiles;
-  long long window = -1;
-  int window_flags = 0;
-  auto next_kept = [&](long long kt, int& flags) {
-    while (kt < kt_end) {
-      if (kt - window >= 32 || window < 0) {
-        window = kt;
-        window_flags = kt + lane < kt_end ? tiles[kt + lane] : 0;
-      }
-      const int from = (int)(kt - window);
-      const unsigned kept = __ballot_sync(0xffffffffu, (window_flags & 1) && lane >= from);
-      if (kept != 0u) {
-        const int i = __ffs(kept) - 1;
-        flags = __shfl_sync(0xffffffffu, window_flags, i);
-        return window + i;
-      }
-      kt = window + 32;
-    }
-    return kt_end;
-  };
-
+  LumFaTiles tiles(a, point, tile, kt_end);
   float o[kFaNv][4];
 #pragma unroll
   for (int j = 0; j < kFaNv; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
   float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};  // rows g and g + 8 of the warp's
   int flags = 0;
-  long long kt = next_kept(t_begin / kFaKeys, flags);
+  long long kt = tiles.next_kept(t_begin / kFaKeys, flags);
   int buf = 0;  // of this tile's keys and mask
   if (kt < kt_end) {
     if (!(flags & 2)) fetch_mask(kt, buf);
@@ -219,7 +149,7 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_mma(c
     lum_at_wait<1>();
     __syncthreads();
     int next_flags = 0;
-    const long long next = next_kept(kt + 1, next_flags);
+    const long long next = tiles.next_kept(kt + 1, next_flags);
     if (next < kt_end) {
       if (!(next_flags & 2)) fetch_mask(next, buf ^ 1);
       fetch_keys(next, buf ^ 1);
@@ -318,7 +248,7 @@ std::string mma_attention_source(const MmaAttentionKernel& s) {
                             {"LUM_FA_MASK_STRIDE", std::to_string(kMaskStride)},
                             {"LUM_FA_STAGE_BYTES", std::to_string(stage_bytes(s))},
                             {"LUM_FA_SPLIT", s.q == DType::F32 ? "1" : "0"}},
-                           kSource);
+                           std::string(attention_tiles_source()) + kSource);
 }
 
 size_t mma_attention_shared_bytes(const MmaAttentionKernel& s) {

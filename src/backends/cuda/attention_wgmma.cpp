@@ -1,0 +1,391 @@
+// Attention on Hopper's warpgroup tensor-core instructions (see attention_wgmma.hpp).
+//
+// The pass over the mask, the order of blocks (last rows first), the online softmax and
+// the key splits are those of the sm_80 kernel (attention_mma.cpp); what differs is how
+// the products run. Each of the block's two warpgroups owns 64 query rows. The queries
+// are staged once into shared memory; keys and values arrive by cp.async in tiles of
+// 64 or 128 rows, two buffers each, the next kept tile's copies in flight while this
+// one's products run. Every tile is stored as panels of 64 elements (128 bytes) a row,
+// swizzled in 16-byte pieces (piece j of row r at j ^ (r % 8)): the layout the
+// instructions' 128-byte swizzle mode reads without bank conflicts, so the products
+// take their operands straight from shared memory by descriptor. Scores are a
+// 64 x keys accumulator (the queries and keys both read along the head dim); the
+// weights go back as the value product's A operand from registers, the values read
+// across the head dim (the instruction's transposed B).
+#include "backends/cuda/attention_wgmma.hpp"
+
+#include <string>
+#include <vector>
+
+#include "backends/cuda/attention_common.hpp"
+
+namespace luminal::cudagen {
+namespace {
+
+// Shared memory a block takes besides its tiles: six barriers (64 bytes), three offsets
+// a row, and 1 KiB to align the tiles to the swizzle pattern's 1024-byte period.
+constexpr int64_t kExtraBytes = 64 + 3 * kWgmmaAttentionRows * 8 + 1024;
+constexpr int64_t kMaxSharedBytes = 227 * 1024;
+
+constexpr const char* kSource = R"ATTN(
+constexpr int kWgQBytes = kFaRows * LUM_AT_D * 2;   // the queries' tile
+constexpr int kWgKBytes = kFaKeys * LUM_AT_D * 2;   // a stage of keys
+constexpr int kWgVBytes = kFaKeys * LUM_AT_DV * 2;  // a stage of values
+constexpr int kWgConsumers = 256;                   // two warpgroups, the products'
+constexpr bool kWgBf16 = LUM_FA_KBF16;
+
+// Where the 16-byte piece `piece` of row r of a swizzled tile of `rows` rows lies, in
+// bytes from the tile's start: panels of 64 elements a row, 128-byte rows, the pieces
+// of a row permuted by the row's position in its group of 8.
+LUM_FN uint32_t lum_wg_at(int rows, int r, int piece) {
+  return (piece / 8) * (rows * 128) + r * 128 + (((piece % 8) ^ (r % 8)) * 16);
+}
+// A shared-memory matrix descriptor: start, leading byte offset (between 64-element
+// panels along the contiguous dim; unused where one product stays in a panel), 1024
+// bytes between groups of 8 rows, 128-byte swizzle.
+LUM_FN uint64_t lum_wg_desc(uint32_t at, uint32_t leading) {
+  return (uint64_t)((at & 0x3FFFFu) >> 4) | ((uint64_t)((leading & 0x3FFFFu) >> 4) << 16) |
+         ((uint64_t)(1024 >> 4) << 32) | (1ull << 62);
+}
+LUM_FN void lum_wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+LUM_FN void lum_wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+LUM_FN void lum_wg_wait() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+// Orders the compiler's own reads and writes of an accumulator around the products,
+// which write it asynchronously (between the issue and the wait).
+template <int N> LUM_FN void lum_wg_hold(float (&d)[N][4]) {
+#pragma unroll
+  for (int j = 0; j < N; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[j][e])::"memory");
+}
+
+// Barriers in shared memory (mbarrier): the copies' arrival and the stages' release.
+LUM_FN void lum_mb_init(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+LUM_FN void lum_mb_expect(uint32_t bar, int bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+LUM_FN void lum_mb_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+LUM_FN void lum_mb_wait(uint32_t bar, int parity) {
+  asm volatile("{ .reg .pred done; LUM_MB_WAIT: mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1; "
+               "@!done bra LUM_MB_WAIT; }" ::"r"(bar), "r"(parity) : "memory");
+}
+// Named barriers among some of the block's warps.
+LUM_FN void lum_bar_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+LUM_FN void lum_bar_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+// The encoded tensor map a copy reads by (tensor_map.hpp).
+struct __align__(64) LumTensorMap {
+  unsigned long long words[16];
+};
+// A box of the map at coordinates c (innermost first) into shared memory at dst; its
+// bytes count toward the barrier's expected ones.
+LUM_FN void lum_tma_load(uint32_t dst, const LumTensorMap& map, int c0, int c1, int c2, int c3,
+                         int c4, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
+      "[%0], [%1, {%2, %3, %4, %5, %6}], [%7];" ::"r"(dst),
+      "l"(&map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(bar)
+      : "memory");
+}
+
+// Barrier ids: 0 the block's, 1 and 2 each consumer warpgroup's turn to issue products,
+// 3 the consumers' own.
+extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS, 1)
+    lum_attention_wgmma(const LumAttnArgs a, const __grid_constant__ LumTensorMap key_map,
+                        const __grid_constant__ LumTensorMap value_map) {
+  extern __shared__ __align__(1024) unsigned char lum_wg_raw[];
+  const uint32_t raw = lum_at_smem(lum_wg_raw), qs = (raw + 1023u) & ~1023u;
+  unsigned char* const shared = lum_wg_raw + (qs - raw);
+  const uint32_t ks = qs + kWgQBytes, vs = ks + 2 * kWgKBytes;  // two stages each
+  // Barriers: keys arrived, values arrived, stage released; two of each.
+  const uint32_t keys_in = vs + 2 * kWgVBytes, values_in = keys_in + 16, released = keys_in + 32;
+  long long* const row_q = (long long*)(shared + kWgQBytes + 2 * kWgKBytes + 2 * kWgVBytes + 64);
+  long long* const row_m = row_q + kFaRows;
+  long long* const row_o = row_m + kFaRows;
+  const float kNegInf = __int_as_float(0xff800000);
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+
+  // Blocks of the last rows first: under a causal mask they see the most keys.
+  long long bid = blockIdx.x;
+  const long long split = bid % a.splits;
+  bid /= a.splits;
+  long long kv_points = 1;
+  for (int i = 0; i < a.kv_rank; ++i) kv_points *= a.kv_dim[i];
+  const long long tile = a.row_tiles - 1 - bid / kv_points, point = bid % kv_points;
+  const long long t_begin = split * a.keys_per_split;
+  const long long t_end = min(a.keys, t_begin + a.keys_per_split);
+  const long long kt_end = (t_end + kFaKeys - 1) / kFaKeys;
+  if (tid == 0) {
+    for (int s = 0; s < 2; ++s) {
+      lum_mb_init(keys_in + 8 * s, 1);
+      lum_mb_init(values_in + 8 * s, 1);
+      lum_mb_init(released + 8 * s, kWgConsumers / 32);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  LumFaTiles tiles(a, point, tile, kt_end);
+
+  if (warp < 4) {
+    // The producer warpgroup: one warp asks for the kept tiles' keys and values, a stage
+    // once both consumer warpgroups have released it; the others leave.
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 24;");
+    if (warp != 0) return;
+    // The kv point in the maps' outer dims, innermost first.
+    int c2 = 0, c3 = 0, c4 = 0;
+    long long p = point;
+    for (long long i = a.kv_rank - 1, j = 0; i >= 0; --i, ++j) {
+      const int x = (int)(p % a.kv_dim[i]);
+      p /= a.kv_dim[i];
+      if (j == 0) c2 = x;
+      else if (j == 1) c3 = x;
+      else c4 = x;
+    }
+    int flags = 0;
+    long long kt = tiles.next_kept(t_begin / kFaKeys, flags);
+    for (int i = 0; kt < kt_end; ++i) {
+      const int s = i & 1;
+      if (i >= 2) lum_mb_wait(released + 8 * s, ((i >> 1) - 1) & 1);
+      if (lane == 0) {
+        const int t0 = (int)(kt * kFaKeys);
+        lum_mb_expect(keys_in + 8 * s, kWgKBytes);
+#pragma unroll
+        for (int q = 0; q < LUM_AT_D / 64; ++q)
+          lum_tma_load(ks + s * kWgKBytes + q * kFaKeys * 128, key_map, 64 * q, t0, c2, c3, c4, keys_in + 8 * s);
+        lum_mb_expect(values_in + 8 * s, kWgVBytes);
+#pragma unroll
+        for (int q = 0; q < LUM_AT_DV / 64; ++q)
+          lum_tma_load(vs + s * kWgVBytes + q * kFaKeys * 128, value_map, 64 * q, t0, c2, c3, c4, values_in + 8 * s);
+      }
+      __syncwarp();
+      kt = tiles.next_kept(kt + 1, flags);
+    }
+    return;
+  }
+
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 240;");
+  const int ctid = tid - 128, cw = ctid / 32, cwg = ctid / 128, g = lane / 4, t4 = lane % 4;
+  long long qo, ko, vo, mo, oo;
+  lum_at_point(a, point, qo, ko, vo, mo, oo);
+  const int rows = (int)min((long long)kFaRows, a.shared_rows - tile * kFaRows);
+  if (ctid < kFaRows) {
+    long long q = qo, m = mo, o = oo;
+    lum_at_row(a, tile * kFaRows + min(ctid, rows - 1), q, m, o);
+    row_q[ctid] = q, row_m[ctid] = m, row_o[ctid] = o;
+  }
+  lum_bar_sync(3, kWgConsumers);
+  // The queries into their swizzled tile, 8 of a row a step (read at any stride), made
+  // visible to the products' reads.
+  {
+    const typename LUM_AT_Q::T* qp = (const typename LUM_AT_Q::T*)a.q;
+    constexpr int kPieces = LUM_AT_D / 8;
+    for (int i = ctid; i < kFaRows * kPieces; i += kWgConsumers) {
+      const int r = i / kPieces, c = i % kPieces;
+      uint32_t w[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const long long at = row_q[r] + (c * 8 + 2 * e) * a.q_d;
+        w[e] = lum_fa_pack<kWgBf16>(r < rows ? LUM_AT_Q::get(qp[at]) : 0.0f,
+                                    r < rows ? LUM_AT_Q::get(qp[at + a.q_d]) : 0.0f);
+      }
+      *(uint4*)(shared + lum_wg_at(kFaRows, r, c)) = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+  }
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  lum_bar_sync(3, kWgConsumers);
+
+  float o[LUM_AT_DV / 8][4];
+#pragma unroll
+  for (int j = 0; j < LUM_AT_DV / 8; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+  float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};  // rows g and g + 8 of the warp's
+  const int r0 = cw * 16 + g;                             // the first of them in the block
+  int flags = 0;
+  long long kt = tiles.next_kept(t_begin / kFaKeys, flags);
+  // The two warpgroups take turns issuing products, so that one's softmax runs while the
+  // other's products do: warpgroup 0 goes first.
+  if (cwg == 1 && kt < kt_end) lum_bar_arrive(1, kWgConsumers);
+  for (int i = 0; kt < kt_end; ++i) {
+    const int s = i & 1, parity = (i >> 1) & 1;
+    const bool all_kept = flags & 2;
+    int next_flags = 0;
+    const long long next = tiles.next_kept(kt + 1, next_flags);
+
+    // Scores: s[n] holds keys 8n + 2 t4 (+1) of rows g (0, 1) and g + 8 (2, 3).
+    float sc[kFaKeys / 8][4];
+#pragma unroll
+    for (int n = 0; n < kFaKeys / 8; ++n) sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
+    lum_wg_hold(sc);
+    lum_mb_wait(keys_in + 8 * s, parity);
+    lum_bar_sync(1 + cwg, kWgConsumers);
+    lum_wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < LUM_AT_D / 16; ++kk) {
+      const uint32_t panel = (kk / 4) * 128, step = (kk % 4) * 32;
+      lum_wg_scores(sc, lum_wg_desc(qs + panel * kFaRows + cwg * 64 * 128 + step, 16),
+                    lum_wg_desc(ks + s * kWgKBytes + panel * kFaKeys + step, 16), kk > 0);
+    }
+    lum_wg_commit();
+    lum_bar_arrive(2 - cwg, kWgConsumers);
+    lum_wg_wait();
+    lum_wg_hold(sc);
+    // Masked (a tile every row keeps all of is not looked up), read from the mask where
+    // it lies: mixed tiles are few (under a causal mask, those the diagonal crosses).
+    if (!all_kept) {
+      const long long t0 = kt * kFaKeys + 2 * t4;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const unsigned char* mrow = a.mask + row_m[r0 + 8 * h];
+#pragma unroll
+        for (int n = 0; n < kFaKeys / 8; ++n)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const long long key = t0 + 8 * n + e;
+            if (key >= t_end || mrow[key * a.m_t] == 0) sc[n][2 * h + e] = kNegInf;
+          }
+      }
+    }
+    lum_fa_softmax(sc, m, l, o, a.scale);
+    uint32_t pf[kFaKeys / 16][4], plf[1][4];
+    lum_fa_weights<kWgBf16>(sc, pf, plf);
+    lum_wg_hold(o);
+    lum_mb_wait(values_in + 8 * s, parity);
+    lum_bar_sync(1 + cwg, kWgConsumers);
+    lum_wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < kFaKeys / 16; ++kk)
+      lum_wg_values(o, pf[kk], lum_wg_desc(vs + s * kWgVBytes + kk * 16 * 128, kFaKeys * 128));
+    lum_wg_commit();
+    // (Warpgroup 1's last turn is not passed on: warpgroup 0 has none left to take.)
+    if (cwg == 0 || next < kt_end) lum_bar_arrive(2 - cwg, kWgConsumers);
+    lum_wg_wait();
+    lum_wg_hold(o);
+    if (lane == 0) lum_mb_arrive(released + 8 * s);
+    kt = next, flags = next_flags;
+  }
+
+  // Each row's sum over its quad; out = o / sum (or the split's piece).
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+    const int r = r0 + 8 * h;
+    if (r >= rows) continue;
+    if (a.splits == 1) {
+      const float inv = 1.0f / l[h];
+#pragma unroll
+      for (int j = 0; j < LUM_AT_DV / 8; ++j) {
+        const long long at = row_o[r] * LUM_AT_DV + j * 8 + 2 * t4;
+        LUM_AT_O::put(a.out, at, o[j][2 * h] * inv);
+        LUM_AT_O::put(a.out, at + 1, o[j][2 * h + 1] * inv);
+      }
+    } else {
+      float* p = a.partials + (row_o[r] * a.splits + split) * (LUM_AT_DV + 2);
+#pragma unroll
+      for (int j = 0; j < LUM_AT_DV / 8; ++j) p[j * 8 + 2 * t4] = o[j][2 * h], p[j * 8 + 2 * t4 + 1] = o[j][2 * h + 1];
+      if (t4 == 0) p[LUM_AT_DV] = m[h], p[LUM_AT_DV + 1] = l[h];
+    }
+  }
+}
+)ATTN";
+
+// One warpgroup product m64nNk16 into the f32 accumulator d[N / 8][4] (a warp's rows
+// g, g + 8 at columns 8j + 2 t4 (+1), as mma.m16n8 lays them out): `name`(d, a, b,
+// accumulate) with A and B by descriptor, both read along k; or, with A in registers
+// (the m16n8k16 A fragment of the warp's 16 rows), `name`(d, a, b) adding to d, B read
+// across k (transposed).
+std::string wgmma_function(const std::string& name, int64_t n, bool a_in_registers,
+                           const char* type) {
+  const int64_t regs = n / 2;
+  std::string operands;
+  for (int64_t i = 0; i < regs; ++i)
+    operands += (i ? ", " : "") + std::string("%") + std::to_string(i);
+  std::string outputs;
+  for (int64_t i = 0; i < regs; ++i)
+    outputs += (i ? ", " : "") + std::string("\"+f\"(d[") + std::to_string(i / 4) + "][" +
+               std::to_string(i % 4) + "])";
+  const std::string shape = "m64n" + std::to_string(n) + "k16.f32." + type + "." + type;
+  auto arg = [&](int64_t i) { return "%" + std::to_string(regs + i); };
+  std::string f = "LUM_FN void " + name + "(float (&d)[" + std::to_string(n / 8) + "][4], ";
+  if (a_in_registers) {
+    f += "const uint32_t (&a)[4], uint64_t b) {\n  asm volatile(\"{ .reg .pred p; setp.ne.b32 p, " +
+         arg(5) + ", 0; wgmma.mma_async.sync.aligned." + shape + " {" + operands + "}, {" + arg(0) +
+         ", " + arg(1) + ", " + arg(2) + ", " + arg(3) + "}, " + arg(4) +
+         ", p, 1, 1, 1; }\"\n      : " + outputs +
+         "\n      : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"l\"(b), \"r\"(1));\n}\n";
+  } else {
+    f += "uint64_t a, uint64_t b, int accumulate) {\n  asm volatile(\"{ .reg .pred p; setp.ne.b32 "
+         "p, " +
+         arg(2) + ", 0; wgmma.mma_async.sync.aligned." + shape + " {" + operands + "}, " + arg(0) +
+         ", " + arg(1) + ", p, 1, 1, 0, 0; }\"\n      : " + outputs +
+         "\n      : \"l\"(a), \"l\"(b), \"r\"(accumulate));\n}\n";
+  }
+  return f;
+}
+
+int64_t tile_bytes(const WgmmaAttentionKernel& s) {
+  return 2 * (kWgmmaAttentionRows * s.d + 2 * s.keys * (s.d + s.dv));
+}
+
+}  // namespace
+
+bool wgmma_attention_supports(DType q, DType k, DType v, int64_t d, int64_t dv) {
+  return (q == DType::BF16 || q == DType::F16) && k == q && v == q && d % 64 == 0 && dv % 64 == 0 &&
+         d > 0 && dv > 0 && d <= 256 && dv <= 128;
+}
+
+std::string wgmma_attention_source(const WgmmaAttentionKernel& s) {
+  const char* type = s.type == DType::BF16 ? "bf16" : "f16";
+  const std::string products = "#if __CUDA_ARCH__ >= 900\n" +
+                               wgmma_function("lum_wg_scores", s.keys, false, type) +
+                               wgmma_function("lum_wg_values", s.dv, true, type);
+  return attention_program({s.type, s.type, s.type, s.out, s.d, s.dv},
+                           {{"LUM_FA_ROWS", std::to_string(kWgmmaAttentionRows)},
+                            {"LUM_FA_KEYS", std::to_string(s.keys)},
+                            {"LUM_FA_SPLIT", "0"}},
+                           std::string(attention_tiles_source()) + products + kSource + "#endif\n",
+                           kWgmmaAttentionThreads);
+}
+
+size_t wgmma_attention_shared_bytes(const WgmmaAttentionKernel& s) {
+  return static_cast<size_t>(tile_bytes(s) + kExtraBytes);
+}
+
+int64_t wgmma_attention_keys(int64_t d, int64_t dv) {
+  WgmmaAttentionKernel s{DType::BF16, DType::BF16, d, dv, 128};
+  if (tile_bytes(s) + kExtraBytes > kMaxSharedBytes) s.keys = 64;
+  return s.keys;
+}
+
+bool wgmma_attention_maps(const AttentionArgs& a, const void* k, const void* v, int64_t d,
+                          int64_t dv, int64_t tile_keys, TensorMap& key_map, TensorMap& value_map) {
+  if (a.kv_rank > 3) return false;
+  // Dims innermost first: the head dim, the keys, then the kv dims (a's are outermost
+  // first), padded to five with dims of one.
+  auto map = [&](TensorMap& out, const void* data, int64_t offset, int64_t head, int64_t key_stride,
+                 const int64_t* kv_strides) {
+    std::vector<uint64_t> dims = {static_cast<uint64_t>(head), static_cast<uint64_t>(a.keys)};
+    std::vector<uint64_t> strides = {static_cast<uint64_t>(key_stride)};
+    for (int64_t i = a.kv_rank - 1; i >= 0; --i) {
+      if (kv_strides[i] <= 0) return false;
+      dims.push_back(static_cast<uint64_t>(a.kv_dim[i]));
+      strides.push_back(static_cast<uint64_t>(kv_strides[i]));
+    }
+    while (dims.size() < 5) {
+      dims.push_back(1);
+      strides.push_back(strides.back());
+    }
+    return encode_swizzled_map(out, static_cast<const uint16_t*>(data) + offset, dims, strides,
+                               {64, static_cast<uint32_t>(tile_keys), 1, 1, 1});
+  };
+  return map(key_map, k, a.k_off, d, a.k_t, a.kv_k) &&
+         map(value_map, v, a.v_off, dv, a.v_t, a.kv_v);
+}
+
+}  // namespace luminal::cudagen

@@ -1,0 +1,46 @@
+// Attention for prompts on Hopper's warpgroup tensor-core instructions (wgmma).
+//
+// The same flash-attention forward pass as attention_mma.hpp, for queries, keys and
+// values all bf16 or all f16 with head dims that are multiples of 64: a block takes 128
+// query rows. One warp copies keys and values into shared memory through the tensor
+// memory accelerator (TMA: the kernel's two tensor maps, one for keys and one for
+// values); two warpgroups of consumers own 64 rows each, their scores and outputs
+// warpgroup-wide (wgmma) accumulators reading keys and values from shared memory by
+// descriptor. The instructions need the architecture-specific target sm_90a.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "backends/cuda/attention_common.hpp"
+#include "backends/cuda/tensor_map.hpp"
+#include "luminal/dtype.hpp"
+
+namespace luminal::cudagen {
+
+constexpr int64_t kWgmmaAttentionRows = 128, kWgmmaAttentionThreads = 384;
+
+struct WgmmaAttentionKernel {
+  DType type = DType::BF16;  // of queries, keys and values
+  DType out = DType::BF16;
+  int64_t d = 0, dv = 0;  // multiples of 64; d at most 256, dv at most 128
+  int64_t keys = 128;     // keys a tile: 64 or 128
+};
+
+bool wgmma_attention_supports(DType q, DType k, DType v, int64_t d, int64_t dv);
+
+std::string wgmma_attention_source(const WgmmaAttentionKernel& spec);
+
+size_t wgmma_attention_shared_bytes(const WgmmaAttentionKernel& spec);
+
+/// Keys a tile for these head dims: 128 where the tiles fit in shared memory, else 64.
+int64_t wgmma_attention_keys(int64_t d, int64_t dv);
+
+/// The kernel's tensor maps of keys and values (at k and v, laid out as `a` says) for
+/// tiles of `tile_keys`: false where the copies cannot read them (more than three kv
+/// dims, one the keys or values do not vary along, strides the maps refuse).
+bool wgmma_attention_maps(const AttentionArgs& a, const void* k, const void* v, int64_t d,
+                          int64_t dv, int64_t tile_keys, TensorMap& key_map, TensorMap& value_map);
+
+}  // namespace luminal::cudagen
