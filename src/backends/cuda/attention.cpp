@@ -310,6 +310,7 @@ const Attention::Compiled& Attention::compiled(const std::string& key, const std
     c.shared_bytes = shared_bytes;
     c.threads = threads;
     c.tile_keys = tile_keys;
+    if (wgmma) c.tile_bit_rows = kWgmmaAttentionRows;
     if (shared_bytes > 0)  // (with its static arrays, it may pass the default 48 KiB)
       check(cudaKernelSetAttributeForDevice(
                 reinterpret_cast<cudaKernel_t>(const_cast<void*>(c.kernel)),
@@ -469,6 +470,9 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
       if (a.kv_m[i] != 0) a.mask_points = kv_points;
     const int64_t tiles = a.mask_points * a.row_tiles * a.key_tiles;  // a warp each
     a.tiles = static_cast<uint8_t*>(at_least(tiles_, static_cast<size_t>(tiles)));
+    if (kernel->tile_bit_rows > 0)  // four words a row of each tile
+      a.tile_bits = static_cast<uint32_t*>(
+          at_least(tile_bits_, static_cast<size_t>(tiles * kernel->tile_bit_rows * 16)));
     const int64_t warps = kernel->threads / 32;
     check(cudaLaunchKernel(kernel->mask_tiles,
                            dim3(static_cast<unsigned>((tiles + warps - 1) / warps)),

@@ -59,6 +59,7 @@ class Attention {
     int blocks_per_sm = 0;             // resident at once
     int threads = 0;                   // a block, of every kernel of the module
     int64_t tile_keys = 0;             // keys a tile of the pass over the mask
+    int64_t tile_bit_rows = 0;         // rows a tile where the pass writes keep bits
   };
   // The module cached under `key` (the specialisation's fields), compiled from source()
   // on first use.
@@ -68,9 +69,9 @@ class Attention {
 
   const Device& device_;
   std::map<std::string, Compiled> kernels_;  // by specialisation
-  // Split rows' partial results, the mask tiles' flags and the split blocks' arrival
-  // counts (zero between launches), kept while a CUDA graph may read them.
-  DeviceBuffer partials_, tiles_, arrivals_;
+  // Split rows' partial results, the mask tiles' flags and keep bits, and the split
+  // blocks' arrival counts (zero between launches), kept while a CUDA graph may read them.
+  DeviceBuffer partials_, tiles_, tile_bits_, arrivals_;
 };
 
 }  // namespace luminal::cudagen

@@ -17,6 +17,7 @@ struct LumAttnArgs {
   long long keys, keys_per_split, splits, shared_rows, row_tiles;
   long long kv_rank, sh_rank;
   unsigned char* tiles;
+  unsigned* tile_bits;
   long long key_tiles, mask_points;
   long long kv_dim[4], kv_q[4], kv_k[4], kv_v[4], kv_m[4], kv_o[4];
   long long sh_dim[4], sh_q[4], sh_m[4], sh_o[4];
@@ -159,10 +160,10 @@ LUM_FN void lum_fa_load_queries(uint32_t (&qf)[NQ][4], uint32_t (&qlf)[NL][4], c
 // One step of the online softmax over a warp's score fragments s[N][4] (N * 8 keys of
 // rows g and g + 8: s[n] holds keys 8n + 2 t4 (+1) of row g in 0, 1, of row g + 8 in 2,
 // 3): each row's running max m and sum l move on, the scores become the weights
-// 2^(s scale - max) (the scale, positive, inside the exponent), and the output
-// fragments acc are rescaled where the max moved.
-template <int N, int NV>
-LUM_FN void lum_fa_softmax(float (&s)[N][4], float (&m)[2], float (&l)[2], float (&acc)[NV][4], float scale) {
+// 2^(s scale - max) (the scale, positive, inside the exponent), and alpha is what the
+// row's output so far must be multiplied by (1 where the max stayed).
+template <int N>
+LUM_FN void lum_fa_softmax_step(float (&s)[N][4], float (&m)[2], float (&l)[2], float (&alpha)[2], float scale) {
   const float kNegInf = __int_as_float(0xff800000);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -174,7 +175,7 @@ LUM_FN void lum_fa_softmax(float (&s)[N][4], float (&m)[2], float (&l)[2], float
     const float m_new = fmaxf(m[h], top * scale);
     // A row with no key kept yet subtracts 0: its -inf scores still give 0.
     const float base = m_new == kNegInf ? 0.0f : m_new;
-    const float alpha = lum_at_exp2(m[h] - base);
+    alpha[h] = lum_at_exp2(m[h] - base);
     m[h] = m_new;
     float sum = 0.0f;
 #pragma unroll
@@ -185,12 +186,24 @@ LUM_FN void lum_fa_softmax(float (&s)[N][4], float (&m)[2], float (&l)[2], float
         x = lum_at_exp2(fmaf(x, scale, -base));
         sum += x;
       }
-    l[h] = l[h] * alpha + sum;
-    // Once the max settles, most steps leave it: no rescaling then.
-    if (__any_sync(0xffffffffu, alpha != 1.0f))
-#pragma unroll
-      for (int j = 0; j < NV; ++j) acc[j][2 * h] *= alpha, acc[j][2 * h + 1] *= alpha;
+    l[h] = l[h] * alpha[h] + sum;
   }
+}
+// The output fragments acc rescaled by each row's alpha (once the max settles, most
+// steps leave it: no rescaling then).
+template <int NV> LUM_FN void lum_fa_rescale(float (&acc)[NV][4], const float (&alpha)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+    if (__any_sync(0xffffffffu, alpha[h] != 1.0f))
+#pragma unroll
+      for (int j = 0; j < NV; ++j) acc[j][2 * h] *= alpha[h], acc[j][2 * h + 1] *= alpha[h];
+}
+// Both, on output fragments that are not being written meanwhile.
+template <int N, int NV>
+LUM_FN void lum_fa_softmax(float (&s)[N][4], float (&m)[2], float (&l)[2], float (&acc)[NV][4], float scale) {
+  float alpha[2];
+  lum_fa_softmax_step(s, m, l, alpha, scale);
+  lum_fa_rescale(acc, alpha);
 }
 // The weights s[N][4] as the value product's A operand: pf[kk] (and, split, the
 // remainders plf[kk]) holds keys 16 kk .. 16 kk + 15.
@@ -339,17 +352,39 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_mask_
   }
   any = __any_sync(0xffffffffu, any), all = __all_sync(0xffffffffu, all);
   if (lane == 0) a.tiles[w] = (any ? 1 : 0) | (all ? 2 : 0);
+#if LUM_FA_TILE_BITS
+  // A mixed tile's keep bits, each lane its rows' (rows past the end keep nothing).
+  if (!any || all) return;
+  for (int h = 0; h < kFaRows / 32; ++h) {
+    const int r = lane * (kFaRows / 32) + h;
+    uint32_t words[4] = {0u, 0u, 0u, 0u};
+    if (r < rows) {
+      long long qr = 0, m = mo, orow = 0;
+      lum_at_row(a, tile * kFaRows + r, qr, m, orow);
+      const unsigned char* src = a.mask + m + t0 * a.m_t;
+#pragma unroll
+      for (int t = 0; t < 4; ++t)
+        for (int b = 0; b < kFaKeys / 4; ++b) {
+          const int j = 8 * (b / 2) + 2 * t + b % 2;  // key of bit b of word t
+          if (j < n && src[j * a.m_t] != 0) words[t] |= 1u << b;
+        }
+    }
+    *(uint4*)(a.tile_bits + (w * kFaRows + r) * 4) = make_uint4(words[0], words[1], words[2], words[3]);
+  }
+#endif
 }
 
 // One (mask point, row tile)'s flags, read by a whole warp: the first tile from kt on
 // that keeps a key, and its flags. Each lane holds one tile's flags of a window of 32,
 // loaded when the window moves.
 struct LumFaTiles {
+  long long first;  // the index of the row tile's first key tile among all tiles
   const unsigned char* flags;
   long long end, window = -1;
   int window_flags = 0;
   __device__ LumFaTiles(const LumAttnArgs& a, long long point, long long tile, long long key_tiles_end)
-      : flags(a.tiles + ((a.mask_points > 1 ? point : 0) * a.row_tiles + tile) * a.key_tiles),
+      : first(((a.mask_points > 1 ? point : 0) * a.row_tiles + tile) * a.key_tiles),
+        flags(a.tiles + first),
         end(key_tiles_end) {}
   __device__ long long next_kept(long long kt, int& tile_flags) {
     const int lane = threadIdx.x % 32;

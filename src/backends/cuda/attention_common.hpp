@@ -40,6 +40,10 @@ struct AttentionArgs {
   // The tensor-core kernel's mask tiles (attention_mma.cpp): their flags, key tiles, and
   // kv points with a mask of their own (1 where the mask does not vary along kv dims).
   uint8_t* tiles;
+  // With the flags, the warpgroup kernel's (attention_wgmma.cpp) keep bits of each mixed
+  // tile, four 32-bit words a row: bit 2n + e of word t of row r keeps the tile's key
+  // 8n + 2t + e (the keys a thread's score fragments hold).
+  uint32_t* tile_bits;
   int64_t key_tiles, mask_points;
   // kv dims: sizes, and the strides of q, k, v, mask and output rows.
   int64_t kv_dim[kAttentionMaxDims], kv_q[kAttentionMaxDims], kv_k[kAttentionMaxDims],
@@ -58,8 +62,9 @@ struct AttentionOperands {
 };
 
 /// The tensor-core kernels' pass over the mask (kernel lum_attention_mask_tiles: flags
-/// a tile of LUM_FA_ROWS x LUM_FA_KEYS mask bytes dropped, kept whole or mixed) and
-/// LumFaTiles, which finds a row tile's next kept key tile from those flags.
+/// a tile of LUM_FA_ROWS x LUM_FA_KEYS mask bytes dropped, kept whole or mixed, and
+/// with LUM_FA_TILE_BITS 1 writes a mixed tile's keep bits) and LumFaTiles, which finds
+/// a row tile's next kept key tile from those flags.
 std::string_view attention_tiles_source();
 
 /// An attention kernel's whole source: the CUDA and scalar preludes, the defines of

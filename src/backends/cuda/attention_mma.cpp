@@ -247,7 +247,8 @@ std::string mma_attention_source(const MmaAttentionKernel& s) {
                             {"LUM_FA_KEYS", std::to_string(kMmaAttentionKeys)},
                             {"LUM_FA_MASK_STRIDE", std::to_string(kMaskStride)},
                             {"LUM_FA_STAGE_BYTES", std::to_string(stage_bytes(s))},
-                            {"LUM_FA_SPLIT", s.q == DType::F32 ? "1" : "0"}},
+                            {"LUM_FA_SPLIT", s.q == DType::F32 ? "1" : "0"},
+                            {"LUM_FA_TILE_BITS", "0"}},
                            std::string(attention_tiles_source()) + kSource);
 }
 

@@ -49,7 +49,7 @@ LUM_FN uint64_t lum_wg_desc(uint32_t at, uint32_t leading) {
 }
 LUM_FN void lum_wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 LUM_FN void lum_wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-LUM_FN void lum_wg_wait() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+template <int N> LUM_FN void lum_wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory"); }
 // Orders the compiler's own reads and writes of an accumulator around the products,
 // which write it asynchronously (between the issue and the wait).
 template <int N> LUM_FN void lum_wg_hold(float (&d)[N][4]) {
@@ -181,21 +181,26 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS, 1)
     row_q[ctid] = q, row_m[ctid] = m, row_o[ctid] = o;
   }
   lum_bar_sync(3, kWgConsumers);
-  // The queries into their swizzled tile, 8 of a row a step (read at any stride), made
-  // visible to the products' reads.
+  // The queries into their swizzled tile, 8 of a row a step: one 16-byte load where the
+  // row is contiguous and aligned, else element by element. Then made visible to the
+  // products' reads.
   {
     const typename LUM_AT_Q::T* qp = (const typename LUM_AT_Q::T*)a.q;
     constexpr int kPieces = LUM_AT_D / 8;
     for (int i = ctid; i < kFaRows * kPieces; i += kWgConsumers) {
       const int r = i / kPieces, c = i % kPieces;
-      uint32_t w[4];
+      const typename LUM_AT_Q::T* src = qp + row_q[r] + c * 8 * a.q_d;
+      uint4 w = make_uint4(0u, 0u, 0u, 0u);
+      if (r < rows && a.q_d == 1 && (unsigned long long)src % 16 == 0) {
+        w = *(const uint4*)src;
+      } else if (r < rows) {
+        uint32_t x[4];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const long long at = row_q[r] + (c * 8 + 2 * e) * a.q_d;
-        w[e] = lum_fa_pack<kWgBf16>(r < rows ? LUM_AT_Q::get(qp[at]) : 0.0f,
-                                    r < rows ? LUM_AT_Q::get(qp[at + a.q_d]) : 0.0f);
+        for (int e = 0; e < 4; ++e)
+          x[e] = lum_fa_pack<kWgBf16>(LUM_AT_Q::get(src[2 * e * a.q_d]), LUM_AT_Q::get(src[(2 * e + 1) * a.q_d]));
+        w = make_uint4(x[0], x[1], x[2], x[3]);
       }
-      *(uint4*)(shared + lum_wg_at(kFaRows, r, c)) = make_uint4(w[0], w[1], w[2], w[3]);
+      *(uint4*)(shared + lum_wg_at(kFaRows, r, c)) = w;
     }
   }
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
@@ -206,24 +211,14 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS, 1)
   for (int j = 0; j < LUM_AT_DV / 8; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
   float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};  // rows g and g + 8 of the warp's
   const int r0 = cw * 16 + g;                             // the first of them in the block
-  int flags = 0;
-  long long kt = tiles.next_kept(t_begin / kFaKeys, flags);
-  // The two warpgroups take turns issuing products, so that one's softmax runs while the
-  // other's products do: warpgroup 0 goes first.
-  if (cwg == 1 && kt < kt_end) lum_bar_arrive(1, kWgConsumers);
-  for (int i = 0; kt < kt_end; ++i) {
-    const int s = i & 1, parity = (i >> 1) & 1;
-    const bool all_kept = flags & 2;
-    int next_flags = 0;
-    const long long next = tiles.next_kept(kt + 1, next_flags);
-
-    // Scores: s[n] holds keys 8n + 2 t4 (+1) of rows g (0, 1) and g + 8 (2, 3).
-    float sc[kFaKeys / 8][4];
+  // Scores: sc[n] holds keys 8n + 2 t4 (+1) of rows g (0, 1) and g + 8 (2, 3); the last
+  // tile's weights pf, as the value product's A operand (keys 16 kk .. 16 kk + 15).
+  float sc[kFaKeys / 8][4];
+  uint32_t pf[kFaKeys / 16][4], plf[1][4];
+  auto scores = [&](int s) {
 #pragma unroll
     for (int n = 0; n < kFaKeys / 8; ++n) sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
     lum_wg_hold(sc);
-    lum_mb_wait(keys_in + 8 * s, parity);
-    lum_bar_sync(1 + cwg, kWgConsumers);
     lum_wg_fence();
 #pragma unroll
     for (int kk = 0; kk < LUM_AT_D / 16; ++kk) {
@@ -232,45 +227,88 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS, 1)
                     lum_wg_desc(ks + s * kWgKBytes + panel * kFaKeys + step, 16), kk > 0);
     }
     lum_wg_commit();
-    lum_bar_arrive(2 - cwg, kWgConsumers);
-    lum_wg_wait();
-    lum_wg_hold(sc);
-    // Masked (a tile every row keeps all of is not looked up), read from the mask where
-    // it lies: mixed tiles are few (under a causal mask, those the diagonal crosses).
-    if (!all_kept) {
-      const long long t0 = kt * kFaKeys + 2 * t4;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const unsigned char* mrow = a.mask + row_m[r0 + 8 * h];
-#pragma unroll
-        for (int n = 0; n < kFaKeys / 8; ++n)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const long long key = t0 + 8 * n + e;
-            if (key >= t_end || mrow[key * a.m_t] == 0) sc[n][2 * h + e] = kNegInf;
-          }
-      }
-    }
-    lum_fa_softmax(sc, m, l, o, a.scale);
-    uint32_t pf[kFaKeys / 16][4], plf[1][4];
-    lum_fa_weights<kWgBf16>(sc, pf, plf);
+  };
+  // The weights pf times the values at stage s, added to o.
+  auto values = [&](int s) {
     lum_wg_hold(o);
-    lum_mb_wait(values_in + 8 * s, parity);
-    lum_bar_sync(1 + cwg, kWgConsumers);
     lum_wg_fence();
 #pragma unroll
     for (int kk = 0; kk < kFaKeys / 16; ++kk)
       lum_wg_values(o, pf[kk], lum_wg_desc(vs + s * kWgVBytes + kk * 16 * 128, kFaKeys * 128));
     lum_wg_commit();
-    // (Warpgroup 1's last turn is not passed on: warpgroup 0 has none left to take.)
-    if (cwg == 0 || next < kt_end) lum_bar_arrive(2 - cwg, kWgConsumers);
-    lum_wg_wait();
+  };
+  // Tile kt's scores masked (a tile every row keeps all of is not looked up; a mixed
+  // one by the bits the pass over the mask wrote), then the softmax step; alpha rescales
+  // the output so far.
+  auto weigh = [&](long long kt, bool all_kept, float (&alpha)[2]) {
+    if (!all_kept) {
+      const unsigned* bits = a.tile_bits + (tiles.first + kt) * kFaRows * 4 + t4;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint32_t keep = bits[(r0 + 8 * h) * 4];
+#pragma unroll
+        for (int n = 0; n < kFaKeys / 8; ++n)
+#pragma unroll
+          for (int e = 0; e < 2; ++e)
+            if (!((keep >> (2 * n + e)) & 1u)) sc[n][2 * h + e] = kNegInf;
+      }
+    }
+    lum_fa_softmax_step(sc, m, l, alpha, a.scale);
+  };
+
+  // Each warpgroup runs the kept tiles as a pipeline: at each turn it asks for one
+  // tile's scores and the tile before's values product at once, then finds this tile's
+  // weights while the products run; the first tile's turn has no values product, and a
+  // last turn has nothing but the last one. The two warpgroups take turns issuing
+  // products, so that one's softmax runs while the other's products do: warpgroup 0
+  // goes first, and a warpgroup passes the turn on except after its last one
+  // (warpgroup 0 has none left then).
+  int flags = 0;
+  long long kt = tiles.next_kept(t_begin / kFaKeys, flags);
+  if (kt < kt_end) {
+    if (cwg == 1) lum_bar_arrive(1, kWgConsumers);
+    float alpha[2];
+    lum_mb_wait(keys_in, 0);
+    lum_bar_sync(1 + cwg, kWgConsumers);
+    scores(0);
+    lum_bar_arrive(2 - cwg, kWgConsumers);
+    lum_wg_wait<0>();
+    lum_wg_hold(sc);
+    weigh(kt, flags & 2, alpha);  // (o is zero: alpha has nothing to rescale)
+    lum_fa_weights<kWgBf16>(sc, pf, plf);
+    kt = tiles.next_kept(kt + 1, flags);
+    int i = 1;  // the kept tile kt's index
+    for (; kt < kt_end; ++i) {
+      const int s = i & 1;
+      lum_mb_wait(keys_in + 8 * s, (i >> 1) & 1);
+      lum_mb_wait(values_in + 8 * (s ^ 1), ((i - 1) >> 1) & 1);
+      lum_bar_sync(1 + cwg, kWgConsumers);
+      scores(s);
+      values(s ^ 1);
+      lum_bar_arrive(2 - cwg, kWgConsumers);
+      lum_wg_wait<1>();  // the scores (the values product may still run)
+      lum_wg_hold(sc);
+      weigh(kt, flags & 2, alpha);
+      lum_wg_wait<0>();
+      lum_wg_hold(o);
+      if (lane == 0) lum_mb_arrive(released + 8 * (s ^ 1));
+      lum_fa_rescale(o, alpha);
+      lum_fa_weights<kWgBf16>(sc, pf, plf);
+      kt = tiles.next_kept(kt + 1, flags);
+    }
+    // The last tile's values product.
+    const int s = (i - 1) & 1;
+    lum_mb_wait(values_in + 8 * s, ((i - 1) >> 1) & 1);
+    lum_bar_sync(1 + cwg, kWgConsumers);
+    values(s);
+    if (cwg == 0) lum_bar_arrive(2, kWgConsumers);
+    lum_wg_wait<0>();
     lum_wg_hold(o);
     if (lane == 0) lum_mb_arrive(released + 8 * s);
-    kt = next, flags = next_flags;
   }
 
-  // Each row's sum over its quad; out = o / sum (or the split's piece).
+  // Each row's sum over its quad; out = o / sum (or the split's piece). An output of the
+  // operands' type takes two adjacent elements in one 32-bit store.
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
@@ -281,9 +319,13 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS, 1)
       const float inv = 1.0f / l[h];
 #pragma unroll
       for (int j = 0; j < LUM_AT_DV / 8; ++j) {
-        const long long at = row_o[r] * LUM_AT_DV + j * 8 + 2 * t4;
+        const long long at = row_o[r] * LUM_AT_DV + j * 8 + 2 * t4;  // (even)
+#if LUM_WG_PAIRED_OUT
+        *(uint32_t*)((uint16_t*)a.out + at) = lum_fa_pack<kWgBf16>(o[j][2 * h] * inv, o[j][2 * h + 1] * inv);
+#else
         LUM_AT_O::put(a.out, at, o[j][2 * h] * inv);
         LUM_AT_O::put(a.out, at + 1, o[j][2 * h + 1] * inv);
+#endif
       }
     } else {
       float* p = a.partials + (row_o[r] * a.splits + split) * (LUM_AT_DV + 2);
@@ -348,7 +390,9 @@ std::string wgmma_attention_source(const WgmmaAttentionKernel& s) {
   return attention_program({s.type, s.type, s.type, s.out, s.d, s.dv},
                            {{"LUM_FA_ROWS", std::to_string(kWgmmaAttentionRows)},
                             {"LUM_FA_KEYS", std::to_string(s.keys)},
-                            {"LUM_FA_SPLIT", "0"}},
+                            {"LUM_FA_SPLIT", "0"},
+                            {"LUM_FA_TILE_BITS", "1"},
+                            {"LUM_WG_PAIRED_OUT", s.out == s.type ? "1" : "0"}},
                            std::string(attention_tiles_source()) + products + kSource + "#endif\n",
                            kWgmmaAttentionThreads);
 }
