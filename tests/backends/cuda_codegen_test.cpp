@@ -194,14 +194,14 @@ TEST(CudaCodegen, WarpgroupAttentionCompilesForHopper) {
            {DType::BF16, DType::F16, 256, 128},
        }) {
     ASSERT_TRUE(cudagen::wgmma_attention_supports(type, type, type, d, dv));
-    const WgmmaAttentionKernel spec{type, out, d, dv, cudagen::wgmma_attention_keys(d, dv)};
+    const WgmmaAttentionKernel spec = cudagen::wgmma_attention_kernel(type, out, d, dv);
     EXPECT_LE(cudagen::wgmma_attention_shared_bytes(spec), 227u * 1024) << "d " << d;
     EXPECT_FALSE(
         cudagen::compile_cubin(cudagen::wgmma_attention_source(spec), "sm_90a").code.empty())
         << "d " << d;
   }
-  EXPECT_EQ(cudagen::wgmma_attention_keys(128, 128), 128);
-  EXPECT_EQ(cudagen::wgmma_attention_keys(256, 128), 64);
+  EXPECT_EQ(cudagen::wgmma_attention_kernel(DType::BF16, DType::BF16, 128, 128).keys, 128);
+  EXPECT_EQ(cudagen::wgmma_attention_kernel(DType::BF16, DType::BF16, 256, 128).keys, 64);
   EXPECT_FALSE(cudagen::wgmma_attention_supports(DType::F32, DType::BF16, DType::BF16, 128, 128));
   EXPECT_FALSE(cudagen::wgmma_attention_supports(DType::BF16, DType::BF16, DType::BF16, 96, 96));
   EXPECT_FALSE(cudagen::wgmma_attention_supports(DType::BF16, DType::BF16, DType::BF16, 128, 256));

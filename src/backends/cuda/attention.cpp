@@ -380,13 +380,14 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
   // On Hopper, warpgroup products where a whole block's rows share each key head
   // (LUMINAL_CUDA_ATTENTION=mma keeps the sm_80 kernel, to compare the two).
   TensorMap key_map, value_map;
-  const int64_t wgmma_keys = wgmma_attention_keys(d, dv);
+  const WgmmaAttentionKernel wgmma = wgmma_attention_kernel(q_type, out_type, d, dv);
   if (device_.compute_capability() == 90 && a.shared_rows >= kWgmmaAttentionRows && scale > 0 &&
       wgmma_attention_supports(q_type, k_type, v_type, d, dv) && key_vec == 8 && value_vec == 8 &&
       !runtime::env_has("LUMINAL_CUDA_ATTENTION", "mma") &&
-      wgmma_attention_maps(a, k_data, v_data, d, dv, wgmma_keys, key_map, value_map)) {
-    const WgmmaAttentionKernel spec{q_type, out_type, d, dv, wgmma_keys};
-    const std::string key = key_of({3, int64_t(q_type), int64_t(out_type), d, dv, spec.keys});
+      wgmma_attention_maps(a, k_data, v_data, d, dv, wgmma.keys, key_map, value_map)) {
+    const WgmmaAttentionKernel& spec = wgmma;
+    const std::string key = key_of({3, int64_t(q_type), int64_t(out_type), d, dv, spec.keys,
+                                    spec.key_stages, spec.value_stages});
     kernel = &compiled(
         key, "lum_attention_wgmma", [&] { return wgmma_attention_source(spec); },
         wgmma_attention_shared_bytes(spec), kWgmmaAttentionThreads, spec.keys);

@@ -22,15 +22,16 @@
 namespace luminal::cudagen {
 namespace {
 
-// Shared memory a block takes besides its tiles: six barriers (64 bytes), three offsets
+// Shared memory a block takes besides its tiles: the barriers (128 bytes), three offsets
 // a row, and 1 KiB to align the tiles to the swizzle pattern's 1024-byte period.
-constexpr int64_t kExtraBytes = 64 + 3 * kWgmmaAttentionRows * 8 + 1024;
+constexpr int64_t kExtraBytes = 128 + 3 * kWgmmaAttentionRows * 8 + 1024;
 constexpr int64_t kMaxSharedBytes = 227 * 1024;
 
 constexpr const char* kSource = R"ATTN(
 constexpr int kWgQBytes = kFaRows * LUM_AT_D * 2;   // the queries' tile
 constexpr int kWgKBytes = kFaKeys * LUM_AT_D * 2;   // a stage of keys
 constexpr int kWgVBytes = kFaKeys * LUM_AT_DV * 2;  // a stage of values
+constexpr int kWgKStages = LUM_WG_KEY_STAGES, kWgVStages = LUM_WG_VALUE_STAGES;
 constexpr int kWgConsumers = 256;                   // two warpgroups, the products'
 constexpr bool kWgBf16 = LUM_FA_KBF16;
 
@@ -73,6 +74,13 @@ LUM_FN void lum_mb_wait(uint32_t bar, int parity) {
   asm volatile("{ .reg .pred done; LUM_MB_WAIT: mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1; "
                "@!done bra LUM_MB_WAIT; }" ::"r"(bar), "r"(parity) : "memory");
 }
+// A ring of stages: the one in use and the phase its barriers are in.
+struct LumWgStage {
+  int index = 0, phase = 0;
+  template <int N> __device__ __forceinline__ void next() {
+    if (++index == N) index = 0, phase ^= 1;
+  }
+};
 // Named barriers among some of the block's warps.
 LUM_FN void lum_bar_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
@@ -103,10 +111,11 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS, 1)
   extern __shared__ __align__(1024) unsigned char lum_wg_raw[];
   const uint32_t raw = lum_at_smem(lum_wg_raw), qs = (raw + 1023u) & ~1023u;
   unsigned char* const shared = lum_wg_raw + (qs - raw);
-  const uint32_t ks = qs + kWgQBytes, vs = ks + 2 * kWgKBytes;  // two stages each
-  // Barriers: keys arrived, values arrived, stage released; two of each.
-  const uint32_t keys_in = vs + 2 * kWgVBytes, values_in = keys_in + 16, released = keys_in + 32;
-  long long* const row_q = (long long*)(shared + kWgQBytes + 2 * kWgKBytes + 2 * kWgVBytes + 64);
+  const uint32_t ks = qs + kWgQBytes, vs = ks + kWgKStages * kWgKBytes;
+  // Barriers, one a stage: keys arrived, values arrived, keys released, values released.
+  const uint32_t keys_in = vs + kWgVStages * kWgVBytes, values_in = keys_in + 8 * kWgKStages;
+  const uint32_t keys_free = values_in + 8 * kWgVStages, values_free = keys_free + 8 * kWgKStages;
+  long long* const row_q = (long long*)(shared + (keys_in - qs) + 128);
   long long* const row_m = row_q + kFaRows;
   long long* const row_o = row_m + kFaRows;
   const float kNegInf = __int_as_float(0xff800000);
@@ -123,10 +132,13 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS, 1)
   const long long t_end = min(a.keys, t_begin + a.keys_per_split);
   const long long kt_end = (t_end + kFaKeys - 1) / kFaKeys;
   if (tid == 0) {
-    for (int s = 0; s < 2; ++s) {
+    for (int s = 0; s < kWgKStages; ++s) {
       lum_mb_init(keys_in + 8 * s, 1);
+      lum_mb_init(keys_free + 8 * s, kWgConsumers / 32);
+    }
+    for (int s = 0; s < kWgVStages; ++s) {
       lum_mb_init(values_in + 8 * s, 1);
-      lum_mb_init(released + 8 * s, kWgConsumers / 32);
+      lum_mb_init(values_free + 8 * s, kWgConsumers / 32);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
@@ -134,8 +146,8 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS, 1)
   LumFaTiles tiles(a, point, tile, kt_end);
 
   if (warp < 4) {
-    // The producer warpgroup: one warp asks for the kept tiles' keys and values, a stage
-    // once both consumer warpgroups have released it; the others leave.
+    // The producer warpgroup: one warp asks for the kept tiles' keys and values, each
+    // into a stage once both consumer warpgroups have released it; the others leave.
     asm volatile("setmaxnreg.dec.sync.aligned.u32 24;");
     if (warp != 0) return;
     // The kv point in the maps' outer dims, innermost first.
@@ -150,21 +162,28 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS, 1)
     }
     int flags = 0;
     long long kt = tiles.next_kept(t_begin / kFaKeys, flags);
+    // Stage use i waits for the release of use i - stages (phase flipped since).
+    LumWgStage k, v;
     for (int i = 0; kt < kt_end; ++i) {
-      const int s = i & 1;
-      if (i >= 2) lum_mb_wait(released + 8 * s, ((i >> 1) - 1) & 1);
+      const int t0 = (int)(kt * kFaKeys);
+      if (i >= kWgKStages) lum_mb_wait(keys_free + 8 * k.index, k.phase ^ 1);
       if (lane == 0) {
-        const int t0 = (int)(kt * kFaKeys);
-        lum_mb_expect(keys_in + 8 * s, kWgKBytes);
+        lum_mb_expect(keys_in + 8 * k.index, kWgKBytes);
 #pragma unroll
         for (int q = 0; q < LUM_AT_D / 64; ++q)
-          lum_tma_load(ks + s * kWgKBytes + q * kFaKeys * 128, key_map, 64 * q, t0, c2, c3, c4, keys_in + 8 * s);
-        lum_mb_expect(values_in + 8 * s, kWgVBytes);
+          lum_tma_load(ks + k.index * kWgKBytes + q * kFaKeys * 128, key_map, 64 * q, t0, c2, c3, c4,
+                       keys_in + 8 * k.index);
+      }
+      if (i >= kWgVStages) lum_mb_wait(values_free + 8 * v.index, v.phase ^ 1);
+      if (lane == 0) {
+        lum_mb_expect(values_in + 8 * v.index, kWgVBytes);
 #pragma unroll
         for (int q = 0; q < LUM_AT_DV / 64; ++q)
-          lum_tma_load(vs + s * kWgVBytes + q * kFaKeys * 128, value_map, 64 * q, t0, c2, c3, c4, values_in + 8 * s);
+          lum_tma_load(vs + v.index * kWgVBytes + q * kFaKeys * 128, value_map, 64 * q, t0, c2, c3,
+                       c4, values_in + 8 * v.index);
       }
       __syncwarp();
+      k.next<kWgKStages>(), v.next<kWgVStages>();
       kt = tiles.next_kept(kt + 1, flags);
     }
     return;
@@ -263,10 +282,12 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS, 1)
   // products, so that one's softmax runs while the other's products do: warpgroup 0
   // goes first, and a warpgroup passes the turn on except after its last one
   // (warpgroup 0 has none left then).
+  // Keys are released as soon as their scores are in, values once their product is.
   int flags = 0;
   long long kt = tiles.next_kept(t_begin / kFaKeys, flags);
   if (kt < kt_end) {
     if (cwg == 1) lum_bar_arrive(1, kWgConsumers);
+    LumWgStage k, v;  // this tile's keys, the tile before's values
     float alpha[2];
     lum_mb_wait(keys_in, 0);
     lum_bar_sync(1 + cwg, kWgConsumers);
@@ -274,37 +295,37 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS, 1)
     lum_bar_arrive(2 - cwg, kWgConsumers);
     lum_wg_wait<0>();
     lum_wg_hold(sc);
+    if (lane == 0) lum_mb_arrive(keys_free);
+    k.next<kWgKStages>();
     weigh(kt, flags & 2, alpha);  // (o is zero: alpha has nothing to rescale)
     lum_fa_weights<kWgBf16>(sc, pf, plf);
     kt = tiles.next_kept(kt + 1, flags);
-    int i = 1;  // the kept tile kt's index
-    for (; kt < kt_end; ++i) {
-      const int s = i & 1;
-      lum_mb_wait(keys_in + 8 * s, (i >> 1) & 1);
-      lum_mb_wait(values_in + 8 * (s ^ 1), ((i - 1) >> 1) & 1);
+    for (; kt < kt_end; kt = tiles.next_kept(kt + 1, flags)) {
+      lum_mb_wait(keys_in + 8 * k.index, k.phase);
+      lum_mb_wait(values_in + 8 * v.index, v.phase);
       lum_bar_sync(1 + cwg, kWgConsumers);
-      scores(s);
-      values(s ^ 1);
+      scores(k.index);
+      values(v.index);
       lum_bar_arrive(2 - cwg, kWgConsumers);
       lum_wg_wait<1>();  // the scores (the values product may still run)
       lum_wg_hold(sc);
+      if (lane == 0) lum_mb_arrive(keys_free + 8 * k.index);
       weigh(kt, flags & 2, alpha);
       lum_wg_wait<0>();
       lum_wg_hold(o);
-      if (lane == 0) lum_mb_arrive(released + 8 * (s ^ 1));
+      if (lane == 0) lum_mb_arrive(values_free + 8 * v.index);
       lum_fa_rescale(o, alpha);
       lum_fa_weights<kWgBf16>(sc, pf, plf);
-      kt = tiles.next_kept(kt + 1, flags);
+      k.next<kWgKStages>(), v.next<kWgVStages>();
     }
     // The last tile's values product.
-    const int s = (i - 1) & 1;
-    lum_mb_wait(values_in + 8 * s, ((i - 1) >> 1) & 1);
+    lum_mb_wait(values_in + 8 * v.index, v.phase);
     lum_bar_sync(1 + cwg, kWgConsumers);
-    values(s);
+    values(v.index);
     if (cwg == 0) lum_bar_arrive(2, kWgConsumers);
     lum_wg_wait<0>();
     lum_wg_hold(o);
-    if (lane == 0) lum_mb_arrive(released + 8 * s);
+    if (lane == 0) lum_mb_arrive(values_free + 8 * v.index);
   }
 
   // Each row's sum over its quad; out = o / sum (or the split's piece). An output of the
@@ -372,7 +393,7 @@ std::string wgmma_function(const std::string& name, int64_t n, bool a_in_registe
 }
 
 int64_t tile_bytes(const WgmmaAttentionKernel& s) {
-  return 2 * (kWgmmaAttentionRows * s.d + 2 * s.keys * (s.d + s.dv));
+  return 2 * (kWgmmaAttentionRows * s.d + s.keys * (s.key_stages * s.d + s.value_stages * s.dv));
 }
 
 }  // namespace
@@ -392,6 +413,8 @@ std::string wgmma_attention_source(const WgmmaAttentionKernel& s) {
                             {"LUM_FA_KEYS", std::to_string(s.keys)},
                             {"LUM_FA_SPLIT", "0"},
                             {"LUM_FA_TILE_BITS", "1"},
+                            {"LUM_WG_KEY_STAGES", std::to_string(s.key_stages)},
+                            {"LUM_WG_VALUE_STAGES", std::to_string(s.value_stages)},
                             {"LUM_WG_PAIRED_OUT", s.out == s.type ? "1" : "0"}},
                            std::string(attention_tiles_source()) + products + kSource + "#endif\n",
                            kWgmmaAttentionThreads);
@@ -401,10 +424,10 @@ size_t wgmma_attention_shared_bytes(const WgmmaAttentionKernel& s) {
   return static_cast<size_t>(tile_bytes(s) + kExtraBytes);
 }
 
-int64_t wgmma_attention_keys(int64_t d, int64_t dv) {
-  WgmmaAttentionKernel s{DType::BF16, DType::BF16, d, dv, 128};
+WgmmaAttentionKernel wgmma_attention_kernel(DType type, DType out, int64_t d, int64_t dv) {
+  WgmmaAttentionKernel s{type, out, d, dv};
   if (tile_bytes(s) + kExtraBytes > kMaxSharedBytes) s.keys = 64;
-  return s.keys;
+  return s;
 }
 
 bool wgmma_attention_maps(const AttentionArgs& a, const void* k, const void* v, int64_t d,

@@ -26,6 +26,8 @@ struct WgmmaAttentionKernel {
   DType out = DType::BF16;
   int64_t d = 0, dv = 0;  // multiples of 64; d at most 256, dv at most 128
   int64_t keys = 128;     // keys a tile: 64 or 128
+  // Tiles of keys and of values in flight (three of either measured no faster).
+  int key_stages = 2, value_stages = 2;
 };
 
 bool wgmma_attention_supports(DType q, DType k, DType v, int64_t d, int64_t dv);
@@ -34,8 +36,9 @@ std::string wgmma_attention_source(const WgmmaAttentionKernel& spec);
 
 size_t wgmma_attention_shared_bytes(const WgmmaAttentionKernel& spec);
 
-/// Keys a tile for these head dims: 128 where the tiles fit in shared memory, else 64.
-int64_t wgmma_attention_keys(int64_t d, int64_t dv);
+/// The kernel for these operands: tiles of 128 keys where its stages fit in shared
+/// memory, else 64.
+WgmmaAttentionKernel wgmma_attention_kernel(DType type, DType out, int64_t d, int64_t dv);
 
 /// The kernel's tensor maps of keys and values (at k and v, laid out as `a` says) for
 /// tiles of `tile_keys`: false where the copies cannot read them (more than three kv
