@@ -90,7 +90,9 @@ class KernelWriter : public runtime::ElementWriter {
   // element's load behind it. Other reads load in place. Where the output and those
   // inputs are aligned to kMapElements elements (as the arena's buffers are), a thread's
   // elements are adjacent and move as one vector each (16 bytes for f32): a quarter of
-  // the memory instructions. Elsewhere they are a grid stride apart, each loaded alone.
+  // the memory instructions (and for a kernel that reads nothing whole, such as a mask's
+  // Iota of bytes, one 4-byte store for four). Elsewhere they are a grid stride apart,
+  // each loaded alone.
   void write_map(const Node& root, Expr& threads) {
     threads = product(root.shape);
     note_vars(threads);
@@ -104,12 +106,6 @@ class KernelWriter : public runtime::ElementWriter {
     os_.str(before);
     os_.seekp(0, std::ios_base::end);
     own_element_.reset();
-    if (preloaded_.empty()) {  // nothing to load ahead: one element a round
-      open_loop(threads, "");
-      os_ << "    {\n"
-          << body << "      out[lum_o] = " << store_expr(root.dtype, v) << ";\n    }\n  }\n";
-      return;
-    }
     const std::string store = store_expr(root.dtype, v);
     const std::string vec = "lum_vec<" + output_type() + ", " + std::to_string(kMapElements) + ">";
     os_ << "  const int64_t lum_n = " << threads.to_c() << ";\n"
@@ -138,7 +134,7 @@ class KernelWriter : public runtime::ElementWriter {
         << body << "      lum_r.v[lum_u] = " << store << ";\n      }\n"
         << "      lum_store_vec(out + lum_o0, lum_r, lum_stream);\n    }\n"
         << "    for (int64_t lum_o = lum_whole + lum_t; lum_o < lum_n; lum_o += lum_step) {\n"
-        << "      const int lum_u = 0;\n";
+        << "      const int lum_u = 0;\n      (void)lum_u;\n";
     declare_preloaded("      ");
     for (const auto& [n, buffer] : preloaded_)
       os_ << "      lum_v" << n << ".v[0] = " << buffer << "[lum_o];\n";
