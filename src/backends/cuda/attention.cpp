@@ -1,5 +1,6 @@
 // The Attention kernel on the GPU (see attention.hpp): the op's geometry, the choice
-// between the tensor-core kernel (attention_mma.cpp, prompts), the streaming kernel
+// between the tensor-core kernels (attention_wgmma.cpp on Hopper, attention_mma.cpp:
+// prompts), the streaming kernel
 // (attention_stream.cpp: decoding and short prompts on sm_80 on, rows of 16-byte
 // pieces) and the one on CUDA cores here (the rest), key splits and their combine.
 //

@@ -39,10 +39,10 @@ class Attention {
   /// false) times v, for AttentionOp operand views q, k ([batch..., M, D, T]), v
   /// ([batch..., M, T, Dv]) and mask ([batch..., M, T], bool) over device buffers.
   /// Queries, keys, values and the output may each be f32, f16 or bf16. Prompts over
-  /// half-precision keys and values run on tensor cores (attention_mma.hpp). False,
-  /// launching nothing, where a view is padded or there are more than four batch dims of
-  /// either kind (those keys and values vary along and those they do not): the caller
-  /// runs the op elsewhere.
+  /// half-precision keys and values run on tensor cores (attention_wgmma.hpp on Hopper,
+  /// attention_mma.hpp). False, launching nothing, where a view is padded or there are more than
+  /// four batch dims of either kind (those keys and values vary along and those they do not): the
+  /// caller runs the op elsewhere.
   bool run(const ConcreteView& q, const void* q_data, DType q_type, const ConcreteView& k,
            const void* k_data, DType k_type, const ConcreteView& v, const void* v_data,
            DType v_type, const ConcreteView& mask, const void* mask_data, double scale, void* out,
