@@ -5,9 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include "luminal/luminal.hpp"
+#include "luminal/nn/attention.hpp"
 #include "testing/attention_cases.hpp"
 #include "testing/expect_error.hpp"
 #include "testing/matmul_layouts.hpp"
@@ -134,6 +136,56 @@ TEST(Cuda, ProductsSearchTheLibrarysAlgorithmsAndRememberTheWinner) {
   SKIP_WITHOUT_GPU();
   expect_searched_product(512, 512, 512, DType::F32, "gemm f32->f32 m=512");
   expect_searched_product(512, 512, 512, DType::BF16, "gemm bf16->bf16 m=512");
+}
+
+// A bf16 prompt on Hopper has two tensor-core kernels: the search times both, none may
+// be wrong, the output matches the reference interpreter's, and a second compile takes
+// the winner from the cache.
+TEST(Cuda, PromptAttentionSearchesItsKernels) {
+  SKIP_WITHOUT_GPU();
+  const testing::ScopedCacheDir cache("attention-search");
+  const testing::ScopedEnv log("LUMINAL_LOG", "info");
+  const testing::ScopedEnv mode("LUMINAL_SEARCH", "fast");
+  const int64_t kv = 2, group = 4, seq = 256, d = 128;
+  std::mt19937 rng(5);
+  auto values = [&](int64_t n) {
+    const std::vector<float> x = testing::uniform_floats(rng, static_cast<size_t>(n), -2.0f, 2.0f);
+    return Buffer::from_doubles(std::vector<double>(x.begin(), x.end()), DType::BF16);
+  };
+  const Buffer qv = values(kv * group * seq * d), kvals = values(seq * kv * d),
+               vvals = values(seq * kv * d);
+  std::vector<float> want;
+  for (const std::string pass : {"reference", "searched", "cached"}) {
+    Graph cx;
+    Tensor q = cx.named_tensor("q", {kv, group, seq, d}, DType::BF16);
+    Tensor k = cx.named_tensor("k", {seq, kv, d}, DType::BF16);
+    Tensor v = cx.named_tensor("v", {seq, kv, d}, DType::BF16);
+    q.set_buffer(qv);
+    k.set_buffer(kvals);
+    v.set_buffer(vvals);
+    Tensor scores = q.matmul(k.permute({1, 0, 2}).unsqueeze(1).transpose(-1, -2)) *
+                    (1.0 / std::sqrt(static_cast<double>(d)));
+    scores = where(nn::causal_mask(cx, seq, 0), scores, -std::numeric_limits<double>::infinity());
+    Tensor y = scores.softmax(-1).matmul(v.permute({1, 0, 2}).unsqueeze(1)).retrieve();
+    if (pass == "reference") {
+      want = testing::run_outputs(cx, reference(), {y})[0];
+      continue;
+    }
+    ::testing::internal::CaptureStderr();
+    const std::vector<float> got = testing::run_outputs(cx, cuda(), {y})[0];
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    if (err.find("for sm_90,") != std::string::npos) {  // (the compile log's architecture)
+      EXPECT_NE(err.find("luminal: search attention"), std::string::npos) << pass << ":\n" << err;
+      EXPECT_NE(err.find(pass == "searched" ? "the cost model's pick" : "(cached)"),
+                std::string::npos)
+          << pass << ":\n"
+          << err;
+    }
+    EXPECT_EQ(err.find("is wrong"), std::string::npos) << err;
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_NEAR(got[i], want[i], 2e-2 * (1 + std::fabs(want[i]))) << pass << " element " << i;
+  }
 }
 
 // One-row products: every kernel shape is tried (none may be wrong), on a row count that

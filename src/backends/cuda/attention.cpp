@@ -29,7 +29,7 @@
 #include "backends/cuda/attention_mma.hpp"
 #include "backends/cuda/attention_stream.hpp"
 #include "backends/cuda/attention_wgmma.hpp"
-#include "runtime/env.hpp"
+#include "backends/cuda/device_trials.hpp"
 
 namespace luminal::cudagen {
 namespace {
@@ -373,50 +373,53 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
 
   const int key_vec = vector_width(k, r - 2, d, k_type, k_data);
   const int value_vec = vector_width(v, r - 1, dv, v_type, v_data);
-  const Compiled* kernel = nullptr;
-  int64_t rows = 0;  // query rows per block
+  // The kernels that can run this op, each with its query rows a block; the first is the
+  // cost model's pick, and where there are two (prompts on Hopper) the search times them.
+  std::vector<std::pair<const Compiled*, int64_t>> kernels;
   // Tensor cores where a tile of their rows shares each key head and they take the
   // types; each key and value row read in one 16-byte piece or more, and the scale
-  // positive (it is applied after the max).
-  // On Hopper, warpgroup products where a whole block's rows share each key head
-  // (LUMINAL_CUDA_ATTENTION=mma keeps the sm_80 kernel, to compare the two).
+  // positive (it is applied after the max). On Hopper, warpgroup products first, where a
+  // whole block's rows share each key head.
   TensorMap key_map, value_map;
   const WgmmaAttentionKernel wgmma = wgmma_attention_kernel(q_type, out_type, d, dv);
   if (device_.compute_capability() == 90 && a.shared_rows >= kWgmmaAttentionRows && scale > 0 &&
       wgmma_attention_supports(q_type, k_type, v_type, d, dv) && key_vec == 8 && value_vec == 8 &&
-      !runtime::env_has("LUMINAL_CUDA_ATTENTION", "mma") &&
       wgmma_attention_maps(a, k_data, v_data, d, dv, wgmma.keys, key_map, value_map)) {
     const WgmmaAttentionKernel& spec = wgmma;
     const std::string key = key_of({3, int64_t(q_type), int64_t(out_type), d, dv, spec.keys,
                                     spec.key_stages, spec.value_stages});
-    kernel = &compiled(
-        key, "lum_attention_wgmma", [&] { return wgmma_attention_source(spec); },
-        wgmma_attention_shared_bytes(spec), kWgmmaAttentionThreads, spec.keys);
-    rows = kWgmmaAttentionRows;
-  } else if (device_.compute_capability() >= 80 && a.shared_rows >= 16 && scale > 0 &&
-             mma_attention_supports(q_type, k_type, v_type, d, dv) && key_vec == 8 &&
-             value_vec == 8) {
+    kernels.emplace_back(
+        &compiled(
+            key, "lum_attention_wgmma", [&] { return wgmma_attention_source(spec); },
+            wgmma_attention_shared_bytes(spec), kWgmmaAttentionThreads, spec.keys),
+        kWgmmaAttentionRows);
+  }
+  if (device_.compute_capability() >= 80 && a.shared_rows >= 16 && scale > 0 &&
+      mma_attention_supports(q_type, k_type, v_type, d, dv) && key_vec == 8 && value_vec == 8) {
     const MmaAttentionKernel spec{q_type, k_type, v_type, out_type, d, dv};
     const std::string key =
         key_of({1, int64_t(q_type), int64_t(k_type), int64_t(v_type), int64_t(out_type), d, dv});
-    kernel = &compiled(
-        key, "lum_attention_mma", [&] { return mma_attention_source(spec); },
-        mma_attention_shared_bytes(spec));
-    rows = kMmaAttentionRows;
-  } else if (device_.compute_capability() >= 80 &&
-             key_vec * static_cast<int>(dtype_size(k_type)) == 16 &&
-             value_vec * static_cast<int>(dtype_size(v_type)) == 16 &&
-             stream_attention_supports(k_type, v_type, d, dv)) {
+    kernels.emplace_back(&compiled(
+                             key, "lum_attention_mma", [&] { return mma_attention_source(spec); },
+                             mma_attention_shared_bytes(spec)),
+                         kMmaAttentionRows);
+  }
+  if (kernels.empty() && device_.compute_capability() >= 80 &&
+      key_vec * static_cast<int>(dtype_size(k_type)) == 16 &&
+      value_vec * static_cast<int>(dtype_size(v_type)) == 16 &&
+      stream_attention_supports(k_type, v_type, d, dv)) {
     const bool tensor_cores = scale > 0 && mma_attention_supports(q_type, k_type, v_type, d, dv);
-    rows = std::min(stream_attention_max_rows(tensor_cores), a.shared_rows);
+    const int64_t rows = std::min(stream_attention_max_rows(tensor_cores), a.shared_rows);
     const StreamAttentionKernel spec{
         q_type, k_type, v_type, out_type, d, dv, static_cast<int>(rows), tensor_cores};
     const std::string key = key_of({2, int64_t(q_type), int64_t(k_type), int64_t(v_type),
                                     int64_t(out_type), d, dv, rows, tensor_cores});
-    kernel = &compiled(
-        key, "lum_attention_stream", [&] { return stream_attention_source(spec); },
-        stream_attention_shared_bytes(spec));
-  } else {
+    kernels.emplace_back(
+        &compiled(
+            key, "lum_attention_stream", [&] { return stream_attention_source(spec); },
+            stream_attention_shared_bytes(spec)),
+        rows);
+  } else if (kernels.empty()) {
     AttentionKernel spec{q_type, k_type, v_type, out_type, d, dv, key_vec, value_vec, 1, 1};
     const int64_t key_vecs = d / spec.key_vec;
     while (spec.lanes < 32 && spec.lanes < key_vecs) spec.lanes *= 2;
@@ -425,75 +428,109 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
     const int64_t per_row_regs =
         (key_vecs + spec.lanes - 1) / spec.lanes * spec.key_vec +
         (dv / spec.value_vec + spec.lanes - 1) / spec.lanes * spec.value_vec;
-    rows = std::min<int64_t>({kMaxRows, a.shared_rows, 128 / per_row_regs});
+    int64_t rows = std::min<int64_t>({kMaxRows, a.shared_rows, 128 / per_row_regs});
     while (rows > 0 && rows * ((d + dv + kChunk + 3) * 4 + 24) > 44 * 1024) --rows;
     if (rows < 1) return false;
     spec.rows = static_cast<int>(rows);
     const std::string key =
         key_of({0, int64_t(q_type), int64_t(k_type), int64_t(v_type), int64_t(out_type), d, dv,
                 key_vec, value_vec, spec.lanes, rows});
-    kernel = &compiled(
-        key, "lum_attention", [&] { return attention_source(spec); }, 0);
+    kernels.emplace_back(&compiled(
+                             key, "lum_attention", [&] { return attention_source(spec); }, 0),
+                         rows);
   }
-  a.row_tiles = (a.shared_rows + rows - 1) / rows;
+  // One launch of kernel `c` (its mask pass and combine included), on a copy of the
+  // arguments, which each kernel's rows complete.
+  auto launch = [&](const std::pair<const Compiled*, int64_t>& c, Args a) {
+    const Compiled* kernel = c.first;
+    const int64_t rows = c.second;
+    a.row_tiles = (a.shared_rows + rows - 1) / rows;
 
-  // Split the keys where (kv point, tile) pairs alone would leave SMs idle, into as many
-  // pieces as fill the GPU once.
-  const int64_t pairs = kv_points * a.row_tiles;
-  const int64_t chunks = (keys + kChunk - 1) / kChunk;
-  const int64_t resident = int64_t{device_.multiprocessors()} * std::max(kernel->blocks_per_sm, 1);
-  const int64_t splits = std::clamp<int64_t>(resident / pairs, 1, std::min(chunks, kMaxSplits));
-  a.keys_per_split = (chunks + splits - 1) / splits * kChunk;
-  a.splits = (keys + a.keys_per_split - 1) / a.keys_per_split;
-  // (An earlier launch may still read a buffer that grows.)
-  auto at_least = [&](DeviceBuffer& buffer, size_t bytes) {
-    if (buffer.bytes() < bytes) {
-      device_.synchronize();
-      buffer = DeviceBuffer(bytes);
+    // Split the keys where (kv point, tile) pairs alone would leave SMs idle, into as many
+    // pieces as fill the GPU once.
+    const int64_t pairs = kv_points * a.row_tiles;
+    const int64_t chunks = (keys + kChunk - 1) / kChunk;
+    const int64_t resident =
+        int64_t{device_.multiprocessors()} * std::max(kernel->blocks_per_sm, 1);
+    const int64_t splits = std::clamp<int64_t>(resident / pairs, 1, std::min(chunks, kMaxSplits));
+    a.keys_per_split = (chunks + splits - 1) / splits * kChunk;
+    a.splits = (keys + a.keys_per_split - 1) / a.keys_per_split;
+    // (An earlier launch may still read a buffer that grows.)
+    auto at_least = [&](DeviceBuffer& buffer, size_t bytes) {
+      if (buffer.bytes() < bytes) {
+        device_.synchronize();
+        buffer = DeviceBuffer(bytes);
+      }
+      return buffer.data();
+    };
+    if (a.splits > 1)
+      a.partials = static_cast<float*>(
+          at_least(partials_, static_cast<size_t>(out_rows * a.splits * (dv + 2)) * sizeof(float)));
+    if (a.splits > 1 && kernel->combines_itself) {
+      const size_t bytes = static_cast<size_t>(pairs) * sizeof(unsigned);
+      if (arrivals_.bytes() < bytes)
+        check(cudaMemsetAsync(at_least(arrivals_, bytes), 0, bytes, device_.stream()),
+              "clearing attention's arrival counts");
+      a.arrivals = static_cast<unsigned*>(arrivals_.data());
     }
-    return buffer.data();
-  };
-  if (a.splits > 1)
-    a.partials = static_cast<float*>(
-        at_least(partials_, static_cast<size_t>(out_rows * a.splits * (dv + 2)) * sizeof(float)));
-  if (a.splits > 1 && kernel->combines_itself) {
-    const size_t bytes = static_cast<size_t>(pairs) * sizeof(unsigned);
-    if (arrivals_.bytes() < bytes)
-      check(cudaMemsetAsync(at_least(arrivals_, bytes), 0, bytes, device_.stream()),
-            "clearing attention's arrival counts");
-    a.arrivals = static_cast<unsigned*>(arrivals_.data());
-  }
 
-  void* args[] = {&a, &key_map, &value_map};  // (the maps for the warpgroup kernel alone)
-  if (kernel->mask_tiles) {
-    a.key_tiles = (keys + kernel->tile_keys - 1) / kernel->tile_keys;
-    a.mask_points = 1;
-    for (int64_t i = 0; i < a.kv_rank; ++i)
-      if (a.kv_m[i] != 0) a.mask_points = kv_points;
-    const int64_t tiles = a.mask_points * a.row_tiles * a.key_tiles;  // a warp each
-    a.tiles = static_cast<uint8_t*>(at_least(tiles_, static_cast<size_t>(tiles)));
-    if (kernel->tile_bit_rows > 0)  // four words a row of each tile
-      a.tile_bits = static_cast<uint32_t*>(
-          at_least(tile_bits_, static_cast<size_t>(tiles * kernel->tile_bit_rows * 16)));
-    const int64_t warps = kernel->threads / 32;
-    check(cudaLaunchKernel(kernel->mask_tiles,
-                           dim3(static_cast<unsigned>((tiles + warps - 1) / warps)),
-                           dim3(static_cast<unsigned>(kernel->threads)), args, 0, device_.stream()),
-          "launching attention's pass over the mask");
-  }
-  check(cudaLaunchKernel(kernel->kernel, dim3(static_cast<unsigned>(pairs * a.splits)),
-                         dim3(static_cast<unsigned>(kernel->threads)), args, kernel->shared_bytes,
-                         device_.stream()),
-        "launching attention");
-  if (a.splits > 1 && !kernel->combines_itself) {
-    long long n = out_rows, splits_arg = a.splits;
-    void* combine_args[] = {&a.partials, &out, &n, &splits_arg};
-    const int64_t blocks = std::min<int64_t>(out_rows, int64_t{device_.multiprocessors()} * 16);
-    check(cudaLaunchKernel(kernel->combine, dim3(static_cast<unsigned>(blocks)),
-                           dim3(static_cast<unsigned>(kernel->threads)), combine_args, 0,
+    void* args[] = {&a, &key_map, &value_map};  // (the maps for the warpgroup kernel alone)
+    if (kernel->mask_tiles) {
+      a.key_tiles = (keys + kernel->tile_keys - 1) / kernel->tile_keys;
+      a.mask_points = 1;
+      for (int64_t i = 0; i < a.kv_rank; ++i)
+        if (a.kv_m[i] != 0) a.mask_points = kv_points;
+      const int64_t tiles = a.mask_points * a.row_tiles * a.key_tiles;  // a warp each
+      a.tiles = static_cast<uint8_t*>(at_least(tiles_, static_cast<size_t>(tiles)));
+      if (kernel->tile_bit_rows > 0)  // four words a row of each tile
+        a.tile_bits = static_cast<uint32_t*>(
+            at_least(tile_bits_, static_cast<size_t>(tiles * kernel->tile_bit_rows * 16)));
+      const int64_t warps = kernel->threads / 32;
+      check(cudaLaunchKernel(
+                kernel->mask_tiles, dim3(static_cast<unsigned>((tiles + warps - 1) / warps)),
+                dim3(static_cast<unsigned>(kernel->threads)), args, 0, device_.stream()),
+            "launching attention's pass over the mask");
+    }
+    check(cudaLaunchKernel(kernel->kernel, dim3(static_cast<unsigned>(pairs * a.splits)),
+                           dim3(static_cast<unsigned>(kernel->threads)), args, kernel->shared_bytes,
                            device_.stream()),
-          "launching attention's combine");
+          "launching attention");
+    if (a.splits > 1 && !kernel->combines_itself) {
+      long long n = out_rows, splits_arg = a.splits;
+      void* combine_args[] = {&a.partials, &out, &n, &splits_arg};
+      const int64_t blocks = std::min<int64_t>(out_rows, int64_t{device_.multiprocessors()} * 16);
+      check(cudaLaunchKernel(kernel->combine, dim3(static_cast<unsigned>(blocks)),
+                             dim3(static_cast<unsigned>(kernel->threads)), combine_args, 0,
+                             device_.stream()),
+            "launching attention's combine");
+    }
+  };
+
+  // Two kernels for a new shape: both are timed, the faster correct one kept (the cost
+  // model's pick, the first, unless the search is off or the stream is being captured
+  // into a CUDA graph, where nothing may wait for it).
+  size_t pick = 0;
+  if (kernels.size() > 1 && searcher_.settings().mode != runtime::SearchMode::Off) {
+    std::string signature = "attention";
+    for (DType t : {q_type, k_type, v_type, out_type})
+      signature += " " + std::string(dtype_name(t));
+    for (int64_t x : {d, dv, keys, a.shared_rows, kv_points}) signature += " " + std::to_string(x);
+    if (const auto found = choice_.find(signature); found != choice_.end()) {
+      pick = found->second;
+    } else if (!device_.capturing()) {
+      runtime::SearchProblem p;
+      p.signature = signature;
+      for (const auto& c : kernels)
+        p.candidates.push_back({c.second == kWgmmaAttentionRows ? "wgmma, 128 rows a block"
+                                                                : "mma.sync, 64 rows a block",
+                                [&, c] { launch(c, a); }});
+      DeviceTrials trials(device_);
+      trials.judge(p, out, static_cast<size_t>(out_rows * dv), out_type,
+                   out_type == DType::F32 ? 1e-3 : 2e-2);
+      pick = choice_.emplace(signature, searcher_.choose(p).winner).first->second;
+    }
   }
+  launch(kernels[pick], a);
   return true;
 }
 

@@ -15,6 +15,7 @@
 #include "backends/cuda/nvrtc.hpp"
 #include "luminal/dtype.hpp"
 #include "luminal/view.hpp"
+#include "runtime/search.hpp"
 
 namespace luminal::cudagen {
 
@@ -33,7 +34,8 @@ std::string attention_source(const AttentionKernel& spec);
 
 class Attention {
  public:
-  explicit Attention(const Device& device) : device_(device) {}
+  Attention(const Device& device, runtime::Searcher& searcher)
+      : device_(device), searcher_(searcher) {}
 
   /// out[batch..., M, Dv] = softmax over T of (q . k * scale, or -inf where the mask is
   /// false) times v, for AttentionOp operand views q, k ([batch..., M, D, T]), v
@@ -68,7 +70,9 @@ class Attention {
                            int threads = kAttentionThreads, int64_t tile_keys = kMmaAttentionKeys);
 
   const Device& device_;
+  runtime::Searcher& searcher_;  // between the two tensor-core kernels of Hopper's prompts
   std::map<std::string, Compiled> kernels_;  // by specialisation
+  std::map<std::string, size_t> choice_;     // by search signature: the kernel's index
   // Split rows' partial results, the mask tiles' flags and keep bits, and the split
   // blocks' arrival counts (zero between launches), kept while a CUDA graph may read them.
   DeviceBuffer partials_, tiles_, tile_bits_, arrivals_;

@@ -51,7 +51,7 @@ class CudaExecutable final : public Executable {
         searcher_(cudagen::search_context(*device_), runtime::search_settings_from_env()),
         gemm_(*device_, searcher_),
         gemv_(*device_, searcher_),
-        attention_(*device_),
+        attention_(*device_, searcher_),
         copy_view_(*device_),
         mixed_(*device_, gemv_, gemm_, copy_view_) {
     const Graph& g = *program_.graph;

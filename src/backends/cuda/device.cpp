@@ -63,6 +63,12 @@ void Device::synchronize() const {
   check(cudaStreamSynchronize(stream_), "a CUDA kernel failed");
 }
 
+bool Device::capturing() const {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  check(cudaStreamIsCapturing(stream_, &status), "cudaStreamIsCapturing");
+  return status != cudaStreamCaptureStatusNone;
+}
+
 namespace {
 
 // LUMINAL_CUDA_MEMORY_LIMIT in bytes, or 0 where unset or empty.

@@ -34,6 +34,9 @@ class Device {
   void make_current() const;
   /// Waits for the stream, raising any error a kernel hit.
   void synchronize() const;
+  /// Whether the stream is being captured into a CUDA graph: nothing may wait for it then
+  /// (a search's timed runs wait until the capture is over).
+  bool capturing() const;
   /// Device memory free now, capped by LUMINAL_CUDA_MEMORY_LIMIT (bytes, or a number
   /// with K, M or G: binary units), which bounds what luminal may count on; a malformed
   /// value is an Error naming the variable.

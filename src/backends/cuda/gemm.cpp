@@ -210,9 +210,7 @@ bool Gemm::run(const ConcreteView& a, const void* a_data, const ConcreteView& b,
     p->algo = algos[0].algo;
     // Searched on the call's first matrices, unless the stream is being captured into a
     // CUDA graph (nothing may wait for it then).
-    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-    check(cudaStreamIsCapturing(device_.stream(), &capturing), "cudaStreamIsCapturing");
-    if (found > 1 && capturing == cudaStreamCaptureStatusNone &&
+    if (found > 1 && !device_.capturing() &&
         static_cast<double>(m) * n * k * inner >= kSearchedMultiplyAdds) {
       const std::string signature = "gemm " + std::string(dtype_name(dtype)) + "->" +
                                     std::string(dtype_name(c_type)) + " m=" + std::to_string(m) +

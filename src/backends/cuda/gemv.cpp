@@ -184,9 +184,7 @@ bool Gemv::run(const ConcreteView& a, const void* a_data, DType a_type, const Co
     } else {
       // A new matrix shape: its kernel shape is searched, unless the stream is being
       // captured into a CUDA graph (nothing may wait for it then: the default runs).
-      cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-      check(cudaStreamIsCapturing(device_.stream(), &capturing), "cudaStreamIsCapturing");
-      if (capturing != cudaStreamCaptureStatusNone) {
+      if (device_.capturing()) {
         launch(kGemvShapes[0]);
         return true;
       }
