@@ -185,26 +185,33 @@ TEST(CudaCodegen, TensorCoreAttentionCompilesForAmpereAndHopper) {
 }
 
 // The warpgroup kernel's, for sm_90a: bf16 and f16, head dims 64 to 256 (the largest
-// with tiles of 64 keys), outputs of another type; what it does not take.
+// with tiles of 64 keys), outputs of another type, f32 queries split over a half cache;
+// what it does not take.
 TEST(CudaCodegen, WarpgroupAttentionCompilesForHopper) {
   using cudagen::WgmmaAttentionKernel;
-  for (const auto& [type, out, d, dv] : std::vector<std::tuple<DType, DType, int64_t, int64_t>>{
-           {DType::BF16, DType::BF16, 128, 128},
-           {DType::F16, DType::F32, 64, 64},
-           {DType::BF16, DType::F16, 256, 128},
+  for (const auto& [q, type, out, d, dv] :
+       std::vector<std::tuple<DType, DType, DType, int64_t, int64_t>>{
+           {DType::BF16, DType::BF16, DType::BF16, 128, 128},
+           {DType::F16, DType::F16, DType::F32, 64, 64},
+           {DType::BF16, DType::BF16, DType::F16, 256, 128},
+           {DType::F32, DType::F16, DType::F32, 128, 128},
+           {DType::F32, DType::BF16, DType::F32, 64, 128},
        }) {
-    ASSERT_TRUE(cudagen::wgmma_attention_supports(type, type, type, d, dv));
-    const WgmmaAttentionKernel spec = cudagen::wgmma_attention_kernel(type, out, d, dv);
+    ASSERT_TRUE(cudagen::wgmma_attention_supports(q, type, type, d, dv));
+    const WgmmaAttentionKernel spec = cudagen::wgmma_attention_kernel(q, type, out, d, dv);
     EXPECT_LE(cudagen::wgmma_attention_shared_bytes(spec), 227u * 1024) << "d " << d;
     EXPECT_FALSE(
         cudagen::compile_cubin(cudagen::wgmma_attention_source(spec), "sm_90a").code.empty())
         << "d " << d;
   }
-  EXPECT_EQ(cudagen::wgmma_attention_kernel(DType::BF16, DType::BF16, 128, 128).keys, 128);
-  EXPECT_EQ(cudagen::wgmma_attention_kernel(DType::BF16, DType::BF16, 256, 128).keys, 64);
-  EXPECT_FALSE(cudagen::wgmma_attention_supports(DType::F32, DType::BF16, DType::BF16, 128, 128));
-  EXPECT_FALSE(cudagen::wgmma_attention_supports(DType::BF16, DType::BF16, DType::BF16, 96, 96));
-  EXPECT_FALSE(cudagen::wgmma_attention_supports(DType::BF16, DType::BF16, DType::BF16, 128, 256));
+  const auto bf16 = DType::BF16;
+  EXPECT_EQ(cudagen::wgmma_attention_kernel(bf16, bf16, bf16, 128, 128).keys, 128);
+  EXPECT_EQ(cudagen::wgmma_attention_kernel(bf16, bf16, bf16, 256, 128).keys, 64);
+  EXPECT_FALSE(cudagen::wgmma_attention_supports(DType::F16, bf16, bf16, 128, 128));
+  EXPECT_FALSE(cudagen::wgmma_attention_supports(DType::F32, DType::F16, bf16, 128, 128));
+  EXPECT_FALSE(cudagen::wgmma_attention_supports(DType::F32, bf16, bf16, 256, 128));
+  EXPECT_FALSE(cudagen::wgmma_attention_supports(bf16, bf16, bf16, 96, 96));
+  EXPECT_FALSE(cudagen::wgmma_attention_supports(bf16, bf16, bf16, 128, 256));
 }
 
 // The streaming kernel's, on CUDA cores: f32 queries over an f16 cache (a decode step of

@@ -381,13 +381,13 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
   // positive (it is applied after the max). On Hopper, warpgroup products first, where a
   // whole block's rows share each key head.
   TensorMap key_map, value_map;
-  const WgmmaAttentionKernel wgmma = wgmma_attention_kernel(q_type, out_type, d, dv);
+  const WgmmaAttentionKernel wgmma = wgmma_attention_kernel(q_type, k_type, out_type, d, dv);
   if (device_.compute_capability() == 90 && a.shared_rows >= kWgmmaAttentionRows && scale > 0 &&
       wgmma_attention_supports(q_type, k_type, v_type, d, dv) && key_vec == 8 && value_vec == 8 &&
       wgmma_attention_maps(a, k_data, v_data, d, dv, wgmma.keys, key_map, value_map)) {
     const WgmmaAttentionKernel& spec = wgmma;
-    const std::string key = key_of({3, int64_t(q_type), int64_t(out_type), d, dv, spec.keys,
-                                    spec.key_stages, spec.value_stages});
+    const std::string key = key_of({3, int64_t(q_type), int64_t(k_type), int64_t(out_type), d, dv,
+                                    spec.keys, spec.key_stages, spec.value_stages});
     kernels.emplace_back(
         &compiled(
             key, "lum_attention_wgmma", [&] { return wgmma_attention_source(spec); },

@@ -28,7 +28,11 @@ constexpr int64_t kExtraBytes = 128 + 3 * kWgmmaAttentionRows * 8 + 1024;
 constexpr int64_t kMaxSharedBytes = 227 * 1024;
 
 constexpr const char* kSource = R"ATTN(
-constexpr int kWgQBytes = kFaRows * LUM_AT_D * 2;   // the queries' tile
+constexpr int kWgQBytes = kFaRows * LUM_AT_D * 2;   // a tile of queries
+// f32 queries are split into their half-precision value and its remainder (two tiles),
+// and so are the weights: twice the products keep f32's precision.
+constexpr bool kWgSplit = LUM_FA_SPLIT;
+constexpr int kWgQTiles = kWgSplit ? 2 : 1;
 constexpr int kWgKBytes = kFaKeys * LUM_AT_D * 2;   // a stage of keys
 constexpr int kWgVBytes = kFaKeys * LUM_AT_DV * 2;  // a stage of values
 constexpr int kWgKStages = LUM_WG_KEY_STAGES, kWgVStages = LUM_WG_VALUE_STAGES;
@@ -111,7 +115,7 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS, 1)
   extern __shared__ __align__(1024) unsigned char lum_wg_raw[];
   const uint32_t raw = lum_at_smem(lum_wg_raw), qs = (raw + 1023u) & ~1023u;
   unsigned char* const shared = lum_wg_raw + (qs - raw);
-  const uint32_t ks = qs + kWgQBytes, vs = ks + kWgKStages * kWgKBytes;
+  const uint32_t ks = qs + kWgQTiles * kWgQBytes, vs = ks + kWgKStages * kWgKBytes;
   // Barriers, one a stage: keys arrived, values arrived, keys released, values released.
   const uint32_t keys_in = vs + kWgVStages * kWgVBytes, values_in = keys_in + 8 * kWgKStages;
   const uint32_t keys_free = values_in + 8 * kWgVStages, values_free = keys_free + 8 * kWgKStages;
@@ -200,26 +204,27 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS, 1)
     row_q[ctid] = q, row_m[ctid] = m, row_o[ctid] = o;
   }
   lum_bar_sync(3, kWgConsumers);
-  // The queries into their swizzled tile, 8 of a row a step: one 16-byte load where the
-  // row is contiguous and aligned, else element by element. Then made visible to the
-  // products' reads.
+  // The queries into their swizzled tile (and, split, the remainders into the next), 8
+  // of a row a step: half-precision rows contiguous and aligned as one 16-byte load,
+  // others element by element. Then made visible to the products' reads.
   {
     const typename LUM_AT_Q::T* qp = (const typename LUM_AT_Q::T*)a.q;
     constexpr int kPieces = LUM_AT_D / 8;
     for (int i = ctid; i < kFaRows * kPieces; i += kWgConsumers) {
       const int r = i / kPieces, c = i % kPieces;
       const typename LUM_AT_Q::T* src = qp + row_q[r] + c * 8 * a.q_d;
-      uint4 w = make_uint4(0u, 0u, 0u, 0u);
-      if (r < rows && a.q_d == 1 && (unsigned long long)src % 16 == 0) {
-        w = *(const uint4*)src;
+      uint32_t hi[4] = {0u, 0u, 0u, 0u}, lo[4] = {0u, 0u, 0u, 0u};
+      if (!kWgSplit && r < rows && a.q_d == 1 && (unsigned long long)src % 16 == 0) {
+        const uint4 w = *(const uint4*)src;
+        hi[0] = w.x, hi[1] = w.y, hi[2] = w.z, hi[3] = w.w;
       } else if (r < rows) {
-        uint32_t x[4];
 #pragma unroll
         for (int e = 0; e < 4; ++e)
-          x[e] = lum_fa_pack<kWgBf16>(LUM_AT_Q::get(src[2 * e * a.q_d]), LUM_AT_Q::get(src[(2 * e + 1) * a.q_d]));
-        w = make_uint4(x[0], x[1], x[2], x[3]);
+          lum_fa_split<kWgBf16>(LUM_AT_Q::get(src[2 * e * a.q_d]), LUM_AT_Q::get(src[(2 * e + 1) * a.q_d]),
+                                hi[e], lo[e]);
       }
-      *(uint4*)(shared + lum_wg_at(kFaRows, r, c)) = w;
+      *(uint4*)(shared + lum_wg_at(kFaRows, r, c)) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+      if (kWgSplit) *(uint4*)(shared + kWgQBytes + lum_wg_at(kFaRows, r, c)) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
     }
   }
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
@@ -233,7 +238,7 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS, 1)
   // Scores: sc[n] holds keys 8n + 2 t4 (+1) of rows g (0, 1) and g + 8 (2, 3); the last
   // tile's weights pf, as the value product's A operand (keys 16 kk .. 16 kk + 15).
   float sc[kFaKeys / 8][4];
-  uint32_t pf[kFaKeys / 16][4], plf[1][4];
+  uint32_t pf[kFaKeys / 16][4], plf[kWgSplit ? kFaKeys / 16 : 1][4];
   auto scores = [&](int s) {
 #pragma unroll
     for (int n = 0; n < kFaKeys / 8; ++n) sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
@@ -242,8 +247,10 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS, 1)
 #pragma unroll
     for (int kk = 0; kk < LUM_AT_D / 16; ++kk) {
       const uint32_t panel = (kk / 4) * 128, step = (kk % 4) * 32;
-      lum_wg_scores(sc, lum_wg_desc(qs + panel * kFaRows + cwg * 64 * 128 + step, 16),
-                    lum_wg_desc(ks + s * kWgKBytes + panel * kFaKeys + step, 16), kk > 0);
+      const uint64_t keys = lum_wg_desc(ks + s * kWgKBytes + panel * kFaKeys + step, 16);
+      const uint32_t queries = qs + panel * kFaRows + cwg * 64 * 128 + step;
+      lum_wg_scores(sc, lum_wg_desc(queries, 16), keys, kk > 0);
+      if (kWgSplit) lum_wg_scores(sc, lum_wg_desc(queries + kWgQBytes, 16), keys, 1);
     }
     lum_wg_commit();
   };
@@ -252,8 +259,11 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS, 1)
     lum_wg_hold(o);
     lum_wg_fence();
 #pragma unroll
-    for (int kk = 0; kk < kFaKeys / 16; ++kk)
-      lum_wg_values(o, pf[kk], lum_wg_desc(vs + s * kWgVBytes + kk * 16 * 128, kFaKeys * 128));
+    for (int kk = 0; kk < kFaKeys / 16; ++kk) {
+      const uint64_t values = lum_wg_desc(vs + s * kWgVBytes + kk * 16 * 128, kFaKeys * 128);
+      lum_wg_values(o, pf[kk], values);
+      if (kWgSplit) lum_wg_values(o, plf[kk], values);
+    }
     lum_wg_commit();
   };
   // Tile kt's scores masked (a tile every row keeps all of is not looked up; a mixed
@@ -393,14 +403,17 @@ std::string wgmma_function(const std::string& name, int64_t n, bool a_in_registe
 }
 
 int64_t tile_bytes(const WgmmaAttentionKernel& s) {
-  return 2 * (kWgmmaAttentionRows * s.d + s.keys * (s.key_stages * s.d + s.value_stages * s.dv));
+  const int64_t query_tiles = s.q == DType::F32 ? 2 : 1;
+  return 2 * (query_tiles * kWgmmaAttentionRows * s.d +
+              s.keys * (s.key_stages * s.d + s.value_stages * s.dv));
 }
 
 }  // namespace
 
 bool wgmma_attention_supports(DType q, DType k, DType v, int64_t d, int64_t dv) {
-  return (q == DType::BF16 || q == DType::F16) && k == q && v == q && d % 64 == 0 && dv % 64 == 0 &&
-         d > 0 && dv > 0 && d <= 256 && dv <= 128;
+  // (Split f32 queries take two tiles: head dims past 128 would not fit.)
+  return (k == DType::BF16 || k == DType::F16) && v == k && (q == k || q == DType::F32) &&
+         d % 64 == 0 && dv % 64 == 0 && d > 0 && dv > 0 && d <= (q == k ? 256 : 128) && dv <= 128;
 }
 
 std::string wgmma_attention_source(const WgmmaAttentionKernel& s) {
@@ -408,10 +421,10 @@ std::string wgmma_attention_source(const WgmmaAttentionKernel& s) {
   const std::string products = "#if __CUDA_ARCH__ >= 900\n" +
                                wgmma_function("lum_wg_scores", s.keys, false, type) +
                                wgmma_function("lum_wg_values", s.dv, true, type);
-  return attention_program({s.type, s.type, s.type, s.out, s.d, s.dv},
+  return attention_program({s.q, s.type, s.type, s.out, s.d, s.dv},
                            {{"LUM_FA_ROWS", std::to_string(kWgmmaAttentionRows)},
                             {"LUM_FA_KEYS", std::to_string(s.keys)},
-                            {"LUM_FA_SPLIT", "0"},
+                            {"LUM_FA_SPLIT", s.q == DType::F32 ? "1" : "0"},
                             {"LUM_FA_TILE_BITS", "1"},
                             {"LUM_WG_KEY_STAGES", std::to_string(s.key_stages)},
                             {"LUM_WG_VALUE_STAGES", std::to_string(s.value_stages)},
@@ -424,9 +437,11 @@ size_t wgmma_attention_shared_bytes(const WgmmaAttentionKernel& s) {
   return static_cast<size_t>(tile_bytes(s) + kExtraBytes);
 }
 
-WgmmaAttentionKernel wgmma_attention_kernel(DType type, DType out, int64_t d, int64_t dv) {
-  WgmmaAttentionKernel s{type, out, d, dv};
-  if (tile_bytes(s) + kExtraBytes > kMaxSharedBytes) s.keys = 64;
+WgmmaAttentionKernel wgmma_attention_kernel(DType q, DType type, DType out, int64_t d, int64_t dv) {
+  WgmmaAttentionKernel s{q, type, out, d, dv};
+  // Split queries' second weights take the registers of half a tile of scores: ptxas
+  // spilled 268 bytes at 128 keys.
+  if (q == DType::F32 || tile_bytes(s) + kExtraBytes > kMaxSharedBytes) s.keys = 64;
   return s;
 }
 

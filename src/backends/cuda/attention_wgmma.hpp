@@ -1,12 +1,12 @@
 // Attention for prompts on Hopper's warpgroup tensor-core instructions (wgmma).
 //
-// The same flash-attention forward pass as attention_mma.hpp, for queries, keys and
-// values all bf16 or all f16 with head dims that are multiples of 64: a block takes 128
-// query rows. One warp copies keys and values into shared memory through the tensor
-// memory accelerator (TMA: the kernel's two tensor maps, one for keys and one for
-// values); two warpgroups of consumers own 64 rows each, their scores and outputs
-// warpgroup-wide (wgmma) accumulators reading keys and values from shared memory by
-// descriptor. The instructions need the architecture-specific target sm_90a.
+// The same flash-attention forward pass as attention_mma.hpp, for keys and values both
+// bf16 or both f16, queries of their type or f32, head dims that are multiples of 64: a block takes
+// 128 query rows. One warp copies keys and values into shared memory through the tensor memory
+// accelerator (TMA: the kernel's two tensor maps, one for keys and one for values); two warpgroups
+// of consumers own 64 rows each, their scores and outputs warpgroup-wide (wgmma) accumulators
+// reading keys and values from shared memory by descriptor. The instructions need the
+// architecture-specific target sm_90a.
 #pragma once
 
 #include <cstddef>
@@ -22,9 +22,10 @@ namespace luminal::cudagen {
 constexpr int64_t kWgmmaAttentionRows = 128, kWgmmaAttentionThreads = 384;
 
 struct WgmmaAttentionKernel {
-  DType type = DType::BF16;  // of queries, keys and values
+  DType q = DType::BF16;     // that of keys and values, or f32 (split in two halves)
+  DType type = DType::BF16;  // of keys and values
   DType out = DType::BF16;
-  int64_t d = 0, dv = 0;  // multiples of 64; d at most 256, dv at most 128
+  int64_t d = 0, dv = 0;  // multiples of 64; d at most 256 (128 for f32 queries), dv 128
   int64_t keys = 128;     // keys a tile: 64 or 128
   // Tiles of keys and of values in flight (three of either measured no faster).
   int key_stages = 2, value_stages = 2;
@@ -36,9 +37,9 @@ std::string wgmma_attention_source(const WgmmaAttentionKernel& spec);
 
 size_t wgmma_attention_shared_bytes(const WgmmaAttentionKernel& spec);
 
-/// The kernel for these operands: tiles of 128 keys where its stages fit in shared
-/// memory, else 64.
-WgmmaAttentionKernel wgmma_attention_kernel(DType type, DType out, int64_t d, int64_t dv);
+/// The kernel for these operands (queries q, keys and values `type`): tiles of 128 keys
+/// where its stages fit in shared memory and the queries are not split, else 64.
+WgmmaAttentionKernel wgmma_attention_kernel(DType q, DType type, DType out, int64_t d, int64_t dv);
 
 /// The kernel's tensor maps of keys and values (at k and v, laid out as `a` says) for
 /// tiles of `tile_keys`: false where the copies cannot read them (more than three kv
