@@ -374,6 +374,35 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_mask_
 #endif
 }
 
+// A tensor-core kernel's block: its key split, row tile (the last rows first: under a
+// causal mask they see the most keys) and kv point, kv points fastest.
+struct LumFaBlock {
+  long long split, tile, point;
+};
+LUM_FN LumFaBlock lum_fa_block(const LumAttnArgs& a) {
+  long long bid = blockIdx.x, kv_points = 1;
+  for (int i = 0; i < a.kv_rank; ++i) kv_points *= a.kv_dim[i];
+  LumFaBlock b;
+  b.split = bid % a.splits;
+  bid /= a.splits;
+  b.tile = a.row_tiles - 1 - bid / kv_points;
+  b.point = bid % kv_points;
+  return b;
+}
+// The rows of tile `tile` (at most kFaRows) of the kv point at offsets qo, mo, oo; the
+// thread of index i < kFaRows writes row i's offsets of q, mask and output (rows past
+// the end repeat the last).
+LUM_FN int lum_fa_rows(const LumAttnArgs& a, long long tile, int i, long long qo, long long mo,
+                       long long oo, long long* row_q, long long* row_m, long long* row_o) {
+  const int rows = (int)min((long long)kFaRows, a.shared_rows - tile * kFaRows);
+  if (i < kFaRows) {
+    long long q = qo, m = mo, o = oo;
+    lum_at_row(a, tile * kFaRows + min(i, rows - 1), q, m, o);
+    row_q[i] = q, row_m[i] = m, row_o[i] = o;
+  }
+  return rows;
+}
+
 // One (mask point, row tile)'s flags, read by a whole warp: the first tile from kt on
 // that keeps a key, and its flags. Each lane holds one tile's flags of a window of 32,
 // loaded when the window moves.

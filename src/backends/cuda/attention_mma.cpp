@@ -69,21 +69,11 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_mma(c
   const float kNegInf = __int_as_float(0xff800000);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t4 = lane % 4;
 
-  // Blocks of the last rows first: under a causal mask they see the most keys.
-  long long bid = blockIdx.x;
-  const long long split = bid % a.splits;
-  bid /= a.splits;
-  long long kv_points = 1;
-  for (int i = 0; i < a.kv_rank; ++i) kv_points *= a.kv_dim[i];
-  const long long tile = a.row_tiles - 1 - bid / kv_points, point = bid % kv_points;
+  const LumFaBlock block = lum_fa_block(a);
+  const long long split = block.split, tile = block.tile, point = block.point;
   long long qo, ko, vo, mo, oo;
   lum_at_point(a, point, qo, ko, vo, mo, oo);
-  const int rows = (int)min((long long)kFaRows, a.shared_rows - tile * kFaRows);
-  if (tid < kFaRows) {
-    long long q = qo, m = mo, o = oo;
-    lum_at_row(a, tile * kFaRows + min(tid, rows - 1), q, m, o);
-    row_q[tid] = q, row_m[tid] = m, row_o[tid] = o;
-  }
+  const int rows = lum_fa_rows(a, tile, tid, qo, mo, oo, row_q, row_m, row_o);
   __syncthreads();
 
   // The queries, in the keys' type (and the remainders, split), into registers.

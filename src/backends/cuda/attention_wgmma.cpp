@@ -125,13 +125,8 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS, 1)
   const float kNegInf = __int_as_float(0xff800000);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
 
-  // Blocks of the last rows first: under a causal mask they see the most keys.
-  long long bid = blockIdx.x;
-  const long long split = bid % a.splits;
-  bid /= a.splits;
-  long long kv_points = 1;
-  for (int i = 0; i < a.kv_rank; ++i) kv_points *= a.kv_dim[i];
-  const long long tile = a.row_tiles - 1 - bid / kv_points, point = bid % kv_points;
+  const LumFaBlock block = lum_fa_block(a);
+  const long long split = block.split, tile = block.tile, point = block.point;
   const long long t_begin = split * a.keys_per_split;
   const long long t_end = min(a.keys, t_begin + a.keys_per_split);
   const long long kt_end = (t_end + kFaKeys - 1) / kFaKeys;
@@ -197,12 +192,7 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS, 1)
   const int ctid = tid - 128, cw = ctid / 32, cwg = ctid / 128, g = lane / 4, t4 = lane % 4;
   long long qo, ko, vo, mo, oo;
   lum_at_point(a, point, qo, ko, vo, mo, oo);
-  const int rows = (int)min((long long)kFaRows, a.shared_rows - tile * kFaRows);
-  if (ctid < kFaRows) {
-    long long q = qo, m = mo, o = oo;
-    lum_at_row(a, tile * kFaRows + min(ctid, rows - 1), q, m, o);
-    row_q[ctid] = q, row_m[ctid] = m, row_o[ctid] = o;
-  }
+  const int rows = lum_fa_rows(a, tile, ctid, qo, mo, oo, row_q, row_m, row_o);
   lum_bar_sync(3, kWgConsumers);
   // The queries into their swizzled tile (and, split, the remainders into the next), 8
   // of a row a step: half-precision rows contiguous and aligned as one 16-byte load,
