@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <tuple>
 
 #include "luminal/luminal.hpp"
 #include "luminal/nn/attention.hpp"
@@ -139,6 +140,57 @@ TEST(Cuda, ProductsSearchTheLibrarysAlgorithmsAndRememberTheWinner) {
   SKIP_WITHOUT_GPU();
   expect_searched_product(512, 512, 512, DType::F32, "gemm f32->f32 m=512");
   expect_searched_product(512, 512, 512, DType::BF16, "gemm bf16->bf16 m=512");
+}
+
+// Prompts whose keys and values vary along two dims (a batch of sequences and the key
+// heads): on Hopper the warpgroup kernel reads them through tensor maps of two outer
+// dims. bf16 throughout, and f32 queries over an f16 cache (split), with the caches
+// position-major or head-major, against the reference interpreter.
+TEST(Cuda, PromptAttentionOverABatchOfSequences) {
+  SKIP_WITHOUT_GPU();
+  const testing::ScopedEnv mode("LUMINAL_SEARCH", "off");  // the cost model's pick runs
+  const int64_t batch = 2, kv = 2, group = 2, seq = 96, past = 40, d = 64, total = past + seq;
+  std::mt19937 rng(9);
+  for (const auto& [compute, cache, head_major] :
+       std::vector<std::tuple<DType, DType, bool>>{{DType::BF16, DType::BF16, false},
+                                                   {DType::F32, DType::F16, false},
+                                                   {DType::BF16, DType::BF16, true}}) {
+    auto values = [&](int64_t n, DType t) {
+      const std::vector<float> x =
+          testing::uniform_floats(rng, static_cast<size_t>(n), -2.0f, 2.0f);
+      return Buffer::from_doubles(std::vector<double>(x.begin(), x.end()), t);
+    };
+    Graph cx;
+    Tensor q = cx.named_tensor("q", {batch, kv, group, seq, d}, compute);
+    const std::vector<Expr> cache_shape = head_major ? std::vector<Expr>{batch, kv, total, d}
+                                                     : std::vector<Expr>{batch, total, kv, d};
+    Tensor k = cx.named_tensor("k", cache_shape, cache);
+    Tensor v = cx.named_tensor("v", cache_shape, cache);
+    q.set_buffer(values(batch * kv * group * seq * d, compute));
+    k.set_buffer(values(batch * total * kv * d, cache));
+    v.set_buffer(values(batch * total * kv * d, cache));
+    auto heads = [&](const Tensor& t) {  // [batch, kv, total, d] in the compute type
+      const Tensor c = t.cast(compute);
+      return head_major ? c : c.permute({0, 2, 1, 3});
+    };
+    Tensor scores = q.matmul(heads(k).unsqueeze(2).transpose(-1, -2)) *
+                    (1.0 / std::sqrt(static_cast<double>(d)));
+    scores =
+        where(nn::causal_mask(cx, seq, past), scores, -std::numeric_limits<double>::infinity());
+    Tensor y = scores.softmax(-1).matmul(heads(v).unsqueeze(2)).retrieve();
+    const compiler::Optimized opt = compiler::optimize(cx);
+    ASSERT_TRUE(dynamic_cast<const compiler::AttentionOp*>(
+        opt.graph->node(opt.outputs[0].second).custom.get()))
+        << opt.graph->to_text();
+    const std::vector<float> want = testing::run_outputs(cx, reference(), {y})[0];
+    const std::vector<float> got = testing::run_outputs(cx, cuda(), {y})[0];
+    EXPECT_EQ(cx.last_run_stats().host_fallbacks, 0u);
+    const double tolerance = compute == DType::F32 ? 1e-4 : 2e-2;
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_NEAR(got[i], want[i], tolerance * (1 + std::fabs(want[i])))
+          << dtype_name(compute) << (head_major ? " head-major" : "") << " element " << i;
+  }
 }
 
 // A bf16 prompt on Hopper has two tensor-core kernels: the search times both, none may
