@@ -2,16 +2,19 @@
 //
 // The pass over the mask, the order of blocks (last rows first), the online softmax and
 // the key splits are those of the sm_80 kernel (attention_mma.cpp); what differs is how
-// the products run. Each of the block's two warpgroups owns 64 query rows. The queries
-// are staged once into shared memory; keys and values arrive by cp.async in tiles of
-// 64 or 128 rows, two buffers each, the next kept tile's copies in flight while this
-// one's products run. Every tile is stored as panels of 64 elements (128 bytes) a row,
-// swizzled in 16-byte pieces (piece j of row r at j ^ (r % 8)): the layout the
-// instructions' 128-byte swizzle mode reads without bank conflicts, so the products
-// take their operands straight from shared memory by descriptor. Scores are a
-// 64 x keys accumulator (the queries and keys both read along the head dim); the
-// weights go back as the value product's A operand from registers, the values read
-// across the head dim (the instruction's transposed B).
+// the data moves and the products run, as flash-attention 3 lays out its forward pass.
+// Warpgroup 0 is the producer: one of its warps asks the TMA for each kept tile's keys
+// and values (64 or 128 rows) into rings of two stages, each stage with an mbarrier its
+// copies complete and one its consumers release it by. Warpgroups 1 and 2 consume, 64
+// query rows each, staged once into shared memory. Every tile is stored as panels of
+// 64 elements (128 bytes) a row, swizzled in 16-byte pieces (piece j of row r at
+// j ^ (r % 8)): what the TMA writes and the products' 128-byte swizzle mode reads, so
+// both take their operands straight from shared memory by descriptor. Scores are a
+// 64 x keys accumulator (queries and keys both read along the head dim); the weights go
+// back as the value product's A operand from registers, the values read across the
+// head dim (the instruction's transposed B). A consumer issues one tile's scores with
+// the previous tile's value product, and finds this tile's weights while they run; the
+// two consumers take turns issuing, so one's softmax overlaps the other's products.
 #include "backends/cuda/attention_wgmma.hpp"
 
 #include <string>
