@@ -61,10 +61,11 @@ struct AttentionOperands {
   int64_t d, dv;  // query/key and value head dims
 };
 
-/// The tensor-core kernels' pass over the mask (kernel lum_attention_mask_tiles: flags
-/// a tile of LUM_FA_ROWS x LUM_FA_KEYS mask bytes dropped, kept whole or mixed, and
-/// with LUM_FA_TILE_BITS 1 writes a mixed tile's keep bits) and LumFaTiles, which finds
-/// a row tile's next kept key tile from those flags.
+/// What the tensor-core kernels share, for tiles of LUM_FA_ROWS rows and LUM_FA_KEYS
+/// keys: their pass over the mask (kernel lum_attention_mask_tiles: flags a tile
+/// dropped, kept whole or mixed, and with LUM_FA_TILE_BITS 1 writes a mixed tile's keep
+/// bits), LumFaTiles (a row tile's next kept key tile, from those flags), lum_fa_block
+/// (a block's split, row tile and kv point) and lum_fa_rows (its rows' offsets).
 std::string_view attention_tiles_source();
 
 /// An attention kernel's whole source: the CUDA and scalar preludes, the defines of
