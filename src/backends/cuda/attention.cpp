@@ -385,13 +385,12 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
   if (device_.compute_capability() == 90 && a.shared_rows >= kWgmmaAttentionRows && scale > 0 &&
       wgmma_attention_supports(q_type, k_type, v_type, d, dv) && key_vec == 8 && value_vec == 8 &&
       wgmma_attention_maps(a, k_data, v_data, d, dv, wgmma.keys, key_map, value_map)) {
-    const WgmmaAttentionKernel& spec = wgmma;
     const std::string key = key_of({3, int64_t(q_type), int64_t(k_type), int64_t(out_type), d, dv,
-                                    spec.keys, spec.key_stages, spec.value_stages});
+                                    wgmma.keys, wgmma.key_stages, wgmma.value_stages});
     kernels.emplace_back(
         &compiled(
-            key, "lum_attention_wgmma", [&] { return wgmma_attention_source(spec); },
-            wgmma_attention_shared_bytes(spec), kWgmmaAttentionThreads, spec.keys),
+            key, "lum_attention_wgmma", [&] { return wgmma_attention_source(wgmma); },
+            wgmma_attention_shared_bytes(wgmma), kWgmmaAttentionThreads, wgmma.keys),
         kWgmmaAttentionRows);
   }
   if (device_.compute_capability() >= 80 && a.shared_rows >= 16 && scale > 0 &&
@@ -511,15 +510,16 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
   // into a CUDA graph, where nothing may wait for it).
   size_t pick = 0;
   if (kernels.size() > 1 && searcher_.settings().mode != runtime::SearchMode::Off) {
-    std::string signature = "attention";
-    for (DType t : {q_type, k_type, v_type, out_type})
-      signature += " " + std::string(dtype_name(t));
-    for (int64_t x : {d, dv, keys, a.shared_rows, kv_points}) signature += " " + std::to_string(x);
-    if (const auto found = choice_.find(signature); found != choice_.end()) {
+    const ShapeKey shape{q_type, k_type, v_type, out_type, d, dv, keys, a.shared_rows, kv_points};
+    if (const auto found = choice_.find(shape); found != choice_.end()) {
       pick = found->second;
     } else if (!device_.capturing()) {
       runtime::SearchProblem p;
-      p.signature = signature;
+      p.signature = "attention";
+      for (DType t : {q_type, k_type, v_type, out_type})
+        p.signature += " " + std::string(dtype_name(t));
+      for (int64_t x : {d, dv, keys, a.shared_rows, kv_points})
+        p.signature += " " + std::to_string(x);
       for (const auto& c : kernels)
         p.candidates.push_back({c.second == kWgmmaAttentionRows ? "wgmma, 128 rows a block"
                                                                 : "mma.sync, 64 rows a block",
@@ -527,7 +527,7 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
       DeviceTrials trials(device_);
       trials.judge(p, out, static_cast<size_t>(out_rows * dv), out_type,
                    out_type == DType::F32 ? 1e-3 : 2e-2);
-      pick = choice_.emplace(signature, searcher_.choose(p).winner).first->second;
+      pick = choice_.emplace(shape, searcher_.choose(p).winner).first->second;
     }
   }
   launch(kernels[pick], a);

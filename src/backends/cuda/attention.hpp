@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 
 #include "backends/cuda/attention_common.hpp"
 #include "backends/cuda/attention_mma.hpp"
@@ -72,7 +73,11 @@ class Attention {
   const Device& device_;
   runtime::Searcher& searcher_;  // between the two tensor-core kernels of Hopper's prompts
   std::map<std::string, Compiled> kernels_;  // by specialisation
-  std::map<std::string, size_t> choice_;     // by search signature: the kernel's index
+  // The searched kernel's index by the op's shape: types (q, k, v, out), head dims, keys,
+  // shared rows and kv points.
+  using ShapeKey =
+      std::tuple<DType, DType, DType, DType, int64_t, int64_t, int64_t, int64_t, int64_t>;
+  std::map<ShapeKey, size_t> choice_;
   // Split rows' partial results, the mask tiles' flags and keep bits, and the split
   // blocks' arrival counts (zero between launches), kept while a CUDA graph may read them.
   DeviceBuffer partials_, tiles_, tile_bits_, arrivals_;
