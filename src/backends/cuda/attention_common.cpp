@@ -403,6 +403,44 @@ LUM_FN int lum_fa_rows(const LumAttnArgs& a, long long tile, int i, long long qo
   return rows;
 }
 
+#if __CUDA_ARCH__ >= 800
+// A warp's output rows r0 and r0 + 8 of the block (rows past `rows` are not written)
+// from its accumulators o[NV][4] (columns 8j + 2 t4 (+1)), running maxima m and sums l:
+// each row's sum over its quad, then out = o / sum, or the split's piece. With
+// LUM_FA_PAIRED_OUT an output of the keys' half type takes two adjacent elements in one
+// 32-bit store.
+template <bool kBf16, int NV>
+LUM_FN void lum_fa_store(const LumAttnArgs& a, const float (&o)[NV][4], const float (&m)[2],
+                         float (&l)[2], int r0, int rows, const long long* row_o, long long split) {
+  const int t4 = threadIdx.x % 4;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+    const int r = r0 + 8 * h;
+    if (r >= rows) continue;
+    if (a.splits == 1) {
+      const float inv = 1.0f / l[h];
+#pragma unroll
+      for (int j = 0; j < NV; ++j) {
+        const long long at = row_o[r] * LUM_AT_DV + j * 8 + 2 * t4;  // (even)
+#if LUM_FA_PAIRED_OUT
+        *(uint32_t*)((uint16_t*)a.out + at) = lum_fa_pack<kBf16>(o[j][2 * h] * inv, o[j][2 * h + 1] * inv);
+#else
+        LUM_AT_O::put(a.out, at, o[j][2 * h] * inv);
+        LUM_AT_O::put(a.out, at + 1, o[j][2 * h + 1] * inv);
+#endif
+      }
+    } else {
+      float* p = a.partials + (row_o[r] * a.splits + split) * (LUM_AT_DV + 2);
+#pragma unroll
+      for (int j = 0; j < NV; ++j) p[j * 8 + 2 * t4] = o[j][2 * h], p[j * 8 + 2 * t4 + 1] = o[j][2 * h + 1];
+      if (t4 == 0) p[LUM_AT_DV] = m[h], p[LUM_AT_DV + 1] = l[h];
+    }
+  }
+}
+#endif
+
 // One (mask point, row tile)'s flags, read by a whole warp: the first tile from kt on
 // that keeps a key, and its flags. Each lane holds one tile's flags of a window of 32,
 // loaded when the window moves.

@@ -192,28 +192,7 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_mma(c
     kt = next, flags = next_flags, buf ^= 1;
   }
 
-  // Each row's sum over its quad; out = o / sum (or the split's piece).
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
-    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
-    const int r = warp * 16 + g + 8 * h;
-    if (r >= rows) continue;
-    if (a.splits == 1) {
-      const float inv = 1.0f / l[h];
-#pragma unroll
-      for (int j = 0; j < kFaNv; ++j) {
-        const long long at = row_o[r] * LUM_AT_DV + j * 8 + 2 * t4;
-        LUM_AT_O::put(a.out, at, o[j][2 * h] * inv);
-        LUM_AT_O::put(a.out, at + 1, o[j][2 * h + 1] * inv);
-      }
-    } else {
-      float* p = a.partials + (row_o[r] * a.splits + split) * (LUM_AT_DV + 2);
-#pragma unroll
-      for (int j = 0; j < kFaNv; ++j) p[j * 8 + 2 * t4] = o[j][2 * h], p[j * 8 + 2 * t4 + 1] = o[j][2 * h + 1];
-      if (t4 == 0) p[LUM_AT_DV] = m[h], p[LUM_AT_DV + 1] = l[h];
-    }
-  }
+  lum_fa_store<kVb>(a, o, m, l, warp * 16 + g, rows, row_o, split);
 }
 )ATTN";
 
@@ -238,7 +217,8 @@ std::string mma_attention_source(const MmaAttentionKernel& s) {
                             {"LUM_FA_MASK_STRIDE", std::to_string(kMaskStride)},
                             {"LUM_FA_STAGE_BYTES", std::to_string(stage_bytes(s))},
                             {"LUM_FA_SPLIT", s.q == DType::F32 ? "1" : "0"},
-                            {"LUM_FA_TILE_BITS", "0"}},
+                            {"LUM_FA_TILE_BITS", "0"},
+                            {"LUM_FA_PAIRED_OUT", "0"}},
                            std::string(attention_tiles_source()) + kSource);
 }
 

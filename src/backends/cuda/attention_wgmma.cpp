@@ -331,33 +331,7 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS, 1)
     if (lane == 0) lum_mb_arrive(values_free + 8 * v.index);
   }
 
-  // Each row's sum over its quad; out = o / sum (or the split's piece). An output of the
-  // operands' type takes two adjacent elements in one 32-bit store.
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
-    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
-    const int r = r0 + 8 * h;
-    if (r >= rows) continue;
-    if (a.splits == 1) {
-      const float inv = 1.0f / l[h];
-#pragma unroll
-      for (int j = 0; j < LUM_AT_DV / 8; ++j) {
-        const long long at = row_o[r] * LUM_AT_DV + j * 8 + 2 * t4;  // (even)
-#if LUM_WG_PAIRED_OUT
-        *(uint32_t*)((uint16_t*)a.out + at) = lum_fa_pack<kWgBf16>(o[j][2 * h] * inv, o[j][2 * h + 1] * inv);
-#else
-        LUM_AT_O::put(a.out, at, o[j][2 * h] * inv);
-        LUM_AT_O::put(a.out, at + 1, o[j][2 * h + 1] * inv);
-#endif
-      }
-    } else {
-      float* p = a.partials + (row_o[r] * a.splits + split) * (LUM_AT_DV + 2);
-#pragma unroll
-      for (int j = 0; j < LUM_AT_DV / 8; ++j) p[j * 8 + 2 * t4] = o[j][2 * h], p[j * 8 + 2 * t4 + 1] = o[j][2 * h + 1];
-      if (t4 == 0) p[LUM_AT_DV] = m[h], p[LUM_AT_DV + 1] = l[h];
-    }
-  }
+  lum_fa_store<kWgBf16>(a, o, m, l, r0, rows, row_o, split);
 }
 )ATTN";
 
@@ -421,7 +395,7 @@ std::string wgmma_attention_source(const WgmmaAttentionKernel& s) {
                             {"LUM_FA_TILE_BITS", "1"},
                             {"LUM_WG_KEY_STAGES", std::to_string(s.key_stages)},
                             {"LUM_WG_VALUE_STAGES", std::to_string(s.value_stages)},
-                            {"LUM_WG_PAIRED_OUT", s.out == s.type ? "1" : "0"}},
+                            {"LUM_FA_PAIRED_OUT", s.out == s.type ? "1" : "0"}},
                            std::string(attention_tiles_source()) + products + kSource + "#endif\n",
                            kWgmmaAttentionThreads);
 }
