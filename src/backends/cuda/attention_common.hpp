@@ -65,7 +65,9 @@ struct AttentionOperands {
 /// keys: their pass over the mask (kernel lum_attention_mask_tiles: flags a tile
 /// dropped, kept whole or mixed, and with LUM_FA_TILE_BITS 1 writes a mixed tile's keep
 /// bits), LumFaTiles (a row tile's next kept key tile, from those flags), lum_fa_block
-/// (a block's split, row tile and kv point) and lum_fa_rows (its rows' offsets).
+/// (a block's split, row tile and kv point), lum_fa_rows (its rows' offsets) and
+/// lum_fa_store (a warp's output rows, or their split pieces; LUM_FA_PAIRED_OUT 1 stores
+/// an output of the keys' half type in pairs).
 std::string_view attention_tiles_source();
 
 /// An attention kernel's whole source: the CUDA and scalar preludes, the defines of
