@@ -99,6 +99,31 @@ void qgemv(int64_t k, int64_t n, const char* name) {
   report(name, median_ms(cx, 3, 50));
 }
 
+// The same projection over weights in a ggml block format (Q4_K or Q8_0), decoded inside
+// the kernel: random quant bits, small f16 scales.
+void qgemv_blocks(int64_t k, int64_t n, GgmlType type, const char* name) {
+  size_t elems = 0, bytes = 0;
+  ggml_block_layout(static_cast<uint32_t>(type), elems, bytes);
+  Graph cx;
+  Tensor x = cx.named_tensor("x", {1, k});
+  Tensor w = cx.named_tensor("w", {n, k});
+  x.set(random_floats(static_cast<size_t>(k), 5));
+  const size_t blocks = static_cast<size_t>(n * k) / elems;
+  Buffer raw(DType::U8, blocks * bytes);
+  auto* p = static_cast<uint8_t*>(raw.data());
+  std::mt19937 rng(9);
+  for (size_t i = 0; i < raw.bytes(); ++i) p[i] = static_cast<uint8_t>(rng());
+  const uint16_t scale = f16_bits_from_double(0.01);
+  for (size_t b = 0; b < blocks; ++b) {
+    std::memcpy(p + b * bytes, &scale, 2);
+    if (type == GgmlType::Q4_K) std::memcpy(p + b * bytes + 2, &scale, 2);
+  }
+  w.set_quantized(static_cast<uint32_t>(type), std::move(raw));
+  x.matmul(w.permute({1, 0})).retrieve();
+  cx.compile(cuda());
+  report(name, median_ms(cx, 3, 50));
+}
+
 // Attention as nn::Attention writes it, 32 query heads over 8 key heads of 128 dims, the
 // cache position-major ([past + seq, 8, 128]): `seq` new rows after `past` cached ones,
 // causal. As an f32 model with a half-precision cache computes it (queries f32, the cache
@@ -209,6 +234,12 @@ int main(int argc, char** argv) {
   if (want("gemv_bf16_14336x4096")) gemv(14336, 4096, "gemv_bf16_14336x4096");
   if (want("qgemv_bf16_4096x14336")) qgemv(4096, 14336, "qgemv_bf16_4096x14336");
   if (want("qgemv_bf16_14336x4096")) qgemv(14336, 4096, "qgemv_bf16_14336x4096");
+  if (want("qgemv_q4k_4096x14336"))
+    qgemv_blocks(4096, 14336, GgmlType::Q4_K, "qgemv_q4k_4096x14336");
+  if (want("qgemv_q4k_14336x4096"))
+    qgemv_blocks(14336, 4096, GgmlType::Q4_K, "qgemv_q4k_14336x4096");
+  if (want("qgemv_q8_0_4096x14336"))
+    qgemv_blocks(4096, 14336, GgmlType::Q8_0, "qgemv_q8_0_4096x14336");
   if (want("attention_decode_4k")) attention(1, 4096, "attention_decode_4k");
   if (want("attention_decode_32k")) attention(1, 32768, "attention_decode_32k");
   if (want("attention_decode_32k_bf16"))

@@ -84,6 +84,11 @@ def main():
             peers[case] = {"linear": linear_ms}
             bytes_moved[case] = w.numel() * 2
         del xv, w
+    # Weights in ggml block formats under f32 activations: no torch peer; the share of
+    # copy bandwidth the blocks' bytes take.
+    for fmt, block_bytes, block_elems in [("q4k", 144, 256), ("q8_0", 34, 32)]:
+        for k, nn in [(4096, 14336), (14336, 4096)]:
+            bytes_moved[f"qgemv_{fmt}_{k}x{nn}"] = nn * k // block_elems * block_bytes
     # Attention: 32 query heads over 8 key heads of 128 dims; luminal's cache is f16 and
     # its queries f32 (or all bf16, the _bf16 case), torch's SDPA all f16 (or bf16): its
     # fast path. Decode: one query against 4k and 32k cached positions, measured against
@@ -145,6 +150,8 @@ def main():
             pct = f"{flops[name] / ms / 1e9:.0f} TFLOP/s"
         for peer, pms in peers.get(name, {}).items():
             print(f"| {name} | {ms:.3f} | {pct} | {peer} | {pms:.3f} | {pms / ms:.2f}x |")
+        if name not in peers:
+            print(f"| {name} | {ms:.3f} | {pct} | - | - | - |")
     if out.returncode != 0:
         sys.exit(f"bench_cuda failed with exit code {out.returncode}")
 

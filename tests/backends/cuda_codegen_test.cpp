@@ -17,6 +17,7 @@
 #include "backends/cuda/copy_view.hpp"
 #include "backends/cuda/gemv.hpp"
 #include "backends/cuda/nvrtc.hpp"
+#include "backends/cuda/quant_products.hpp"
 #include "luminal/luminal.hpp"
 #include "runtime/program.hpp"
 #include "testing/matmul_layouts.hpp"
@@ -104,6 +105,19 @@ TEST(CudaCodegen, OneRowProductAndViewCopyKernelsCompileForHopper) {
 // Arena plans against brute force: over random sizes and lifetimes, no two values live at
 // once share a byte, every offset is aligned, and space is reused (a chain of values each
 // freed after its reader needs only two at a time).
+// Every block format the CPU decodes has a GPU decoder, and its kernels compile.
+TEST(CudaCodegen, QuantisedProductsCompileForHopperForEveryFormat) {
+  for (const GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
+                           GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+    const auto format = static_cast<uint32_t>(t);
+    ASSERT_TRUE(cudagen::quant_products_support(format)) << ggml_type_name(format);
+    EXPECT_FALSE(
+        cudagen::compile_cubin(cudagen::quant_products_source(format), "sm_90").code.empty())
+        << ggml_type_name(format);
+  }
+  EXPECT_FALSE(cudagen::quant_products_support(static_cast<uint32_t>(GgmlType::Q2_K)));
+}
+
 TEST(CudaArena, LiveValuesNeverOverlapAndSpaceIsReused) {
   std::mt19937 rng(3);
   for (int trial = 0; trial < 200; ++trial) {

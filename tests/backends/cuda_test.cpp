@@ -14,6 +14,7 @@
 #include "testing/attention_cases.hpp"
 #include "testing/expect_error.hpp"
 #include "testing/matmul_layouts.hpp"
+#include "testing/quant_blocks.hpp"
 #include "testing/random_graph.hpp"
 #include "testing/row_ops.hpp"
 #include "testing/run_outputs.hpp"
@@ -140,6 +141,49 @@ TEST(Cuda, ProductsSearchTheLibrarysAlgorithmsAndRememberTheWinner) {
   SKIP_WITHOUT_GPU();
   expect_searched_product(512, 512, 512, DType::F32, "gemm f32->f32 m=512");
   expect_searched_product(512, 512, 512, DType::BF16, "gemm bf16->bf16 m=512");
+}
+
+// x W^T with W in each of ggml's block formats, decoded on the device (no host fallback),
+// against the reference interpreter (luminal::dequantize, then double). Rows of x: 2 (one
+// pass), 22 (three passes of up to eight) and 140 (the prompt path). Each output within
+// its path's rounding of sum |w x|: f32 activations, 1e-5; activations and weights
+// rounded to f16 for the prompt path, 2^-10 (two roundings of 2^-11 a product).
+TEST(Cuda, QuantisedProductsDecodeEveryFormatOnTheDevice) {
+  SKIP_WITHOUT_GPU();
+  const int64_t k = 512, n = 40;
+  for (const GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
+                           GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+    const auto type = static_cast<uint32_t>(t);
+    for (const int64_t m : {1, 11, 70}) {
+      const std::string what = ggml_type_name(type) + " rows " + std::to_string(2 * m);
+      Graph cx;
+      Tensor x = cx.named_tensor("x", {2, m, k});
+      Tensor w = cx.named_tensor("w", {n, k});
+      Tensor y = x.matmul(w.transpose(0, 1)).retrieve();
+      std::mt19937 rng(static_cast<uint32_t>(type * 100 + m));
+      std::normal_distribution<float> normal(0, 1);
+      std::vector<float> xv(static_cast<size_t>(2 * m * k));
+      for (float& v : xv) v = normal(rng);
+      x.set(xv);
+      w.set_quantized(type, testing::random_blocks(type, n, k, 11));
+      const std::vector<float> want = testing::run_outputs(cx, reference(), {y})[0];
+      const std::vector<float> wd = w.to_f32();
+      const std::vector<float> got = testing::run_outputs(cx, cuda(), {y})[0];
+      EXPECT_EQ(cx.last_run_stats().host_fallbacks, 0u) << what;
+      ASSERT_EQ(got.size(), want.size()) << what;
+      const double rel = 2 * m <= 64 ? 1e-5 : std::ldexp(1.0, -10);
+      for (int64_t r = 0; r < 2 * m; ++r)
+        for (int64_t j = 0; j < n; ++j) {
+          double magnitude = 0;
+          for (int64_t c = 0; c < k; ++c)
+            magnitude += std::fabs(double{wd[static_cast<size_t>(j * k + c)]} *
+                                   xv[static_cast<size_t>(r * k + c)]);
+          const size_t at = static_cast<size_t>(r * n + j);
+          ASSERT_NEAR(got[at], want[at], rel * magnitude + 1e-6)
+              << what << " row " << r << " col " << j;
+        }
+    }
+  }
 }
 
 // Prompts whose keys and values vary along two dims (a batch of sequences and the key

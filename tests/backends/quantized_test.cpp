@@ -14,6 +14,7 @@
 #include "luminal/compiler/matmul_op.hpp"
 #include "luminal/compiler/optimize.hpp"
 #include "luminal/luminal.hpp"
+#include "testing/quant_blocks.hpp"
 
 namespace luminal {
 namespace {
@@ -26,60 +27,6 @@ struct FormatCase {
 const FormatCase kFormats[] = {{0, "F32"},   {1, "F16"},   {30, "BF16"}, {2, "Q4_0"},
                                {3, "Q4_1"},  {6, "Q5_0"},  {7, "Q5_1"},  {8, "Q8_0"},
                                {12, "Q4_K"}, {13, "Q5_K"}, {14, "Q6_K"}};
-
-void put_half(std::byte* p, double v) {
-  const uint16_t h = f16_bits_from_double(v);
-  std::memcpy(p, &h, 2);
-}
-
-// Random blocks whose f16 scale fields hold small finite values (random bits there could
-// be NaN or huge); plain float formats get random values.
-Buffer random_blocks(uint32_t type, size_t rows, size_t cols, uint64_t seed) {
-  size_t elems = 0, bytes = 0;
-  EXPECT_TRUE(ggml_block_layout(type, elems, bytes));
-  const size_t blocks = rows * cols / elems;
-  Buffer raw(DType::U8, blocks * bytes);
-  auto* p = static_cast<std::byte*>(raw.data());
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> scale(0.001, 0.02), value(-1, 1);
-  for (size_t i = 0; i < raw.numel(); ++i) p[i] = static_cast<std::byte>(rng() & 0xFF);
-  for (size_t b = 0; b < blocks; ++b) {
-    std::byte* blk = p + b * bytes;
-    switch (type) {
-      case 0: {
-        const float v = static_cast<float>(value(rng));
-        std::memcpy(blk, &v, 4);
-        break;
-      }
-      case 1:
-        put_half(blk, value(rng));
-        break;
-      case 30: {
-        const uint16_t h = bf16_bits_from_double(value(rng));
-        std::memcpy(blk, &h, 2);
-        break;
-      }
-      case 2:
-      case 6:
-      case 8:
-        put_half(blk, scale(rng));
-        break;
-      case 3:
-      case 7:
-      case 12:
-      case 13:
-        put_half(blk, scale(rng));
-        put_half(blk + 2, scale(rng));
-        break;
-      case 14:
-        put_half(blk + 208, scale(rng) * 0.05);
-        break;
-      default:
-        ADD_FAILURE() << "no generator for type " << type;
-    }
-  }
-  return raw;
-}
 
 std::vector<float> random_floats(size_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -141,7 +88,7 @@ void check_matmul(const FormatCase& f, int64_t m, int64_t n = 37, int64_t batch 
   Tensor y = x.matmul(w.transpose(0, 1)).retrieve();
   const std::vector<float> xv = random_floats(static_cast<size_t>(batch * m * k), 7 + m);
   x.set(xv);
-  w.set_quantized(f.type, random_blocks(f.type, n, k, 11));
+  w.set_quantized(f.type, testing::random_blocks(f.type, n, k, 11));
   EXPECT_EQ(count_qmatmul(cx), 1u) << f.name;
 
   cx.compile(reference());
@@ -194,7 +141,7 @@ TEST_P(QuantizedFormat, GatherAndElementwiseReadsDecodeInTheKernel) {
   Tensor ids = cx.named_tensor("ids", {4}, DType::I32);
   Tensor picked = table.index_select(0, ids).retrieve();
   Tensor scaled = (table.slice(1, 32, 96) * 2.0 + 1.0).retrieve();
-  table.set_quantized(f.type, random_blocks(f.type, rows, cols, 3));
+  table.set_quantized(f.type, testing::random_blocks(f.type, rows, cols, 3));
   ids.set(std::vector<int32_t>{8, 0, 3, 3});
   EXPECT_EQ(count_qmatmul(cx), 0u);
   cx.compile(reference());
@@ -229,14 +176,14 @@ TEST(Quantized, NewWeightDataIsUsedByTheNextRun) {
   x.set(random_floats(static_cast<size_t>(k), 5));
   std::vector<std::vector<float>> want, got;
   for (const uint64_t seed : {1, 2}) {
-    w.set_quantized(12, random_blocks(12, n, k, seed));  // Q4_K
+    w.set_quantized(12, testing::random_blocks(12, n, k, seed));  // Q4_K
     cx.compile(reference());
     cx.execute();
     want.push_back(y.to_f32());
   }
   cx.compile(cpu());
   for (const uint64_t seed : {1, 2}) {
-    w.set_quantized(12, random_blocks(12, n, k, seed));
+    w.set_quantized(12, testing::random_blocks(12, n, k, seed));
     cx.execute();
     got.push_back(y.to_f32());
   }
@@ -273,7 +220,8 @@ TEST(Quantized, ProductsOfTheSameActivationsRunAsOneAndEachAgrees) {
     const std::vector<float> xv = random_floats(static_cast<size_t>(m * k), 40 + m);
     x.set(xv);
     for (size_t i = 0; i < std::size(parts); ++i)
-      ws[i].set_quantized(parts[i].type, random_blocks(parts[i].type, parts[i].n, k, 50 + i));
+      ws[i].set_quantized(parts[i].type,
+                          testing::random_blocks(parts[i].type, parts[i].n, k, 50 + i));
     EXPECT_EQ(count_qmatmul(cx), std::size(parts) + static_cast<size_t>(skip));
 
     cx.compile(reference());
@@ -304,10 +252,11 @@ TEST(Quantized, ResidualActivationsCarryTheRoundingError) {
       Graph cx;
       Tensor x = cx.named_tensor("x", {m, k});
       Tensor w1 = cx.named_tensor("w1", {64, k}), w2 = cx.named_tensor("w2", {48, k});
-      Tensor y1 = x.matmul(w1.transpose(0, 1)).retrieve(), y2 = x.matmul(w2.transpose(0, 1)).retrieve();
+      Tensor y1 = x.matmul(w1.transpose(0, 1)).retrieve(),
+             y2 = x.matmul(w2.transpose(0, 1)).retrieve();
       x.set(random_floats(static_cast<size_t>(m * k), 70 + m));
-      w1.set_quantized(type, random_blocks(type, 64, k, 71));
-      w2.set_quantized(type, random_blocks(type, 48, k, 72));
+      w1.set_quantized(type, testing::random_blocks(type, 64, k, 71));
+      w2.set_quantized(type, testing::random_blocks(type, 48, k, 72));
       cx.compile(reference());
       cx.execute();
       const std::vector<double> want1 = y1.data().to_f64(), want2 = y2.data().to_f64();

@@ -18,12 +18,14 @@
 #include "backends/cuda/gemv.hpp"
 #include "backends/cuda/mixed_products.hpp"
 #include "backends/cuda/nvrtc.hpp"
+#include "backends/cuda/quant_products.hpp"
 #include "luminal/append_rows_op.hpp"
 #include "luminal/compiler/attention_op.hpp"
 #include "luminal/compiler/matmul_op.hpp"
 #include "luminal/cuda.hpp"
 #include "luminal/error.hpp"
 #include "luminal/graph.hpp"
+#include "luminal/quant.hpp"
 #include "runtime/env.hpp"
 #include "runtime/kernel_errors.hpp"
 #include "runtime/kernel_profile.hpp"
@@ -53,7 +55,8 @@ class CudaExecutable final : public Executable {
         gemv_(*device_, searcher_),
         attention_(*device_, searcher_),
         copy_view_(*device_),
-        mixed_(*device_, gemv_, gemm_, copy_view_) {
+        mixed_(*device_, gemv_, gemm_, copy_view_),
+        quant_(*device_, gemm_, copy_view_) {
     const Graph& g = *program_.graph;
     liveness_ = runtime::plan_liveness(g, plan_);
     functions_.resize(plan_.kernels.size(), {nullptr, nullptr});
@@ -89,11 +92,15 @@ class CudaExecutable final : public Executable {
     if (profiling_) {
       marks_ = std::vector<cudagen::Event>(plan_.kernels.size() + 1);
       profile_.kernels.resize(plan_.kernels.size());
+      first_run_.kernels.resize(plan_.kernels.size());
     }
   }
 
   ~CudaExecutable() override {
-    if (profile_.runs) runtime::print_kernel_profile(*program_.graph, plan_, "cuda", profile_);
+    if (profile_.runs)
+      runtime::print_kernel_profile(*program_.graph, plan_, "cuda, runs after the first", profile_);
+    else if (first_run_.runs)
+      runtime::print_kernel_profile(*program_.graph, plan_, "cuda, one run", first_run_);
   }
 
   // A run like the one before it (the same dims, nothing run on the host, every input
@@ -167,14 +174,15 @@ class CudaExecutable final : public Executable {
     // A run that ran kernels on the host or took an input's memory is not captured next.
     steady_ = stats_.host_fallbacks == 0 && !grew_;
     if (profiling_) {
+      runtime::KernelProfile& p = first_run_.runs ? profile_ : first_run_;
       for (size_t k = 0; k < plan_.kernels.size(); ++k) {
         float ms = 0;
         check(cudaEventElapsedTime(&ms, marks_[k].get(), marks_[k + 1].get()),
               "cudaEventElapsedTime");
-        profile_.kernels[k] += ms * 1e-3;
+        p.kernels[k] += ms * 1e-3;
       }
-      profile_.run_seconds += runtime::seconds_since(run_start);
-      ++profile_.runs;
+      p.run_seconds += runtime::seconds_since(run_start);
+      ++p.runs;
     }
   }
 
@@ -403,9 +411,20 @@ class CudaExecutable final : public Executable {
         return;
     } else if (const auto* q = dynamic_cast<const compiler::QMatMulOp*>(n.custom.get())) {
       if (source_dtype(n, 0) == DType::F32 &&
-          mixed_.qmatmul(q->format, views[0], operand(n.inputs[0].source), views[1],
-                         operand(n.inputs[1].source), out))
+          (mixed_.qmatmul(q->format, views[0], operand(n.inputs[0].source), views[1],
+                          operand(n.inputs[1].source), out) ||
+           quant_.run(q->format, views[0], operand(n.inputs[0].source), views[1],
+                      operand(n.inputs[1].source), out)))
         return;
+      // Block formats are decoded on the device or not at all: streaming a model's
+      // weights through the host every step would be a silent fall off a cliff.
+      const auto type = static_cast<GgmlType>(q->format);
+      if (type != GgmlType::F32 && type != GgmlType::F16 && type != GgmlType::BF16 &&
+          !cudagen::quant_products_support(q->format))
+        throw Error("cuda: no GPU kernel decodes " + ggml_type_name(q->format) + " (weight '" +
+                    program_.graph->node(plan_.canon(n.inputs[1].source)).name +
+                    "'); convert the model to a supported type (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, "
+                    "Q4_K, Q5_K, Q6_K, F16, BF16) or run it with --device cpu");
     } else if (const auto* at = dynamic_cast<const compiler::AttentionOp*>(n.custom.get());
                at && source_dtype(n, 3) == DType::Bool) {
       if (attention_.run(views[0], operand(n.inputs[0].source), source_dtype(n, 0), views[1],
@@ -613,6 +632,7 @@ class CudaExecutable final : public Executable {
   cudagen::Attention attention_;
   cudagen::ViewCopy copy_view_;
   cudagen::MixedProducts mixed_;
+  cudagen::QuantProducts quant_;
   runtime::Liveness liveness_;
   std::vector<std::pair<const void*, const void*>> functions_;  // by kernel; null: none
   std::vector<Expr> numel_;                                     // by kernel: output elements
@@ -639,10 +659,11 @@ class CudaExecutable final : public Executable {
   RunStats stats_;
   // LUMINAL_PROFILE=1: each kernel's time between events recorded around it (a row
   // group's members before its last show none), summed over runs and printed on
-  // destruction. Runs are not captured while profiling.
+  // destruction. The first run (which loads modules and runs the searches) is kept apart
+  // and printed only where no other run followed. Runs are not captured while profiling.
   const bool profiling_ = runtime::env_has("LUMINAL_PROFILE", "1");
   std::vector<cudagen::Event> marks_;  // before each kernel, and after the last
-  runtime::KernelProfile profile_;
+  runtime::KernelProfile profile_, first_run_;
   // CUDA-graph capture and replay (see run); LUMINAL_CUDA_GRAPHS=0 turns it off.
   const bool graphs_ = !runtime::env_has("LUMINAL_CUDA_GRAPHS", "0") && !profiling_;
   bool steady_ = false;     // the last run ran every kernel on the GPU
