@@ -78,20 +78,36 @@ LUM_FN void lum_q_decode(const unsigned char* b, int s, float (&w)[32]) {
   for (int j = 0; j < 32; ++j) w[j] = (float)(signed char)q[j] * d;
 #elif LUM_Q_FORMAT == 12 || LUM_Q_FORMAT == 13  // Q4_K, Q5_K
   // Sub-blocks 2p and 2p + 1 share 32 bytes of quants: the low and the high nibbles.
+  // Blocks of 144 and 176 bytes keep rows 16-byte aligned: the quants (and Q5_K's high
+  // bits) are read 16 bytes at a time, the rest in 4-byte words.
   constexpr bool kFive = LUM_Q_FORMAT == 13;
-  const float d = lum_q_half(b), dmin = lum_q_half(b + 2);
-  unsigned char table[12], q[32], qh[kFive ? 32 : 2];
-  lum_q_bytes(b + 4, table);
+  const unsigned head = *(const unsigned*)b;  // d, dmin
+  const float d = lum_h2f((uint16_t)(head & 0xFFFF)), dmin = lum_h2f((uint16_t)(head >> 16));
+  unsigned char table[12];
+#pragma unroll
+  for (int i = 0; i < 3; ++i) {
+    const unsigned word = ((const unsigned*)(b + 4))[i];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) table[4 * i + e] = (unsigned char)(word >> (8 * e));
+  }
   int sc, m;
   lum_q_scale_min(s, table, sc, m);
   const float d1 = d * (float)sc, m1 = dmin * (float)m;
-  lum_q_bytes(b + (kFive ? 48 : 16) + 32 * (s / 2), q);
-  if (kFive) lum_q_bytes(b + 16, qh);
+  const uint4* qp = (const uint4*)(b + (kFive ? 48 : 16) + 32 * (s / 2));
+  const uint4 qa = qp[0], qb = qp[1];
+  const unsigned q[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
+  unsigned qh[8] = {};
+  if (kFive) {
+    const uint4 ha = ((const uint4*)(b + 16))[0], hb = ((const uint4*)(b + 16))[1];
+    qh[0] = ha.x, qh[1] = ha.y, qh[2] = ha.z, qh[3] = ha.w;
+    qh[4] = hb.x, qh[5] = hb.y, qh[6] = hb.z, qh[7] = hb.w;
+  }
   const int shift = (s & 1) * 4;
 #pragma unroll
   for (int l = 0; l < 32; ++l) {
-    const int hi = kFive ? ((qh[l] >> s) & 1) * 16 : 0;
-    w[l] = d1 * (float)(((q[l] >> shift) & 0xF) + hi) - m1;
+    const int at = 8 * (l % 4);
+    const int hi = kFive ? (int)((qh[l / 4] >> (at + s)) & 1) * 16 : 0;
+    w[l] = d1 * (float)((int)((q[l / 4] >> (at + shift)) & 0xF) + hi) - m1;
   }
 #elif LUM_Q_FORMAT == 14  // Q6_K
   // Halves of 128 elements, each four groups of 32: group g takes its low four bits from
