@@ -454,13 +454,8 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
     const int64_t splits = std::clamp<int64_t>(resident / pairs, 1, std::min(chunks, kMaxSplits));
     a.keys_per_split = (chunks + splits - 1) / splits * kChunk;
     a.splits = (keys + a.keys_per_split - 1) / a.keys_per_split;
-    // (An earlier launch may still read a buffer that grows.)
     auto at_least = [&](DeviceBuffer& buffer, size_t bytes) {
-      if (buffer.bytes() < bytes) {
-        device_.synchronize();
-        buffer = DeviceBuffer(bytes);
-      }
-      return buffer.data();
+      return grown(device_, buffer, bytes);
     };
     if (a.splits > 1)
       a.partials = static_cast<float*>(

@@ -129,6 +129,14 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
   return *this;
 }
 
+void* grown(const Device& device, DeviceBuffer& buffer, size_t bytes) {
+  if (buffer.bytes() < bytes) {
+    device.synchronize();
+    buffer = DeviceBuffer(bytes);
+  }
+  return buffer.data();
+}
+
 GraphExec::GraphExec(cudaGraph_t graph) {
   const cudaError_t e = cudaGraphInstantiate(&exec_, graph, 0);
   cudaGraphDestroy(graph);

@@ -77,6 +77,10 @@ class DeviceBuffer {
   size_t bytes_ = 0;
 };
 
+/// `buffer`'s memory, replaced first by `bytes` of new memory where it holds fewer (after
+/// `device`'s queued work, which may still read the old).
+void* grown(const Device& device, DeviceBuffer& buffer, size_t bytes);
+
 /// An instantiated CUDA graph, destroyed with it.
 class GraphExec {
  public:

@@ -6,11 +6,7 @@
 namespace luminal::cudagen {
 
 void* MixedProducts::scratch(size_t bytes) {
-  if (scratch_.bytes() < bytes) {
-    device_.synchronize();  // the old buffer may still be read by a queued product
-    scratch_ = DeviceBuffer(bytes);
-  }
-  return scratch_.data();
+  return grown(device_, scratch_, bytes);
 }
 
 bool MixedProducts::qmatmul(uint32_t format, const ConcreteView& x, const void* x_data,

@@ -236,14 +236,6 @@ const void* QuantProducts::kernel(uint32_t format, const char* name) {
   return m->kernel(name);
 }
 
-void* QuantProducts::grown(DeviceBuffer& buffer, size_t bytes) {
-  if (buffer.bytes() < bytes) {
-    device_.synchronize();  // the old buffer may still be read by a queued kernel
-    buffer = DeviceBuffer(bytes);
-  }
-  return buffer.data();
-}
-
 bool QuantProducts::run(uint32_t format, const ConcreteView& x, const void* x_data,
                         const ConcreteView& w, const void* w_data, void* y) {
   size_t block_elems = 0, block_bytes = 0;
@@ -268,7 +260,7 @@ bool QuantProducts::run(uint32_t format, const ConcreteView& x, const void* x_da
     const ConcreteView x_rows = unbroadcast(x);
     const float* xp = static_cast<const float*>(x_data) + x.offset;
     if (!x_rows.is_dense() || x.offset % 4 != 0) {
-      void* packed_rows = grown(rows_, static_cast<size_t>(rows * k) * sizeof(float));
+      void* packed_rows = grown(device_, rows_, static_cast<size_t>(rows * k) * sizeof(float));
       if (!copy_.run(x_rows, x_data, sizeof(float), packed_rows)) return false;
       xp = static_cast<const float*>(packed_rows);
     }
@@ -289,11 +281,12 @@ bool QuantProducts::run(uint32_t format, const ConcreteView& x, const void* x_da
   // A prompt: x rounded to f16 once, then each chunk of weight rows decoded and
   // multiplied, its output columns put in place.
   const ConcreteView x_rows = unbroadcast(x);
-  void* rounded = grown(rows_, static_cast<size_t>(rows * k) * 2);
+  void* rounded = grown(device_, rows_, static_cast<size_t>(rows * k) * 2);
   if (!copy_.run_converted(x_rows, x_data, DType::F32, DType::F16, rounded)) return false;
   const int64_t chunk = std::clamp<int64_t>(kQuantChunkBytes / (2 * k), 1, n);
-  void* decoded = grown(decoded_, static_cast<size_t>(chunk * k) * 2);
-  void* out = chunk < n ? grown(out_, static_cast<size_t>(rows * chunk) * sizeof(float)) : y;
+  void* decoded = grown(device_, decoded_, static_cast<size_t>(chunk * k) * 2);
+  void* out =
+      chunk < n ? grown(device_, out_, static_cast<size_t>(rows * chunk) * sizeof(float)) : y;
   const void* decode = kernel(format, "lum_qdecode_f16");
   for (int64_t j0 = 0; j0 < n; j0 += chunk) {
     const int64_t c = std::min(chunk, n - j0);

@@ -49,7 +49,6 @@ class QuantProducts {
 
  private:
   const void* kernel(uint32_t format, const char* name);
-  void* grown(DeviceBuffer& buffer, size_t bytes);
 
   const Device& device_;
   Gemm& gemm_;
