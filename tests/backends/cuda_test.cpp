@@ -144,8 +144,9 @@ TEST(Cuda, ProductsSearchTheLibrarysAlgorithmsAndRememberTheWinner) {
 }
 
 // x W^T with W in each of ggml's block formats, decoded on the device (no host fallback),
-// against the reference interpreter (luminal::dequantize, then double). Rows of x: 2 (one
-// pass), 22 (three passes of up to eight) and 140 (the prompt path). Each output within
+// against the reference interpreter (luminal::dequantize, then double). Rows of x: 1 (a
+// decoding step's kernel), 2 (the several-row kernel), 22 (three passes of up to eight)
+// and 140 (the prompt path), over a batch dim and rows. Each output within
 // its path's rounding of sum |w x|: f32 activations, 1e-5; activations and weights
 // rounded to f16 for the prompt path, 2^-10 (two roundings of 2^-11 a product).
 TEST(Cuda, QuantisedProductsDecodeEveryFormatOnTheDevice) {
@@ -154,15 +155,17 @@ TEST(Cuda, QuantisedProductsDecodeEveryFormatOnTheDevice) {
   for (const GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
                            GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
     const auto type = static_cast<uint32_t>(t);
-    for (const int64_t m : {1, 11, 70}) {
-      const std::string what = ggml_type_name(type) + " rows " + std::to_string(2 * m);
+    for (const auto& [batch, m] :
+         std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {2, 1}, {2, 11}, {2, 70}}) {
+      const int64_t rows = batch * m;
+      const std::string what = ggml_type_name(type) + " rows " + std::to_string(rows);
       Graph cx;
-      Tensor x = cx.named_tensor("x", {2, m, k});
+      Tensor x = cx.named_tensor("x", {batch, m, k});
       Tensor w = cx.named_tensor("w", {n, k});
       Tensor y = x.matmul(w.transpose(0, 1)).retrieve();
-      std::mt19937 rng(static_cast<uint32_t>(type * 100 + m));
+      std::mt19937 rng(static_cast<uint32_t>(type * 1000 + rows));
       std::normal_distribution<float> normal(0, 1);
-      std::vector<float> xv(static_cast<size_t>(2 * m * k));
+      std::vector<float> xv(static_cast<size_t>(rows * k));
       for (float& v : xv) v = normal(rng);
       x.set(xv);
       w.set_quantized(type, testing::random_blocks(type, n, k, 11));
@@ -171,8 +174,8 @@ TEST(Cuda, QuantisedProductsDecodeEveryFormatOnTheDevice) {
       const std::vector<float> got = testing::run_outputs(cx, cuda(), {y})[0];
       EXPECT_EQ(cx.last_run_stats().host_fallbacks, 0u) << what;
       ASSERT_EQ(got.size(), want.size()) << what;
-      const double rel = 2 * m <= 64 ? 1e-5 : std::ldexp(1.0, -10);
-      for (int64_t r = 0; r < 2 * m; ++r)
+      const double rel = rows <= 64 ? 1e-5 : std::ldexp(1.0, -10);
+      for (int64_t r = 0; r < rows; ++r)
         for (int64_t j = 0; j < n; ++j) {
           double magnitude = 0;
           for (int64_t c = 0; c < k; ++c)

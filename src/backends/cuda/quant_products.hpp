@@ -1,10 +1,10 @@
 // Products of f32 activations with weights kept in ggml's block formats (private to
 // src/backends/cuda): Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K, decoded inside
 // the kernels, never on the host.
-// - Up to kQuantGemvRows activation rows (decoding): a warp per weight row walks its
-//   32-element sub-blocks, one a lane at a time, decodes each once into registers and
-//   takes its dot with every activation row, read in f32. Past eight rows the kernel runs
-//   once per eight.
+// - Up to kQuantGemvRows activation rows (decoding): a block per four weight rows, its
+//   threads over their 32-element sub-blocks, each sub-block of the activations (f32)
+//   read once for the four rows. Past eight activation rows the kernel runs once per
+//   eight.
 // - More rows (a prompt): the weight rows are decoded into f16 in chunks of at most
 //   kQuantChunkBytes, and cuBLASLt multiplies the activations, rounded to f16, by them with
 //   f32 accumulation, as llama.cpp's CUDA backend does; the chunk bounds the scratch.
@@ -24,8 +24,9 @@
 
 namespace luminal::cudagen {
 
-/// Activation rows at most that take the one-pass kernel (in launches of eight).
-constexpr int64_t kQuantGemvRows = 64;
+/// Activation rows at most that take the one-pass kernel (in launches of eight); its
+/// weight rows and threads a block (kQRows and kQThreads in the source).
+constexpr int64_t kQuantGemvRows = 64, kQuantGemvWeightRows = 4, kQuantGemvThreads = 128;
 /// f16 bytes of decoded weight rows at most per product of the prompt path.
 constexpr int64_t kQuantChunkBytes = int64_t{64} << 20;
 
