@@ -44,7 +44,9 @@ class QuantProducts {
   /// y[batch..., M, N] (f32, contiguous) = x W^T, where `x` is the QMatMul's
   /// [batch..., M, K, N] operand view over f32 device data and `w` the [N, K] weight's
   /// view over its blocks of a supported `format`, whole rows (K a whole number of
-  /// blocks). False, with nothing written, for any other format or layout.
+  /// blocks). False for any other format or layout, before anything is written (or, should
+  /// cuBLASLt refuse a later chunk of a prompt, with y partly written: the caller's
+  /// fallback then writes all of it).
   bool run(uint32_t format, const ConcreteView& x, const void* x_data, const ConcreteView& w,
            const void* w_data, void* y);
 
