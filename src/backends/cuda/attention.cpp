@@ -454,16 +454,13 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
     const int64_t splits = std::clamp<int64_t>(resident / pairs, 1, std::min(chunks, kMaxSplits));
     a.keys_per_split = (chunks + splits - 1) / splits * kChunk;
     a.splits = (keys + a.keys_per_split - 1) / a.keys_per_split;
-    auto at_least = [&](DeviceBuffer& buffer, size_t bytes) {
-      return grown(device_, buffer, bytes);
-    };
     if (a.splits > 1)
-      a.partials = static_cast<float*>(
-          at_least(partials_, static_cast<size_t>(out_rows * a.splits * (dv + 2)) * sizeof(float)));
+      a.partials = static_cast<float*>(grown(
+          device_, partials_, static_cast<size_t>(out_rows * a.splits * (dv + 2)) * sizeof(float)));
     if (a.splits > 1 && kernel->combines_itself) {
       const size_t bytes = static_cast<size_t>(pairs) * sizeof(unsigned);
       if (arrivals_.bytes() < bytes)
-        check(cudaMemsetAsync(at_least(arrivals_, bytes), 0, bytes, device_.stream()),
+        check(cudaMemsetAsync(grown(device_, arrivals_, bytes), 0, bytes, device_.stream()),
               "clearing attention's arrival counts");
       a.arrivals = static_cast<unsigned*>(arrivals_.data());
     }
@@ -475,10 +472,10 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
       for (int64_t i = 0; i < a.kv_rank; ++i)
         if (a.kv_m[i] != 0) a.mask_points = kv_points;
       const int64_t tiles = a.mask_points * a.row_tiles * a.key_tiles;  // a warp each
-      a.tiles = static_cast<uint8_t*>(at_least(tiles_, static_cast<size_t>(tiles)));
+      a.tiles = static_cast<uint8_t*>(grown(device_, tiles_, static_cast<size_t>(tiles)));
       if (kernel->tile_bit_rows > 0)  // four words a row of each tile
         a.tile_bits = static_cast<uint32_t*>(
-            at_least(tile_bits_, static_cast<size_t>(tiles * kernel->tile_bit_rows * 16)));
+            grown(device_, tile_bits_, static_cast<size_t>(tiles * kernel->tile_bit_rows * 16)));
       const int64_t warps = kernel->threads / 32;
       check(cudaLaunchKernel(
                 kernel->mask_tiles, dim3(static_cast<unsigned>((tiles + warps - 1) / warps)),
