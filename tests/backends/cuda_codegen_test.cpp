@@ -102,9 +102,6 @@ TEST(CudaCodegen, OneRowProductAndViewCopyKernelsCompileForHopper) {
   EXPECT_FALSE(cudagen::compile_cubin(cudagen::copy_view_source(), "sm_90").code.empty());
 }
 
-// Arena plans against brute force: over random sizes and lifetimes, no two values live at
-// once share a byte, every offset is aligned, and space is reused (a chain of values each
-// freed after its reader needs only two at a time).
 // Every block format the CPU decodes has a GPU decoder, and its kernels compile.
 TEST(CudaCodegen, QuantisedProductsCompileForHopperForEveryFormat) {
   for (const GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
@@ -118,6 +115,9 @@ TEST(CudaCodegen, QuantisedProductsCompileForHopperForEveryFormat) {
   EXPECT_FALSE(cudagen::quant_products_support(static_cast<uint32_t>(GgmlType::Q2_K)));
 }
 
+// Arena plans against brute force: over random sizes and lifetimes, no two values live at
+// once share a byte, every offset is aligned, and space is reused (a chain of values each
+// freed after its reader needs only two at a time).
 TEST(CudaArena, LiveValuesNeverOverlapAndSpaceIsReused) {
   std::mt19937 rng(3);
   for (int trial = 0; trial < 200; ++trial) {
