@@ -318,10 +318,10 @@ bool QuantProducts::run(uint32_t format, const ConcreteView& x, const void* x_da
     if (x.dims[d] > 1 && x.strides[d] == 0) return false;
   const int64_t rows = x.numel() / (k * n);
   if (rows == 0 || n == 0) return true;
+  const ConcreteView x_rows = unbroadcast(x);  // each row once
 
   if (rows <= kQuantGemvRows) {
     // x's rows, packed unless they already lie dense and 16-byte aligned.
-    const ConcreteView x_rows = unbroadcast(x);
     const float* xp = static_cast<const float*>(x_data) + x.offset;
     if (!x_rows.is_dense() || x.offset % 4 != 0) {
       void* packed_rows = grown(device_, rows_, static_cast<size_t>(rows * k) * sizeof(float));
@@ -346,7 +346,6 @@ bool QuantProducts::run(uint32_t format, const ConcreteView& x, const void* x_da
 
   // A prompt: x rounded to f16 once, then each chunk of weight rows decoded and
   // multiplied, its output columns put in place.
-  const ConcreteView x_rows = unbroadcast(x);
   void* rounded = grown(device_, rows_, static_cast<size_t>(rows * k) * 2);
   if (!copy_.run_converted(x_rows, x_data, DType::F32, DType::F16, rounded)) return false;
   const int64_t chunk = std::clamp<int64_t>(kQuantChunkBytes / (2 * k), 1, n);
