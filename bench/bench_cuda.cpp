@@ -15,6 +15,7 @@
 
 #include "luminal/luminal.hpp"
 #include "luminal/nn/attention.hpp"
+#include "random_blocks.hpp"
 
 using namespace luminal;
 
@@ -102,23 +103,12 @@ void qgemv(int64_t k, int64_t n, const char* name) {
 // The same projection over weights in a ggml block format (Q4_K or Q8_0), decoded inside
 // the kernel: random quant bits, small f16 scales.
 void qgemv_blocks(int64_t k, int64_t n, GgmlType type, const char* name) {
-  size_t elems = 0, bytes = 0;
-  ggml_block_layout(static_cast<uint32_t>(type), elems, bytes);
   Graph cx;
   Tensor x = cx.named_tensor("x", {1, k});
   Tensor w = cx.named_tensor("w", {n, k});
   x.set(random_floats(static_cast<size_t>(k), 5));
-  const size_t blocks = static_cast<size_t>(n * k) / elems;
-  Buffer raw(DType::U8, blocks * bytes);
-  auto* p = static_cast<uint8_t*>(raw.data());
-  std::mt19937 rng(9);
-  for (size_t i = 0; i < raw.bytes(); ++i) p[i] = static_cast<uint8_t>(rng());
-  const uint16_t scale = f16_bits_from_double(0.01);
-  for (size_t b = 0; b < blocks; ++b) {
-    std::memcpy(p + b * bytes, &scale, 2);
-    if (type == GgmlType::Q4_K) std::memcpy(p + b * bytes + 2, &scale, 2);
-  }
-  w.set_quantized(static_cast<uint32_t>(type), std::move(raw));
+  w.set_quantized(static_cast<uint32_t>(type),
+                  bench::random_blocks(static_cast<uint32_t>(type), n, k, 9));
   x.matmul(w.permute({1, 0})).retrieve();
   cx.compile(cuda());
   report(name, median_ms(cx, 3, 50));

@@ -39,6 +39,7 @@
 
 #include "luminal/luminal.hpp"
 #include "luminal/nn/attention.hpp"
+#include "random_blocks.hpp"
 
 namespace {
 
@@ -97,26 +98,6 @@ BENCHMARK(BM_ReadBandwidth)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
-// Random blocks with small finite f16 scales at the format's scale offsets.
-Buffer blocks(uint32_t type, int64_t rows, int64_t k, size_t& bytes_out) {
-  size_t elems = 0, bytes = 0;
-  ggml_block_layout(type, elems, bytes);
-  const size_t count = static_cast<size_t>(rows * k) / elems;
-  Buffer raw(DType::U8, count * bytes);
-  auto* p = static_cast<uint8_t*>(raw.data());
-  std::mt19937 rng(1);
-  for (size_t i = 0; i < raw.numel(); ++i) p[i] = static_cast<uint8_t>(rng());
-  const uint16_t scale = f16_bits_from_double(0.01);
-  const size_t at = type == 14 ? 208 : 0;  // Q6_K keeps d at the end
-  for (size_t b = 0; b < count; ++b) {
-    std::memcpy(p + b * bytes + at, &scale, 2);
-    if (type == 12 || type == 13 || type == 3 || type == 7)
-      std::memcpy(p + b * bytes + 2, &scale, 2);
-  }
-  bytes_out = raw.numel();
-  return raw;
-}
-
 void run(benchmark::State& state, uint32_t type, int64_t m, size_t target_bytes) {
   size_t elems = 0, bytes = 0;
   ggml_block_layout(type, elems, bytes);
@@ -127,8 +108,9 @@ void run(benchmark::State& state, uint32_t type, int64_t m, size_t target_bytes)
   Tensor x = cx.named_tensor("x", {m, kK});
   Tensor w = cx.named_tensor("w", {n, kK});
   Tensor y = x.matmul(w.transpose(0, 1)).retrieve();
-  size_t weight_bytes = 0;
-  w.set_quantized(type, blocks(type, n, kK, weight_bytes));
+  Buffer raw = bench::random_blocks(type, n, kK, 1);
+  const size_t weight_bytes = raw.numel();
+  w.set_quantized(type, std::move(raw));
   x.set(std::vector<float>(static_cast<size_t>(m * kK), 0.5f));
   cx.compile(cpu());
   cx.execute();  // warm up: pages faulted in, buffers allocated
@@ -155,9 +137,9 @@ void BM_DecodeLayers(benchmark::State& state) {
   auto project = [&](const Tensor& in, int64_t n, uint32_t type) {
     const int64_t k = *in.shape().back().as_const();
     Tensor w = cx.named_tensor("w", {n, k});
-    size_t bytes = 0;
-    w.set_quantized(type, blocks(type, n, k, bytes));
-    weight_bytes += bytes;
+    Buffer raw = bench::random_blocks(type, n, k, 1);
+    weight_bytes += raw.numel();
+    w.set_quantized(type, std::move(raw));
     return in.matmul(w.transpose(0, 1));
   };
   // Q5_0 where a row of 640 cannot hold 256-value K-quant blocks, as Q4_K_M files do.
