@@ -4,6 +4,7 @@
 // bound symbolic dimension does not recompile: dims are kernel arguments.
 #pragma once
 
+#include <cstddef>
 #include <memory>
 #include <string>
 
@@ -38,6 +39,10 @@ inline CudaBackend cuda(CudaOptions options = {}) {
 
 /// Whether `cuda()` can run here; if not, why not (the message compile() would raise).
 bool cuda_available(std::string* why = nullptr);
+
+/// The most GPU memory luminal held at once in this process, over all devices: weights,
+/// buffer arenas, KV caches and scratch (not the CUDA context's own). 0 without CUDA.
+size_t cuda_peak_memory_bytes();
 
 /// A copy of host data in GPU `device`'s memory, to set as an input (Tensor::set_device).
 DeviceData to_cuda(const Buffer& host, int device = 0);

@@ -15,6 +15,10 @@ bool cuda_available(std::string* why) {
   return false;
 }
 
+size_t cuda_peak_memory_bytes() {
+  return 0;
+}
+
 std::unique_ptr<Executable> CudaBackend::compile(const Graph&) const {
   LUM_FAIL() << "the CUDA backend cannot run: " << kWhy;
 }

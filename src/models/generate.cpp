@@ -173,7 +173,8 @@ std::string TextGenerator::decode(const std::vector<int32_t>& ids) const {
 
 GenerationStats TextGenerator::generate(const std::string& prompt, int64_t max_tokens,
                                         const SamplingOptions& opts,
-                                        const std::function<void(const std::string&)>& on_text) {
+                                        const std::function<void(const std::string&)>& on_text,
+                                        bool ignore_eos) {
   Impl& m = *impl_;
   GenerationStats st;
   st.load_seconds = m.load_seconds;
@@ -191,7 +192,9 @@ GenerationStats TextGenerator::generate(const std::string& prompt, int64_t max_t
   for (int64_t i = 0; i < max_tokens; ++i) {
     const int32_t next = sample(logits, opts, rng);
     if (i == 0) st.ttft_seconds = since(start);
-    if (std::find(m.lm.stop_ids.begin(), m.lm.stop_ids.end(), next) != m.lm.stop_ids.end()) break;
+    if (!ignore_eos &&
+        std::find(m.lm.stop_ids.begin(), m.lm.stop_ids.end(), next) != m.lm.stop_ids.end())
+      break;
     ++st.generated;
     if (const std::string piece = stream.push(next); on_text && !piece.empty()) on_text(piece);
     if (i + 1 < max_tokens) logits = m.step({next});

@@ -16,6 +16,7 @@
 
 #include "cli.hpp"
 #include "luminal/cpu.hpp"
+#include "luminal/cuda.hpp"
 #include "luminal/error.hpp"
 #include "luminal/models/chat_template.hpp"
 #include "luminal/models/generate.hpp"
@@ -37,11 +38,11 @@ constexpr const char* kUsage =
 #define LUMINAL_SHARED_OPTIONS                                                            \
   "  --kv-cache TYPE     the KV cache's element type: f16 (default; half the memory)\n"   \
   "                      or f32\n"                                                        \
-  "  --residual WHICH    the products that carry a second int8 term for each\n"         \
-  "                      activation's rounding error: sensitive (default: next to\n"    \
-  "                      the attentions, and the feed-forward's down projections),\n"   \
-  "                      all (the f32-activation model's outputs; prompts slower)\n"    \
-  "                      or none (fastest; llama.cpp's rounding)\n"                     \
+  "  --residual WHICH    the products that carry a second int8 term for each\n"           \
+  "                      activation's rounding error: sensitive (default: next to\n"      \
+  "                      the attentions, and the feed-forward's down projections),\n"     \
+  "                      all (the f32-activation model's outputs; prompts slower)\n"      \
+  "                      or none (fastest; llama.cpp's rounding)\n"                       \
   "  --search MODE       time equivalent kernels on this machine and keep the fastest:\n" \
   "                      off, fast (default) or full; winners are cached\n"               \
   "  --search-budget S   seconds the search may spend timing (default 10; full: 120)\n"   \
@@ -63,8 +64,7 @@ constexpr const char* kChatUsage =
     "  --top-p P           (default: 0.95)\n"
     "  --seed S            (default: 0)\n"
     "  --device DEV        cpu (default), cuda (an NVIDIA GPU) or reference\n"
-    "  --threads N         CPU threads (default: one per core)\n"
-    LUMINAL_SHARED_OPTIONS;
+    "  --threads N         CPU threads (default: one per core)\n" LUMINAL_SHARED_OPTIONS;
 
 constexpr const char* kGenerateUsage =
     "usage: luminal generate --model PATH [options]\n"
@@ -85,7 +85,8 @@ constexpr const char* kGenerateUsage =
     "  --seed S            random seed for sampling (default: 0)\n"
     "  --device DEV        cpu (default), cuda (an NVIDIA GPU) or reference\n"
     "  --threads N         CPU threads (default: one per core; fewer on a busy machine)\n"
-    LUMINAL_SHARED_OPTIONS;
+    "  --ignore-eos        generate all --max-tokens tokens, past end-of-sequence tokens\n"
+    "                      (for benchmarks)\n" LUMINAL_SHARED_OPTIONS;
 
 using luminal::cli::check_device;
 using luminal::cli::usage_error;
@@ -99,6 +100,7 @@ double peak_memory_mib() {
 struct Options {
   std::string model, prompt = "The capital of France is", device = "cpu", system;
   int64_t max_tokens = 32;
+  bool ignore_eos = false;
   luminal::models::SamplingOptions sampling;
   luminal::DType kv_cache = luminal::DType::F16;
   luminal::CpuOptions::Residual residual = luminal::CpuOptions{}.residual;
@@ -123,6 +125,8 @@ Options parse(int argc, char** argv, const char* usage, bool chat) {
       std::exit(0);
     } else if (a == "--model") {
       o.model = value();
+    } else if (a == "--ignore-eos" && !chat) {
+      o.ignore_eos = true;
     } else if (a == "--prompt" && !chat) {
       o.prompt = value();
     } else if (a == "--system" && chat) {
@@ -164,13 +168,18 @@ void progress(const std::string& s) {
   std::fprintf(stderr, "%s\n", s.c_str());
 }
 
-void print_stats(const luminal::models::GenerationStats& st) {
+// On a GPU, the peak of device memory follows the host's (weights and caches live there).
+void print_stats(const luminal::models::GenerationStats& st, const std::string& device) {
+  char gpu[64] = "";
+  if (device == "cuda")
+    std::snprintf(gpu, sizeof gpu, ", GPU %.0f MiB",
+                  static_cast<double>(luminal::cuda_peak_memory_bytes()) / (1 << 20));
   std::fprintf(
       stderr,
       "prompt: %zu tokens, %.1f tokens/s | time to first token: %.3f s | decode: %zu tokens, "
-      "%.2f tokens/s | load %.1f s, compile %.1f s | peak memory %.0f MiB\n",
+      "%.2f tokens/s | load %.1f s, compile %.1f s | peak memory %.0f MiB%s\n",
       st.prompt_tokens, st.prompt_tokens_per_second(), st.ttft_seconds, st.generated,
-      st.decode_tokens_per_second(), st.load_seconds, st.compile_seconds, peak_memory_mib());
+      st.decode_tokens_per_second(), st.load_seconds, st.compile_seconds, peak_memory_mib(), gpu);
 }
 
 int generate(int argc, char** argv) {
@@ -180,13 +189,16 @@ int generate(int argc, char** argv) {
     luminal::models::TextGenerator gen(o.model, *backend, progress, o.kv_cache);
     std::fputs(o.prompt.c_str(), stdout);
     std::fflush(stdout);
-    const auto st = gen.generate(o.prompt, o.max_tokens, o.sampling, [](const std::string& piece) {
-      std::fputs(piece.c_str(), stdout);
-      std::fflush(stdout);
-    });
+    const auto st = gen.generate(
+        o.prompt, o.max_tokens, o.sampling,
+        [](const std::string& piece) {
+          std::fputs(piece.c_str(), stdout);
+          std::fflush(stdout);
+        },
+        o.ignore_eos);
     std::fputs("\n", stdout);
     std::fputs("\n", stderr);
-    print_stats(st);
+    print_stats(st, o.device);
     return 0;
   } catch (const luminal::Error& e) {
     std::fprintf(stderr, "luminal: %s\n", e.what());
@@ -222,7 +234,7 @@ int chat(int argc, char** argv) {
                                    });
       std::fputs("\n", stdout);
       history.push_back({"assistant", reply});
-      if (std::getenv("LUMINAL_LOG")) print_stats(st);
+      if (std::getenv("LUMINAL_LOG")) print_stats(st, o.device);
     }
     return 0;
   } catch (const luminal::Error& e) {

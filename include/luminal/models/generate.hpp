@@ -38,10 +38,12 @@ class TextGenerator {
   ~TextGenerator();
 
   /// Generates up to `max_tokens` after `prompt`, calling `on_text` with each piece as
-  /// it is produced; stops early at an end-of-sequence token.
+  /// it is produced; stops early at an end-of-sequence token unless `ignore_eos` (for
+  /// benchmarks that must run a fixed number of steps).
   GenerationStats generate(const std::string& prompt, int64_t max_tokens,
                            const SamplingOptions& opts,
-                           const std::function<void(const std::string&)>& on_text);
+                           const std::function<void(const std::string&)>& on_text,
+                           bool ignore_eos = false);
   /// Greedy token ids and the logits of every generated step (for tests).
   std::vector<int32_t> greedy_ids(const std::vector<int32_t>& prompt, int64_t steps,
                                   std::vector<std::vector<float>>* logits = nullptr);

@@ -252,7 +252,9 @@ RowRole row_role(const Graph& g, const compiler::Kernel& k, const Rows& rows) {
 // each input the members read at their own row element is loaded once into shared
 // memory, as stored (lum_c<node>[lum_r]); every member after reads it there. Each thread
 // reads back only the elements it loaded, so this needs no barrier of its own.
-constexpr int64_t kMaxRowCacheBytes = 48 << 10;  // what a launch may ask for without opting in
+// A launch may ask for 48 KiB of shared memory in all without opting in; the group's
+// reduction scratch (lum_part_*, 640 bytes) takes its share of that.
+constexpr int64_t kMaxRowCacheBytes = (48 << 10) - 1024;
 
 // An input the group's members read at their own row element, held in shared memory.
 struct CachedRead {

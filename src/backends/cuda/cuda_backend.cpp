@@ -378,11 +378,17 @@ class CudaExecutable final : public Executable {
       blocks = threads;
     }
     const int64_t most = int64_t{device_->multiprocessors()} * (4096 / block);
-    check(cudaLaunchKernel(functions_[k].first,
-                           dim3(static_cast<unsigned>(std::clamp<int64_t>(blocks, 1, most))),
-                           dim3(static_cast<unsigned>(block)), args.data(),
-                           static_cast<size_t>(l.shared_bytes), device_->stream()),
-          "launching a generated kernel");
+    const int64_t grid = std::clamp<int64_t>(blocks, 1, most);
+    if (const cudaError_t e =
+            cudaLaunchKernel(functions_[k].first, dim3(static_cast<unsigned>(grid)),
+                             dim3(static_cast<unsigned>(block)), args.data(),
+                             static_cast<size_t>(l.shared_bytes), device_->stream());
+        e != cudaSuccess) {
+      LUM_FAIL() << "launching generated kernel " << k << " (" << grid << " blocks of " << block
+                 << " threads, " << l.shared_bytes
+                 << " bytes of shared memory): " << cudaGetErrorString(e) << " ("
+                 << cudaGetErrorName(e) << ")";
+    }
     if (functions_[k].second)
       check(cudaLaunchKernel(functions_[k].second, dim3(1), dim3(32), args.data(), 0,
                              device_->stream()),
@@ -681,6 +687,10 @@ bool cuda_available(std::string* why) {
   const std::string reason = cudagen::why_unavailable(0);
   if (why) *why = reason;
   return reason.empty();
+}
+
+size_t cuda_peak_memory_bytes() {
+  return cudagen::peak_device_bytes();
 }
 
 namespace cudagen {

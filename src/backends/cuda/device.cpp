@@ -2,6 +2,7 @@
 #include "backends/cuda/device.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <string>
 
@@ -107,6 +108,25 @@ size_t Device::total_bytes() const {
   return total;
 }
 
+namespace {
+
+// luminal's device memory over all devices, now and at its peak (every allocation is a
+// DeviceBuffer).
+std::atomic<size_t> allocated_bytes{0}, peak_allocated_bytes{0};
+
+void count_allocation(size_t bytes) {
+  const size_t now = allocated_bytes += bytes;
+  size_t peak = peak_allocated_bytes.load();
+  while (now > peak && !peak_allocated_bytes.compare_exchange_weak(peak, now)) {
+  }
+}
+
+}  // namespace
+
+size_t peak_device_bytes() {
+  return peak_allocated_bytes.load();
+}
+
 DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {
   if (bytes == 0) return;
   const cudaError_t e = cudaMalloc(&ptr_, bytes);
@@ -114,15 +134,23 @@ DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {
     cudaGetLastError();  // clear it: an allocation failure is not sticky
     LUM_FAIL() << "out of GPU memory allocating " << bytes << " bytes: " << cudaGetErrorString(e);
   }
+  count_allocation(bytes);
+}
+
+void DeviceBuffer::release() {
+  if (!ptr_) return;
+  cudaFree(ptr_);
+  allocated_bytes -= bytes_;
+  ptr_ = nullptr, bytes_ = 0;
 }
 
 DeviceBuffer::~DeviceBuffer() {
-  if (ptr_) cudaFree(ptr_);
+  release();
 }
 
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
   if (this != &o) {
-    if (ptr_) cudaFree(ptr_);
+    release();
     ptr_ = o.ptr_, bytes_ = o.bytes_;
     o.ptr_ = nullptr, o.bytes_ = 0;
   }

@@ -56,6 +56,10 @@ class Device {
 /// Why no device can be used, or "" when one can.
 std::string why_unavailable(int ordinal);
 
+/// The most device memory luminal's DeviceBuffers held at once in this process (weights,
+/// arenas, caches and scratch; not the CUDA context's own).
+size_t peak_device_bytes();
+
 /// Device memory of a fixed size, freed on destruction.
 class DeviceBuffer {
  public:
@@ -73,6 +77,7 @@ class DeviceBuffer {
   size_t bytes() const { return bytes_; }
 
  private:
+  void release();
   void* ptr_ = nullptr;
   size_t bytes_ = 0;
 };
