@@ -5,7 +5,8 @@ and against the memory-bandwidth floor, in one run.
 For each model shape (real shapes, random weights: bench/random_models.py), batch 1:
 a prompt of --prompt tokens, then --new greedy tokens. Reported: decode ms/token and its
 share of the floor ((weights + KV cache read per step) / device copy bandwidth measured
-in the same run), time to first token, peak device memory. Peers: plain PyTorch with a
+in the same run), time to first token (every runner has run the prompt once before, so
+none pays for loading kernels), peak device memory. Peers: plain PyTorch with a
 CUDA graph per decode step (bench/torch_decoder.py), and HF transformers with a static
 cache and torch.compile(mode="reduce-overhead").
 
@@ -54,7 +55,7 @@ STATS = re.compile(r"prompt: (\d+) tokens, ([\d.]+) tokens/s \| time to first to
 
 def run_luminal(exe, model, prompt, new_tokens, log):
     cmd = [exe, "generate", "--model", model, "--device", "cuda", "--prompt", prompt,
-           "--max-tokens", str(new_tokens), "--ignore-eos"]
+           "--max-tokens", str(new_tokens), "--ignore-eos", "--warmup"]
     start = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.perf_counter() - start

@@ -416,6 +416,29 @@ TEST(Cuda, InputsThatDoNotFitStopBeforeUploading) {
   EXPECT_EQ(y.to_f32()[0], 2048.0f);
 }
 
+// prepare() uploads the weights (inputs set, of fixed shape) before the first run, so
+// that run's time is its kernels'; one too large for the GPU stops there.
+TEST(Cuda, PrepareUploadsTheWeights) {
+  SKIP_WITHOUT_GPU();
+  Graph cx;
+  Tensor w = cx.named_tensor("w", {2048, 4096});  // 32 MiB
+  w.set(std::vector<float>(2048 * 4096, 0.25f));
+  Tensor x = cx.named_tensor("x", {Expr::var("n")});
+  Tensor y = (w.sum({1}) * x.sum({0})).retrieve();
+  cx.compile(cuda());
+  {
+    const testing::ScopedEnv limit("LUMINAL_CUDA_MEMORY_LIMIT", "16M");
+    testing::expect_error([&] { cx.prepare(Bindings{}); }, {"need 32 MiB on GPU 0"});
+  }
+  cx.prepare(Bindings{});
+  // Uploaded: a run under that limit has nothing large left to upload.
+  const testing::ScopedEnv limit("LUMINAL_CUDA_MEMORY_LIMIT", "16M");
+  cx.set_dim("n", 3);
+  x.set(std::vector<float>{1, 2, 3});
+  cx.execute();
+  EXPECT_EQ(y.to_f32()[0], 4096 * 0.25f * 6);  // each row of w sums to 1024
+}
+
 // A cache kept on the device and donated back every step grows in its own memory: the
 // rows are appended where the last step left room, and it moves only when it doubles.
 TEST(Cuda, ADonatedCacheOnTheDeviceGrowsInPlace) {

@@ -86,7 +86,9 @@ constexpr const char* kGenerateUsage =
     "  --device DEV        cpu (default), cuda (an NVIDIA GPU) or reference\n"
     "  --threads N         CPU threads (default: one per core; fewer on a busy machine)\n"
     "  --ignore-eos        generate all --max-tokens tokens, past end-of-sequence tokens\n"
-    "                      (for benchmarks)\n" LUMINAL_SHARED_OPTIONS;
+    "                      (for benchmarks)\n"
+    "  --warmup            run the prompt and a decode step once, untimed and unshown,\n"
+    "                      before the timed generation (for benchmarks)\n" LUMINAL_SHARED_OPTIONS;
 
 using luminal::cli::check_device;
 using luminal::cli::usage_error;
@@ -100,7 +102,7 @@ double peak_memory_mib() {
 struct Options {
   std::string model, prompt = "The capital of France is", device = "cpu", system;
   int64_t max_tokens = 32;
-  bool ignore_eos = false;
+  bool ignore_eos = false, warmup = false;
   luminal::models::SamplingOptions sampling;
   luminal::DType kv_cache = luminal::DType::F16;
   luminal::CpuOptions::Residual residual = luminal::CpuOptions{}.residual;
@@ -127,6 +129,8 @@ Options parse(int argc, char** argv, const char* usage, bool chat) {
       o.model = value();
     } else if (a == "--ignore-eos" && !chat) {
       o.ignore_eos = true;
+    } else if (a == "--warmup" && !chat) {
+      o.warmup = true;
     } else if (a == "--prompt" && !chat) {
       o.prompt = value();
     } else if (a == "--system" && chat) {
@@ -187,6 +191,7 @@ int generate(int argc, char** argv) {
   try {
     const auto backend = luminal::cli::backend_for(o.device, {.residual = o.residual});
     luminal::models::TextGenerator gen(o.model, *backend, progress, o.kv_cache);
+    if (o.warmup) gen.generate(o.prompt, 2, o.sampling, {}, true);
     std::fputs(o.prompt.c_str(), stdout);
     std::fflush(stdout);
     const auto st = gen.generate(
