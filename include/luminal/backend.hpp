@@ -14,8 +14,11 @@ class Bindings;
 /// What the last run did (zero where a backend does not track it).
 struct RunStats {
   size_t nodes_run = 0;
-  size_t peak_bytes = 0;  // intermediate values alive at once, at the peak
+  size_t launches = 0;        // kernel launches and library calls (GPU backends)
+  size_t peak_bytes = 0;      // intermediate values alive at once, at the peak
   double device_seconds = 0;  // the kernels alone, timed by device events (GPU backends)
+  double issue_seconds = 0;   // the host's time queuing the run's work, before waiting for
+                              // it (GPU backends): near device_seconds, the GPU waited on it
   bool replayed = false;      // a GPU backend replayed the run as a captured CUDA graph
   size_t host_fallbacks = 0;  // kernels a GPU backend ran on the host, by their reference
                               // semantics, for want of a device kernel (slow)

@@ -197,7 +197,14 @@ GenerationStats TextGenerator::generate(const std::string& prompt, int64_t max_t
       break;
     ++st.generated;
     if (const std::string piece = stream.push(next); on_text && !piece.empty()) on_text(piece);
-    if (i + 1 < max_tokens) logits = m.step({next});
+    if (i + 1 < max_tokens) {
+      const auto step_start = Clock::now();
+      logits = m.step({next});
+      st.decode_run_seconds += since(step_start);
+      const RunStats run = m.graph.last_run_stats();
+      st.decode_issue_seconds += run.issue_seconds;
+      st.decode_device_seconds += run.device_seconds;
+    }
   }
   if (const std::string rest = stream.flush(); on_text && !rest.empty()) on_text(rest);
   st.decode_seconds = since(decode_start);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <tuple>
@@ -414,6 +415,56 @@ TEST(Cuda, InputsThatDoNotFitStopBeforeUploading) {
   const testing::ScopedEnv limit("LUMINAL_CUDA_MEMORY_LIMIT", "1G");
   cx.execute();
   EXPECT_EQ(y.to_f32()[0], 2048.0f);
+}
+
+// QMatMuls of the same row of activations by bf16 weights (a layer's q/k/v, gate/up) run
+// as one launch of at most four, whatever ops the graph put between them; their results
+// match the reference. The same graph with each product over its own copy of the row
+// makes one launch per product.
+TEST(Cuda, ProductsOfTheSameActivationsRunAsOne) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(5);
+  const int64_t k = 256;
+  // The first of a run is the smallest: each product's own row count must be used.
+  const std::vector<int64_t> rows = {8, 256, 72, 64, 40};
+  const std::vector<float> xs = testing::uniform_floats(rng, k);
+  std::vector<std::vector<float>> ws;
+  for (int64_t n : rows) ws.push_back(testing::uniform_floats(rng, static_cast<size_t>(n * k)));
+  auto run = [&](bool shared) -> size_t {
+    Graph cx;
+    Tensor x = cx.named_tensor("x", {1, k});
+    x.set(xs);
+    std::vector<Tensor> outs;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      Tensor xi = x;
+      if (!shared) {
+        xi = cx.named_tensor("x" + std::to_string(i), {1, k});
+        xi.set(xs);
+      }
+      Tensor w = cx.named_tensor("w" + std::to_string(i), {rows[i], k});
+      Buffer half(DType::BF16, ws[i].size());
+      for (size_t e = 0; e < ws[i].size(); ++e) half.set_f64(e, ws[i][e]);
+      Buffer raw(DType::U8, half.bytes());
+      std::memcpy(raw.data(), half.data(), half.bytes());
+      w.set_quantized(static_cast<uint32_t>(GgmlType::BF16), std::move(raw));
+      // Something computed from each product before the next is built.
+      outs.push_back((xi.matmul(w.permute({1, 0})) * 2.0 + 1.0).retrieve());
+    }
+    const std::vector<std::vector<float>> want = testing::run_outputs(cx, reference(), outs);
+    const std::vector<std::vector<float>> got = testing::run_outputs(cx, cuda(), outs);
+    for (size_t i = 0; i < outs.size(); ++i) {
+      EXPECT_EQ(got[i].size(), want[i].size());
+      for (size_t e = 0; e < std::min(got[i].size(), want[i].size()); ++e)
+        if (std::fabs(got[i][e] - want[i][e]) > 1e-4 * (1 + std::fabs(want[i][e]))) {
+          ADD_FAILURE() << (shared ? "shared" : "separate") << " product " << i << ", element " << e
+                        << ": " << got[i][e] << " against " << want[i][e];
+          return 0;
+        }
+    }
+    return cx.last_run_stats().launches;
+  };
+  const size_t separate = run(false), shared = run(true);
+  EXPECT_EQ(shared + 3, separate);  // five products: a launch of four and one alone
 }
 
 // prepare() uploads the weights (inputs set, of fixed shape) before the first run, so

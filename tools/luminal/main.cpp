@@ -184,6 +184,15 @@ void print_stats(const luminal::models::GenerationStats& st, const std::string& 
       "%.2f tokens/s | load %.1f s, compile %.1f s | peak memory %.0f MiB%s\n",
       st.prompt_tokens, st.prompt_tokens_per_second(), st.ttft_seconds, st.generated,
       st.decode_tokens_per_second(), st.load_seconds, st.compile_seconds, peak_memory_mib(), gpu);
+  // Where a decode step's time goes: the rest of a token is sampling and streaming text.
+  if (st.generated > 1 && std::getenv("LUMINAL_LOG")) {
+    const double steps = static_cast<double>(st.generated - 1);
+    std::fprintf(stderr,
+                 "decode step: %.3f ms in the model's run (%.3f ms queuing GPU work, %.3f ms "
+                 "of it on the device), %.3f ms per token in all\n",
+                 st.decode_run_seconds / steps * 1e3, st.decode_issue_seconds / steps * 1e3,
+                 st.decode_device_seconds / steps * 1e3, st.decode_seconds / steps * 1e3);
+  }
 }
 
 int generate(int argc, char** argv) {

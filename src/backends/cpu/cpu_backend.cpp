@@ -30,6 +30,7 @@
 #include "runtime/kernel_errors.hpp"
 #include "runtime/kernel_profile.hpp"
 #include "runtime/liveness.hpp"
+#include "runtime/product_rows.hpp"
 #include "runtime/program.hpp"
 #include "runtime/resolved_views.hpp"
 #include "runtime/search.hpp"
@@ -647,7 +648,8 @@ class CpuExecutable final : public Executable {
       const size_t j = joined_[i];
       const std::vector<ConcreteView>& vj =
           views_[j].get(g.node(plan_.kernels[j].root), user.dims());
-      const cpugen::InterleavedWeights* wj = same_rows(vj[0], views[0]) ? weights(j, vj) : nullptr;
+      const cpugen::InterleavedWeights* wj =
+          runtime::same_rows(vj[0], views[0]) ? weights(j, vj) : nullptr;
       if (!wj) return false;
       outs.push_back(allocate(steps_[j].dtype, numel_of(user, j)));
       products.push_back({wj, outs.back().span<float>().data()});
@@ -656,16 +658,6 @@ class CpuExecutable final : public Executable {
     for (uint32_t i = steps_[k].joined; i < steps_[k].joined_end; ++i)
       values_[joined_[i]] = std::move(outs[i - steps_[k].joined]);
     return true;
-  }
-
-  // Whether two QMatMuls' [batch..., M, K, N] activation views select the same rows: all
-  // but N (their weights' row counts) agree.
-  static bool same_rows(const ConcreteView& a, const ConcreteView& b) {
-    auto equal = [](const std::vector<int64_t>& x, const std::vector<int64_t>& y) {
-      return x.size() == y.size() && (x.empty() || std::equal(x.begin(), x.end() - 1, y.begin()));
-    };
-    return a.offset == b.offset && equal(a.dims, b.dims) && equal(a.strides, b.strides) &&
-           equal(a.mask_lo, b.mask_lo) && equal(a.mask_hi, b.mask_hi);
   }
 
   // The interleaved copy of a QMatMul weight that is a user input, made on first use and

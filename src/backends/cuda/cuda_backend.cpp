@@ -19,6 +19,7 @@
 #include "backends/cuda/mixed_products.hpp"
 #include "backends/cuda/nvrtc.hpp"
 #include "backends/cuda/quant_products.hpp"
+#include "backends/cuda/shared_products.hpp"
 #include "luminal/append_rows_op.hpp"
 #include "luminal/compiler/attention_op.hpp"
 #include "luminal/compiler/matmul_op.hpp"
@@ -30,6 +31,7 @@
 #include "runtime/kernel_errors.hpp"
 #include "runtime/kernel_profile.hpp"
 #include "runtime/liveness.hpp"
+#include "runtime/product_rows.hpp"
 #include "runtime/program.hpp"
 #include "runtime/resolved_views.hpp"
 #include "runtime/search.hpp"
@@ -88,6 +90,16 @@ class CudaExecutable final : public Executable {
       releases_[k] = {liveness_.frees_begin[first], liveness_.frees_begin[k + 1]};
     }
     find_appendable_bases();
+    // A run of products of the same activations is launched with its first kernel, which
+    // writes the others' values before their turn: only where no value dies inside the
+    // run, whose memory one of theirs could take.
+    // (LUMINAL_CUDA_SHARED_PRODUCTS=0: each alone, to measure what this is worth.)
+    shared_runs_ = runtime::env_has("LUMINAL_CUDA_SHARED_PRODUCTS", "0")
+                       ? std::vector<uint32_t>(plan_.kernels.size(), 1)
+                       : cudagen::shared_product_runs(g, plan_);
+    for (size_t k = 0; k < shared_runs_.size(); ++k)
+      for (size_t j = k; j + 1 < k + shared_runs_[k]; ++j)
+        if (releases_[j].first != releases_[j].second) shared_runs_[k] = 1;
     errors_ = DeviceBuffer(3 * sizeof(int64_t) * std::max<size_t>(plan_.kernels.size(), 1));
     if (profiling_) {
       marks_ = std::vector<cudagen::Event>(plan_.kernels.size() + 1);
@@ -128,6 +140,7 @@ class CudaExecutable final : public Executable {
       check(cudaEventRecord(started_.get(), device_->stream()), "cudaEventRecord");
       graph_->launch(device_->stream());
       check(cudaEventRecord(finished_.get(), device_->stream()), "cudaEventRecord");
+      stats_.issue_seconds = runtime::seconds_since(run_start);
       finish(user);
       return;
     }
@@ -157,6 +170,7 @@ class CudaExecutable final : public Executable {
       }
       throw;
     }
+    stats_.launches = launches_;
     if (capture) {
       cudaGraph_t graph = nullptr;
       check(cudaStreamEndCapture(device_->stream(), &graph), "cudaStreamEndCapture");
@@ -170,6 +184,7 @@ class CudaExecutable final : public Executable {
       graph_->launch(device_->stream());
     }
     check(cudaEventRecord(finished_.get(), device_->stream()), "cudaEventRecord");
+    stats_.issue_seconds = runtime::seconds_since(run_start);
     finish(user);
     // A run that ran kernels on the host or took an input's memory is not captured next.
     steady_ = stats_.host_fallbacks == 0 && !grew_;
@@ -208,6 +223,7 @@ class CudaExecutable final : public Executable {
   void run_kernels(Graph& user, std::vector<int64_t>& dims) {
     size_t live = 0;
     launches_ = 0;
+    size_t shared_until = 0;  // kernels before it ran with the first of their run
     for (size_t k = 0; k < plan_.kernels.size(); ++k) {
       if (profiling_) check(cudaEventRecord(marks_[k].get(), device_->stream()), "cudaEventRecord");
       const size_t bytes = value_bytes_[k];
@@ -224,7 +240,8 @@ class CudaExecutable final : public Executable {
       }
       // Test binaries set LUMINAL_CPU_POISON: outputs start as all-ones bytes (NaN for
       // floats) on every backend, so an element a kernel leaves unwritten shows.
-      if (poison_ && bytes && !grown)
+      const bool done = k < shared_until;
+      if (poison_ && bytes && !grown && !done)
         check(cudaMemsetAsync(value_ptr_[k], 0xFF, bytes, device_->stream()), "cudaMemsetAsync");
       live += bytes;
       stats_.peak_bytes = std::max(stats_.peak_bytes, live);
@@ -232,8 +249,11 @@ class CudaExecutable final : public Executable {
       const cudagen::KernelLaunch& l = source_.launches[k];
       // A row group's members run when its last one comes; what they read stays till then.
       if (l.shape == KernelShape::InRowGroup) continue;
-      ++launches_;
-      if (!grown && l.shape == KernelShape::Library) {
+      if (!done) ++launches_;
+      if (done) {
+      } else if (shared_runs_[k] > 1 && run_shared_products(user, k)) {
+        shared_until = k + shared_runs_[k];
+      } else if (!grown && l.shape == KernelShape::Library) {
         run_library(user, k, value_ptr_[k], bytes);
       } else if (!grown) {
         launch(user, k, dims);
@@ -408,6 +428,32 @@ class CudaExecutable final : public Executable {
       check(cudaLaunchKernel(functions_[k].second, dim3(1), dim3(32), args.data(), 0,
                              device_->stream()),
             "launching a scatter kernel");
+  }
+
+  // Kernels k.. (a run of shared_runs_[k] QMatMuls of the same activations and weight
+  // format) as one launch of the one-row kernel, writing each one's value in its place in
+  // the arena. False, with nothing run, where that kernel cannot take them (several rows
+  // of activations, a value kept apart from the arena, views it does not read).
+  bool run_shared_products(const Graph& user, size_t k) {
+    const Graph& g = *program_.graph;
+    const Node& first = g.node(plan_.kernels[k].root);
+    const ConcreteView& x = views_[k].get(first, user.dims())[0];
+    if (source_dtype(first, 0) != DType::F32) return false;
+    std::vector<cudagen::GemvMatrix>& weights = shared_weights_;
+    weights.clear();
+    for (size_t j = k; j < k + shared_runs_[k]; ++j) {
+      const Node& n = g.node(plan_.kernels[j].root);
+      const std::vector<ConcreteView>& views = views_[j].get(n, user.dims());
+      if (sizes_[j] == 0 || !runtime::same_rows(views[0], x)) return false;
+      weights.push_back({views[1], operand(n.inputs[1].source),
+                         static_cast<char*>(arena_.data()) + arena_plan_.offsets[j]});
+    }
+    if (poison_)  // the later members' values are written now, not in their turn
+      for (size_t j = k + 1; j < k + shared_runs_[k]; ++j)
+        check(cudaMemsetAsync(weights[j - k].out, 0xFF, value_bytes_[j], device_->stream()),
+              "cudaMemsetAsync");
+    const auto* q = static_cast<const compiler::QMatMulOp*>(first.custom.get());
+    return mixed_.qmatmul_shared(q->format, x, operand(first.inputs[0].source), weights);
   }
 
   // Library kernels: MatMul through the one-row kernel or cuBLASLt (MixedProducts where
@@ -660,7 +706,9 @@ class CudaExecutable final : public Executable {
   std::vector<void*> launch_pointers_, launch_args_;            // reused by every launch
   std::vector<NodeId> inputs_read_;  // user inputs the kernels read, each once
   std::vector<runtime::ResolvedViews> views_;
-  std::vector<std::optional<NodeId>> appendable_base_;       // per kernel (find_appendable_bases)
+  std::vector<uint32_t> shared_runs_;                   // per kernel (shared_product_runs, checked)
+  std::vector<cudagen::GemvMatrix> shared_weights_;     // run_shared_products', for its capacity
+  std::vector<std::optional<NodeId>> appendable_base_;  // per kernel (find_appendable_bases)
   std::unordered_map<uint32_t, const void*> input_address_;  // by input node, this run
   // Each kernel's value: its address this run, its bytes, and its own buffer where it is
   // not in the arena (place_values).
@@ -715,6 +763,7 @@ CompiledProgram compile_program(const Graph& graph, const std::string& arch, boo
                         graph, fuse ? compiler::Fusion::RecomputeShared : compiler::Fusion::Off),
                     {},
                     {}};
+  adjoin_shared_products(*c.planned.program.graph, c.planned.plan);
   const auto gen_start = std::chrono::steady_clock::now();
   c.source = generate_cuda_source(*c.planned.program.graph, c.planned.plan);
   const double gen_s = runtime::seconds_since(gen_start);

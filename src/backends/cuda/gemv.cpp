@@ -66,23 +66,51 @@ LUM_GV_DOT_HALVES(lum_gv_dot_bf16, lum_bf2f)
 LUM_GV_DOT_F32_HALVES(lum_gv_dot_f32_f16, lum_h2f)
 LUM_GV_DOT_F32_HALVES(lum_gv_dot_f32_bf16, lum_bf2f)
 
+// Up to LUM_GV_MATS matrices of the same K, over the same x, as one launch: their rows
+// are numbered one after the other (end: each matrix's last row + 1 in that numbering),
+// each matrix with its own rows' stride and its own y.
+#define LUM_GV_MATS 4
+struct LumGvMats {
+  const char* w[LUM_GV_MATS];
+  void* y[LUM_GV_MATS];
+  long long end[LUM_GV_MATS], ldw_bytes[LUM_GV_MATS];
+};
+// Row `row` of the numbering: its matrix m and the row within it (a select chain, so the
+// parameter arrays are not copied to local memory for an indexed read).
+static __device__ __forceinline__ int lum_gv_matrix(const LumGvMats& g, long long row,
+                                                    long long* local) {
+  int m = 0;
+  long long first = 0;
+  _Pragma("unroll") for (int i = 0; i + 1 < LUM_GV_MATS; ++i) if (row >= g.end[i]) m = i + 1, first = g.end[i];
+  *local = row - first;
+  return m;
+}
+template <typename T>
+static __device__ __forceinline__ T lum_gv_pick(const T (&a)[LUM_GV_MATS], int m) {
+  T v = a[0];
+  _Pragma("unroll") for (int i = 1; i < LUM_GV_MATS; ++i) if (m == i) v = a[i];
+  return v;
+}
+
 // `vecs` counts W's 16-byte vectors per row; y has x's type. A shape's kernels are
 // named lum_gemv_<types>_w<warps>_s<split>_u<unroll>.
 #define LUM_GEMV(name, Y, dot, store, WARPS, SPLIT, UNROLL)                              \
   extern "C" __global__ void __launch_bounds__(32 * WARPS)                              \
-      name(const void* __restrict__ x, const char* __restrict__ w, Y* __restrict__ y,   \
-           long long n, long long vecs, long long ldw_bytes) {                          \
+      name(const void* __restrict__ x, LumGvMats mats, long long vecs) {                \
     __shared__ float part[WARPS];                                                       \
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;                         \
     const int sub = warp % SPLIT, rows = WARPS / SPLIT;                                 \
-    const long long step = 32 * SPLIT;                                                  \
+    const long long step = 32 * SPLIT, n = mats.end[LUM_GV_MATS - 1];                   \
     const uint4* xv = (const uint4*)x;                                                  \
     for (long long base = (long long)blockIdx.x * rows; base < n;                       \
          base += (long long)gridDim.x * rows) {                                         \
       const long long row = base + warp / SPLIT;                                        \
+      long long local = 0;                                                              \
+      const int m = lum_gv_matrix(mats, row, &local);                                   \
       float acc = 0.0f;                                                                 \
       if (row < n) {                                                                    \
-        const uint4* wv = (const uint4*)(w + row * ldw_bytes);                          \
+        const uint4* wv = (const uint4*)(lum_gv_pick(mats.w, m) +                       \
+                                         local * lum_gv_pick(mats.ldw_bytes, m));       \
         long long v = lane + 32 * sub;                                                  \
         for (; v + (UNROLL - 1) * step < vecs; v += UNROLL * step) {                    \
           uint4 wr[UNROLL];                                                             \
@@ -97,7 +125,7 @@ LUM_GV_DOT_F32_HALVES(lum_gv_dot_f32_bf16, lum_bf2f)
       if (sub == 0 && lane == 0 && row < n) {                                           \
         float total = 0.0f;                                                             \
         for (int i = 0; i < SPLIT; ++i) total += part[warp + i];                        \
-        y[row] = store(total);                                                          \
+        ((Y*)lum_gv_pick(mats.y, m))[local] = store(total);                             \
       }                                                                                 \
       __syncthreads();  /* part is rewritten for the next rows */                       \
     }                                                                                   \
@@ -137,36 +165,70 @@ std::string GemvShape::label() const {
          std::to_string(unroll) + " loads in flight";
 }
 
+namespace {
+
+// The kernels' LumGvMats.
+struct GemvMats {
+  const char* w[kGemvMatrices] = {};
+  void* y[kGemvMatrices] = {};
+  long long end[kGemvMatrices] = {}, ldw_bytes[kGemvMatrices] = {};
+};
+
+// The kernel name part for the operand types, or nullptr where no kernel multiplies them.
+const char* types_of(DType a_type, DType b_type) {
+  const auto half = [](DType t) { return t == DType::F16 || t == DType::BF16; };
+  if (a_type == b_type && a_type == DType::F32) return "f32";
+  if (a_type == b_type && half(a_type)) return a_type == DType::F16 ? "f16" : "bf16";
+  if (a_type == DType::F32 && half(b_type)) return b_type == DType::F16 ? "f32_f16" : "f32_bf16";
+  return nullptr;
+}
+
+// x's address where `a` is one contiguous row of K (batch dims 1), else nullptr.
+const char* row_of(const ConcreteView& a, const void* a_data, DType a_type) {
+  const size_t rank = a.dims.size();
+  if (rank < 3 || a.has_mask() || a.dims[rank - 3] != 1 || a.strides[rank - 2] != 1) return nullptr;
+  for (size_t d = 0; d + 3 < rank; ++d)
+    if (a.dims[d] != 1) return nullptr;  // one batch
+  const auto* x = static_cast<const char*>(a_data) + a.offset * dtype_size(a_type);
+  return reinterpret_cast<uintptr_t>(x) % 16 == 0 ? x : nullptr;
+}
+
+}  // namespace
+
 bool Gemv::run(const ConcreteView& a, const void* a_data, DType a_type, const ConcreteView& b,
                const void* b_data, DType b_type, void* c_data) {
+  return run_shared(a, a_data, a_type, {{b, b_data, c_data}}, b_type);
+}
+
+bool Gemv::run_shared(const ConcreteView& a, const void* a_data, DType a_type,
+                      const std::vector<GemvMatrix>& bs, DType b_type) {
+  const char* types = types_of(a_type, b_type);
+  const char* x = row_of(a, a_data, a_type);
   const size_t rank = a.dims.size();
-  if (rank < 3 || b.dims.size() != rank || a.has_mask() || b.has_mask()) return false;
-  const auto half = [](DType t) { return t == DType::F16 || t == DType::BF16; };
-  const char* types = nullptr;
-  if (a_type == b_type && a_type == DType::F32)
-    types = "f32";
-  else if (a_type == b_type && half(a_type))
-    types = a_type == DType::F16 ? "f16" : "bf16";
-  else if (a_type == DType::F32 && half(b_type))
-    types = b_type == DType::F16 ? "f32_f16" : "f32_bf16";
-  if (!types) return false;
-  for (size_t d = 0; d + 3 < rank; ++d)
-    if (a.dims[d] != 1) return false;  // one batch
-  const int64_t m = a.dims[rank - 3], k = a.dims[rank - 2], n = a.dims[rank - 1];
-  const auto a_size = static_cast<int64_t>(dtype_size(a_type));
+  if (!types || !x || bs.empty() || bs.size() > kGemvMatrices) return false;
+  const int64_t k = a.dims[rank - 2];
   const auto b_size = static_cast<int64_t>(dtype_size(b_type));
   const int64_t per_vec = 16 / b_size;  // elements of a vector of W
-  const int64_t ldw = b.strides[rank - 1];
-  // x contiguous along K, W's rows along K, everything on 16-byte boundaries.
-  if (m != 1 || n < 1 || k < 1 || a.strides[rank - 2] != 1 || b.strides[rank - 2] != 1 ||
-      k % per_vec != 0 || ldw % per_vec != 0 || ldw < k)
-    return false;
-  const auto* x = static_cast<const char*>(a_data) + a.offset * a_size;
-  const auto* w = static_cast<const char*>(b_data) + b.offset * b_size;
-  if (reinterpret_cast<uintptr_t>(x) % 16 != 0 || reinterpret_cast<uintptr_t>(w) % 16 != 0)
-    return false;
-  long long rows = n, vecs = k / per_vec, ld_bytes = ldw * b_size;
-  void* args[] = {&x, &w, &c_data, &rows, &vecs, &ld_bytes};
+  if (k < 1 || k % per_vec != 0) return false;
+  GemvMats mats;
+  int64_t n = 0;
+  for (size_t i = 0; i < bs.size(); ++i) {
+    const ConcreteView& b = bs[i].view;
+    // W's rows along K, on 16-byte boundaries; every matrix over the same K.
+    const int64_t ldw = b.dims.size() == rank ? b.strides[rank - 1] : 0;
+    if (b.dims.size() != rank || b.has_mask() || b.dims[rank - 2] != k ||
+        b.strides[rank - 2] != 1 || ldw % per_vec != 0 || ldw < k || b.dims[rank - 1] < 1)
+      return false;
+    mats.w[i] = static_cast<const char*>(bs[i].data) + b.offset * b_size;
+    if (reinterpret_cast<uintptr_t>(mats.w[i]) % 16 != 0) return false;
+    mats.y[i] = bs[i].out;
+    mats.ldw_bytes[i] = ldw * b_size;
+    n += b.dims[rank - 1];
+    mats.end[i] = n;
+  }
+  for (size_t i = bs.size(); i < kGemvMatrices; ++i) mats.end[i] = n;
+  long long vecs = k / per_vec;
+  void* args[] = {&x, &mats, &vecs};
   auto launch = [&](const GemvShape& s) {
     const Module& code = s == kGemvShapes[0] && !every_shape_ ? *module(false) : *module(true);
     const int64_t per_block = s.warps / s.split;
@@ -176,7 +238,8 @@ bool Gemv::run(const ConcreteView& a, const void* a_data, DType a_type, const Co
                            dim3(static_cast<unsigned>(32 * s.warps)), args, 0, device_.stream()),
           "launching the one-row product");
   };
-  const ShapeKey key{types, n, k, ldw};
+  const int64_t ldw0 = mats.ldw_bytes[0] / b_size;
+  const ShapeKey key{types, n, k, ldw0};
   auto chosen = shape_of_.find(key);
   if (chosen == shape_of_.end()) {
     if (searcher_.settings().mode == runtime::SearchMode::Off) {
@@ -190,13 +253,16 @@ bool Gemv::run(const ConcreteView& a, const void* a_data, DType a_type, const Co
       }
       runtime::SearchProblem p;
       p.signature = std::string("gemv ") + types + " n=" + std::to_string(n) +
-                    " k=" + std::to_string(k) + " ldw=" + std::to_string(ldw);
+                    " k=" + std::to_string(k) + " ldw=" + std::to_string(ldw0);
+      if (bs.size() > 1) p.signature += " matrices=" + std::to_string(bs.size());
       for (const GemvShape& s : kGemvShapes)
         p.candidates.push_back({s.label(), [&, s] { launch(s); }});
       DeviceTrials trials(device_);
       // The warps' partial sums meet in another order: an f32 y moves by a few ulps of
-      // the largest terms, a half-precision one by its rounding.
-      trials.judge(p, c_data, static_cast<size_t>(n), a_type, a_type == DType::F32 ? 1e-4 : 2e-2);
+      // the largest terms, a half-precision one by its rounding. (Judged on the first
+      // matrix's outputs: the candidates differ only in how a row is read.)
+      trials.judge(p, bs[0].out, static_cast<size_t>(mats.end[0]), a_type,
+                   a_type == DType::F32 ? 1e-4 : 2e-2);
       chosen = shape_of_.emplace(key, searcher_.choose(p).winner).first;
     }
   }

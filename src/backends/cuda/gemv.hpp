@@ -36,6 +36,16 @@ constexpr GemvShape kGemvShapes[] = {{8, 4, 4}, {8, 2, 4}, {8, 8, 4}, {8, 4, 8},
 /// The kernels' CUDA source for `shapes` (compiled on first use; CI compiles it).
 std::string gemv_source(const std::vector<GemvShape>& shapes);
 
+/// The most matrices one launch multiplies the same row by (LUM_GV_MATS in the source).
+constexpr size_t kGemvMatrices = 4;
+
+/// One of several products of the same row: its W operand's view and data, and its y.
+struct GemvMatrix {
+  ConcreteView view;
+  const void* data;
+  void* out;
+};
+
 class Gemv {
  public:
   /// Searches new matrix shapes' kernel shapes with `searcher` (the executable's).
@@ -48,6 +58,12 @@ class Gemv {
   /// False otherwise: the caller uses the general product.
   bool run(const ConcreteView& a, const void* a_data, DType a_type, const ConcreteView& b,
            const void* b_data, DType b_type, void* c_data);
+  /// The products of the same row `a` with up to kGemvMatrices matrices of `b_type` (a
+  /// layer's query, key and value projections), as one launch that reads `a` once and
+  /// keeps every SM busy across their rows. False, with nothing written, where `run`
+  /// would refuse one of them.
+  bool run_shared(const ConcreteView& a, const void* a_data, DType a_type,
+                  const std::vector<GemvMatrix>& bs, DType b_type);
 
  private:
   // The default shape's kernels, or every shape's (once a search needs them).

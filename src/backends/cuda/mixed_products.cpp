@@ -1,6 +1,8 @@
 // Products of f32 activations with a half-precision operand (see mixed_products.hpp).
 #include "backends/cuda/mixed_products.hpp"
 
+#include <optional>
+
 #include "luminal/quant.hpp"
 
 namespace luminal::cudagen {
@@ -9,29 +11,60 @@ void* MixedProducts::scratch(size_t bytes) {
   return grown(device_, scratch_, bytes);
 }
 
+namespace {
+
+// The half-precision type of a QMatMul's weights stored as `format`, if they are.
+std::optional<DType> half_type(uint32_t format) {
+  if (format == static_cast<uint32_t>(GgmlType::F16)) return DType::F16;
+  if (format == static_cast<uint32_t>(GgmlType::BF16)) return DType::BF16;
+  return std::nullopt;
+}
+
+// The [N, K] weight view w as the product's [batch..., M, K, N] operand beside x: the
+// same matrix for every batch and row. nullopt where either view is not one read here.
+std::optional<ConcreteView> weight_operand(const ConcreteView& x, const ConcreteView& w) {
+  const size_t rank = x.dims.size();
+  if (rank < 3 || w.dims.size() != 2 || x.has_mask() || w.has_mask()) return std::nullopt;
+  ConcreteView operand = x;
+  operand.strides.assign(rank, 0);
+  operand.strides[rank - 2] = w.strides[1];
+  operand.strides[rank - 1] = w.strides[0];
+  // N, unmasked: w's rows (x's view may be another product's, of another N).
+  operand.dims[rank - 1] = w.dims[0];
+  operand.mask_lo[rank - 1] = 0;
+  operand.mask_hi[rank - 1] = w.dims[0];
+  operand.offset = w.offset;
+  return operand;
+}
+
+}  // namespace
+
+bool MixedProducts::qmatmul_shared(uint32_t format, const ConcreteView& x, const void* x_data,
+                                   const std::vector<GemvMatrix>& weights) {
+  const std::optional<DType> w_type = half_type(format);
+  if (!w_type) return false;
+  std::vector<GemvMatrix>& operands = shared_operands_;
+  operands.clear();
+  for (const GemvMatrix& w : weights) {
+    std::optional<ConcreteView> operand = weight_operand(x, w.view);
+    if (!operand) return false;
+    operands.push_back({std::move(*operand), w.data, w.out});
+  }
+  return gemv_.run_shared(x, x_data, DType::F32, operands, *w_type);
+}
+
 bool MixedProducts::qmatmul(uint32_t format, const ConcreteView& x, const void* x_data,
                             const ConcreteView& w, const void* w_data, void* y) {
-  DType w_type;
-  if (format == static_cast<uint32_t>(GgmlType::F16))
-    w_type = DType::F16;
-  else if (format == static_cast<uint32_t>(GgmlType::BF16))
-    w_type = DType::BF16;
-  else
-    return false;
-  const size_t rank = x.dims.size();
-  if (rank < 3 || w.dims.size() != 2 || x.has_mask() || w.has_mask()) return false;
-  // W as the product's [batch..., M, K, N] operand: the same matrix for every batch and row.
-  ConcreteView w_operand = x;
-  w_operand.strides.assign(rank, 0);
-  w_operand.strides[rank - 2] = w.strides[1];
-  w_operand.strides[rank - 1] = w.strides[0];
-  w_operand.offset = w.offset;
-  if (gemv_.run(x, x_data, DType::F32, w_operand, w_data, w_type, y)) return true;
+  const std::optional<DType> half = half_type(format);
+  const std::optional<ConcreteView> w_operand = half ? weight_operand(x, w) : std::nullopt;
+  if (!w_operand) return false;
+  const DType w_type = *half;
+  if (gemv_.run(x, x_data, DType::F32, *w_operand, w_data, w_type, y)) return true;
   // Several rows: x (read once along its broadcast N) rounded into a dense array.
   const ConcreteView rows = unbroadcast(x);
   void* rounded = scratch(static_cast<size_t>(rows.numel()) * dtype_size(w_type));
   return copy_.run_converted(rows, x_data, DType::F32, w_type, rounded) &&
-         gemm_.run(packed(x), rounded, w_operand, w_data, w_type, y, DType::F32);
+         gemm_.run(packed(x), rounded, *w_operand, w_data, w_type, y, DType::F32);
 }
 
 bool MixedProducts::matmul(const ConcreteView& a, const void* a_data, const ConcreteView& b,

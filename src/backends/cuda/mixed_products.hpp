@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "backends/cuda/copy_view.hpp"
 #include "backends/cuda/device.hpp"
@@ -32,11 +33,17 @@ class MixedProducts {
   bool qmatmul(uint32_t format, const ConcreteView& x, const void* x_data, const ConcreteView& w,
                const void* w_data, void* y);
 
+  /// QMatMuls of the same activations x (one row) by several half-precision weights of
+  /// ggml type `format`, each GemvMatrix a weight's [N, K] view, its data and its output,
+  /// as one launch. False, with nothing written, where one launch cannot take them all.
+  bool qmatmul_shared(uint32_t format, const ConcreteView& x, const void* x_data,
+                      const std::vector<GemvMatrix>& weights);
+
   /// c[batch..., M, N] (f32, contiguous) = a b for MatMul operand views, a over f32 and b
   /// over `b_type` (f16 or bf16) device data. False, with nothing written, where the
   /// views are not ones these kernels read.
-  bool matmul(const ConcreteView& a, const void* a_data, const ConcreteView& b,
-              const void* b_data, DType b_type, void* c);
+  bool matmul(const ConcreteView& a, const void* a_data, const ConcreteView& b, const void* b_data,
+              DType b_type, void* c);
 
  private:
   void* scratch(size_t bytes);
@@ -45,7 +52,8 @@ class MixedProducts {
   Gemv& gemv_;
   Gemm& gemm_;
   ViewCopy& copy_;
-  DeviceBuffer scratch_;  // the converted operand, grown as needed
+  DeviceBuffer scratch_;                     // the converted operand, grown as needed
+  std::vector<GemvMatrix> shared_operands_;  // qmatmul_shared's, kept for their capacity
 };
 
 }  // namespace luminal::cudagen

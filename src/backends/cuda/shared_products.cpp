@@ -1,0 +1,71 @@
+// Products of the same activations as one launch (see shared_products.hpp).
+#include "backends/cuda/shared_products.hpp"
+
+#include <map>
+#include <optional>
+#include <utility>
+
+#include "backends/cuda/gemv.hpp"
+#include "luminal/compiler/matmul_op.hpp"
+#include "luminal/quant.hpp"
+
+namespace luminal::cudagen {
+namespace {
+
+// Kernel k's activations and weight format where it is a QMatMul over half-precision
+// weights that a user input holds (what the one-row kernel takes with others).
+std::optional<std::pair<NodeId, uint32_t>> shared_product(const Graph& g,
+                                                          const compiler::KernelPlan& plan,
+                                                          size_t k) {
+  const Node& n = g.node(plan.kernels[k].root);
+  const auto* q =
+      n.op == Op::Custom ? dynamic_cast<const compiler::QMatMulOp*>(n.custom.get()) : nullptr;
+  if (!q || (q->format != static_cast<uint32_t>(GgmlType::F16) &&
+             q->format != static_cast<uint32_t>(GgmlType::BF16)))
+    return std::nullopt;
+  if (g.node(plan.canon(n.inputs[1].source)).op != Op::Input) return std::nullopt;
+  return std::pair{plan.canon(n.inputs[0].source), q->format};
+}
+
+}  // namespace
+
+void adjoin_shared_products(const Graph& g, compiler::KernelPlan& plan) {
+  std::vector<size_t> order;
+  // Per activations and format: where the run's last product is in `order`, its length.
+  std::map<std::pair<uint32_t, uint32_t>, std::pair<size_t, size_t>> runs;
+  for (size_t k = 0; k < plan.kernels.size(); ++k) {
+    if (const auto p = shared_product(g, plan, k)) {
+      const std::pair<uint32_t, uint32_t> key{p->first.value, p->second};
+      const auto it = runs.find(key);
+      if (it != runs.end() && it->second.second < kGemvMatrices) {
+        const size_t at = it->second.first + 1;
+        order.insert(order.begin() + static_cast<std::ptrdiff_t>(at), k);
+        for (auto& [other, run] : runs)
+          if (run.first >= at) ++run.first;
+        it->second = {at, it->second.second + 1};
+        continue;
+      }
+      runs[key] = {order.size(), 1};
+    }
+    order.push_back(k);
+  }
+  std::vector<compiler::Kernel> kernels;
+  kernels.reserve(order.size());
+  for (size_t k : order) kernels.push_back(std::move(plan.kernels[k]));
+  plan.kernels = std::move(kernels);
+}
+
+std::vector<uint32_t> shared_product_runs(const Graph& g, const compiler::KernelPlan& plan) {
+  std::vector<uint32_t> runs(plan.kernels.size(), 1);
+  for (size_t k = 0; k < plan.kernels.size(); ++k) {
+    const auto p = shared_product(g, plan, k);
+    if (!p) continue;
+    size_t j = k + 1;
+    while (j < plan.kernels.size() && j - k < kGemvMatrices && shared_product(g, plan, j) == p) ++j;
+    runs[k] = static_cast<uint32_t>(j - k);
+    k = j - 1;
+  }
+  return runs;
+}
+
+}  // namespace luminal::cudagen

@@ -1,0 +1,26 @@
+// Products of the same activations run as one (private to src/backends/cuda): a
+// decoding layer's query, key and value projections read one row of activations against
+// three weights, its gate and up projections against two. Ordered next to each other in
+// the plan, one launch of the one-row kernel takes each such run of kernels: the row is
+// read once, and the small key and value matrices no longer leave SMs idle at their ends.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "luminal/compiler/plan.hpp"
+#include "luminal/graph.hpp"
+
+namespace luminal::cudagen {
+
+/// Moves each QMatMul over half-precision weights held in a user input to just after the
+/// earlier such products of the same activations (up to kGemvMatrices in a run). Nothing
+/// else moves, and a moved product still follows everything it reads (its activations,
+/// read by the first of the run; its weights, an input).
+void adjoin_shared_products(const Graph& g, compiler::KernelPlan& plan);
+
+/// Per kernel: how many kernels from it on are such products of the same activations and
+/// weight format (at least 1; the runs adjoin_shared_products made).
+std::vector<uint32_t> shared_product_runs(const Graph& g, const compiler::KernelPlan& plan);
+
+}  // namespace luminal::cudagen
