@@ -249,14 +249,14 @@ class CudaExecutable final : public Executable {
       const cudagen::KernelLaunch& l = source_.launches[k];
       // A row group's members run when its last one comes; what they read stays till then.
       if (l.shape == KernelShape::InRowGroup) continue;
-      if (!done) ++launches_;
-      if (done) {
-      } else if (shared_runs_[k] > 1 && run_shared_products(user, k)) {
-        shared_until = k + shared_runs_[k];
-      } else if (!grown && l.shape == KernelShape::Library) {
-        run_library(user, k, value_ptr_[k], bytes);
-      } else if (!grown) {
-        launch(user, k, dims);
+      if (!done) {
+        ++launches_;
+        if (shared_runs_[k] > 1 && run_shared_products(user, k))
+          shared_until = k + shared_runs_[k];
+        else if (!grown && l.shape == KernelShape::Library)
+          run_library(user, k, value_ptr_[k], bytes);
+        else if (!grown)
+          launch(user, k, dims);
       }
       for (uint32_t i = releases_[k].first; i < releases_[k].second; ++i)
         live -= value_bytes_[static_cast<size_t>(liveness_.frees[i])];
