@@ -42,6 +42,9 @@ class Buffer {
   /// at a time (a KV cache) moves the data O(log n) times rather than every time.
   void resize(size_t numel);
   size_t bytes() const { return numel_ * dtype_size(dtype_); }
+  /// The same memory as a U8 buffer of bytes() elements, without a copy; this buffer is
+  /// left empty (block storage takes a half-precision matrix's bytes this way).
+  Buffer into_bytes() &&;
   void* data() { return data_.get(); }
   const void* data() const { return data_.get(); }
 

@@ -53,6 +53,16 @@ Buffer::Buffer(const Buffer& other)
   if (other.bytes()) std::memcpy(data_.get(), other.data_.get(), other.bytes());
 }
 
+Buffer Buffer::into_bytes() && {
+  Buffer out;
+  out.dtype_ = DType::U8;
+  out.numel_ = bytes();
+  out.capacity_ = capacity_ * dtype_size(dtype_);
+  out.data_ = std::move(data_);
+  numel_ = capacity_ = 0;
+  return out;
+}
+
 void Buffer::resize(size_t numel) {
   if (!data_ || numel > capacity_) {
     const size_t capacity = data_ ? std::max(numel, capacity_ + capacity_ / 2) : numel;

@@ -270,7 +270,8 @@ std::vector<std::string> load_safetensors_weights(const nn::Module& m,
         if (src.end < 0 && src.expert < 0) {
           LUM_CHECK(t.shape == shape)
               << f.path() << ": tensor '" << name << "' has the wrong shape for this model";
-          return all;
+          last_read.clear();  // handed over whole: a later read of it reads the file again
+          return std::move(last);
         }
         // Rows of one [rows, cols] matrix of a fused tensor ([rows, cols], or one expert's
         // of [experts, rows, cols]).

@@ -1,8 +1,6 @@
 // Basic layers.
 #include "luminal/nn/layers.hpp"
 
-#include <cstring>
-
 #include "luminal/error.hpp"
 #include "luminal/quant.hpp"
 
@@ -32,9 +30,7 @@ void load_parameters(const Module& m, const WeightSource& source, const std::str
     const bool half = data->dtype() == DType::F16 || data->dtype() == DType::BF16;
     if (half && shape.size() == 2 && t.dtype() == DType::F32) {
       const auto type = data->dtype() == DType::F16 ? GgmlType::F16 : GgmlType::BF16;
-      Buffer raw(DType::U8, data->bytes(), Buffer::Uninitialized{});
-      std::memcpy(raw.data(), data->data(), data->bytes());
-      p.set_quantized(static_cast<uint32_t>(type), std::move(raw));
+      p.set_quantized(static_cast<uint32_t>(type), std::move(*data).into_bytes());
       continue;
     }
     p.set_buffer(std::move(*data));

@@ -8,6 +8,7 @@
 #include <limits>
 #include <random>
 
+#include "luminal/buffer.hpp"
 #include "luminal/dtype.hpp"
 #include "luminal/error.hpp"
 
@@ -109,6 +110,23 @@ TEST(DType, StorageTypes) {
   EXPECT_EQ(static_cast<float>(f16(0.5)), 0.5f);
   EXPECT_EQ(static_cast<float>(bf16(-2.0)), -2.0f);
   EXPECT_EQ(f16::from_bits(0x3C00).bits, 0x3C00);
+}
+
+// A half-precision matrix becomes block storage's bytes in place: the same memory, read
+// as bytes, and it still grows like any buffer.
+TEST(Buffer, IntoBytesKeepsTheMemory) {
+  Buffer b(DType::BF16, 5);
+  for (size_t i = 0; i < 5; ++i) b.set_f64(i, 1.5 * static_cast<double>(i) - 2);
+  const Buffer copy = b;
+  const void* memory = b.data();
+  Buffer bytes = std::move(b).into_bytes();
+  EXPECT_EQ(bytes.dtype(), DType::U8);
+  EXPECT_EQ(bytes.numel(), 10u);
+  EXPECT_EQ(bytes.data(), memory);
+  EXPECT_EQ(std::memcmp(bytes.data(), copy.data(), 10), 0);
+  EXPECT_EQ(b.numel(), 0u);
+  bytes.resize(4000);
+  EXPECT_EQ(std::memcmp(bytes.data(), copy.data(), 10), 0);
 }
 
 }  // namespace
