@@ -50,7 +50,7 @@ def copy_bandwidth():
 
 STATS = re.compile(r"prompt: (\d+) tokens, ([\d.]+) tokens/s \| time to first token: ([\d.]+) s \| "
                    r"decode: (\d+) tokens, ([\d.]+) tokens/s \| load ([\d.]+) s, compile ([\d.]+) s"
-                   r" \| peak memory (\d+) MiB(?:, GPU (\d+) MiB)?")
+                   r", prepare ([\d.]+) s \| peak memory (\d+) MiB(?:, GPU (\d+) MiB)?")
 
 
 def run_luminal(exe, model, prompt, new_tokens, log):
@@ -66,8 +66,8 @@ def run_luminal(exe, model, prompt, new_tokens, log):
         raise RuntimeError(f"luminal failed (exit {p.returncode}):\n{p.stderr[-3000:]}")
     g = m.groups()
     assert int(g[0]) == len(prompt), f"prompt was {g[0]} tokens, not {len(prompt)}"
-    return {"ms": 1e3 / float(g[4]), "ttft": float(g[2]), "peak": int(g[8] or 0) * 2**20,
-            "compile": float(g[6]), "load": float(g[5]), "wall": wall}
+    return {"ms": 1e3 / float(g[4]), "ttft": float(g[2]), "peak": int(g[9] or 0) * 2**20,
+            "compile": float(g[6]), "load": float(g[5]), "prepare": float(g[7]), "wall": wall}
 
 
 def run_torch_graph(cfg, folder, prompt, new_tokens):
@@ -201,7 +201,8 @@ def main():
         for attempt in ("cold", "warm"):
             r = run_luminal(a.luminal, model, prompt_text, a.new, log)
             print(f"  luminal {attempt}: load {r['load']:.1f} s, compile {r['compile']:.1f} s, "
-                  f"process {r['wall']:.1f} s", flush=True)
+                  f"prepare (weights to the GPU) {r['prepare']:.1f} s, process {r['wall']:.1f} s",
+                  flush=True)
         row(spec, "luminal", r, floor_s)
         if qtype:
             continue

@@ -71,7 +71,7 @@ struct TextGenerator::Impl {
   Tensor tokens, logits;
   std::vector<nn::KVCache> cache_out;
   int64_t past = 0;
-  double load_seconds = 0, compile_seconds = 0;
+  double load_seconds = 0, compile_seconds = 0, prepare_seconds = 0;
 
   void reset_cache() {
     past = 0;
@@ -142,12 +142,14 @@ TextGenerator::TextGenerator(const std::string& path, const Backend& backend,
   say("compiling for " + backend.name() + " (cached after the first run)...");
   const auto compile_start = Clock::now();
   m.graph.compile(backend);
+  m.compile_seconds = since(compile_start);
   // Decoding runs one token at a time; its kernels are specialised for that.
+  const auto prepare_start = Clock::now();
   Bindings decode_dims;
   decode_dims.set("seq", 1);
   decode_dims.set("past", 2);  // any length but 1, which would specialise too
   m.graph.prepare(decode_dims);
-  m.compile_seconds = since(compile_start);
+  m.prepare_seconds = since(prepare_start);
 }
 
 TextGenerator::~TextGenerator() = default;
@@ -179,6 +181,7 @@ GenerationStats TextGenerator::generate(const std::string& prompt, int64_t max_t
   GenerationStats st;
   st.load_seconds = m.load_seconds;
   st.compile_seconds = m.compile_seconds;
+  st.prepare_seconds = m.prepare_seconds;
   m.reset_cache();
   const std::vector<int32_t> ids = m.lm.tokenizer->encode(prompt);
   LUM_CHECK(!ids.empty()) << "the prompt is empty and the model adds no start token";

@@ -183,9 +183,10 @@ void print_stats(const luminal::models::GenerationStats& st, const std::string& 
   std::fprintf(
       stderr,
       "prompt: %zu tokens, %.1f tokens/s | time to first token: %.3f s | decode: %zu tokens, "
-      "%.2f tokens/s | load %.1f s, compile %.1f s | peak memory %.0f MiB%s\n",
+      "%.2f tokens/s | load %.1f s, compile %.1f s, prepare %.1f s | peak memory %.0f MiB%s\n",
       st.prompt_tokens, st.prompt_tokens_per_second(), st.ttft_seconds, st.generated,
-      st.decode_tokens_per_second(), st.load_seconds, st.compile_seconds, peak_memory_mib(), gpu);
+      st.decode_tokens_per_second(), st.load_seconds, st.compile_seconds, st.prepare_seconds,
+      peak_memory_mib(), gpu);
   // Where a decode step's time goes: the rest of a token is sampling and streaming text.
   if (st.generated > 1 && std::getenv("LUMINAL_LOG")) {
     const double steps = static_cast<double>(st.generated - 1);

@@ -19,6 +19,9 @@ struct GenerationStats {
   size_t prompt_tokens = 0, generated = 0;
   double load_seconds = 0, compile_seconds = 0, ttft_seconds = 0, prefill_seconds = 0,
          decode_seconds = 0;
+  // Backend::prepare after compiling: the weights uploaded to a GPU, or re-laid out and
+  // decode kernels specialised on the CPU.
+  double prepare_seconds = 0;
   // Summed over the decode steps: the backend's runs (RunStats: the runs' wall time, the
   // host's time queuing GPU work, the device's time running it).
   double decode_run_seconds = 0, decode_issue_seconds = 0, decode_device_seconds = 0;
