@@ -53,11 +53,16 @@ STATS = re.compile(r"prompt: (\d+) tokens, ([\d.]+) tokens/s \| time to first to
                    r", prepare ([\d.]+) s \| peak memory (\d+) MiB(?:, GPU (\d+) MiB)?")
 
 
+STEP = re.compile(r"decode step: ([\d.]+) ms in the model's run \(([\d.]+) ms queuing GPU work, "
+                  r"([\d.]+) ms of it on the device\)")
+
+
 def run_luminal(exe, model, prompt, new_tokens, log):
     cmd = [exe, "generate", "--model", model, "--device", "cuda", "--prompt", prompt,
            "--max-tokens", str(new_tokens), "--ignore-eos", "--warmup"]
     start = time.perf_counter()
-    p = subprocess.run(cmd, capture_output=True, text=True)
+    # LUMINAL_LOG=info adds the decode step's breakdown (and the search's lines).
+    p = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "LUMINAL_LOG": "info"})
     wall = time.perf_counter() - start
     log.write(f"$ {' '.join(cmd[:4])} ... (exit {p.returncode}, {wall:.1f} s)\n{p.stderr}\n")
     log.flush()
@@ -66,8 +71,10 @@ def run_luminal(exe, model, prompt, new_tokens, log):
         raise RuntimeError(f"luminal failed (exit {p.returncode}):\n{p.stderr[-3000:]}")
     g = m.groups()
     assert int(g[0]) == len(prompt), f"prompt was {g[0]} tokens, not {len(prompt)}"
+    step = STEP.search(p.stderr)
     return {"ms": 1e3 / float(g[4]), "ttft": float(g[2]), "peak": int(g[9] or 0) * 2**20,
-            "compile": float(g[6]), "load": float(g[5]), "prepare": float(g[7]), "wall": wall}
+            "compile": float(g[6]), "load": float(g[5]), "prepare": float(g[7]), "wall": wall,
+            "step": step.groups() if step else None}
 
 
 def run_torch_graph(cfg, folder, prompt, new_tokens):
@@ -203,6 +210,9 @@ def main():
             print(f"  luminal {attempt}: load {r['load']:.1f} s, compile {r['compile']:.1f} s, "
                   f"prepare (weights to the GPU) {r['prepare']:.1f} s, process {r['wall']:.1f} s",
                   flush=True)
+        if r["step"]:
+            print(f"  luminal decode step: {r['step'][1]} ms queuing GPU work, {r['step'][2]} ms "
+                  "on the device (near each other: the GPU waits on the host)", flush=True)
         row(spec, "luminal", r, floor_s)
         if qtype:
             continue
