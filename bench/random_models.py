@@ -9,6 +9,7 @@ is exactly N tokens in luminal and in PyTorch (`prompt_ids`).
 """
 import json
 import os
+import sys
 
 import numpy as np
 import torch
@@ -165,37 +166,12 @@ def kv_bytes_per_position(cfg, element_bytes=2):
 
 # --- GGUF -------------------------------------------------------------------------------
 
-_GGUF_NAMES = {"embed_tokens": "token_embd", "self_attn.q_proj": "attn_q",
-               "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
-               "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate",
-               "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
-               "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
-               "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm"}
-
-
-def _gguf_name(hf):
-    if hf == "model.norm.weight":
-        return "output_norm.weight"
-    if hf == "lm_head.weight":
-        return "output.weight"
-    if hf == "model.embed_tokens.weight":
-        return "token_embd.weight"
-    parts = hf.split(".")  # model.layers.N.<module...>.weight
-    return f"blk.{parts[2]}.{_GGUF_NAMES['.'.join(parts[3:-1])]}.weight"
-
-
-def _random_blocks(rng, qtype, rows, cols):
-    """Random block bytes with small finite f16 scales (d and dmin of a K-quant)."""
-    import gguf
-    from gguf import GGMLQuantizationType as T
-    block_elems, block_bytes = gguf.GGML_QUANT_SIZES[qtype]
-    n = rows * cols // block_elems
-    raw = rng.integers(0, 256, size=(n, block_bytes), dtype=np.uint8)
-    scales = {T.Q4_K: [0, 2], T.Q5_K: [0, 2], T.Q6_K: [208], T.Q8_0: [0]}[qtype]
-    for col in scales:
-        vals = rng.uniform(0.0005, 0.002, size=n).astype(np.float16)
-        raw[:, col:col + 2] = vals.view(np.uint8).reshape(n, 2)
-    return raw.reshape(rows, cols // block_elems * block_bytes)
+def _gguf_parts():
+    # The GGUF writers' shared pieces live beside the fixture scripts.
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools",
+                                    "fixtures"))
+    import gguf_parts
+    return gguf_parts
 
 
 def write_gguf(path, shape, qtype_name="Q4_K", seed=0):
@@ -204,6 +180,7 @@ def write_gguf(path, shape, qtype_name="Q4_K", seed=0):
     vocabulary above. Returns the config."""
     import gguf
     from gguf import GGMLQuantizationType as T
+    parts = _gguf_parts()
     cfg = config(shape)
     assert cfg.model_type == "llama", "GGUF writer: llama shapes only"
     qtype = T[qtype_name]
@@ -238,10 +215,13 @@ def write_gguf(path, shape, qtype_name="Q4_K", seed=0):
         rows, cols = (p.shape[0], p.shape[1]) if p.dim() == 2 else (1, p.shape[0])
         if p.dim() == 1:
             data = (1 + 0.1 * rng.standard_normal(cols)).astype(np.float32)
-            w.add_tensor(_gguf_name(name), data)
+            w.add_tensor(parts.gguf_name(name), data)
             continue
         t = T.Q6_K if name == "lm_head.weight" else qtype
-        w.add_tensor(_gguf_name(name), _random_blocks(rng, t, rows, cols), raw_dtype=t)
+        # Small positive scales keep a random model's activations finite through its layers.
+        raw, block_elems = parts.random_blocks(rng, t, rows * cols // gguf.GGML_QUANT_SIZES[t][0],
+                                               scales=(0.0005, 0.002))
+        w.add_tensor(parts.gguf_name(name), raw.reshape(rows, -1), raw_dtype=t)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
