@@ -186,23 +186,24 @@ def main():
 
     for spec in a.shapes.split(","):
         shape, _, qtype = spec.partition(":")
+        cfg = random_models.config(shape)
         if qtype:
+            import gguf
             model = os.path.join(a.work, f"{shape}-{qtype}.gguf")
             if not os.path.exists(model):
-                cfg = random_models.write_gguf(model + ".part", shape, qtype)
+                random_models.write_gguf(model + ".part", shape, qtype)
                 os.rename(model + ".part", model)
-            cfg = random_models.config(shape)
-            weights = os.path.getsize(model)  # all but metadata: weights
+            # The file is weights but for its metadata; the embedding table (stored in
+            # qtype) is gathered, not read whole, so it is left out of the floor.
+            block_elems, block_bytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[qtype]]
+            embedding = cfg.vocab_size * cfg.hidden_size // block_elems * block_bytes
+            weights = os.path.getsize(model) - embedding
         else:
             model = os.path.join(a.work, shape)
             if not os.path.exists(os.path.join(model, "tokenizer.json")):
                 random_models.write_hf_folder(model, shape)
                 torch.cuda.empty_cache()
-            cfg = random_models.config(shape)
             weights = random_models.weight_bytes(cfg)
-        if qtype:
-            # The embedding table is gathered, not read whole: leave it out of the floor.
-            weights -= cfg.vocab_size * cfg.hidden_size * 144 // 256
         kv = random_models.kv_bytes_per_position(cfg) * (a.prompt + a.new / 2)
         floor_s = (weights + kv) / bandwidth
         for attempt in ("cold", "warm"):
