@@ -144,12 +144,31 @@ TEST(Cuda, ProductsSearchTheLibrarysAlgorithmsAndRememberTheWinner) {
   expect_searched_product(512, 512, 512, DType::BF16, "gemm bf16->bf16 m=512");
 }
 
+// The error bound of a product whose activation row is quantised to int8 per 32
+// elements (x ~ d q, d = max |x| / 127 over the 32): half a step d / 2 per element, times
+// |w|, over the row; plus f32 rounding of sum |w x|.
+double int8_activation_bound(const std::vector<float>& w, const std::vector<float>& x, int64_t row,
+                             int64_t col, int64_t k) {
+  double bound = 0;
+  for (int64_t c0 = 0; c0 < k; c0 += 32) {
+    double amax = 0;
+    for (int64_t c = c0; c < c0 + 32; ++c)
+      amax = std::max(amax, double{std::fabs(x[static_cast<size_t>(row * k + c)])});
+    for (int64_t c = c0; c < c0 + 32; ++c) {
+      const double wc = std::fabs(double{w[static_cast<size_t>(col * k + c)]});
+      bound += wc * amax / 254 + 1e-5 * wc * std::fabs(x[static_cast<size_t>(row * k + c)]);
+    }
+  }
+  return bound;
+}
+
 // x W^T with W in each of ggml's block formats, decoded on the device (no host fallback),
 // against the reference interpreter (luminal::dequantize, then double). Rows of x: 1 (a
 // decoding step's kernel), 2 (the several-row kernel), 22 (three passes of up to eight)
 // and 140 (the prompt path), over a batch dim and rows. Each output within
 // its path's rounding of sum |w x|: f32 activations, 1e-5; activations and weights
-// rounded to f16 for the prompt path, 2^-10 (two roundings of 2^-11 a product).
+// rounded to f16 for the prompt path, 2^-10 (two roundings of 2^-11 a product); the
+// one-row integer kernels (Q4_K, Q6_K), int8 activations (int8_activation_bound).
 TEST(Cuda, QuantisedProductsDecodeEveryFormatOnTheDevice) {
   SKIP_WITHOUT_GPU();
   const int64_t k = 512, n = 40;
@@ -176,6 +195,7 @@ TEST(Cuda, QuantisedProductsDecodeEveryFormatOnTheDevice) {
       EXPECT_EQ(cx.last_run_stats().host_fallbacks, 0u) << what;
       ASSERT_EQ(got.size(), want.size()) << what;
       const double rel = rows <= 64 ? 1e-5 : std::ldexp(1.0, -10);
+      const bool int8 = (t == GgmlType::Q4_K || t == GgmlType::Q6_K) && rows == 1;
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t j = 0; j < n; ++j) {
           double magnitude = 0;
@@ -183,10 +203,63 @@ TEST(Cuda, QuantisedProductsDecodeEveryFormatOnTheDevice) {
             magnitude += std::fabs(double{wd[static_cast<size_t>(j * k + c)]} *
                                    xv[static_cast<size_t>(r * k + c)]);
           const size_t at = static_cast<size_t>(r * n + j);
-          ASSERT_NEAR(got[at], want[at], rel * magnitude + 1e-6)
-              << what << " row " << r << " col " << j;
+          const double bound =
+              int8 ? int8_activation_bound(wd, xv, r, j, k) : rel * magnitude + 1e-6;
+          ASSERT_NEAR(got[at], want[at], bound) << what << " row " << r << " col " << j;
         }
     }
+  }
+}
+
+// The one-row integer kernels (Q4_K, Q6_K) where their loops and blocks have edges: a
+// row of 17 blocks (136 pieces for 128 threads; Q6_K's odd blocks two-byte aligned), 42
+// weight rows (a block of four with two), activations whose 32-element groups span
+// magnitudes from 0 (a zero scale) to 1e3. Against the reference interpreter within the
+// int8 activations' bound; and closer to it than that bound by far on average (a wrong
+// scale or nibble is not hidden by a loose bound). Every kernel shape is searched (a fresh
+// cache), none may be wrong.
+TEST(Cuda, QuantisedProductsOfOneRowRunInIntegers) {
+  SKIP_WITHOUT_GPU();
+  const testing::ScopedCacheDir cache("qdot-search");
+  const testing::ScopedEnv log("LUMINAL_LOG", "info");
+  const testing::ScopedEnv mode("LUMINAL_SEARCH", "fast");
+  const int64_t k = 17 * 256, n = 42;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0, 1);
+  std::vector<float> xv(static_cast<size_t>(k));
+  for (int64_t c = 0; c < k; ++c) {
+    const int64_t group = c / 32;
+    const float scale = group % 7 == 3 ? 0.0f : std::pow(10.0f, static_cast<float>(group % 5) - 2);
+    xv[static_cast<size_t>(c)] = normal(rng) * scale;
+  }
+  for (const GgmlType t : {GgmlType::Q4_K, GgmlType::Q6_K}) {
+    const auto type = static_cast<uint32_t>(t);
+    const std::string what = ggml_type_name(type);
+    Graph cx;
+    Tensor x = cx.named_tensor("x", {1, 1, k});
+    Tensor w = cx.named_tensor("w", {n, k});
+    Tensor y = x.matmul(w.transpose(0, 1)).retrieve();
+    x.set(xv);
+    w.set_quantized(type, testing::random_blocks(type, n, k, 13));
+    const std::vector<float> want = testing::run_outputs(cx, reference(), {y})[0];
+    const std::vector<float> wd = w.to_f32();
+    ::testing::internal::CaptureStderr();
+    const std::vector<float> got = testing::run_outputs(cx, cuda(), {y})[0];
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    const std::string line = "luminal: search qdot " + what + " n=42 k=4352";
+    EXPECT_NE(err.find(line), std::string::npos) << "no '" << line << "':\n" << err;
+    EXPECT_EQ(err.find("is wrong"), std::string::npos) << err;
+    EXPECT_EQ(cx.last_run_stats().host_fallbacks, 0u) << what;
+    ASSERT_EQ(got.size(), static_cast<size_t>(n)) << what;
+    double error = 0, bounds = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      const auto at = static_cast<size_t>(j);
+      const double bound = int8_activation_bound(wd, xv, 0, j, k);
+      ASSERT_NEAR(got[at], want[at], bound) << what << " col " << j;
+      error += std::fabs(got[at] - want[at]);
+      bounds += bound;
+    }
+    EXPECT_LT(error, 0.25 * bounds) << what;
   }
 }
 

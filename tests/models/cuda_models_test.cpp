@@ -45,7 +45,7 @@ TEST_P(CudaEncoder, MatchesTransformers) {
 INSTANTIATE_TEST_SUITE_P(Bert, CudaEncoder, ::testing::ValuesIn(kEncoderFixtures));
 
 // Greedy generation, the caches kept on the GPU between steps: an HF folder, and GGUF
-// files whose block-quantised products (Q8_0, Q4_0) are decoded on the GPU.
+// files whose block-quantised products (Q8_0, Q4_0, Q4_K, Q6_K) are decoded on the GPU.
 class CudaGenerate : public ::testing::TestWithParam<GenerateForm> {};
 TEST_P(CudaGenerate, MatchesTransformers) {
   std::string why;

@@ -58,7 +58,7 @@ class CudaExecutable final : public Executable {
         attention_(*device_, searcher_),
         copy_view_(*device_),
         mixed_(*device_, gemv_, gemm_, copy_view_),
-        quant_(*device_, gemm_, copy_view_) {
+        quant_(*device_, searcher_, gemm_, copy_view_) {
     const Graph& g = *program_.graph;
     liveness_ = runtime::plan_liveness(g, plan_);
     functions_.resize(plan_.kernels.size(), {nullptr, nullptr});

@@ -229,22 +229,25 @@ bool Gemv::run_shared(const ConcreteView& a, const void* a_data, DType a_type,
   for (size_t i = bs.size(); i < kGemvMatrices; ++i) mats.end[i] = n;
   long long vecs = k / per_vec;
   void* args[] = {&x, &mats, &vecs};
-  auto launch = [&](const GemvShape& s) {
+  auto kernel_of = [&](const GemvShape& s) {
     const Module& code = s == kGemvShapes[0] && !every_shape_ ? *module(false) : *module(true);
+    return code.kernel(kernel_name(types, s));
+  };
+  auto launch_kernel = [&](const GemvShape& s, const void* kernel) {
     const int64_t per_block = s.warps / s.split;
     const int64_t blocks =
         std::min<int64_t>((n + per_block - 1) / per_block, int64_t{device_.multiprocessors()} * 64);
-    check(cudaLaunchKernel(code.kernel(kernel_name(types, s)), dim3(static_cast<unsigned>(blocks)),
+    check(cudaLaunchKernel(kernel, dim3(static_cast<unsigned>(blocks)),
                            dim3(static_cast<unsigned>(32 * s.warps)), args, 0, device_.stream()),
           "launching the one-row product");
   };
+  auto launch = [&](const GemvShape& s) { launch_kernel(s, kernel_of(s)); };
   const int64_t ldw0 = mats.ldw_bytes[0] / b_size;
   const ShapeKey key{types, n, k, ldw0};
   auto chosen = shape_of_.find(key);
   if (chosen == shape_of_.end()) {
-    if (searcher_.settings().mode == runtime::SearchMode::Off) {
-      chosen = shape_of_.emplace(key, 0).first;
-    } else {
+    size_t pick = 0;
+    if (searcher_.settings().mode != runtime::SearchMode::Off) {
       // A new matrix shape: its kernel shape is searched, unless the stream is being
       // captured into a CUDA graph (nothing may wait for it then: the default runs).
       if (device_.capturing()) {
@@ -263,10 +266,11 @@ bool Gemv::run_shared(const ConcreteView& a, const void* a_data, DType a_type,
       // matrix's outputs: the candidates differ only in how a row is read.)
       trials.judge(p, bs[0].out, static_cast<size_t>(mats.end[0]), a_type,
                    a_type == DType::F32 ? 1e-4 : 2e-2);
-      chosen = shape_of_.emplace(key, searcher_.choose(p).winner).first;
+      pick = searcher_.choose(p).winner;
     }
+    chosen = shape_of_.emplace(key, Chosen{pick, kernel_of(kGemvShapes[pick])}).first;
   }
-  launch(kGemvShapes[chosen->second]);
+  launch_kernel(kGemvShapes[chosen->second.shape], chosen->second.kernel);
   return true;
 }
 

@@ -72,10 +72,15 @@ class Gemv {
   const Device& device_;
   runtime::Searcher& searcher_;
   std::unique_ptr<Module> default_shape_, every_shape_;  // loaded on first use
-  // The kernel shape of each product seen (kGemvShapes' index), by its operand types'
-  // kernel name part, N, K and W's row stride.
+  // The kernel shape of each product seen (kGemvShapes' index) and its kernel, resolved
+  // once (a decoding step launches it hundreds of times), by its operand types' kernel
+  // name part, N, K and W's row stride.
   using ShapeKey = std::tuple<std::string_view, int64_t, int64_t, int64_t>;
-  std::map<ShapeKey, size_t> shape_of_;
+  struct Chosen {
+    size_t shape;
+    const void* kernel;
+  };
+  std::map<ShapeKey, Chosen> shape_of_;
 };
 
 }  // namespace luminal::cudagen

@@ -103,7 +103,9 @@ Module::~Module() {
 
 const void* Module::kernel(const std::string& name) const {
   cudaKernel_t k = nullptr;
-  check(cudaLibraryGetKernel(&k, library_, name.c_str()), ("finding kernel " + name).c_str());
+  // (The message only on failure: this runs for many launches.)
+  if (const cudaError_t e = cudaLibraryGetKernel(&k, library_, name.c_str()); e != cudaSuccess)
+    check(e, ("finding kernel " + name).c_str());
   return reinterpret_cast<const void*>(k);
 }
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "backends/cuda/codegen.hpp"
+#include "backends/cuda/device_trials.hpp"
 #include "luminal/error.hpp"
 #include "luminal/quant.hpp"
 
@@ -251,6 +252,203 @@ extern "C" __global__ void __launch_bounds__(256)
     }
   }
 }
+
+// One activation row quantised for the integer kernels: each 32-element sub-block to int8
+// with its own scale (x ~ d q, d = max |x| / 127), as llama.cpp's Q8_1 activations. A
+// thread per sub-block; x 16-byte aligned.
+extern "C" __global__ void __launch_bounds__(256)
+    lum_q8_row(const float* __restrict__ x, signed char* __restrict__ q, float* __restrict__ d,
+               long long k) {
+  const long long sb = (long long)blockIdx.x * 256 + threadIdx.x;
+  if (sb >= k / 32) return;
+  const float4* xp = (const float4*)(x + sb * 32);
+  float v[32], amax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const float4 t = __ldg(xp + i);
+    v[4 * i] = t.x, v[4 * i + 1] = t.y, v[4 * i + 2] = t.z, v[4 * i + 3] = t.w;
+    amax = fmaxf(amax, fmaxf(fmaxf(fabsf(t.x), fabsf(t.y)), fmaxf(fabsf(t.z), fabsf(t.w))));
+  }
+  const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+  unsigned packed[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    packed[i] = 0;
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      packed[i] |= ((unsigned)__float2int_rn(v[4 * i + e] * inv) & 0xFFu) << (8 * e);
+  }
+  uint4* qp = (uint4*)(q + sb * 32);
+  qp[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+  qp[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
+  d[sb] = amax / 127.0f;
+}
+
+#if LUM_Q_FORMAT == 12 || LUM_Q_FORMAT == 14  // Q4_K, Q6_K
+// y[j] = x . W[j] for one quantised activation row (lum_q8_row) and a group of weight
+// rows, in integer dot products (dp4a): a few instructions a weight row per 16 to 24
+// quant bytes, where decoding to floats takes 32 multiply-adds and conversions, and x
+// read as 1.1 bytes an element instead of 4. A thread takes piece p = tid % 8 of one
+// 256-element block of each of the group's rows (the eight threads of a block read its
+// pieces side by side), and the same 32 elements of x for all of them:
+// - Q4_K (144 bytes: a 16-byte header of d, dmin and the scale table, then the quants):
+//   16-byte piece p + 1, half p % 2 of the 32 bytes whose low nibbles are sub-block
+//   2 (p / 2) and high nibbles 2 (p / 2) + 1. Every thread loads the header too.
+// - Q6_K (210 bytes, two-byte aligned: 128 of low nibbles, 64 of high bits, 16 scales,
+//   d): half h = p / 4 of the block, bytes 8 (p % 4) .. + 8 of its low-nibble and
+//   high-bit rows, which give elements 128 h + 8 (p % 4) + 32 g + [0, 8) for g < 4.
+LUM_FN int lum_dp4a(int a, int b, int c) { return __dp4a(a, b, c); }
+constexpr int kOnes = 0x01010101;
+LUM_FN int lum_dp4a_sum(const int4& v) {  // the sum of 16 int8
+  return lum_dp4a(v.w, kOnes, lum_dp4a(v.z, kOnes, lum_dp4a(v.y, kOnes, lum_dp4a(v.x, kOnes, 0))));
+}
+#if LUM_Q_FORMAT == 12
+// The 6-bit scale and min of sub-block s from the header's words 1..3 (the scale table).
+LUM_FN void lum_q4k_scale(const uint4& head, int s, float& sc, float& m) {
+  const int t = 8 * (s & 3);
+  const unsigned a = (head.y >> t) & 0xFF, b = (head.z >> t) & 0xFF, c = (head.w >> t) & 0xFF;
+  const bool hi = s >= 4;
+  sc = (float)(hi ? (c & 0xF) | ((a >> 6) << 4) : a & 63);
+  m = (float)(hi ? (c >> 4) | ((b >> 6) << 4) : b & 63);
+}
+#endif
+// The kernel's shape: a block of kQThreads threads takes kQThreads / (32 Split) groups
+// of Rows weight rows, Split warps a group, its threads over the rows' pieces.
+template <int Split, int Rows>
+LUM_FN void lum_qdot(const unsigned char* __restrict__ w, const signed char* __restrict__ xq,
+                     const float* __restrict__ xd, float* __restrict__ y, long long n,
+                     long long k, long long row_bytes) {
+  constexpr int kRows = Rows, kGroup = 32 * Split, kGroups = kQThreads / kGroup;
+  const int tid = threadIdx.x % kGroup, group = threadIdx.x / kGroup, lane = tid % 32,
+            warp = tid / 32;
+  const long long j0 = ((long long)blockIdx.x * kGroups + group) * kRows;
+  const int p = tid % 8;  // constant along the loop (kGroup % 8 == 0)
+  const long long pieces = k / 256 * 8;
+  float acc[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) acc[r] = 0.0f;
+#pragma unroll 2
+  for (long long at = tid; at < pieces; at += kGroup) {
+    const long long b = at / 8;
+#if LUM_Q_FORMAT == 12
+    const int s0 = 2 * (p / 2);
+    uint4 head[kRows], qs[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+      if (j0 + r < n) {
+        const uint4* blk = (const uint4*)(w + (j0 + r) * row_bytes + b * 144);
+        head[r] = __ldg(blk), qs[r] = __ldg(blk + 1 + p);
+      }
+    // x's 16 elements under the low nibbles (sub-block s0) and the 16 under the high.
+    const long long e = b * 256 + 32 * s0 + 16 * (p % 2);
+    const int4 x0 = __ldg((const int4*)(xq + e)), x1 = __ldg((const int4*)(xq + e + 32));
+    const float2 dx = __ldg((const float2*)(xd + b * 8 + s0));
+    const int sum0 = lum_dp4a_sum(x0), sum1 = lum_dp4a_sum(x1);  // for the mins
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      if (j0 + r >= n) break;
+      // The low nibbles against x0, the high against x1.
+      const unsigned q[4] = {qs[r].x, qs[r].y, qs[r].z, qs[r].w};
+      const int x0w[4] = {x0.x, x0.y, x0.z, x0.w}, x1w[4] = {x1.x, x1.y, x1.z, x1.w};
+      int dot0 = 0, dot1 = 0;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        dot0 = lum_dp4a((int)(q[i] & 0x0F0F0F0Fu), x0w[i], dot0);
+        dot1 = lum_dp4a((int)((q[i] >> 4) & 0x0F0F0F0Fu), x1w[i], dot1);
+      }
+      float sc0, m0, sc1, m1;
+      lum_q4k_scale(head[r], s0, sc0, m0);
+      lum_q4k_scale(head[r], s0 + 1, sc1, m1);
+      const float d = lum_q_half(head[r].x), dmin = lum_q_half(head[r].x >> 16);
+      acc[r] += dx.x * (d * sc0 * (float)dot0 - dmin * m0 * (float)sum0) +
+                dx.y * (d * sc1 * (float)dot1 - dmin * m1 * (float)sum1);
+    }
+#else  // Q6_K
+    const int h = p / 4, l0 = 8 * (p % 4);
+    // Per row: low nibbles of bytes l0.. and l0 + 32.. of the half's 64, their high bits
+    // (bytes l0.. of the half's 32), the half's eight scales, d.
+    unsigned ql[kRows][4], qh[kRows][2], sc[kRows][2], dw[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+      if (j0 + r < n) {
+        const unsigned char* blk = w + (j0 + r) * row_bytes + b * 210;
+        lum_q_pairs<8>(blk + 64 * h + l0, ql[r]);
+        lum_q_pairs<8>(blk + 64 * h + 32 + l0, ql[r] + 2);
+        lum_q_pairs<8>(blk + 128 + 32 * h + l0, qh[r]);
+        lum_q_pairs<8>(blk + 192 + 8 * h, sc[r]);
+        dw[r] = lum_q_u16(blk + 208);
+      }
+    // x's groups g < 4: 8 elements at 128 h + l0 + 32 g, in sub-block 4 h + g.
+    int2 xg[4];
+    int xs[4];
+#pragma unroll
+    for (int g = 0; g < 4; ++g) {
+      xg[g] = __ldg((const int2*)(xq + b * 256 + 128 * h + l0 + 32 * g));
+      xs[g] = lum_dp4a(xg[g].y, kOnes, lum_dp4a(xg[g].x, kOnes, 0));
+    }
+    const float4 dx = __ldg((const float4*)(xd + b * 8 + 4 * h));
+    const float dxs[4] = {dx.x, dx.y, dx.z, dx.w};
+    const int is = (p % 4) / 2;  // the scale of 16 elements: is + 2 g in the half's eight
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      if (j0 + r >= n) break;
+      float sum = 0.0f;
+#pragma unroll
+      for (int g = 0; g < 4; ++g) {
+        int dot = 0;
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const unsigned low = (ql[r][2 * (g & 1) + i] >> (4 * (g >> 1))) & 0x0F0F0F0Fu;
+          const unsigned high = ((qh[r][i] >> (2 * g)) << 4) & 0x30303030u;
+          dot = lum_dp4a((int)(low | high), i ? xg[g].y : xg[g].x, dot);
+        }
+        const int at_sc = is + 2 * g;  // byte at_sc of the eight
+        const float scale = (float)(signed char)((sc[r][at_sc >> 2] >> (8 * (at_sc & 3))) & 0xFF);
+        sum += dxs[g] * scale * (float)(dot - 32 * xs[g]);
+      }
+      acc[r] += lum_q_half(dw[r]) * sum;
+    }
+#endif
+  }
+#pragma unroll
+  for (int r = 0; r < kRows; ++r)
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
+  if (Split == 1) {
+    if (lane < kRows && j0 + lane < n) {
+      float a = acc[0];
+#pragma unroll
+      for (int r = 1; r < kRows; ++r) a = lane == r ? acc[r] : a;
+      y[j0 + lane] = a;
+    }
+    return;
+  }
+  __shared__ float part[kGroups][Split][kRows];
+  if (lane == 0)
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) part[group][warp][r] = acc[r];
+  __syncthreads();
+  if (tid < kRows && j0 + tid < n) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int q = 0; q < Split; ++q) sum += part[group][q][tid];
+    y[j0 + tid] = sum;
+  }
+}
+#define LUM_QDOT(S, R)                                                                        \
+  extern "C" __global__ void __launch_bounds__(kQThreads) lum_qdot_s##S##_r##R(              \
+      const unsigned char* __restrict__ w, const signed char* __restrict__ xq,                \
+      const float* __restrict__ xd, float* __restrict__ y, long long n, long long k,          \
+      long long row_bytes) {                                                                  \
+    lum_qdot<S, R>(w, xq, xd, y, n, k, row_bytes);                                            \
+  }
+LUM_QDOT(4, 4)
+LUM_QDOT(2, 4)
+LUM_QDOT(1, 4)
+LUM_QDOT(1, 2)
+LUM_QDOT(4, 8)
+LUM_QDOT(1, 8)
+#endif
 )QUANT";
 
 // A [rows, k, cols] product operand view: strides along each.
@@ -300,6 +498,64 @@ const void* QuantProducts::kernel(uint32_t format, const char* name) {
   return m->kernel(name);
 }
 
+int64_t QDotShape::rows_a_block() const { return kQuantGemvThreads / (32 * split) * rows; }
+
+std::string QDotShape::kernel_name() const {
+  return "lum_qdot_s" + std::to_string(split) + "_r" + std::to_string(rows);
+}
+
+void QuantProducts::integer_product(uint32_t format, const float* x, int64_t k, int64_t n,
+                                    const unsigned char* weights, int64_t row_bytes, float* y) {
+  const auto key = std::make_tuple(format, n, k);
+  auto chosen = choice_.find(key);
+  // x's int8 values, then a scale per 32 (k is a whole number of 256-element blocks, so
+  // the scales stay 16-byte aligned).
+  const void* quantize =
+      chosen != choice_.end() ? chosen->second.quantize : kernel(format, "lum_q8_row");
+  auto* q = static_cast<signed char*>(grown(device_, quantized_, static_cast<size_t>(k + k / 8)));
+  auto* d = reinterpret_cast<float*>(q + k);
+  long long k_arg = k, n_arg = n, bytes_arg = row_bytes;
+  void* quantize_args[] = {&x, &q, &d, &k_arg};
+  check(cudaLaunchKernel(quantize, dim3(static_cast<unsigned>((k / 32 + 255) / 256)), dim3(256),
+                         quantize_args, 0, device_.stream()),
+        "launching an activation row's quantisation");
+  void* args[] = {&weights, &q, &d, &y, &n_arg, &k_arg, &bytes_arg};
+  auto launch = [&](const void* product, int64_t rows_a_block) {
+    check(cudaLaunchKernel(product,
+                           dim3(static_cast<unsigned>((n + rows_a_block - 1) / rows_a_block)),
+                           dim3(kQuantGemvThreads), args, 0, device_.stream()),
+          "launching a quantised product");
+  };
+  auto launch_shape = [&](const QDotShape& s) {
+    launch(kernel(format, s.kernel_name().c_str()), s.rows_a_block());
+  };
+  if (chosen == choice_.end()) {
+    size_t pick = 0;
+    if (searcher_.settings().mode != runtime::SearchMode::Off) {
+      if (device_.capturing()) {  // nothing may wait for a search: the default runs
+        launch_shape(kQDotShapes[0]);
+        return;
+      }
+      runtime::SearchProblem p;
+      p.signature = "qdot " + ggml_type_name(format) + " n=" + std::to_string(n) +
+                    " k=" + std::to_string(k);
+      for (const QDotShape& s : kQDotShapes)
+        p.candidates.push_back({s.kernel_name(), [&, s] { launch_shape(s); }});
+      DeviceTrials trials(device_);
+      // The shapes differ only in the order the partial sums meet: a few ulps of the
+      // largest terms.
+      trials.judge(p, y, static_cast<size_t>(n), DType::F32, 1e-4);
+      pick = searcher_.choose(p).winner;
+    }
+    const QDotShape& s = kQDotShapes[pick];
+    chosen = choice_
+                 .emplace(key, QDotChoice{quantize, kernel(format, s.kernel_name().c_str()),
+                                          s.rows_a_block()})
+                 .first;
+  }
+  launch(chosen->second.product, chosen->second.rows_a_block);
+}
+
 bool QuantProducts::run(uint32_t format, const ConcreteView& x, const void* x_data,
                         const ConcreteView& w, const void* w_data, void* y) {
   size_t block_elems = 0, block_bytes = 0;
@@ -327,6 +583,12 @@ bool QuantProducts::run(uint32_t format, const ConcreteView& x, const void* x_da
       void* packed_rows = grown(device_, rows_, static_cast<size_t>(rows * k) * sizeof(float));
       if (!copy_.run(x_rows, x_data, sizeof(float), packed_rows)) return false;
       xp = static_cast<const float*>(packed_rows);
+    }
+    if (rows == 1 && integer_products_ &&
+        (static_cast<GgmlType>(format) == GgmlType::Q4_K ||
+         static_cast<GgmlType>(format) == GgmlType::Q6_K)) {
+      integer_product(format, xp, k, n, weights, row_bytes, static_cast<float*>(y));
+      return true;
     }
     const void* gemv = kernel(format, rows == 1 ? "lum_qgemv1" : "lum_qgemv8");
     for (int64_t r0 = 0; r0 < rows; r0 += 8) {

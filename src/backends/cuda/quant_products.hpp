@@ -1,7 +1,12 @@
 // Products of f32 activations with weights kept in ggml's block formats (private to
 // src/backends/cuda): Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K, decoded inside
 // the kernels, never on the host.
-// - Up to kQuantGemvRows activation rows (decoding): a block per four weight rows, its
+// - One activation row over Q4_K or Q6_K weights (a decoding step's products, in
+//   llama.cpp's Q4_K_M mix): the row is quantised to int8 per 32 elements (as llama.cpp's
+//   activations, and as the CPU backend's integer products), then multiplied in integer
+//   dot products (dp4a); the kernel's shape (warps and weight rows a group) is searched
+//   per matrix shape.
+// - Otherwise up to kQuantGemvRows activation rows: a block per four weight rows, its
 //   threads over their 32-element sub-blocks, each sub-block of the activations (f32)
 //   read once for the four rows. Past eight activation rows the kernel runs once per
 //   eight.
@@ -15,12 +20,15 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 
 #include "backends/cuda/copy_view.hpp"
 #include "backends/cuda/device.hpp"
 #include "backends/cuda/gemm.hpp"
 #include "backends/cuda/nvrtc.hpp"
 #include "luminal/view.hpp"
+#include "runtime/env.hpp"
+#include "runtime/search.hpp"
 
 namespace luminal::cudagen {
 
@@ -30,6 +38,17 @@ constexpr int64_t kQuantGemvRows = 64, kQuantGemvWeightRows = 4, kQuantGemvThrea
 /// f16 bytes of decoded weight rows at most per product of the prompt path.
 constexpr int64_t kQuantChunkBytes = int64_t{64} << 20;
 
+/// A shape of the one-row integer kernel: warps a group of weight rows (over their
+/// pieces), weight rows a group.
+struct QDotShape {
+  int split = 4, rows = 4;
+  int64_t rows_a_block() const;
+  std::string kernel_name() const;
+};
+/// The shapes the search tries for each new matrix shape; the first is the default (the
+/// cost model's pick).
+constexpr QDotShape kQDotShapes[] = {{4, 4}, {2, 4}, {1, 4}, {1, 2}, {4, 8}, {1, 8}};
+
 /// Whether the kernels decode ggml type `format`.
 bool quant_products_support(uint32_t format);
 
@@ -38,8 +57,9 @@ std::string quant_products_source(uint32_t format);
 
 class QuantProducts {
  public:
-  QuantProducts(const Device& device, Gemm& gemm, ViewCopy& copy)
-      : device_(device), gemm_(gemm), copy_(copy) {}
+  /// Searches new matrix shapes' integer kernel shapes with `searcher` (the executable's).
+  QuantProducts(const Device& device, runtime::Searcher& searcher, Gemm& gemm, ViewCopy& copy)
+      : device_(device), searcher_(searcher), gemm_(gemm), copy_(copy) {}
 
   /// y[batch..., M, N] (f32, contiguous) = x W^T, where `x` is the QMatMul's
   /// [batch..., M, K, N] operand view over f32 device data and `w` the [N, K] weight's
@@ -52,12 +72,28 @@ class QuantProducts {
 
  private:
   const void* kernel(uint32_t format, const char* name);
+  /// y = x W^T for one activation row `x` (k floats, 16-byte aligned) over Q4_K or Q6_K
+  /// weights: x quantised to int8 per 32 elements, then integer dot products.
+  void integer_product(uint32_t format, const float* x, int64_t k, int64_t n,
+                       const unsigned char* weights, int64_t row_bytes, float* y);
 
   const Device& device_;
+  runtime::Searcher& searcher_;
   Gemm& gemm_;
   ViewCopy& copy_;
   std::map<uint32_t, std::unique_ptr<Module>> modules_;  // by format
   DeviceBuffer rows_, decoded_, out_;  // packed activations, f16 weight rows, a chunk's output
+  DeviceBuffer quantized_;             // an activation row in int8, then its scales
+  // LUMINAL_CUDA_INT8_ACTIVATIONS=0: f32 activations throughout, to measure the difference.
+  bool integer_products_ = !runtime::env_has("LUMINAL_CUDA_INT8_ACTIVATIONS", "0");
+  // The integer kernels for each matrix seen (its shape searched), by format, N and K,
+  // resolved once: a decoding step launches them hundreds of times.
+  struct QDotChoice {
+    const void* quantize;
+    const void* product;
+    int64_t rows_a_block;
+  };
+  std::map<std::tuple<uint32_t, int64_t, int64_t>, QDotChoice> choice_;
 };
 
 }  // namespace luminal::cudagen
