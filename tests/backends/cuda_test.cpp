@@ -6,7 +6,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
+#include <map>
 #include <random>
 #include <tuple>
 
@@ -168,7 +170,7 @@ double int8_activation_bound(const std::vector<float>& w, const std::vector<floa
 // and 140 (the prompt path), over a batch dim and rows. Each output within
 // its path's rounding of sum |w x|: f32 activations, 1e-5; activations and weights
 // rounded to f16 for the prompt path, 2^-10 (two roundings of 2^-11 a product); the
-// one-row integer kernels (Q4_K, Q6_K), int8 activations (int8_activation_bound).
+// one-row integer kernels (Q8_0, Q4_K, Q6_K), int8 activations (int8_activation_bound).
 TEST(Cuda, QuantisedProductsDecodeEveryFormatOnTheDevice) {
   SKIP_WITHOUT_GPU();
   const int64_t k = 512, n = 40;
@@ -195,7 +197,8 @@ TEST(Cuda, QuantisedProductsDecodeEveryFormatOnTheDevice) {
       EXPECT_EQ(cx.last_run_stats().host_fallbacks, 0u) << what;
       ASSERT_EQ(got.size(), want.size()) << what;
       const double rel = rows <= 64 ? 1e-5 : std::ldexp(1.0, -10);
-      const bool int8 = (t == GgmlType::Q4_K || t == GgmlType::Q6_K) && rows == 1;
+      const bool int8 =
+          (t == GgmlType::Q8_0 || t == GgmlType::Q4_K || t == GgmlType::Q6_K) && rows == 1;
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t j = 0; j < n; ++j) {
           double magnitude = 0;
@@ -211,8 +214,9 @@ TEST(Cuda, QuantisedProductsDecodeEveryFormatOnTheDevice) {
   }
 }
 
-// The one-row integer kernels (Q4_K, Q6_K) where their loops and blocks have edges: a
-// row of 17 blocks (136 pieces for 128 threads; Q6_K's odd blocks two-byte aligned), 42
+// The one-row integer kernels (Q8_0, Q4_K, Q6_K) where their loops and blocks have edges:
+// a row of 17 blocks of 256 (136 pieces for 128 threads; Q6_K's odd blocks and Q8_0's
+// quants two-byte aligned), 42
 // weight rows (a block of four with two), activations whose 32-element groups span
 // magnitudes from 0 (a zero scale) to 1e3. Against the reference interpreter within the
 // int8 activations' bound; and closer to it than that bound by far on average (a wrong
@@ -232,7 +236,7 @@ TEST(Cuda, QuantisedProductsOfOneRowRunInIntegers) {
     const float scale = group % 7 == 3 ? 0.0f : std::pow(10.0f, static_cast<float>(group % 5) - 2);
     xv[static_cast<size_t>(c)] = normal(rng) * scale;
   }
-  for (const GgmlType t : {GgmlType::Q4_K, GgmlType::Q6_K}) {
+  for (const GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K}) {
     const auto type = static_cast<uint32_t>(t);
     const std::string what = ggml_type_name(type);
     Graph cx;
@@ -490,10 +494,47 @@ TEST(Cuda, InputsThatDoNotFitStopBeforeUploading) {
   EXPECT_EQ(y.to_f32()[0], 2048.0f);
 }
 
-// QMatMuls of the same row of activations by bf16 weights (a layer's q/k/v, gate/up) run
-// as one launch of at most four, whatever ops the graph put between them; their results
-// match the reference. The same graph with each product over its own copy of the row
-// makes one launch per product.
+// QMatMuls of the same row `xs` of activations by weights of `rows` x k (a layer's q/k/v,
+// gate/up), each weight given by `set_weight(w, i)`, each followed by an elementwise op;
+// with `shared`, all over the one row, else each over its own copy of it. Every output
+// within `bound(i, e, w_i, want)` of the reference's `want`; returns the run's launches.
+size_t launches_of_products(bool shared, const std::vector<int64_t>& rows, int64_t k,
+                            const std::vector<float>& xs,
+                            const std::function<void(Tensor&, size_t)>& set_weight,
+                            const std::function<double(size_t, size_t, Tensor&, float)>& bound) {
+  Graph cx;
+  Tensor x = cx.named_tensor("x", {1, k});
+  x.set(xs);
+  std::vector<Tensor> outs, weights;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    Tensor xi = x;
+    if (!shared) {
+      xi = cx.named_tensor("x" + std::to_string(i), {1, k});
+      xi.set(xs);
+    }
+    weights.push_back(cx.named_tensor("w" + std::to_string(i), {rows[i], k}));
+    set_weight(weights.back(), i);
+    // Something computed from each product before the next is built.
+    outs.push_back((xi.matmul(weights.back().permute({1, 0})) * 2.0 + 1.0).retrieve());
+  }
+  const std::vector<std::vector<float>> want = testing::run_outputs(cx, reference(), outs);
+  const std::vector<std::vector<float>> got = testing::run_outputs(cx, cuda(), outs);
+  for (size_t i = 0; i < outs.size(); ++i) {
+    EXPECT_EQ(got[i].size(), want[i].size());
+    for (size_t e = 0; e < std::min(got[i].size(), want[i].size()); ++e)
+      if (std::fabs(got[i][e] - want[i][e]) > bound(i, e, weights[i], want[i][e])) {
+        ADD_FAILURE() << (shared ? "shared" : "separate") << " product " << i << ", element " << e
+                      << ": " << got[i][e] << " against " << want[i][e];
+        return 0;
+      }
+  }
+  return cx.last_run_stats().launches;
+}
+
+// QMatMuls of the same row of activations by bf16 weights run as one launch of at most
+// four, whatever ops the graph put between them; their results match the reference. The
+// same graph with each product over its own copy of the row makes one launch per
+// product.
 TEST(Cuda, ProductsOfTheSameActivationsRunAsOne) {
   SKIP_WITHOUT_GPU();
   std::mt19937 rng(5);
@@ -503,41 +544,44 @@ TEST(Cuda, ProductsOfTheSameActivationsRunAsOne) {
   const std::vector<float> xs = testing::uniform_floats(rng, k);
   std::vector<std::vector<float>> ws;
   for (int64_t n : rows) ws.push_back(testing::uniform_floats(rng, static_cast<size_t>(n * k)));
-  auto run = [&](bool shared) -> size_t {
-    Graph cx;
-    Tensor x = cx.named_tensor("x", {1, k});
-    x.set(xs);
-    std::vector<Tensor> outs;
-    for (size_t i = 0; i < rows.size(); ++i) {
-      Tensor xi = x;
-      if (!shared) {
-        xi = cx.named_tensor("x" + std::to_string(i), {1, k});
-        xi.set(xs);
-      }
-      Tensor w = cx.named_tensor("w" + std::to_string(i), {rows[i], k});
-      Buffer half(DType::BF16, ws[i].size());
-      for (size_t e = 0; e < ws[i].size(); ++e) half.set_f64(e, ws[i][e]);
-      Buffer raw(DType::U8, half.bytes());
-      std::memcpy(raw.data(), half.data(), half.bytes());
-      w.set_quantized(static_cast<uint32_t>(GgmlType::BF16), std::move(raw));
-      // Something computed from each product before the next is built.
-      outs.push_back((xi.matmul(w.permute({1, 0})) * 2.0 + 1.0).retrieve());
-    }
-    const std::vector<std::vector<float>> want = testing::run_outputs(cx, reference(), outs);
-    const std::vector<std::vector<float>> got = testing::run_outputs(cx, cuda(), outs);
-    for (size_t i = 0; i < outs.size(); ++i) {
-      EXPECT_EQ(got[i].size(), want[i].size());
-      for (size_t e = 0; e < std::min(got[i].size(), want[i].size()); ++e)
-        if (std::fabs(got[i][e] - want[i][e]) > 1e-4 * (1 + std::fabs(want[i][e]))) {
-          ADD_FAILURE() << (shared ? "shared" : "separate") << " product " << i << ", element " << e
-                        << ": " << got[i][e] << " against " << want[i][e];
-          return 0;
-        }
-    }
-    return cx.last_run_stats().launches;
+  auto set_weight = [&](Tensor& w, size_t i) {
+    Buffer half(DType::BF16, ws[i].size());
+    for (size_t e = 0; e < ws[i].size(); ++e) half.set_f64(e, ws[i][e]);
+    Buffer raw(DType::U8, half.bytes());
+    std::memcpy(raw.data(), half.data(), half.bytes());
+    w.set_quantized(static_cast<uint32_t>(GgmlType::BF16), std::move(raw));
   };
-  const size_t separate = run(false), shared = run(true);
+  auto bound = [](size_t, size_t, Tensor&, float want) { return 1e-4 * (1 + std::fabs(want)); };
+  const size_t separate = launches_of_products(false, rows, k, xs, set_weight, bound);
+  const size_t shared = launches_of_products(true, rows, k, xs, set_weight, bound);
   EXPECT_EQ(shared + 3, separate);  // five products: a launch of four and one alone
+}
+
+// The same over Q4_K, Q6_K and Q8_0 weights mixed (llama.cpp's Q4_K_M gives a layer's
+// values Q6_K): a run of up to four integer products is one step of the run (its row
+// quantised once for all), within the int8 activations' bound.
+TEST(Cuda, QuantisedProductsOfTheSameActivationsQuantiseThemOnce) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(7);
+  const int64_t k = 512;
+  const std::vector<int64_t> rows = {8, 256, 72, 64, 40};
+  const std::vector<GgmlType> types = {GgmlType::Q4_K, GgmlType::Q4_K, GgmlType::Q6_K,
+                                       GgmlType::Q8_0, GgmlType::Q6_K};
+  std::normal_distribution<float> normal(0, 1);
+  std::vector<float> xs(static_cast<size_t>(k));
+  for (float& v : xs) v = normal(rng);
+  auto set_weight = [&](Tensor& w, size_t i) {
+    const auto type = static_cast<uint32_t>(types[i]);
+    w.set_quantized(type, testing::random_blocks(type, rows[i], k, static_cast<uint32_t>(i)));
+  };
+  std::map<size_t, std::vector<float>> decoded;             // each weight's values, once
+  auto bound = [&](size_t i, size_t e, Tensor& w, float) {  // doubled by the op after
+    if (!decoded.count(i)) decoded[i] = w.to_f32();
+    return 2 * int8_activation_bound(decoded[i], xs, 0, static_cast<int64_t>(e), k) + 1e-5;
+  };
+  const size_t separate = launches_of_products(false, rows, k, xs, set_weight, bound);
+  const size_t shared = launches_of_products(true, rows, k, xs, set_weight, bound);
+  EXPECT_EQ(shared + 3, separate);  // a run of four and one alone
 }
 
 // prepare() uploads the weights (inputs set, of fixed shape) before the first run, so

@@ -431,9 +431,11 @@ class CudaExecutable final : public Executable {
   }
 
   // Kernels k.. (a run of shared_runs_[k] QMatMuls of the same activations and weight
-  // format) as one launch of the one-row kernel, writing each one's value in its place in
-  // the arena. False, with nothing run, where that kernel cannot take them (several rows
-  // of activations, a value kept apart from the arena, views it does not read).
+  // format) as one launch of the one-row kernel (or, over Q8_0, Q4_K and Q6_K, one
+  // quantisation of the activations for their integer kernels), writing each one's value
+  // in its place in the arena. False, with nothing run, where that kernel cannot take
+  // them (several rows of activations, a value kept apart from the arena, views it does
+  // not read).
   bool run_shared_products(const Graph& user, size_t k) {
     const Graph& g = *program_.graph;
     const Node& first = g.node(plan_.kernels[k].root);
@@ -452,8 +454,20 @@ class CudaExecutable final : public Executable {
       for (size_t j = k + 1; j < k + shared_runs_[k]; ++j)
         check(cudaMemsetAsync(weights[j - k].out, 0xFF, value_bytes_[j], device_->stream()),
               "cudaMemsetAsync");
-    const auto* q = static_cast<const compiler::QMatMulOp*>(first.custom.get());
-    return mixed_.qmatmul_shared(q->format, x, operand(first.inputs[0].source), weights);
+    const auto format_of = [&](size_t j) {
+      return static_cast<const compiler::QMatMulOp*>(g.node(plan_.kernels[j].root).custom.get())
+          ->format;
+    };
+    if (cudagen::quant_products_support(format_of(k))) {  // the integer kernels' run
+      std::vector<cudagen::QuantMatrix>& quantised = shared_quantised_;
+      quantised.clear();
+      for (size_t j = k; j < k + shared_runs_[k]; ++j) {
+        const cudagen::GemvMatrix& w = weights[j - k];
+        quantised.push_back({format_of(j), w.view, w.data, w.out});
+      }
+      return quant_.run_shared(x, operand(first.inputs[0].source), quantised);
+    }
+    return mixed_.qmatmul_shared(format_of(k), x, operand(first.inputs[0].source), weights);
   }
 
   // Library kernels: MatMul through the one-row kernel or cuBLASLt (MixedProducts where
@@ -708,6 +722,7 @@ class CudaExecutable final : public Executable {
   std::vector<runtime::ResolvedViews> views_;
   std::vector<uint32_t> shared_runs_;                   // per kernel (shared_product_runs, checked)
   std::vector<cudagen::GemvMatrix> shared_weights_;     // run_shared_products', for its capacity
+  std::vector<cudagen::QuantMatrix> shared_quantised_;  // the same, over block formats
   std::vector<std::optional<NodeId>> appendable_base_;  // per kernel (find_appendable_bases)
   std::unordered_map<uint32_t, const void*> input_address_;  // by input node, this run
   // Each kernel's value: its address this run, its bytes, and its own buffer where it is

@@ -284,13 +284,15 @@ extern "C" __global__ void __launch_bounds__(256)
   d[sb] = amax / 127.0f;
 }
 
-#if LUM_Q_FORMAT == 12 || LUM_Q_FORMAT == 14  // Q4_K, Q6_K
+#if LUM_Q_FORMAT == 8 || LUM_Q_FORMAT == 12 || LUM_Q_FORMAT == 14  // Q8_0, Q4_K, Q6_K
 // y[j] = x . W[j] for one quantised activation row (lum_q8_row) and a group of weight
-// rows, in integer dot products (dp4a): a few instructions a weight row per 16 to 24
+// rows, in integer dot products (dp4a): a few instructions a weight row per 16 to 32
 // quant bytes, where decoding to floats takes 32 multiply-adds and conversions, and x
-// read as 1.1 bytes an element instead of 4. A thread takes piece p = tid % 8 of one
-// 256-element block of each of the group's rows (the eight threads of a block read its
-// pieces side by side), and the same 32 elements of x for all of them:
+// read as 1.1 bytes an element instead of 4. A thread takes piece p = tid % 8 of 256
+// elements of each of the group's rows (the eight threads read its pieces side by
+// side), and the same 32 elements of x for all of them:
+// - Q8_0 (eight blocks of 34 bytes, two-byte aligned: d, then 32 int8): block p, its
+//   quants read as nine aligned words shifted into place where they start two bytes in.
 // - Q4_K (144 bytes: a 16-byte header of d, dmin and the scale table, then the quants):
 //   16-byte piece p + 1, half p % 2 of the 32 bytes whose low nibbles are sub-block
 //   2 (p / 2) and high nibbles 2 (p / 2) + 1. Every thread loads the header too.
@@ -330,7 +332,37 @@ LUM_FN void lum_qdot(const unsigned char* __restrict__ w, const signed char* __r
 #pragma unroll 2
   for (long long at = tid; at < pieces; at += kGroup) {
     const long long b = at / 8;
-#if LUM_Q_FORMAT == 12
+#if LUM_Q_FORMAT == 8
+    // Block p's quants start at byte 34 p + 2 of the 272: on a word boundary for odd p,
+    // two bytes past one for even p (a shift constant per thread).
+    const int start = 34 * p + 2, shift = 8 * (start & 3);
+    unsigned qw[kRows][8], dw[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+      if (j0 + r < n) {
+        const unsigned char* blk = w + (j0 + r) * row_bytes + b * 272;
+        const unsigned* words = (const unsigned*)(blk + (start & ~3));
+        unsigned raw[9];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) raw[i] = __ldg(words + i);
+        raw[8] = shift ? __ldg(words + 8) : 0u;  // (then in block p + 1, of the same 272)
+#pragma unroll
+        for (int i = 0; i < 8; ++i) qw[r][i] = __funnelshift_r(raw[i], raw[i + 1], shift);
+        dw[r] = lum_q_u16(blk + 34 * p);
+      }
+    const int4 x0 = __ldg((const int4*)(xq + b * 256 + 32 * p)),
+               x1 = __ldg((const int4*)(xq + b * 256 + 32 * p + 16));
+    const int xw[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+    const float dx = __ldg(xd + b * 8 + p);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      if (j0 + r >= n) break;
+      int dot = 0;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) dot = lum_dp4a((int)qw[r][i], xw[i], dot);
+      acc[r] += lum_q_half(dw[r]) * dx * (float)dot;
+    }
+#elif LUM_Q_FORMAT == 12
     const int s0 = 2 * (p / 2);
     uint4 head[kRows], qs[kRows];
 #pragma unroll
@@ -498,27 +530,39 @@ const void* QuantProducts::kernel(uint32_t format, const char* name) {
   return m->kernel(name);
 }
 
-int64_t QDotShape::rows_a_block() const { return kQuantGemvThreads / (32 * split) * rows; }
+int64_t QDotShape::rows_a_block() const {
+  return kQuantGemvThreads / (32 * split) * rows;
+}
 
 std::string QDotShape::kernel_name() const {
   return "lum_qdot_s" + std::to_string(split) + "_r" + std::to_string(rows);
 }
 
-void QuantProducts::integer_product(uint32_t format, const float* x, int64_t k, int64_t n,
-                                    const unsigned char* weights, int64_t row_bytes, float* y) {
-  const auto key = std::make_tuple(format, n, k);
-  auto chosen = choice_.find(key);
+bool QuantProducts::integer_products(uint32_t format, int64_t k) const {
+  const auto type = static_cast<GgmlType>(format);
+  return integer_products_ && k % 256 == 0 &&
+         (type == GgmlType::Q8_0 || type == GgmlType::Q4_K || type == GgmlType::Q6_K);
+}
+
+void QuantProducts::quantize_row(uint32_t format, const float* x, int64_t k) {
   // x's int8 values, then a scale per 32 (k is a whole number of 256-element blocks, so
   // the scales stay 16-byte aligned).
-  const void* quantize =
-      chosen != choice_.end() ? chosen->second.quantize : kernel(format, "lum_q8_row");
+  const void*& quantize = quantize_kernel_[format];
+  if (!quantize) quantize = kernel(format, "lum_q8_row");
   auto* q = static_cast<signed char*>(grown(device_, quantized_, static_cast<size_t>(k + k / 8)));
   auto* d = reinterpret_cast<float*>(q + k);
-  long long k_arg = k, n_arg = n, bytes_arg = row_bytes;
-  void* quantize_args[] = {&x, &q, &d, &k_arg};
+  long long k_arg = k;
+  void* args[] = {&x, &q, &d, &k_arg};
   check(cudaLaunchKernel(quantize, dim3(static_cast<unsigned>((k / 32 + 255) / 256)), dim3(256),
-                         quantize_args, 0, device_.stream()),
+                         args, 0, device_.stream()),
         "launching an activation row's quantisation");
+}
+
+void QuantProducts::integer_product(uint32_t format, int64_t k, int64_t n,
+                                    const unsigned char* weights, int64_t row_bytes, float* y) {
+  auto* q = static_cast<signed char*>(quantized_.data());
+  auto* d = reinterpret_cast<float*>(q + k);
+  long long k_arg = k, n_arg = n, bytes_arg = row_bytes;
   void* args[] = {&weights, &q, &d, &y, &n_arg, &k_arg, &bytes_arg};
   auto launch = [&](const void* product, int64_t rows_a_block) {
     check(cudaLaunchKernel(product,
@@ -529,6 +573,8 @@ void QuantProducts::integer_product(uint32_t format, const float* x, int64_t k, 
   auto launch_shape = [&](const QDotShape& s) {
     launch(kernel(format, s.kernel_name().c_str()), s.rows_a_block());
   };
+  const auto key = std::make_tuple(format, n, k);
+  auto chosen = choice_.find(key);
   if (chosen == choice_.end()) {
     size_t pick = 0;
     if (searcher_.settings().mode != runtime::SearchMode::Off) {
@@ -537,8 +583,8 @@ void QuantProducts::integer_product(uint32_t format, const float* x, int64_t k, 
         return;
       }
       runtime::SearchProblem p;
-      p.signature = "qdot " + ggml_type_name(format) + " n=" + std::to_string(n) +
-                    " k=" + std::to_string(k);
+      p.signature =
+          "qdot " + ggml_type_name(format) + " n=" + std::to_string(n) + " k=" + std::to_string(k);
       for (const QDotShape& s : kQDotShapes)
         p.candidates.push_back({s.kernel_name(), [&, s] { launch_shape(s); }});
       DeviceTrials trials(device_);
@@ -548,46 +594,82 @@ void QuantProducts::integer_product(uint32_t format, const float* x, int64_t k, 
       pick = searcher_.choose(p).winner;
     }
     const QDotShape& s = kQDotShapes[pick];
-    chosen = choice_
-                 .emplace(key, QDotChoice{quantize, kernel(format, s.kernel_name().c_str()),
-                                          s.rows_a_block()})
-                 .first;
+    chosen =
+        choice_.emplace(key, QDotChoice{kernel(format, s.kernel_name().c_str()), s.rows_a_block()})
+            .first;
   }
   launch(chosen->second.product, chosen->second.rows_a_block);
 }
 
-bool QuantProducts::run(uint32_t format, const ConcreteView& x, const void* x_data,
-                        const ConcreteView& w, const void* w_data, void* y) {
+const unsigned char* QuantProducts::block_rows(uint32_t format, const ConcreteView& w,
+                                               const void* w_data, int64_t& row_bytes) {
   size_t block_elems = 0, block_bytes = 0;
   if (!quant_products_support(format) || !ggml_block_layout(format, block_elems, block_bytes))
-    return false;
+    return nullptr;
+  if (w.dims.size() != 2 || w.has_mask()) return nullptr;
+  const int64_t k = w.dims[1], elems = static_cast<int64_t>(block_elems);
+  if (w.strides[1] != 1 || w.strides[0] != k || k % elems != 0 || w.offset % k != 0) return nullptr;
+  row_bytes = k / elems * static_cast<int64_t>(block_bytes);
+  return static_cast<const unsigned char*>(w_data) + w.offset / k * row_bytes;
+}
+
+const float* QuantProducts::dense_rows(const ConcreteView& x, const void* x_data, int64_t rows,
+                                       int64_t k) {
+  const ConcreteView x_rows = unbroadcast(x);  // each row once
+  if (x_rows.is_dense() && x.offset % 4 == 0) return static_cast<const float*>(x_data) + x.offset;
+  void* packed_rows = grown(device_, rows_, static_cast<size_t>(rows * k) * sizeof(float));
+  return copy_.run(x_rows, x_data, sizeof(float), packed_rows)
+             ? static_cast<const float*>(packed_rows)
+             : nullptr;
+}
+
+bool QuantProducts::run_shared(const ConcreteView& x, const void* x_data,
+                               const std::vector<QuantMatrix>& weights) {
   const size_t rank = x.dims.size();
-  if (rank < 3 || w.dims.size() != 2 || x.has_mask() || w.has_mask()) return false;
+  if (weights.empty() || rank < 3 || x.has_mask() ||
+      x.numel() != x.dims[rank - 2] * x.dims[rank - 1])
+    return false;  // one activation row
+  const int64_t k = x.dims[rank - 2];
+  struct Rows {
+    const unsigned char* data;
+    int64_t row_bytes;
+  };
+  std::vector<Rows> rows;
+  for (const QuantMatrix& w : weights) {
+    int64_t row_bytes = 0;
+    const unsigned char* data =
+        integer_products(w.format, k) ? block_rows(w.format, w.view, w.data, row_bytes) : nullptr;
+    if (!data || w.view.dims[1] != k) return false;
+    rows.push_back({data, row_bytes});
+  }
+  const float* xp = dense_rows(x, x_data, 1, k);
+  if (!xp) return false;
+  quantize_row(weights[0].format, xp, k);
+  for (size_t i = 0; i < weights.size(); ++i)
+    integer_product(weights[i].format, k, weights[i].view.dims[0], rows[i].data, rows[i].row_bytes,
+                    static_cast<float*>(weights[i].out));
+  return true;
+}
+
+bool QuantProducts::run(uint32_t format, const ConcreteView& x, const void* x_data,
+                        const ConcreteView& w, const void* w_data, void* y) {
+  int64_t row_bytes = 0;
+  const unsigned char* weights = block_rows(format, w, w_data, row_bytes);
+  const size_t rank = x.dims.size();
+  if (!weights || rank < 3 || x.has_mask()) return false;
   const int64_t k = w.dims[1], n = w.dims[0];
-  const int64_t elems = static_cast<int64_t>(block_elems);
-  if (x.dims[rank - 2] != k || x.dims[rank - 1] != n || w.strides[1] != 1 || w.strides[0] != k ||
-      k % elems != 0 || w.offset % k != 0)
-    return false;
-  const int64_t row_bytes = k / elems * static_cast<int64_t>(block_bytes);
-  const auto* weights = static_cast<const unsigned char*>(w_data) + w.offset / k * row_bytes;
+  if (x.dims[rank - 2] != k || x.dims[rank - 1] != n) return false;
   for (size_t d = 0; d + 2 < rank; ++d)  // rows read once each (no broadcast batch dim)
     if (x.dims[d] > 1 && x.strides[d] == 0) return false;
   const int64_t rows = x.numel() / (k * n);
   if (rows == 0 || n == 0) return true;
-  const ConcreteView x_rows = unbroadcast(x);  // each row once
 
   if (rows <= kQuantGemvRows) {
-    // x's rows, packed unless they already lie dense and 16-byte aligned.
-    const float* xp = static_cast<const float*>(x_data) + x.offset;
-    if (!x_rows.is_dense() || x.offset % 4 != 0) {
-      void* packed_rows = grown(device_, rows_, static_cast<size_t>(rows * k) * sizeof(float));
-      if (!copy_.run(x_rows, x_data, sizeof(float), packed_rows)) return false;
-      xp = static_cast<const float*>(packed_rows);
-    }
-    if (rows == 1 && integer_products_ &&
-        (static_cast<GgmlType>(format) == GgmlType::Q4_K ||
-         static_cast<GgmlType>(format) == GgmlType::Q6_K)) {
-      integer_product(format, xp, k, n, weights, row_bytes, static_cast<float*>(y));
+    const float* xp = dense_rows(x, x_data, rows, k);
+    if (!xp) return false;
+    if (rows == 1 && integer_products(format, k)) {
+      quantize_row(format, xp, k);
+      integer_product(format, k, n, weights, row_bytes, static_cast<float*>(y));
       return true;
     }
     const void* gemv = kernel(format, rows == 1 ? "lum_qgemv1" : "lum_qgemv8");
@@ -608,6 +690,7 @@ bool QuantProducts::run(uint32_t format, const ConcreteView& x, const void* x_da
 
   // A prompt: x rounded to f16 once, then each chunk of weight rows decoded and
   // multiplied, its output columns put in place.
+  const ConcreteView x_rows = unbroadcast(x);  // each row once
   void* rounded = grown(device_, rows_, static_cast<size_t>(rows * k) * 2);
   if (!copy_.run_converted(x_rows, x_data, DType::F32, DType::F16, rounded)) return false;
   const int64_t chunk = std::clamp<int64_t>(kQuantChunkBytes / (2 * k), 1, n);

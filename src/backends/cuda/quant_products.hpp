@@ -1,8 +1,9 @@
 // Products of f32 activations with weights kept in ggml's block formats (private to
 // src/backends/cuda): Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K, decoded inside
 // the kernels, never on the host.
-// - One activation row over Q4_K or Q6_K weights (a decoding step's products, in
-//   llama.cpp's Q4_K_M mix): the row is quantised to int8 per 32 elements (as llama.cpp's
+// - One activation row over Q8_0, Q4_K or Q6_K weights (a decoding step's products; Q4_K
+//   and Q6_K are llama.cpp's Q4_K_M mix), K a multiple of 256: the row is quantised to
+//   int8 per 32 elements (as llama.cpp's
 //   activations, and as the CPU backend's integer products), then multiplied in integer
 //   dot products (dp4a); the kernel's shape (warps and weight rows a group) is searched
 //   per matrix shape.
@@ -21,6 +22,7 @@
 #include <memory>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "backends/cuda/copy_view.hpp"
 #include "backends/cuda/device.hpp"
@@ -55,6 +57,15 @@ bool quant_products_support(uint32_t format);
 /// The kernels' CUDA source for `format` (CI compiles each for sm_90).
 std::string quant_products_source(uint32_t format);
 
+/// One of several products of the same activation row: a QMatMul's weight (format, view
+/// and data) and its output.
+struct QuantMatrix {
+  uint32_t format;
+  ConcreteView view;
+  const void* data;
+  void* out;
+};
+
 class QuantProducts {
  public:
   /// Searches new matrix shapes' integer kernel shapes with `searcher` (the executable's).
@@ -69,13 +80,31 @@ class QuantProducts {
   /// fallback then writes all of it).
   bool run(uint32_t format, const ConcreteView& x, const void* x_data, const ConcreteView& w,
            const void* w_data, void* y);
+  /// The products of one activation row `x` (the first product's operand view) with
+  /// weights in the integer kernels' formats (a layer's query, key and value projections):
+  /// x quantised once for all of them. False, with nothing written, where `x` is not one
+  /// row or `run` would not take a weight into the integer kernels.
+  bool run_shared(const ConcreteView& x, const void* x_data,
+                  const std::vector<QuantMatrix>& weights);
 
  private:
   const void* kernel(uint32_t format, const char* name);
-  /// y = x W^T for one activation row `x` (k floats, 16-byte aligned) over Q4_K or Q6_K
-  /// weights: x quantised to int8 per 32 elements, then integer dot products.
-  void integer_product(uint32_t format, const float* x, int64_t k, int64_t n,
-                       const unsigned char* weights, int64_t row_bytes, float* y);
+  // Whether one-row products over `format` with rows of k run in the integer kernels.
+  bool integer_products(uint32_t format, int64_t k) const;
+  // The first of W's rows where `w` is an [N, K] view of whole rows of `format`'s blocks
+  // (`row_bytes` apart), else nullptr.
+  static const unsigned char* block_rows(uint32_t format, const ConcreteView& w, const void* w_data,
+                                         int64_t& row_bytes);
+  // The rows of the [batch..., M, K, N] view `x` (`rows` of them) as the one-pass kernels
+  // read them: f32, dense, 16-byte aligned (packed where they are not); nullptr where
+  // they cannot be packed.
+  const float* dense_rows(const ConcreteView& x, const void* x_data, int64_t rows, int64_t k);
+  // An activation row `x` (k floats, 16-byte aligned) into `quantized_`: int8 per 32
+  // elements, then the scales.
+  void quantize_row(uint32_t format, const float* x, int64_t k);
+  // y = x W^T for the row in `quantized_` and N rows of Q8_0, Q4_K or Q6_K weights.
+  void integer_product(uint32_t format, int64_t k, int64_t n, const unsigned char* weights,
+                       int64_t row_bytes, float* y);
 
   const Device& device_;
   runtime::Searcher& searcher_;
@@ -89,11 +118,11 @@ class QuantProducts {
   // The integer kernels for each matrix seen (its shape searched), by format, N and K,
   // resolved once: a decoding step launches them hundreds of times.
   struct QDotChoice {
-    const void* quantize;
     const void* product;
     int64_t rows_a_block;
   };
   std::map<std::tuple<uint32_t, int64_t, int64_t>, QDotChoice> choice_;
+  std::map<uint32_t, const void*> quantize_kernel_;  // by format (each source has one)
 };
 
 }  // namespace luminal::cudagen

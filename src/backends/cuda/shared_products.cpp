@@ -12,19 +12,33 @@
 namespace luminal::cudagen {
 namespace {
 
-// Kernel k's activations and weight format where it is a QMatMul over half-precision
-// weights that a user input holds (what the one-row kernel takes with others).
+// What the products of a run share besides their activations: the weight format, for the
+// one-row kernel over half-precision weights; any of the integer kernels' formats, whose
+// activations are quantised once for all (llama.cpp's Q4_K_M mixes Q4_K and Q6_K in a
+// layer's query, key and value projections).
+constexpr uint32_t kIntegerRun = ~0u;
+
+// Kernel k's activations and run kind where it is a QMatMul over weights that a user
+// input holds, in a format the one-row kernels take together.
 std::optional<std::pair<NodeId, uint32_t>> shared_product(const Graph& g,
                                                           const compiler::KernelPlan& plan,
                                                           size_t k) {
   const Node& n = g.node(plan.kernels[k].root);
   const auto* q =
       n.op == Op::Custom ? dynamic_cast<const compiler::QMatMulOp*>(n.custom.get()) : nullptr;
-  if (!q || (q->format != static_cast<uint32_t>(GgmlType::F16) &&
-             q->format != static_cast<uint32_t>(GgmlType::BF16)))
-    return std::nullopt;
-  if (g.node(plan.canon(n.inputs[1].source)).op != Op::Input) return std::nullopt;
-  return std::pair{plan.canon(n.inputs[0].source), q->format};
+  if (!q || g.node(plan.canon(n.inputs[1].source)).op != Op::Input) return std::nullopt;
+  const NodeId x = plan.canon(n.inputs[0].source);
+  switch (static_cast<GgmlType>(q->format)) {
+    case GgmlType::F16:
+    case GgmlType::BF16:
+      return std::pair{x, q->format};
+    case GgmlType::Q8_0:
+    case GgmlType::Q4_K:
+    case GgmlType::Q6_K:
+      return std::pair{x, kIntegerRun};
+    default:
+      return std::nullopt;
+  }
 }
 
 }  // namespace
