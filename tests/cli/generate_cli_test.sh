@@ -74,6 +74,22 @@ for kv in f16 f32; do
   fi
 done
 
+# --print-ids: greedy decoding's ids, against transformers' (the fixture's first prompt:
+# its ids, then eight greedy ones, past any end-of-sequence token).
+expect 2 "--temperature must be 0" generate --model x.gguf --print-ids --temperature 0.5
+if "$bin" generate --model "$fixtures/generate/llama_kquant.gguf" --prompt "The quick brown fox" \
+    --max-tokens 8 --threads 1 --print-ids >"$work/out" 2>"$work/err"; then
+  flat=$(tr -d ' \n' <"$fixtures/generate/expected_llama_kquant_gguf.json")
+  first_ids() { sed -E "s/^\[\{[^}]*\"$1\":\[([0-9,]*)\].*/\1/" <<<"$flat" | tr , ' '; }
+  want=$(printf '%s\n%s' "$(first_ids prompt_ids)" "$(first_ids greedy_ids)")
+  if [[ $(cat "$work/out") != "$want" ]]; then
+    echo "FAIL: --print-ids gave:"; cat "$work/out"; echo "expected:"; echo "$want"
+    failures=$((failures + 1))
+  fi
+else
+  echo "FAIL: generate --print-ids"; cat "$work/err"; failures=$((failures + 1))
+fi
+
 # perplexity: its usage errors, then a base run and a comparison with it on the folder model.
 expect 0 "" perplexity --help
 expect 2 "perplexity needs --file" perplexity --model x.gguf

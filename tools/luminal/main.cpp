@@ -90,6 +90,8 @@ constexpr const char* kGenerateUsage =
     "                      (for benchmarks)\n"
     "  --warmup            run the prompt and a decode step once, untimed and unshown,\n"
     "                      before the timed generation (for benchmarks)\n"
+    "  --print-ids         print token ids instead of text: the prompt's on one line,\n"
+    "                      then --max-tokens greedy ones (past end-of-sequence tokens)\n"
     LUMINAL_SHARED_OPTIONS;
 
 using luminal::cli::check_device;
@@ -104,7 +106,7 @@ double peak_memory_mib() {
 struct Options {
   std::string model, prompt = "The capital of France is", device = "cpu", system;
   int64_t max_tokens = 32;
-  bool ignore_eos = false, warmup = false;
+  bool ignore_eos = false, warmup = false, print_ids = false;
   luminal::models::SamplingOptions sampling;
   luminal::DType kv_cache = luminal::DType::F16;
   luminal::CpuOptions::Residual residual = luminal::CpuOptions{}.residual;
@@ -133,6 +135,8 @@ Options parse(int argc, char** argv, const char* usage, bool chat) {
       o.ignore_eos = true;
     } else if (a == "--warmup" && !chat) {
       o.warmup = true;
+    } else if (a == "--print-ids" && !chat) {
+      o.print_ids = true;
     } else if (a == "--prompt" && !chat) {
       o.prompt = value();
     } else if (a == "--system" && chat) {
@@ -166,6 +170,8 @@ Options parse(int argc, char** argv, const char* usage, bool chat) {
   }
   if (o.model.empty()) usage_error(std::string(chat ? "chat" : "generate") + " needs --model PATH");
   if (o.max_tokens < 0) usage_error("--max-tokens must be non-negative");
+  if (o.print_ids && o.sampling.temperature != 0)
+    usage_error("--print-ids prints greedy decoding's ids: --temperature must be 0");
   check_device(o.device);
   return o;
 }
@@ -203,6 +209,14 @@ int generate(int argc, char** argv) {
   try {
     const auto backend = luminal::cli::backend_for(o.device, {.residual = o.residual});
     luminal::models::TextGenerator gen(o.model, *backend, progress, o.kv_cache);
+    if (o.print_ids) {  // the prompt's ids, then the generated ones, a line each
+      const std::vector<int32_t> prompt = gen.encode(o.prompt);
+      for (const auto& ids : {prompt, gen.greedy_ids(prompt, o.max_tokens)}) {
+        for (size_t i = 0; i < ids.size(); ++i) std::printf(i ? " %d" : "%d", ids[i]);
+        std::printf("\n");
+      }
+      return 0;
+    }
     if (o.warmup) gen.generate(o.prompt, 2, o.sampling, {}, true);
     std::fputs(o.prompt.c_str(), stdout);
     std::fflush(stdout);
