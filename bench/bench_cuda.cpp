@@ -100,8 +100,8 @@ void qgemv(int64_t k, int64_t n, const char* name) {
   report(name, median_ms(cx, 3, 50));
 }
 
-// The same projection over weights in a ggml block format (Q4_K, Q6_K or Q8_0), decoded
-// inside the kernel: random quant bits, small f16 scales.
+// The same projection over weights in a ggml block format (Q4_K, Q5_K, Q6_K or Q8_0),
+// decoded inside the kernel: random quant bits, small f16 scales.
 void qgemv_blocks(int64_t k, int64_t n, GgmlType type, const char* name) {
   Graph cx;
   Tensor x = cx.named_tensor("x", {1, k});
@@ -228,6 +228,8 @@ int main(int argc, char** argv) {
     qgemv_blocks(4096, 14336, GgmlType::Q4_K, "qgemv_q4k_4096x14336");
   if (want("qgemv_q4k_14336x4096"))
     qgemv_blocks(14336, 4096, GgmlType::Q4_K, "qgemv_q4k_14336x4096");
+  if (want("qgemv_q5k_4096x14336"))
+    qgemv_blocks(4096, 14336, GgmlType::Q5_K, "qgemv_q5k_4096x14336");
   if (want("qgemv_q6k_4096x14336"))
     qgemv_blocks(4096, 14336, GgmlType::Q6_K, "qgemv_q6k_4096x14336");
   if (want("qgemv_q8_0_4096x14336"))

@@ -86,7 +86,8 @@ def main():
         del xv, w
     # Weights in ggml block formats under f32 activations: no torch peer; the share of
     # copy bandwidth the blocks' bytes take.
-    for fmt, block_bytes, block_elems in [("q4k", 144, 256), ("q6k", 210, 256), ("q8_0", 34, 32)]:
+    for fmt, block_bytes, block_elems in [("q4k", 144, 256), ("q5k", 176, 256), ("q6k", 210, 256),
+                                          ("q8_0", 34, 32)]:
         for k, nn in [(4096, 14336), (14336, 4096)]:
             bytes_moved[f"qgemv_{fmt}_{k}x{nn}"] = nn * k // block_elems * block_bytes
     # Attention: 32 query heads over 8 key heads of 128 dims; luminal's cache is f16 and

@@ -170,7 +170,7 @@ double int8_activation_bound(const std::vector<float>& w, const std::vector<floa
 // and 140 (the prompt path), over a batch dim and rows. Each output within
 // its path's rounding of sum |w x|: f32 activations, 1e-5; activations and weights
 // rounded to f16 for the prompt path, 2^-10 (two roundings of 2^-11 a product); the
-// one-row integer kernels (Q8_0, Q4_K, Q6_K), int8 activations (int8_activation_bound).
+// one-row integer kernels (Q8_0, Q4_K, Q5_K, Q6_K), int8 activations (int8_activation_bound).
 TEST(Cuda, QuantisedProductsDecodeEveryFormatOnTheDevice) {
   SKIP_WITHOUT_GPU();
   const int64_t k = 512, n = 40;
@@ -197,8 +197,9 @@ TEST(Cuda, QuantisedProductsDecodeEveryFormatOnTheDevice) {
       EXPECT_EQ(cx.last_run_stats().host_fallbacks, 0u) << what;
       ASSERT_EQ(got.size(), want.size()) << what;
       const double rel = rows <= 64 ? 1e-5 : std::ldexp(1.0, -10);
-      const bool int8 =
-          (t == GgmlType::Q8_0 || t == GgmlType::Q4_K || t == GgmlType::Q6_K) && rows == 1;
+      const bool int8 = (t == GgmlType::Q8_0 || t == GgmlType::Q4_K || t == GgmlType::Q5_K ||
+                         t == GgmlType::Q6_K) &&
+                        rows == 1;
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t j = 0; j < n; ++j) {
           double magnitude = 0;
@@ -214,7 +215,7 @@ TEST(Cuda, QuantisedProductsDecodeEveryFormatOnTheDevice) {
   }
 }
 
-// The one-row integer kernels (Q8_0, Q4_K, Q6_K) where their loops and blocks have edges:
+// The one-row integer kernels (Q8_0, Q4_K, Q5_K, Q6_K) where their loops and blocks have edges:
 // a row of 17 blocks of 256 (136 pieces for 128 threads; Q6_K's odd blocks and Q8_0's
 // quants two-byte aligned), 42
 // weight rows (a block of four with two), activations whose 32-element groups span
@@ -236,7 +237,7 @@ TEST(Cuda, QuantisedProductsOfOneRowRunInIntegers) {
     const float scale = group % 7 == 3 ? 0.0f : std::pow(10.0f, static_cast<float>(group % 5) - 2);
     xv[static_cast<size_t>(c)] = normal(rng) * scale;
   }
-  for (const GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K}) {
+  for (const GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
     const auto type = static_cast<uint32_t>(t);
     const std::string what = ggml_type_name(type);
     Graph cx;
@@ -557,7 +558,7 @@ TEST(Cuda, ProductsOfTheSameActivationsRunAsOne) {
   EXPECT_EQ(shared + 3, separate);  // five products: a launch of four and one alone
 }
 
-// The same over Q4_K, Q6_K and Q8_0 weights mixed (llama.cpp's Q4_K_M gives a layer's
+// The same over Q4_K, Q5_K, Q6_K and Q8_0 weights mixed (llama.cpp's Q4_K_M gives a layer's
 // values Q6_K): a run of up to four integer products is one step of the run (its row
 // quantised once for all), within the int8 activations' bound.
 TEST(Cuda, QuantisedProductsOfTheSameActivationsQuantiseThemOnce) {
@@ -565,7 +566,7 @@ TEST(Cuda, QuantisedProductsOfTheSameActivationsQuantiseThemOnce) {
   std::mt19937 rng(7);
   const int64_t k = 512;
   const std::vector<int64_t> rows = {8, 256, 72, 64, 40};
-  const std::vector<GgmlType> types = {GgmlType::Q4_K, GgmlType::Q4_K, GgmlType::Q6_K,
+  const std::vector<GgmlType> types = {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K,
                                        GgmlType::Q8_0, GgmlType::Q6_K};
   std::normal_distribution<float> normal(0, 1);
   std::vector<float> xs(static_cast<size_t>(k));

@@ -431,7 +431,7 @@ class CudaExecutable final : public Executable {
   }
 
   // Kernels k.. (a run of shared_runs_[k] QMatMuls of the same activations and weight
-  // format) as one launch of the one-row kernel (or, over Q8_0, Q4_K and Q6_K, one
+  // format) as one launch of the one-row kernel (or, over Q8_0, Q4_K, Q5_K and Q6_K, one
   // quantisation of the activations for their integer kernels), writing each one's value
   // in its place in the arena. False, with nothing run, where that kernel cannot take
   // them (several rows of activations, a value kept apart from the arena, views it does

@@ -284,7 +284,7 @@ extern "C" __global__ void __launch_bounds__(256)
   d[sb] = amax / 127.0f;
 }
 
-#if LUM_Q_FORMAT == 8 || LUM_Q_FORMAT == 12 || LUM_Q_FORMAT == 14  // Q8_0, Q4_K, Q6_K
+#if LUM_Q_FORMAT == 8 || LUM_Q_FORMAT == 12 || LUM_Q_FORMAT == 13 || LUM_Q_FORMAT == 14
 // y[j] = x . W[j] for one quantised activation row (lum_q8_row) and a group of weight
 // rows, in integer dot products (dp4a): a few instructions a weight row per 16 to 32
 // quant bytes, where decoding to floats takes 32 multiply-adds and conversions, and x
@@ -296,6 +296,8 @@ extern "C" __global__ void __launch_bounds__(256)
 // - Q4_K (144 bytes: a 16-byte header of d, dmin and the scale table, then the quants):
 //   16-byte piece p + 1, half p % 2 of the 32 bytes whose low nibbles are sub-block
 //   2 (p / 2) and high nibbles 2 (p / 2) + 1. Every thread loads the header too.
+// - Q5_K (176 bytes: the same header, 32 bytes of fifth bits, the quants): as Q4_K, and
+//   half p % 2 of the fifth bits (bit s of byte l is element l's of sub-block s).
 // - Q6_K (210 bytes, two-byte aligned: 128 of low nibbles, 64 of high bits, 16 scales,
 //   d): half h = p / 4 of the block, bytes 8 (p % 4) .. + 8 of its low-nibble and
 //   high-bit rows, which give elements 128 h + 8 (p % 4) + 32 g + [0, 8) for g < 4.
@@ -304,7 +306,7 @@ constexpr int kOnes = 0x01010101;
 LUM_FN int lum_dp4a_sum(const int4& v) {  // the sum of 16 int8
   return lum_dp4a(v.w, kOnes, lum_dp4a(v.z, kOnes, lum_dp4a(v.y, kOnes, lum_dp4a(v.x, kOnes, 0))));
 }
-#if LUM_Q_FORMAT == 12
+#if LUM_Q_FORMAT == 12 || LUM_Q_FORMAT == 13
 // The 6-bit scale and min of sub-block s from the header's words 1..3 (the scale table).
 LUM_FN void lum_q4k_scale(const uint4& head, int s, float& sc, float& m) {
   const int t = 8 * (s & 3);
@@ -362,14 +364,16 @@ LUM_FN void lum_qdot(const unsigned char* __restrict__ w, const signed char* __r
       for (int i = 0; i < 8; ++i) dot = lum_dp4a((int)qw[r][i], xw[i], dot);
       acc[r] += lum_q_half(dw[r]) * dx * (float)dot;
     }
-#elif LUM_Q_FORMAT == 12
+#elif LUM_Q_FORMAT == 12 || LUM_Q_FORMAT == 13
+    constexpr bool kFifth = LUM_Q_FORMAT == 13;  // Q5_K's fifth bits
     const int s0 = 2 * (p / 2);
-    uint4 head[kRows], qs[kRows];
+    uint4 head[kRows], qs[kRows], fifth[kRows] = {};
 #pragma unroll
     for (int r = 0; r < kRows; ++r)
       if (j0 + r < n) {
-        const uint4* blk = (const uint4*)(w + (j0 + r) * row_bytes + b * 144);
-        head[r] = __ldg(blk), qs[r] = __ldg(blk + 1 + p);
+        const uint4* blk = (const uint4*)(w + (j0 + r) * row_bytes + b * LUM_Q_BYTES);
+        head[r] = __ldg(blk), qs[r] = __ldg(blk + (kFifth ? 3 : 1) + p);
+        if (kFifth) fifth[r] = __ldg(blk + 1 + p % 2);
       }
     // x's 16 elements under the low nibbles (sub-block s0) and the 16 under the high.
     const long long e = b * 256 + 32 * s0 + 16 * (p % 2);
@@ -380,13 +384,18 @@ LUM_FN void lum_qdot(const unsigned char* __restrict__ w, const signed char* __r
     for (int r = 0; r < kRows; ++r) {
       if (j0 + r >= n) break;
       // The low nibbles against x0, the high against x1.
-      const unsigned q[4] = {qs[r].x, qs[r].y, qs[r].z, qs[r].w};
+      const unsigned q[4] = {qs[r].x, qs[r].y, qs[r].z, qs[r].w},
+                     f[4] = {fifth[r].x, fifth[r].y, fifth[r].z, fifth[r].w};
       const int x0w[4] = {x0.x, x0.y, x0.z, x0.w}, x1w[4] = {x1.x, x1.y, x1.z, x1.w};
       int dot0 = 0, dot1 = 0;
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        dot0 = lum_dp4a((int)(q[i] & 0x0F0F0F0Fu), x0w[i], dot0);
-        dot1 = lum_dp4a((int)((q[i] >> 4) & 0x0F0F0F0Fu), x1w[i], dot1);
+        unsigned lo = q[i] & 0x0F0F0F0Fu, hi = (q[i] >> 4) & 0x0F0F0F0Fu;
+        if (kFifth) {  // bits s0 and s0 + 1 of each byte, to bit 4
+          lo |= ((f[i] >> s0) & 0x01010101u) << 4, hi |= ((f[i] >> (s0 + 1)) & 0x01010101u) << 4;
+        }
+        dot0 = lum_dp4a((int)lo, x0w[i], dot0);
+        dot1 = lum_dp4a((int)hi, x1w[i], dot1);
       }
       float sc0, m0, sc1, m1;
       lum_q4k_scale(head[r], s0, sc0, m0);
@@ -541,7 +550,8 @@ std::string QDotShape::kernel_name() const {
 bool QuantProducts::integer_products(uint32_t format, int64_t k) const {
   const auto type = static_cast<GgmlType>(format);
   return integer_products_ && k % 256 == 0 &&
-         (type == GgmlType::Q8_0 || type == GgmlType::Q4_K || type == GgmlType::Q6_K);
+         (type == GgmlType::Q8_0 || type == GgmlType::Q4_K || type == GgmlType::Q5_K ||
+          type == GgmlType::Q6_K);
 }
 
 void QuantProducts::quantize_row(uint32_t format, const float* x, int64_t k) {

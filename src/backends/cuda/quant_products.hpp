@@ -1,7 +1,7 @@
 // Products of f32 activations with weights kept in ggml's block formats (private to
 // src/backends/cuda): Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K, decoded inside
 // the kernels, never on the host.
-// - One activation row over Q8_0, Q4_K or Q6_K weights (a decoding step's products; Q4_K
+// - One activation row over Q8_0, Q4_K, Q5_K or Q6_K weights (a decoding step's products; Q4_K
 //   and Q6_K are llama.cpp's Q4_K_M mix), K a multiple of 256: the row is quantised to
 //   int8 per 32 elements (as llama.cpp's
 //   activations, and as the CPU backend's integer products), then multiplied in integer
@@ -102,7 +102,7 @@ class QuantProducts {
   // An activation row `x` (k floats, 16-byte aligned) into `quantized_`: int8 per 32
   // elements, then the scales.
   void quantize_row(uint32_t format, const float* x, int64_t k);
-  // y = x W^T for the row in `quantized_` and N rows of Q8_0, Q4_K or Q6_K weights.
+  // y = x W^T for the row in `quantized_` and N rows of Q8_0, Q4_K, Q5_K or Q6_K weights.
   void integer_product(uint32_t format, int64_t k, int64_t n, const unsigned char* weights,
                        int64_t row_bytes, float* y);
 

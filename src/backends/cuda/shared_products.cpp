@@ -34,6 +34,7 @@ std::optional<std::pair<NodeId, uint32_t>> shared_product(const Graph& g,
       return std::pair{x, q->format};
     case GgmlType::Q8_0:
     case GgmlType::Q4_K:
+    case GgmlType::Q5_K:
     case GgmlType::Q6_K:
       return std::pair{x, kIntegerRun};
     default:

@@ -3,7 +3,7 @@
 // three weights, its gate and up projections against two. Ordered next to each other in
 // the plan, one launch of the one-row kernel takes each such run of kernels over
 // half-precision weights: the row is read once, and the small key and value matrices no
-// longer leave SMs idle at their ends. Over Q8_0, Q4_K and Q6_K weights, the row is
+// longer leave SMs idle at their ends. Over Q8_0, Q4_K, Q5_K and Q6_K weights, the row is
 // quantised once for the run's integer kernels.
 #pragma once
 
@@ -15,7 +15,7 @@
 
 namespace luminal::cudagen {
 
-/// Moves each QMatMul over half-precision, Q8_0, Q4_K or Q6_K weights held in a user
+/// Moves each QMatMul over half-precision, Q8_0, Q4_K, Q5_K or Q6_K weights held in a user
 /// input to just after the earlier such products of the same activations (half-precision
 /// ones of the same format; up to kGemvMatrices in a run). Nothing else moves, and a
 /// moved product still follows everything it reads (its activations, read by the first of
