@@ -610,13 +610,18 @@ TEST(Cuda, PrepareUploadsTheWeights) {
 
 // A cache kept on the device and donated back every step grows in its own memory: the
 // rows are appended where the last step left room, and it moves only when it doubles.
-TEST(Cuda, ADonatedCacheOnTheDeviceGrowsInPlace) {
+// The new rows are computed, then read position-major through a permutation (copied in),
+// or computed position-major (their kernel writes them straight into the cache).
+class CudaDonatedCache : public ::testing::TestWithParam<bool> {};
+TEST_P(CudaDonatedCache, GrowsInPlace) {
   SKIP_WITHOUT_GPU();
+  const bool written_in_place = GetParam();
   Graph cx;
   Tensor cache = cx.named_tensor("cache", {Expr::var("past"), 2, 8});
   Tensor rows = cx.named_tensor("rows", {2, Expr::var("seq"), 8});
-  // The new rows are a computed value read position-major through a permutation.
-  Tensor grown = append_rows(cache, (rows * 2.0).permute({1, 0, 2})).keep_on_device();
+  Tensor grown = append_rows(cache, written_in_place ? rows.permute({1, 0, 2}) * 2.0
+                                                     : (rows * 2.0).permute({1, 0, 2}))
+                     .keep_on_device();
   cx.donate(cache.id());
   cx.compile(cuda());
   cache.set_device(to_cuda(Buffer(DType::F32, 0)));
@@ -646,7 +651,12 @@ TEST(Cuda, ADonatedCacheOnTheDeviceGrowsInPlace) {
   }
   EXPECT_LE(moves, 7) << "the cache moved at most every time it doubled";
   EXPECT_EQ(cx.last_run_stats().host_fallbacks, 0u);
+  // The rows' kernel, then the append's copy unless the rows were written in place.
+  EXPECT_EQ(cx.last_run_stats().launches, written_in_place ? 1u : 2u);
 }
+INSTANTIATE_TEST_SUITE_P(Rows, CudaDonatedCache, ::testing::Bool(), [](const auto& info) {
+  return std::string(info.param ? "WrittenInPlace" : "CopiedIn");
+});
 
 TEST(Cuda, AnOutOfRangeGatherIndexIsAnError) {
   SKIP_WITHOUT_GPU();

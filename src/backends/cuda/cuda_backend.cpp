@@ -90,6 +90,10 @@ class CudaExecutable final : public Executable {
       releases_[k] = {liveness_.frees_begin[first], liveness_.frees_begin[k + 1]};
     }
     find_appendable_bases();
+    append_of_rows_.assign(plan_.kernels.size(), std::nullopt);
+    prepared_cache_.resize(plan_.kernels.size());
+    // (LUMINAL_CUDA_ROWS_IN_PLACE=0: appended rows computed apart and copied, to measure.)
+    if (!runtime::env_has("LUMINAL_CUDA_ROWS_IN_PLACE", "0")) find_rows_written_in_place();
     // A run of products of the same activations is launched with its first kernel, which
     // writes the others' values before their turn: only where no value dies inside the
     // run, whose memory one of theirs could take.
@@ -230,6 +234,11 @@ class CudaExecutable final : public Executable {
       bool grown = false;
       if (sizes_[k] > 0) {
         value_ptr_[k] = static_cast<char*>(arena_.data()) + arena_plan_.offsets[k];
+        if (const std::optional<size_t> j = append_of_rows_[k])  // rows written in the cache
+          if (std::optional<GrownCache> cache = take_cache(user, *j, value_bytes_[*j])) {
+            value_ptr_[k] = static_cast<char*>(cache->buffer.data()) + cache->old_bytes;
+            prepared_cache_[*j] = std::move(cache->buffer);
+          }
       } else if (std::optional<DeviceBuffer> in_place = grown_in_place(user, k, bytes)) {
         owned_[k] = std::move(*in_place);
         value_ptr_[k] = owned_[k].data();
@@ -249,7 +258,7 @@ class CudaExecutable final : public Executable {
       const cudagen::KernelLaunch& l = source_.launches[k];
       // A row group's members run when its last one comes; what they read stays till then.
       if (l.shape == KernelShape::InRowGroup) continue;
-      if (!done) {
+      if (!done && !(grown && rows_were_written_)) {  // (a cache its rows are in: no launch)
         ++launches_;
         if (shared_runs_[k] > 1 && run_shared_products(user, k))
           shared_until = k + shared_runs_[k];
@@ -577,12 +586,40 @@ class CudaExecutable final : public Executable {
     }
   }
 
+  // Per kernel, the AppendRows kernel whose appended rows it computes where it may write
+  // them straight into the grown cache (find_rows_written_in_place): a generated
+  // elementwise kernel whose value only that AppendRows reads, as stored (contiguous, in
+  // the cache's type), onto a base it may grow in place. The append then copies nothing:
+  // a launch fewer for each cache a decoding step appends to.
+  void find_rows_written_in_place() {
+    const Graph& g = *program_.graph;
+    std::vector<size_t> readers(g.num_nodes(), 0);
+    for (const compiler::Kernel& kn : plan_.kernels)
+      for (NodeId r : kn.reads) ++readers[plan_.canon(r).value];
+    for (const auto& [user_out, node] : program_.outputs) ++readers[plan_.canon(node).value];
+    for (size_t j = 0; j < plan_.kernels.size(); ++j) {
+      if (!appendable_base_[j]) continue;
+      const Node& n = g.node(plan_.kernels[j].root);
+      const NodeId rows = plan_.canon(n.inputs[1].source);
+      const int32_t p = liveness_.slot_of[rows.value];
+      if (p < 0 || source_.launches[static_cast<size_t>(p)].shape != KernelShape::Map) continue;
+      const Node& r = g.node(rows);
+      if (readers[rows.value] == 1 && r.dtype == n.dtype &&
+          n.inputs[1].view == View::contiguous(r.shape))
+        append_of_rows_[static_cast<size_t>(p)] = j;
+    }
+  }
+
   // AppendRows onto a donated input on the device: the run takes the input (it holds no
-  // data after) and writes the new rows after the old ones, in the input's own memory
-  // where luminal owns it with room to spare, else in new memory with room for as many
-  // again (so a cache grown every step moves O(log n) times). nullopt where kernel k is
+  // data after) and the new rows go after the old ones, in the input's own memory where
+  // luminal owns it with room to spare, else in new memory with room for as many again
+  // (so a cache grown every step moves O(log n) times). nullopt where kernel k is
   // something else or its base cannot be taken.
-  std::optional<DeviceBuffer> grown_in_place(Graph& user, size_t k, size_t bytes) {
+  struct GrownCache {
+    DeviceBuffer buffer;  // holding the old rows, with room for the new after them
+    size_t old_bytes;
+  };
+  std::optional<GrownCache> take_cache(Graph& user, size_t k, size_t bytes) {
     if (!appendable_base_[k] || capturing_) return std::nullopt;
     const NodeId base = *appendable_base_[k];
     const NodeId source = program_.source_of[base.value];
@@ -595,7 +632,6 @@ class CudaExecutable final : public Executable {
     const size_t old_bytes = d->bytes();
     LUM_CHECK(old_bytes + static_cast<size_t>(views[1].numel()) * dtype_size(n.dtype) == bytes)
         << "internal: AppendRows operands do not add up to its output";
-    const void* rows = operand(n.inputs[1].source);
     const DeviceData taken = *user.take_device_data(source);
     const void* old = taken.data();
     // Memory someone else still holds (a copy of the DeviceData, a lender's) is only read.
@@ -610,11 +646,23 @@ class CudaExecutable final : public Executable {
       device_->synchronize();  // the old memory is let go on return
       out = std::move(bigger);
     }
-    LUM_CHECK(copy_view_.run(views[1], rows, dtype_size(n.dtype),
-                             static_cast<char*>(out.data()) + old_bytes))
-        << "internal: rows of more than eight dims to append";
     grew_ = true;
-    return out;
+    return GrownCache{std::move(out), old_bytes};
+  }
+
+  // AppendRows kernel k's value grown in place: the cache its rows' kernel already wrote
+  // them into, or the cache taken now with the rows copied in.
+  std::optional<DeviceBuffer> grown_in_place(Graph& user, size_t k, size_t bytes) {
+    rows_were_written_ = prepared_cache_[k].data() != nullptr;
+    if (rows_were_written_) return std::exchange(prepared_cache_[k], DeviceBuffer{});
+    std::optional<GrownCache> cache = take_cache(user, k, bytes);
+    if (!cache) return std::nullopt;
+    const Node& n = program_.graph->node(plan_.kernels[k].root);
+    const std::vector<ConcreteView>& views = views_[k].get(n, user.dims());
+    LUM_CHECK(copy_view_.run(views[1], operand(n.inputs[1].source), dtype_size(n.dtype),
+                             static_cast<char*>(cache->buffer.data()) + cache->old_bytes))
+        << "internal: rows of more than eight dims to append";
+    return std::move(cache->buffer);
   }
 
   DType source_dtype(const Node& n, size_t i) const {
@@ -724,6 +772,9 @@ class CudaExecutable final : public Executable {
   std::vector<cudagen::GemvMatrix> shared_weights_;     // run_shared_products', for its capacity
   std::vector<cudagen::QuantMatrix> shared_quantised_;  // the same, over block formats
   std::vector<std::optional<NodeId>> appendable_base_;  // per kernel (find_appendable_bases)
+  std::vector<std::optional<size_t>> append_of_rows_;   // per kernel (find_rows_written_in_place)
+  std::vector<DeviceBuffer> prepared_cache_;  // per AppendRows kernel: its rows already in
+  bool rows_were_written_ = false;            // by the last grown_in_place: prepared
   std::unordered_map<uint32_t, const void*> input_address_;  // by input node, this run
   // Each kernel's value: its address this run, its bytes, and its own buffer where it is
   // not in the arena (place_values).
