@@ -1,12 +1,11 @@
 // Products of f32 activations with weights kept in ggml's block formats (private to
 // src/backends/cuda): Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K, decoded inside
 // the kernels, never on the host.
-// - One activation row over Q8_0, Q4_K, Q5_K or Q6_K weights (a decoding step's products; Q4_K
-//   and Q6_K are llama.cpp's Q4_K_M mix), K a multiple of 256: the row is quantised to
-//   int8 per 32 elements (as llama.cpp's
-//   activations, and as the CPU backend's integer products), then multiplied in integer
-//   dot products (dp4a); the kernel's shape (warps and weight rows a group) is searched
-//   per matrix shape.
+// - One activation row over Q8_0, Q4_K, Q5_K or Q6_K weights (a decoding step's
+//   products; Q4_K and Q6_K are llama.cpp's Q4_K_M mix), K a multiple of 256: the row is
+//   quantised to int8 per 32 elements (as llama.cpp's activations, and as the CPU
+//   backend's integer products), then multiplied in integer dot products (dp4a); the
+//   kernel's shape (warps and weight rows a group) is searched per matrix shape.
 // - Otherwise up to kQuantGemvRows activation rows: a block per four weight rows, its
 //   threads over their 32-element sub-blocks, each sub-block of the activations (f32)
 //   read once for the four rows. Past eight activation rows the kernel runs once per
