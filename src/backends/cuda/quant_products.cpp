@@ -342,12 +342,13 @@ LUM_FN void lum_qdot(const unsigned char* __restrict__ w, const signed char* __r
 #pragma unroll
     for (int r = 0; r < kRows; ++r)
       if (j0 + r < n) {
-        const unsigned char* blk = w + (j0 + r) * row_bytes + b * 272;
+        const unsigned char* blk = w + (j0 + r) * row_bytes + b * 8 * LUM_Q_BYTES;
         const unsigned* words = (const unsigned*)(blk + (start & ~3));
         unsigned raw[9];
 #pragma unroll
         for (int i = 0; i < 8; ++i) raw[i] = __ldg(words + i);
-        raw[8] = shift ? __ldg(words + 8) : 0u;  // (then in block p + 1, of the same 272)
+        // Shifted, the quants end two bytes into a ninth word (block p + 1's d, in the 272).
+        raw[8] = shift ? __ldg(words + 8) : 0u;
 #pragma unroll
         for (int i = 0; i < 8; ++i) qw[r][i] = __funnelshift_r(raw[i], raw[i + 1], shift);
         dw[r] = lum_q_u16(blk + 34 * p);
@@ -412,7 +413,7 @@ LUM_FN void lum_qdot(const unsigned char* __restrict__ w, const signed char* __r
 #pragma unroll
     for (int r = 0; r < kRows; ++r)
       if (j0 + r < n) {
-        const unsigned char* blk = w + (j0 + r) * row_bytes + b * 210;
+        const unsigned char* blk = w + (j0 + r) * row_bytes + b * LUM_Q_BYTES;
         lum_q_pairs<8>(blk + 64 * h + l0, ql[r]);
         lum_q_pairs<8>(blk + 64 * h + 32 + l0, ql[r] + 2);
         lum_q_pairs<8>(blk + 128 + 32 * h + l0, qh[r]);
