@@ -170,7 +170,8 @@ double int8_activation_bound(const std::vector<float>& w, const std::vector<floa
 // and 140 (the prompt path), over a batch dim and rows. Each output within
 // its path's rounding of sum |w x|: f32 activations, 1e-5; activations and weights
 // rounded to f16 for the prompt path, 2^-10 (two roundings of 2^-11 a product); the
-// one-row integer kernels (Q8_0, Q4_K, Q5_K, Q6_K), int8 activations (int8_activation_bound).
+// one-row integer kernels (Q8_0, Q4_K, Q5_K, Q6_K): int8 activations'
+// (int8_activation_bound).
 TEST(Cuda, QuantisedProductsDecodeEveryFormatOnTheDevice) {
   SKIP_WITHOUT_GPU();
   const int64_t k = 512, n = 40;
@@ -215,14 +216,13 @@ TEST(Cuda, QuantisedProductsDecodeEveryFormatOnTheDevice) {
   }
 }
 
-// The one-row integer kernels (Q8_0, Q4_K, Q5_K, Q6_K) where their loops and blocks have edges:
-// a row of 17 blocks of 256 (136 pieces for 128 threads; Q6_K's odd blocks and Q8_0's
-// quants two-byte aligned), 42
-// weight rows (a block of four with two), activations whose 32-element groups span
-// magnitudes from 0 (a zero scale) to 1e3. Against the reference interpreter within the
-// int8 activations' bound; and closer to it than that bound by far on average (a wrong
-// scale or nibble is not hidden by a loose bound). Every kernel shape is searched (a fresh
-// cache), none may be wrong.
+// The one-row integer kernels (Q8_0, Q4_K, Q5_K, Q6_K) where their loops and blocks have
+// edges: a row of 17 blocks of 256 (136 pieces for 128 threads; Q6_K's odd blocks and
+// Q8_0's quants two-byte aligned), 42 weight rows (a group of four with two),
+// activations whose 32-element groups span magnitudes from 0 (a zero scale) to 1e3.
+// Against the reference interpreter within the int8 activations' bound; and closer to it
+// than that bound by far on average (a wrong scale or nibble is not hidden by a loose
+// bound). Every kernel shape is searched (a fresh cache), none may be wrong.
 TEST(Cuda, QuantisedProductsOfOneRowRunInIntegers) {
   SKIP_WITHOUT_GPU();
   const testing::ScopedCacheDir cache("qdot-search");
