@@ -38,11 +38,12 @@ constexpr const char* kUsage =
 #define LUMINAL_SHARED_OPTIONS                                                            \
   "  --kv-cache TYPE     the KV cache's element type: f16 (default; half the memory)\n"   \
   "                      or f32\n"                                                        \
-  "  --residual WHICH    the products that carry a second int8 term for each\n"         \
-  "                      activation's rounding error: sensitive (default: next to\n"    \
-  "                      the attentions, and the feed-forward's down projections),\n"   \
-  "                      all (the f32-activation model's outputs; prompts slower)\n"    \
-  "                      or none (fastest; llama.cpp's rounding)\n"                     \
+  "  --residual WHICH    the products that carry a second int8 term for each\n"           \
+  "                      activation's rounding error: sensitive (default: next to\n"      \
+  "                      the attentions, and the feed-forward's down projections),\n"     \
+  "                      all (the f32-activation model's outputs; prompts slower)\n"      \
+  "                      or none (fastest; llama.cpp's rounding). On the CPU; the\n"      \
+  "                      GPU's int8 products carry one term (none)\n"                     \
   "  --search MODE       time equivalent kernels on this machine and keep the fastest:\n" \
   "                      off, fast (default) or full; winners are cached\n"               \
   "  --search-budget S   seconds the search may spend timing (default 10; full: 120)\n"   \
@@ -64,8 +65,7 @@ constexpr const char* kChatUsage =
     "  --top-p P           (default: 0.95)\n"
     "  --seed S            (default: 0)\n"
     "  --device DEV        cpu (default), cuda (an NVIDIA GPU) or reference\n"
-    "  --threads N         CPU threads (default: one per core)\n"
-    LUMINAL_SHARED_OPTIONS;
+    "  --threads N         CPU threads (default: one per core)\n" LUMINAL_SHARED_OPTIONS;
 
 constexpr const char* kGenerateUsage =
     "usage: luminal generate --model PATH [options]\n"
@@ -91,8 +91,8 @@ constexpr const char* kGenerateUsage =
     "  --warmup            run the prompt and a decode step once, untimed and unshown,\n"
     "                      before the timed generation (for benchmarks)\n"
     "  --print-ids         print token ids instead of text: the prompt's on one line,\n"
-    "                      then --max-tokens greedy ones (past end-of-sequence tokens)\n"
-    LUMINAL_SHARED_OPTIONS;
+    "                      then --max-tokens greedy ones (past end-of-sequence "
+    "tokens)\n" LUMINAL_SHARED_OPTIONS;
 
 using luminal::cli::check_device;
 using luminal::cli::usage_error;
