@@ -65,7 +65,8 @@ constexpr const char* kChatUsage =
     "  --top-p P           (default: 0.95)\n"
     "  --seed S            (default: 0)\n"
     "  --device DEV        cpu (default), cuda (an NVIDIA GPU) or reference\n"
-    "  --threads N         CPU threads (default: one per core)\n" LUMINAL_SHARED_OPTIONS;
+    "  --threads N         CPU threads (default: one per core)\n"
+    LUMINAL_SHARED_OPTIONS;
 
 constexpr const char* kGenerateUsage =
     "usage: luminal generate --model PATH [options]\n"
@@ -91,8 +92,8 @@ constexpr const char* kGenerateUsage =
     "  --warmup            run the prompt and a decode step once, untimed and unshown,\n"
     "                      before the timed generation (for benchmarks)\n"
     "  --print-ids         print token ids instead of text: the prompt's on one line,\n"
-    "                      then --max-tokens greedy ones (past end-of-sequence "
-    "tokens)\n" LUMINAL_SHARED_OPTIONS;
+    "                      then --max-tokens greedy ones (past end-of-sequence tokens)\n"
+    LUMINAL_SHARED_OPTIONS;
 
 using luminal::cli::check_device;
 using luminal::cli::usage_error;
