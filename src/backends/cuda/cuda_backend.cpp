@@ -232,6 +232,8 @@ class CudaExecutable final : public Executable {
       if (profiling_) check(cudaEventRecord(marks_[k].get(), device_->stream()), "cudaEventRecord");
       const size_t bytes = value_bytes_[k];
       bool grown = false;
+      // An append whose rows their kernel already wrote into the cache: nothing to launch.
+      const bool rows_written = prepared_cache_[k].data() != nullptr;
       if (sizes_[k] > 0) {
         value_ptr_[k] = static_cast<char*>(arena_.data()) + arena_plan_.offsets[k];
         if (const std::optional<size_t> j = append_of_rows_[k])  // rows written in the cache
@@ -258,7 +260,7 @@ class CudaExecutable final : public Executable {
       const cudagen::KernelLaunch& l = source_.launches[k];
       // A row group's members run when its last one comes; what they read stays till then.
       if (l.shape == KernelShape::InRowGroup) continue;
-      if (!done && !(grown && rows_were_written_)) {  // (a cache its rows are in: no launch)
+      if (!done && !rows_written) {
         ++launches_;
         if (shared_runs_[k] > 1 && run_shared_products(user, k))
           shared_until = k + shared_runs_[k];
@@ -467,7 +469,7 @@ class CudaExecutable final : public Executable {
       return static_cast<const compiler::QMatMulOp*>(g.node(plan_.kernels[j].root).custom.get())
           ->format;
     };
-    if (cudagen::quant_products_support(format_of(k))) {  // the integer kernels' run
+    if (cudagen::integer_products_support(format_of(k))) {  // the integer kernels' run
       std::vector<cudagen::QuantMatrix>& quantised = shared_quantised_;
       quantised.clear();
       for (size_t j = k; j < k + shared_runs_[k]; ++j) {
@@ -566,15 +568,21 @@ class CudaExecutable final : public Executable {
            copy_view_.run(views[1], operand(n.inputs[1].source), esize, dst + base_bytes);
   }
 
+  // Per node: how many kernels read it.
+  std::vector<size_t> kernel_readers() const {
+    std::vector<size_t> readers(program_.graph->num_nodes(), 0);
+    for (const compiler::Kernel& kn : plan_.kernels)
+      for (NodeId r : kn.reads) ++readers[plan_.canon(r).value];
+    return readers;
+  }
+
   // Per kernel, the input an AppendRows kernel may grow in place: a whole input that no
   // other kernel reads. Whether the caller donated it, and left it on the device, is
   // asked per run.
   void find_appendable_bases() {
     const Graph& g = *program_.graph;
     appendable_base_.assign(plan_.kernels.size(), std::nullopt);
-    std::vector<size_t> readers(g.num_nodes(), 0);
-    for (const compiler::Kernel& kn : plan_.kernels)
-      for (NodeId r : kn.reads) ++readers[plan_.canon(r).value];
+    const std::vector<size_t> readers = kernel_readers();
     for (size_t k = 0; k < plan_.kernels.size(); ++k) {
       const Node& n = g.node(plan_.kernels[k].root);
       if (n.op != Op::Custom || !dynamic_cast<const AppendRowsOp*>(n.custom.get())) continue;
@@ -593,9 +601,7 @@ class CudaExecutable final : public Executable {
   // a launch fewer for each cache a decoding step appends to.
   void find_rows_written_in_place() {
     const Graph& g = *program_.graph;
-    std::vector<size_t> readers(g.num_nodes(), 0);
-    for (const compiler::Kernel& kn : plan_.kernels)
-      for (NodeId r : kn.reads) ++readers[plan_.canon(r).value];
+    std::vector<size_t> readers = kernel_readers();
     for (const auto& [user_out, node] : program_.outputs) ++readers[plan_.canon(node).value];
     for (size_t j = 0; j < plan_.kernels.size(); ++j) {
       if (!appendable_base_[j]) continue;
@@ -653,8 +659,7 @@ class CudaExecutable final : public Executable {
   // AppendRows kernel k's value grown in place: the cache its rows' kernel already wrote
   // them into, or the cache taken now with the rows copied in.
   std::optional<DeviceBuffer> grown_in_place(Graph& user, size_t k, size_t bytes) {
-    rows_were_written_ = prepared_cache_[k].data() != nullptr;
-    if (rows_were_written_) return std::exchange(prepared_cache_[k], DeviceBuffer{});
+    if (prepared_cache_[k].data()) return std::exchange(prepared_cache_[k], DeviceBuffer{});
     std::optional<GrownCache> cache = take_cache(user, k, bytes);
     if (!cache) return std::nullopt;
     const Node& n = program_.graph->node(plan_.kernels[k].root);
@@ -774,7 +779,6 @@ class CudaExecutable final : public Executable {
   std::vector<std::optional<NodeId>> appendable_base_;  // per kernel (find_appendable_bases)
   std::vector<std::optional<size_t>> append_of_rows_;   // per kernel (find_rows_written_in_place)
   std::vector<DeviceBuffer> prepared_cache_;  // per AppendRows kernel: its rows already in
-  bool rows_were_written_ = false;            // by the last grown_in_place: prepared
   std::unordered_map<uint32_t, const void*> input_address_;  // by input node, this run
   // Each kernel's value: its address this run, its bytes, and its own buffer where it is
   // not in the arena (place_values).

@@ -11,14 +11,13 @@ void* MixedProducts::scratch(size_t bytes) {
   return grown(device_, scratch_, bytes);
 }
 
-namespace {
-
-// The half-precision type of a QMatMul's weights stored as `format`, if they are.
-std::optional<DType> half_type(uint32_t format) {
+std::optional<DType> half_weight_type(uint32_t format) {
   if (format == static_cast<uint32_t>(GgmlType::F16)) return DType::F16;
   if (format == static_cast<uint32_t>(GgmlType::BF16)) return DType::BF16;
   return std::nullopt;
 }
+
+namespace {
 
 // The [N, K] weight view w as the product's [batch..., M, K, N] operand beside x: the
 // same matrix for every batch and row. nullopt where either view is not one read here.
@@ -41,7 +40,7 @@ std::optional<ConcreteView> weight_operand(const ConcreteView& x, const Concrete
 
 bool MixedProducts::qmatmul_shared(uint32_t format, const ConcreteView& x, const void* x_data,
                                    const std::vector<GemvMatrix>& weights) {
-  const std::optional<DType> w_type = half_type(format);
+  const std::optional<DType> w_type = half_weight_type(format);
   if (!w_type) return false;
   std::vector<GemvMatrix>& operands = shared_operands_;
   operands.clear();
@@ -55,7 +54,7 @@ bool MixedProducts::qmatmul_shared(uint32_t format, const ConcreteView& x, const
 
 bool MixedProducts::qmatmul(uint32_t format, const ConcreteView& x, const void* x_data,
                             const ConcreteView& w, const void* w_data, void* y) {
-  const std::optional<DType> half = half_type(format);
+  const std::optional<DType> half = half_weight_type(format);
   const std::optional<ConcreteView> w_operand = half ? weight_operand(x, w) : std::nullopt;
   if (!w_operand) return false;
   const DType w_type = *half;

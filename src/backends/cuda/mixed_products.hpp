@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "backends/cuda/copy_view.hpp"
@@ -20,6 +21,10 @@
 #include "luminal/view.hpp"
 
 namespace luminal::cudagen {
+
+/// The half-precision type of a QMatMul's weights stored as ggml type `format`, if they
+/// are (F16 or BF16).
+std::optional<DType> half_weight_type(uint32_t format);
 
 class MixedProducts {
  public:

@@ -548,11 +548,14 @@ std::string QDotShape::kernel_name() const {
   return "lum_qdot_s" + std::to_string(split) + "_r" + std::to_string(rows);
 }
 
-bool QuantProducts::integer_products(uint32_t format, int64_t k) const {
+bool integer_products_support(uint32_t format) {
   const auto type = static_cast<GgmlType>(format);
-  return integer_products_ && k % 256 == 0 &&
-         (type == GgmlType::Q8_0 || type == GgmlType::Q4_K || type == GgmlType::Q5_K ||
-          type == GgmlType::Q6_K);
+  return type == GgmlType::Q8_0 || type == GgmlType::Q4_K || type == GgmlType::Q5_K ||
+         type == GgmlType::Q6_K;
+}
+
+bool QuantProducts::integer_products(uint32_t format, int64_t k) const {
+  return integer_products_ && k % 256 == 0 && integer_products_support(format);
 }
 
 void QuantProducts::quantize_row(uint32_t format, const float* x, int64_t k) {

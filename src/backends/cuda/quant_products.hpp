@@ -53,6 +53,10 @@ constexpr QDotShape kQDotShapes[] = {{4, 4}, {2, 4}, {1, 4}, {1, 2}, {4, 8}, {1,
 /// Whether the kernels decode ggml type `format`.
 bool quant_products_support(uint32_t format);
 
+/// Whether one-row products over ggml type `format` (rows a whole number of 256
+/// elements) run in the integer kernels: Q8_0, Q4_K, Q5_K and Q6_K.
+bool integer_products_support(uint32_t format);
+
 /// The kernels' CUDA source for `format` (CI compiles each for sm_90).
 std::string quant_products_source(uint32_t format);
 

@@ -6,8 +6,9 @@
 #include <utility>
 
 #include "backends/cuda/gemv.hpp"
+#include "backends/cuda/mixed_products.hpp"
+#include "backends/cuda/quant_products.hpp"
 #include "luminal/compiler/matmul_op.hpp"
-#include "luminal/quant.hpp"
 
 namespace luminal::cudagen {
 namespace {
@@ -28,18 +29,9 @@ std::optional<std::pair<NodeId, uint32_t>> shared_product(const Graph& g,
       n.op == Op::Custom ? dynamic_cast<const compiler::QMatMulOp*>(n.custom.get()) : nullptr;
   if (!q || g.node(plan.canon(n.inputs[1].source)).op != Op::Input) return std::nullopt;
   const NodeId x = plan.canon(n.inputs[0].source);
-  switch (static_cast<GgmlType>(q->format)) {
-    case GgmlType::F16:
-    case GgmlType::BF16:
-      return std::pair{x, q->format};
-    case GgmlType::Q8_0:
-    case GgmlType::Q4_K:
-    case GgmlType::Q5_K:
-    case GgmlType::Q6_K:
-      return std::pair{x, kIntegerRun};
-    default:
-      return std::nullopt;
-  }
+  if (half_weight_type(q->format)) return std::pair{x, q->format};
+  if (integer_products_support(q->format)) return std::pair{x, kIntegerRun};
+  return std::nullopt;
 }
 
 }  // namespace
