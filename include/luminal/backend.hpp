@@ -19,7 +19,9 @@ struct RunStats {
   double device_seconds = 0;  // the kernels alone, timed by device events (GPU backends)
   double issue_seconds = 0;   // the host's time queuing the run's work, before waiting for
                               // it (GPU backends): near device_seconds, the GPU waited on it
-  bool replayed = false;      // a GPU backend replayed the run as a captured CUDA graph
+  bool replayed = false;      // a GPU backend ran the run as one CUDA graph
+  // Nodes of that graph given new parameters (0: it ran again as it was).
+  size_t graph_nodes_updated = 0;
   size_t host_fallbacks = 0;  // kernels a GPU backend ran on the host, by their reference
                               // semantics, for want of a device kernel (slow)
 };

@@ -207,6 +207,8 @@ GenerationStats TextGenerator::generate(const std::string& prompt, int64_t max_t
       const RunStats run = m.graph.last_run_stats();
       st.decode_issue_seconds += run.issue_seconds;
       st.decode_device_seconds += run.device_seconds;
+      st.decode_graph_steps += run.replayed;
+      st.decode_graph_updates += run.graph_nodes_updated;
     }
   }
   if (const std::string rest = stream.flush(); on_text && !rest.empty()) on_text(rest);

@@ -202,6 +202,11 @@ void print_stats(const luminal::models::GenerationStats& st, const std::string& 
                  "of it on the device), %.3f ms per token in all\n",
                  st.decode_run_seconds / steps * 1e3, st.decode_issue_seconds / steps * 1e3,
                  st.decode_device_seconds / steps * 1e3, st.decode_seconds / steps * 1e3);
+    if (st.decode_graph_steps)
+      std::fprintf(stderr, "decode steps as one CUDA graph: %zu of %zu, %.1f nodes updated a step\n",
+                   st.decode_graph_steps, st.generated - 1,
+                   static_cast<double>(st.decode_graph_updates) /
+                       static_cast<double>(st.decode_graph_steps));
   }
 }
 

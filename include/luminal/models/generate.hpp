@@ -25,6 +25,8 @@ struct GenerationStats {
   // Summed over the decode steps: the backend's runs (RunStats: the runs' wall time, the
   // host's time queuing GPU work, the device's time running it).
   double decode_run_seconds = 0, decode_issue_seconds = 0, decode_device_seconds = 0;
+  // Decode steps run as one CUDA graph, and the graph nodes they gave new parameters.
+  size_t decode_graph_steps = 0, decode_graph_updates = 0;
   double prompt_tokens_per_second() const {
     return prefill_seconds > 0 ? prompt_tokens / prefill_seconds : 0;
   }

@@ -23,6 +23,7 @@
 #include <cmath>
 #include <cstdint>
 #include <numbers>
+#include <span>
 #include <string>
 
 #include "backends/cuda/attention_common.hpp"
@@ -311,7 +312,7 @@ const Attention::Compiled& Attention::compiled(const std::string& key, const std
     c.shared_bytes = shared_bytes;
     c.threads = threads;
     c.tile_keys = tile_keys;
-    if (wgmma) c.tile_bit_rows = kWgmmaAttentionRows;
+    if (wgmma) c.tile_bit_rows = kWgmmaAttentionRows, c.kernel_params = 3;
     if (shared_bytes > 0)  // (with its static arrays, it may pass the default 48 KiB)
       check(cudaKernelSetAttributeForDevice(
                 reinterpret_cast<cudaKernel_t>(const_cast<void*>(c.kernel)),
@@ -460,12 +461,13 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
     if (a.splits > 1 && kernel->combines_itself) {
       const size_t bytes = static_cast<size_t>(pairs) * sizeof(unsigned);
       if (arrivals_.bytes() < bytes)
-        check(cudaMemsetAsync(grown(device_, arrivals_, bytes), 0, bytes, device_.stream()),
+        check(device_.memset(grown(device_, arrivals_, bytes), 0, bytes),
               "clearing attention's arrival counts");
       a.arrivals = static_cast<unsigned*>(arrivals_.data());
     }
 
-    void* args[] = {&a, &key_map, &value_map};  // (the maps for the warpgroup kernel alone)
+    void* params[] = {&a, &key_map, &value_map};
+    const std::span<void*> args(params, 1);
     if (kernel->mask_tiles) {
       a.key_tiles = (keys + kernel->tile_keys - 1) / kernel->tile_keys;
       a.mask_points = 1;
@@ -477,35 +479,33 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
         a.tile_bits = static_cast<uint32_t*>(
             grown(device_, tile_bits_, static_cast<size_t>(tiles * kernel->tile_bit_rows * 16)));
       const int64_t warps = kernel->threads / 32;
-      check(cudaLaunchKernel(
-                kernel->mask_tiles, dim3(static_cast<unsigned>((tiles + warps - 1) / warps)),
-                dim3(static_cast<unsigned>(kernel->threads)), args, 0, device_.stream()),
+      check(device_.launch(kernel->mask_tiles,
+                           dim3(static_cast<unsigned>((tiles + warps - 1) / warps)),
+                           dim3(static_cast<unsigned>(kernel->threads)), args, 0),
             "launching attention's pass over the mask");
     }
-    check(cudaLaunchKernel(kernel->kernel, dim3(static_cast<unsigned>(pairs * a.splits)),
-                           dim3(static_cast<unsigned>(kernel->threads)), args, kernel->shared_bytes,
-                           device_.stream()),
+    check(device_.launch(kernel->kernel, dim3(static_cast<unsigned>(pairs * a.splits)),
+                         dim3(static_cast<unsigned>(kernel->threads)),
+                         std::span(params, kernel->kernel_params), kernel->shared_bytes),
           "launching attention");
     if (a.splits > 1 && !kernel->combines_itself) {
       long long n = out_rows, splits_arg = a.splits;
       void* combine_args[] = {&a.partials, &out, &n, &splits_arg};
       const int64_t blocks = std::min<int64_t>(out_rows, int64_t{device_.multiprocessors()} * 16);
-      check(cudaLaunchKernel(kernel->combine, dim3(static_cast<unsigned>(blocks)),
-                             dim3(static_cast<unsigned>(kernel->threads)), combine_args, 0,
-                             device_.stream()),
+      check(device_.launch(kernel->combine, dim3(static_cast<unsigned>(blocks)),
+                           dim3(static_cast<unsigned>(kernel->threads)), combine_args, 0),
             "launching attention's combine");
     }
   };
 
   // Two kernels for a new shape: both are timed, the faster correct one kept (the cost
-  // model's pick, the first, unless the search is off or the stream is being captured
-  // into a CUDA graph, where nothing may wait for it).
+  // model's pick, the first, unless the search is off).
   size_t pick = 0;
   if (kernels.size() > 1 && searcher_.settings().mode != runtime::SearchMode::Off) {
     const ShapeKey shape{q_type, k_type, v_type, out_type, d, dv, keys, a.shared_rows, kv_points};
     if (const auto found = choice_.find(shape); found != choice_.end()) {
       pick = found->second;
-    } else if (!device_.capturing()) {
+    } else {
       runtime::SearchProblem p;
       p.signature = "attention";
       for (DType t : {q_type, k_type, v_type, out_type})

@@ -63,6 +63,8 @@ class Attention {
     int threads = 0;                   // a block, of every kernel of the module
     int64_t tile_keys = 0;             // keys a tile of the pass over the mask
     int64_t tile_bit_rows = 0;         // rows a tile where the pass writes keep bits
+    size_t kernel_params = 1;          // the attention kernel's: its arguments, and the
+                                       // warpgroup kernel's two tensor maps
   };
   // The module cached under `key` (the specialisation's fields), compiled from source()
   // on first use.

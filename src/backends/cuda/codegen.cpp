@@ -59,7 +59,7 @@ class KernelWriter : public runtime::ElementWriter {
     std::string p = output_type() + "* __restrict__ out";
     for (size_t i = 0; i < k_.reads.size(); ++i)
       p += ", const " + input_type(i) + "* __restrict__ in" + std::to_string(i + 1);
-    return p + ", int64_t* err, LumDims lum_dims";
+    return p + ", int64_t* err, const LumDims* __restrict__ lum_dims";
   }
 
   // The second kernel of a Scatter: the sources written in order (later writes win, as
@@ -535,7 +535,7 @@ std::optional<RowGroup> write_row_group(const Graph& g, const compiler::KernelPl
     RowMemberWriter loads(g, plan, plan.kernels[first], 0, rows, cache, 1, held, cached);
     declared += loads.write_cache_loads();
   }
-  out.params += "int64_t* lum_err, LumDims lum_dims";
+  out.params += "int64_t* lum_err, const LumDims* __restrict__ lum_dims";
   out.body =
       "  extern __shared__ __align__(16) unsigned char lum_row_cache[];\n"
       "  __shared__ float lum_part_f[32];\n  __shared__ double lum_part_d[32];\n"
@@ -614,7 +614,7 @@ CudaSource generate_cuda_source(const Graph& g, const compiler::KernelPlan& plan
      << "struct LumDims { int64_t v[" << std::max<size_t>(out.dims.size(), 1) << "]; };\n\n";
   std::string dims_decl;
   for (size_t i = 0; i < out.dims.size(); ++i)
-    dims_decl += "  const int64_t " + out.dims[i] + " = lum_dims.v[" + std::to_string(i) +
+    dims_decl += "  const int64_t " + out.dims[i] + " = lum_dims->v[" + std::to_string(i) +
                  "]; (void)" + out.dims[i] + ";\n";
   // A transformer's layers make the same kernels over and over, on other buffers: each
   // distinct function is compiled once and launched for all of them.

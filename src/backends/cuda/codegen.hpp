@@ -1,14 +1,17 @@
 // CUDA C++ generation for the CUDA backend (private to src/backends/cuda). Each planned
 // kernel becomes
 //   extern "C" __global__ void lum_kernel_<k>(OUT* out, const IN* in1, ..., int64_t* err,
-//                                             LumDims dims)
+//                                             const LumDims* dims)
 // over a grid-stride loop, so any grid size covers any bound dims: elementwise kernels
 // give each thread output elements, reductions give each warp output elements, and a
 // Scatter is a copy kernel followed by an ordered one (lum_kernel_<k>_scatter). A chain
 // of reductions over the same rows, perhaps closed by an elementwise kernel over their
 // elements (softmax, RMSNorm, LayerNorm), is one function in which each block takes
 // rows through every member in turn (a row group): its parameters are each member's
-// output and reads in order, then the first member's error slot and the dims.
+// output and reads in order, then the first member's error slot and the dims. The dims
+// are read from device memory, not passed by value: a decode step's kernels then keep
+// their parameters while the context length moves on, and its recorded CUDA graph has
+// fewer nodes to update (stream_recorder.hpp).
 #pragma once
 
 #include <string>

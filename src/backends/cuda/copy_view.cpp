@@ -60,12 +60,11 @@ bool ViewCopy::run(const ConcreteView& view, const void* src, size_t element_byt
   if (view.has_mask()) return false;
   if (view.numel() == 0) return true;
   if (view.is_dense()) {
-    check(cudaMemcpyAsync(dst,
-                          static_cast<const char*>(src) +
-                              view.offset * static_cast<int64_t>(element_bytes),
-                          static_cast<size_t>(view.numel()) * element_bytes,
-                          cudaMemcpyDeviceToDevice, device_.stream()),
-          "copying a view");
+    check(
+        device_.copy(
+            dst, static_cast<const char*>(src) + view.offset * static_cast<int64_t>(element_bytes),
+            static_cast<size_t>(view.numel()) * element_bytes),
+        "copying a view");
     return true;
   }
   switch (element_bytes) {
@@ -88,8 +87,8 @@ bool ViewCopy::run_converted(const ConcreteView& view, const void* src, DType fr
   if (view.has_mask() || !((from == DType::F32 && half(to)) || (half(from) && to == DType::F32)))
     return false;
   if (view.numel() == 0) return true;
-  const std::string kernel = "lum_convert_view_" + std::string(dtype_name(from)) + "_" +
-                             std::string(dtype_name(to));
+  const std::string kernel =
+      "lum_convert_view_" + std::string(dtype_name(from)) + "_" + std::string(dtype_name(to));
   return launch(view, src, dst, kernel.c_str());
 }
 
@@ -128,8 +127,8 @@ bool ViewCopy::launch(const ConcreteView& view, const void* src, void* dst, cons
     module_ = std::make_unique<Module>(compile_cubin(copy_view_source(), device_.arch()).code);
   void* args[] = {&a};
   const int64_t blocks = std::min<int64_t>((n + 255) / 256, int64_t{device_.multiprocessors()} * 8);
-  check(cudaLaunchKernel(module_->kernel(kernel), dim3(static_cast<unsigned>(blocks)), dim3(256),
-                         args, 0, device_.stream()),
+  check(device_.launch(module_->kernel(kernel), dim3(static_cast<unsigned>(blocks)), dim3(256),
+                       args, 0),
         "launching a view copy");
   return true;
 }

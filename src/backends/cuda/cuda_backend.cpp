@@ -105,6 +105,8 @@ class CudaExecutable final : public Executable {
       for (size_t j = k; j + 1 < k + shared_runs_[k]; ++j)
         if (releases_[j].first != releases_[j].second) shared_runs_[k] = 1;
     errors_ = DeviceBuffer(3 * sizeof(int64_t) * std::max<size_t>(plan_.kernels.size(), 1));
+    dims_ = DeviceBuffer(sizeof(int64_t) * std::max<size_t>(source_.dims.size(), 1));
+    dims_arg_ = dims_.data();
     if (profiling_) {
       marks_ = std::vector<cudagen::Event>(plan_.kernels.size() + 1);
       profile_.kernels.resize(plan_.kernels.size());
@@ -113,16 +115,32 @@ class CudaExecutable final : public Executable {
   }
 
   ~CudaExecutable() override {
+    if (graph_runs_ && runtime::env_has("LUMINAL_LOG", "info")) {
+      const cudagen::StreamRecorder::Replay& t = graph_totals_;
+      const double recorded = static_cast<double>(std::max<size_t>(graph_runs_, 1));
+      std::fprintf(stderr,
+                   "luminal cuda: %zu of %zu runs as CUDA graphs (%zu graphs instantiated in "
+                   "%.1f ms); a recorded run: %.1f nodes, %.1f given new parameters in %.3f ms, "
+                   "%.1f launched one by one\n",
+                   graph_runs_, runs_, t.instantiated, t.instantiate_seconds * 1e3,
+                   static_cast<double>(t.nodes) / recorded,
+                   static_cast<double>(t.updated) / recorded, t.update_seconds / recorded * 1e3,
+                   static_cast<double>(t.queued) / recorded);
+    }
     if (profile_.runs)
       runtime::print_kernel_profile(*program_.graph, plan_, "cuda, runs after the first", profile_);
     else if (first_run_.runs)
       runtime::print_kernel_profile(*program_.graph, plan_, "cuda, one run", first_run_);
   }
 
-  // A run like the one before it (the same dims, nothing run on the host, every input
-  // where it was) is captured as a CUDA graph, which later runs replay while that holds:
-  // one launch instead of one per kernel. The captured run's buffers stay assigned, so
-  // the replays write the same ones.
+  // Runs after the first are recorded (StreamRecorder) and run as one CUDA graph: the
+  // first recording builds it, later ones update the nodes whose parameters moved (a
+  // decode step's cache length, where its new rows go, buffers handed over), so a step is
+  // one launch. A run exactly like the one the graph holds (the same dims, every input
+  // where it was, nothing handed over or grown in place) launches it again without going
+  // through the kernels at all. Work that needs the stream itself (a search's timed runs,
+  // a kernel on the host, a cache moved to more memory) queues what was recorded, and the
+  // rest of that run is launched kernel by kernel.
   void run(Graph& user) override {
     const auto run_start = std::chrono::steady_clock::now();
     device_->make_current();
@@ -138,60 +156,57 @@ class CudaExecutable final : public Executable {
     const bool hands_over =
         std::any_of(program_.outputs.begin(), program_.outputs.end(),
                     [&](const auto& o) { return user.is_kept_on_device(o.first); });
-    if (graph_ && dims == graph_dims_ && !inputs_moved && !hands_over) {
+    cudagen::StreamRecorder& recorder = device_->recorder();
+    if (repeatable_ && dims == graph_dims_ && !inputs_moved && !hands_over) {
       stats_ = graph_stats_;
-      stats_.replayed = true;
+      stats_.graph_nodes_updated = 0;
+      ++runs_, ++graph_runs_;
       check(cudaEventRecord(started_.get(), device_->stream()), "cudaEventRecord");
-      graph_->launch(device_->stream());
+      recorder.launch_again();
       check(cudaEventRecord(finished_.get(), device_->stream()), "cudaEventRecord");
       stats_.issue_seconds = runtime::seconds_since(run_start);
       finish(user);
       return;
     }
-    drop_graph();
     place_values(user, dims);
-    const bool capture = graphs_ && steady_ && dims == last_dims_ && !inputs_moved && !hands_over;
-    last_dims_ = dims;
     stats_ = RunStats{};
-    capturing_ = capture;
     grew_ = false;
-    const auto capture_start = std::chrono::steady_clock::now();
-    if (capture)
-      check(cudaStreamBeginCapture(device_->stream(), cudaStreamCaptureModeRelaxed),
-            "cudaStreamBeginCapture");
-    else
-      check(cudaEventRecord(started_.get(), device_->stream()), "cudaEventRecord");
-    check(cudaMemsetAsync(errors_.data(), 0, errors_.bytes(), device_->stream()),
-          "cudaMemsetAsync");
+    check(cudaEventRecord(started_.get(), device_->stream()), "cudaEventRecord");
+    if (dims != uploaded_dims_) {  // (pageable memory: the copy has read it on return)
+      check(cudaMemcpyAsync(dims_.data(), dims.data(), dims.size() * sizeof(int64_t),
+                            cudaMemcpyHostToDevice, device_->stream()),
+            "copying the dims to the GPU");
+      uploaded_dims_ = dims;
+    }
+    if (graphs_ && ran_) device_->begin_recording();
+    check(device_->memset(errors_.data(), 0, errors_.bytes()), "cudaMemsetAsync");
     try {
-      run_kernels(user, dims);
+      run_kernels(user);
     } catch (...) {
-      if (capture) {  // leave the stream usable, and do not try capturing again
-        cudaGraph_t partial = nullptr;
-        cudaStreamEndCapture(device_->stream(), &partial);
-        if (partial) cudaGraphDestroy(partial);
-        steady_ = false;
-      }
+      recorder.flush();  // what was recorded is queued, as it would have been launched
       throw;
     }
+    ran_ = true;
     stats_.launches = launches_;
-    if (capture) {
-      cudaGraph_t graph = nullptr;
-      check(cudaStreamEndCapture(device_->stream(), &graph), "cudaStreamEndCapture");
-      graph_ = std::make_unique<cudagen::GraphExec>(graph);
-      graph_dims_ = dims;
-      graph_stats_ = stats_;
-      if (runtime::env_has("LUMINAL_LOG", "info"))
-        std::fprintf(stderr, "luminal cuda: captured %zu launches as a CUDA graph in %.3f ms\n",
-                     launches_, runtime::seconds_since(capture_start) * 1e3);
-      check(cudaEventRecord(started_.get(), device_->stream()), "cudaEventRecord");
-      graph_->launch(device_->stream());
+    if (recorder.recording()) {
+      const cudagen::StreamRecorder::Replay r = recorder.replay();
+      stats_.replayed = r.queued == 0;
+      stats_.graph_nodes_updated = r.updated;
+      graph_totals_.nodes += r.nodes;
+      graph_totals_.updated += r.updated;
+      graph_totals_.instantiated += r.instantiated;
+      graph_totals_.queued += r.queued;
+      graph_totals_.update_seconds += r.update_seconds;
+      graph_totals_.instantiate_seconds += r.instantiate_seconds;
     }
+    ++runs_;
+    graph_runs_ += stats_.replayed;
     check(cudaEventRecord(finished_.get(), device_->stream()), "cudaEventRecord");
     stats_.issue_seconds = runtime::seconds_since(run_start);
     finish(user);
-    // A run that ran kernels on the host or took an input's memory is not captured next.
-    steady_ = stats_.host_fallbacks == 0 && !grew_;
+    repeatable_ = stats_.replayed && !hands_over && !grew_;
+    graph_dims_ = dims;
+    graph_stats_ = stats_;
     if (profiling_) {
       runtime::KernelProfile& p = first_run_.runs ? profile_ : first_run_;
       for (size_t k = 0; k < plan_.kernels.size(); ++k) {
@@ -224,7 +239,7 @@ class CudaExecutable final : public Executable {
 
  private:
   // Every kernel in order, into the places place_values() found.
-  void run_kernels(Graph& user, std::vector<int64_t>& dims) {
+  void run_kernels(Graph& user) {
     size_t live = 0;
     launches_ = 0;
     size_t shared_until = 0;  // kernels before it ran with the first of their run
@@ -253,7 +268,7 @@ class CudaExecutable final : public Executable {
       // floats) on every backend, so an element a kernel leaves unwritten shows.
       const bool done = k < shared_until;
       if (poison_ && bytes && !grown && !done)
-        check(cudaMemsetAsync(value_ptr_[k], 0xFF, bytes, device_->stream()), "cudaMemsetAsync");
+        check(device_->memset(value_ptr_[k], 0xFF, bytes), "cudaMemsetAsync");
       live += bytes;
       stats_.peak_bytes = std::max(stats_.peak_bytes, live);
       ++stats_.nodes_run;
@@ -267,7 +282,7 @@ class CudaExecutable final : public Executable {
         else if (!grown && l.shape == KernelShape::Library)
           run_library(user, k, value_ptr_[k], bytes);
         else if (!grown)
-          launch(user, k, dims);
+          launch(user, k);
       }
       for (uint32_t i = releases_[k].first; i < releases_[k].second; ++i)
         live -= value_bytes_[static_cast<size_t>(liveness_.frees[i])];
@@ -394,11 +409,9 @@ class CudaExecutable final : public Executable {
     return it->second.second.data();
   }
 
-  void drop_graph() { graph_.reset(); }
-
   // Launches generated kernel k (and a Scatter's ordered second kernel, or the whole of
   // a row group that k closes).
-  void launch(const Graph& user, size_t k, std::vector<int64_t>& dims) {
+  void launch(const Graph& user, size_t k) {
     const cudagen::KernelLaunch& l = source_.launches[k];
     const int64_t threads = l.threads.eval(user.dims());
     if (threads <= 0) return;
@@ -415,7 +428,7 @@ class CudaExecutable final : public Executable {
     args.clear();
     for (void*& p : ptrs) args.push_back(&p);
     args.push_back(&err);
-    args.push_back(dims.data());
+    args.push_back(&dims_arg_);
     int64_t block = cudagen::kMaxBlock, blocks = (threads + block - 1) / block;
     // Rows: a block per row, with as many threads as the row keeps busy (up to the most).
     if (l.shape == KernelShape::Rows) {
@@ -425,10 +438,9 @@ class CudaExecutable final : public Executable {
     }
     const int64_t most = int64_t{device_->multiprocessors()} * (4096 / block);
     const int64_t grid = std::clamp<int64_t>(blocks, 1, most);
-    if (const cudaError_t e =
-            cudaLaunchKernel(functions_[k].first, dim3(static_cast<unsigned>(grid)),
-                             dim3(static_cast<unsigned>(block)), args.data(),
-                             static_cast<size_t>(l.shared_bytes), device_->stream());
+    if (const cudaError_t e = device_->launch(
+            functions_[k].first, dim3(static_cast<unsigned>(grid)),
+            dim3(static_cast<unsigned>(block)), args, static_cast<size_t>(l.shared_bytes));
         e != cudaSuccess) {
       LUM_FAIL() << "launching generated kernel " << k << " (" << grid << " blocks of " << block
                  << " threads, " << l.shared_bytes
@@ -436,8 +448,7 @@ class CudaExecutable final : public Executable {
                  << cudaGetErrorName(e) << ")";
     }
     if (functions_[k].second)
-      check(cudaLaunchKernel(functions_[k].second, dim3(1), dim3(32), args.data(), 0,
-                             device_->stream()),
+      check(device_->launch(functions_[k].second, dim3(1), dim3(32), args),
             "launching a scatter kernel");
   }
 
@@ -463,8 +474,7 @@ class CudaExecutable final : public Executable {
     }
     if (poison_)  // the later members' values are written now, not in their turn
       for (size_t j = k + 1; j < k + shared_runs_[k]; ++j)
-        check(cudaMemsetAsync(weights[j - k].out, 0xFF, value_bytes_[j], device_->stream()),
-              "cudaMemsetAsync");
+        check(device_->memset(weights[j - k].out, 0xFF, value_bytes_[j]), "cudaMemsetAsync");
     const auto format_of = [&](size_t j) {
       return static_cast<const compiler::QMatMulOp*>(g.node(plan_.kernels[j].root).custom.get())
           ->format;
@@ -626,7 +636,7 @@ class CudaExecutable final : public Executable {
     size_t old_bytes;
   };
   std::optional<GrownCache> take_cache(Graph& user, size_t k, size_t bytes) {
-    if (!appendable_base_[k] || capturing_) return std::nullopt;
+    if (!appendable_base_[k]) return std::nullopt;
     const NodeId base = *appendable_base_[k];
     const NodeId source = program_.source_of[base.value];
     const DeviceData* d = user.device_data(source);
@@ -792,7 +802,12 @@ class CudaExecutable final : public Executable {
   std::vector<bool> placed_handed_;
   std::unordered_map<uint32_t, std::pair<uint64_t, DeviceBuffer>> uploaded_;  // by input node
   static constexpr size_t kCheckedUploadBytes = size_t{16} << 20;             // check_uploads_fit
-  DeviceBuffer errors_;                // three int64 per kernel (runtime/kernel_errors.hpp)
+  DeviceBuffer errors_;  // three int64 per kernel (runtime/kernel_errors.hpp)
+  // The bound dims, which generated kernels read from device memory (codegen.hpp), as
+  // last copied there, and the address passed to them.
+  DeviceBuffer dims_;
+  std::vector<int64_t> uploaded_dims_;
+  void* dims_arg_ = nullptr;
   cudagen::Event started_, finished_;  // around the kernels, for RunStats::device_seconds
   const bool poison_ = runtime::env_has("LUMINAL_CPU_POISON", "1");
   RunStats stats_;
@@ -803,14 +818,17 @@ class CudaExecutable final : public Executable {
   const bool profiling_ = runtime::env_has("LUMINAL_PROFILE", "1");
   std::vector<cudagen::Event> marks_;  // before each kernel, and after the last
   runtime::KernelProfile profile_, first_run_;
-  // CUDA-graph capture and replay (see run); LUMINAL_CUDA_GRAPHS=0 turns it off.
+  // Runs recorded as a CUDA graph (see run); LUMINAL_CUDA_GRAPHS=0 turns it off.
   const bool graphs_ = !runtime::env_has("LUMINAL_CUDA_GRAPHS", "0") && !profiling_;
-  bool steady_ = false;     // the last run ran every kernel on the GPU
-  bool capturing_ = false;  // this run is being captured
-  bool grew_ = false;       // this run grew a donated input in place
-  std::vector<int64_t> last_dims_, graph_dims_;
-  std::unique_ptr<cudagen::GraphExec> graph_;
+  bool ran_ = false;         // a run has loaded the modules (the first is not recorded)
+  bool grew_ = false;        // this run grew a donated input in place
+  bool repeatable_ = false;  // the graph may be launched again as it is (see run)
+  std::vector<int64_t> graph_dims_;
   RunStats graph_stats_;
+  // For LUMINAL_LOG=info, printed on destruction: runs, those run as graphs, and what the
+  // recorded ones did, summed.
+  size_t runs_ = 0, graph_runs_ = 0;
+  cudagen::StreamRecorder::Replay graph_totals_;
   size_t launches_ = 0;  // by the last run: kernels and library calls
 };
 

@@ -53,7 +53,40 @@ Device::Device(int ordinal) : ordinal_(ordinal) {
 }
 
 Device::~Device() {
+  recorder_.reset();  // (it may be capturing the stream)
   if (stream_) cudaStreamDestroy(stream_);
+}
+
+cudaStream_t Device::stream() const {
+  recorder_->flush();
+  return stream_;
+}
+
+cudaStream_t Device::library_stream() const {
+  if (recorder_->recording()) recorder_->begin_library_work();
+  return stream_;
+}
+
+cudaError_t Device::launch(const void* function, dim3 grid, dim3 block, std::span<void* const> args,
+                           size_t shared_bytes) const {
+  if (!recorder_->recording())
+    return cudaLaunchKernel(function, grid, block, const_cast<void**>(args.data()), shared_bytes,
+                            stream_);
+  recorder_->kernel(function, grid, block, args, shared_bytes);
+  return cudaSuccess;
+}
+
+cudaError_t Device::memset(void* dst, int value, size_t bytes) const {
+  if (!recorder_->recording()) return cudaMemsetAsync(dst, value, bytes, stream_);
+  recorder_->memset(dst, value, bytes);
+  return cudaSuccess;
+}
+
+cudaError_t Device::copy(void* dst, const void* src, size_t bytes) const {
+  if (!recorder_->recording())
+    return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_);
+  recorder_->copy(dst, src, bytes);
+  return cudaSuccess;
 }
 
 void Device::make_current() const {
@@ -61,13 +94,7 @@ void Device::make_current() const {
 }
 
 void Device::synchronize() const {
-  check(cudaStreamSynchronize(stream_), "a CUDA kernel failed");
-}
-
-bool Device::capturing() const {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  check(cudaStreamIsCapturing(stream_, &status), "cudaStreamIsCapturing");
-  return status != cudaStreamCaptureStatusNone;
+  check(cudaStreamSynchronize(stream()), "a CUDA kernel failed");
 }
 
 namespace {
@@ -163,20 +190,6 @@ void* grown(const Device& device, DeviceBuffer& buffer, size_t bytes) {
     buffer = DeviceBuffer(bytes);
   }
   return buffer.data();
-}
-
-GraphExec::GraphExec(cudaGraph_t graph) {
-  const cudaError_t e = cudaGraphInstantiate(&exec_, graph, 0);
-  cudaGraphDestroy(graph);
-  check(e, "cudaGraphInstantiate");
-}
-
-GraphExec::~GraphExec() {
-  if (exec_) cudaGraphExecDestroy(exec_);
-}
-
-void GraphExec::launch(cudaStream_t stream) const {
-  check(cudaGraphLaunch(exec_, stream), "cudaGraphLaunch");
 }
 
 Event::Event() {

@@ -5,7 +5,11 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <memory>
+#include <span>
 #include <string>
+
+#include "backends/cuda/stream_recorder.hpp"
 
 namespace luminal::cudagen {
 
@@ -22,7 +26,21 @@ class Device {
   Device& operator=(const Device&) = delete;
 
   int ordinal() const { return ordinal_; }
-  cudaStream_t stream() const { return stream_; }
+  /// The stream, for work queued by hand (events, a wait, copies to or from the host): a
+  /// recording in progress is queued first, and stops (StreamRecorder::flush).
+  cudaStream_t stream() const;
+  /// The stream for a library's work (cuBLASLt), captured into a recording in progress.
+  cudaStream_t library_stream() const;
+  /// Kernel `function` queued on the stream, or recorded where a recording is in progress
+  /// (every kernel a run launches goes through here, and the two below). `args`: the
+  /// address of each of its parameters' values, as many as it takes.
+  cudaError_t launch(const void* function, dim3 grid, dim3 block, std::span<void* const> args,
+                     size_t shared_bytes = 0) const;
+  cudaError_t memset(void* dst, int value, size_t bytes) const;
+  cudaError_t copy(void* dst, const void* src, size_t bytes) const;  // device to device
+  /// From now on the stream's work is recorded, to be run as one CUDA graph.
+  void begin_recording() const { recorder_->begin(stream_); }
+  StreamRecorder& recorder() const { return *recorder_; }
   /// "sm_90" for an H100.
   const std::string& arch() const { return arch_; }
   /// 90 for an H100.
@@ -34,9 +52,6 @@ class Device {
   void make_current() const;
   /// Waits for the stream, raising any error a kernel hit.
   void synchronize() const;
-  /// Whether the stream is being captured into a CUDA graph: nothing may wait for it then
-  /// (a search's timed runs wait until the capture is over).
-  bool capturing() const;
   /// Device memory free now, capped by LUMINAL_CUDA_MEMORY_LIMIT (bytes, or a number
   /// with K, M or G: binary units), which bounds what luminal may count on; a malformed
   /// value is an Error naming the variable.
@@ -47,6 +62,7 @@ class Device {
  private:
   int ordinal_;
   cudaStream_t stream_ = nullptr;
+  std::unique_ptr<StreamRecorder> recorder_ = std::make_unique<StreamRecorder>();
   std::string arch_;
   int compute_capability_ = 0;
   int multiprocessors_ = 0;
@@ -85,20 +101,6 @@ class DeviceBuffer {
 /// `buffer`'s memory, replaced first by `bytes` of new memory where it holds fewer (after
 /// `device`'s queued work, which may still read the old).
 void* grown(const Device& device, DeviceBuffer& buffer, size_t bytes);
-
-/// An instantiated CUDA graph, destroyed with it.
-class GraphExec {
- public:
-  GraphExec() = default;
-  explicit GraphExec(cudaGraph_t graph);  // instantiates (and then destroys) `graph`
-  ~GraphExec();
-  GraphExec(const GraphExec&) = delete;
-  GraphExec& operator=(const GraphExec&) = delete;
-  void launch(cudaStream_t stream) const;
-
- private:
-  cudaGraphExec_t exec_ = nullptr;
-};
 
 /// A CUDA event for timing, destroyed with the handle.
 class Event {

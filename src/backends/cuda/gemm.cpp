@@ -133,8 +133,7 @@ bool Gemm::run(const ConcreteView& a, const void* a_data, const ConcreteView& b,
   }
   if (m == 0 || n == 0 || c_stride == 0) return true;
   if (k == 0) {
-    check(cudaMemsetAsync(c_data, 0, static_cast<size_t>(c_stride) * c_size, device_.stream()),
-          "cudaMemsetAsync");
+    check(device_.memset(c_data, 0, static_cast<size_t>(c_stride) * c_size), "cudaMemsetAsync");
     return true;
   }
   Operand first, second;  // b^T as N x K, a^T as K x M
@@ -208,10 +207,8 @@ bool Gemm::run(const ConcreteView& a, const void* a_data, const ConcreteView& b,
     }
     algos.resize(static_cast<size_t>(found));
     p->algo = algos[0].algo;
-    // Searched on the call's first matrices, unless the stream is being captured into a
-    // CUDA graph (nothing may wait for it then).
-    if (found > 1 && !device_.capturing() &&
-        static_cast<double>(m) * n * k * inner >= kSearchedMultiplyAdds) {
+    // Searched on the call's first matrices.
+    if (found > 1 && static_cast<double>(m) * n * k * inner >= kSearchedMultiplyAdds) {
       const std::string signature = "gemm " + std::string(dtype_name(dtype)) + "->" +
                                     std::string(dtype_name(c_type)) + " m=" + std::to_string(m) +
                                     " n=" + std::to_string(n) + " k=" + std::to_string(k) +
@@ -240,7 +237,7 @@ bool Gemm::run(const ConcreteView& a, const void* a_data, const ConcreteView& b,
     auto* pc = static_cast<char*>(c_data) + oc * static_cast<int64_t>(c_size);
     check_lt(cublasLtMatmul(handle_, plan->desc, &one, pb, plan->first, pa, plan->second, &zero, pc,
                             plan->out, pc, plan->out, &plan->algo, workspace_.data(),
-                            workspace_.bytes(), device_.stream()),
+                            workspace_.bytes(), device_.library_stream()),
              "matmul");
   }
   return true;

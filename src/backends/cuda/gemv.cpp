@@ -237,8 +237,8 @@ bool Gemv::run_shared(const ConcreteView& a, const void* a_data, DType a_type,
     const int64_t per_block = s.warps / s.split;
     const int64_t blocks =
         std::min<int64_t>((n + per_block - 1) / per_block, int64_t{device_.multiprocessors()} * 64);
-    check(cudaLaunchKernel(kernel, dim3(static_cast<unsigned>(blocks)),
-                           dim3(static_cast<unsigned>(32 * s.warps)), args, 0, device_.stream()),
+    check(device_.launch(kernel, dim3(static_cast<unsigned>(blocks)),
+                         dim3(static_cast<unsigned>(32 * s.warps)), args, 0),
           "launching the one-row product");
   };
   auto launch = [&](const GemvShape& s) { launch_kernel(s, kernel_of(s)); };
@@ -248,12 +248,7 @@ bool Gemv::run_shared(const ConcreteView& a, const void* a_data, DType a_type,
   if (chosen == shape_of_.end()) {
     size_t pick = 0;
     if (searcher_.settings().mode != runtime::SearchMode::Off) {
-      // A new matrix shape: its kernel shape is searched, unless the stream is being
-      // captured into a CUDA graph (nothing may wait for it then: the default runs).
-      if (device_.capturing()) {
-        launch(kGemvShapes[0]);
-        return true;
-      }
+      // A new matrix shape: its kernel shape is searched.
       runtime::SearchProblem p;
       p.signature = std::string("gemv ") + types + " n=" + std::to_string(n) +
                     " k=" + std::to_string(k) + " ldw=" + std::to_string(ldw0);

@@ -567,8 +567,8 @@ void QuantProducts::quantize_row(uint32_t format, const float* x, int64_t k) {
   auto* d = reinterpret_cast<float*>(q + k);
   long long k_arg = k;
   void* args[] = {&x, &q, &d, &k_arg};
-  check(cudaLaunchKernel(quantize, dim3(static_cast<unsigned>((k / 32 + 255) / 256)), dim3(256),
-                         args, 0, device_.stream()),
+  check(device_.launch(quantize, dim3(static_cast<unsigned>((k / 32 + 255) / 256)), dim3(256), args,
+                       0),
         "launching an activation row's quantisation");
 }
 
@@ -579,10 +579,10 @@ void QuantProducts::integer_product(uint32_t format, int64_t k, int64_t n,
   long long k_arg = k, n_arg = n, bytes_arg = row_bytes;
   void* args[] = {&weights, &q, &d, &y, &n_arg, &k_arg, &bytes_arg};
   auto launch = [&](const void* product, int64_t rows_a_block) {
-    check(cudaLaunchKernel(product,
-                           dim3(static_cast<unsigned>((n + rows_a_block - 1) / rows_a_block)),
-                           dim3(kQuantGemvThreads), args, 0, device_.stream()),
-          "launching a quantised product");
+    check(
+        device_.launch(product, dim3(static_cast<unsigned>((n + rows_a_block - 1) / rows_a_block)),
+                       dim3(kQuantGemvThreads), args, 0),
+        "launching a quantised product");
   };
   auto launch_shape = [&](const QDotShape& s) {
     launch(kernel(format, s.kernel_name().c_str()), s.rows_a_block());
@@ -592,10 +592,6 @@ void QuantProducts::integer_product(uint32_t format, int64_t k, int64_t n,
   if (chosen == choice_.end()) {
     size_t pick = 0;
     if (searcher_.settings().mode != runtime::SearchMode::Off) {
-      if (device_.capturing()) {  // nothing may wait for a search: the default runs
-        launch_shape(kQDotShapes[0]);
-        return;
-      }
       runtime::SearchProblem p;
       p.signature =
           "qdot " + ggml_type_name(format) + " n=" + std::to_string(n) + " k=" + std::to_string(k);
@@ -693,10 +689,10 @@ bool QuantProducts::run(uint32_t format, const ConcreteView& x, const void* x_da
       long long n_arg = n, k_arg = k, rows_arg = std::min<int64_t>(8, rows - r0), x_row = k,
                 bytes_arg = row_bytes;
       void* args[] = {&weights, &xr, &yr, &n_arg, &k_arg, &rows_arg, &x_row, &bytes_arg};
-      check(cudaLaunchKernel(
+      check(device_.launch(
                 gemv,
                 dim3(static_cast<unsigned>((n + kQuantGemvWeightRows - 1) / kQuantGemvWeightRows)),
-                dim3(kQuantGemvThreads), args, 0, device_.stream()),
+                dim3(kQuantGemvThreads), args, 0),
             "launching a quantised product");
     }
     return true;
@@ -719,8 +715,7 @@ bool QuantProducts::run(uint32_t format, const ConcreteView& x, const void* x_da
     void* args[] = {&wj, &decoded, &c_arg, &k_arg, &bytes_arg};
     const int64_t blocks =
         std::min<int64_t>((c * (k / 32) + 255) / 256, int64_t{device_.multiprocessors()} * 16);
-    check(cudaLaunchKernel(decode, dim3(static_cast<unsigned>(blocks)), dim3(256), args, 0,
-                           device_.stream()),
+    check(device_.launch(decode, dim3(static_cast<unsigned>(blocks)), dim3(256), args, 0),
           "launching a weight decode");
     if (!gemm_.run(operand(rows, k, c, k, 1, 0), rounded, operand(rows, k, c, 0, 1, k), decoded,
                    DType::F16, out, DType::F32))

@@ -1,0 +1,334 @@
+// Recording a run's stream work and running it as one CUDA graph (see stream_recorder.hpp).
+#include "backends/cuda/stream_recorder.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "backends/cuda/device.hpp"
+#include "luminal/error.hpp"
+
+namespace luminal::cudagen {
+
+StreamRecorder::~StreamRecorder() {
+  if (library_work_) {
+    cudaGraph_t partial = nullptr;
+    cudaStreamEndCapture(stream_, &partial);
+    if (partial) cudaGraphDestroy(partial);
+  }
+  now_.clear();
+  for (Segment& g : segments_) g.drop();
+  for (cudaGraphExec_t e : flushed_libraries_) cudaGraphExecDestroy(e);
+}
+
+void StreamRecorder::Segment::drop() {
+  if (exec) cudaGraphExecDestroy(exec);
+  if (graph) cudaGraphDestroy(graph);
+  exec = nullptr, graph = nullptr;
+  nodes.clear();
+  graphed.clear();
+}
+
+void StreamRecorder::Recording::clear() {
+  for (const Op& op : ops)
+    if (op.library) cudaGraphDestroy(op.library);
+  ops.clear();
+  params.clear();
+  sizes.clear();
+}
+
+void StreamRecorder::begin(cudaStream_t stream) {
+  // The last run has been waited for: what its flush instantiated is done.
+  for (cudaGraphExec_t e : flushed_libraries_) cudaGraphExecDestroy(e);
+  flushed_libraries_.clear();
+  now_.clear();
+  stream_ = stream;
+  recording_ = true;
+  launched_ = 0;
+  stats_ = Replay{};
+}
+
+const std::vector<size_t>& StreamRecorder::parameter_sizes(const void* function, size_t count) {
+  std::vector<size_t>& sizes = parameter_sizes_[function];
+  while (sizes.size() < count) {
+    size_t offset = 0, size = 0;
+    check(cudaFuncGetParamInfo(function, sizes.size(), &offset, &size),
+          "reading a kernel's parameters");
+    sizes.push_back(size);
+  }
+  return sizes;
+}
+
+void StreamRecorder::kernel(const void* function, dim3 grid, dim3 block,
+                            std::span<void* const> args, size_t shared_bytes) {
+  end_library_work();
+  const std::vector<size_t>& sizes = parameter_sizes(function, args.size());
+  Op op;
+  op.kind = Kind::Kernel;
+  op.function = function, op.grid = grid, op.block = block, op.shared_bytes = shared_bytes;
+  op.params_begin = now_.params.size();
+  op.sizes_begin = now_.sizes.size();
+  for (size_t i = 0; i < args.size(); ++i) {
+    const auto* value = static_cast<const unsigned char*>(args[i]);
+    now_.params.insert(now_.params.end(), value, value + sizes[i]);
+    now_.sizes.push_back(sizes[i]);
+  }
+  op.params_end = now_.params.size();
+  now_.ops.push_back(op);
+  segment_done_if_full();
+}
+
+void StreamRecorder::memset(void* dst, int value, size_t bytes) {
+  if (bytes == 0) return;  // (a graph has no empty memset or copy nodes)
+  end_library_work();
+  Op op;
+  op.kind = Kind::Memset;
+  op.dst = dst, op.value = value, op.bytes = bytes;
+  now_.ops.push_back(op);
+  segment_done_if_full();
+}
+
+void StreamRecorder::copy(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  end_library_work();
+  Op op;
+  op.kind = Kind::Copy;
+  op.dst = dst, op.src = src, op.bytes = bytes;
+  now_.ops.push_back(op);
+  segment_done_if_full();
+}
+
+void StreamRecorder::begin_library_work() {
+  if (library_work_) return;
+  // Captured only where the last runs did library work at this point too: instantiating
+  // a captured call to queue it alone costs more than the call.
+  if (launched_ == segments_.size()) segments_.emplace_back();
+  Segment& segment = segments_[launched_];
+  const size_t at = now_.ops.size();
+  const std::vector<Op>& graphed = segment.graphed.ops;
+  if (!(at < graphed.size() && graphed[at].kind == Kind::Library) &&
+      !(at < segment.last_work.size() && segment.last_work[at] == Kind::Library)) {
+    segment.last_work = kinds();
+    segment.last_work.push_back(Kind::Library);
+    flush();
+    return;
+  }
+  check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture");
+  library_work_ = true;
+}
+
+void StreamRecorder::end_library_work() {
+  if (!library_work_) return;
+  Op op;
+  op.kind = Kind::Library;
+  const cudaError_t e = cudaStreamEndCapture(stream_, &op.library);
+  library_work_ = false;
+  check(e, "capturing a library's kernels");
+  now_.ops.push_back(op);
+}
+
+void** StreamRecorder::arguments(const Recording& r, const Op& op) {
+  scratch_.clear();
+  auto* p = const_cast<unsigned char*>(r.params.data()) + op.params_begin;
+  for (size_t i = op.sizes_begin; p < r.params.data() + op.params_end; p += r.sizes[i++])
+    scratch_.push_back(p);
+  return scratch_.data();
+}
+
+void StreamRecorder::flush() {
+  if (!recording_) return;
+  recording_ = false;
+  end_library_work();
+  queue();
+}
+
+void StreamRecorder::queue() {
+  stats_.queued += now_.ops.size();
+  for (const Op& op : now_.ops) switch (op.kind) {
+      case Kind::Kernel:
+        check(cudaLaunchKernel(op.function, op.grid, op.block, arguments(now_, op), op.shared_bytes,
+                               stream_),
+              "launching a recorded kernel");
+        break;
+      case Kind::Memset:
+        check(cudaMemsetAsync(op.dst, op.value, op.bytes, stream_), "cudaMemsetAsync");
+        break;
+      case Kind::Copy:
+        check(cudaMemcpyAsync(op.dst, op.src, op.bytes, cudaMemcpyDeviceToDevice, stream_),
+              "cudaMemcpyAsync");
+        break;
+      case Kind::Library: {
+        cudaGraphExec_t e = nullptr;
+        check(cudaGraphInstantiate(&e, op.library, 0), "instantiating a library's kernels");
+        flushed_libraries_.push_back(e);
+        check(cudaGraphLaunch(e, stream_), "launching a library's kernels");
+        break;
+      }
+    }
+  now_.clear();
+}
+
+std::vector<StreamRecorder::Kind> StreamRecorder::kinds() const {
+  std::vector<Kind> work;
+  for (const Op& op : now_.ops) work.push_back(op.kind);
+  return work;
+}
+
+namespace {
+
+bool same_dims(dim3 a, dim3 b) {
+  return a.x == b.x && a.y == b.y && a.z == b.z;
+}
+
+cudaMemsetParams memset_params(void* dst, int value, size_t bytes) {
+  cudaMemsetParams p{};
+  p.dst = dst;
+  p.value = static_cast<unsigned>(value) & 0xFF;
+  p.elementSize = 1;
+  p.width = bytes;
+  p.height = 1;
+  return p;
+}
+
+}  // namespace
+
+// The segment's nodes given this recording's parameters where they differ. False where
+// its work is other than this recording's, or the driver refuses a change (the segment
+// is then instantiated anew).
+bool StreamRecorder::update(Segment& segment) {
+  if (!segment.exec || segment.graphed.ops.size() != now_.ops.size()) return false;
+  for (size_t i = 0; i < now_.ops.size(); ++i)
+    if (now_.ops[i].kind != segment.graphed.ops[i].kind) return false;
+  const auto start = std::chrono::steady_clock::now();
+  const Recording& graphed = segment.graphed;
+  cudaGraphExec_t exec = segment.exec;
+  for (size_t i = 0; i < now_.ops.size(); ++i) {
+    const Op &op = now_.ops[i], &was = graphed.ops[i];
+    cudaError_t e = cudaSuccess;
+    switch (op.kind) {
+      case Kind::Kernel: {
+        const size_t bytes = op.params_end - op.params_begin;
+        if (op.function == was.function && same_dims(op.grid, was.grid) &&
+            same_dims(op.block, was.block) && op.shared_bytes == was.shared_bytes &&
+            bytes == was.params_end - was.params_begin &&
+            std::memcmp(now_.params.data() + op.params_begin,
+                        graphed.params.data() + was.params_begin, bytes) == 0)
+          continue;
+        cudaKernelNodeParams p{};
+        p.func = const_cast<void*>(op.function);
+        p.gridDim = op.grid, p.blockDim = op.block;
+        p.sharedMemBytes = static_cast<unsigned>(op.shared_bytes);
+        p.kernelParams = arguments(now_, op);
+        e = cudaGraphExecKernelNodeSetParams(exec, segment.nodes[i], &p);
+        break;
+      }
+      case Kind::Memset: {
+        if (op.dst == was.dst && op.value == was.value && op.bytes == was.bytes) continue;
+        const cudaMemsetParams p = memset_params(op.dst, op.value, op.bytes);
+        e = cudaGraphExecMemsetNodeSetParams(exec, segment.nodes[i], &p);
+        break;
+      }
+      case Kind::Copy:
+        if (op.dst == was.dst && op.src == was.src && op.bytes == was.bytes) continue;
+        e = cudaGraphExecMemcpyNodeSetParams1D(exec, segment.nodes[i], op.dst, op.src, op.bytes,
+                                               cudaMemcpyDeviceToDevice);
+        break;
+      case Kind::Library:  // its kernels' parameters are the library's: always set
+        e = cudaGraphExecChildGraphNodeSetParams(exec, segment.nodes[i], op.library);
+        break;
+    }
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    ++stats_.updated;
+  }
+  stats_.update_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return true;
+}
+
+void StreamRecorder::instantiate(Segment& segment) {
+  const auto start = std::chrono::steady_clock::now();
+  segment.drop();
+  check(cudaGraphCreate(&segment.graph, 0), "cudaGraphCreate");
+  std::vector<cudaGraphNode_t>& nodes = segment.nodes;
+  nodes.assign(now_.ops.size(), nullptr);
+  for (size_t i = 0; i < now_.ops.size(); ++i) {
+    const Op& op = now_.ops[i];
+    const cudaGraphNode_t* after = i ? &nodes[i - 1] : nullptr;
+    const size_t n = i ? 1 : 0;
+    switch (op.kind) {
+      case Kind::Kernel: {
+        cudaKernelNodeParams p{};
+        p.func = const_cast<void*>(op.function);
+        p.gridDim = op.grid, p.blockDim = op.block;
+        p.sharedMemBytes = static_cast<unsigned>(op.shared_bytes);
+        p.kernelParams = arguments(now_, op);
+        check(cudaGraphAddKernelNode(&nodes[i], segment.graph, after, n, &p),
+              "adding a kernel node");
+        break;
+      }
+      case Kind::Memset: {
+        const cudaMemsetParams p = memset_params(op.dst, op.value, op.bytes);
+        check(cudaGraphAddMemsetNode(&nodes[i], segment.graph, after, n, &p),
+              "adding a memset node");
+        break;
+      }
+      case Kind::Copy:
+        check(cudaGraphAddMemcpyNode1D(&nodes[i], segment.graph, after, n, op.dst, op.src, op.bytes,
+                                       cudaMemcpyDeviceToDevice),
+              "adding a copy node");
+        break;
+      case Kind::Library:
+        check(cudaGraphAddChildGraphNode(&nodes[i], segment.graph, after, n, op.library),
+              "adding a library's kernels");
+        break;
+    }
+  }
+  check(cudaGraphInstantiate(&segment.exec, segment.graph, 0), "cudaGraphInstantiate");
+  ++stats_.instantiated;
+  stats_.updated += now_.ops.size();
+  stats_.instantiate_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+void StreamRecorder::segment_done_if_full() {
+  const size_t most = size_t{16} << std::min<size_t>(launched_, 3);
+  if (now_.ops.size() >= most) launch_segment();
+}
+
+void StreamRecorder::launch_segment() {
+  if (launched_ == segments_.size()) segments_.emplace_back();
+  Segment& segment = segments_[launched_++];
+  if (!update(segment)) {
+    std::vector<Kind> work = kinds();
+    if (work != segment.last_work) {  // new work: a graph pays off only where it comes again
+      segment.last_work = std::move(work);
+      queue();
+      return;
+    }
+    instantiate(segment);
+  }
+  stats_.nodes += now_.ops.size();
+  std::swap(now_, segment.graphed);
+  now_.clear();
+  check(cudaGraphLaunch(segment.exec, stream_), "launching a recorded CUDA graph");
+}
+
+StreamRecorder::Replay StreamRecorder::replay() {
+  LUM_ASSERT(recording_) << "replaying a run that was not recorded";
+  end_library_work();
+  if (!now_.ops.empty() || launched_ == 0) launch_segment();
+  recording_ = false;
+  last_launched_ = launched_;
+  return stats_;
+}
+
+void StreamRecorder::launch_again() const {
+  LUM_ASSERT(last_launched_ > 0) << "no recorded graph to launch";
+  for (size_t i = 0; i < last_launched_; ++i)
+    check(cudaGraphLaunch(segments_[i].exec, stream_), "launching a recorded CUDA graph");
+}
+
+}  // namespace luminal::cudagen

@@ -1,0 +1,125 @@
+// A run's work on the stream recorded instead of queued, then run as CUDA graphs.
+//
+// Stream capture would make a new graph every run, and instantiating one costs more than
+// launching its kernels. A decode step's kernels are the same every step, but their
+// arguments move (the cache length, where the new rows go, a buffer handed over), so the
+// graphs are built and instantiated from the first recording alone; a later recording of
+// the same work (the same kinds of operations, in the same order) only updates the nodes
+// whose parameters changed. A segment of work unlike its graph's is queued operation by
+// operation, and instantiated only when the next run records that work again (a prompt
+// between decode steps costs no instantiation). The run is cut into segments (16 operations, then
+// 32, 64, and 128 each after), each launched as soon as it is recorded, so the GPU starts on the
+// first while the host records the next instead of waiting for the whole run.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+namespace luminal::cudagen {
+
+class StreamRecorder {
+ public:
+  StreamRecorder() = default;
+  ~StreamRecorder();
+  StreamRecorder(const StreamRecorder&) = delete;
+  StreamRecorder& operator=(const StreamRecorder&) = delete;
+
+  /// From now on, work for `stream` goes through the calls below into a list instead of
+  /// onto it, until flush() or replay().
+  void begin(cudaStream_t stream);
+  bool recording() const { return recording_; }
+
+  /// Records a kernel launch: its parameters' values are copied now, as a launch would
+  /// (`args`: the address of each, as many as the kernel takes).
+  void kernel(const void* function, dim3 grid, dim3 block, std::span<void* const> args,
+              size_t shared_bytes);
+  void memset(void* dst, int value, size_t bytes);
+  void copy(void* dst, const void* src, size_t bytes);  // device to device
+  /// Work a library (cuBLASLt) queues on the stream until the next recorded operation is
+  /// captured as a graph of its own, run as one node of the run's graph: where the last
+  /// runs did library work here too; elsewhere the recording is flushed.
+  void begin_library_work();
+
+  /// Someone needs the stream itself (a search's timed runs, a wait, a copy to the host):
+  /// what was recorded is queued as ordinary launches, and recording stops for the rest of
+  /// the run. Nothing where nothing is being recorded.
+  void flush();
+
+  /// What a run's segments did: operations run as graph nodes, the nodes that took new
+  /// parameters (and the host's time giving them), graphs instantiated (and their cost),
+  /// and operations queued one by one (work unlike the graphs').
+  struct Replay {
+    size_t nodes = 0, updated = 0, instantiated = 0, queued = 0;
+    double update_seconds = 0, instantiate_seconds = 0;
+  };
+  /// Ends the recording and launches what is left of it; what the run's segments did.
+  Replay replay();
+  /// Launches the graphs again as the last replay() left them (a run like that one).
+  void launch_again() const;
+
+ private:
+  enum class Kind : uint8_t { Kernel, Memset, Copy, Library };
+  struct Op {
+    Kind kind = Kind::Kernel;
+    const void* function = nullptr;  // Kernel
+    dim3 grid, block;
+    size_t shared_bytes = 0;
+    size_t params_begin = 0, params_end = 0;  // Kernel: its parameters in params_, packed
+    size_t sizes_begin = 0;                   // Kernel: its parameters' sizes, in sizes_
+    void* dst = nullptr;                      // Memset, Copy
+    const void* src = nullptr;                // Copy
+    size_t bytes = 0;                         // Memset, Copy
+    int value = 0;                            // Memset
+    cudaGraph_t library = nullptr;            // Library: owned by the recording
+  };
+  struct Recording {
+    std::vector<Op> ops;
+    std::vector<unsigned char> params;  // every kernel's parameter values, one after another
+    std::vector<size_t> sizes;          // their sizes (a kernel's are in a row)
+    void clear();
+  };
+  // One segment's graph, and the recording its nodes' parameters came from.
+  struct Segment {
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    std::vector<cudaGraphNode_t> nodes;  // by op
+    Recording graphed;
+    std::vector<Kind> last_work;  // what the last run queued here instead (see launch_segment)
+    void drop();
+  };
+  std::vector<Kind> kinds() const;  // of the operations recorded in this segment
+  // The sizes of `function`'s first `count` parameters (the driver's, asked once).
+  const std::vector<size_t>& parameter_sizes(const void* function, size_t count);
+  void end_library_work();
+  // After an operation is recorded: the segment launched once it is full.
+  void segment_done_if_full();
+  // The recorded segment run: as the next segment's graph, updated or instantiated, or
+  // queued.
+  void launch_segment();
+  // The recorded operations queued on the stream one by one.
+  void queue();
+  // Kernel op's parameters as cudaLaunchKernel and graph nodes take them (pointers into
+  // `r.params`, in scratch_).
+  void** arguments(const Recording& r, const Op& op);
+  bool update(Segment& segment);
+  void instantiate(Segment& segment);
+
+  bool recording_ = false;
+  cudaStream_t stream_ = nullptr;  // the one recorded (begin)
+  bool library_work_ = false;      // the stream is being captured (begin_library_work)
+  Recording now_;                  // the segment being recorded
+  std::vector<Segment> segments_;  // the graphs, in the order a run launches them
+  size_t launched_ = 0;            // segments launched by this run
+  size_t last_launched_ = 0;       // by the last run that replay() ended
+  Replay stats_;                   // this run's
+  std::unordered_map<const void*, std::vector<size_t>> parameter_sizes_;  // by function
+  std::vector<void*> scratch_;
+  std::vector<cudaGraphExec_t> flushed_libraries_;  // instantiated by flush(), freed by begin()
+};
+
+}  // namespace luminal::cudagen
