@@ -115,6 +115,7 @@ class CudaExecutable final : public Executable {
   }
 
   ~CudaExecutable() override {
+    device_->recorder().drop();  // (its graphs launch kernels of module_ and the libraries')
     if (graph_runs_ && runtime::env_has("LUMINAL_LOG", "info")) {
       const cudagen::StreamRecorder::Replay& t = graph_totals_;
       const double recorded = static_cast<double>(std::max<size_t>(graph_runs_, 1));

@@ -17,8 +17,15 @@ StreamRecorder::~StreamRecorder() {
     if (partial) cudaGraphDestroy(partial);
   }
   now_.clear();
+  drop();
+}
+
+void StreamRecorder::drop() {
   for (Segment& g : segments_) g.drop();
+  segments_.clear();
   for (cudaGraphExec_t e : flushed_libraries_) cudaGraphExecDestroy(e);
+  flushed_libraries_.clear();
+  last_launched_ = 0;
 }
 
 void StreamRecorder::Segment::drop() {
@@ -61,7 +68,6 @@ const std::vector<size_t>& StreamRecorder::parameter_sizes(const void* function,
 
 void StreamRecorder::kernel(const void* function, dim3 grid, dim3 block,
                             std::span<void* const> args, size_t shared_bytes) {
-  end_library_work();
   const std::vector<size_t>& sizes = parameter_sizes(function, args.size());
   Op op;
   op.kind = Kind::Kernel;
@@ -74,28 +80,31 @@ void StreamRecorder::kernel(const void* function, dim3 grid, dim3 block,
     now_.sizes.push_back(sizes[i]);
   }
   op.params_end = now_.params.size();
-  now_.ops.push_back(op);
-  segment_done_if_full();
+  add(op);
 }
 
 void StreamRecorder::memset(void* dst, int value, size_t bytes) {
   if (bytes == 0) return;  // (a graph has no empty memset or copy nodes)
-  end_library_work();
   Op op;
   op.kind = Kind::Memset;
   op.dst = dst, op.value = value, op.bytes = bytes;
-  now_.ops.push_back(op);
-  segment_done_if_full();
+  add(op);
 }
 
 void StreamRecorder::copy(void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return;
-  end_library_work();
   Op op;
   op.kind = Kind::Copy;
   op.dst = dst, op.src = src, op.bytes = bytes;
+  add(op);
+}
+
+void StreamRecorder::add(const Op& op) {
+  end_library_work();  // (library work queued before this operation comes first)
   now_.ops.push_back(op);
-  segment_done_if_full();
+  // A full segment is launched now, so the GPU starts on it.
+  const size_t most = size_t{16} << std::min<size_t>(launched_, 3);
+  if (now_.ops.size() >= most) launch_segment();
 }
 
 void StreamRecorder::begin_library_work() {
@@ -193,8 +202,8 @@ cudaMemsetParams memset_params(void* dst, int value, size_t bytes) {
 }  // namespace
 
 // The segment's nodes given this recording's parameters where they differ. False where
-// its work is other than this recording's, or the driver refuses a change (the segment
-// is then instantiated anew).
+// its work is other than this recording's, or the driver refuses a change (the segment,
+// part updated, is dropped).
 bool StreamRecorder::update(Segment& segment) {
   if (!segment.exec || segment.graphed.ops.size() != now_.ops.size()) return false;
   for (size_t i = 0; i < now_.ops.size(); ++i)
@@ -239,6 +248,7 @@ bool StreamRecorder::update(Segment& segment) {
     }
     if (e != cudaSuccess) {
       cudaGetLastError();
+      segment.drop();
       return false;
     }
     ++stats_.updated;
@@ -291,11 +301,6 @@ void StreamRecorder::instantiate(Segment& segment) {
   stats_.updated += now_.ops.size();
   stats_.instantiate_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-void StreamRecorder::segment_done_if_full() {
-  const size_t most = size_t{16} << std::min<size_t>(launched_, 3);
-  if (now_.ops.size() >= most) launch_segment();
 }
 
 void StreamRecorder::launch_segment() {

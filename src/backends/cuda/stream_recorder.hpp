@@ -61,6 +61,8 @@ class StreamRecorder {
   Replay replay();
   /// Launches the graphs again as the last replay() left them (a run like that one).
   void launch_again() const;
+  /// Drops the graphs: before the modules their kernels come from are unloaded.
+  void drop();
 
  private:
   enum class Kind : uint8_t { Kernel, Memset, Copy, Library };
@@ -96,8 +98,8 @@ class StreamRecorder {
   // The sizes of `function`'s first `count` parameters (the driver's, asked once).
   const std::vector<size_t>& parameter_sizes(const void* function, size_t count);
   void end_library_work();
-  // After an operation is recorded: the segment launched once it is full.
-  void segment_done_if_full();
+  // Records `op` after any library work before it; launches the segment once it is full.
+  void add(const Op& op);
   // The recorded segment run: as the next segment's graph, updated or instantiated, or
   // queued.
   void launch_segment();
