@@ -212,8 +212,10 @@ def main():
                   f"prepare (weights to the GPU) {r['prepare']:.1f} s, process {r['wall']:.1f} s",
                   flush=True)
         if r["step"]:
-            print(f"  luminal decode step: {r['step'][1]} ms queuing GPU work, {r['step'][2]} ms "
-                  "on the device (near each other: the GPU waits on the host)", flush=True)
+            queuing, device = float(r["step"][1]), float(r["step"][2])
+            pace = "the GPU waits on the host" if queuing > 0.8 * device else "the GPU sets the pace"
+            print(f"  luminal decode step: {queuing} ms queuing GPU work, {device} ms on the "
+                  f"device ({pace})", flush=True)
         row(spec, "luminal", r, floor_s)
         if qtype:
             continue
