@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -399,6 +400,13 @@ TEST(Cuda, ChangingABoundDimReusesTheCompiledKernels) {
   }
 }
 
+// Whether runs may be recorded as CUDA graphs (LUMINAL_CUDA_GRAPHS=0 turns it off: the
+// tests below then check the values alone).
+bool graphs_on() {
+  const char* v = std::getenv("LUMINAL_CUDA_GRAPHS");
+  return !v || std::string(v) != "0";
+}
+
 // From the fourth run on, a run is one CUDA graph launch: the first is not recorded, the
 // second stops recording at the product's cuBLASLt call (library work new at that
 // point), the third captures it but its work is new (launched kernel by kernel), the
@@ -441,8 +449,10 @@ TEST(Cuda, RepeatedRunsReplayARecordedGraph) {
       m->cx.execute();
     }
     const RunStats stats = gpu.cx.last_run_stats();
-    EXPECT_EQ(stats.replayed, steps[i].replayed) << "run " << i;
-    EXPECT_EQ(stats.graph_nodes_updated > 0, steps[i].updated == Some) << "run " << i;
+    if (graphs_on()) {
+      EXPECT_EQ(stats.replayed, steps[i].replayed) << "run " << i;
+      EXPECT_EQ(stats.graph_nodes_updated > 0, steps[i].updated == Some) << "run " << i;
+    }
     const std::vector<float> want = ref.y.to_f32(), got = gpu.y.to_f32();
     ASSERT_EQ(got.size(), want.size()) << "run " << i;
     for (size_t k = 0; k < got.size(); ++k)
@@ -661,7 +671,7 @@ TEST_P(CudaDonatedCache, GrowsInPlace) {
     // launched kernel by kernel, the second is one CUDA graph launch, as is every such
     // step after.
     const bool moved = d->data() != last;
-    if (!moved && !moved_before && step > 1) {
+    if (!moved && !moved_before && step > 1 && graphs_on()) {
       EXPECT_TRUE(cx.last_run_stats().replayed) << step;
       ++replayed;
     }
@@ -671,7 +681,9 @@ TEST_P(CudaDonatedCache, GrowsInPlace) {
     cache.set_device(std::move(*d));
   }
   EXPECT_LE(moves, 7) << "the cache moved at most every time it doubled";
-  EXPECT_GE(replayed, 8);
+  if (graphs_on()) {
+    EXPECT_GE(replayed, 8);
+  }
   EXPECT_EQ(cx.last_run_stats().host_fallbacks, 0u);
   // The rows' kernel, then the append's copy unless the rows were written in place.
   EXPECT_EQ(cx.last_run_stats().launches, written_in_place ? 1u : 2u);
