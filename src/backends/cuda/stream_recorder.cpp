@@ -116,9 +116,9 @@ void StreamRecorder::begin_library_work() {
   const size_t at = now_.ops.size();
   const std::vector<Op>& graphed = segment.graphed.ops;
   if (!(at < graphed.size() && graphed[at].kind == Kind::Library) &&
-      !(at < segment.last_work.size() && segment.last_work[at] == Kind::Library)) {
-    segment.last_work = kinds();
-    segment.last_work.push_back(Kind::Library);
+      !(at < segment.last_work.size() && segment.last_work[at].kind == Kind::Library)) {
+    segment.last_work = work();
+    segment.last_work.push_back({Kind::Library, nullptr});
     flush();
     return;
   }
@@ -177,9 +177,9 @@ void StreamRecorder::queue() {
   now_.clear();
 }
 
-std::vector<StreamRecorder::Kind> StreamRecorder::kinds() const {
-  std::vector<Kind> work;
-  for (const Op& op : now_.ops) work.push_back(op.kind);
+std::vector<StreamRecorder::Work> StreamRecorder::work() const {
+  std::vector<Work> work;
+  for (const Op& op : now_.ops) work.push_back(work_of(op));
   return work;
 }
 
@@ -207,7 +207,7 @@ cudaMemsetParams memset_params(void* dst, int value, size_t bytes) {
 bool StreamRecorder::update(Segment& segment) {
   if (!segment.exec || segment.graphed.ops.size() != now_.ops.size()) return false;
   for (size_t i = 0; i < now_.ops.size(); ++i)
-    if (now_.ops[i].kind != segment.graphed.ops[i].kind) return false;
+    if (work_of(now_.ops[i]) != work_of(segment.graphed.ops[i])) return false;
   const auto start = std::chrono::steady_clock::now();
   const Recording& graphed = segment.graphed;
   cudaGraphExec_t exec = segment.exec;
@@ -217,9 +217,8 @@ bool StreamRecorder::update(Segment& segment) {
     switch (op.kind) {
       case Kind::Kernel: {
         const size_t bytes = op.params_end - op.params_begin;
-        if (op.function == was.function && same_dims(op.grid, was.grid) &&
-            same_dims(op.block, was.block) && op.shared_bytes == was.shared_bytes &&
-            bytes == was.params_end - was.params_begin &&
+        if (same_dims(op.grid, was.grid) && same_dims(op.block, was.block) &&
+            op.shared_bytes == was.shared_bytes && bytes == was.params_end - was.params_begin &&
             std::memcmp(now_.params.data() + op.params_begin,
                         graphed.params.data() + was.params_begin, bytes) == 0)
           continue;
@@ -307,7 +306,7 @@ void StreamRecorder::launch_segment() {
   if (launched_ == segments_.size()) segments_.emplace_back();
   Segment& segment = segments_[launched_++];
   if (!update(segment)) {
-    std::vector<Kind> work = kinds();
+    std::vector<Work> work = this->work();
     if (work != segment.last_work) {  // new work: a graph pays off only where it comes again
       segment.last_work = std::move(work);
       queue();

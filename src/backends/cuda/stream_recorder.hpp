@@ -4,9 +4,9 @@
 // launching its kernels. A decode step's kernels are the same every step, but their
 // arguments move (the cache length, where the new rows go, a buffer handed over), so the
 // graphs are built and instantiated from the first recording alone; a later recording of
-// the same work (the same kinds of operations, in the same order) only updates the nodes
-// whose parameters changed. A segment of work unlike its graph's is queued operation by
-// operation, and instantiated only when the next run records that work again (a prompt
+// the same work (the same kernels, memsets, copies and library calls, in the same order)
+// only updates the nodes whose parameters changed. A segment of work unlike its graph's is queued
+// operation by operation, and instantiated only when the next run records that work again (a prompt
 // between decode steps costs no instantiation). The run is cut into segments (16 operations, then
 // 32, 64, and 128 each after), each launched as soon as it is recorded, so the GPU starts on the
 // first while the host records the next instead of waiting for the whole run.
@@ -79,6 +79,14 @@ class StreamRecorder {
     int value = 0;                            // Memset
     cudaGraph_t library = nullptr;            // Library: owned by the recording
   };
+  // What an operation is, apart from its parameters: a graph node is updated only to an
+  // operation of the same work (a kernel node keeps its function).
+  struct Work {
+    Kind kind;
+    const void* function;  // Kernel
+    bool operator==(const Work&) const = default;
+  };
+  static Work work_of(const Op& op) { return {op.kind, op.function}; }
   struct Recording {
     std::vector<Op> ops;
     std::vector<unsigned char> params;  // every kernel's parameter values, one after another
@@ -91,10 +99,10 @@ class StreamRecorder {
     cudaGraphExec_t exec = nullptr;
     std::vector<cudaGraphNode_t> nodes;  // by op
     Recording graphed;
-    std::vector<Kind> last_work;  // what the last run queued here instead (see launch_segment)
+    std::vector<Work> last_work;  // what the last run queued here instead (see launch_segment)
     void drop();
   };
-  std::vector<Kind> kinds() const;  // of the operations recorded in this segment
+  std::vector<Work> work() const;  // of the operations recorded in this segment
   // The sizes of `function`'s first `count` parameters (the driver's, asked once).
   const std::vector<size_t>& parameter_sizes(const void* function, size_t count);
   void end_library_work();
