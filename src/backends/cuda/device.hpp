@@ -38,7 +38,7 @@ class Device {
                      size_t shared_bytes = 0) const;
   cudaError_t memset(void* dst, int value, size_t bytes) const;
   cudaError_t copy(void* dst, const void* src, size_t bytes) const;  // device to device
-  /// From now on the stream's work is recorded, to be run as one CUDA graph.
+  /// From now on the stream's work is recorded, to be run as CUDA graphs.
   void begin_recording() const { recorder_->begin(stream_); }
   StreamRecorder& recorder() const { return *recorder_; }
   /// "sm_90" for an H100.

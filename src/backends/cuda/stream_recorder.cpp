@@ -1,4 +1,4 @@
-// Recording a run's stream work and running it as one CUDA graph (see stream_recorder.hpp).
+// Recording a run's stream work and running it as CUDA graphs (see stream_recorder.hpp).
 #include "backends/cuda/stream_recorder.hpp"
 
 #include <algorithm>
