@@ -134,12 +134,12 @@ class CudaExecutable final : public Executable {
       runtime::print_kernel_profile(*program_.graph, plan_, "cuda, one run", first_run_);
   }
 
-  // Runs after the first are recorded (StreamRecorder) and run as one CUDA graph: the
-  // first recording builds it, later ones update the nodes whose parameters moved (a
-  // decode step's cache length, where its new rows go, buffers handed over), so a step is
-  // one launch. A run exactly like the one the graph holds (the same dims, every input
-  // where it was, nothing handed over or grown in place) launches it again without going
-  // through the kernels at all. Work that needs the stream itself (a search's timed runs,
+  // Runs after the first are recorded (StreamRecorder) and run as CUDA graphs, one a
+  // segment of the run: the first recording of some work builds them, later ones update
+  // the nodes whose parameters moved (a decode step's cache length, where its new rows
+  // go, buffers handed over), so a step is a few launches. A run exactly like the one the
+  // graphs hold (the same dims, every input where it was, nothing handed over or grown in
+  // place) launches them again without going through the kernels at all. Work that needs the stream itself (a search's timed runs,
   // a kernel on the host, a cache moved to more memory) queues what was recorded, and the
   // rest of that run is launched kernel by kernel.
   void run(Graph& user) override {
@@ -819,11 +819,11 @@ class CudaExecutable final : public Executable {
   const bool profiling_ = runtime::env_has("LUMINAL_PROFILE", "1");
   std::vector<cudagen::Event> marks_;  // before each kernel, and after the last
   runtime::KernelProfile profile_, first_run_;
-  // Runs recorded as a CUDA graph (see run); LUMINAL_CUDA_GRAPHS=0 turns it off.
+  // Runs recorded as CUDA graphs (see run); LUMINAL_CUDA_GRAPHS=0 turns it off.
   const bool graphs_ = !runtime::env_has("LUMINAL_CUDA_GRAPHS", "0") && !profiling_;
   bool ran_ = false;         // a run has loaded the modules (the first is not recorded)
   bool grew_ = false;        // this run grew a donated input in place
-  bool repeatable_ = false;  // the graph may be launched again as it is (see run)
+  bool repeatable_ = false;  // the graphs may be launched again as they are (see run)
   std::vector<int64_t> graph_dims_;
   RunStats graph_stats_;
   // For LUMINAL_LOG=info, printed on destruction: runs, those run as graphs, and what the
