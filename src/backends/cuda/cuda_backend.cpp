@@ -139,9 +139,10 @@ class CudaExecutable final : public Executable {
   // the nodes whose parameters moved (a decode step's cache length, where its new rows
   // go, buffers handed over), so a step is a few launches. A run exactly like the one the
   // graphs hold (the same dims, every input where it was, nothing handed over or grown in
-  // place) launches them again without going through the kernels at all. Work that needs the stream itself (a search's timed runs,
-  // a kernel on the host, a cache moved to more memory) queues what was recorded, and the
-  // rest of that run is launched kernel by kernel.
+  // place) launches them again without going through the kernels at all. Work that needs
+  // the stream itself (a search's timed runs, a kernel on the host, a cache moved to more
+  // memory) queues what was recorded, and the rest of that run is launched kernel by
+  // kernel.
   void run(Graph& user) override {
     const auto run_start = std::chrono::steady_clock::now();
     device_->make_current();
