@@ -3,6 +3,7 @@
 
 #include "luminal/backend.hpp"
 #include "luminal/buffer.hpp"
+#include "luminal/collective.hpp"
 #include "luminal/cpu.hpp"
 #include "luminal/cuda.hpp"
 #include "luminal/dtype.hpp"

@@ -125,7 +125,8 @@ std::vector<std::string> weight_files(const fs::path& dir) {
   return {shards.begin(), shards.end()};
 }
 
-LanguageModel open_hf_folder(const fs::path& dir, Graph& g, DType kv_cache) {
+LanguageModel open_hf_folder(const fs::path& dir, Graph& g, DType kv_cache,
+                             std::shared_ptr<Communicator> tensor_parallel) {
   const fs::path config_path = dir / "config.json";
   LUM_CHECK(fs::exists(config_path)) << dir.string()
                                      << ": no config.json (a Hugging Face model "
@@ -150,6 +151,9 @@ LanguageModel open_hf_folder(const fs::path& dir, Graph& g, DType kv_cache) {
         << tokenizer.string() << ": the tokenizer has " << lm.tokenizer->vocab_size()
         << " tokens, more than the model's vocab_size " << vocab << " (" << config_path.string() << ")";
   };
+  LUM_CHECK(!tensor_parallel || !is_gemma(lm.architecture))
+      << dir.string() << ": tensor parallelism runs Llama-family models; " << lm.architecture
+      << " is not split yet";
   if (is_gemma(lm.architecture)) {
     const GemmaConfig c = GemmaConfig::from_hf_json(config_path.string());
     check_sizes(c.layers, c.vocab);
@@ -159,7 +163,7 @@ LanguageModel open_hf_folder(const fs::path& dir, Graph& g, DType kv_cache) {
     const LlamaConfig c = LlamaConfig::from_hf_json(config_path.string());
     check_sizes(c.layers, c.vocab);
     lm.summary = summary(lm.architecture, c.layers, c.hidden, c.vocab);
-    lm.model = std::make_unique<Llama>(g, c, kv_cache);
+    lm.model = std::make_unique<Llama>(g, c, kv_cache, std::move(tensor_parallel));
   }
   check_all_used(load_safetensors_weights(*lm.model, weights), dir.string(),
                  lm.architecture);
@@ -172,13 +176,16 @@ LanguageModel open_hf_folder(const fs::path& dir, Graph& g, DType kv_cache) {
 
 }  // namespace
 
-LanguageModel open_language_model(const std::string& path, Graph& g, DType kv_cache) {
+LanguageModel open_language_model(const std::string& path, Graph& g, DType kv_cache,
+                                  std::shared_ptr<Communicator> tensor_parallel) {
   std::error_code ec;
   const fs::file_status status = fs::status(path, ec);
   LUM_CHECK(fs::exists(status)) << path << ": no such file or folder";
-  if (fs::is_directory(status)) return open_hf_folder(path, g, kv_cache);
+  if (fs::is_directory(status)) return open_hf_folder(path, g, kv_cache, std::move(tensor_parallel));
   LUM_CHECK(path.size() > 5 && path.substr(path.size() - 5) == ".gguf")
       << path << ": not a model (expected a .gguf file or a Hugging Face model folder)";
+  LUM_CHECK(!tensor_parallel)
+      << path << ": tensor parallelism reads Hugging Face folders; GGUF files are not split yet";
   return open_gguf(path, g, kv_cache);
 }
 

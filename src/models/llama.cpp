@@ -9,6 +9,7 @@
 
 #include "luminal/error.hpp"
 #include "luminal/models/safetensors.hpp"
+#include "luminal/nn/tensor_parallel.hpp"
 #include "luminal/quant.hpp"
 #include "models/json.hpp"
 #include "models/size_checks.hpp"
@@ -114,15 +115,26 @@ LlamaConfig LlamaConfig::from_gguf(const GgufFile& f) {
   return c;
 }
 
-Llama::Llama(Graph& g, const LlamaConfig& c, DType kv_cache)
+Llama::Llama(Graph& g, const LlamaConfig& c, DType kv_cache,
+             std::shared_ptr<Communicator> tensor_parallel_)
     : config(c),
+      tensor_parallel(std::move(tensor_parallel_)),
       embed(g, "model.embed_tokens", c.vocab, c.hidden),
       norm(g, "model.norm", c.hidden, c.rms_eps),
       lm_head(g, "lm_head", c.hidden, c.vocab, false) {
   if (c.tie_embeddings) lm_head.weight = embed.weight;
+  // This rank's part: its heads and feed-forward units.
+  const int64_t ranks = tensor_parallel ? tensor_parallel->size() : 1;
+  LUM_CHECK(c.heads % ranks == 0 && c.kv_heads % ranks == 0 && c.intermediate % ranks == 0)
+      << "tensor parallelism over " << ranks << " ranks: the model's " << c.heads
+      << " attention heads, " << c.kv_heads << " key/value heads and " << c.intermediate
+      << " feed-forward units must all divide by " << ranks;
+  LUM_CHECK(ranks == 1 || c.experts == 0)
+      << "tensor parallelism: mixture-of-experts models are not split yet";
+  const int64_t heads = c.heads / ranks, kv_heads = c.kv_heads / ranks;
   for (int64_t i = 0; i < c.layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i);
-    nn::Attention attn(g, p + ".self_attn", c.hidden, c.heads, c.kv_heads, c.head_dim, c.qkv_bias,
+    nn::Attention attn(g, p + ".self_attn", c.hidden, heads, kv_heads, c.head_dim, c.qkv_bias,
                        nn::RopeConfig{c.rope_theta, c.neox_rope, c.rope_scaling},
                        c.sliding_window);
     if (c.qk_norm) attn.enable_qk_norm(g, p + ".self_attn", c.rms_eps, false);
@@ -135,22 +147,26 @@ Llama::Llama(Graph& g, const LlamaConfig& c, DType kv_cache)
       layer.moe.emplace(g, p + "." + c.moe_block, c.hidden, c.expert_intermediate, c.experts,
                         c.experts_per_token, c.renormalize_experts, names);
     } else {
-      layer.mlp.emplace(g, p + ".mlp", c.hidden, c.intermediate, nn::Activation::SiLU);
+      layer.mlp.emplace(g, p + ".mlp", c.hidden, c.intermediate / ranks, nn::Activation::SiLU);
     }
     layers.push_back(std::move(layer));
-    add_cache_inputs(g, c.kv_heads, c.head_dim, kv_cache);
+    add_cache_inputs(g, kv_heads, c.head_dim, kv_cache);
   }
 }
 
 Llama::Output Llama::forward(const Tensor& tokens, Expr seq, Expr past, bool last_only) const {
   Output out;
+  // Split over ranks, the attention's and the feed-forward's outputs are partial sums.
+  const auto summed = [&](const Tensor& part) {
+    return tensor_parallel ? all_reduce(part, tensor_parallel) : part;
+  };
   Tensor h = embed.forward(tokens);
   for (size_t i = 0; i < layers.size(); ++i) {
     const Layer& l = layers[i];
     auto [attn, cache] = l.attn.forward(l.input_norm.forward(h), cache_inputs[i], seq, past);
-    h = h + attn;
+    h = h + summed(attn);
     const Tensor normed = l.post_norm.forward(h);
-    h = h + (l.moe ? l.moe->forward(normed) : l.mlp->forward(normed));
+    h = h + summed(l.moe ? l.moe->forward(normed) : l.mlp->forward(normed));
     out.cache.push_back(cache);
   }
   if (last_only) h = h.slice(0, seq - 1, seq);
@@ -173,6 +189,15 @@ void Llama::parameters(const std::string& prefix, nn::NamedTensors& out) const {
   }
   norm.parameters(prefix + "model.norm.", out);
   if (!config.tie_embeddings) lm_head.parameters(prefix + "lm_head.", out);
+}
+
+std::optional<int> Llama::split_dim(const std::string& name) {
+  for (const char* column : {"self_attn.q_proj.", "self_attn.k_proj.", "self_attn.v_proj.",
+                             "mlp.gate_proj.", "mlp.up_proj."})
+    if (name.find(column) != std::string::npos) return 0;
+  for (const char* row : {"self_attn.o_proj.weight", "mlp.down_proj.weight"})
+    if (name.ends_with(row)) return 1;
+  return std::nullopt;
 }
 
 namespace {
@@ -251,8 +276,8 @@ std::vector<std::string> load_safetensors_weights(const nn::Module& m,
   std::set<std::string> used;
   std::string last_read;
   Buffer last;
-  nn::load_parameters(
-      m, [&](const std::string& name, const std::vector<int64_t>& shape) -> std::optional<Buffer> {
+  nn::WeightSource source =
+      [&](const std::string& name, const std::vector<int64_t>& shape) -> std::optional<Buffer> {
         const auto file_of = [&](const std::string& tensor) {
           return std::find_if(files.begin(), files.end(),
                               [&](const auto& f) { return f->has(tensor); });
@@ -291,7 +316,11 @@ std::vector<std::string> load_safetensors_weights(const nn::Module& m,
         std::memcpy(part.data(), static_cast<const std::byte*>(all.data()) + first * row_bytes,
                     part.bytes());
         return part;
-      });
+      };
+  if (llama && llama->tensor_parallel)
+    source = nn::shard_source(std::move(source), Llama::split_dim, llama->tensor_parallel->rank(),
+                              llama->tensor_parallel->size());
+  nn::load_parameters(m, source);
   std::vector<std::string> unused;
   for (const auto& f : files)
     for (const auto& t : f->tensors())

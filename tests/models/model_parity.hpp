@@ -107,13 +107,19 @@ inline std::string bf16_copy(const std::string& path, const std::string& tag) {
   return copy;
 }
 
+// `tensor_parallel`: the model is this rank's part (Llama only; see Llama's constructor).
 template <class Model, class Config>
-void run_parity(const std::string& arch, const Backend& backend, Weights weights = Weights::F32) {
+void run_parity(const std::string& arch, const Backend& backend, Weights weights = Weights::F32,
+                std::shared_ptr<Communicator> tensor_parallel = nullptr) {
   const std::string kDir = model_fixture_dir(arch);
   const Config cfg = Config::from_hf_json(kDir + "/config.json");
   const bool bf16 = weights == Weights::BF16;
   Graph cx;
-  Model model(cx, cfg, bf16 ? DType::F16 : DType::F32);
+  const DType kv_cache = bf16 ? DType::F16 : DType::F32;
+  Model model = [&] {
+    if constexpr (std::is_same_v<Model, Llama>) return Model(cx, cfg, kv_cache, tensor_parallel);
+    return Model(cx, cfg, kv_cache);
+  }();
   Tensor tokens = cx.named_tensor("tokens", {"seq"}, DType::I32);
   typename Model::Output out = model.forward(tokens);
   out.logits.retrieve();
@@ -125,7 +131,9 @@ void run_parity(const std::string& arch, const Backend& backend, Weights weights
   bool tied = true;  // Gemma always ties
   if constexpr (std::is_same_v<Config, LlamaConfig>) tied = cfg.tie_embeddings;
   const std::string weights_file =
-      bf16 ? bf16_copy(kDir + "/model.safetensors", arch + "_" + backend.name())
+      bf16 ? bf16_copy(kDir + "/model.safetensors",
+                       arch + "_" + backend.name() +
+                           (tensor_parallel ? "_" + std::to_string(tensor_parallel->rank()) : ""))
            : kDir + "/model.safetensors";
   for (const std::string& unused : load_safetensors_weights(model, weights_file))
     EXPECT_TRUE(tied && unused == "lm_head.weight") << arch << ": unused tensor " << unused;

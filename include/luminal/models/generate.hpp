@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "luminal/backend.hpp"
+#include "luminal/collective.hpp"
 #include "luminal/dtype.hpp"
 #include "luminal/models/chat_template.hpp"
 #include "luminal/models/sampling.hpp"
@@ -39,10 +40,12 @@ class TextGenerator {
  public:
   /// Loads a model (see open_language_model: a GGUF file or a Hugging Face folder) and
   /// compiles it for `backend`. `progress` receives status lines. `kv_cache`: the KV
-  /// cache's element type, f32 or f16.
+  /// cache's element type, f32 or f16. `tensor_parallel`: this generator is one rank of a
+  /// tensor-parallel run (every rank generates the same tokens; see open_language_model).
   TextGenerator(const std::string& path, const Backend& backend,
                 const std::function<void(const std::string&)>& progress = {},
-                DType kv_cache = DType::F32);
+                DType kv_cache = DType::F32,
+                std::shared_ptr<Communicator> tensor_parallel = nullptr);
   ~TextGenerator();
 
   /// Generates up to `max_tokens` after `prompt`, calling `on_text` with each piece as

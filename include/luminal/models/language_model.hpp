@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "luminal/collective.hpp"
 #include "luminal/graph.hpp"
 #include "luminal/models/causal_lm.hpp"
 #include "luminal/models/text_tokenizer.hpp"
@@ -28,7 +29,9 @@ struct LanguageModel {
 /// listed in model.safetensors.index.json) and tokenizer.json. The model's parameters
 /// and KV-cache inputs are created in `g`. An unsupported architecture, a missing file
 /// or tensor, or a tensor the model does not use is an error naming it. `kv_cache` is the
-/// KV cache's element type, f32 or f16.
-LanguageModel open_language_model(const std::string& path, Graph& g, DType kv_cache = DType::F32);
+/// KV cache's element type, f32 or f16. `tensor_parallel`: `g` is this rank's part of the
+/// model (Llama-family Hugging Face folders; see Llama).
+LanguageModel open_language_model(const std::string& path, Graph& g, DType kv_cache = DType::F32,
+                                  std::shared_ptr<Communicator> tensor_parallel = nullptr);
 
 }  // namespace luminal::models

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "luminal/collective.hpp"
 #include "luminal/models/causal_lm.hpp"
 #include "luminal/models/gguf.hpp"
 #include "luminal/nn/moe.hpp"
@@ -40,13 +41,24 @@ class Llama final : public CausalLM {
  public:
   /// Builds parameters and per-layer KV-cache inputs.
   /// `kv_cache`: the KV cache's element type, f32 or f16.
-  Llama(Graph& g, const LlamaConfig& c, DType kv_cache = DType::F32);
+  /// `tensor_parallel`: this graph is one rank's part of the model (Megatron-LM's split:
+  /// attention by heads, the feed-forward by its hidden units, the KV cache by heads; the
+  /// embeddings, norms and output projection whole), its partial sums added up over the
+  /// ranks with all_reduce. Head and hidden-unit counts must divide by the rank count.
+  Llama(Graph& g, const LlamaConfig& c, DType kv_cache = DType::F32,
+        std::shared_ptr<Communicator> tensor_parallel = nullptr);
 
   Output forward(const Tensor& tokens, Expr seq = "seq", Expr past = "past",
                  bool last_only = false) const override;
   void parameters(const std::string& prefix, nn::NamedTensors& out) const override;
 
-  LlamaConfig config;
+  /// Which dimension of parameter `name` (a Hugging Face name) the ranks split: 0 for the
+  /// column-parallel products (q/k/v, gate/up, and their biases), 1 for the row-parallel
+  /// ones (o, down); nullopt for what every rank holds whole.
+  static std::optional<int> split_dim(const std::string& name);
+
+  LlamaConfig config;  // of the whole model
+  std::shared_ptr<Communicator> tensor_parallel;  // null: one rank
   nn::Embedding embed;
   struct Layer {
     nn::RMSNorm input_norm, post_norm;

@@ -79,10 +79,10 @@ JitResult compile_and_load(const std::string& source) {
     r.cache_hit = true;
     return r;
   }
-  // Write to unique temporary names, then rename: concurrent compiles never see a
-  // half-written file.
+  // Source and library under unique temporary names, then renamed: concurrent compiles
+  // of the same kernels (ranks of a parallel run) never read or load a half-written file.
   const std::string tag = runtime::unique_tag();
-  const fs::path src = dir / ("k" + key + ".cpp");
+  const fs::path src = dir / ("k" + key + "." + tag + ".tmp.cpp");
   const fs::path tmp = dir / ("k" + key + "." + tag + ".tmp.so");
   {
     std::ofstream f(src);
@@ -100,6 +100,8 @@ JitResult compile_and_load(const std::string& source) {
                << output.substr(0, 4000);
   }
   fs::rename(tmp, so);
+  std::error_code ec;
+  fs::rename(src, dir / ("k" + key + ".cpp"), ec);  // kept beside it, to read
   r.library = load(so.string());
   r.compile_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -1,0 +1,60 @@
+// Collectives: the ranks of a parallel run (one process or thread each, usually one GPU
+// each) exchanging values inside their graphs. A graph node sums a value over the ranks
+// (all_reduce); a Communicator says how the ranks reach each other: local_group for
+// threads of this process (tests, CPU runs), nccl_communicator (cuda.hpp) for GPUs.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "luminal/buffer.hpp"
+#include "luminal/custom_op.hpp"
+#include "luminal/tensor.hpp"
+
+namespace luminal {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  /// Replaces `data` (host memory, the same dtype and length on every rank) by its sum over
+  /// the ranks; every rank gets the same values. Blocks until all ranks have called it.
+  virtual void all_reduce(Buffer& data) = 0;
+  /// The same for `count` elements at `src` on GPU `device`, written to `dst` (may equal
+  /// `src`), queued on `stream` (a cudaStream_t). False where this communicator has no
+  /// device path: the caller goes through the host.
+  virtual bool all_reduce_on_device(const void* src, void* dst, size_t count, DType dtype,
+                                    void* stream) {
+    (void)src, (void)dst, (void)count, (void)dtype, (void)stream;
+    return false;
+  }
+};
+
+/// `size` ranks in this process, one Communicator each, for threads to share: sums are
+/// taken in rank order in double precision, so every rank sees the same bits. A rank
+/// that waits longer than `timeout` for the others, or whose peer's Communicator is
+/// destroyed while it waits, raises luminal::Error instead of hanging.
+std::vector<std::shared_ptr<Communicator>> local_group(
+    int size, std::chrono::milliseconds timeout = std::chrono::minutes(5));
+
+/// Sums its input over the ranks of a Communicator; the reference semantics go through
+/// Communicator::all_reduce, a GPU backend through all_reduce_on_device.
+class AllReduceOp final : public CustomOp {
+ public:
+  explicit AllReduceOp(std::shared_ptr<Communicator> comm) : comm_(std::move(comm)) {}
+  std::string name() const override { return "AllReduce"; }
+  Buffer run(const std::vector<Buffer>& inputs, const std::vector<std::vector<int64_t>>& shapes,
+             const std::vector<int64_t>& out_shape, DType out_dtype) const override;
+  Communicator& communicator() const { return *comm_; }
+
+ private:
+  std::shared_ptr<Communicator> comm_;
+};
+
+/// `x` summed over the ranks of `comm` (every rank's graph calls it at the same point).
+Tensor all_reduce(const Tensor& x, const std::shared_ptr<Communicator>& comm);
+
+}  // namespace luminal

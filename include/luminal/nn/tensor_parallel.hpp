@@ -1,0 +1,22 @@
+// Tensor parallelism as Megatron-LM lays it out: each rank holds a contiguous part of
+// the weights its products split (column-parallel: output rows; row-parallel: input
+// columns, whose partial products the model sums with all_reduce), and all of the rest.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "luminal/nn/module.hpp"
+
+namespace luminal::nn {
+
+/// The dimension of a parameter the ranks split, or nullopt where each rank holds all of it.
+using SplitRule = std::function<std::optional<int>(const std::string& name)>;
+
+/// A WeightSource for rank `rank` of `size`: asks `full` for the whole tensor (the
+/// parameter's shape with the split dimension `size` times longer) and hands over the
+/// rank's part of it; unsplit parameters pass through.
+WeightSource shard_source(WeightSource full, SplitRule split, int rank, int size);
+
+}  // namespace luminal::nn

@@ -1,0 +1,177 @@
+// Collectives between ranks (threads of this process) and tensor-parallel Llama models:
+// each rank's part, summed over the ranks, gives transformers' logits.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <thread>
+
+#include "luminal/collective.hpp"
+#include "luminal/models/language_model.hpp"
+#include "luminal/nn/tensor_parallel.hpp"
+#include "models/model_parity.hpp"
+
+namespace luminal {
+namespace {
+
+// Runs `body(rank, communicator)` on `size` threads, one per rank, and waits for them.
+void on_ranks(int size, const std::function<void(int, std::shared_ptr<Communicator>)>& body,
+              std::chrono::milliseconds timeout = std::chrono::minutes(5)) {
+  std::vector<std::shared_ptr<Communicator>> group = local_group(size, timeout);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r)
+    threads.emplace_back([&, r, comm = std::move(group[static_cast<size_t>(r)])]() mutable {
+      body(r, std::move(comm));
+    });
+  for (auto& t : threads) t.join();
+}
+
+TEST(Collective, LocalGroupSumsOverRanksAlike) {
+  constexpr int kRanks = 3;
+  std::vector<Buffer> results(kRanks);
+  on_ranks(kRanks, [&](int r, std::shared_ptr<Communicator> comm) {
+    EXPECT_EQ(comm->rank(), r);
+    EXPECT_EQ(comm->size(), kRanks);
+    for (int round = 0; round < 4; ++round) {  // the group is used again and again
+      Buffer b(DType::F32, 5);
+      for (size_t i = 0; i < 5; ++i) b.set_f64(i, 0.1 * (r + 1) * static_cast<double>(i + round));
+      comm->all_reduce(b);
+      results[static_cast<size_t>(r)] = b;
+    }
+  });
+  for (size_t i = 0; i < 5; ++i) {
+    const float want = static_cast<float>(0.1 * (1 + 2 + 3) * static_cast<double>(i + 3));
+    for (const Buffer& b : results) {
+      EXPECT_NEAR(b.get_f64(i), want, 1e-6);
+      EXPECT_EQ(b.span<float>()[i], results[0].span<float>()[i]);  // the same bits everywhere
+    }
+  }
+}
+
+TEST(Collective, MismatchedRanksRaiseInsteadOfHanging) {
+  // Lengths that differ: every rank raises the same error.
+  std::vector<std::string> errors(2);
+  on_ranks(2, [&](int r, std::shared_ptr<Communicator> comm) {
+    Buffer b(DType::F32, static_cast<size_t>(3 + r));
+    try {
+      comm->all_reduce(b);
+    } catch (const Error& e) {
+      errors[static_cast<size_t>(r)] = e.what();
+    }
+  });
+  for (const std::string& e : errors) EXPECT_NE(e.find("rank 1 gave 4 f32 values"), std::string::npos) << e;
+
+  // A rank that leaves without taking part: the other is told, not left waiting.
+  std::string left;
+  on_ranks(2, [&](int r, std::shared_ptr<Communicator> comm) {
+    if (r == 1) return;
+    Buffer b(DType::F32, 2);
+    try {
+      comm->all_reduce(b);
+    } catch (const Error& e) {
+      left = e.what();
+    }
+  });
+  EXPECT_NE(left.find("left the group"), std::string::npos) << left;
+
+  // A rank that never comes: the wait ends at the timeout.
+  std::string late;
+  std::vector<std::shared_ptr<Communicator>> group = local_group(2, std::chrono::milliseconds(50));
+  Buffer b(DType::F32, 2);
+  try {
+    group[0]->all_reduce(b);
+  } catch (const Error& e) {
+    late = e.what();
+  }
+  EXPECT_NE(late.find("did not arrive within 50 ms"), std::string::npos) << late;
+}
+
+// An all_reduce node between other ops, against the sum computed here.
+void expect_graph_sums(const Backend& backend) {
+  constexpr int kRanks = 2;
+  std::vector<std::vector<float>> got(kRanks);
+  const auto values = [](int r, int64_t n) {
+    std::vector<float> v(static_cast<size_t>(4 * n));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>((r + 1) * 0.5 + 0.25 * i);
+    return v;
+  };
+  on_ranks(kRanks, [&](int r, std::shared_ptr<Communicator> comm) {
+    Graph g;
+    Tensor x = g.named_tensor("x", {4, "n"});
+    Tensor y = (all_reduce(x * 2.0f, comm) + 1.0f).retrieve();
+    g.compile(backend);
+    for (int64_t n : {3, 5}) {  // a dim bound anew
+      g.set_dim("n", n);
+      x.set(values(r, n));
+      g.execute();
+      got[static_cast<size_t>(r)] = y.to_f32();
+    }
+  });
+  const std::vector<float> a = values(0, 5), b = values(1, 5);
+  for (const auto& rank : got) {
+    ASSERT_EQ(rank.size(), a.size());
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_FLOAT_EQ(rank[i], 2 * (a[i] + b[i]) + 1);
+  }
+}
+
+TEST(Collective, AllReduceNodeOnTheReferenceInterpreter) { expect_graph_sums(ReferenceBackend()); }
+TEST(Collective, AllReduceNodeOnTheCpu) { expect_graph_sums(cpu()); }
+
+TEST(TensorParallel, ShardSourceHandsEachRankItsPart) {
+  // A [2, 6] tensor split on dimension 1 over 3 ranks: columns 2r, 2r + 1 of each row.
+  const nn::WeightSource full = [](const std::string&, const std::vector<int64_t>& shape)
+      -> std::optional<Buffer> {
+    EXPECT_EQ(shape, (std::vector<int64_t>{2, 6}));
+    Buffer b(DType::F32, 12);
+    for (size_t i = 0; i < 12; ++i) b.set_f64(i, static_cast<double>(i));
+    return b;
+  };
+  for (int r = 0; r < 3; ++r) {
+    const auto part = nn::shard_source(full, [](const std::string&) { return 1; }, r, 3)("w", {2, 2});
+    ASSERT_TRUE(part);
+    const std::vector<float> want{float(2 * r), float(2 * r + 1), float(6 + 2 * r), float(7 + 2 * r)};
+    EXPECT_EQ(part->to_f32(), want) << "rank " << r;
+  }
+}
+
+// Each rank's part of a tiny model, over two ranks, against transformers' logits (the
+// parity harness's goldens: prefill and three decode steps through the KV cache).
+class TensorParallelParity : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(TensorParallelParity, TwoRanksMatchTransformers) {
+  const ReferenceBackend reference;
+  const CpuBackend cpu_backend;
+  for (const Backend* backend : std::vector<const Backend*>{&reference, &cpu_backend}) {
+    SCOPED_TRACE(backend->name());
+    on_ranks(2, [&](int, std::shared_ptr<Communicator> comm) {
+      models::run_parity<models::Llama, models::LlamaConfig>(GetParam(), *backend,
+                                                             models::Weights::F32, comm);
+    });
+  }
+}
+
+// Dense Llama-family fixtures of both transformers generations: biases (qwen2), q/k norms
+// (qwen3), a sliding window, fused projections (phi3), RoPE scalings.
+INSTANTIATE_TEST_SUITE_P(Fixtures, TensorParallelParity,
+                         ::testing::Values("llama", "qwen2", "qwen3_tf5", "mistral_window",
+                                           "phi3_tf5", "llama3_rope_tf5", "qwen2_yarn"));
+
+TEST(TensorParallel, UnevenSplitsAndUnsplitFormatsAreErrors) {
+  const models::LlamaConfig cfg =
+      models::LlamaConfig::from_hf_json(models::model_fixture_dir("llama") + "/config.json");
+  Graph g;
+  auto three = local_group(3);
+  try {
+    models::Llama model(g, cfg, DType::F32, three[0]);
+    ADD_FAILURE() << "4 heads split over 3 ranks";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("must all divide by 3"), std::string::npos) << e.what();
+  }
+  Graph h;
+  auto two = local_group(2);
+  EXPECT_THROW(models::open_language_model(std::string(LUMINAL_FIXTURE_DIR) + "/generate/llama.gguf",
+                                           h, DType::F32, two[0]),
+               Error);
+}
+
+}  // namespace
+}  // namespace luminal
