@@ -14,7 +14,7 @@ bf16 (what a bf16 model computes) and in f32 (what luminal, f32 activations over
 weights, approximates more closely).
 
     python3 bench/gpu_greedy_parity.py --luminal build/tools/luminal [--shape llama-3.2-1b]
-        [--tokens 64] [--prompt 32] [--work DIR]
+        [--tokens 64] [--prompt 32] [--work DIR] [--luminal-args "--tp 2"]
 
 Exit 0 when every step agrees or is a near-tie, against both, 1 otherwise.
 """
@@ -28,9 +28,9 @@ import torch
 import random_models
 
 
-def luminal_ids(binary, model, prompt_text, tokens):
+def luminal_ids(binary, model, prompt_text, tokens, extra=()):
     out = subprocess.run([binary, "generate", "--model", model, "--device", "cuda", "--prompt",
-                          prompt_text, "--max-tokens", str(tokens), "--print-ids"],
+                          prompt_text, "--max-tokens", str(tokens), "--print-ids", *extra],
                          capture_output=True, text=True)
     if out.returncode != 0:
         sys.exit(f"luminal failed ({out.returncode}):\n{out.stderr}")
@@ -81,12 +81,13 @@ def main():
     ap.add_argument("--tie", type=float, default=0.01,
                     help="a near-tie's margin, as a fraction of the step's logit spread")
     ap.add_argument("--work", default="models/gpu_bench")
+    ap.add_argument("--luminal-args", default="", help="more options for luminal generate")
     a = ap.parse_args()
     model = os.path.join(a.work, a.shape)
     if not os.path.exists(os.path.join(model, "tokenizer.json")):
         random_models.write_hf_folder(model, a.shape)
     prompt_ids, generated = luminal_ids(a.luminal, model, random_models.prompt_text(a.prompt),
-                                        a.tokens)
+                                        a.tokens, a.luminal_args.split())
     want_prompt = random_models.prompt_ids(a.prompt)
     ok = prompt_ids == want_prompt
     print(f"prompt ids: {'as transformers encodes them' if ok else 'DIFFER'} ({len(prompt_ids)})")

@@ -23,14 +23,15 @@ class Communicator {
   /// Replaces `data` (host memory, the same dtype and length on every rank) by its sum over
   /// the ranks; every rank gets the same values. Blocks until all ranks have called it.
   virtual void all_reduce(Buffer& data) = 0;
-  /// The same for `count` elements at `src` on GPU `device`, written to `dst` (may equal
-  /// `src`), queued on `stream` (a cudaStream_t). False where this communicator has no
-  /// device path: the caller goes through the host.
-  virtual bool all_reduce_on_device(const void* src, void* dst, size_t count, DType dtype,
-                                    void* stream) {
-    (void)src, (void)dst, (void)count, (void)dtype, (void)stream;
+  /// Whether all_reduce_on_device takes `dtype` (false: the caller goes through the host).
+  virtual bool reduces_on_device(DType dtype) const {
+    (void)dtype;
     return false;
   }
+  /// all_reduce over `count` elements at `src` in GPU memory, written to `dst` (may equal
+  /// `src`), queued on `stream` (a cudaStream_t). Only where reduces_on_device(dtype).
+  virtual void all_reduce_on_device(const void* src, void* dst, size_t count, DType dtype,
+                                    void* stream);
 };
 
 /// `size` ranks in this process, one Communicator each, for threads to share: sums are

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "luminal/backend.hpp"
+#include "luminal/collective.hpp"
 #include "luminal/device_data.hpp"
 
 namespace luminal {
@@ -37,8 +38,9 @@ inline CudaBackend cuda(CudaOptions options = {}) {
   return CudaBackend(options);
 }
 
-/// Whether `cuda()` can run here; if not, why not (the message compile() would raise).
-bool cuda_available(std::string* why = nullptr);
+/// Whether `cuda()` can run here on GPU `device`; if not, why not (the message compile()
+/// would raise).
+bool cuda_available(std::string* why = nullptr, int device = 0);
 
 /// The most GPU memory luminal held at once in this process, over all devices: weights,
 /// buffer arenas, KV caches and scratch (not the CUDA context's own). 0 without CUDA.
@@ -53,5 +55,15 @@ DeviceData to_cuda(const Buffer& host, int device = 0);
 /// sure it is written before execute().
 DeviceData cuda_borrow(void* ptr, DType dtype, size_t numel, std::shared_ptr<void> owner = {},
                        int device = 0);
+
+/// A new id for one group of NCCL ranks (hex): made once, by any one process, and given to
+/// every rank (the process that made it stays alive while the ranks join).
+std::string nccl_unique_id();
+
+/// Rank `rank` of the `size` processes that share `id` (nccl_unique_id), on GPU `device`:
+/// all_reduce nodes of a graph compiled for that GPU sum there, through NCCL. Blocks until
+/// every rank has joined. Raises luminal::Error where NCCL is missing or the id malformed.
+std::shared_ptr<Communicator> nccl_communicator(const std::string& id, int rank, int size,
+                                                int device);
 
 }  // namespace luminal

@@ -10,7 +10,7 @@ constexpr const char* kWhy =
     "-DLUMINAL_CUDA=ON)";
 }
 
-bool cuda_available(std::string* why) {
+bool cuda_available(std::string* why, int) {
   if (why) *why = kWhy;
   return false;
 }
@@ -29,6 +29,14 @@ DeviceData to_cuda(const Buffer&, int) {
 
 DeviceData cuda_borrow(void*, DType, size_t, std::shared_ptr<void>, int) {
   LUM_FAIL() << "cuda_borrow: " << kWhy;
+}
+
+std::string nccl_unique_id() {
+  LUM_FAIL() << "NCCL: " << kWhy;
+}
+
+std::shared_ptr<Communicator> nccl_communicator(const std::string&, int, int, int) {
+  LUM_FAIL() << "NCCL: " << kWhy;
 }
 
 }  // namespace luminal

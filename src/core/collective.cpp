@@ -84,6 +84,11 @@ class LocalRank final : public Communicator {
 
 }  // namespace
 
+void Communicator::all_reduce_on_device(const void*, void*, size_t, DType dtype, void*) {
+  LUM_FAIL() << "all_reduce: this communicator cannot sum " << dtype_name(dtype)
+             << " values in GPU memory";
+}
+
 std::vector<std::shared_ptr<Communicator>> local_group(int size, std::chrono::milliseconds timeout) {
   LUM_CHECK(size >= 1) << "local_group: " << size << " ranks";
   auto group = std::make_shared<Group>();

@@ -72,6 +72,18 @@ struct TextGenerator::Impl {
   std::vector<nn::KVCache> cache_out;
   int64_t past = 0;
   double load_seconds = 0, compile_seconds = 0, prepare_seconds = 0;
+  std::shared_ptr<Communicator> ranks;  // of a tensor-parallel run; null: one
+
+  // The ranks' logits may differ in their last bits (each times and picks its own
+  // kernels for the parts every rank computes): rank 0's token is every rank's, so none
+  // goes on from another.
+  int32_t agreed(int32_t token) const {
+    if (!ranks || ranks->size() == 1) return token;
+    Buffer b(DType::I32, 1);
+    b.set_i64(0, ranks->rank() == 0 ? token : 0);
+    ranks->all_reduce(b);
+    return static_cast<int32_t>(b.get_i64(0));
+  }
 
   void reset_cache() {
     past = 0;
@@ -121,6 +133,7 @@ TextGenerator::TextGenerator(const std::string& path, const Backend& backend,
   };
   const auto start = Clock::now();
   Impl& m = *impl_;
+  m.ranks = tensor_parallel;
   m.lm = open_language_model(path, m.graph, kv_cache, std::move(tensor_parallel));
   say("loaded " + m.lm.summary);
   m.tokens = m.graph.named_tensor("tokens", {"seq"}, DType::I32);
@@ -193,7 +206,7 @@ GenerationStats TextGenerator::generate(const std::string& prompt, int64_t max_t
   st.prefill_seconds = since(start);
   const auto decode_start = Clock::now();
   for (int64_t i = 0; i < max_tokens; ++i) {
-    const int32_t next = sample(logits, opts, rng);
+    const int32_t next = m.agreed(sample(logits, opts, rng));
     if (i == 0) st.ttft_seconds = since(start);
     if (!ignore_eos &&
         std::find(m.lm.stop_ids.begin(), m.lm.stop_ids.end(), next) != m.lm.stop_ids.end())
@@ -235,7 +248,7 @@ std::vector<int32_t> TextGenerator::greedy_ids(const std::vector<int32_t>& promp
   for (int64_t i = 0; i < steps; ++i) {
     if (all_logits) all_logits->emplace_back(logits.begin(), logits.end());
     uint64_t rng = 0;
-    const int32_t next = sample(logits, {}, rng);
+    const int32_t next = m.agreed(sample(logits, {}, rng));
     out.push_back(next);
     if (i + 1 < steps) logits = m.step({next});
   }

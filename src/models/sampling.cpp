@@ -76,9 +76,13 @@ ARGMAX_CLONES Best argmax_run(std::span<const float> x, size_t from, size_t to) 
 // by the threads of the output projection, each its own contiguous part, which is still in
 // that core's cache: each thread scans one part here too (a single thread took 100 us
 // over 262k logits in a decode step, reading the other core's half through memory).
+// At least kPart logits a thread: starting a team of every core costs more than it saves
+// on a host of many (milliseconds a token where 64 cores are shared among a parallel
+// run's processes).
 size_t argmax(std::span<const float> x) {
-  constexpr size_t kSplit = 1 << 16;  // below this, one thread
-  const int threads = x.size() < kSplit ? 1 : omp_get_max_threads();
+  constexpr size_t kPart = 1 << 15;
+  const int threads = static_cast<int>(
+      std::clamp<size_t>(x.size() / kPart, 1, static_cast<size_t>(omp_get_max_threads())));
   if (threads == 1) return argmax_run(x, 0, x.size()).index;
   std::vector<Best> parts(static_cast<size_t>(threads));
 #pragma omp parallel num_threads(threads)

@@ -461,6 +461,40 @@ TEST(Cuda, RepeatedRunsReplayARecordedGraph) {
   }
 }
 
+// An all_reduce node through NCCL, over a group of one rank (this GPU): queued, then
+// captured into the recorded graphs and run again from them as the dims change.
+TEST(Cuda, AllReduceRunsThroughNcclInsideTheGraphs) {
+  SKIP_WITHOUT_GPU();
+  std::shared_ptr<Communicator> one;
+  try {
+    one = nccl_communicator(nccl_unique_id(), 0, 1, 0);
+  } catch (const Error& e) {
+    GTEST_SKIP() << "no NCCL here: " << e.what();
+  }
+  Graph cx;
+  Tensor x = cx.named_tensor("x", {Expr::var("batch"), 16});
+  Tensor y = (all_reduce(x * 2.0, one).exp2() + 1.0).retrieve();
+  cx.compile(cuda());
+  std::mt19937 rng(5);
+  const std::vector<int64_t> batches = {4, 4, 4, 4, 7, 7, 7, 4};
+  for (size_t i = 0; i < batches.size(); ++i) {
+    const std::vector<float> v = testing::uniform_floats(rng, static_cast<size_t>(batches[i] * 16));
+    cx.set_dim("batch", batches[i]);
+    x.set(v);
+    cx.execute();
+    const RunStats stats = cx.last_run_stats();
+    EXPECT_EQ(stats.host_fallbacks, 0u) << "run " << i;
+    if (graphs_on() && i >= 5) {
+      EXPECT_TRUE(stats.replayed) << "run " << i;
+    }
+    const std::vector<float> got = y.to_f32();
+    ASSERT_EQ(got.size(), v.size());
+    for (size_t k = 0; k < v.size(); ++k)
+      ASSERT_NEAR(got[k], std::exp2(2 * v[k]) + 1, 1e-5 * (1 + std::exp2(2 * v[k])))
+          << "run " << i << " element " << k;
+  }
+}
+
 // Inputs set on the device are read there and outputs kept there are handed over; the
 // values against host arithmetic.
 TEST(Cuda, InputsAndOutputsStayOnTheDevice) {

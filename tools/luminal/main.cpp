@@ -1,12 +1,13 @@
 // The `luminal` command-line program.
 //   luminal generate --model PATH [--prompt TEXT] [--max-tokens N] [--temperature T]
 //                    [--top-k K] [--top-p P] [--seed S] [--device cpu|reference|cuda]
-//                    [--threads N] [--kv-cache f32|f16]
+//                    [--threads N] [--kv-cache f32|f16] [--tp N]
 //   luminal chat --model PATH [...]
 //   luminal perplexity --model PATH --file TEXT [...]
 #include <omp.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "cli.hpp"
+#include "tensor_parallel.hpp"
 #include "luminal/cpu.hpp"
 #include "luminal/cuda.hpp"
 #include "luminal/error.hpp"
@@ -93,6 +95,9 @@ constexpr const char* kGenerateUsage =
     "                      before the timed generation (for benchmarks)\n"
     "  --print-ids         print token ids instead of text: the prompt's on one line,\n"
     "                      then --max-tokens greedy ones (past end-of-sequence tokens)\n"
+    "  --tp N              split the model over N GPUs (tensor parallelism; --device\n"
+    "                      cuda, Llama-family Hugging Face folders): one process a GPU,\n"
+    "                      joined through NCCL (default: 1)\n"
     LUMINAL_SHARED_OPTIONS;
 
 using luminal::cli::check_device;
@@ -107,7 +112,8 @@ double peak_memory_mib() {
 struct Options {
   std::string model, prompt = "The capital of France is", device = "cpu", system;
   int64_t max_tokens = 32;
-  bool ignore_eos = false, warmup = false, print_ids = false;
+  int tp = 1;
+  bool ignore_eos = false, warmup = false, print_ids = false, threads_set = false;
   luminal::models::SamplingOptions sampling;
   luminal::DType kv_cache = luminal::DType::F16;
   luminal::CpuOptions::Residual residual = luminal::CpuOptions{}.residual;
@@ -138,6 +144,10 @@ Options parse(int argc, char** argv, const char* usage, bool chat) {
       o.warmup = true;
     } else if (a == "--print-ids" && !chat) {
       o.print_ids = true;
+    } else if (a == "--tp" && !chat) {
+      const double n = number(value());
+      if (n < 1 || n != static_cast<int>(n)) usage_error("--tp must be a positive integer");
+      o.tp = static_cast<int>(n);
     } else if (a == "--prompt" && !chat) {
       o.prompt = value();
     } else if (a == "--system" && chat) {
@@ -165,6 +175,7 @@ Options parse(int argc, char** argv, const char* usage, bool chat) {
       const double n = number(value());
       if (n < 1 || n != static_cast<int>(n)) usage_error("--threads must be a positive integer");
       omp_set_num_threads(static_cast<int>(n));
+      o.threads_set = true;
     } else {
       usage_error("unknown option '" + a + "'");
     }
@@ -174,6 +185,7 @@ Options parse(int argc, char** argv, const char* usage, bool chat) {
   if (o.print_ids && o.sampling.temperature != 0)
     usage_error("--print-ids prints greedy decoding's ids: --temperature must be 0");
   check_device(o.device);
+  if (o.tp > 1 && o.device != "cuda") usage_error("--tp splits the model over GPUs: it needs --device cuda");
   return o;
 }
 
@@ -210,11 +222,36 @@ void print_stats(const luminal::models::GenerationStats& st, const std::string& 
   }
 }
 
-int generate(int argc, char** argv) {
+// `whole_argv`: the program's, for --tp to start its ranks with.
+int generate(int argc, char** argv, char** whole_argv) {
   const Options o = parse(argc, argv, kGenerateUsage, false);
+  const std::optional<luminal::cli::RankOf> rank = luminal::cli::this_rank();
   try {
-    const auto backend = luminal::cli::backend_for(o.device, {.residual = o.residual});
-    luminal::models::TextGenerator gen(o.model, *backend, progress, o.kv_cache);
+    if (o.tp > 1 && !rank) {
+      std::string why;
+      if (!luminal::cuda_available(&why, o.tp - 1)) {
+        std::fprintf(stderr, "luminal: --tp %d: %s\n", o.tp, why.c_str());
+        return 2;
+      }
+      return luminal::cli::launch_ranks(o.tp, whole_argv);
+    }
+    // A rank: its GPU, its part of the model; only rank 0 reports.
+    const bool reports = !rank || rank->rank == 0;
+    const auto say = [&](const std::string& s) {
+      if (reports) progress(s);
+    };
+    const auto backend =
+        rank ? std::make_unique<luminal::CudaBackend>(luminal::CudaOptions{.device = rank->rank})
+             : luminal::cli::backend_for(o.device, {.residual = o.residual});
+    std::shared_ptr<luminal::Communicator> ranks;
+    if (rank) {
+      // The host's cores shared among the ranks: a rank's parallel loops (the next token's
+      // argmax) would otherwise wait on threads the others' keep busy.
+      if (!o.threads_set) omp_set_num_threads(std::max(1, omp_get_num_procs() / rank->size));
+      say("tensor parallel over " + std::to_string(rank->size) + " GPUs: joining the ranks");
+      ranks = luminal::cli::join_ranks(*rank);
+    }
+    luminal::models::TextGenerator gen(o.model, *backend, say, o.kv_cache, ranks);
     if (o.print_ids) {  // the prompt's ids, then the generated ones, a line each
       const std::vector<int32_t> prompt = gen.encode(o.prompt);
       for (const auto& ids : {prompt, gen.greedy_ids(prompt, o.max_tokens)}) {
@@ -234,11 +271,16 @@ int generate(int argc, char** argv) {
         },
         o.ignore_eos);
     std::fputs("\n", stdout);
-    std::fputs("\n", stderr);
-    print_stats(st, o.device);
+    if (reports) {
+      std::fputs("\n", stderr);
+      print_stats(st, o.device);
+    }
     return 0;
   } catch (const luminal::Error& e) {
-    std::fprintf(stderr, "luminal: %s\n", e.what());
+    if (rank)
+      std::fprintf(stderr, "luminal: rank %d: %s\n", rank->rank, e.what());
+    else
+      std::fprintf(stderr, "luminal: %s\n", e.what());
     return 2;
   }
 }
@@ -288,7 +330,7 @@ int main(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   const std::string cmd = argv[1];
-  if (cmd == "generate") return generate(argc - 2, argv + 2);
+  if (cmd == "generate") return generate(argc - 2, argv + 2, argv);
   if (cmd == "chat") return chat(argc - 2, argv + 2);
   if (cmd == "perplexity") return luminal::cli::perplexity(argc - 2, argv + 2);
   usage_error("unknown command '" + cmd + "'");

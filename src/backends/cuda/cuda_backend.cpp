@@ -21,6 +21,7 @@
 #include "backends/cuda/quant_products.hpp"
 #include "backends/cuda/shared_products.hpp"
 #include "luminal/append_rows_op.hpp"
+#include "luminal/collective.hpp"
 #include "luminal/compiler/attention_op.hpp"
 #include "luminal/compiler/matmul_op.hpp"
 #include "luminal/cuda.hpp"
@@ -538,6 +539,8 @@ class CudaExecutable final : public Executable {
         return;
     } else if (dynamic_cast<const AppendRowsOp*>(n.custom.get())) {
       if (append_rows(n, views, out, out_bytes)) return;
+    } else if (const auto* reduce = dynamic_cast<const AllReduceOp*>(n.custom.get())) {
+      if (all_reduce(reduce->communicator(), n, views[0], out, out_bytes)) return;
     }
     ++stats_.host_fallbacks;
     std::vector<Buffer> in;
@@ -562,6 +565,24 @@ class CudaExecutable final : public Executable {
                           device_->stream()),
           "copying a host-computed value to the GPU");
     device_->synchronize();  // `result` is freed on return
+  }
+
+  // The sum over the ranks, by the communicator on the device (NCCL), out of place: the
+  // operand is read where it lies.
+  bool all_reduce(Communicator& comm, const Node& n, const ConcreteView& view, void* out,
+                  size_t out_bytes) {
+    if (source_dtype(n, 0) != n.dtype || !comm.reduces_on_device(n.dtype) || !view.is_dense())
+      return false;
+    const size_t esize = dtype_size(n.dtype), count = out_bytes / esize;
+    LUM_CHECK(static_cast<size_t>(view.numel()) == count)
+        << "internal: AllReduce's operand and output differ in size";
+    const void* src =
+        static_cast<const char*>(operand(n.inputs[0].source)) + static_cast<size_t>(view.offset) * esize;
+    const DType dtype = n.dtype;
+    device_->collective(&comm, src, out, out_bytes, [&comm, src, out, count, dtype](cudaStream_t s) {
+      comm.all_reduce_on_device(src, out, count, dtype, s);
+    });
+    return true;
   }
 
   // concat({base, rows}, 0): each operand copied into its part of the output. (A donated
@@ -836,8 +857,8 @@ class CudaExecutable final : public Executable {
 
 }  // namespace
 
-bool cuda_available(std::string* why) {
-  const std::string reason = cudagen::why_unavailable(0);
+bool cuda_available(std::string* why, int device) {
+  const std::string reason = cudagen::why_unavailable(device);
   if (why) *why = reason;
   return reason.empty();
 }

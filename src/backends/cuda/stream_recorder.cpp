@@ -99,6 +99,15 @@ void StreamRecorder::copy(void* dst, const void* src, size_t bytes) {
   add(op);
 }
 
+void StreamRecorder::collective(const void* group, const void* src, void* dst, size_t bytes,
+                                std::function<void(cudaStream_t)> enqueue) {
+  Op op;
+  op.kind = Kind::Collective;
+  op.function = group, op.src = src, op.dst = dst, op.bytes = bytes;
+  op.enqueue = std::move(enqueue);
+  add(op);
+}
+
 void StreamRecorder::add(const Op& op) {
   end_library_work();  // (library work queued before this operation comes first)
   now_.ops.push_back(op);
@@ -173,6 +182,9 @@ void StreamRecorder::queue() {
         check(cudaGraphLaunch(e, stream_), "launching a library's kernels");
         break;
       }
+      case Kind::Collective:
+        op.enqueue(stream_);
+        break;
     }
   now_.clear();
 }
@@ -244,6 +256,10 @@ bool StreamRecorder::update(Segment& segment) {
       case Kind::Library:  // its kernels' parameters are the library's: always set
         e = cudaGraphExecChildGraphNodeSetParams(exec, segment.nodes[i], op.library);
         break;
+      case Kind::Collective:  // kept as captured, or captured anew with the segment
+        if (op.dst == was.dst && op.src == was.src && op.bytes == was.bytes) continue;
+        e = cudaErrorInvalidValue;
+        break;
     }
     if (e != cudaSuccess) {
       cudaGetLastError();
@@ -264,7 +280,7 @@ void StreamRecorder::instantiate(Segment& segment) {
   std::vector<cudaGraphNode_t>& nodes = segment.nodes;
   nodes.assign(now_.ops.size(), nullptr);
   for (size_t i = 0; i < now_.ops.size(); ++i) {
-    const Op& op = now_.ops[i];
+    Op& op = now_.ops[i];
     const cudaGraphNode_t* after = i ? &nodes[i - 1] : nullptr;
     const size_t n = i ? 1 : 0;
     switch (op.kind) {
@@ -293,6 +309,22 @@ void StreamRecorder::instantiate(Segment& segment) {
         check(cudaGraphAddChildGraphNode(&nodes[i], segment.graph, after, n, op.library),
               "adding a library's kernels");
         break;
+      case Kind::Collective: {
+        check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed),
+              "cudaStreamBeginCapture");
+        try {
+          op.enqueue(stream_);
+        } catch (...) {
+          cudaGraph_t partial = nullptr;
+          cudaStreamEndCapture(stream_, &partial);
+          if (partial) cudaGraphDestroy(partial);
+          throw;
+        }
+        check(cudaStreamEndCapture(stream_, &op.library), "capturing a collective");
+        check(cudaGraphAddChildGraphNode(&nodes[i], segment.graph, after, n, op.library),
+              "adding a collective");
+        break;
+      }
     }
   }
   check(cudaGraphInstantiate(&segment.exec, segment.graph, 0), "cudaGraphInstantiate");
@@ -315,6 +347,10 @@ void StreamRecorder::launch_segment() {
     instantiate(segment);
   }
   stats_.nodes += now_.ops.size();
+  // An updated segment's collectives are its captures still: they stay with it.
+  for (size_t i = 0; i < now_.ops.size(); ++i)
+    if (now_.ops[i].kind == Kind::Collective && !now_.ops[i].library)
+      std::swap(now_.ops[i].library, segment.graphed.ops[i].library);
   std::swap(now_, segment.graphed);
   now_.clear();
   check(cudaGraphLaunch(segment.exec, stream_), "launching a recorded CUDA graph");

@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -40,6 +41,12 @@ class StreamRecorder {
               size_t shared_bytes);
   void memset(void* dst, int value, size_t bytes);
   void copy(void* dst, const void* src, size_t bytes);  // device to device
+  /// A collective (an NCCL all-reduce of `bytes` from `src` into `dst`): `enqueue` queues it
+  /// on the stream it is given. Its graph node is captured once and kept while later runs
+  /// record it with the same arguments (a library's captures are not to be re-pointed).
+  /// `group`: which ranks (collectives of another group are other work).
+  void collective(const void* group, const void* src, void* dst, size_t bytes,
+                  std::function<void(cudaStream_t)> enqueue);
   /// Work a library (cuBLASLt) queues on the stream until the next recorded operation is
   /// captured as a graph of its own, run as one node of the run's graph: where the last
   /// runs did library work here too; elsewhere the recording is flushed.
@@ -65,25 +72,27 @@ class StreamRecorder {
   void drop();
 
  private:
-  enum class Kind : uint8_t { Kernel, Memset, Copy, Library };
+  enum class Kind : uint8_t { Kernel, Memset, Copy, Library, Collective };
   struct Op {
     Kind kind = Kind::Kernel;
-    const void* function = nullptr;  // Kernel
+    const void* function = nullptr;  // Kernel; Collective: its group
     dim3 grid, block;
     size_t shared_bytes = 0;
     size_t params_begin = 0, params_end = 0;  // Kernel: its parameters in params_, packed
     size_t sizes_begin = 0;                   // Kernel: its parameters' sizes, in sizes_
-    void* dst = nullptr;                      // Memset, Copy
-    const void* src = nullptr;                // Copy
-    size_t bytes = 0;                         // Memset, Copy
+    void* dst = nullptr;                      // Memset, Copy, Collective
+    const void* src = nullptr;                // Copy, Collective
+    size_t bytes = 0;                         // Memset, Copy, Collective
     int value = 0;                            // Memset
-    cudaGraph_t library = nullptr;            // Library: owned by the recording
+    cudaGraph_t library = nullptr;            // Library, Collective (once graphed): owned by
+                                              // the recording
+    std::function<void(cudaStream_t)> enqueue;  // Collective
   };
   // What an operation is, apart from its parameters: a graph node is updated only to an
   // operation of the same work (a kernel node keeps its function).
   struct Work {
     Kind kind;
-    const void* function;  // Kernel
+    const void* function;  // Kernel; Collective: its group
     bool operator==(const Work&) const = default;
   };
   static Work work_of(const Op& op) { return {op.kind, op.function}; }

@@ -1,0 +1,160 @@
+// Ranks on GPUs through NCCL. The library is opened when a run first needs it, not linked:
+// a program that never runs on several GPUs needs no NCCL (217 MB) to start, and one that
+// does finds the copy the machine has (the toolkit's, or PyTorch's nvidia-nccl wheel on
+// LD_LIBRARY_PATH).
+#include <dlfcn.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "backends/cuda/device.hpp"
+#include "luminal/collective.hpp"
+#include "luminal/cuda.hpp"
+#include "luminal/error.hpp"
+
+#if __has_include(<nccl.h>)
+#include <nccl.h>
+#define LUMINAL_HAS_NCCL 1
+#endif
+
+namespace luminal {
+
+#ifdef LUMINAL_HAS_NCCL
+namespace {
+
+// The entry points luminal calls, from the shared library.
+struct Nccl {
+  ncclResult_t (*get_unique_id)(ncclUniqueId*);
+  ncclResult_t (*comm_init_rank)(ncclComm_t*, int, ncclUniqueId, int);
+  ncclResult_t (*all_reduce)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
+                             cudaStream_t);
+  ncclResult_t (*comm_destroy)(ncclComm_t);
+  const char* (*error_string)(ncclResult_t);
+
+  void check(ncclResult_t r, const char* what) const {
+    LUM_CHECK(r == ncclSuccess) << "NCCL: " << what << ": " << error_string(r);
+  }
+};
+
+const Nccl& nccl() {
+  static const Nccl lib = [] {
+    void* h = dlopen("libnccl.so.2", RTLD_NOW | RTLD_GLOBAL);
+    LUM_CHECK(h) << "several GPUs need NCCL, and libnccl.so.2 was not found (" << dlerror()
+                 << "): install NCCL, or put the directory holding it on LD_LIBRARY_PATH";
+    const auto entry = [&](const char* name) {
+      void* f = dlsym(h, name);
+      LUM_CHECK(f) << "libnccl.so.2 lacks " << name << " (NCCL 2.12 or newer is needed)";
+      return f;
+    };
+    Nccl n{};
+    n.get_unique_id = reinterpret_cast<decltype(n.get_unique_id)>(entry("ncclGetUniqueId"));
+    n.comm_init_rank = reinterpret_cast<decltype(n.comm_init_rank)>(entry("ncclCommInitRank"));
+    n.all_reduce = reinterpret_cast<decltype(n.all_reduce)>(entry("ncclAllReduce"));
+    n.comm_destroy = reinterpret_cast<decltype(n.comm_destroy)>(entry("ncclCommDestroy"));
+    n.error_string = reinterpret_cast<decltype(n.error_string)>(entry("ncclGetErrorString"));
+    return n;
+  }();
+  return lib;
+}
+
+std::optional<ncclDataType_t> nccl_type(DType t) {
+  switch (t) {
+    case DType::F32: return ncclFloat32;
+    case DType::F16: return ncclFloat16;
+    case DType::BF16: return ncclBfloat16;
+    case DType::I32: return ncclInt32;
+    case DType::I64: return ncclInt64;
+    case DType::I8: return ncclInt8;
+    case DType::U8: return ncclUint8;
+    default: return std::nullopt;
+  }
+}
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(const ncclUniqueId& id, int rank, int size, int device)
+      : rank_(rank), size_(size), device_(device) {
+    cudagen::check(cudaSetDevice(device), "cudaSetDevice");
+    nccl().check(nccl().comm_init_rank(&comm_, size, id, rank), "joining the ranks");
+  }
+  ~NcclCommunicator() override { nccl().comm_destroy(comm_); }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  bool reduces_on_device(DType dtype) const override { return nccl_type(dtype).has_value(); }
+  void all_reduce_on_device(const void* src, void* dst, size_t count, DType dtype,
+                            void* stream) override {
+    const std::optional<ncclDataType_t> type = nccl_type(dtype);
+    LUM_CHECK(type) << "NCCL cannot sum " << dtype_name(dtype) << " values";
+    nccl().check(nccl().all_reduce(src, dst, count, *type, ncclSum, comm_,
+                                   static_cast<cudaStream_t>(stream)),
+                 "all-reduce");
+  }
+
+  // Host data (a token every rank must agree on): through the GPU and back, in a buffer
+  // kept for the next.
+  void all_reduce(Buffer& data) override {
+    cudagen::check(cudaSetDevice(device_), "cudaSetDevice");
+    if (scratch_.bytes() < data.bytes()) scratch_ = cudagen::DeviceBuffer(data.bytes());
+    cudagen::check(cudaMemcpy(scratch_.data(), data.data(), data.bytes(), cudaMemcpyHostToDevice),
+                   "copying an all-reduce's values to the GPU");
+    all_reduce_on_device(scratch_.data(), scratch_.data(), data.numel(), data.dtype(), nullptr);
+    cudagen::check(cudaMemcpy(data.data(), scratch_.data(), data.bytes(), cudaMemcpyDeviceToHost),
+                   "copying an all-reduce's sums back");
+  }
+
+ private:
+  int rank_, size_, device_;
+  ncclComm_t comm_ = nullptr;
+  cudagen::DeviceBuffer scratch_;
+};
+
+}  // namespace
+
+std::string nccl_unique_id() {
+  ncclUniqueId id;
+  nccl().check(nccl().get_unique_id(&id), "making a group id");
+  std::string hex;
+  for (unsigned char c : id.internal) {
+    char b[3];
+    std::snprintf(b, sizeof b, "%02x", c);
+    hex += b;
+  }
+  return hex;
+}
+
+std::shared_ptr<Communicator> nccl_communicator(const std::string& id, int rank, int size,
+                                                int device) {
+  ncclUniqueId raw;
+  LUM_CHECK(id.size() == 2 * sizeof raw.internal)
+      << "nccl_communicator: the group id has " << id.size() << " hex digits, not "
+      << 2 * sizeof raw.internal;
+  for (size_t i = 0; i < sizeof raw.internal; ++i) {
+    unsigned v = 0;
+    LUM_CHECK(std::sscanf(id.c_str() + 2 * i, "%2x", &v) == 1)
+        << "nccl_communicator: the group id is not hexadecimal";
+    raw.internal[i] = static_cast<char>(v);
+  }
+  LUM_CHECK(size >= 1 && rank >= 0 && rank < size)
+      << "nccl_communicator: rank " << rank << " of " << size;
+  return std::make_shared<NcclCommunicator>(raw, rank, size, device);
+}
+
+#else  // a toolkit without nccl.h
+
+namespace {
+constexpr const char* kNoNccl =
+    "this build of luminal has no NCCL support (nccl.h was not found at build time)";
+}
+
+std::string nccl_unique_id() {
+  LUM_FAIL() << kNoNccl;
+}
+
+std::shared_ptr<Communicator> nccl_communicator(const std::string&, int, int, int) {
+  LUM_FAIL() << kNoNccl;
+}
+
+#endif
+
+}  // namespace luminal
