@@ -52,6 +52,12 @@ if ! nvidia-smi >/dev/null 2>&1; then
   expect 2 "the CUDA backend cannot run" generate --model x.gguf --device cuda
   expect 2 "the CUDA backend cannot run" perplexity --model x.gguf --file x.txt --device cuda
 fi
+expect 2 "--tp must be a positive integer" generate --model x.gguf --tp 1.5
+expect 2 "--tp splits the model over GPUs: it needs --device cuda" generate --model x.gguf --tp 2
+expect 2 "unknown option '--tp'" chat --model x.gguf --tp 2
+if ! nvidia-smi >/dev/null 2>&1; then
+  expect 2 "the CUDA backend cannot run" generate --model x.gguf --device cuda --tp 2
+fi
 expect 2 "--threads must be a positive integer" generate --model x.gguf --threads 0
 expect 2 "--kv-cache must be f32 or f16" generate --model x.gguf --kv-cache bf16
 expect 2 "--search must be off, fast or full" generate --model x.gguf --search sometimes
