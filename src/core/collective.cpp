@@ -39,8 +39,8 @@ class LocalRank final : public Communicator {
   void all_reduce(Buffer& data) override {
     Group& g = *group_;
     std::unique_lock lock(g.m);
-    const std::string who = "all_reduce on rank " + std::to_string(rank_) + " of " +
-                            std::to_string(g.size) + ": ";
+    const std::string who =
+        "all_reduce on rank " + std::to_string(rank_) + " of " + std::to_string(g.size) + ": ";
     LUM_CHECK(!g.broken) << who << "another rank has left the group";
     const uint64_t generation = g.generation;
     g.arrived_data[static_cast<size_t>(rank_)] = &data;
@@ -53,8 +53,7 @@ class LocalRank final : public Communicator {
                               [&] { return g.generation != generation || g.broken; })) {
       g.broken = true;
       g.cv.notify_all();
-      LUM_FAIL() << who << "the other ranks did not arrive within " << g.timeout.count()
-                 << " ms";
+      LUM_FAIL() << who << "the other ranks did not arrive within " << g.timeout.count() << " ms";
     }
     LUM_CHECK(g.generation != generation) << who << "another rank left the group while it waited";
     LUM_CHECK(g.error.empty()) << who << g.error;
@@ -89,7 +88,8 @@ void Communicator::all_reduce_on_device(const void*, void*, size_t, DType dtype,
              << " values in GPU memory";
 }
 
-std::vector<std::shared_ptr<Communicator>> local_group(int size, std::chrono::milliseconds timeout) {
+std::vector<std::shared_ptr<Communicator>> local_group(int size,
+                                                       std::chrono::milliseconds timeout) {
   LUM_CHECK(size >= 1) << "local_group: " << size << " ranks";
   auto group = std::make_shared<Group>();
   group->size = size;

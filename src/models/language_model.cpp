@@ -181,7 +181,8 @@ LanguageModel open_language_model(const std::string& path, Graph& g, DType kv_ca
   std::error_code ec;
   const fs::file_status status = fs::status(path, ec);
   LUM_CHECK(fs::exists(status)) << path << ": no such file or folder";
-  if (fs::is_directory(status)) return open_hf_folder(path, g, kv_cache, std::move(tensor_parallel));
+  if (fs::is_directory(status))
+    return open_hf_folder(path, g, kv_cache, std::move(tensor_parallel));
   LUM_CHECK(path.size() > 5 && path.substr(path.size() - 5) == ".gguf")
       << path << ": not a model (expected a .gguf file or a Hugging Face model folder)";
   LUM_CHECK(!tensor_parallel)

@@ -12,8 +12,8 @@
 #include "luminal/nn/tensor_parallel.hpp"
 #include "luminal/quant.hpp"
 #include "models/json.hpp"
-#include "models/size_checks.hpp"
 #include "models/rope_config.hpp"
+#include "models/size_checks.hpp"
 
 namespace luminal::models {
 
@@ -135,8 +135,7 @@ Llama::Llama(Graph& g, const LlamaConfig& c, DType kv_cache,
   for (int64_t i = 0; i < c.layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i);
     nn::Attention attn(g, p + ".self_attn", c.hidden, heads, kv_heads, c.head_dim, c.qkv_bias,
-                       nn::RopeConfig{c.rope_theta, c.neox_rope, c.rope_scaling},
-                       c.sliding_window);
+                       nn::RopeConfig{c.rope_theta, c.neox_rope, c.rope_scaling}, c.sliding_window);
     if (c.qk_norm) attn.enable_qk_norm(g, p + ".self_attn", c.rms_eps, false);
     Layer layer{nn::RMSNorm(g, p + ".input_layernorm", c.hidden, c.rms_eps),
                 nn::RMSNorm(g, p + ".post_attention_layernorm", c.hidden, c.rms_eps),
@@ -276,47 +275,48 @@ std::vector<std::string> load_safetensors_weights(const nn::Module& m,
   std::set<std::string> used;
   std::string last_read;
   Buffer last;
-  nn::WeightSource source =
-      [&](const std::string& name, const std::vector<int64_t>& shape) -> std::optional<Buffer> {
-        const auto file_of = [&](const std::string& tensor) {
-          return std::find_if(files.begin(), files.end(),
-                              [&](const auto& f) { return f->has(tensor); });
-        };
-        const RowSource src = source_of(name, llama ? &llama->config : nullptr,
-                                        [&](const std::string& t) { return file_of(t) != files.end(); });
-        const auto file = file_of(src.tensor);
-        if (file == files.end()) return std::nullopt;
-        const SafetensorsFile& f = **file;
-        used.insert(src.tensor);
-        const SafetensorsTensor& t = f.tensor(src.tensor);
-        // A fused tensor serves several parameters in a row: read it once for them.
-        if (last_read != src.tensor) last = f.read(src.tensor), last_read = src.tensor;
-        const Buffer& all = last;
-        if (src.end < 0 && src.expert < 0) {
-          LUM_CHECK(t.shape == shape)
-              << f.path() << ": tensor '" << name << "' has the wrong shape for this model";
-          last_read.clear();  // handed over whole: a later read of it reads the file again
-          return std::move(last);
-        }
-        // Rows of one [rows, cols] matrix of a fused tensor ([rows, cols], or one expert's
-        // of [experts, rows, cols]).
-        const bool per_expert = src.expert >= 0;
-        const size_t dims = t.shape.size();
-        const bool fits = dims == (per_expert ? 3u : 2u) && shape.size() == 2 &&
-                          (!per_expert || src.expert < t.shape[0]) && shape[1] == t.shape[dims - 1];
-        const int64_t rows = fits ? t.shape[dims - 2] : 0;
-        const int64_t begin = src.begin, end = src.end < 0 ? rows : src.end;
-        LUM_CHECK(fits && end <= rows && shape[0] == end - begin)
-            << f.path() << ": fused tensor '" << src.tensor << "' does not hold '" << name
-            << "' for this config";
-        const size_t row_bytes = static_cast<size_t>(t.shape[dims - 1]) * dtype_size(t.dtype);
-        const size_t first = static_cast<size_t>((per_expert ? src.expert * rows : 0) + begin);
-        Buffer part(t.dtype, static_cast<size_t>((end - begin) * t.shape[dims - 1]),
-                    Buffer::Uninitialized{});
-        std::memcpy(part.data(), static_cast<const std::byte*>(all.data()) + first * row_bytes,
-                    part.bytes());
-        return part;
-      };
+  nn::WeightSource source = [&](const std::string& name,
+                                const std::vector<int64_t>& shape) -> std::optional<Buffer> {
+    const auto file_of = [&](const std::string& tensor) {
+      return std::find_if(files.begin(), files.end(),
+                          [&](const auto& f) { return f->has(tensor); });
+    };
+    const RowSource src =
+        source_of(name, llama ? &llama->config : nullptr,
+                  [&](const std::string& t) { return file_of(t) != files.end(); });
+    const auto file = file_of(src.tensor);
+    if (file == files.end()) return std::nullopt;
+    const SafetensorsFile& f = **file;
+    used.insert(src.tensor);
+    const SafetensorsTensor& t = f.tensor(src.tensor);
+    // A fused tensor serves several parameters in a row: read it once for them.
+    if (last_read != src.tensor) last = f.read(src.tensor), last_read = src.tensor;
+    const Buffer& all = last;
+    if (src.end < 0 && src.expert < 0) {
+      LUM_CHECK(t.shape == shape) << f.path() << ": tensor '" << name
+                                  << "' has the wrong shape for this model";
+      last_read.clear();  // handed over whole: a later read of it reads the file again
+      return std::move(last);
+    }
+    // Rows of one [rows, cols] matrix of a fused tensor ([rows, cols], or one expert's
+    // of [experts, rows, cols]).
+    const bool per_expert = src.expert >= 0;
+    const size_t dims = t.shape.size();
+    const bool fits = dims == (per_expert ? 3u : 2u) && shape.size() == 2 &&
+                      (!per_expert || src.expert < t.shape[0]) && shape[1] == t.shape[dims - 1];
+    const int64_t rows = fits ? t.shape[dims - 2] : 0;
+    const int64_t begin = src.begin, end = src.end < 0 ? rows : src.end;
+    LUM_CHECK(fits && end <= rows && shape[0] == end - begin)
+        << f.path() << ": fused tensor '" << src.tensor << "' does not hold '" << name
+        << "' for this config";
+    const size_t row_bytes = static_cast<size_t>(t.shape[dims - 1]) * dtype_size(t.dtype);
+    const size_t first = static_cast<size_t>((per_expert ? src.expert * rows : 0) + begin);
+    Buffer part(t.dtype, static_cast<size_t>((end - begin) * t.shape[dims - 1]),
+                Buffer::Uninitialized{});
+    std::memcpy(part.data(), static_cast<const std::byte*>(all.data()) + first * row_bytes,
+                part.bytes());
+    return part;
+  };
   if (llama && llama->tensor_parallel)
     source = nn::shard_source(std::move(source), Llama::split_dim, llama->tensor_parallel->rank(),
                               llama->tensor_parallel->size());

@@ -33,8 +33,8 @@ WeightSource shard_source(WeightSource full, SplitRule split, int rank, int size
     const auto* src = static_cast<const std::byte*>(all->data());
     auto* dst = static_cast<std::byte*>(mine.data());
     for (size_t o = 0; o < outer; ++o)
-      std::memcpy(dst + o * part, src + (o * static_cast<size_t>(size) + static_cast<size_t>(rank)) * part,
-                  part);
+      std::memcpy(dst + o * part,
+                  src + (o * static_cast<size_t>(size) + static_cast<size_t>(rank)) * part, part);
     return mine;
   };
 }

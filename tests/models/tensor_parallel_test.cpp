@@ -58,7 +58,8 @@ TEST(Collective, MismatchedRanksRaiseInsteadOfHanging) {
       errors[static_cast<size_t>(r)] = e.what();
     }
   });
-  for (const std::string& e : errors) EXPECT_NE(e.find("rank 1 gave 4 f32 values"), std::string::npos) << e;
+  for (const std::string& e : errors)
+    EXPECT_NE(e.find("rank 1 gave 4 f32 values"), std::string::npos) << e;
 
   // A rank that leaves without taking part: the other is told, not left waiting.
   std::string left;
@@ -113,22 +114,28 @@ void expect_graph_sums(const Backend& backend) {
   }
 }
 
-TEST(Collective, AllReduceNodeOnTheReferenceInterpreter) { expect_graph_sums(ReferenceBackend()); }
-TEST(Collective, AllReduceNodeOnTheCpu) { expect_graph_sums(cpu()); }
+TEST(Collective, AllReduceNodeOnTheReferenceInterpreter) {
+  expect_graph_sums(ReferenceBackend());
+}
+TEST(Collective, AllReduceNodeOnTheCpu) {
+  expect_graph_sums(cpu());
+}
 
 TEST(TensorParallel, ShardSourceHandsEachRankItsPart) {
   // A [2, 6] tensor split on dimension 1 over 3 ranks: columns 2r, 2r + 1 of each row.
-  const nn::WeightSource full = [](const std::string&, const std::vector<int64_t>& shape)
-      -> std::optional<Buffer> {
+  const nn::WeightSource full = [](const std::string&,
+                                   const std::vector<int64_t>& shape) -> std::optional<Buffer> {
     EXPECT_EQ(shape, (std::vector<int64_t>{2, 6}));
     Buffer b(DType::F32, 12);
     for (size_t i = 0; i < 12; ++i) b.set_f64(i, static_cast<double>(i));
     return b;
   };
   for (int r = 0; r < 3; ++r) {
-    const auto part = nn::shard_source(full, [](const std::string&) { return 1; }, r, 3)("w", {2, 2});
+    const auto part = nn::shard_source(
+        full, [](const std::string&) { return 1; }, r, 3)("w", {2, 2});
     ASSERT_TRUE(part);
-    const std::vector<float> want{float(2 * r), float(2 * r + 1), float(6 + 2 * r), float(7 + 2 * r)};
+    const std::vector<float> want{float(2 * r), float(2 * r + 1), float(6 + 2 * r),
+                                  float(7 + 2 * r)};
     EXPECT_EQ(part->to_f32(), want) << "rank " << r;
   }
 }
@@ -168,9 +175,10 @@ TEST(TensorParallel, UnevenSplitsAndUnsplitFormatsAreErrors) {
   }
   Graph h;
   auto two = local_group(2);
-  EXPECT_THROW(models::open_language_model(std::string(LUMINAL_FIXTURE_DIR) + "/generate/llama.gguf",
-                                           h, DType::F32, two[0]),
-               Error);
+  EXPECT_THROW(
+      models::open_language_model(std::string(LUMINAL_FIXTURE_DIR) + "/generate/llama.gguf", h,
+                                  DType::F32, two[0]),
+      Error);
 }
 
 }  // namespace

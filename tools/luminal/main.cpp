@@ -16,12 +16,12 @@
 #include <vector>
 
 #include "cli.hpp"
-#include "tensor_parallel.hpp"
 #include "luminal/cpu.hpp"
 #include "luminal/cuda.hpp"
 #include "luminal/error.hpp"
 #include "luminal/models/chat_template.hpp"
 #include "luminal/models/generate.hpp"
+#include "tensor_parallel.hpp"
 
 namespace {
 
@@ -97,8 +97,7 @@ constexpr const char* kGenerateUsage =
     "                      then --max-tokens greedy ones (past end-of-sequence tokens)\n"
     "  --tp N              split the model over N GPUs (tensor parallelism; --device\n"
     "                      cuda, Llama-family Hugging Face folders): one process a GPU,\n"
-    "                      joined through NCCL (default: 1)\n"
-    LUMINAL_SHARED_OPTIONS;
+    "                      joined through NCCL (default: 1)\n" LUMINAL_SHARED_OPTIONS;
 
 using luminal::cli::check_device;
 using luminal::cli::usage_error;
@@ -185,7 +184,8 @@ Options parse(int argc, char** argv, const char* usage, bool chat) {
   if (o.print_ids && o.sampling.temperature != 0)
     usage_error("--print-ids prints greedy decoding's ids: --temperature must be 0");
   check_device(o.device);
-  if (o.tp > 1 && o.device != "cuda") usage_error("--tp splits the model over GPUs: it needs --device cuda");
+  if (o.tp > 1 && o.device != "cuda")
+    usage_error("--tp splits the model over GPUs: it needs --device cuda");
   return o;
 }
 

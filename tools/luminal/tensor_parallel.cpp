@@ -40,8 +40,8 @@ int seconds_from_env(const char* name, int fallback) {
   if (!v || !*v) return fallback;
   char* end = nullptr;
   const long s = std::strtol(v, &end, 10);
-  LUM_CHECK(*end == '\0' && s > 0) << name << " must be a positive number of seconds, got '" << v
-                                   << "'";
+  LUM_CHECK(*end == '\0' && s > 0)
+      << name << " must be a positive number of seconds, got '" << v << "'";
   return static_cast<int>(s);
 }
 

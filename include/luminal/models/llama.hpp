@@ -57,7 +57,7 @@ class Llama final : public CausalLM {
   /// ones (o, down); nullopt for what every rank holds whole.
   static std::optional<int> split_dim(const std::string& name);
 
-  LlamaConfig config;  // of the whole model
+  LlamaConfig config;                             // of the whole model
   std::shared_ptr<Communicator> tensor_parallel;  // null: one rank
   nn::Embedding embed;
   struct Layer {

@@ -576,12 +576,13 @@ class CudaExecutable final : public Executable {
     const size_t esize = dtype_size(n.dtype), count = out_bytes / esize;
     LUM_CHECK(static_cast<size_t>(view.numel()) == count)
         << "internal: AllReduce's operand and output differ in size";
-    const void* src =
-        static_cast<const char*>(operand(n.inputs[0].source)) + static_cast<size_t>(view.offset) * esize;
+    const void* src = static_cast<const char*>(operand(n.inputs[0].source)) +
+                      static_cast<size_t>(view.offset) * esize;
     const DType dtype = n.dtype;
-    device_->collective(&comm, src, out, out_bytes, [&comm, src, out, count, dtype](cudaStream_t s) {
-      comm.all_reduce_on_device(src, out, count, dtype, s);
-    });
+    device_->collective(&comm, src, out, out_bytes,
+                        [&comm, src, out, count, dtype](cudaStream_t s) {
+                          comm.all_reduce_on_device(src, out, count, dtype, s);
+                        });
     return true;
   }
 

@@ -59,14 +59,22 @@ const Nccl& nccl() {
 
 std::optional<ncclDataType_t> nccl_type(DType t) {
   switch (t) {
-    case DType::F32: return ncclFloat32;
-    case DType::F16: return ncclFloat16;
-    case DType::BF16: return ncclBfloat16;
-    case DType::I32: return ncclInt32;
-    case DType::I64: return ncclInt64;
-    case DType::I8: return ncclInt8;
-    case DType::U8: return ncclUint8;
-    default: return std::nullopt;
+    case DType::F32:
+      return ncclFloat32;
+    case DType::F16:
+      return ncclFloat16;
+    case DType::BF16:
+      return ncclBfloat16;
+    case DType::I32:
+      return ncclInt32;
+    case DType::I64:
+      return ncclInt64;
+    case DType::I8:
+      return ncclInt8;
+    case DType::U8:
+      return ncclUint8;
+    default:
+      return std::nullopt;
   }
 }
 
