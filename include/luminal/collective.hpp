@@ -50,6 +50,7 @@ class AllReduceOp final : public CustomOp {
   Buffer run(const std::vector<Buffer>& inputs, const std::vector<std::vector<int64_t>>& shapes,
              const std::vector<int64_t>& out_shape, DType out_dtype) const override;
   Communicator& communicator() const { return *comm_; }
+  const std::shared_ptr<Communicator>& communicator_ptr() const { return comm_; }
 
  private:
   std::shared_ptr<Communicator> comm_;

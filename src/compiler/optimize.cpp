@@ -1,6 +1,7 @@
 // HLIR -> e-graph -> saturate -> extract -> HLIR.
 #include "luminal/compiler/optimize.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <map>
@@ -10,6 +11,7 @@
 #include <unordered_map>
 
 #include "luminal/compiler/attention_op.hpp"
+#include "luminal/collective.hpp"
 #include "luminal/compiler/matmul_op.hpp"
 #include "luminal/egraph/extract.hpp"
 #include "luminal/egraph/rules.hpp"
@@ -37,6 +39,7 @@ class Lowering {
   std::vector<std::vector<Expr>> shapes;
   std::unordered_map<uint32_t, DType> dtype_of;         // class id -> dtype (lowered classes)
   std::unordered_map<uint32_t, const Node*> quantized;  // class id -> block-stored input
+  std::vector<std::shared_ptr<Communicator>> groups;    // an AllReduce's $group: an index here
 
   ClassId lower(NodeId id) {
     if (cls_[id.value].valid()) return cls_[id.value];
@@ -62,6 +65,10 @@ class Lowering {
         attrs = {Attr::of_int(n.axis)};
         break;
       case Op::Custom:
+        if (const auto* reduce = dynamic_cast<const AllReduceOp*>(n.custom.get())) {
+          attrs = {Attr::of_int(group_id(reduce->communicator_ptr()))};
+          break;  // (AllReduce $group ?x), which rules may move
+        }
         attrs = {Attr::of_int(id.value)};
         break;  // kept as is
       default:
@@ -75,7 +82,9 @@ class Lowering {
                        std::vector<ClassId>{c});
       children.push_back(c);
     }
-    const ClassId c = egraph.add(sym(n.op), AttrList::of(attrs), children);
+    const bool reduce = n.op == Op::Custom && dynamic_cast<const AllReduceOp*>(n.custom.get());
+    const ClassId c =
+        egraph.add(reduce ? Symbol::of("AllReduce") : sym(n.op), AttrList::of(attrs), children);
     cls_[id.value] = c;
     dtype_of[c.v] = n.dtype;
     if (n.op == Op::Input && n.quant != kPlainStorage) quantized[c.v] = &n;
@@ -103,6 +112,12 @@ class Lowering {
     if (fresh) views.push_back(v);
     return it->second;
   }
+  int64_t group_id(const std::shared_ptr<Communicator>& comm) {
+    const auto it = std::find(groups.begin(), groups.end(), comm);
+    if (it != groups.end()) return it - groups.begin();
+    groups.push_back(comm);
+    return static_cast<int64_t>(groups.size() - 1);
+  }
   int64_t shape_id(const std::vector<Expr>& s) {
     const std::string key = to_string(s);
     auto [it, fresh] = shape_ids_.emplace(key, static_cast<int64_t>(shapes.size()));
@@ -115,13 +130,26 @@ class Lowering {
   std::map<std::string, int64_t> view_ids_, shape_ids_;
 };
 
+bool is_all_reduce(const eg::EGraph& g, ClassId c) {
+  for (uint32_t n : g.node_ids(g.find(c)))
+    if (g.node_op(n).name() == "AllReduce") return true;
+  return false;
+}
+
 // Cheapest wins: a MatMul beats the multiply-and-reduce it replaces; views are free.
 double kernel_cost(const eg::EGraph& g, uint32_t node) {
   const std::string_view op = g.node_op(node).name();
+  // Two all-reduced values added: the second collective is this Add's to pay, since the
+  // most expensive path (how costs combine) passes through one of them only.
+  if (op == "Add") {
+    const auto c = g.node_children(node);
+    if (is_all_reduce(g, c[0]) && is_all_reduce(g, c[1])) return 101;
+  }
   if (op == "View") return 0.001;
   if (op == "Input" || op == "Constant" || op == "Iota") return 0.01;
   if (op == "MatMul" || op == "QMatMul" || op == "Attention") return 1;
   if (op == "Softmax") return 1e9;  // only a step towards Attention, never a kernel
+  if (op == "AllReduce") return 100;  // a wait on every rank: fewer of them first
   if (op == "SumReduce" || op == "MaxReduce") return 20;
   return 1;
 }
@@ -196,6 +224,14 @@ class Rebuild {
       // value operand's, without its T, for Attention).
       n.shape = n.inputs[op == "Attention" ? 2 : 0].view.shape();
       n.shape.erase(n.shape.end() - 2);
+      id = g.add_node(std::move(n));
+    } else if (op == "AllReduce") {
+      Node n;
+      n.op = Op::Custom;
+      n.inputs = {edge(children[0])};
+      n.custom = std::make_shared<AllReduceOp>(low_.groups[static_cast<size_t>(attrs[0].bits)]);
+      n.dtype = g.node(n.inputs[0].source).dtype;
+      n.shape = n.inputs[0].view.shape();
       id = g.add_node(std::move(n));
     } else if (op == "Custom") {
       Node n = src_.node(NodeId{static_cast<uint32_t>(attrs[0].bits)});

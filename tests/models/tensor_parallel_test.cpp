@@ -2,6 +2,7 @@
 // each rank's part, summed over the ranks, gives transformers' logits.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <functional>
 #include <thread>
 
@@ -119,6 +120,54 @@ TEST(Collective, AllReduceNodeOnTheReferenceInterpreter) {
 }
 TEST(Collective, AllReduceNodeOnTheCpu) {
   expect_graph_sums(cpu());
+}
+
+// A rank's communicator that counts the all-reduces it is asked for.
+class Counting final : public Communicator {
+ public:
+  explicit Counting(std::shared_ptr<Communicator> inner) : inner_(std::move(inner)) {}
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  void all_reduce(Buffer& data) override {
+    ++calls;
+    inner_->all_reduce(data);
+  }
+  int calls = 0;
+
+ private:
+  std::shared_ptr<Communicator> inner_;
+};
+
+// x + (sum_r a_r + sum_r b_r): the compiler's rules make it one all-reduce of a + b; the
+// interpreter, which runs the graph as written, makes two. The same values either way.
+TEST(Collective, PartialSumsAddedTogetherAreReducedOnce) {
+  constexpr int kRanks = 2;
+  const auto values = [](int r) {
+    std::vector<float> v(8);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(0.25 * i - r);
+    return v;
+  };
+  const ReferenceBackend reference;
+  const CpuBackend cpu_backend;
+  for (const auto& [backend, reductions] :
+       std::vector<std::pair<const Backend*, int>>{{&reference, 2}, {&cpu_backend, 1}}) {
+    on_ranks(kRanks, [&](int r, std::shared_ptr<Communicator> comm) {
+      auto counting = std::make_shared<Counting>(std::move(comm));
+      Graph g;
+      Tensor x = g.named_tensor("x", {8});
+      Tensor y = (x + (all_reduce(x * 2.0f, counting) + all_reduce(x.exp2(), counting))).retrieve();
+      g.compile(*backend);
+      x.set(values(r));
+      g.execute();
+      EXPECT_EQ(counting->calls, reductions) << backend->name() << " rank " << r;
+      const std::vector<float> mine = values(r), got = y.to_f32();
+      for (size_t i = 0; i < mine.size(); ++i) {
+        double sum = 0;
+        for (int q = 0; q < kRanks; ++q) sum += 2.0 * values(q)[i] + std::exp2(values(q)[i]);
+        EXPECT_NEAR(got[i], mine[i] + sum, 1e-5) << backend->name() << " rank " << r << " element " << i;
+      }
+    });
+  }
 }
 
 TEST(TensorParallel, ShardSourceHandsEachRankItsPart) {
