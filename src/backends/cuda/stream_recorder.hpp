@@ -4,12 +4,13 @@
 // launching its kernels. A decode step's kernels are the same every step, but their
 // arguments move (the cache length, where the new rows go, a buffer handed over), so the
 // graphs are built and instantiated from the first recording alone; a later recording of
-// the same work (the same kernels, memsets, copies and library calls, in the same order)
-// only updates the nodes whose parameters changed. A segment of work unlike its graph's is queued
-// operation by operation, and instantiated only when the next run records that work again (a prompt
-// between decode steps costs no instantiation). The run is cut into segments (16 operations, then
-// 32, 64, and 128 each after), each launched as soon as it is recorded, so the GPU starts on the
-// first while the host records the next instead of waiting for the whole run.
+// the same work (the same kernels, memsets, copies, library calls and collectives, in the
+// same order) only updates the nodes whose parameters changed. A segment of work unlike
+// its graph's is queued operation by operation, and instantiated only when the next run
+// records that work again (a prompt between decode steps costs no instantiation). The run
+// is cut into segments (16 operations, then 32, 64, and 128 each after), each launched as
+// soon as it is recorded, so the GPU starts on the first while the host records the next
+// instead of waiting for the whole run.
 #pragma once
 
 #include <cuda_runtime_api.h>
