@@ -198,7 +198,7 @@ std::string gguf_tensor_name(const std::string& hf, const std::string& arch) {
 }
 
 std::vector<std::string> load_gguf_weights(const nn::Module& m, const GgufFile& f,
-                                           const std::string& arch) {
+                                           const std::string& arch, const nn::Sharding& sharding) {
   std::set<std::string> used;
   for (auto& [name, param] : m.named_parameters()) {
     const std::string gname = gguf_tensor_name(name, arch);
@@ -206,8 +206,12 @@ std::vector<std::string> load_gguf_weights(const nn::Module& m, const GgufFile& 
     const GgufTensorInfo& t = f.tensor(gname);
     std::vector<int64_t> shape;
     for (Expr d : param.shape()) shape.push_back(*d.as_const());
+    // A split parameter is a part of the file's tensor.
+    const int split = sharding.size > 1 ? sharding.split(name).value_or(-1) : -1;
+    if (split >= 0) shape[static_cast<size_t>(split)] *= sharding.size;
     LUM_CHECK(t.shape == shape) << f.path() << ": tensor '" << gname << "' has the wrong shape "
-                                << "for this model (expected " << to_string(param.shape()) << ")";
+                                << "for this model (expected "
+                                << to_string(std::vector<Expr>(shape.begin(), shape.end())) << ")";
     used.insert(gname);
     Tensor p = param;
     size_t block_elems = 0, block_bytes = 0;
@@ -217,9 +221,20 @@ std::vector<std::string> load_gguf_weights(const nn::Module& m, const GgufFile& 
       const std::span<const std::byte> bytes = f.data(t);
       Buffer raw(DType::U8, bytes.size(), Buffer::Uninitialized{});
       std::memcpy(raw.data(), bytes.data(), bytes.size());
+      if (split >= 0) {  // rows of blocks: a part is whole rows, or whole blocks of each row
+        const int64_t blocks = shape[1] / static_cast<int64_t>(block_elems);
+        LUM_CHECK(split == 0 || blocks % sharding.size == 0)
+            << f.path() << ": tensor parallelism over " << sharding.size << " ranks splits '"
+            << gname << "' (" << ggml_type_name(t.type) << ") by columns, and its rows of "
+            << blocks << " blocks of " << block_elems << " do not divide by " << sharding.size;
+        raw = nn::take_part(raw, {shape[0], static_cast<int64_t>(bytes.size()) / shape[0]}, split,
+                            sharding.rank, sharding.size);
+      }
       p.set_quantized(t.type, std::move(raw));
     } else {
-      p.set_buffer(f.read(gname));
+      Buffer whole = f.read(gname);
+      p.set_buffer(split >= 0 ? nn::take_part(whole, shape, split, sharding.rank, sharding.size)
+                              : std::move(whole));
     }
   }
   std::vector<std::string> unused;

@@ -53,10 +53,14 @@ void check_all_used(const std::vector<std::string>& unused, const std::string& p
                             << unused.front() << "' (an unsupported variant?)";
 }
 
-LanguageModel open_gguf(const std::string& path, Graph& g, DType kv_cache) {
+LanguageModel open_gguf(const std::string& path, Graph& g, DType kv_cache,
+                        std::shared_ptr<Communicator> tensor_parallel) {
   const GgufFile f(path);
   LanguageModel lm;
   lm.architecture = f.get_string("general.architecture");
+  LUM_CHECK(!tensor_parallel || lm.architecture != "gemma3")
+      << path << ": tensor parallelism runs Llama-family models; gemma3 is not split yet";
+  nn::Sharding sharding;
   if (lm.architecture == "gemma3") {
     const GemmaConfig c = GemmaConfig::from_gguf(f);
     lm.summary = summary(lm.architecture, c.layers, c.hidden, c.vocab);
@@ -65,13 +69,15 @@ LanguageModel open_gguf(const std::string& path, Graph& g, DType kv_cache) {
              lm.architecture == "qwen3") {
     const LlamaConfig c = LlamaConfig::from_gguf(f);
     lm.summary = summary(lm.architecture, c.layers, c.hidden, c.vocab);
-    lm.model = std::make_unique<Llama>(g, c, kv_cache);
+    auto llama = std::make_unique<Llama>(g, c, kv_cache, std::move(tensor_parallel));
+    sharding = llama->sharding();
+    lm.model = std::move(llama);
   } else {
     LUM_FAIL() << path << ": unsupported architecture '" << lm.architecture
                << "' (supported in GGUF: gemma3, llama, qwen2, qwen3)";
   }
   lm.tokenizer = gguf_text_tokenizer(f);
-  check_all_used(load_gguf_weights(*lm.model, f, lm.architecture), path, lm.architecture);
+  check_all_used(load_gguf_weights(*lm.model, f, lm.architecture, sharding), path, lm.architecture);
   const size_t vocab = lm.tokenizer->vocab_size();
   for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"})
     if (const int32_t id = gguf_token_id(f, key, vocab); id >= 0) add_stop(lm.stop_ids, id);
@@ -185,9 +191,7 @@ LanguageModel open_language_model(const std::string& path, Graph& g, DType kv_ca
     return open_hf_folder(path, g, kv_cache, std::move(tensor_parallel));
   LUM_CHECK(path.size() > 5 && path.substr(path.size() - 5) == ".gguf")
       << path << ": not a model (expected a .gguf file or a Hugging Face model folder)";
-  LUM_CHECK(!tensor_parallel)
-      << path << ": tensor parallelism reads Hugging Face folders; GGUF files are not split yet";
-  return open_gguf(path, g, kv_cache);
+  return open_gguf(path, g, kv_cache, std::move(tensor_parallel));
 }
 
 }  // namespace luminal::models

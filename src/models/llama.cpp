@@ -190,6 +190,11 @@ void Llama::parameters(const std::string& prefix, nn::NamedTensors& out) const {
   if (!config.tie_embeddings) lm_head.parameters(prefix + "lm_head.", out);
 }
 
+nn::Sharding Llama::sharding() const {
+  if (!tensor_parallel) return {};
+  return {split_dim, tensor_parallel->rank(), tensor_parallel->size()};
+}
+
 std::optional<int> Llama::split_dim(const std::string& name) {
   for (const char* column : {"self_attn.q_proj.", "self_attn.k_proj.", "self_attn.v_proj.",
                              "mlp.gate_proj.", "mlp.up_proj."})
@@ -318,8 +323,7 @@ std::vector<std::string> load_safetensors_weights(const nn::Module& m,
     return part;
   };
   if (llama && llama->tensor_parallel)
-    source = nn::shard_source(std::move(source), Llama::split_dim, llama->tensor_parallel->rank(),
-                              llama->tensor_parallel->size());
+    source = nn::shard_source(std::move(source), llama->sharding());
   nn::load_parameters(m, source);
   std::vector<std::string> unused;
   for (const auto& f : files)

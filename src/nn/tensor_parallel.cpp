@@ -6,36 +6,53 @@
 #include "luminal/error.hpp"
 
 namespace luminal::nn {
+namespace {
 
-WeightSource shard_source(WeightSource full, SplitRule split, int rank, int size) {
-  LUM_CHECK(size >= 1 && rank >= 0 && rank < size)
-      << "shard_source: rank " << rank << " of " << size;
-  return [full = std::move(full), split = std::move(split), rank, size](
+std::string shape_text(const std::vector<int64_t>& shape) {
+  return to_string(std::vector<Expr>(shape.begin(), shape.end()));
+}
+
+}  // namespace
+
+Buffer take_part(const Buffer& whole, const std::vector<int64_t>& whole_shape, int dim, int rank,
+                 int size) {
+  const auto d = static_cast<size_t>(dim);
+  LUM_CHECK(d < whole_shape.size() && size >= 1 && rank >= 0 && rank < size &&
+            whole_shape[d] % size == 0)
+      << "take_part: dimension " << dim << " of " << shape_text(whole_shape) << " in " << size
+      << " parts";
+  // The rank's part: run [rank * part, (rank + 1) * part) of dimension d, under every
+  // index of the dimensions before it.
+  size_t outer = 1, inner = dtype_size(whole.dtype());
+  for (size_t i = 0; i < d; ++i) outer *= static_cast<size_t>(whole_shape[i]);
+  for (size_t i = d + 1; i < whole_shape.size(); ++i) inner *= static_cast<size_t>(whole_shape[i]);
+  const size_t part = static_cast<size_t>(whole_shape[d] / size) * inner;
+  const auto ranks = static_cast<size_t>(size);
+  LUM_CHECK(whole.bytes() == outer * part * ranks)
+      << "take_part: " << whole.bytes() << " bytes are not a " << shape_text(whole_shape)
+      << " tensor of " << dtype_name(whole.dtype());
+  Buffer mine(whole.dtype(), whole.numel() / ranks, Buffer::Uninitialized{});
+  const auto* src = static_cast<const std::byte*>(whole.data());
+  auto* dst = static_cast<std::byte*>(mine.data());
+  for (size_t o = 0; o < outer; ++o)
+    std::memcpy(dst + o * part, src + (o * ranks + static_cast<size_t>(rank)) * part, part);
+  return mine;
+}
+
+WeightSource shard_source(WeightSource full, Sharding sharding) {
+  LUM_CHECK(sharding.size >= 1 && sharding.rank >= 0 && sharding.rank < sharding.size)
+      << "shard_source: rank " << sharding.rank << " of " << sharding.size;
+  return [full = std::move(full), s = std::move(sharding)](
              const std::string& name, const std::vector<int64_t>& shape) -> std::optional<Buffer> {
-    const std::optional<int> dim = split(name);
-    if (!dim || size == 1) return full(name, shape);
-    const auto d = static_cast<size_t>(*dim);
-    LUM_CHECK(d < shape.size()) << "tensor parallelism: '" << name << "' has no dimension " << d;
+    const std::optional<int> dim = s.split(name);
+    if (!dim || s.size == 1) return full(name, shape);
+    LUM_CHECK(static_cast<size_t>(*dim) < shape.size())
+        << "tensor parallelism: '" << name << "' has no dimension " << *dim;
     std::vector<int64_t> whole = shape;
-    whole[d] *= size;
+    whole[static_cast<size_t>(*dim)] *= s.size;
     std::optional<Buffer> all = full(name, whole);
     if (!all) return all;
-    // The rank's part: rows [rank * part, (rank + 1) * part) of dimension d, under every
-    // index of the dimensions before it.
-    size_t outer = 1, inner = dtype_size(all->dtype());
-    for (size_t i = 0; i < d; ++i) outer *= static_cast<size_t>(shape[i]);
-    for (size_t i = d + 1; i < shape.size(); ++i) inner *= static_cast<size_t>(shape[i]);
-    const size_t part = static_cast<size_t>(shape[d]) * inner;
-    LUM_CHECK(all->bytes() == outer * part * static_cast<size_t>(size))
-        << "tensor parallelism: '" << name << "' holds " << all->bytes() << " bytes, not the "
-        << outer * part * static_cast<size_t>(size) << " its split shape needs";
-    Buffer mine(all->dtype(), all->numel() / static_cast<size_t>(size), Buffer::Uninitialized{});
-    const auto* src = static_cast<const std::byte*>(all->data());
-    auto* dst = static_cast<std::byte*>(mine.data());
-    for (size_t o = 0; o < outer; ++o)
-      std::memcpy(dst + o * part,
-                  src + (o * static_cast<size_t>(size) + static_cast<size_t>(rank)) * part, part);
-    return mine;
+    return take_part(*all, whole, *dim, s.rank, s.size);
   };
 }
 

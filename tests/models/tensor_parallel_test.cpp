@@ -9,6 +9,7 @@
 #include "luminal/collective.hpp"
 #include "luminal/models/language_model.hpp"
 #include "luminal/nn/tensor_parallel.hpp"
+#include "models/generate_cases.hpp"
 #include "models/model_parity.hpp"
 
 namespace luminal {
@@ -180,8 +181,8 @@ TEST(TensorParallel, ShardSourceHandsEachRankItsPart) {
     return b;
   };
   for (int r = 0; r < 3; ++r) {
-    const auto part = nn::shard_source(
-        full, [](const std::string&) { return 1; }, r, 3)("w", {2, 2});
+    const auto part =
+        nn::shard_source(full, {[](const std::string&) { return 1; }, r, 3})("w", {2, 2});
     ASSERT_TRUE(part);
     const std::vector<float> want{float(2 * r), float(2 * r + 1), float(6 + 2 * r),
                                   float(7 + 2 * r)};
@@ -211,7 +212,17 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, TensorParallelParity,
                          ::testing::Values("llama", "qwen2", "qwen3_tf5", "mistral_window",
                                            "phi3_tf5", "llama3_rope_tf5", "qwen2_yarn"));
 
-TEST(TensorParallel, UnevenSplitsAndUnsplitFormatsAreErrors) {
+// A GGUF file split on load (Q8_0 blocks: q/k/v and gate/up by rows, o and down by whole
+// blocks of each row), generating as transformers does on its dequantised weights.
+TEST(TensorParallel, GgufTwoRanksGenerateAsTransformers) {
+  const models::GenerateForm wide{"gguf_llama_wide_q8_0", "llama_tp.gguf",
+                                  "expected_llama_tp_gguf.json"};
+  on_ranks(2, [&](int, std::shared_ptr<Communicator> comm) {
+    models::expect_generation_matches_transformers(wide, CpuBackend(), comm);
+  });
+}
+
+TEST(TensorParallel, UnevenSplitsAreErrors) {
   const models::LlamaConfig cfg =
       models::LlamaConfig::from_hf_json(models::model_fixture_dir("llama") + "/config.json");
   Graph g;
@@ -222,12 +233,17 @@ TEST(TensorParallel, UnevenSplitsAndUnsplitFormatsAreErrors) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("must all divide by 3"), std::string::npos) << e.what();
   }
+  // 32-wide rows of Q8_0 (one block) cannot be halved.
   Graph h;
   auto two = local_group(2);
-  EXPECT_THROW(
-      models::open_language_model(std::string(LUMINAL_FIXTURE_DIR) + "/generate/llama.gguf", h,
-                                  DType::F32, two[0]),
-      Error);
+  try {
+    models::open_language_model(models::kGenerateDir + "llama.gguf", h, DType::F32, two[0]);
+    ADD_FAILURE() << "one Q8_0 block split over 2 ranks";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rows of 1 blocks of 32 do not divide by 2"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

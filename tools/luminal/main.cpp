@@ -96,8 +96,8 @@ constexpr const char* kGenerateUsage =
     "  --print-ids         print token ids instead of text: the prompt's on one line,\n"
     "                      then --max-tokens greedy ones (past end-of-sequence tokens)\n"
     "  --tp N              split the model over N GPUs (tensor parallelism; --device\n"
-    "                      cuda, Llama-family Hugging Face folders): one process a GPU,\n"
-    "                      joined through NCCL (default: 1)\n" LUMINAL_SHARED_OPTIONS;
+    "                      cuda, Llama-family models): one process a GPU, joined\n"
+    "                      through NCCL (default: 1)\n" LUMINAL_SHARED_OPTIONS;
 
 using luminal::cli::check_device;
 using luminal::cli::usage_error;

@@ -12,6 +12,7 @@
 
 #include "luminal/models/causal_lm.hpp"
 #include "luminal/models/gguf.hpp"
+#include "luminal/nn/tensor_parallel.hpp"
 
 namespace luminal::models {
 
@@ -57,9 +58,11 @@ class Gemma final : public CausalLM {
 /// llama.cpp tensor names. Matrices in a block or half format stay in it (block-stored
 /// inputs, which the compiler turns into QMatMul kernels); everything else is decoded to
 /// f32. Missing tensors or unsupported types are errors naming the tensor. Returns the
-/// file's tensors that no parameter used.
+/// file's tensors that no parameter used. `sharding`: load one rank's part (a split block
+/// matrix's rows, or columns in whole blocks).
 std::vector<std::string> load_gguf_weights(const nn::Module& m, const GgufFile& f,
-                                           const std::string& architecture);
+                                           const std::string& architecture,
+                                           const nn::Sharding& sharding = {});
 
 /// The GGUF tensor name for a Hugging Face parameter name (empty if none).
 std::string gguf_tensor_name(const std::string& hf_name, const std::string& architecture);

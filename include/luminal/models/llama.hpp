@@ -11,6 +11,7 @@
 #include "luminal/models/causal_lm.hpp"
 #include "luminal/models/gguf.hpp"
 #include "luminal/nn/moe.hpp"
+#include "luminal/nn/tensor_parallel.hpp"
 
 namespace luminal::models {
 
@@ -56,6 +57,8 @@ class Llama final : public CausalLM {
   /// column-parallel products (q/k/v, gate/up, and their biases), 1 for the row-parallel
   /// ones (o, down); nullopt for what every rank holds whole.
   static std::optional<int> split_dim(const std::string& name);
+  /// This rank's part of the weights (split_dim over tensor_parallel's ranks).
+  nn::Sharding sharding() const;
 
   LlamaConfig config;                             // of the whole model
   std::shared_ptr<Communicator> tensor_parallel;  // null: one rank

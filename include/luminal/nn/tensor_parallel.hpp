@@ -6,6 +6,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "luminal/nn/module.hpp"
 
@@ -14,9 +15,20 @@ namespace luminal::nn {
 /// The dimension of a parameter the ranks split, or nullopt where each rank holds all of it.
 using SplitRule = std::function<std::optional<int>(const std::string& name)>;
 
-/// A WeightSource for rank `rank` of `size`: asks `full` for the whole tensor (the
-/// parameter's shape with the split dimension `size` times longer) and hands over the
-/// rank's part of it; unsplit parameters pass through.
-WeightSource shard_source(WeightSource full, SplitRule split, int rank, int size);
+/// Which part of a model's weights one rank loads.
+struct Sharding {
+  SplitRule split;
+  int rank = 0, size = 1;
+};
+
+/// Rank `rank`'s part of `whole`, a row-major tensor of `whole_shape` whose dimension
+/// `dim` is cut into `size` equal runs (dimension `dim` must divide by `size`).
+Buffer take_part(const Buffer& whole, const std::vector<int64_t>& whole_shape, int dim, int rank,
+                 int size);
+
+/// A WeightSource for one rank: asks `full` for the whole tensor (the parameter's shape
+/// with the split dimension `size` times longer) and hands over the rank's part of it;
+/// unsplit parameters pass through.
+WeightSource shard_source(WeightSource full, Sharding sharding);
 
 }  // namespace luminal::nn
