@@ -225,8 +225,9 @@ void print_stats(const luminal::models::GenerationStats& st, const std::string& 
 // `whole_argv`: the program's, for --tp to start its ranks with.
 int generate(int argc, char** argv, char** whole_argv) {
   const Options o = parse(argc, argv, kGenerateUsage, false);
-  const std::optional<luminal::cli::RankOf> rank = luminal::cli::this_rank();
+  std::optional<luminal::cli::RankOf> rank;
   try {
+    rank = luminal::cli::this_rank();
     if (o.tp > 1 && !rank) {
       std::string why;
       if (!luminal::cuda_available(&why, o.tp - 1)) {
