@@ -1,6 +1,7 @@
 // Collectives: the ranks of a parallel run (one process or thread each, usually one GPU
 // each) exchanging values inside their graphs. A graph node sums a value over the ranks
-// (all_reduce); a Communicator says how the ranks reach each other: local_group for
+// (all_reduce) or gathers every rank's (all_gather); a Communicator says how the ranks
+// reach each other: local_group for
 // threads of this process (tests, CPU runs), nccl_communicator (cuda.hpp) for GPUs.
 #pragma once
 
@@ -23,6 +24,9 @@ class Communicator {
   /// Replaces `data` (host memory, the same dtype and length on every rank) by its sum over
   /// the ranks; every rank gets the same values. Blocks until all ranks have called it.
   virtual void all_reduce(Buffer& data) = 0;
+  /// `all` (host memory, `size()` times `mine`'s length and of its dtype) becomes every
+  /// rank's `mine` in rank order. Blocks until all ranks have called it.
+  virtual void all_gather(const Buffer& mine, Buffer& all) = 0;
   /// Whether all_reduce_on_device takes `dtype` (false: the caller goes through the host).
   virtual bool reduces_on_device(DType dtype) const {
     (void)dtype;
@@ -31,6 +35,10 @@ class Communicator {
   /// all_reduce over `count` elements at `src` in GPU memory, written to `dst` (may equal
   /// `src`), queued on `stream` (a cudaStream_t). Only where reduces_on_device(dtype).
   virtual void all_reduce_on_device(const void* src, void* dst, size_t count, DType dtype,
+                                    void* stream);
+  /// all_gather of `count` elements a rank from `src` into `dst` (size() * count), in GPU
+  /// memory, queued on `stream`. Only where reduces_on_device(dtype).
+  virtual void all_gather_on_device(const void* src, void* dst, size_t count, DType dtype,
                                     void* stream);
 };
 
@@ -56,7 +64,22 @@ class AllReduceOp final : public CustomOp {
   std::shared_ptr<Communicator> comm_;
 };
 
+/// Every rank's input, stacked in rank order: [ranks, input shape...].
+class AllGatherOp final : public CustomOp {
+ public:
+  explicit AllGatherOp(std::shared_ptr<Communicator> comm) : comm_(std::move(comm)) {}
+  std::string name() const override { return "AllGather"; }
+  Buffer run(const std::vector<Buffer>& inputs, const std::vector<std::vector<int64_t>>& shapes,
+             const std::vector<int64_t>& out_shape, DType out_dtype) const override;
+  Communicator& communicator() const { return *comm_; }
+
+ private:
+  std::shared_ptr<Communicator> comm_;
+};
+
 /// `x` summed over the ranks of `comm` (every rank's graph calls it at the same point).
 Tensor all_reduce(const Tensor& x, const std::shared_ptr<Communicator>& comm);
+/// Every rank's `x` (each of the same shape), stacked in rank order: [ranks, x's shape...].
+Tensor all_gather(const Tensor& x, const std::shared_ptr<Communicator>& comm);
 
 }  // namespace luminal

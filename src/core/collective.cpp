@@ -2,6 +2,7 @@
 #include "luminal/collective.hpp"
 
 #include <condition_variable>
+#include <cstring>
 #include <mutex>
 
 #include "luminal/error.hpp"
@@ -10,19 +11,69 @@
 namespace luminal {
 namespace {
 
-// What the ranks of a local group share: each all-reduce is one generation; the last rank
-// to arrive sums every rank's buffer in place and starts the next.
+// What the ranks of a local group share: each collective is one generation; the last rank
+// to arrive does it for all (every rank's buffers are alive while it waits) and starts
+// the next.
+enum class Collective { Sum, Gather };
+
+struct Slot {
+  Collective kind = Collective::Sum;
+  const Buffer* in = nullptr;
+  Buffer* out = nullptr;  // the sum: `in` itself
+};
+
 struct Group {
   std::mutex m;
   std::condition_variable cv;
   int size = 0;
   std::chrono::milliseconds timeout{};
-  std::vector<Buffer*> arrived_data;
+  std::vector<Slot> slots;
   int arrived = 0;
   uint64_t generation = 0;
   std::string error;    // of the last generation, for every rank to raise
-  bool broken = false;  // a rank left or gave up: no sum can complete any more
+  bool broken = false;  // a rank left or gave up: no collective can complete any more
 };
+
+const char* name_of(Collective c) {
+  return c == Collective::Sum ? "all_reduce" : "all_gather";
+}
+
+// Every rank's buffer is its dtype and length as rank 0's, or what differs.
+std::string mismatch(const std::vector<Slot>& slots) {
+  const Slot& first = slots[0];
+  for (size_t r = 1; r < slots.size(); ++r) {
+    const Buffer &a = *first.in, &b = *slots[r].in;
+    if (slots[r].kind != first.kind)
+      return "rank " + std::to_string(r) + " called " + name_of(slots[r].kind) + ", rank 0 " +
+             name_of(first.kind);
+    if (b.dtype() != a.dtype() || b.numel() != a.numel())
+      return "rank " + std::to_string(r) + " gave " + std::to_string(b.numel()) + " " +
+             std::string(dtype_name(b.dtype())) + " values, rank 0 " + std::to_string(a.numel()) +
+             " " + std::string(dtype_name(a.dtype()));
+  }
+  return "";
+}
+
+// Sums in rank order in double precision: every rank gets the same bits.
+void sum_in_place(const std::vector<Slot>& slots) {
+  for (size_t i = 0; i < slots[0].in->numel(); ++i) {
+    double sum = 0;
+    for (const Slot& s : slots) sum += s.in->get_f64(i);
+    for (const Slot& s : slots) s.out->set_f64(i, sum);
+  }
+}
+
+std::string gather(const std::vector<Slot>& slots) {
+  const size_t part = slots[0].in->bytes();
+  for (const Slot& s : slots)
+    if (s.out->dtype() != s.in->dtype() || s.out->bytes() != part * slots.size())
+      return "an all_gather output is not " + std::to_string(slots.size()) +
+             " times its input's length";
+  for (const Slot& s : slots)
+    for (size_t r = 0; r < slots.size(); ++r)
+      std::memcpy(static_cast<std::byte*>(s.out->data()) + r * part, slots[r].in->data(), part);
+  return "";
+}
 
 class LocalRank final : public Communicator {
  public:
@@ -35,17 +86,24 @@ class LocalRank final : public Communicator {
   }
   int rank() const override { return rank_; }
   int size() const override { return group_->size; }
+  void all_reduce(Buffer& data) override { exchange({Collective::Sum, &data, &data}); }
+  void all_gather(const Buffer& mine, Buffer& all) override {
+    exchange({Collective::Gather, &mine, &all});
+  }
 
-  void all_reduce(Buffer& data) override {
+ private:
+  void exchange(const Slot& mine) {
     Group& g = *group_;
     std::unique_lock lock(g.m);
-    const std::string who =
-        "all_reduce on rank " + std::to_string(rank_) + " of " + std::to_string(g.size) + ": ";
+    const std::string who = std::string(name_of(mine.kind)) + " on rank " + std::to_string(rank_) +
+                            " of " + std::to_string(g.size) + ": ";
     LUM_CHECK(!g.broken) << who << "another rank has left the group";
     const uint64_t generation = g.generation;
-    g.arrived_data[static_cast<size_t>(rank_)] = &data;
+    g.slots[static_cast<size_t>(rank_)] = mine;
     if (++g.arrived == g.size) {
-      g.error = sum_in_place(g.arrived_data);
+      g.error = mismatch(g.slots);
+      if (g.error.empty() && mine.kind == Collective::Sum) sum_in_place(g.slots);
+      if (g.error.empty() && mine.kind == Collective::Gather) g.error = gather(g.slots);
       g.arrived = 0;
       ++g.generation;
       g.cv.notify_all();
@@ -59,24 +117,6 @@ class LocalRank final : public Communicator {
     LUM_CHECK(g.error.empty()) << who << g.error;
   }
 
- private:
-  // Sums in rank order in double precision: every rank gets the same bits. Returns what
-  // is wrong where the ranks' buffers differ in dtype or length.
-  static std::string sum_in_place(const std::vector<Buffer*>& data) {
-    const Buffer& first = *data[0];
-    for (size_t r = 1; r < data.size(); ++r)
-      if (data[r]->dtype() != first.dtype() || data[r]->numel() != first.numel())
-        return "rank " + std::to_string(r) + " gave " + std::to_string(data[r]->numel()) + " " +
-               std::string(dtype_name(data[r]->dtype())) + " values, rank 0 " +
-               std::to_string(first.numel()) + " " + std::string(dtype_name(first.dtype()));
-    for (size_t i = 0; i < first.numel(); ++i) {
-      double sum = 0;
-      for (const Buffer* b : data) sum += b->get_f64(i);
-      for (Buffer* b : data) b->set_f64(i, sum);
-    }
-    return "";
-  }
-
   std::shared_ptr<Group> group_;
   int rank_;
 };
@@ -88,13 +128,18 @@ void Communicator::all_reduce_on_device(const void*, void*, size_t, DType dtype,
              << " values in GPU memory";
 }
 
+void Communicator::all_gather_on_device(const void*, void*, size_t, DType dtype, void*) {
+  LUM_FAIL() << "all_gather: this communicator cannot gather " << dtype_name(dtype)
+             << " values in GPU memory";
+}
+
 std::vector<std::shared_ptr<Communicator>> local_group(int size,
                                                        std::chrono::milliseconds timeout) {
   LUM_CHECK(size >= 1) << "local_group: " << size << " ranks";
   auto group = std::make_shared<Group>();
   group->size = size;
   group->timeout = timeout;
-  group->arrived_data.resize(static_cast<size_t>(size));
+  group->slots.resize(static_cast<size_t>(size));
   std::vector<std::shared_ptr<Communicator>> ranks;
   for (int r = 0; r < size; ++r) ranks.push_back(std::make_shared<LocalRank>(group, r));
   return ranks;
@@ -109,6 +154,16 @@ Buffer AllReduceOp::run(const std::vector<Buffer>& inputs, const std::vector<std
   return out;
 }
 
+Buffer AllGatherOp::run(const std::vector<Buffer>& inputs, const std::vector<std::vector<int64_t>>&,
+                        const std::vector<int64_t>&, DType out_dtype) const {
+  LUM_CHECK(inputs.size() == 1 && inputs[0].dtype() == out_dtype)
+      << "AllGather: expects one input of its output's dtype";
+  Buffer out(out_dtype, inputs[0].numel() * static_cast<size_t>(comm_->size()),
+             Buffer::Uninitialized{});
+  comm_->all_gather(inputs[0], out);
+  return out;
+}
+
 Tensor all_reduce(const Tensor& x, const std::shared_ptr<Communicator>& comm) {
   LUM_CHECK(comm) << "all_reduce: no communicator";
   Node n;
@@ -116,6 +171,19 @@ Tensor all_reduce(const Tensor& x, const std::shared_ptr<Communicator>& comm) {
   n.custom = std::make_shared<AllReduceOp>(comm);
   n.dtype = x.dtype();
   n.shape = x.shape();
+  n.inputs = {Edge{x.id(), x.view()}};
+  Graph& g = x.graph();
+  return g.tensor_of(g.add_node(std::move(n)));
+}
+
+Tensor all_gather(const Tensor& x, const std::shared_ptr<Communicator>& comm) {
+  LUM_CHECK(comm) << "all_gather: no communicator";
+  Node n;
+  n.op = Op::Custom;
+  n.custom = std::make_shared<AllGatherOp>(comm);
+  n.dtype = x.dtype();
+  n.shape = x.shape();
+  n.shape.insert(n.shape.begin(), Expr(comm->size()));
   n.inputs = {Edge{x.id(), x.view()}};
   Graph& g = x.graph();
   return g.tensor_of(g.add_node(std::move(n)));

@@ -121,7 +121,8 @@ Llama::Llama(Graph& g, const LlamaConfig& c, DType kv_cache,
       tensor_parallel(std::move(tensor_parallel_)),
       embed(g, "model.embed_tokens", c.vocab, c.hidden),
       norm(g, "model.norm", c.hidden, c.rms_eps),
-      lm_head(g, "lm_head", c.hidden, c.vocab, false) {
+      lm_head(g, "lm_head", c.hidden,
+              splits_vocabulary() ? c.vocab / tensor_parallel->size() : c.vocab, false) {
   if (c.tie_embeddings) lm_head.weight = embed.weight;
   // This rank's part: its heads and feed-forward units.
   const int64_t ranks = tensor_parallel ? tensor_parallel->size() : 1;
@@ -170,6 +171,13 @@ Llama::Output Llama::forward(const Tensor& tokens, Expr seq, Expr past, bool las
   }
   if (last_only) h = h.slice(0, seq - 1, seq);
   out.logits = lm_head.forward(norm.forward(h));
+  if (splits_vocabulary()) {  // [ranks, rows, vocab part] -> [rows, vocab]
+    const Expr rows = out.logits.shape()[0];
+    out.logits = all_gather(out.logits, tensor_parallel)
+                     .permute({1, 0, 2})
+                     .contiguous()
+                     .reshape({rows, config.vocab});
+  }
   return out;
 }
 
@@ -192,10 +200,17 @@ void Llama::parameters(const std::string& prefix, nn::NamedTensors& out) const {
 
 nn::Sharding Llama::sharding() const {
   if (!tensor_parallel) return {};
-  return {split_dim, tensor_parallel->rank(), tensor_parallel->size()};
+  return {[this](const std::string& name) { return split_dim(name); }, tensor_parallel->rank(),
+          tensor_parallel->size()};
 }
 
-std::optional<int> Llama::split_dim(const std::string& name) {
+bool Llama::splits_vocabulary() const {
+  return tensor_parallel && tensor_parallel->size() > 1 && !config.tie_embeddings &&
+         config.vocab % tensor_parallel->size() == 0;
+}
+
+std::optional<int> Llama::split_dim(const std::string& name) const {
+  if (name == "lm_head.weight" && splits_vocabulary()) return 0;
   for (const char* column : {"self_attn.q_proj.", "self_attn.k_proj.", "self_attn.v_proj.",
                              "mlp.gate_proj.", "mlp.up_proj."})
     if (name.find(column) != std::string::npos) return 0;

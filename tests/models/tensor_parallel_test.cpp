@@ -123,6 +123,41 @@ TEST(Collective, AllReduceNodeOnTheCpu) {
   expect_graph_sums(cpu());
 }
 
+// An all_gather node: every rank's [2, n] values stacked in rank order, then read through
+// a permuted view (as a vocabulary-split output projection reads its logits).
+void expect_graph_gathers(const Backend& backend) {
+  constexpr int kRanks = 3;
+  const auto values = [](int r) {
+    std::vector<float> v(2 * 5);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(10 * r + i);
+    return v;
+  };
+  on_ranks(kRanks, [&](int r, std::shared_ptr<Communicator> comm) {
+    Graph g;
+    Tensor x = g.named_tensor("x", {2, "n"});
+    Tensor y = all_gather(x + 1.0f, comm).permute({1, 0, 2}).contiguous().retrieve();
+    g.compile(backend);
+    g.set_dim("n", 5);
+    x.set(values(r));
+    g.execute();
+    const std::vector<float> got = y.to_f32();
+    ASSERT_EQ(got.size(), size_t{2 * kRanks * 5});
+    for (size_t row = 0; row < 2; ++row)
+      for (int q = 0; q < kRanks; ++q)
+        for (size_t i = 0; i < 5; ++i)
+          EXPECT_EQ(got[(row * kRanks + static_cast<size_t>(q)) * 5 + i],
+                    values(q)[row * 5 + i] + 1)
+              << backend.name() << " rank " << r;
+  });
+}
+
+TEST(Collective, AllGatherNodeOnTheReferenceInterpreter) {
+  expect_graph_gathers(ReferenceBackend());
+}
+TEST(Collective, AllGatherNodeOnTheCpu) {
+  expect_graph_gathers(cpu());
+}
+
 // A rank's communicator that counts the all-reduces it is asked for.
 class Counting final : public Communicator {
  public:
@@ -133,6 +168,7 @@ class Counting final : public Communicator {
     ++calls;
     inner_->all_reduce(data);
   }
+  void all_gather(const Buffer& mine, Buffer& all) override { inner_->all_gather(mine, all); }
   int calls = 0;
 
  private:

@@ -44,8 +44,10 @@ class Llama final : public CausalLM {
   /// `kv_cache`: the KV cache's element type, f32 or f16.
   /// `tensor_parallel`: this graph is one rank's part of the model (Megatron-LM's split:
   /// attention by heads, the feed-forward by its hidden units, the KV cache by heads; the
-  /// embeddings, norms and output projection whole), its partial sums added up over the
-  /// ranks with all_reduce. Head and hidden-unit counts must divide by the rank count.
+  /// embeddings and norms whole; the output projection split by vocabulary where it is not
+  /// the embedding's and the vocabulary divides, its logits gathered), its partial sums
+  /// added up over the ranks with all_reduce. Head and hidden-unit counts must divide by
+  /// the rank count.
   Llama(Graph& g, const LlamaConfig& c, DType kv_cache = DType::F32,
         std::shared_ptr<Communicator> tensor_parallel = nullptr);
 
@@ -54,9 +56,12 @@ class Llama final : public CausalLM {
   void parameters(const std::string& prefix, nn::NamedTensors& out) const override;
 
   /// Which dimension of parameter `name` (a Hugging Face name) the ranks split: 0 for the
-  /// column-parallel products (q/k/v, gate/up, and their biases), 1 for the row-parallel
-  /// ones (o, down); nullopt for what every rank holds whole.
-  static std::optional<int> split_dim(const std::string& name);
+  /// column-parallel products (q/k/v, gate/up, and their biases, and lm_head where the
+  /// vocabulary is split), 1 for the row-parallel ones (o, down); nullopt for what every
+  /// rank holds whole.
+  std::optional<int> split_dim(const std::string& name) const;
+  /// Whether each rank computes the logits of a part of the vocabulary.
+  bool splits_vocabulary() const;
   /// This rank's part of the weights (split_dim over tensor_parallel's ranks).
   nn::Sharding sharding() const;
 

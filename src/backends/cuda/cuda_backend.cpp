@@ -540,7 +540,9 @@ class CudaExecutable final : public Executable {
     } else if (dynamic_cast<const AppendRowsOp*>(n.custom.get())) {
       if (append_rows(n, views, out, out_bytes)) return;
     } else if (const auto* reduce = dynamic_cast<const AllReduceOp*>(n.custom.get())) {
-      if (all_reduce(reduce->communicator(), n, views[0], out, out_bytes)) return;
+      if (collective(reduce->communicator(), false, n, views[0], out, out_bytes)) return;
+    } else if (const auto* gather = dynamic_cast<const AllGatherOp*>(n.custom.get())) {
+      if (collective(gather->communicator(), true, n, views[0], out, out_bytes)) return;
     }
     ++stats_.host_fallbacks;
     std::vector<Buffer> in;
@@ -567,21 +569,24 @@ class CudaExecutable final : public Executable {
     device_->synchronize();  // `result` is freed on return
   }
 
-  // The sum over the ranks, by the communicator on the device (NCCL), out of place: the
-  // operand is read where it lies.
-  bool all_reduce(Communicator& comm, const Node& n, const ConcreteView& view, void* out,
-                  size_t out_bytes) {
+  // The sum over the ranks (or every rank's operand, `gather`) by the communicator on the
+  // device (NCCL), out of place: the operand is read where it lies.
+  bool collective(Communicator& comm, bool gather, const Node& n, const ConcreteView& view,
+                  void* out, size_t out_bytes) {
     if (source_dtype(n, 0) != n.dtype || !comm.reduces_on_device(n.dtype) || !view.is_dense())
       return false;
-    const size_t esize = dtype_size(n.dtype), count = out_bytes / esize;
-    LUM_CHECK(static_cast<size_t>(view.numel()) == count)
-        << "internal: AllReduce's operand and output differ in size";
+    const size_t esize = dtype_size(n.dtype), count = static_cast<size_t>(view.numel());
+    LUM_CHECK(count * esize * (gather ? static_cast<size_t>(comm.size()) : 1) == out_bytes)
+        << "internal: a collective's operand and output do not fit";
     const void* src = static_cast<const char*>(operand(n.inputs[0].source)) +
                       static_cast<size_t>(view.offset) * esize;
     const DType dtype = n.dtype;
-    device_->collective(&comm, src, out, out_bytes,
-                        [&comm, src, out, count, dtype](cudaStream_t s) {
-                          comm.all_reduce_on_device(src, out, count, dtype, s);
+    device_->collective(n.custom.get(), src, out, out_bytes,
+                        [&comm, gather, src, out, count, dtype](cudaStream_t s) {
+                          if (gather)
+                            comm.all_gather_on_device(src, out, count, dtype, s);
+                          else
+                            comm.all_reduce_on_device(src, out, count, dtype, s);
                         });
     return true;
   }

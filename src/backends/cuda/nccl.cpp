@@ -28,6 +28,7 @@ struct Nccl {
   ncclResult_t (*comm_init_rank)(ncclComm_t*, int, ncclUniqueId, int);
   ncclResult_t (*all_reduce)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
                              cudaStream_t);
+  ncclResult_t (*all_gather)(const void*, void*, size_t, ncclDataType_t, ncclComm_t, cudaStream_t);
   ncclResult_t (*comm_destroy)(ncclComm_t);
   const char* (*error_string)(ncclResult_t);
 
@@ -50,6 +51,7 @@ const Nccl& nccl() {
     n.get_unique_id = reinterpret_cast<decltype(n.get_unique_id)>(entry("ncclGetUniqueId"));
     n.comm_init_rank = reinterpret_cast<decltype(n.comm_init_rank)>(entry("ncclCommInitRank"));
     n.all_reduce = reinterpret_cast<decltype(n.all_reduce)>(entry("ncclAllReduce"));
+    n.all_gather = reinterpret_cast<decltype(n.all_gather)>(entry("ncclAllGather"));
     n.comm_destroy = reinterpret_cast<decltype(n.comm_destroy)>(entry("ncclCommDestroy"));
     n.error_string = reinterpret_cast<decltype(n.error_string)>(entry("ncclGetErrorString"));
     return n;
@@ -99,22 +101,50 @@ class NcclCommunicator final : public Communicator {
                  "all-reduce");
   }
 
+  void all_gather_on_device(const void* src, void* dst, size_t count, DType dtype,
+                            void* stream) override {
+    const std::optional<ncclDataType_t> type = nccl_type(dtype);
+    LUM_CHECK(type) << "NCCL cannot gather " << dtype_name(dtype) << " values";
+    nccl().check(
+        nccl().all_gather(src, dst, count, *type, comm_, static_cast<cudaStream_t>(stream)),
+        "all-gather");
+  }
+
   // Host data (a token every rank must agree on): through the GPU and back, in a buffer
   // kept for the next.
   void all_reduce(Buffer& data) override {
-    cudagen::check(cudaSetDevice(device_), "cudaSetDevice");
-    if (scratch_.bytes() < data.bytes()) scratch_ = cudagen::DeviceBuffer(data.bytes());
-    cudagen::check(cudaMemcpy(scratch_.data(), data.data(), data.bytes(), cudaMemcpyHostToDevice),
-                   "copying an all-reduce's values to the GPU");
-    all_reduce_on_device(scratch_.data(), scratch_.data(), data.numel(), data.dtype(), nullptr);
-    cudagen::check(cudaMemcpy(data.data(), scratch_.data(), data.bytes(), cudaMemcpyDeviceToHost),
+    void* on_gpu = scratch(data.bytes(), data.data());
+    all_reduce_on_device(on_gpu, on_gpu, data.numel(), data.dtype(), nullptr);
+    cudagen::check(cudaMemcpy(data.data(), on_gpu, data.bytes(), cudaMemcpyDeviceToHost),
                    "copying an all-reduce's sums back");
+  }
+  void all_gather(const Buffer& mine, Buffer& all) override {
+    LUM_CHECK(all.bytes() == mine.bytes() * static_cast<size_t>(size_) &&
+              all.dtype() == mine.dtype())
+        << "all_gather: the output is not " << size_ << " times the input";
+    auto* on_gpu = static_cast<char*>(scratch(all.bytes() + mine.bytes(), nullptr));
+    cudagen::check(cudaMemcpy(on_gpu, mine.data(), mine.bytes(), cudaMemcpyHostToDevice),
+                   "copying an all-gather's values to the GPU");
+    all_gather_on_device(on_gpu, on_gpu + mine.bytes(), mine.numel(), mine.dtype(), nullptr);
+    cudagen::check(
+        cudaMemcpy(all.data(), on_gpu + mine.bytes(), all.bytes(), cudaMemcpyDeviceToHost),
+        "copying an all-gather's values back");
   }
 
  private:
   int rank_, size_, device_;
   ncclComm_t comm_ = nullptr;
   cudagen::DeviceBuffer scratch_;
+
+  // Device memory for host collectives, kept for the next; `from` (if any) copied in.
+  void* scratch(size_t bytes, const void* from) {
+    cudagen::check(cudaSetDevice(device_), "cudaSetDevice");
+    if (scratch_.bytes() < bytes) scratch_ = cudagen::DeviceBuffer(bytes);
+    if (from)
+      cudagen::check(cudaMemcpy(scratch_.data(), from, bytes, cudaMemcpyHostToDevice),
+                     "copying a collective's values to the GPU");
+    return scratch_.data();
+  }
 };
 
 }  // namespace

@@ -99,11 +99,11 @@ void StreamRecorder::copy(void* dst, const void* src, size_t bytes) {
   add(op);
 }
 
-void StreamRecorder::collective(const void* group, const void* src, void* dst, size_t bytes,
+void StreamRecorder::collective(const void* which, const void* src, void* dst, size_t bytes,
                                 std::function<void(cudaStream_t)> enqueue) {
   Op op;
   op.kind = Kind::Collective;
-  op.function = group, op.src = src, op.dst = dst, op.bytes = bytes;
+  op.function = which, op.src = src, op.dst = dst, op.bytes = bytes;
   op.enqueue = std::move(enqueue);
   add(op);
 }

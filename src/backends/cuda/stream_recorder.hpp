@@ -42,11 +42,11 @@ class StreamRecorder {
               size_t shared_bytes);
   void memset(void* dst, int value, size_t bytes);
   void copy(void* dst, const void* src, size_t bytes);  // device to device
-  /// A collective (an NCCL all-reduce of `bytes` from `src` into `dst`): `enqueue` queues it
-  /// on the stream it is given. Its graph node is captured once and kept while later runs
-  /// record it with the same arguments (a library's captures are not to be re-pointed).
-  /// `group`: which ranks (collectives of another group are other work).
-  void collective(const void* group, const void* src, void* dst, size_t bytes,
+  /// A collective (an NCCL all-reduce or all-gather from `src` into `bytes` at `dst`):
+  /// `enqueue` queues it on the stream it is given. Its graph node is captured once and kept
+  /// while later runs record it with the same arguments (a library's captures are not to be
+  /// re-pointed). `which`: the collective (another is other work).
+  void collective(const void* which, const void* src, void* dst, size_t bytes,
                   std::function<void(cudaStream_t)> enqueue);
   /// Work a library (cuBLASLt) queues on the stream until the next recorded operation is
   /// captured as a graph of its own, run as one node of the run's graph: where the last
@@ -76,7 +76,7 @@ class StreamRecorder {
   enum class Kind : uint8_t { Kernel, Memset, Copy, Library, Collective };
   struct Op {
     Kind kind = Kind::Kernel;
-    const void* function = nullptr;  // Kernel; Collective: its group
+    const void* function = nullptr;  // Kernel; Collective: which
     dim3 grid, block;
     size_t shared_bytes = 0;
     size_t params_begin = 0, params_end = 0;  // Kernel: its parameters in params_, packed
@@ -93,7 +93,7 @@ class StreamRecorder {
   // operation of the same work (a kernel node keeps its function).
   struct Work {
     Kind kind;
-    const void* function;  // Kernel; Collective: its group
+    const void* function;  // Kernel; Collective: which
     bool operator==(const Work&) const = default;
   };
   static Work work_of(const Op& op) { return {op.kind, op.function}; }
