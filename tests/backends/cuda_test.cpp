@@ -461,9 +461,10 @@ TEST(Cuda, RepeatedRunsReplayARecordedGraph) {
   }
 }
 
-// An all_reduce node through NCCL, over a group of one rank (this GPU): queued, then
-// captured into the recorded graphs and run again from them as the dims change.
-TEST(Cuda, AllReduceRunsThroughNcclInsideTheGraphs) {
+// all_reduce and all_gather nodes through NCCL, over a group of one rank (this GPU):
+// queued, then captured into the recorded graphs and run again from them as the dims
+// change.
+TEST(Cuda, CollectivesRunThroughNcclInsideTheGraphs) {
   SKIP_WITHOUT_GPU();
   std::shared_ptr<Communicator> one;
   try {
@@ -474,6 +475,7 @@ TEST(Cuda, AllReduceRunsThroughNcclInsideTheGraphs) {
   Graph cx;
   Tensor x = cx.named_tensor("x", {Expr::var("batch"), 16});
   Tensor y = (all_reduce(x * 2.0, one).exp2() + 1.0).retrieve();
+  Tensor stacked = all_gather(x + 3.0, one).retrieve();  // [1, batch, 16]
   cx.compile(cuda());
   std::mt19937 rng(5);
   const std::vector<int64_t> batches = {4, 4, 4, 4, 7, 7, 7, 4};
@@ -487,11 +489,14 @@ TEST(Cuda, AllReduceRunsThroughNcclInsideTheGraphs) {
     if (graphs_on() && i >= 5) {
       EXPECT_TRUE(stats.replayed) << "run " << i;
     }
-    const std::vector<float> got = y.to_f32();
+    const std::vector<float> got = y.to_f32(), gathered = stacked.to_f32();
     ASSERT_EQ(got.size(), v.size());
-    for (size_t k = 0; k < v.size(); ++k)
+    ASSERT_EQ(gathered.size(), v.size());
+    for (size_t k = 0; k < v.size(); ++k) {
       ASSERT_NEAR(got[k], std::exp2(2 * v[k]) + 1, 1e-5 * (1 + std::exp2(2 * v[k])))
           << "run " << i << " element " << k;
+      ASSERT_EQ(gathered[k], v[k] + 3.0f) << "run " << i << " element " << k;
+    }
   }
 }
 
