@@ -1,4 +1,4 @@
-// Collectives: the all-reduce graph node and the in-process group of ranks.
+// Collectives: the all-reduce and all-gather graph nodes, and the in-process group of ranks.
 #include "luminal/collective.hpp"
 
 #include <condition_variable>
@@ -164,29 +164,32 @@ Buffer AllGatherOp::run(const std::vector<Buffer>& inputs, const std::vector<std
   return out;
 }
 
-Tensor all_reduce(const Tensor& x, const std::shared_ptr<Communicator>& comm) {
-  LUM_CHECK(comm) << "all_reduce: no communicator";
+namespace {
+
+Tensor collective_node(const Tensor& x, std::shared_ptr<const CustomOp> op,
+                       std::vector<Expr> shape) {
   Node n;
   n.op = Op::Custom;
-  n.custom = std::make_shared<AllReduceOp>(comm);
+  n.custom = std::move(op);
   n.dtype = x.dtype();
-  n.shape = x.shape();
+  n.shape = std::move(shape);
   n.inputs = {Edge{x.id(), x.view()}};
   Graph& g = x.graph();
   return g.tensor_of(g.add_node(std::move(n)));
 }
 
+}  // namespace
+
+Tensor all_reduce(const Tensor& x, const std::shared_ptr<Communicator>& comm) {
+  LUM_CHECK(comm) << "all_reduce: no communicator";
+  return collective_node(x, std::make_shared<AllReduceOp>(comm), x.shape());
+}
+
 Tensor all_gather(const Tensor& x, const std::shared_ptr<Communicator>& comm) {
   LUM_CHECK(comm) << "all_gather: no communicator";
-  Node n;
-  n.op = Op::Custom;
-  n.custom = std::make_shared<AllGatherOp>(comm);
-  n.dtype = x.dtype();
-  n.shape = x.shape();
-  n.shape.insert(n.shape.begin(), Expr(comm->size()));
-  n.inputs = {Edge{x.id(), x.view()}};
-  Graph& g = x.graph();
-  return g.tensor_of(g.add_node(std::move(n)));
+  std::vector<Expr> shape = x.shape();
+  shape.insert(shape.begin(), Expr(comm->size()));
+  return collective_node(x, std::make_shared<AllGatherOp>(comm), std::move(shape));
 }
 
 }  // namespace luminal
