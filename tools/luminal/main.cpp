@@ -236,9 +236,11 @@ int generate(int argc, char** argv, char** whole_argv) {
       }
       return luminal::cli::launch_ranks(o.tp, whole_argv);
     }
-    // A rank: its GPU, its part of the model; only rank 0 reports.
+    // A rank: its GPU, its part of the model; only rank 0 reports, and every rank tells
+    // the launcher it is getting on (each stage, each piece of text).
     const bool reports = !rank || rank->rank == 0;
     const auto say = [&](const std::string& s) {
+      luminal::cli::report_progress();
       if (reports) progress(s);
     };
     const auto backend =
@@ -267,6 +269,7 @@ int generate(int argc, char** argv, char** whole_argv) {
     const auto st = gen.generate(
         o.prompt, o.max_tokens, o.sampling,
         [](const std::string& piece) {
+          luminal::cli::report_progress();
           std::fputs(piece.c_str(), stdout);
           std::fflush(stdout);
         },
