@@ -1,8 +1,8 @@
 // Collectives: the ranks of a parallel run (one process or thread each, usually one GPU
 // each) exchanging values inside their graphs. A graph node sums a value over the ranks
 // (all_reduce) or gathers every rank's (all_gather); a Communicator says how the ranks
-// reach each other: local_group for
-// threads of this process (tests, CPU runs), nccl_communicator (cuda.hpp) for GPUs.
+// reach each other: local_group for threads of this process (tests, CPU runs),
+// nccl_communicator (cuda.hpp) for GPUs.
 #pragma once
 
 #include <chrono>
@@ -27,17 +27,18 @@ class Communicator {
   /// `all` (host memory, `size()` times `mine`'s length and of its dtype) becomes every
   /// rank's `mine` in rank order. Blocks until all ranks have called it.
   virtual void all_gather(const Buffer& mine, Buffer& all) = 0;
-  /// Whether all_reduce_on_device takes `dtype` (false: the caller goes through the host).
-  virtual bool reduces_on_device(DType dtype) const {
+  /// Whether the collectives below take `dtype` in GPU memory (false: the caller goes
+  /// through the host).
+  virtual bool on_device(DType dtype) const {
     (void)dtype;
     return false;
   }
   /// all_reduce over `count` elements at `src` in GPU memory, written to `dst` (may equal
-  /// `src`), queued on `stream` (a cudaStream_t). Only where reduces_on_device(dtype).
+  /// `src`), queued on `stream` (a cudaStream_t). Only where on_device(dtype).
   virtual void all_reduce_on_device(const void* src, void* dst, size_t count, DType dtype,
                                     void* stream);
   /// all_gather of `count` elements a rank from `src` into `dst` (size() * count), in GPU
-  /// memory, queued on `stream`. Only where reduces_on_device(dtype).
+  /// memory, queued on `stream`. Only where on_device(dtype).
   virtual void all_gather_on_device(const void* src, void* dst, size_t count, DType dtype,
                                     void* stream);
 };
@@ -49,32 +50,35 @@ class Communicator {
 std::vector<std::shared_ptr<Communicator>> local_group(
     int size, std::chrono::milliseconds timeout = std::chrono::minutes(5));
 
-/// Sums its input over the ranks of a Communicator; the reference semantics go through
-/// Communicator::all_reduce, a GPU backend through all_reduce_on_device.
-class AllReduceOp final : public CustomOp {
+/// A graph node exchanging values among the ranks of a Communicator; the reference
+/// semantics go through the communicator on the host, a GPU backend through its
+/// *_on_device collectives.
+class CollectiveOp : public CustomOp {
  public:
-  explicit AllReduceOp(std::shared_ptr<Communicator> comm) : comm_(std::move(comm)) {}
-  std::string name() const override { return "AllReduce"; }
-  Buffer run(const std::vector<Buffer>& inputs, const std::vector<std::vector<int64_t>>& shapes,
-             const std::vector<int64_t>& out_shape, DType out_dtype) const override;
   Communicator& communicator() const { return *comm_; }
   const std::shared_ptr<Communicator>& communicator_ptr() const { return comm_; }
 
- private:
+ protected:
+  explicit CollectiveOp(std::shared_ptr<Communicator> comm) : comm_(std::move(comm)) {}
   std::shared_ptr<Communicator> comm_;
 };
 
-/// Every rank's input, stacked in rank order: [ranks, input shape...].
-class AllGatherOp final : public CustomOp {
+/// Sums its input over the ranks.
+class AllReduceOp final : public CollectiveOp {
  public:
-  explicit AllGatherOp(std::shared_ptr<Communicator> comm) : comm_(std::move(comm)) {}
+  explicit AllReduceOp(std::shared_ptr<Communicator> comm) : CollectiveOp(std::move(comm)) {}
+  std::string name() const override { return "AllReduce"; }
+  Buffer run(const std::vector<Buffer>& inputs, const std::vector<std::vector<int64_t>>& shapes,
+             const std::vector<int64_t>& out_shape, DType out_dtype) const override;
+};
+
+/// Every rank's input, stacked in rank order: [ranks, input shape...].
+class AllGatherOp final : public CollectiveOp {
+ public:
+  explicit AllGatherOp(std::shared_ptr<Communicator> comm) : CollectiveOp(std::move(comm)) {}
   std::string name() const override { return "AllGather"; }
   Buffer run(const std::vector<Buffer>& inputs, const std::vector<std::vector<int64_t>>& shapes,
              const std::vector<int64_t>& out_shape, DType out_dtype) const override;
-  Communicator& communicator() const { return *comm_; }
-
- private:
-  std::shared_ptr<Communicator> comm_;
 };
 
 /// `x` summed over the ranks of `comm` (every rank's graph calls it at the same point).

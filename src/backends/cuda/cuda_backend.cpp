@@ -195,12 +195,7 @@ class CudaExecutable final : public Executable {
       const cudagen::StreamRecorder::Replay r = recorder.replay();
       stats_.replayed = r.queued == 0;
       stats_.graph_nodes_updated = r.updated;
-      graph_totals_.nodes += r.nodes;
-      graph_totals_.updated += r.updated;
-      graph_totals_.instantiated += r.instantiated;
-      graph_totals_.queued += r.queued;
-      graph_totals_.update_seconds += r.update_seconds;
-      graph_totals_.instantiate_seconds += r.instantiate_seconds;
+      graph_totals_ += r;
     }
     ++runs_;
     graph_runs_ += stats_.replayed;
@@ -539,10 +534,8 @@ class CudaExecutable final : public Executable {
         return;
     } else if (dynamic_cast<const AppendRowsOp*>(n.custom.get())) {
       if (append_rows(n, views, out, out_bytes)) return;
-    } else if (const auto* reduce = dynamic_cast<const AllReduceOp*>(n.custom.get())) {
-      if (collective(reduce->communicator(), false, n, views[0], out, out_bytes)) return;
-    } else if (const auto* gather = dynamic_cast<const AllGatherOp*>(n.custom.get())) {
-      if (collective(gather->communicator(), true, n, views[0], out, out_bytes)) return;
+    } else if (const auto* c = dynamic_cast<const CollectiveOp*>(n.custom.get())) {
+      if (collective(*c, n, views[0], out, out_bytes)) return;
     }
     ++stats_.host_fallbacks;
     std::vector<Buffer> in;
@@ -569,11 +562,13 @@ class CudaExecutable final : public Executable {
     device_->synchronize();  // `result` is freed on return
   }
 
-  // The sum over the ranks (or every rank's operand, `gather`) by the communicator on the
-  // device (NCCL), out of place: the operand is read where it lies.
-  bool collective(Communicator& comm, bool gather, const Node& n, const ConcreteView& view,
-                  void* out, size_t out_bytes) {
-    if (source_dtype(n, 0) != n.dtype || !comm.reduces_on_device(n.dtype) || !view.is_dense())
+  // The sum over the ranks (or every rank's operand, for an all-gather) by the
+  // communicator on the device (NCCL), out of place: the operand is read where it lies.
+  bool collective(const CollectiveOp& op, const Node& n, const ConcreteView& view, void* out,
+                  size_t out_bytes) {
+    Communicator& comm = op.communicator();
+    const bool gather = dynamic_cast<const AllGatherOp*>(&op) != nullptr;
+    if (source_dtype(n, 0) != n.dtype || !comm.on_device(n.dtype) || !view.is_dense())
       return false;
     const size_t esize = dtype_size(n.dtype), count = static_cast<size_t>(view.numel());
     LUM_CHECK(count * esize * (gather ? static_cast<size_t>(comm.size()) : 1) == out_bytes)

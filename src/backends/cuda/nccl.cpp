@@ -91,7 +91,7 @@ class NcclCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
-  bool reduces_on_device(DType dtype) const override { return nccl_type(dtype).has_value(); }
+  bool on_device(DType dtype) const override { return nccl_type(dtype).has_value(); }
   void all_reduce_on_device(const void* src, void* dst, size_t count, DType dtype,
                             void* stream) override {
     const std::optional<ncclDataType_t> type = nccl_type(dtype);
@@ -113,7 +113,9 @@ class NcclCommunicator final : public Communicator {
   // Host data (a token every rank must agree on): through the GPU and back, in a buffer
   // kept for the next.
   void all_reduce(Buffer& data) override {
-    void* on_gpu = scratch(data.bytes(), data.data());
+    void* on_gpu = scratch(data.bytes());
+    cudagen::check(cudaMemcpy(on_gpu, data.data(), data.bytes(), cudaMemcpyHostToDevice),
+                   "copying an all-reduce's values to the GPU");
     all_reduce_on_device(on_gpu, on_gpu, data.numel(), data.dtype(), nullptr);
     cudagen::check(cudaMemcpy(data.data(), on_gpu, data.bytes(), cudaMemcpyDeviceToHost),
                    "copying an all-reduce's sums back");
@@ -122,7 +124,7 @@ class NcclCommunicator final : public Communicator {
     LUM_CHECK(all.bytes() == mine.bytes() * static_cast<size_t>(size_) &&
               all.dtype() == mine.dtype())
         << "all_gather: the output is not " << size_ << " times the input";
-    auto* on_gpu = static_cast<char*>(scratch(all.bytes() + mine.bytes(), nullptr));
+    auto* on_gpu = static_cast<char*>(scratch(all.bytes() + mine.bytes()));
     cudagen::check(cudaMemcpy(on_gpu, mine.data(), mine.bytes(), cudaMemcpyHostToDevice),
                    "copying an all-gather's values to the GPU");
     all_gather_on_device(on_gpu, on_gpu + mine.bytes(), mine.numel(), mine.dtype(), nullptr);
@@ -136,13 +138,10 @@ class NcclCommunicator final : public Communicator {
   ncclComm_t comm_ = nullptr;
   cudagen::DeviceBuffer scratch_;
 
-  // Device memory for host collectives, kept for the next; `from` (if any) copied in.
-  void* scratch(size_t bytes, const void* from) {
+  // Device memory for host collectives, kept for the next.
+  void* scratch(size_t bytes) {
     cudagen::check(cudaSetDevice(device_), "cudaSetDevice");
     if (scratch_.bytes() < bytes) scratch_ = cudagen::DeviceBuffer(bytes);
-    if (from)
-      cudagen::check(cudaMemcpy(scratch_.data(), from, bytes, cudaMemcpyHostToDevice),
-                     "copying a collective's values to the GPU");
     return scratch_.data();
   }
 };

@@ -64,6 +64,11 @@ class StreamRecorder {
   struct Replay {
     size_t nodes = 0, updated = 0, instantiated = 0, queued = 0;
     double update_seconds = 0, instantiate_seconds = 0;
+    Replay& operator+=(const Replay& o) {
+      nodes += o.nodes, updated += o.updated, instantiated += o.instantiated, queued += o.queued;
+      update_seconds += o.update_seconds, instantiate_seconds += o.instantiate_seconds;
+      return *this;
+    }
   };
   /// Ends the recording and launches what is left of it; what the run's segments did.
   Replay replay();
