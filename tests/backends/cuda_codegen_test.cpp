@@ -20,6 +20,7 @@
 #include "backends/cuda/quant_products.hpp"
 #include "luminal/luminal.hpp"
 #include "runtime/program.hpp"
+#include "testing/map_groups.hpp"
 #include "testing/matmul_layouts.hpp"
 #include "testing/nvrtc_only.hpp"
 #include "testing/row_ops.hpp"
@@ -36,7 +37,7 @@ std::vector<KernelShape> launches(const Graph& cx) {
   const cudagen::CudaSource src = cudagen::generate_cuda_source(*p.program.graph, p.plan);
   std::vector<KernelShape> out;
   for (const cudagen::KernelLaunch& l : src.launches)
-    if (l.shape != KernelShape::InRowGroup) out.push_back(l.shape);
+    if (l.shape != KernelShape::InGroup) out.push_back(l.shape);
   return out;
 }
 
@@ -271,6 +272,69 @@ TEST(CudaCodegen, HalfPrecisionKernelsCompileForTuring) {
   EXPECT_NO_THROW(cudagen::compile_program(cx, "sm_75", true));
   EXPECT_FALSE(cudagen::compile_cubin(cudagen::gemv_source({cudagen::kGemvShapes[0]}), "sm_75")
                    .code.empty());
+}
+
+// Independent elementwise kernels that reductions keep apart are moved together and
+// made one launch of three members (each with its own elements), which compiles.
+TEST(CudaCodegen, IndependentElementwiseKernelsAreOneLaunch) {
+  Graph cx;
+  std::mt19937 rng(3);
+  testing::independent_maps(cx, 5000, rng);
+  const cudagen::CompiledProgram c = cudagen::compile_program(cx, "sm_90", true);
+  std::vector<size_t> members;
+  for (const cudagen::KernelLaunch& l : c.source.launches)
+    if (l.shape == KernelShape::Maps) members.push_back(l.member_threads.size());
+  EXPECT_EQ(members, std::vector<size_t>{3});
+  EXPECT_FALSE(c.cubin.code.empty());
+}
+
+// Kernels are launched before the kernel ahead of them finishes (programmatic dependent
+// launch); each must wait for it before anything else, in every block, or a kernel that
+// ended early would let its successor overtake its predecessor. So the body of every
+// __global__ function in every source the backend compiles starts with the wait.
+void expect_every_kernel_waits_first(const std::string& source, const std::string& what) {
+  size_t kernels = 0;
+  for (size_t at = source.find("__global__"); at != std::string::npos;
+       at = source.find("__global__", at + 1)) {
+    size_t body = source.find('{', at);
+    ASSERT_NE(body, std::string::npos) << what;
+    body = source.find_first_not_of(" \t\n\\", body + 1);
+    EXPECT_EQ(source.compare(body, 24, "lum_after_prior_grids();"), 0)
+        << what << ": a kernel starts with " << source.substr(body, 60);
+    ++kernels;
+  }
+  EXPECT_GT(kernels, 0u) << what;
+}
+
+TEST(CudaCodegen, EveryKernelWaitsForTheKernelBeforeItFirst) {
+  using namespace cudagen;
+  expect_every_kernel_waits_first(gemv_source({std::begin(kGemvShapes), std::end(kGemvShapes)}),
+                                  "one-row products");
+  expect_every_kernel_waits_first(copy_view_source(), "view copies");
+  expect_every_kernel_waits_first(quant_products_source(static_cast<uint32_t>(GgmlType::Q4_K)),
+                                  "quantised products");
+  const DType f32 = DType::F32, f16 = DType::F16, bf16 = DType::BF16;
+  expect_every_kernel_waits_first(
+      attention_source(AttentionKernel{f32, f16, f16, f32, 128, 128, 8, 8, 16, 4}), "attention");
+  expect_every_kernel_waits_first(
+      mma_attention_source(MmaAttentionKernel{bf16, bf16, bf16, bf16, 128, 128}),
+      "tensor-core attention");
+  expect_every_kernel_waits_first(
+      wgmma_attention_source(wgmma_attention_kernel(bf16, bf16, bf16, 128, 128)),
+      "warpgroup attention");
+  expect_every_kernel_waits_first(
+      stream_attention_source(StreamAttentionKernel{f32, f16, f16, f32, 128, 128, 4}),
+      "streaming attention");
+  Graph cx;
+  Tensor x = cx.named_tensor("x", {4, 1000}, DType::BF16);
+  Tensor i = cx.named_tensor("i", {3}, DType::I32);
+  Tensor values = cx.named_tensor("values", {3}, DType::BF16);
+  (x.softmax(1) + x.cast(DType::F16).cast(DType::BF16)).retrieve();
+  x.scatter(i, values).retrieve();
+  const runtime::PlannedProgram p =
+      runtime::optimize_and_plan(cx, compiler::Fusion::RecomputeShared);
+  expect_every_kernel_waits_first(generate_cuda_source(*p.program.graph, p.plan).code,
+                                  "generated kernels");
 }
 
 TEST(CudaCodegen, ProductsCompileForHopper) {

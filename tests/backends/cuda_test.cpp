@@ -17,6 +17,7 @@
 #include "luminal/nn/attention.hpp"
 #include "testing/attention_cases.hpp"
 #include "testing/expect_error.hpp"
+#include "testing/map_groups.hpp"
 #include "testing/matmul_layouts.hpp"
 #include "testing/quant_blocks.hpp"
 #include "testing/random_graph.hpp"
@@ -610,9 +611,10 @@ TEST(Cuda, ProductsOfTheSameActivationsRunAsOne) {
     w.set_quantized(static_cast<uint32_t>(GgmlType::BF16), std::move(raw));
   };
   auto bound = [](size_t, size_t, Tensor&, float want) { return 1e-4 * (1 + std::fabs(want)); };
-  const size_t separate = launches_of_products(false, rows, k, xs, set_weight, bound);
-  const size_t shared = launches_of_products(true, rows, k, xs, set_weight, bound);
-  EXPECT_EQ(shared + 3, separate);  // five products: a launch of four and one alone
+  // Apart: each product and the op after it. Shared: five products as a launch of four
+  // and one alone, the ops after the four as one launch (a map group) and the last alone.
+  EXPECT_EQ(launches_of_products(false, rows, k, xs, set_weight, bound), 10u);
+  EXPECT_EQ(launches_of_products(true, rows, k, xs, set_weight, bound), 4u);
 }
 
 // The same over Q4_K, Q5_K, Q6_K and Q8_0 weights mixed (llama.cpp's Q4_K_M gives a layer's
@@ -637,9 +639,9 @@ TEST(Cuda, QuantisedProductsOfTheSameActivationsQuantiseThemOnce) {
     if (!decoded.count(i)) decoded[i] = w.to_f32();
     return 2 * int8_activation_bound(decoded[i], xs, 0, static_cast<int64_t>(e), k) + 1e-5;
   };
-  const size_t separate = launches_of_products(false, rows, k, xs, set_weight, bound);
-  const size_t shared = launches_of_products(true, rows, k, xs, set_weight, bound);
-  EXPECT_EQ(shared + 3, separate);  // a run of four and one alone
+  // As for half-precision weights: a run of four and one alone, the ops after them too.
+  EXPECT_EQ(launches_of_products(false, rows, k, xs, set_weight, bound), 10u);
+  EXPECT_EQ(launches_of_products(true, rows, k, xs, set_weight, bound), 4u);
 }
 
 // prepare() uploads the weights (inputs set, of fixed shape) before the first run, so
@@ -731,6 +733,35 @@ INSTANTIATE_TEST_SUITE_P(Rows, CudaDonatedCache, ::testing::Bool(), [](const aut
   return std::string(info.param ? "WrittenInPlace" : "CopiedIn");
 });
 
+// A map group (testing/map_groups.hpp) against the reference interpreter as its row
+// count changes (one row: the big member takes more blocks than it is dealt, and its loop
+// goes round), and the launches it saves (LUMINAL_CUDA_MAP_GROUPS=0 makes none).
+TEST(Cuda, IndependentElementwiseKernelsRunAsOneLaunch) {
+  SKIP_WITHOUT_GPU();
+  std::map<std::string, std::vector<size_t>> launches;
+  for (const char* groups : {"1", "0"}) {
+    testing::ScopedEnv env("LUMINAL_CUDA_MAP_GROUPS", groups);
+    Graph cx;
+    std::mt19937 rng(9);
+    const testing::IndependentMaps m = testing::independent_maps(cx, 270000, rng);
+    for (const int64_t rows : {3, 1, 2}) {
+      cx.set_dim("rows", rows);
+      Tensor x = m.x;
+      x.set(testing::sixty_fourths(rng, static_cast<size_t>(rows * 64)));
+      const auto want = testing::run_outputs(cx, reference(), m.outputs);
+      const auto got = testing::run_outputs(cx, cuda(), m.outputs);
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_EQ(got[i].size(), want[i].size());
+        for (size_t e = 0; e < got[i].size(); ++e)
+          ASSERT_NEAR(got[i][e], want[i][e], 2e-3 * (1 + std::fabs(want[i][e])))
+              << "groups " << groups << ", rows " << rows << ", output " << i << ", element " << e;
+      }
+      launches[groups].push_back(cx.last_run_stats().launches);
+    }
+  }
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(launches["1"][i] + 2, launches["0"][i]) << i;
+}
+
 TEST(Cuda, AnOutOfRangeGatherIndexIsAnError) {
   SKIP_WITHOUT_GPU();
   Graph cx;
@@ -741,6 +772,17 @@ TEST(Cuda, AnOutOfRangeGatherIndexIsAnError) {
   table.gather(ids).retrieve();
   cx.compile(cuda());
   testing::expect_error([&] { cx.execute(); },
+                        {"Gather", "index 20 at position 1", "out of range"});
+  // ... also as the second kernel of a map group, which reports it in its own slot.
+  Graph cg;
+  Tensor table2 = cg.named_tensor("table", {4, 3});
+  Tensor ids2 = cg.named_tensor("ids", {2}, DType::I32);
+  table2.set(std::vector<float>(12, 1.0f));
+  ids2.set(std::vector<int32_t>{1, 20});
+  (table2 * 2.0).retrieve();
+  table2.gather(ids2).retrieve();
+  cg.compile(cuda());
+  testing::expect_error([&] { cg.execute(); },
                         {"Gather", "index 20 at position 1", "out of range"});
 }
 

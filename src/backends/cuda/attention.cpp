@@ -76,6 +76,7 @@ constexpr int kAtU = LUM_AT_L < 8 ? LUM_AT_L : 8;
 constexpr int kAtUV = LUM_AT_L < 4 ? LUM_AT_L : 4;
 
 extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention(const LumAttnArgs a) {
+  lum_after_prior_grids();
   __shared__ float qs[LUM_AT_R][LUM_AT_D];         // the tile's queries, scaled
   __shared__ float s[LUM_AT_R][LUM_AT_CHUNK];      // a chunk's scores, then weights
   __shared__ float red[LUM_AT_R][LUM_AT_DV];       // the groups' outputs, summed

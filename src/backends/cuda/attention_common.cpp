@@ -265,6 +265,7 @@ LUM_FN LumAtBlock lum_at_block(const LumAttnArgs& a) {
 extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS)
     lum_attention_combine(const float* __restrict__ partials, void* __restrict__ out,
                           long long rows, long long splits) {
+  lum_after_prior_grids();
   constexpr int kWarps = LUM_AT_THREADS / 32;
   __shared__ float weight[LUM_AT_MAX_SPLITS];
   __shared__ float part[kWarps][LUM_AT_DV];
@@ -313,6 +314,7 @@ constexpr int kFaRows = LUM_FA_ROWS, kFaKeys = LUM_FA_KEYS;
 // one. The attention kernel then skips dropped tiles without reading them, and reads
 // the bytes of mixed ones only.
 extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_mask_tiles(const LumAttnArgs a) {
+  lum_after_prior_grids();
   const long long w = blockIdx.x * (long long)(LUM_AT_THREADS / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (w >= a.mask_points * a.row_tiles * a.key_tiles) return;

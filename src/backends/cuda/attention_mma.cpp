@@ -55,6 +55,7 @@ LUM_FN void lum_fa_fetch(uint32_t dst, const uint16_t* src, long long stride, in
 
 
 extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_mma(const LumAttnArgs a) {
+  lum_after_prior_grids();
   extern __shared__ __align__(16) unsigned char lum_fa_shared[];
   // Queries are staged where keys and values go later.
   uint16_t* const qs = (uint16_t*)lum_fa_shared;

@@ -43,6 +43,7 @@ constexpr int kStKeyRow = LUM_AT_D * sizeof(lum_st_kt) + 16, kStValueRow = LUM_A
 constexpr int kStStage = kStKeys * (kStKeyRow + kStValueRow);
 
 extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_stream(const LumAttnArgs a) {
+  lum_after_prior_grids();
   extern __shared__ __align__(16) unsigned char lum_st_buffer[];
   __shared__ long long row_q[kStRows], row_m[kStRows], row_o[kStRows];
   const float kNegInf = __int_as_float(0xff800000);

@@ -115,6 +115,7 @@ LUM_FN void lum_tma_load(uint32_t dst, const LumTensorMap& map, int c0, int c1, 
 extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS, 1)
     lum_attention_wgmma(const LumAttnArgs a, const __grid_constant__ LumTensorMap key_map,
                         const __grid_constant__ LumTensorMap value_map) {
+  lum_after_prior_grids();
   extern __shared__ __align__(1024) unsigned char lum_wg_raw[];
   const uint32_t raw = lum_at_smem(lum_wg_raw), qs = (raw + 1023u) & ~1023u;
   unsigned char* const shared = lum_wg_raw + (qs - raw);

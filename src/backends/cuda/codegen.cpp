@@ -62,6 +62,24 @@ class KernelWriter : public runtime::ElementWriter {
     return p + ", int64_t* err, const LumDims* __restrict__ lum_dims";
   }
 
+  // As a map group's member: its output and reads as parameters named with `prefix`, and
+  // the declarations in its scope that give them the names its body uses (out, in<i>,
+  // err: the member's own error slot of the group's).
+  std::string member_parameters(const std::string& prefix) const {
+    std::string p = output_type() + "* __restrict__ " + prefix + "out";
+    for (size_t i = 0; i < k_.reads.size(); ++i)
+      p += ", const " + input_type(i) + "* __restrict__ " + prefix + "in" + std::to_string(i + 1);
+    return p;
+  }
+  std::string member_aliases(const std::string& prefix, size_t member) const {
+    std::string a = "      " + output_type() + "* __restrict__ out = " + prefix + "out;\n";
+    for (size_t i = 0; i < k_.reads.size(); ++i) {
+      const std::string in = "in" + std::to_string(i + 1);
+      a += "      const " + input_type(i) + "* __restrict__ " + in + " = " + prefix + in + ";\n";
+    }
+    return a + "      int64_t* err = lum_err + " + std::to_string(3 * member) + "; (void)err;\n";
+  }
+
   // The second kernel of a Scatter: the sources written in order (later writes win, as
   // in the reference), by one thread.
   std::string write_scatter() {
@@ -271,13 +289,14 @@ class RowMemberWriter : public runtime::ElementWriter {
  public:
   RowMemberWriter(const Graph& g, const compiler::KernelPlan& plan, const compiler::Kernel& k,
                   size_t member, const Rows& rows, bool cache, int adjacent,
-                  const std::map<uint32_t, std::string>& held,
+                  std::optional<int64_t> block, const std::map<uint32_t, std::string>& held,
                   std::map<uint32_t, CachedRead>& cached)
       : ElementWriter(g, plan, k),
         member_(member),
         rows_(rows),
         cache_(cache),
         adjacent_(adjacent),
+        block_(block),
         held_(held),
         cached_(cached) {
     read_prefix_ = prefix() + "in";
@@ -303,7 +322,7 @@ class RowMemberWriter : public runtime::ElementWriter {
           << "[threadIdx.x >> 5] = acc;\n"
           << "      __syncthreads();\n"
           << "      acc = " << part << "[0];\n"
-          << "      for (int lum_w = 1; lum_w < (int)(blockDim.x >> 5); ++lum_w)\n"
+          << "      for (int lum_w = 1; lum_w < (" << block() << " >> 5); ++lum_w)\n"
           << "        acc = " << combined(root, "acc", part + "[lum_w]") << ";\n"
           << "      __syncthreads();  // the partials are rewritten by the next reduction\n";
       const std::string stored = store_expr(root.dtype, "acc");
@@ -356,8 +375,8 @@ class RowMemberWriter : public runtime::ElementWriter {
           << "        const uint4* lum_src = reinterpret_cast<const uint4*>(" << c.buffer << " + "
           << start.to_c() << ");\n"
           << "        uint4* lum_dst = reinterpret_cast<uint4*>(lum_c" << node << ");\n"
-          << "        for (int lum_p = threadIdx.x; lum_p < " << bytes / 16
-          << "; lum_p += blockDim.x) lum_dst[lum_p] = lum_src[lum_p];\n"
+          << strided_loop("        ", "int", "lum_p", 1, Expr(bytes / 16))
+          << "          lum_dst[lum_p] = lum_src[lum_p];\n        }\n"
           << "        __syncthreads();\n"
           << "      } else {\n"
           << loop_head("        ") << "            " << element << loop_tail("        ")
@@ -432,8 +451,7 @@ class RowMemberWriter : public runtime::ElementWriter {
       return;
     }
     const std::string n = std::to_string(adjacent_);
-    os_ << "      for (int lum_r0 = threadIdx.x * " << n << "; lum_r0 < " << rows_.len.to_c()
-        << "; lum_r0 += blockDim.x * " << n << ") {\n";
+    os_ << strided_loop("      ", "int", "lum_r0", adjacent_, rows_.len);
     for (uint32_t c : read_adjacent_)
       os_ << "        const auto lum_cv" << c << " = lum_load_vec<" << n << ">(lum_c" << c
           << " + lum_r0);\n";
@@ -456,17 +474,46 @@ class RowMemberWriter : public runtime::ElementWriter {
   std::string loop_head(const std::string& indent) const {
     const std::optional<int64_t> len = rows_.len.as_const();
     const char* type = len && *len < (int64_t{1} << 31) ? "int" : "int64_t";
-    return indent + "for (" + type + " lum_r = threadIdx.x; lum_r < " + rows_.len.to_c() +
-           "; lum_r += blockDim.x) {\n" + indent + "  {\n";
+    return strided_loop(indent, type, "lum_r", 1, rows_.len) + indent + "  {\n";
   }
   static std::string loop_tail(const std::string& indent) {
     return indent + "  }\n" + indent + "}\n";
   }
 
+  // Threads a block: a constant where the launch's is known (the row's length is), which
+  // lets the compiler unroll a thread's few steps along the row and have all their loads
+  // in flight at once instead of one round trip to memory a step (a decoding step's
+  // RMSNorm of one 2048-wide row went from 4.8 us to 3.2).
+  std::string block() const { return block_ ? std::to_string(*block_) : "(int)blockDim.x"; }
+  // The head of a thread's loop along the row, through the opening brace: `var` (of
+  // `type`) from threadIdx.x * `per` by block * `per` while below `end`. With the block and
+  // `end` known and a few steps to a thread, their number is a constant and the loop
+  // unrolled (the bound checked where the steps do not come out even).
+  std::string strided_loop(const std::string& indent, const std::string& type,
+                           const std::string& var, int64_t per, const Expr& end) const {
+    const std::string first = per == 1 ? "threadIdx.x" : "threadIdx.x * " + std::to_string(per);
+    const std::optional<int64_t> n = end.as_const();
+    if (block_ && n) {
+      const int64_t stride = *block_ * per, steps = (*n + stride - 1) / stride;
+      if (steps <= kUnrolledSteps) {
+        std::string s = indent + "#pragma unroll\n" + indent + "for (int lum_k = 0; lum_k < " +
+                        std::to_string(steps) + "; ++lum_k) {\n" + indent + "  const " + type +
+                        " " + var + " = " + first + " + lum_k * " + std::to_string(stride) + ";\n";
+        if (*n % stride != 0)
+          s += indent + "  if (" + var + " >= " + std::to_string(*n) + ") break;\n";
+        return s;
+      }
+    }
+    return indent + "for (" + type + " " + var + " = " + first + "; " + var + " < " + end.to_c() +
+           "; " + var + " += " + block() + (per == 1 ? "" : " * " + std::to_string(per)) + ") {\n";
+  }
+  static constexpr int64_t kUnrolledSteps = 16;
+
   size_t member_;
   const Rows& rows_;
   bool cache_;
   int adjacent_;                      // elements a thread takes a step (element_loop)
+  std::optional<int64_t> block_;
   std::set<uint32_t> read_adjacent_;  // cached reads of the loop being written
   const std::map<uint32_t, std::string>& held_;
   std::map<uint32_t, CachedRead>& cached_;
@@ -507,12 +554,14 @@ std::optional<RowGroup> write_row_group(const Graph& g, const compiler::KernelPl
     const int n = static_cast<int>(16 / std::min<size_t>(widest, 16));
     if (*len % n == 0) out.adjacent = n;
   }
+  std::optional<int64_t> block;
+  if (len) block = row_block(*len / out.adjacent);
   std::map<uint32_t, std::string> held;
   std::map<uint32_t, CachedRead> cached;
   std::string members, declared;
   for (size_t k = first; k <= last; ++k) {
     const compiler::Kernel& kn = plan.kernels[k];
-    RowMemberWriter w(g, plan, kn, k - first, rows, cache, out.adjacent, held, cached);
+    RowMemberWriter w(g, plan, kn, k - first, rows, cache, out.adjacent, block, held, cached);
     members += w.write();
     if (w.reads_other_rows()) return std::nullopt;
     out.params += w.parameters() + ", ";
@@ -532,7 +581,7 @@ std::optional<RowGroup> write_row_group(const Graph& g, const compiler::KernelPl
     }
     if (out.shared_bytes > kMaxRowCacheBytes)
       return write_row_group(g, plan, first, last, rows, false);
-    RowMemberWriter loads(g, plan, plan.kernels[first], 0, rows, cache, 1, held, cached);
+    RowMemberWriter loads(g, plan, plan.kernels[first], 0, rows, cache, 1, block, held, cached);
     declared += loads.write_cache_loads();
   }
   out.params += "int64_t* lum_err, const LumDims* __restrict__ lum_dims";
@@ -549,9 +598,71 @@ std::optional<RowGroup> write_row_group(const Graph& g, const compiler::KernelPl
   return out;
 }
 
+// The elementwise kernels first.. (up to kMapGroupMembers) that one function can run: each
+// reads no value of those before it. Their number.
+size_t map_group_size(const Graph& g, const compiler::KernelPlan& plan, size_t first) {
+  std::set<uint32_t> roots;
+  size_t last = first;
+  for (; last < plan.kernels.size() && last - first < kMapGroupMembers; ++last) {
+    const compiler::Kernel& kn = plan.kernels[last];
+    if (!elementwise(g, kn)) break;
+    const bool reads_member = std::any_of(kn.reads.begin(), kn.reads.end(), [&](NodeId r) {
+      return roots.count(plan.canon(r).value) > 0;
+    });
+    if (reads_member) break;
+    roots.insert(plan.canon(kn.root).value);
+  }
+  return last - first;
+}
+
+struct MapGroup {
+  std::string params, body;
+  std::set<std::string> vars;
+  std::vector<Expr> member_threads;
+};
+
+// Elementwise kernels first..last (map_group_size) as one function: blocks are dealt out
+// to the members in order (KernelLaunch::member_threads says how many each), and each
+// member's blocks run its own grid-stride loop, with blockIdx.x and gridDim.x counted
+// within its share.
+MapGroup write_map_group(const Graph& g, const compiler::KernelPlan& plan, size_t first,
+                         size_t last) {
+  MapGroup out;
+  out.body = "  int64_t lum_bx = blockIdx.x;\n";
+  for (size_t k = first; k <= last; ++k) {
+    KernelWriter w(g, plan, plan.kernels[k]);
+    Expr threads;
+    std::string body = w.write(threads);
+    for (const auto& [from, to] :
+         {std::pair<std::string, std::string>{"blockIdx.x", "lum_bx"}, {"gridDim.x", "lum_gx"}})
+      for (size_t at = body.find(from); at != std::string::npos; at = body.find(from, at))
+        body.replace(at, from.size(), to);
+    const std::string prefix = "m" + std::to_string(k - first) + "_";
+    out.params += w.member_parameters(prefix) + ", ";
+    out.vars.insert(w.vars().begin(), w.vars().end());
+    out.member_threads.push_back(threads);
+    const std::string cap = std::to_string(kMapGroupMemberBlocks);
+    out.body += "  {\n    int64_t lum_gx = (" + threads.to_c() +
+                " + blockDim.x - 1) / blockDim.x;\n"
+                "    lum_gx = lum_gx < 1 ? 1 : lum_gx > " +
+                cap + " ? " + cap +
+                " : lum_gx;\n"
+                "    if (lum_bx < lum_gx) {\n" +
+                w.member_aliases(prefix, k - first) + body + "      return;\n    }\n" +
+                "    lum_bx -= lum_gx;\n  }\n";
+  }
+  out.params += "int64_t* lum_err, const LumDims* __restrict__ lum_dims";
+  return out;
+}
+
 }  // namespace
 
-CudaSource generate_cuda_source(const Graph& g, const compiler::KernelPlan& plan) {
+bool elementwise(const Graph& g, const compiler::Kernel& k) {
+  const Op op = g.node(k.root).op;
+  return op != Op::Custom && op != Op::Scatter && op != Op::SumReduce && op != Op::MaxReduce;
+}
+
+CudaSource generate_cuda_source(const Graph& g, const compiler::KernelPlan& plan, bool map_groups) {
   struct Body {
     std::string params, main, scatter;
   };
@@ -578,7 +689,8 @@ CudaSource generate_cuda_source(const Graph& g, const compiler::KernelPlan& plan
         if (role == RowRole::Map) break;
       }
       if (group) {
-        for (size_t j = k; j < last; ++j) out.launches[j].shape = KernelShape::InRowGroup;
+        for (size_t j = k; j < last; ++j)
+          out.launches[j].shape = KernelShape::InGroup, out.launches[j].launched_at = last;
         KernelLaunch& l = out.launches[last];
         l.shape = KernelShape::Rows;
         l.group_begin = k;
@@ -591,6 +703,21 @@ CudaSource generate_cuda_source(const Graph& g, const compiler::KernelPlan& plan
         k = last;
         continue;
       }
+    }
+    if (const size_t n = map_groups && elementwise(g, kn) ? map_group_size(g, plan, k) : 0; n > 1) {
+      const size_t last = k + n - 1;
+      MapGroup group = write_map_group(g, plan, k, last);
+      for (size_t j = k; j < last; ++j)
+        out.launches[j].shape = KernelShape::InGroup, out.launches[j].launched_at = last;
+      KernelLaunch& l = out.launches[last];
+      l.shape = KernelShape::Maps;
+      l.group_begin = k;
+      l.member_threads = std::move(group.member_threads);
+      bodies[last].params = std::move(group.params);
+      bodies[last].main = std::move(group.body);
+      vars.insert(group.vars.begin(), group.vars.end());
+      k = last;
+      continue;
     }
     launch.shape = root.op == Op::Scatter                                 ? KernelShape::Scatter
                    : root.op == Op::SumReduce || root.op == Op::MaxReduce ? KernelShape::Reduce
@@ -620,7 +747,8 @@ CudaSource generate_cuda_source(const Graph& g, const compiler::KernelPlan& plan
   // distinct function is compiled once and launched for all of them.
   std::map<std::string, std::string> function_of;  // full text after the name -> name
   auto emit = [&](const std::string& name, const std::string& params, const std::string& body) {
-    const std::string rest = "(" + params + ") {\n" + dims_decl + body + "}\n\n";
+    const std::string rest =
+        "(" + params + ") {\n  lum_after_prior_grids();\n" + dims_decl + body + "}\n\n";
     const auto [it, fresh] = function_of.emplace(rest, name);
     if (fresh)
       os << "extern \"C\" __global__ void __launch_bounds__(" << kMaxBlock << ") " << name << rest;

@@ -8,7 +8,11 @@
 // of reductions over the same rows, perhaps closed by an elementwise kernel over their
 // elements (softmax, RMSNorm, LayerNorm), is one function in which each block takes
 // rows through every member in turn (a row group): its parameters are each member's
-// output and reads in order, then the first member's error slot and the dims. The dims
+// output and reads in order, then the first member's error slot and the dims. Elementwise
+// kernels next to each other that read none of each other's values are one function too
+// (a map group): its blocks are dealt out to the members in turn, each member's share
+// running its grid-stride loop, so a decoding step's small independent kernels (RoPE of
+// the queries and of the keys, the values' cast into their cache) cost one launch. The dims
 // are read from device memory, not passed by value: a decode step's kernels then keep
 // their parameters while the context length moves on, and its recorded CUDA graph has
 // fewer nodes to update (stream_recorder.hpp).
@@ -24,17 +28,34 @@ namespace luminal::cudagen {
 /// Threads per block the generated functions are compiled for at most.
 constexpr int kMaxBlock = 256;
 
-// InRowGroup: computed by the row group launched at a later kernel (Rows).
-enum class KernelShape { Map, Reduce, Scatter, Rows, InRowGroup, Library };
+// InGroup: computed by the group launched at a later kernel, the group's last: a row
+// group (Rows) or a map group (Maps).
+enum class KernelShape { Map, Reduce, Scatter, Rows, Maps, InGroup, Library };
+
+/// A row group's threads a block, for rows that keep `busy` threads busy (each takes
+/// their share of adjacent elements): whole warps, up to kMaxBlock.
+constexpr int64_t row_block(int64_t busy) {
+  const int64_t warps = (busy + 31) / 32 * 32;
+  return warps < 32 ? 32 : warps > kMaxBlock ? kMaxBlock : warps;
+}
+
+/// The most blocks a map group's member takes (its grid-stride loop covers the rest).
+constexpr int64_t kMapGroupMemberBlocks = 1024;
+/// The most kernels in a map group.
+constexpr size_t kMapGroupMembers = 8;
 
 struct KernelLaunch {
   KernelShape shape = KernelShape::Library;
   std::string function;          // the __global__ function (identical kernels share one)
   std::string scatter_function;  // a Scatter's ordered second kernel
   // Map: output elements; Reduce: output elements x 32 (a warp each); Rows: rows (a block
-  // each).
+  // each); Maps: unused (see member_threads).
   Expr threads;
-  size_t group_begin = 0;    // Rows: the group's first kernel (this one is its last)
+  size_t group_begin = 0;  // Rows, Maps: the group's first kernel (this one is its last)
+  size_t launched_at = 0;  // InGroup: the kernel that launches its group
+  // Maps: each member's output elements. Member i takes min(ceil(elements / kMaxBlock),
+  // kMapGroupMemberBlocks) blocks, at least 1, after those of the members before it.
+  std::vector<Expr> member_threads;
   Expr row_threads;          // Rows: threads a row keeps busy (its elements / those a step)
   int64_t shared_bytes = 0;  // Rows: the row cache's dynamic shared memory
 };
@@ -45,7 +66,13 @@ struct CudaSource {
   std::vector<KernelLaunch> launches;  // by kernel
 };
 
-CudaSource generate_cuda_source(const Graph& g, const compiler::KernelPlan& plan);
+/// `map_groups`: independent elementwise kernels next to each other are one function.
+CudaSource generate_cuda_source(const Graph& g, const compiler::KernelPlan& plan,
+                                bool map_groups = true);
+
+/// Whether kernel `k` is elementwise: generated as a grid-stride loop over its output's
+/// elements (no reduction, Scatter or library op).
+bool elementwise(const Graph& g, const compiler::Kernel& k);
 
 /// Helpers included at the top of every generated file, before runtime::scalar_prelude.
 std::string_view cuda_prelude();

@@ -29,6 +29,7 @@ struct LumCopyArgs {
 // Each thread takes destination elements, finding each one's source by its index.
 #define LUM_COPY_VIEW(name, From, To, convert)                                         \
   extern "C" __global__ void __launch_bounds__(256) name(const LumCopyArgs a) {        \
+    lum_after_prior_grids();                                                           \
     const From* src = (const From*)a.src;                                              \
     To* dst = (To*)a.dst;                                                              \
     for (long long i = blockIdx.x * 256ll + threadIdx.x; i < a.n; i += gridDim.x * 256ll) { \

@@ -16,6 +16,8 @@
 #include "backends/cuda/device_trials.hpp"
 #include "backends/cuda/gemm.hpp"
 #include "backends/cuda/gemv.hpp"
+#include "backends/cuda/kernel_trace.hpp"
+#include "backends/cuda/map_groups.hpp"
 #include "backends/cuda/mixed_products.hpp"
 #include "backends/cuda/nvrtc.hpp"
 #include "backends/cuda/quant_products.hpp"
@@ -65,10 +67,11 @@ class CudaExecutable final : public Executable {
     functions_.resize(plan_.kernels.size(), {nullptr, nullptr});
     for (size_t k = 0; k < plan_.kernels.size(); ++k) {
       const cudagen::KernelLaunch& l = source_.launches[k];
-      if (l.shape == KernelShape::Library || l.shape == KernelShape::InRowGroup) continue;
+      if (l.shape == KernelShape::Library || l.shape == KernelShape::InGroup) continue;
       functions_[k].first = module_.kernel(l.function);
       if (l.shape == KernelShape::Scatter)
         functions_[k].second = module_.kernel(l.scatter_function);
+      if (cudagen::tracing()) cudagen::trace_name(functions_[k].first, describe(k), true);
     }
     for (const compiler::Kernel& kn : plan_.kernels)
       numel_.push_back(product(g.node(kn.root).shape));
@@ -82,13 +85,12 @@ class CudaExecutable final : public Executable {
     views_.resize(plan_.kernels.size());
     value_ptr_.assign(plan_.kernels.size(), nullptr);
     owned_.resize(plan_.kernels.size());
-    // What is released after each kernel: a row group's members' reads stay till its last.
+    // What is released after each kernel: a group's members' reads stay till its last.
     releases_.assign(plan_.kernels.size(), {0, 0});
     for (size_t k = 0; k < plan_.kernels.size(); ++k) {
       const cudagen::KernelLaunch& l = source_.launches[k];
-      if (l.shape == KernelShape::InRowGroup) continue;
-      const size_t first = l.shape == KernelShape::Rows ? l.group_begin : k;
-      releases_[k] = {liveness_.frees_begin[first], liveness_.frees_begin[k + 1]};
+      if (l.shape == KernelShape::InGroup) continue;
+      releases_[k] = {liveness_.frees_begin[group_begin(k)], liveness_.frees_begin[k + 1]};
     }
     find_appendable_bases();
     append_of_rows_.assign(plan_.kernels.size(), std::nullopt);
@@ -116,6 +118,13 @@ class CudaExecutable final : public Executable {
   }
 
   ~CudaExecutable() override {
+    if (cudagen::tracing()) {
+      try {
+        std::fputs(cudagen::trace_report().c_str(), stderr);
+      } catch (const Error& e) {  // (a destructor must not throw)
+        std::fprintf(stderr, "luminal cuda: no kernel trace: %s\n", e.what());
+      }
+    }
     device_->recorder().drop();  // (its graphs launch kernels of module_ and the libraries')
     if (graph_runs_ && runtime::env_has("LUMINAL_LOG", "info")) {
       const cudagen::StreamRecorder::Replay& t = graph_totals_;
@@ -160,7 +169,8 @@ class CudaExecutable final : public Executable {
         std::any_of(program_.outputs.begin(), program_.outputs.end(),
                     [&](const auto& o) { return user.is_kept_on_device(o.first); });
     cudagen::StreamRecorder& recorder = device_->recorder();
-    if (repeatable_ && dims == graph_dims_ && !inputs_moved && !hands_over) {
+    // (A trace notes each run's launches as they are made: none are launched again unseen.)
+    if (repeatable_ && dims == graph_dims_ && !inputs_moved && !hands_over && !cudagen::tracing()) {
       stats_ = graph_stats_;
       stats_.graph_nodes_updated = 0;
       ++runs_, ++graph_runs_;
@@ -201,6 +211,7 @@ class CudaExecutable final : public Executable {
     graph_runs_ += stats_.replayed;
     check(cudaEventRecord(finished_.get(), device_->stream()), "cudaEventRecord");
     stats_.issue_seconds = runtime::seconds_since(run_start);
+    if (cudagen::tracing()) cudagen::trace_run_end();
     finish(user);
     repeatable_ = stats_.replayed && !hands_over && !grew_;
     graph_dims_ = dims;
@@ -271,8 +282,8 @@ class CudaExecutable final : public Executable {
       stats_.peak_bytes = std::max(stats_.peak_bytes, live);
       ++stats_.nodes_run;
       const cudagen::KernelLaunch& l = source_.launches[k];
-      // A row group's members run when its last one comes; what they read stays till then.
-      if (l.shape == KernelShape::InRowGroup) continue;
+      // A group's members run when its last one comes; what they read stays till then.
+      if (l.shape == KernelShape::InGroup) continue;
       if (!done && !rows_written) {
         ++launches_;
         if (shared_runs_[k] > 1 && run_shared_products(user, k))
@@ -407,13 +418,37 @@ class CudaExecutable final : public Executable {
     return it->second.second.data();
   }
 
+  // Generated kernel k (with the kernels of a group it launches) for the kernel trace:
+  // "lum_kernel_12: Cast f16[seq, 2, 8] + Add f32[2, 2, seq, 8]".
+  std::string describe(size_t k) const {
+    std::string out = source_.launches[k].function + ":";
+    for (size_t m = group_begin(k); m <= k; ++m) {
+      const Node& n = program_.graph->node(plan_.kernels[m].root);
+      out += (m == group_begin(k) ? " " : " + ") +
+             (n.op == Op::Custom ? n.custom->name() : std::string(op_name(n.op))) + " " +
+             std::string(dtype_name(n.dtype)) + to_string(n.shape);
+    }
+    return out;
+  }
+
+  // The first kernel of the group that kernel k launches (k itself where it is alone).
+  size_t group_begin(size_t k) const {
+    const cudagen::KernelLaunch& l = source_.launches[k];
+    return l.shape == KernelShape::Rows || l.shape == KernelShape::Maps ? l.group_begin : k;
+  }
+
   // Launches generated kernel k (and a Scatter's ordered second kernel, or the whole of
-  // a row group that k closes).
+  // a row group or map group that k closes).
   void launch(const Graph& user, size_t k) {
     const cudagen::KernelLaunch& l = source_.launches[k];
-    const int64_t threads = l.threads.eval(user.dims());
+    int64_t threads = 0;
+    if (l.shape == KernelShape::Maps) {
+      for (const Expr& e : l.member_threads) threads += e.eval(user.dims());
+    } else {
+      threads = l.threads.eval(user.dims());
+    }
     if (threads <= 0) return;
-    const size_t first = l.shape == KernelShape::Rows ? l.group_begin : k;
+    const size_t first = group_begin(k);
     // cudaLaunchKernel takes the address of each parameter's value.
     std::vector<void*>& ptrs = launch_pointers_;
     ptrs.clear();
@@ -430,12 +465,17 @@ class CudaExecutable final : public Executable {
     int64_t block = cudagen::kMaxBlock, blocks = (threads + block - 1) / block;
     // Rows: a block per row, with as many threads as the row keeps busy (up to the most).
     if (l.shape == KernelShape::Rows) {
-      const int64_t busy = l.row_threads.eval(user.dims());
-      block = std::clamp<int64_t>((busy + 31) / 32 * 32, 32, cudagen::kMaxBlock);
+      block = cudagen::row_block(l.row_threads.eval(user.dims()));
       blocks = threads;
     }
     const int64_t most = int64_t{device_->multiprocessors()} * (4096 / block);
-    const int64_t grid = std::clamp<int64_t>(blocks, 1, most);
+    int64_t grid = std::clamp<int64_t>(blocks, 1, most);
+    if (l.shape == KernelShape::Maps) {  // each member's blocks, as the kernel deals them out
+      grid = 0;
+      for (const Expr& e : l.member_threads)
+        grid += std::clamp<int64_t>((e.eval(user.dims()) + block - 1) / block, 1,
+                                    cudagen::kMapGroupMemberBlocks);
+    }
     if (const cudaError_t e = device_->launch(
             functions_[k].first, dim3(static_cast<unsigned>(grid)),
             dim3(static_cast<unsigned>(block)), args, static_cast<size_t>(l.shared_bytes));
@@ -602,6 +642,14 @@ class CudaExecutable final : public Executable {
            copy_view_.run(views[1], operand(n.inputs[1].source), esize, dst + base_bytes);
   }
 
+  // Whether kernel k is a generated elementwise kernel, alone or in a map group.
+  bool writes_elements(size_t k) const {
+    const cudagen::KernelLaunch& l = source_.launches[k];
+    if (l.shape == KernelShape::InGroup)
+      return source_.launches[l.launched_at].shape == KernelShape::Maps;
+    return l.shape == KernelShape::Map || l.shape == KernelShape::Maps;
+  }
+
   // Per node: how many kernels read it.
   std::vector<size_t> kernel_readers() const {
     std::vector<size_t> readers(program_.graph->num_nodes(), 0);
@@ -642,7 +690,7 @@ class CudaExecutable final : public Executable {
       const Node& n = g.node(plan_.kernels[j].root);
       const NodeId rows = plan_.canon(n.inputs[1].source);
       const int32_t p = liveness_.slot_of[rows.value];
-      if (p < 0 || source_.launches[static_cast<size_t>(p)].shape != KernelShape::Map) continue;
+      if (p < 0 || !writes_elements(static_cast<size_t>(p))) continue;
       const Node& r = g.node(rows);
       if (readers[rows.value] == 1 && r.dtype == n.dtype &&
           n.inputs[1].view == View::contiguous(r.shape))
@@ -876,8 +924,11 @@ CompiledProgram compile_program(const Graph& graph, const std::string& arch, boo
                     {},
                     {}};
   adjoin_shared_products(*c.planned.program.graph, c.planned.plan);
+  // (LUMINAL_CUDA_MAP_GROUPS=0: elementwise kernels launched one by one, to measure.)
+  const bool map_groups = !runtime::env_has("LUMINAL_CUDA_MAP_GROUPS", "0");
+  if (map_groups) adjoin_independent_maps(*c.planned.program.graph, c.planned.plan);
   const auto gen_start = std::chrono::steady_clock::now();
-  c.source = generate_cuda_source(*c.planned.program.graph, c.planned.plan);
+  c.source = generate_cuda_source(*c.planned.program.graph, c.planned.plan, map_groups);
   const double gen_s = runtime::seconds_since(gen_start);
   runtime::dump("source", c.source.code);
   c.cubin = compile_cubin(c.source.code, arch);

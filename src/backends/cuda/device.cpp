@@ -6,7 +6,9 @@
 #include <cstdlib>
 #include <string>
 
+#include "backends/cuda/kernel_trace.hpp"
 #include "luminal/error.hpp"
+#include "runtime/env.hpp"
 
 namespace luminal::cudagen {
 
@@ -50,6 +52,10 @@ Device::Device(int ordinal) : ordinal_(ordinal) {
   multiprocessors_ = prop.multiProcessorCount;
   name_ = prop.name;
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  // Programmatic dependent launches need sm_90; LUMINAL_CUDA_PDL=0 turns them off, to
+  // measure what they are worth.
+  programmatic_ = compute_capability_ >= 90 && !runtime::env_has("LUMINAL_CUDA_PDL", "0");
+  recorder_ = std::make_unique<StreamRecorder>(programmatic_);
 }
 
 Device::~Device() {
@@ -69,9 +75,10 @@ cudaStream_t Device::library_stream() const {
 
 cudaError_t Device::launch(const void* function, dim3 grid, dim3 block, std::span<void* const> args,
                            size_t shared_bytes) const {
+  if (tracing()) trace_launch(function);
   if (!recorder_->recording())
-    return cudaLaunchKernel(function, grid, block, const_cast<void**>(args.data()), shared_bytes,
-                            stream_);
+    return launch_kernel(function, grid, block, const_cast<void**>(args.data()), shared_bytes,
+                         stream_, programmatic_);
   recorder_->kernel(function, grid, block, args, shared_bytes);
   return cudaSuccess;
 }

@@ -66,7 +66,8 @@ class Device {
  private:
   int ordinal_;
   cudaStream_t stream_ = nullptr;
-  std::unique_ptr<StreamRecorder> recorder_ = std::make_unique<StreamRecorder>();
+  std::unique_ptr<StreamRecorder> recorder_;
+  bool programmatic_ = false;  // launches (see launch_kernel)
   std::string arch_;
   int compute_capability_ = 0;
   int multiprocessors_ = 0;

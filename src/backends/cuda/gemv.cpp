@@ -97,6 +97,7 @@ static __device__ __forceinline__ T lum_gv_pick(const T (&a)[LUM_GV_MATS], int m
 #define LUM_GEMV(name, Y, dot, store, WARPS, SPLIT, UNROLL)                              \
   extern "C" __global__ void __launch_bounds__(32 * WARPS)                              \
       name(const void* __restrict__ x, LumGvMats mats, long long vecs) {                \
+    lum_after_prior_grids();                                                            \
     __shared__ float part[WARPS];                                                       \
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;                         \
     const int sub = warp % SPLIT, rows = WARPS / SPLIT;                                 \

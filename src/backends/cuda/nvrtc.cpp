@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backends/cuda/device.hpp"
+#include "backends/cuda/kernel_trace.hpp"
 #include "luminal/error.hpp"
 #include "luminal/hash.hpp"
 #include "runtime/kernel_cache.hpp"
@@ -95,6 +96,7 @@ Cubin compile_cubin(const std::string& source, const std::string& arch) {
 Module::Module(const std::string& cubin) {
   check(cudaLibraryLoadData(&library_, cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0),
         "loading compiled CUDA kernels");
+  if (tracing()) trace_module(library_);
 }
 
 Module::~Module() {
@@ -106,6 +108,7 @@ const void* Module::kernel(const std::string& name) const {
   // (The message only on failure: this runs for many launches.)
   if (const cudaError_t e = cudaLibraryGetKernel(&k, library_, name.c_str()); e != cudaSuccess)
     check(e, ("finding kernel " + name).c_str());
+  if (tracing()) trace_name(k, name, false);
   return reinterpret_cast<const void*>(k);
 }
 

@@ -220,12 +220,14 @@ extern "C" __global__ void __launch_bounds__(kQThreads)
     lum_qgemv1(const unsigned char* __restrict__ w, const float* __restrict__ x,
                float* __restrict__ y, long long n, long long k, long long rows, long long x_row,
                long long row_bytes) {
+  lum_after_prior_grids();
   lum_qgemv<1>(w, x, y, n, k, rows, x_row, row_bytes);
 }
 extern "C" __global__ void __launch_bounds__(kQThreads)
     lum_qgemv8(const unsigned char* __restrict__ w, const float* __restrict__ x,
                float* __restrict__ y, long long n, long long k, long long rows, long long x_row,
                long long row_bytes) {
+  lum_after_prior_grids();
   lum_qgemv<8>(w, x, y, n, k, rows, x_row, row_bytes);
 }
 
@@ -233,6 +235,7 @@ extern "C" __global__ void __launch_bounds__(kQThreads)
 extern "C" __global__ void __launch_bounds__(256)
     lum_qdecode_f16(const unsigned char* __restrict__ w, uint16_t* __restrict__ out, long long n,
                     long long k, long long row_bytes) {
+  lum_after_prior_grids();
   const long long subs = k / 32, total = n * subs;
   for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < total;
        i += (long long)gridDim.x * 256) {
@@ -259,6 +262,7 @@ extern "C" __global__ void __launch_bounds__(256)
 extern "C" __global__ void __launch_bounds__(256)
     lum_q8_row(const float* __restrict__ x, signed char* __restrict__ q, float* __restrict__ d,
                long long k) {
+  lum_after_prior_grids();
   const long long sb = (long long)blockIdx.x * 256 + threadIdx.x;
   if (sb >= k / 32) return;
   const float4* xp = (const float4*)(x + sb * 32);
@@ -482,6 +486,7 @@ LUM_FN void lum_qdot(const unsigned char* __restrict__ w, const signed char* __r
       const unsigned char* __restrict__ w, const signed char* __restrict__ xq,                \
       const float* __restrict__ xd, float* __restrict__ y, long long n, long long k,          \
       long long row_bytes) {                                                                  \
+    lum_after_prior_grids();                                                                  \
     lum_qdot<S, R>(w, xq, xd, y, n, k, row_bytes);                                            \
   }
 LUM_QDOT(4, 4)

@@ -10,6 +10,21 @@
 
 namespace luminal::cudagen {
 
+cudaError_t launch_kernel(const void* function, dim3 grid, dim3 block, void** args,
+                          size_t shared_bytes, cudaStream_t stream, bool programmatic) {
+  if (!programmatic) return cudaLaunchKernel(function, grid, block, args, shared_bytes, stream);
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid, config.blockDim = block;
+  config.dynamicSmemBytes = shared_bytes;
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  return cudaLaunchKernelExC(&config, function, args);
+}
+
 StreamRecorder::~StreamRecorder() {
   if (library_work_) {
     cudaGraph_t partial = nullptr;
@@ -164,8 +179,8 @@ void StreamRecorder::queue() {
   stats_.queued += now_.ops.size();
   for (const Op& op : now_.ops) switch (op.kind) {
       case Kind::Kernel:
-        check(cudaLaunchKernel(op.function, op.grid, op.block, arguments(now_, op), op.shared_bytes,
-                               stream_),
+        check(launch_kernel(op.function, op.grid, op.block, arguments(now_, op), op.shared_bytes,
+                            stream_, programmatic_),
               "launching a recorded kernel");
         break;
       case Kind::Memset:
@@ -290,6 +305,17 @@ void StreamRecorder::instantiate(Segment& segment) {
         p.gridDim = op.grid, p.blockDim = op.block;
         p.sharedMemBytes = static_cast<unsigned>(op.shared_bytes);
         p.kernelParams = arguments(now_, op);
+        if (programmatic_ && i > 0 && now_.ops[i - 1].kind == Kind::Kernel) {
+          // launched as the kernel before it runs out (see launch_kernel)
+          check(cudaGraphAddKernelNode(&nodes[i], segment.graph, nullptr, 0, &p),
+                "adding a kernel node");
+          cudaGraphEdgeData edge{};
+          edge.from_port = cudaGraphKernelNodePortProgrammatic;
+          edge.type = cudaGraphDependencyTypeProgrammatic;
+          check(cudaGraphAddDependencies(segment.graph, after, &nodes[i], &edge, 1),
+                "adding a programmatic dependency");
+          break;
+        }
         check(cudaGraphAddKernelNode(&nodes[i], segment.graph, after, n, &p),
               "adding a kernel node");
         break;

@@ -24,9 +24,17 @@
 
 namespace luminal::cudagen {
 
+/// Kernel `function` queued on `stream`. `programmatic`: it may be launched before the
+/// kernel ahead of it on the stream has finished (programmatic dependent launch), which
+/// every luminal kernel allows by waiting for it first (lum_after_prior_grids).
+cudaError_t launch_kernel(const void* function, dim3 grid, dim3 block, void** args,
+                          size_t shared_bytes, cudaStream_t stream, bool programmatic);
+
 class StreamRecorder {
  public:
-  StreamRecorder() = default;
+  /// `programmatic`: kernels are launched programmatically (launch_kernel), and a kernel
+  /// node that follows another kernel node hangs on it by a programmatic edge.
+  explicit StreamRecorder(bool programmatic) : programmatic_(programmatic) {}
   ~StreamRecorder();
   StreamRecorder(const StreamRecorder&) = delete;
   StreamRecorder& operator=(const StreamRecorder&) = delete;
@@ -134,6 +142,7 @@ class StreamRecorder {
   bool update(Segment& segment);
   void instantiate(Segment& segment);
 
+  const bool programmatic_;
   bool recording_ = false;
   cudaStream_t stream_ = nullptr;  // the one recorded (begin)
   bool library_work_ = false;      // the stream is being captured (begin_library_work)
