@@ -37,16 +37,52 @@ double steady_time(const SearchCandidate& c) {
   return seconds_since(start);
 }
 
-// The cache key: everything that fixes the winner. The candidates' labels are part of it,
-// so a kernel whose candidates change is searched again.
-std::string cache_key(const std::string& context, const SearchProblem& p) {
-  std::string key =
-      std::string("luminal ") + LUMINAL_VERSION + "\n" + context + "\n" + p.signature + "\n";
-  for (const SearchCandidate& c : p.candidates) key += c.label + ";";
-  return key;
+std::string cache_path(const std::string& key) {
+  return cache_dir() + "/search-" + hex(hash_bytes(key));
 }
 
 }  // namespace
+
+std::string search_cache_key(const std::string& context, const std::string& signature,
+                             const std::vector<std::string>& labels) {
+  std::string key =
+      std::string("luminal ") + LUMINAL_VERSION + "\n" + context + "\n" + signature + "\n";
+  for (const std::string& label : labels) key += label + ";";
+  return key;
+}
+
+std::optional<size_t> remembered_winner(const std::string& key,
+                                        const std::vector<std::string>& labels) {
+  const std::string path = cache_path(key);
+  if (!std::filesystem::exists(path)) return std::nullopt;
+  // A winner is trusted only where the whole file reads back: the header, this exact key
+  // (no hash collision) and one of today's candidates.
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string want = std::string(kMagic) + "\n" + key + "\nwinner ";
+  const std::string got = text.str();
+  std::string why = "it does not parse";
+  if (got.rfind(want, 0) == 0 && got.back() == '\n') {
+    const std::string label = got.substr(want.size(), got.size() - want.size() - 1);
+    for (size_t i = 0; i < labels.size(); ++i)
+      if (labels[i] == label) return i;
+    why = "it names no candidate (" + label + ")";
+  }
+  std::fprintf(stderr,
+               "luminal: warning: ignoring the search cache entry %s: %s; searching again\n",
+               path.c_str(), why.c_str());
+  return std::nullopt;
+}
+
+void remember_winner(const std::string& key, const std::string& label) {
+  const std::string path = cache_path(key);
+  const std::string tmp = path + "." + unique_tag() + ".tmp";
+  std::ofstream(tmp) << kMagic << "\n" << key << "\nwinner " << label << "\n";
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) std::filesystem::remove(tmp, ec);
+}
 
 SearchMode parse_search_mode(const std::string& text, const std::string& what) {
   if (text == "off") return SearchMode::Off;
@@ -89,43 +125,23 @@ Searcher::~Searcher() {
   if (progress_shown_) std::fputs("\r\033[K", stderr);
 }
 
-std::string Searcher::cache_path(const std::string& key) const {
-  return cache_dir() + "/search-" + hex(hash_bytes(key));
-}
-
 SearchResult Searcher::choose(const SearchProblem& p) {
   LUM_CHECK(!p.candidates.empty())
       << "internal: search for " << p.signature << " without candidates";
   SearchResult r;
   if (settings_.mode == SearchMode::Off || p.candidates.size() == 1) return r;
-  const std::string key = cache_key(context_, p);
-  const std::string path = settings_.use_cache ? cache_path(key) : "";
-  if (!path.empty() && std::filesystem::exists(path)) {
-    // A winner is trusted only where the whole file reads back: the header, this exact
-    // key (no hash collision) and one of today's candidates.
-    std::ifstream in(path);
-    std::stringstream text;
-    text << in.rdbuf();
-    const std::string want = std::string(kMagic) + "\n" + key + "\nwinner ";
-    const std::string got = text.str();
-    std::string why = "it does not parse";
-    if (got.rfind(want, 0) == 0 && got.back() == '\n') {
-      const std::string label = got.substr(want.size(), got.size() - want.size() - 1);
-      for (size_t i = 0; i < p.candidates.size(); ++i)
-        if (p.candidates[i].label == label) {
-          r.winner = i;
-          r.cached = true;
-          if (env_has("LUMINAL_LOG", "info"))
-            std::fprintf(stderr, "luminal: search %s: %s (cached)\n", p.signature.c_str(),
-                         label.c_str());
-          return r;
-        }
-      why = "it names no candidate (" + label + ")";
+  std::vector<std::string> labels;
+  for (const SearchCandidate& c : p.candidates) labels.push_back(c.label);
+  const std::string key = search_cache_key(context_, p.signature, labels);
+  if (settings_.use_cache)
+    if (const std::optional<size_t> w = remembered_winner(key, labels)) {
+      r.winner = *w;
+      r.cached = true;
+      if (env_has("LUMINAL_LOG", "info"))
+        std::fprintf(stderr, "luminal: search %s: %s (cached)\n", p.signature.c_str(),
+                     labels[*w].c_str());
+      return r;
     }
-    std::fprintf(stderr,
-                 "luminal: warning: ignoring the search cache entry %s: %s; searching again\n",
-                 path.c_str(), why.c_str());
-  }
   if (spent_ >= settings_.budget_seconds) return r;
   r = search(p);
   dump(p, r);
@@ -143,14 +159,7 @@ SearchResult Searcher::choose(const SearchProblem& p) {
   const bool complete = std::none_of(r.trials.begin(), r.trials.end(), [](const SearchTrial& t) {
     return t.verdict.rfind("skipped", 0) == 0;
   });
-  if (!path.empty() && complete) {
-    // Written aside and renamed: a concurrent compile reads all of it or none.
-    const std::string tmp = path + "." + unique_tag() + ".tmp";
-    std::ofstream(tmp) << kMagic << "\n" << key << "\nwinner " << win.label << "\n";
-    std::error_code ec;
-    std::filesystem::rename(tmp, path, ec);
-    if (ec) std::filesystem::remove(tmp, ec);  // a cache: not remembering is no error
-  }
+  if (settings_.use_cache && complete) remember_winner(key, win.label);
   return r;
 }
 

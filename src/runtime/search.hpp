@@ -24,6 +24,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,21 @@ struct SearchResult {
   std::vector<SearchTrial> trials;
 };
 
+/// The search cache, shared by the Searcher and choices timed in place (the CPU's prefetch
+/// distance): a winner is remembered under a key of luminal's version, the `context`, the
+/// kernel's `signature` and every candidate's label, so a kernel whose candidates change
+/// is searched again.
+std::string search_cache_key(const std::string& context, const std::string& signature,
+                             const std::vector<std::string>& labels);
+/// The winner remembered for `key` among `labels` (its index), or nothing. An entry that
+/// does not read back whole (another key, a label not among them, cut short, garbage) is
+/// ignored with a warning.
+std::optional<size_t> remembered_winner(const std::string& key,
+                                        const std::vector<std::string>& labels);
+/// Remembers `label` as `key`'s winner (written aside and renamed: a concurrent reader
+/// sees all of it or none; not remembering is no error).
+void remember_winner(const std::string& key, const std::string& label);
+
 /// How a candidate's output differs from the reference's: "" where every element is
 /// within `tolerance` times the reference's largest magnitude (NaN only where the
 /// reference has NaN), else the first element that is not (for SearchProblem::mismatch).
@@ -105,7 +121,6 @@ class Searcher {
   SearchResult search(const SearchProblem& p);
   void progress(const SearchProblem& p, size_t done, double best,
                 std::chrono::steady_clock::time_point start, bool end);
-  std::string cache_path(const std::string& key) const;
   void dump(const SearchProblem& p, const SearchResult& r);
 
   std::string context_;

@@ -12,6 +12,8 @@
 
 #include "backends/cpu/prefetch_tuning.hpp"
 #include "luminal/error.hpp"
+#include "runtime/search.hpp"
+#include "testing/scoped_env.hpp"
 
 namespace {
 
@@ -88,28 +90,34 @@ TEST(PrefetchTuning, IgnoresReportsAtADistanceNotOnTrial) {
   EXPECT_EQ(t.choose(true).distance, kCandidates[1]);  // the trial moved on
 }
 
-TEST(PrefetchTuning, RemembersTheKeptDistance) {
-  const std::string path = (std::filesystem::temp_directory_path() /
-                            ("luminal-prefetch-test-" + std::to_string(getpid())))
-                               .string();
-  std::filesystem::remove(path);
+// The kept distance is remembered in the search cache (one entry, under the key it was
+// given), read back by the next tuner of that key and by no other, and an entry that does
+// not read back whole is ignored.
+TEST(PrefetchTuning, RemembersTheKeptDistanceInTheSearchCache) {
+  const luminal::testing::ScopedCacheDir dir("prefetch-test");
+  const std::string key =
+      luminal::runtime::search_cache_key("a CPU", "cpu prefetch distance", PrefetchTuner::labels());
   {
-    PrefetchTuner t(1, 0, 0, path);
+    PrefetchTuner t(1, 0, 0, key);
     EXPECT_EQ(t.kept(), 0);
     run_products(t, static_cast<int>(kCandidates.size()),
                  [](int64_t d, int) { return d == 2048 ? 30e9 : 20e9; });
     EXPECT_EQ(t.kept(), 2048);
   }
-  EXPECT_EQ(PrefetchTuner(1, 0, 0, path).kept(), 2048);
-  // A file without one of the candidates is not taken.
-  for (const char* text : {"", "100\n", "20"}) {
-    std::ofstream(path) << text;
-    EXPECT_EQ(PrefetchTuner(1, 0, 0, path).kept(), 0) << "file holding '" << text << "'";
+  std::vector<std::filesystem::path> entries;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) entries.push_back(e);
+  ASSERT_EQ(entries.size(), 1u);
+  EXPECT_EQ(PrefetchTuner(1, 0, 0, key).kept(), 2048);
+  const std::string other = luminal::runtime::search_cache_key(
+      "another CPU", "cpu prefetch distance", PrefetchTuner::labels());
+  EXPECT_EQ(PrefetchTuner(1, 0, 0, other).kept(), 0);
+  // A fixed distance wins over the cache.
+  EXPECT_EQ(PrefetchTuner(1, 0, 640, key).kept(), 640);
+  // Cut short or garbage: not taken.
+  for (const char* text : {"", "luminal-search 1\n", "2048\n"}) {
+    std::ofstream(entries[0]) << text;
+    EXPECT_EQ(PrefetchTuner(1, 0, 0, key).kept(), 0) << "an entry holding '" << text << "'";
   }
-  // A fixed distance wins over the file.
-  std::ofstream(path) << "2048\n";
-  EXPECT_EQ(PrefetchTuner(1, 0, 640, path).kept(), 640);
-  std::filesystem::remove(path);
 }
 
 TEST(PrefetchTuning, FixedDistanceIsNeverTimed) {

@@ -1,21 +1,18 @@
 #include "backends/cpu/prefetch_tuning.hpp"
 
 #include <omp.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
+#include <optional>
 #include <string>
 #include <utility>
 
 #include "backends/cpu/machine.hpp"
 #include "luminal/error.hpp"
-#include "luminal/hash.hpp"
 #include "runtime/env.hpp"
-#include "runtime/kernel_cache.hpp"
+#include "runtime/search.hpp"
 
 namespace luminal::cpugen {
 namespace {
@@ -29,13 +26,11 @@ double median(std::vector<double> v) {
   return *mid;
 }
 
-// One file per kind of product, CPU model and thread count in the kernel cache directory.
-std::string remembered_path(const char* kind) {
-  const std::string key = cpu_model() + " x " + std::to_string(omp_get_max_threads());
-  char name[64];
-  std::snprintf(name, sizeof name, "prefetch-%s-%016llx", kind,
-                static_cast<unsigned long long>(hash_bytes(key)));
-  return (std::filesystem::path(runtime::cache_dir()) / name).string();
+// The search cache's key for a kind of product on this CPU model and thread count.
+std::string cache_key(const char* products) {
+  return runtime::search_cache_key(
+      cpu_model() + " x " + std::to_string(omp_get_max_threads()) + " threads",
+      std::string("cpu prefetch distance, ") + products, PrefetchTuner::labels());
 }
 
 // Prints the kept distance and why: `why`, or else each candidate's median rate.
@@ -60,16 +55,20 @@ struct Tuners {
 
 Tuners& tuners() {
   static Tuners& t = []() -> Tuners& {
-    const int64_t fixed = parse_prefetch_distance(std::getenv("LUMINAL_CPU_PREFETCH"));
-    const std::string long_path = remembered_path("long"), small_path = remembered_path("small");
-    static Tuners made{PrefetchTuner(3, 0, fixed, long_path),
-                       PrefetchTuner(3, kSmallProductsTrial, fixed, small_path)};
+    const int64_t given = parse_prefetch_distance(std::getenv("LUMINAL_CPU_PREFETCH"));
+    const bool off = runtime::search_settings_from_env().mode == runtime::SearchMode::Off;
+    const int64_t fixed = given > 0 ? given : off ? PrefetchTuner::kUntuned : 0;
+    const bool remember = fixed == 0 && runtime::search_settings_from_env().use_cache;
+    static Tuners made{
+        PrefetchTuner(3, 0, fixed, remember ? cache_key("products of 8 MiB and more") : ""),
+        PrefetchTuner(3, kSmallProductsTrial, fixed,
+                      remember ? cache_key("smaller products") : "")};
     if (env_has("LUMINAL_LOG", "info")) {
-      auto why = [&](const std::string& path) {
-        return fixed > 0 ? std::string("LUMINAL_CPU_PREFETCH") : "remembered in " + path;
-      };
-      if (made.long_streams.kept() > 0) log_choice(made.long_streams, true, why(long_path));
-      if (made.small_products.kept() > 0) log_choice(made.small_products, false, why(small_path));
+      const std::string why = given > 0 ? "LUMINAL_CPU_PREFETCH"
+                              : off     ? "LUMINAL_SEARCH=off"
+                                        : "remembered in the search cache";
+      if (made.long_streams.kept() > 0) log_choice(made.long_streams, true, why);
+      if (made.small_products.kept() > 0) log_choice(made.small_products, false, why);
     }
     return made;
   }();
@@ -88,19 +87,18 @@ int64_t parse_prefetch_distance(const char* value) {
   return v;
 }
 
-PrefetchTuner::PrefetchTuner(int rounds, int64_t trial_bytes, int64_t fixed,
-                             std::string remember_at)
-    : rounds_(rounds),
-      trial_bytes_(trial_bytes),
-      remember_at_(std::move(remember_at)),
-      kept_(fixed) {
+PrefetchTuner::PrefetchTuner(int rounds, int64_t trial_bytes, int64_t fixed, std::string cache_key)
+    : rounds_(rounds), trial_bytes_(trial_bytes), cache_key_(std::move(cache_key)), kept_(fixed) {
   LUM_CHECK(rounds > 0) << "internal: prefetch tuning over " << rounds << " rounds";
-  if (kept_ > 0 || remember_at_.empty()) return;
-  // A file that does not hold one of the candidates (absent, cut short) is not used.
-  std::ifstream in(remember_at_);
-  int64_t d = 0;
-  if (in >> d && std::find(kCandidates.begin(), kCandidates.end(), d) != kCandidates.end())
-    kept_ = d;
+  if (kept_ > 0 || cache_key_.empty()) return;
+  if (const std::optional<size_t> w = runtime::remembered_winner(cache_key_, labels()))
+    kept_ = kCandidates[*w];
+}
+
+std::vector<std::string> PrefetchTuner::labels() {
+  std::vector<std::string> out;
+  for (const int64_t d : kCandidates) out.push_back(std::to_string(d));
+  return out;
 }
 
 PrefetchTuner::Choice PrefetchTuner::choose(bool may_time) const {
@@ -130,14 +128,7 @@ bool PrefetchTuner::report(int64_t distance, int64_t bytes, double seconds) {
   for (size_t c = 1; c < kCandidates.size(); ++c)
     if (median(rates_[c]) > median(rates_[best])) best = c;
   kept_ = kCandidates[best];
-  if (!remember_at_.empty()) {
-    // Written aside and renamed: a process starting meanwhile reads all of it or none.
-    const std::string tmp = remember_at_ + "." + std::to_string(getpid()) + ".tmp";
-    std::ofstream(tmp) << kept_ << "\n";
-    std::error_code ec;
-    std::filesystem::rename(tmp, remember_at_, ec);
-    if (ec) std::filesystem::remove(tmp, ec);  // a cache: not remembering is no error
-  }
+  if (!cache_key_.empty()) runtime::remember_winner(cache_key_, labels()[best]);
   return true;
 }
 

@@ -12,9 +12,12 @@
 //
 // No one constant serves, so each kind of product is tuned on its own: the first
 // single-row products try each candidate in turn, a few rounds over, and the distance of
-// the best median rate is kept, and remembered in the kernel cache directory for the CPU
-// model and thread count, so later processes start with it (delete the `prefetch-*` files
-// to tune again).
+// the best median rate is kept. This is a search (runtime/search.hpp) whose candidates
+// are timed in place, in the decode steps themselves, not by back-to-back runs, which
+// would find the weights in cache where a decode step streams them cold. It shares the
+// search's switch (LUMINAL_SEARCH=off keeps the untuned distance) and its cache: the
+// winner is remembered for the CPU model and thread count, so later processes start with
+// it, and a corrupt entry is ignored with a warning and tuned again.
 #pragma once
 
 #include <array>
@@ -40,11 +43,14 @@ class PrefetchTuner {
     bool timed = false;  // report the product's time
   };
 
-  /// Tunes, or, given `fixed` > 0, always answers that distance. With a `remember_at`
-  /// path, a distance found there is kept from the start, and one chosen by tuning is
-  /// written there.
+  /// Tunes, or, given `fixed` > 0, always answers that distance. With a search cache key
+  /// (runtime::search_cache_key over labels()), a distance remembered there is kept from
+  /// the start, and one chosen by tuning is remembered there.
   explicit PrefetchTuner(int rounds = 3, int64_t trial_bytes = 0, int64_t fixed = 0,
-                         std::string remember_at = "");
+                         std::string cache_key = "");
+
+  /// The candidates as the search cache names them ("512" for 512 bytes).
+  static std::vector<std::string> labels();
 
   /// The distance for a product; `may_time` false for products whose time says little
   /// about the distance (several activation rows: their arithmetic weighs more).
@@ -62,7 +68,7 @@ class PrefetchTuner {
   mutable std::mutex mutex_;
   int rounds_ = 0;
   int64_t trial_bytes_ = 0;
-  std::string remember_at_;
+  std::string cache_key_;
   int trials_ = 0;              // trials ended; candidate trials_ % size is on trial
   int64_t gathered_bytes_ = 0;  // in the trial under way
   double gathered_seconds_ = 0;
