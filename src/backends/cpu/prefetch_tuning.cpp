@@ -56,9 +56,10 @@ struct Tuners {
 Tuners& tuners() {
   static Tuners& t = []() -> Tuners& {
     const int64_t given = parse_prefetch_distance(std::getenv("LUMINAL_CPU_PREFETCH"));
-    const bool off = runtime::search_settings_from_env().mode == runtime::SearchMode::Off;
+    const runtime::SearchSettings search = runtime::search_settings_from_env();
+    const bool off = search.mode == runtime::SearchMode::Off;
     const int64_t fixed = given > 0 ? given : off ? PrefetchTuner::kUntuned : 0;
-    const bool remember = fixed == 0 && runtime::search_settings_from_env().use_cache;
+    const bool remember = fixed == 0 && search.use_cache;
     static Tuners made{
         PrefetchTuner(3, 0, fixed, remember ? cache_key("products of 8 MiB and more") : ""),
         PrefetchTuner(3, kSmallProductsTrial, fixed,

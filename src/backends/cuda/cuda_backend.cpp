@@ -441,9 +441,14 @@ class CudaExecutable final : public Executable {
   // a row group or map group that k closes).
   void launch(const Graph& user, size_t k) {
     const cudagen::KernelLaunch& l = source_.launches[k];
-    int64_t threads = 0;
+    // A map group: its members' elements, and the blocks the kernel deals out to them.
+    int64_t threads = 0, member_blocks = 0;
     if (l.shape == KernelShape::Maps) {
-      for (const Expr& e : l.member_threads) threads += e.eval(user.dims());
+      for (const Expr& e : l.member_threads) {
+        const int64_t elements = e.eval(user.dims());
+        threads += elements;
+        member_blocks += cudagen::map_member_blocks(elements);
+      }
     } else {
       threads = l.threads.eval(user.dims());
     }
@@ -469,13 +474,8 @@ class CudaExecutable final : public Executable {
       blocks = threads;
     }
     const int64_t most = int64_t{device_->multiprocessors()} * (4096 / block);
-    int64_t grid = std::clamp<int64_t>(blocks, 1, most);
-    if (l.shape == KernelShape::Maps) {  // each member's blocks, as the kernel deals them out
-      grid = 0;
-      for (const Expr& e : l.member_threads)
-        grid += std::clamp<int64_t>((e.eval(user.dims()) + block - 1) / block, 1,
-                                    cudagen::kMapGroupMemberBlocks);
-    }
+    const int64_t grid =
+        l.shape == KernelShape::Maps ? member_blocks : std::clamp<int64_t>(blocks, 1, most);
     if (const cudaError_t e = device_->launch(
             functions_[k].first, dim3(static_cast<unsigned>(grid)),
             dim3(static_cast<unsigned>(block)), args, static_cast<size_t>(l.shared_bytes));

@@ -16,8 +16,6 @@
 namespace luminal::cudagen {
 namespace {
 
-constexpr uint64_t kSlots = kTraceSlots;  // after slot 0, which counts the launches
-
 struct Trace {
   std::mutex mutex;
   uint64_t* slots = nullptr;  // device memory, never freed: the process's
@@ -45,7 +43,8 @@ void trace_module(cudaLibrary_t library) {
   int device = 0;
   check(cudaGetDevice(&device), "cudaGetDevice");
   if (!t.slots) {
-    check(cudaMalloc(reinterpret_cast<void**>(&t.slots), (kSlots + 1) * sizeof(uint64_t)),
+    // Slot 0 counts the launches; a time for each after it.
+    check(cudaMalloc(reinterpret_cast<void**>(&t.slots), (kTraceSlots + 1) * sizeof(uint64_t)),
           "allocating the kernel trace");
     check(cudaMemset(t.slots, 0, sizeof(uint64_t)), "clearing the kernel trace");
     t.device = device;
@@ -90,7 +89,7 @@ std::string trace_report() {
   check(cudaDeviceSynchronize(), "waiting for the traced kernels");
   uint64_t count = 0;
   check(cudaMemcpy(&count, t.slots, sizeof count, cudaMemcpyDeviceToHost), "reading the trace");
-  const size_t n = std::min<size_t>({count, kSlots, t.launches.size()});
+  const size_t n = std::min<size_t>({count, kTraceSlots, t.launches.size()});
   std::vector<uint64_t> at(n);
   check(cudaMemcpy(at.data(), t.slots + 1, n * sizeof(uint64_t), cudaMemcpyDeviceToHost),
         "reading the trace");

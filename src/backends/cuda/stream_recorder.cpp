@@ -305,19 +305,19 @@ void StreamRecorder::instantiate(Segment& segment) {
         p.gridDim = op.grid, p.blockDim = op.block;
         p.sharedMemBytes = static_cast<unsigned>(op.shared_bytes);
         p.kernelParams = arguments(now_, op);
-        if (programmatic_ && i > 0 && now_.ops[i - 1].kind == Kind::Kernel) {
-          // launched as the kernel before it runs out (see launch_kernel)
-          check(cudaGraphAddKernelNode(&nodes[i], segment.graph, nullptr, 0, &p),
-                "adding a kernel node");
+        // After a kernel: launched as that one runs out (see launch_kernel), so the node
+        // hangs on it by a programmatic edge instead of an ordinary one.
+        const bool programmatic = programmatic_ && i > 0 && now_.ops[i - 1].kind == Kind::Kernel;
+        check(cudaGraphAddKernelNode(&nodes[i], segment.graph, programmatic ? nullptr : after,
+                                     programmatic ? 0 : n, &p),
+              "adding a kernel node");
+        if (programmatic) {
           cudaGraphEdgeData edge{};
           edge.from_port = cudaGraphKernelNodePortProgrammatic;
           edge.type = cudaGraphDependencyTypeProgrammatic;
           check(cudaGraphAddDependencies(segment.graph, after, &nodes[i], &edge, 1),
                 "adding a programmatic dependency");
-          break;
         }
-        check(cudaGraphAddKernelNode(&nodes[i], segment.graph, after, n, &p),
-              "adding a kernel node");
         break;
       }
       case Kind::Memset: {
