@@ -42,6 +42,10 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
   virtual std::unique_ptr<Executable> compile(const Graph& graph) const = 0;
+  /// Whether values live in memory of their own (a GPU's), where outputs marked
+  /// keep_on_device stay: reading one on the host is then a copy, and work that stays
+  /// there (picking the next token) is worth doing there.
+  virtual bool device_memory() const { return false; }
 };
 
 }  // namespace luminal

@@ -28,6 +28,7 @@ class CudaBackend final : public Backend {
   /// Raises luminal::Error naming what is missing where no usable GPU exists (a build
   /// without CUDA, no driver, a driver too old, no device).
   std::unique_ptr<Executable> compile(const Graph& graph) const override;
+  bool device_memory() const override { return true; }
 
  private:
   CudaOptions options_;

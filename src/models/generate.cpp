@@ -3,8 +3,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <span>
 
+#include "luminal/device_data.hpp"
 #include "luminal/error.hpp"
 #include "luminal/graph.hpp"
 #include "luminal/models/language_model.hpp"
@@ -69,6 +71,11 @@ struct TextGenerator::Impl {
   Graph graph;
   LanguageModel lm;
   Tensor tokens, logits;
+  // On a backend with memory of its own (a GPU's): the logits' argmax, computed there,
+  // and the logits left there, so a greedy token costs four bytes copied instead of the
+  // vocabulary's logits (half a megabyte for 128k) and a scan of them on the host.
+  std::optional<Tensor> device_argmax;
+  int64_t vocab = 0;
   std::vector<nn::KVCache> cache_out;
   int64_t past = 0;
   double load_seconds = 0, compile_seconds = 0, prepare_seconds = 0;
@@ -93,10 +100,8 @@ struct TextGenerator::Impl {
     }
   }
 
-  // Runs the model on `ids` after the cached positions; returns the last position's
-  // logits, which stay valid until the next step (they are the graph's output buffer:
-  // a copy of a 262k vocabulary's logits per token is a megabyte written and read).
-  std::span<const float> step(const std::vector<int32_t>& ids) {
+  // Runs the model on `ids` after the cached positions.
+  void step(const std::vector<int32_t>& ids) {
     graph.set_dim("seq", static_cast<int64_t>(ids.size()));
     graph.set_dim("past", past);
     tokens.set(ids);
@@ -115,13 +120,36 @@ struct TextGenerator::Impl {
       feed_back(cache_out[l].k, lm.model->cache_inputs[l].k);
       feed_back(cache_out[l].v, lm.model->cache_inputs[l].v);
     }
+  }
+
+  // The last step's last-position logits on the host, valid until the next step (on the
+  // CPU they are the graph's output buffer: a copy of a 262k vocabulary's logits per
+  // token is a megabyte written and read).
+  std::span<const float> last_logits() {
     const Buffer* data = graph.data(logits.id());
+    if (const DeviceData* d = graph.device_data(logits.id())) {
+      copied = d->to_host();
+      data = &copied;
+    }
     LUM_CHECK(data) << "the model produced no logits";
     if (data->dtype() == DType::F32) return data->span<float>();
     widened = data->to_f32();
     return widened;
   }
+  Buffer copied;               // logits copied from the device
   std::vector<float> widened;  // logits of another dtype, as f32
+
+  // The next token after the last step: greedy ones from the device's argmax where there
+  // is one (the same token: the lowest index among equal largest logits), the rest from
+  // the logits on the host.
+  int32_t next_token(const SamplingOptions& opts, uint64_t& rng) {
+    if (device_argmax && opts.temperature <= 0)
+      if (const Buffer* b = graph.data(device_argmax->id()); b && b->numel() == 1) {
+        const int64_t id = b->get_i64(0);
+        if (id >= 0 && id < vocab) return static_cast<int32_t>(id);  // (NaN logits: none)
+      }
+    return sample(last_logits(), opts, rng);
+  }
 };
 
 TextGenerator::TextGenerator(const std::string& path, const Backend& backend,
@@ -140,6 +168,11 @@ TextGenerator::TextGenerator(const std::string& path, const Backend& backend,
   // Only the last position's logits are needed to pick the next token.
   CausalLM::Output out = m.lm.model->forward(m.tokens, "seq", "past", /*last_only=*/true);
   m.logits = out.logits.retrieve();
+  m.vocab = out.logits.shape().back().as_const().value_or(0);
+  if (backend.device_memory() && m.vocab > 0) {
+    m.logits.keep_on_device();
+    m.device_argmax = out.logits.argmax(-1).retrieve();
+  }
   m.cache_out = out.cache;
   // A GPU backend keeps the caches in device memory between steps.
   for (auto& c : m.cache_out) {
@@ -202,11 +235,11 @@ GenerationStats TextGenerator::generate(const std::string& prompt, int64_t max_t
   TextStream stream(*m.lm.tokenizer, ids);
   uint64_t rng = opts.seed;
   const auto start = Clock::now();
-  std::span<const float> logits = m.step(ids);
+  m.step(ids);
   st.prefill_seconds = since(start);
   const auto decode_start = Clock::now();
   for (int64_t i = 0; i < max_tokens; ++i) {
-    const int32_t next = m.agreed(sample(logits, opts, rng));
+    const int32_t next = m.agreed(m.next_token(opts, rng));
     if (i == 0) st.ttft_seconds = since(start);
     if (!ignore_eos &&
         std::find(m.lm.stop_ids.begin(), m.lm.stop_ids.end(), next) != m.lm.stop_ids.end())
@@ -215,7 +248,7 @@ GenerationStats TextGenerator::generate(const std::string& prompt, int64_t max_t
     if (const std::string piece = stream.push(next); on_text && !piece.empty()) on_text(piece);
     if (i + 1 < max_tokens) {
       const auto step_start = Clock::now();
-      logits = m.step({next});
+      m.step({next});
       st.decode_run_seconds += since(step_start);
       const RunStats run = m.graph.last_run_stats();
       st.decode_issue_seconds += run.issue_seconds;
@@ -234,8 +267,12 @@ std::vector<std::vector<float>> TextGenerator::forced_logits(const std::vector<i
   Impl& m = *impl_;
   m.reset_cache();
   auto copy = [](std::span<const float> x) { return std::vector<float>(x.begin(), x.end()); };
-  std::vector<std::vector<float>> out{copy(m.step(prompt))};
-  for (int32_t t : tokens) out.push_back(copy(m.step({t})));
+  m.step(prompt);
+  std::vector<std::vector<float>> out{copy(m.last_logits())};
+  for (int32_t t : tokens) {
+    m.step({t});
+    out.push_back(copy(m.last_logits()));
+  }
   return out;
 }
 
@@ -244,13 +281,16 @@ std::vector<int32_t> TextGenerator::greedy_ids(const std::vector<int32_t>& promp
   Impl& m = *impl_;
   m.reset_cache();
   std::vector<int32_t> out;
-  std::span<const float> logits = m.step(prompt);
+  m.step(prompt);
   for (int64_t i = 0; i < steps; ++i) {
-    if (all_logits) all_logits->emplace_back(logits.begin(), logits.end());
+    if (all_logits) {
+      const std::span<const float> logits = m.last_logits();
+      all_logits->emplace_back(logits.begin(), logits.end());
+    }
     uint64_t rng = 0;
-    const int32_t next = m.agreed(sample(logits, {}, rng));
+    const int32_t next = m.agreed(m.next_token({}, rng));
     out.push_back(next);
-    if (i + 1 < steps) logits = m.step({next});
+    if (i + 1 < steps) m.step({next});
   }
   return out;
 }

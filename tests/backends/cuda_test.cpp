@@ -462,6 +462,41 @@ TEST(Cuda, RepeatedRunsReplayARecordedGraph) {
   }
 }
 
+// Values whose sizes follow a dim keep the places planned for them while they grow by
+// less than their headroom (a decoding step's), and are planned again when one outgrows
+// its place or the dim falls back: every run's values are right either way.
+TEST(Cuda, ValuesGrowingWithADimKeepOrLeaveTheirPlacesCorrectly) {
+  SKIP_WITHOUT_GPU();
+  struct Model {
+    Graph cx;
+    Tensor x, y, z;
+    Model() {
+      x = cx.named_tensor("x", {Expr::var("n"), 16});
+      const Tensor e = (x * 0.5).exp() + x.sin();  // values of n rows, live together
+      y = (e * x).sum({1}).retrieve();
+      z = (e.max({1}) - x.cos().sum({1})).retrieve();
+    }
+  };
+  Model ref, gpu;
+  ref.cx.compile(reference());
+  gpu.cx.compile(cuda());
+  std::mt19937 rng(5);
+  for (const int64_t n : {32, 33, 34, 35, 36, 40, 41, 64, 20, 21, 80}) {
+    const std::vector<float> x = testing::uniform_floats(rng, static_cast<size_t>(n * 16));
+    for (Model* m : {&ref, &gpu}) {
+      m->cx.set_dim("n", n);
+      m->x.set(x);
+      m->cx.execute();
+    }
+    for (auto [want_t, got_t] : {std::pair{&ref.y, &gpu.y}, std::pair{&ref.z, &gpu.z}}) {
+      const std::vector<float> want = want_t->to_f32(), got = got_t->to_f32();
+      ASSERT_EQ(got.size(), static_cast<size_t>(n)) << "n " << n;
+      for (size_t k = 0; k < got.size(); ++k)
+        ASSERT_NEAR(got[k], want[k], 1e-4 * (1 + std::fabs(want[k]))) << "n " << n << " row " << k;
+    }
+  }
+}
+
 // all_reduce and all_gather nodes through NCCL, over a group of one rank (this GPU):
 // queued, then captured into the recorded graphs and run again from them as the dims
 // change.
@@ -527,6 +562,40 @@ TEST(Cuda, InputsAndOutputsStayOnTheDevice) {
   // Data on the device must fit the input like host data does.
   x.set_device(to_cuda(Buffer::from(std::vector<float>(7))));
   testing::expect_error([&] { cx.execute(); }, {"'x'", "needs 20 elements, got 7 on the GPU"});
+}
+
+// An output of a fixed size handed over every run (a decoding step's logits) gets back
+// its buffer once its holder lets go: runs alternate between two buffers instead of
+// allocating one each. A holder that keeps an earlier run's value keeps its values.
+TEST(Cuda, HandedOverOutputsOfAFixedSizeReuseTheirBuffers) {
+  SKIP_WITHOUT_GPU();
+  Graph cx;
+  Tensor x = cx.named_tensor("x", {64});
+  Tensor y = (x * 3.0 - 1.0).keep_on_device();
+  cx.compile(cuda());
+  std::vector<const void*> places;
+  std::optional<DeviceData> kept;
+  for (int run = 0; run < 5; ++run) {
+    std::vector<float> xs(64);
+    for (size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>(run * 64 + i) * 0.5f;
+    x.set(xs);
+    cx.execute();
+    ASSERT_NE(y.device_data(), nullptr);
+    places.push_back(y.device_data()->data());
+    if (run == 1) kept = *y.device_data();  // held past the next runs
+    const std::vector<float> ys = y.to_f32();
+    for (size_t i = 0; i < xs.size(); ++i) ASSERT_EQ(ys[i], xs[i] * 3.0f - 1.0f) << run << " " << i;
+  }
+  // Run 1 replaced run 0's value, whose buffer run 2 took; run 1's is held, so run 3's
+  // is new, and run 4 takes run 2's, let go by run 3.
+  EXPECT_NE(places[1], places[0]);
+  EXPECT_EQ(places[2], places[0]);
+  EXPECT_NE(places[3], places[1]);
+  EXPECT_NE(places[3], places[2]);
+  EXPECT_EQ(places[4], places[2]);
+  const std::vector<float> held = kept->to_host().to_f32();
+  for (size_t i = 0; i < held.size(); ++i)
+    ASSERT_EQ(held[i], static_cast<float>(64 + i) * 0.5f * 3.0f - 1.0f) << i;
 }
 
 // Inputs whose upload does not fit the memory luminal may count on stop the run before

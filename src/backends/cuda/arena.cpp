@@ -59,4 +59,8 @@ ArenaPlan plan_arena(const std::vector<size_t>& sizes,
   return plan;
 }
 
+size_t with_headroom(size_t bytes) {
+  return bytes + bytes / 8;
+}
+
 }  // namespace luminal::cudagen

@@ -24,4 +24,8 @@ ArenaPlan plan_arena(const std::vector<size_t>& sizes,
                      const std::vector<std::pair<uint32_t, uint32_t>>& releases,
                      const std::vector<int32_t>& frees);
 
+/// The room planned for a value of `bytes` whose size follows the dims: an eighth more, so
+/// it can grow that much in its place.
+size_t with_headroom(size_t bytes);
+
 }  // namespace luminal::cudagen

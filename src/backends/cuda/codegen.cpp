@@ -36,7 +36,7 @@ class KernelWriter : public runtime::ElementWriter {
   using ElementWriter::ElementWriter;
 
   // The kernel body (without the dims declarations, which need every kernel's vars);
-  // `threads` is set to what the grid-stride loop covers.
+  // `threads` is set to the threads a launch needs (its grid-stride loop takes any fewer).
   std::string write(Expr& threads) {
     const Node& root = g_.node(k_.root);
     switch (root.op) {
@@ -112,13 +112,13 @@ class KernelWriter : public runtime::ElementWriter {
   // Iota of bytes, one 4-byte store for four). Elsewhere they are a grid stride apart,
   // each loaded alone.
   void write_map(const Node& root, Expr& threads) {
-    threads = product(root.shape);
-    note_vars(threads);
+    const Expr elements = product(root.shape);
+    note_vars(elements);
     const std::string before = os_.str();
     os_.str("");
     const std::vector<Expr> idx = split_counter("lum_o", root.shape, "      ");
     own_element_ = within(runtime::flatten(idx, root.shape));
-    own_numel_ = threads;
+    own_numel_ = elements;
     const std::string v = value(k_.root, idx, "      ");
     const std::string body = os_.str();
     os_.str(before);
@@ -126,7 +126,9 @@ class KernelWriter : public runtime::ElementWriter {
     own_element_.reset();
     const std::string store = store_expr(root.dtype, v);
     const std::string vec = "lum_vec<" + output_type() + ", " + std::to_string(kMapElements) + ">";
-    os_ << "  const int64_t lum_n = " << threads.to_c() << ";\n"
+    // A thread takes kMapElements elements a round: the launch needs no more threads.
+    threads = ceil_div(elements, Expr::constant(kMapElements));
+    os_ << "  const int64_t lum_n = " << elements.to_c() << ";\n"
         << "  const int64_t lum_step = (int64_t)gridDim.x * blockDim.x;\n"
         << "  const int64_t lum_t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;\n"
         << "  if (lum_aligned<" << kMapElements << ">(out)";

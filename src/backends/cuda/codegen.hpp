@@ -41,11 +41,11 @@ constexpr int64_t row_block(int64_t busy) {
 
 /// The most blocks a map group's member takes (its grid-stride loop covers the rest).
 constexpr int64_t kMapGroupMemberBlocks = 1024;
-/// The blocks of kMaxBlock threads a map group's member of `elements` output elements
-/// takes: at least one, at most kMapGroupMemberBlocks. The generated kernel deals them
-/// out by the same sum (write_map_group).
-constexpr int64_t map_member_blocks(int64_t elements) {
-  const int64_t blocks = (elements + kMaxBlock - 1) / kMaxBlock;
+/// The blocks of kMaxBlock threads a map group's member that needs `threads` takes: at
+/// least one, at most kMapGroupMemberBlocks. The generated kernel deals them out by the
+/// same sum (write_map_group).
+constexpr int64_t map_member_blocks(int64_t threads) {
+  const int64_t blocks = (threads + kMaxBlock - 1) / kMaxBlock;
   return blocks < 1 ? 1 : blocks > kMapGroupMemberBlocks ? kMapGroupMemberBlocks : blocks;
 }
 /// The most kernels in a map group.
@@ -55,13 +55,13 @@ struct KernelLaunch {
   KernelShape shape = KernelShape::Library;
   std::string function;          // the __global__ function (identical kernels share one)
   std::string scatter_function;  // a Scatter's ordered second kernel
-  // Map: output elements; Reduce: output elements x 32 (a warp each); Rows: rows (a block
-  // each); Maps: unused (see member_threads).
+  // Map: output elements / 4 (a thread takes four a round); Reduce: output elements x 32
+  // (a warp each); Rows: rows (a block each); Maps: unused (see member_threads).
   Expr threads;
   size_t group_begin = 0;  // Rows, Maps: the group's first kernel (this one is its last)
   size_t launched_at = 0;  // InGroup: the kernel that launches its group
-  // Maps: each member's output elements. Member i takes map_member_blocks of them, after
-  // those of the members before it.
+  // Maps: each member's threads (as a Map's). Member i takes map_member_blocks of them,
+  // after those of the members before it.
   std::vector<Expr> member_threads;
   Expr row_threads;          // Rows: threads a row keeps busy (its elements / those a step)
   int64_t shared_bytes = 0;  // Rows: the row cache's dynamic shared memory

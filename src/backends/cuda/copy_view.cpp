@@ -100,6 +100,17 @@ ConcreteView unbroadcast(const ConcreteView& view) {
   return v;
 }
 
+bool unbroadcast_is_dense(const ConcreteView& view) {
+  int64_t expected = 1;
+  for (size_t d = view.dims.size(); d-- > 0;) {
+    if (view.strides[d] == 0) continue;  // read once: a dim of 1 unbroadcast
+    if (view.mask_lo[d] > 0 || view.mask_hi[d] < view.dims[d]) return false;
+    if (view.dims[d] != 1 && view.strides[d] != expected) return false;
+    expected *= view.dims[d];
+  }
+  return true;
+}
+
 ConcreteView packed(const ConcreteView& view) {
   ConcreteView v;
   v.dims = view.dims;

@@ -40,6 +40,8 @@ class ViewCopy {
 /// `view` with its broadcast dims (stride 0) of size 1: each element it selects once, as
 /// a copy of it holds them.
 ConcreteView unbroadcast(const ConcreteView& view);
+/// unbroadcast(view).is_dense(), without the copy.
+bool unbroadcast_is_dense(const ConcreteView& view);
 /// `view`'s dims read from a row-major copy of unbroadcast(view): broadcast dims keep
 /// stride 0.
 ConcreteView packed(const ConcreteView& view);

@@ -108,6 +108,7 @@ class CudaExecutable final : public Executable {
       for (size_t j = k; j + 1 < k + shared_runs_[k]; ++j)
         if (releases_[j].first != releases_[j].second) shared_runs_[k] = 1;
     errors_ = DeviceBuffer(3 * sizeof(int64_t) * std::max<size_t>(plan_.kernels.size(), 1));
+    spares_ = std::make_shared<cudagen::SpareBuffers>(device_->ordinal());
     dims_ = DeviceBuffer(sizeof(int64_t) * std::max<size_t>(source_.dims.size(), 1));
     dims_arg_ = dims_.data();
     if (profiling_) {
@@ -137,6 +138,12 @@ class CudaExecutable final : public Executable {
                    static_cast<double>(t.nodes) / recorded,
                    static_cast<double>(t.updated) / recorded, t.update_seconds / recorded * 1e3,
                    static_cast<double>(t.queued) / recorded);
+      const HostPhases& h = host_phases_;
+      const double n = static_cast<double>(std::max<size_t>(h.runs, 1)) / 1e3;
+      std::fprintf(stderr,
+                   "luminal cuda: the host's ms a run: inputs %.3f, placing values %.3f, dims "
+                   "%.3f, recording %.3f, replaying %.3f, outputs and waiting %.3f\n",
+                   h.inputs / n, h.place / n, h.dims / n, h.record / n, h.replay / n, h.finish / n);
     }
     if (profile_.runs)
       runtime::print_kernel_profile(*program_.graph, plan_, "cuda, runs after the first", profile_);
@@ -164,6 +171,12 @@ class CudaExecutable final : public Executable {
       dims[i] = *v;
     }
     const bool inputs_moved = upload_inputs(user);
+    auto phase_end = [&, last = run_start](double HostPhases::*phase) mutable {
+      const auto now = std::chrono::steady_clock::now();
+      host_phases_.*phase += std::chrono::duration<double>(now - last).count();
+      last = now;
+    };
+    phase_end(&HostPhases::inputs);
     // Outputs left on the device are handed over, so their buffers are new every run.
     const bool hands_over =
         std::any_of(program_.outputs.begin(), program_.outputs.end(),
@@ -182,6 +195,7 @@ class CudaExecutable final : public Executable {
       return;
     }
     place_values(user, dims);
+    phase_end(&HostPhases::place);
     stats_ = RunStats{};
     grew_ = false;
     check(cudaEventRecord(started_.get(), device_->stream()), "cudaEventRecord");
@@ -192,6 +206,7 @@ class CudaExecutable final : public Executable {
       uploaded_dims_ = dims;
     }
     if (graphs_ && ran_) device_->begin_recording();
+    phase_end(&HostPhases::dims);
     check(device_->memset(errors_.data(), 0, errors_.bytes()), "cudaMemsetAsync");
     try {
       run_kernels(user);
@@ -201,6 +216,7 @@ class CudaExecutable final : public Executable {
     }
     ran_ = true;
     stats_.launches = launches_;
+    phase_end(&HostPhases::record);
     if (recorder.recording()) {
       const cudagen::StreamRecorder::Replay r = recorder.replay();
       stats_.replayed = r.queued == 0;
@@ -212,7 +228,10 @@ class CudaExecutable final : public Executable {
     check(cudaEventRecord(finished_.get(), device_->stream()), "cudaEventRecord");
     stats_.issue_seconds = runtime::seconds_since(run_start);
     if (cudagen::tracing()) cudagen::trace_run_end();
+    phase_end(&HostPhases::replay);
     finish(user);
+    phase_end(&HostPhases::finish);
+    ++host_phases_.runs;
     repeatable_ = stats_.replayed && !hands_over && !grew_;
     graph_dims_ = dims;
     graph_stats_ = stats_;
@@ -270,7 +289,7 @@ class CudaExecutable final : public Executable {
         value_ptr_[k] = owned_[k].data();
         grown = true;
       } else {
-        if (owned_[k].bytes() != bytes) owned_[k] = DeviceBuffer(bytes);
+        if (owned_[k].bytes() != bytes) owned_[k] = spares_->take(bytes);
         value_ptr_[k] = owned_[k].data();
       }
       // Test binaries set LUMINAL_CPU_POISON: outputs start as all-ones bytes (NaN for
@@ -300,9 +319,12 @@ class CudaExecutable final : public Executable {
       check(cudaEventRecord(marks_.back().get(), device_->stream()), "cudaEventRecord");
   }
 
-  // Each value's size under the bound dims and its place: a range of the arena, planned
-  // again when the sizes change, or a buffer of its own for a value the run may take from
-  // an input (a cache grown in place) or hands over (an output kept on the device).
+  // Each value's size under the bound dims and its place: a range of the arena, or a
+  // buffer of its own for a value the run may take from an input (a cache grown in place)
+  // or hands over (an output kept on the device). The arena is planned again only where a
+  // value outgrows its range: a value whose size follows the dims gets up to an eighth
+  // more room, so a decoding step's growing values (a mask over the keys) keep their
+  // places, and the step spends no host time planning or giving graph nodes new addresses.
   void place_values(const Graph& user, const std::vector<int64_t>& dims) {
     std::vector<bool> handed(plan_.kernels.size(), false);
     for (const auto& [user_out, node] : program_.outputs)
@@ -311,14 +333,29 @@ class CudaExecutable final : public Executable {
         handed[static_cast<size_t>(slot)] = true;
     if (dims == placed_dims_ && handed == placed_handed_ && !value_bytes_.empty()) return;
     const Graph& g = *program_.graph;
-    value_bytes_.resize(plan_.kernels.size());
-    sizes_.resize(plan_.kernels.size());
-    for (size_t k = 0; k < plan_.kernels.size(); ++k) {
+    if (value_bytes_.empty()) {
+      value_bytes_.resize(plan_.kernels.size());
+      sizes_.resize(plan_.kernels.size());
+      for (size_t k = 0; k < plan_.kernels.size(); ++k)
+        if (const std::optional<int64_t> n = numel_[k].as_const())
+          value_bytes_[k] =
+              static_cast<size_t>(*n) * dtype_size(g.node(plan_.kernels[k].root).dtype);
+        else
+          sized_by_dims_.push_back(k);
+    }
+    for (size_t k : sized_by_dims_)
       value_bytes_[k] = static_cast<size_t>(numel_[k].eval(user.dims())) *
                         dtype_size(g.node(plan_.kernels[k].root).dtype);
+    bool fits = handed == placed_handed_ && !placed_dims_.empty();
+    for (size_t k = 0; k < plan_.kernels.size(); ++k) {
       sizes_[k] = handed[k] || appendable_base_[k] ? 0 : value_bytes_[k];
+      fits = fits && sizes_[k] <= room_[k] && (sizes_[k] == 0) == (room_[k] == 0);
     }
-    arena_plan_ = cudagen::plan_arena(sizes_, releases_, liveness_.frees);
+    if (!fits) {
+      room_ = sizes_;
+      for (size_t k : sized_by_dims_) room_[k] = cudagen::with_headroom(sizes_[k]);
+      arena_plan_ = cudagen::plan_arena(room_, releases_, liveness_.frees);
+    }
     if (arena_.bytes() < arena_plan_.bytes) {  // room to spare, for sizes that keep growing
       arena_ = DeviceBuffer(arena_plan_.bytes + arena_plan_.bytes / 4);
       if (runtime::env_has("LUMINAL_LOG", "info"))
@@ -441,13 +478,13 @@ class CudaExecutable final : public Executable {
   // a row group or map group that k closes).
   void launch(const Graph& user, size_t k) {
     const cudagen::KernelLaunch& l = source_.launches[k];
-    // A map group: its members' elements, and the blocks the kernel deals out to them.
+    // A map group: its members' threads, and the blocks the kernel deals out to them.
     int64_t threads = 0, member_blocks = 0;
     if (l.shape == KernelShape::Maps) {
       for (const Expr& e : l.member_threads) {
-        const int64_t elements = e.eval(user.dims());
-        threads += elements;
-        member_blocks += cudagen::map_member_blocks(elements);
+        const int64_t member = e.eval(user.dims());
+        threads += member;
+        member_blocks += cudagen::map_member_blocks(member);
       }
     } else {
       threads = l.threads.eval(user.dims());
@@ -501,14 +538,17 @@ class CudaExecutable final : public Executable {
     const Node& first = g.node(plan_.kernels[k].root);
     const ConcreteView& x = views_[k].get(first, user.dims())[0];
     if (source_dtype(first, 0) != DType::F32) return false;
+    // (The lists and their views are assigned in place: a step allocates nothing.)
     std::vector<cudagen::GemvMatrix>& weights = shared_weights_;
-    weights.clear();
+    weights.resize(shared_runs_[k]);
     for (size_t j = k; j < k + shared_runs_[k]; ++j) {
       const Node& n = g.node(plan_.kernels[j].root);
       const std::vector<ConcreteView>& views = views_[j].get(n, user.dims());
       if (sizes_[j] == 0 || !runtime::same_rows(views[0], x)) return false;
-      weights.push_back({views[1], operand(n.inputs[1].source),
-                         static_cast<char*>(arena_.data()) + arena_plan_.offsets[j]});
+      cudagen::GemvMatrix& w = weights[j - k];
+      w.view = views[1];
+      w.data = operand(n.inputs[1].source);
+      w.out = static_cast<char*>(arena_.data()) + arena_plan_.offsets[j];
     }
     if (poison_)  // the later members' values are written now, not in their turn
       for (size_t j = k + 1; j < k + shared_runs_[k]; ++j)
@@ -519,10 +559,11 @@ class CudaExecutable final : public Executable {
     };
     if (cudagen::integer_products_support(format_of(k))) {  // the integer kernels' run
       std::vector<cudagen::QuantMatrix>& quantised = shared_quantised_;
-      quantised.clear();
+      quantised.resize(weights.size());
       for (size_t j = k; j < k + shared_runs_[k]; ++j) {
         const cudagen::GemvMatrix& w = weights[j - k];
-        quantised.push_back({format_of(j), w.view, w.data, w.out});
+        cudagen::QuantMatrix& q = quantised[j - k];
+        q.format = format_of(j), q.view = w.view, q.data = w.data, q.out = w.out;
       }
       return quant_.run_shared(x, operand(first.inputs[0].source), quantised);
     }
@@ -819,9 +860,12 @@ class CudaExecutable final : public Executable {
       auto it = handed.find(slot);
       if (it == handed.end()) {
         const auto numel = static_cast<size_t>(numel_[static_cast<size_t>(slot)].eval(user.dims()));
-        // Handed-over values have buffers of their own (place_values).
+        // Handed-over values have buffers of their own (place_values). One of a size that
+        // stays (a step's logits, unlike a cache) comes back for a later run's when let go.
         DeviceBuffer& v = owned_[static_cast<size_t>(slot)];
-        auto storage = std::make_shared<cudagen::CudaStorage>(std::move(v), device_->ordinal());
+        const bool same_size = numel_[static_cast<size_t>(slot)].as_const().has_value();
+        auto storage = std::make_shared<cudagen::CudaStorage>(std::move(v), device_->ordinal(),
+                                                              same_size ? spares_ : nullptr);
         value_ptr_[static_cast<size_t>(slot)] = nullptr;
         it = handed.emplace(slot, DeviceData(storage, g.node(c).dtype, numel)).first;
       }
@@ -867,9 +911,12 @@ class CudaExecutable final : public Executable {
   std::vector<void*> value_ptr_;
   std::vector<size_t> value_bytes_, sizes_;  // sizes_: bytes in the arena, 0 for own buffers
   std::vector<DeviceBuffer> owned_;
+  std::shared_ptr<cudagen::SpareBuffers> spares_;        // handed-over values' buffers, come back
   std::vector<std::pair<uint32_t, uint32_t>> releases_;  // by kernel, into liveness_.frees
   DeviceBuffer arena_;
   cudagen::ArenaPlan arena_plan_;
+  std::vector<size_t> room_;           // by kernel: the bytes arena_plan_ gives its value
+  std::vector<size_t> sized_by_dims_;  // the kernels whose values' sizes follow the dims
   std::vector<int64_t> placed_dims_;  // the dims and handed-over values arena_plan_ is for
   std::vector<bool> placed_handed_;
   std::unordered_map<uint32_t, std::pair<uint64_t, DeviceBuffer>> uploaded_;  // by input node
@@ -901,6 +948,11 @@ class CudaExecutable final : public Executable {
   // recorded ones did, summed.
   size_t runs_ = 0, graph_runs_ = 0;
   cudagen::StreamRecorder::Replay graph_totals_;
+  // The host's time in each part of the runs that went through the kernels.
+  struct HostPhases {
+    double inputs = 0, place = 0, dims = 0, record = 0, replay = 0, finish = 0;
+    size_t runs = 0;
+  } host_phases_;
   size_t launches_ = 0;  // by the last run: kernels and library calls
 };
 

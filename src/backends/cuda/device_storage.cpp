@@ -6,8 +6,42 @@
 namespace luminal {
 namespace cudagen {
 
-CudaStorage::CudaStorage(DeviceBuffer owned, int device)
-    : owned_(std::move(owned)), ptr_(owned_.data()), bytes_(owned_.bytes()), device_(device) {}
+DeviceBuffer SpareBuffers::take(size_t bytes) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (DeviceBuffer& b : spare_)
+      if (b.bytes() == bytes) {
+        DeviceBuffer out = std::move(b);
+        std::swap(b, spare_.back());
+        spare_.pop_back();
+        return out;
+      }
+  }
+  return DeviceBuffer(bytes);
+}
+
+void SpareBuffers::give(DeviceBuffer b) {
+  int current = 0;
+  if (cudaGetDevice(&current) != cudaSuccess || cudaSetDevice(device_) != cudaSuccess ||
+      cudaDeviceSynchronize() != cudaSuccess) {
+    cudaGetLastError();  // (called from a destructor: the buffer is freed instead)
+    return;
+  }
+  cudaSetDevice(current);
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (spare_.size() < kKept) spare_.push_back(std::move(b));
+}
+
+CudaStorage::CudaStorage(DeviceBuffer owned, int device, std::shared_ptr<SpareBuffers> spares)
+    : owned_(std::move(owned)),
+      ptr_(owned_.data()),
+      bytes_(owned_.bytes()),
+      device_(device),
+      spares_(std::move(spares)) {}
+
+CudaStorage::~CudaStorage() {
+  if (spares_ && owned_.data()) spares_->give(std::move(owned_));
+}
 
 CudaStorage::CudaStorage(void* ptr, size_t bytes, int device, std::shared_ptr<void> owner)
     : ptr_(ptr), bytes_(bytes), device_(device), lender_(std::move(owner)) {}

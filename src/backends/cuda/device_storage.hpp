@@ -4,15 +4,39 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
+#include <vector>
 
 #include "backends/cuda/device.hpp"
 #include "luminal/device_data.hpp"
 
 namespace luminal::cudagen {
 
+/// Buffers of outputs handed over (kept on the device) that come back when their holder
+/// lets go of them, for a later run's outputs of the same size: a value handed over every
+/// step (a decoding step's logits) then costs no cudaMalloc and no cudaFree (which waits
+/// for the device) a step.
+class SpareBuffers {
+ public:
+  explicit SpareBuffers(int device) : device_(device) {}
+  /// A buffer of exactly `bytes`: a spare one, else a new one.
+  DeviceBuffer take(size_t bytes);
+  /// Keeps `b` for take (a few at most; past those it is freed). The device is
+  /// synchronised first, as cudaFree would: work still queued may read it.
+  void give(DeviceBuffer b);
+
+ private:
+  static constexpr size_t kKept = 4;
+  std::mutex mutex_;
+  std::vector<DeviceBuffer> spare_;
+  int device_;
+};
+
 class CudaStorage final : public DeviceStorage {
  public:
-  CudaStorage(DeviceBuffer owned, int device);
+  /// `spares`: where the memory goes when the storage is destroyed (else it is freed).
+  CudaStorage(DeviceBuffer owned, int device, std::shared_ptr<SpareBuffers> spares = nullptr);
+  ~CudaStorage() override;
   CudaStorage(void* ptr, size_t bytes, int device, std::shared_ptr<void> owner);
 
   void* data() const override { return ptr_; }
@@ -31,6 +55,7 @@ class CudaStorage final : public DeviceStorage {
   size_t bytes_ = 0;
   int device_ = 0;
   std::shared_ptr<void> lender_;  // kept alive while borrowed memory is used
+  std::shared_ptr<SpareBuffers> spares_;
 };
 
 }  // namespace luminal::cudagen

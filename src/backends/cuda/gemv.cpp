@@ -198,7 +198,10 @@ const char* row_of(const ConcreteView& a, const void* a_data, DType a_type) {
 
 bool Gemv::run(const ConcreteView& a, const void* a_data, DType a_type, const ConcreteView& b,
                const void* b_data, DType b_type, void* c_data) {
-  return run_shared(a, a_data, a_type, {{b, b_data, c_data}}, b_type);
+  single_.resize(1);
+  single_[0].view = b;  // (into the kept view: no allocation once it has the room)
+  single_[0].data = b_data, single_[0].out = c_data;
+  return run_shared(a, a_data, a_type, single_, b_type);
 }
 
 bool Gemv::run_shared(const ConcreteView& a, const void* a_data, DType a_type,

@@ -81,6 +81,7 @@ class Gemv {
     const void* kernel;
   };
   std::map<ShapeKey, Chosen> shape_of_;
+  std::vector<GemvMatrix> single_;  // run's one matrix, kept for its view's capacity
 };
 
 }  // namespace luminal::cudagen

@@ -20,11 +20,12 @@ std::optional<DType> half_weight_type(uint32_t format) {
 namespace {
 
 // The [N, K] weight view w as the product's [batch..., M, K, N] operand beside x: the
-// same matrix for every batch and row. nullopt where either view is not one read here.
-std::optional<ConcreteView> weight_operand(const ConcreteView& x, const ConcreteView& w) {
+// same matrix for every batch and row, written into `operand` (a kept view: a decoding
+// step's products allocate nothing). False where either view is not one read here.
+bool weight_operand(const ConcreteView& x, const ConcreteView& w, ConcreteView& operand) {
   const size_t rank = x.dims.size();
-  if (rank < 3 || w.dims.size() != 2 || x.has_mask() || w.has_mask()) return std::nullopt;
-  ConcreteView operand = x;
+  if (rank < 3 || w.dims.size() != 2 || x.has_mask() || w.has_mask()) return false;
+  operand = x;
   operand.strides.assign(rank, 0);
   operand.strides[rank - 2] = w.strides[1];
   operand.strides[rank - 1] = w.strides[0];
@@ -33,7 +34,7 @@ std::optional<ConcreteView> weight_operand(const ConcreteView& x, const Concrete
   operand.mask_lo[rank - 1] = 0;
   operand.mask_hi[rank - 1] = w.dims[0];
   operand.offset = w.offset;
-  return operand;
+  return true;
 }
 
 }  // namespace
@@ -43,11 +44,10 @@ bool MixedProducts::qmatmul_shared(uint32_t format, const ConcreteView& x, const
   const std::optional<DType> w_type = half_weight_type(format);
   if (!w_type) return false;
   std::vector<GemvMatrix>& operands = shared_operands_;
-  operands.clear();
-  for (const GemvMatrix& w : weights) {
-    std::optional<ConcreteView> operand = weight_operand(x, w.view);
-    if (!operand) return false;
-    operands.push_back({std::move(*operand), w.data, w.out});
+  operands.resize(weights.size());
+  for (size_t i = 0; i < weights.size(); ++i) {
+    if (!weight_operand(x, weights[i].view, operands[i].view)) return false;
+    operands[i].data = weights[i].data, operands[i].out = weights[i].out;
   }
   return gemv_.run_shared(x, x_data, DType::F32, operands, *w_type);
 }
@@ -55,15 +55,15 @@ bool MixedProducts::qmatmul_shared(uint32_t format, const ConcreteView& x, const
 bool MixedProducts::qmatmul(uint32_t format, const ConcreteView& x, const void* x_data,
                             const ConcreteView& w, const void* w_data, void* y) {
   const std::optional<DType> half = half_weight_type(format);
-  const std::optional<ConcreteView> w_operand = half ? weight_operand(x, w) : std::nullopt;
-  if (!w_operand) return false;
+  ConcreteView& w_operand = w_operand_;
+  if (!half || !weight_operand(x, w, w_operand)) return false;
   const DType w_type = *half;
-  if (gemv_.run(x, x_data, DType::F32, *w_operand, w_data, w_type, y)) return true;
+  if (gemv_.run(x, x_data, DType::F32, w_operand, w_data, w_type, y)) return true;
   // Several rows: x (read once along its broadcast N) rounded into a dense array.
   const ConcreteView rows = unbroadcast(x);
   void* rounded = scratch(static_cast<size_t>(rows.numel()) * dtype_size(w_type));
   return copy_.run_converted(rows, x_data, DType::F32, w_type, rounded) &&
-         gemm_.run(packed(x), rounded, *w_operand, w_data, w_type, y, DType::F32);
+         gemm_.run(packed(x), rounded, w_operand, w_data, w_type, y, DType::F32);
 }
 
 bool MixedProducts::matmul(const ConcreteView& a, const void* a_data, const ConcreteView& b,

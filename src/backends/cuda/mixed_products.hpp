@@ -59,6 +59,7 @@ class MixedProducts {
   ViewCopy& copy_;
   DeviceBuffer scratch_;                     // the converted operand, grown as needed
   std::vector<GemvMatrix> shared_operands_;  // qmatmul_shared's, kept for their capacity
+  ConcreteView w_operand_;                   // qmatmul's, the same
 };
 
 }  // namespace luminal::cudagen

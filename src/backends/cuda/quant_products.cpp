@@ -630,10 +630,11 @@ const unsigned char* QuantProducts::block_rows(uint32_t format, const ConcreteVi
 
 const float* QuantProducts::dense_rows(const ConcreteView& x, const void* x_data, int64_t rows,
                                        int64_t k) {
-  const ConcreteView x_rows = unbroadcast(x);  // each row once
-  if (x_rows.is_dense() && x.offset % 4 == 0) return static_cast<const float*>(x_data) + x.offset;
+  // Each row once (its broadcast dims unbroadcast), read where it lies if that is dense.
+  if (unbroadcast_is_dense(x) && x.offset % 4 == 0)
+    return static_cast<const float*>(x_data) + x.offset;
   void* packed_rows = grown(device_, rows_, static_cast<size_t>(rows * k) * sizeof(float));
-  return copy_.run(x_rows, x_data, sizeof(float), packed_rows)
+  return copy_.run(unbroadcast(x), x_data, sizeof(float), packed_rows)
              ? static_cast<const float*>(packed_rows)
              : nullptr;
 }
@@ -645,11 +646,8 @@ bool QuantProducts::run_shared(const ConcreteView& x, const void* x_data,
       x.numel() != x.dims[rank - 2] * x.dims[rank - 1])
     return false;  // one activation row
   const int64_t k = x.dims[rank - 2];
-  struct Rows {
-    const unsigned char* data;
-    int64_t row_bytes;
-  };
-  std::vector<Rows> rows;
+  std::vector<BlockRows>& rows = shared_rows_;
+  rows.clear();
   for (const QuantMatrix& w : weights) {
     int64_t row_bytes = 0;
     const unsigned char* data =

@@ -116,6 +116,11 @@ class QuantProducts {
   std::map<uint32_t, std::unique_ptr<Module>> modules_;  // by format
   DeviceBuffer rows_, decoded_, out_;  // packed activations, f16 weight rows, a chunk's output
   DeviceBuffer quantized_;             // an activation row in int8, then its scales
+  struct BlockRows {                   // a matrix's rows of blocks
+    const unsigned char* data;
+    int64_t row_bytes;
+  };
+  std::vector<BlockRows> shared_rows_;  // run_shared's, kept for their capacity
   // LUMINAL_CUDA_INT8_ACTIVATIONS=0: f32 activations throughout, to measure the difference.
   bool integer_products_ = !runtime::env_has("LUMINAL_CUDA_INT8_ACTIVATIONS", "0");
   // The integer kernels for each matrix seen (its shape searched), by format, N and K,
