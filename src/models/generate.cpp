@@ -72,7 +72,7 @@ struct TextGenerator::Impl {
   LanguageModel lm;
   Tensor tokens, logits;
   // On a backend with memory of its own (a GPU's): the logits' argmax, computed there,
-  // and the logits left there, so a greedy token costs four bytes copied instead of the
+  // and the logits left there, so a greedy token costs one id copied instead of the
   // vocabulary's logits (half a megabyte for 128k) and a scan of them on the host.
   std::optional<Tensor> device_argmax;
   int64_t vocab = 0;
