@@ -4,6 +4,7 @@
 
 #ifdef LUMINAL_HAS_CUDA
 #include <algorithm>
+#include <future>
 #include <random>
 #include <tuple>
 
@@ -20,10 +21,12 @@
 #include "backends/cuda/quant_products.hpp"
 #include "luminal/luminal.hpp"
 #include "runtime/program.hpp"
+#include "testing/expect_error.hpp"
 #include "testing/map_groups.hpp"
 #include "testing/matmul_layouts.hpp"
 #include "testing/nvrtc_only.hpp"
 #include "testing/row_ops.hpp"
+#include "testing/scoped_env.hpp"
 
 namespace luminal {
 namespace {
@@ -101,6 +104,62 @@ TEST(CudaCodegen, OneRowProductAndViewCopyKernelsCompileForHopper) {
                                       "sm_90")
                    .code.empty());
   EXPECT_FALSE(cudagen::compile_cubin(cudagen::copy_view_source(), "sm_90").code.empty());
+}
+
+// Compiles of one source on several threads give one cubin (the later callers wait for
+// the first's compile or read its cache file). Sources compiled in the background are in
+// the kernel cache once their tasks are done; a broken one raises nothing there, and its
+// error (with NVRTC's log) where it is needed.
+TEST(CudaCodegen, KernelsCompileInTheBackgroundIntoTheCache) {
+  const testing::ScopedCacheDir cache("background-compiles");
+  auto source = [](int i) {
+    return "extern \"C\" __global__ void k(float* x) { x[0] = " + std::to_string(i) + ".0f; }\n";
+  };
+  std::vector<std::future<cudagen::Cubin>> same;
+  for (int t = 0; t < 4; ++t)
+    same.push_back(
+        std::async(std::launch::async, [&] { return cudagen::compile_cubin(source(7), "sm_90"); }));
+  std::vector<std::string> codes;
+  for (auto& f : same) codes.push_back(f.get().code);
+  for (const std::string& code : codes) {
+    EXPECT_FALSE(code.empty());
+    EXPECT_EQ(code, codes[0]);
+  }
+  const std::string broken = "extern \"C\" __global__ void k(float* x) { x[0] = ; }\n";
+  cudagen::compile_in_background({source(1), source(2), broken}, "sm_90");  // (waited here)
+  EXPECT_TRUE(cudagen::compile_cubin(source(1), "sm_90").cache_hit);
+  EXPECT_TRUE(cudagen::compile_cubin(source(2), "sm_90").cache_hit);
+  testing::expect_error([&] { cudagen::compile_cubin(broken, "sm_90"); },
+                        {"NVRTC failed", "source kept at"});
+}
+
+// A source of many functions is dealt out to parts that compile on their own, side by
+// side: each kernel's function is in the one part its launch names, and each part
+// compiles alone.
+TEST(CudaCodegen, ManyKernelsAreDealtOutToPartsThatCompileAlone) {
+  Graph cx;
+  Tensor x = cx.named_tensor("x", {64});
+  for (int i = 0; i < 40; ++i)  // (other constants: other functions)
+    (x * static_cast<double>(i + 2) + static_cast<double>(i)).sin().retrieve();
+  const runtime::PlannedProgram p =
+      runtime::optimize_and_plan(cx, compiler::Fusion::RecomputeShared);
+  const cudagen::CudaSource src =
+      cudagen::generate_cuda_source(*p.program.graph, p.plan, /*map_groups=*/false, 4);
+  ASSERT_EQ(src.parts.size(), 4u);  // 40 functions, 8 a part, at most 4 parts
+  size_t functions = 0;
+  for (const cudagen::KernelLaunch& l : src.launches) {
+    if (l.function.empty()) continue;
+    ++functions;
+    const std::string declared = ") " + l.function + "(";
+    EXPECT_NE(src.code.find(declared), std::string::npos) << l.function;
+    for (size_t i = 0; i < src.parts.size(); ++i)
+      EXPECT_EQ(src.parts[i].find(declared) != std::string::npos, i == l.part) << l.function;
+  }
+  EXPECT_EQ(functions, 40u);
+  for (const std::string& part : src.parts)
+    EXPECT_FALSE(cudagen::compile_cubin(part, "sm_90").code.empty());
+  // One part where one is asked for.
+  EXPECT_EQ(cudagen::generate_cuda_source(*p.program.graph, p.plan, false, 1).parts.size(), 1u);
 }
 
 // Every block format the CPU decodes has a GPU decoder, and its kernels compile.
@@ -285,7 +344,8 @@ TEST(CudaCodegen, IndependentElementwiseKernelsAreOneLaunch) {
   for (const cudagen::KernelLaunch& l : c.source.launches)
     if (l.shape == KernelShape::Maps) members.push_back(l.member_threads.size());
   EXPECT_EQ(members, std::vector<size_t>{3});
-  EXPECT_FALSE(c.cubin.code.empty());
+  ASSERT_EQ(c.cubins.size(), c.source.parts.size());
+  EXPECT_FALSE(c.cubins[0].code.empty());
 }
 
 // Kernels are launched before the kernel ahead of them finishes (programmatic dependent

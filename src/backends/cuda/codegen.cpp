@@ -8,6 +8,7 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "luminal/error.hpp"
 #include "runtime/element_writer.hpp"
@@ -664,7 +665,8 @@ bool elementwise(const Graph& g, const compiler::Kernel& k) {
   return op != Op::Custom && op != Op::Scatter && op != Op::SumReduce && op != Op::MaxReduce;
 }
 
-CudaSource generate_cuda_source(const Graph& g, const compiler::KernelPlan& plan, bool map_groups) {
+CudaSource generate_cuda_source(const Graph& g, const compiler::KernelPlan& plan, bool map_groups,
+                                size_t max_parts) {
   struct Body {
     std::string params, main, scatter;
   };
@@ -736,35 +738,56 @@ CudaSource generate_cuda_source(const Graph& g, const compiler::KernelPlan& plan
     bodies[k].params = w.parameters();
   }
   out.dims.assign(vars.begin(), vars.end());
-  std::ostringstream os;
-  os << cuda_prelude() << runtime::scalar_prelude()
-     << "#define LUM_EXPR_FN static __device__ __forceinline__\n"
-     << expr_c_prelude() << "\n"
-     << "struct LumDims { int64_t v[" << std::max<size_t>(out.dims.size(), 1) << "]; };\n\n";
+  std::ostringstream header;
+  header << cuda_prelude() << runtime::scalar_prelude()
+         << "#define LUM_EXPR_FN static __device__ __forceinline__\n"
+         << expr_c_prelude() << "\n"
+         << "struct LumDims { int64_t v[" << std::max<size_t>(out.dims.size(), 1) << "]; };\n\n";
   std::string dims_decl;
   for (size_t i = 0; i < out.dims.size(); ++i)
     dims_decl += "  const int64_t " + out.dims[i] + " = lum_dims->v[" + std::to_string(i) +
                  "]; (void)" + out.dims[i] + ";\n";
   // A transformer's layers make the same kernels over and over, on other buffers: each
   // distinct function is compiled once and launched for all of them.
-  std::map<std::string, std::string> function_of;  // full text after the name -> name
-  auto emit = [&](const std::string& name, const std::string& params, const std::string& body) {
+  // Each slot is a kernel's function and any Scatter pass of it, which go to one part.
+  std::map<std::string, std::pair<std::string, size_t>> function_of;  // text after the name ->
+                                                                      // its name and slot
+  std::vector<std::string> functions;                                 // by slot
+  std::vector<size_t> slot_of(plan.kernels.size(), 0), scatter_slot_of(plan.kernels.size(), 0);
+  auto emit = [&](const std::string& name, const std::string& params, const std::string& body,
+                  size_t slot) {
     const std::string rest =
         "(" + params + ") {\n  lum_after_prior_grids();\n" + dims_decl + body + "}\n\n";
-    const auto [it, fresh] = function_of.emplace(rest, name);
-    if (fresh)
-      os << "extern \"C\" __global__ void __launch_bounds__(" << kMaxBlock << ") " << name << rest;
+    const auto [it, fresh] = function_of.emplace(rest, std::pair{name, slot});
+    if (fresh) {
+      if (slot == functions.size()) functions.emplace_back();
+      functions[slot] += "extern \"C\" __global__ void __launch_bounds__(" +
+                         std::to_string(kMaxBlock) + ") " + name + rest;
+    }
     return it->second;
   };
   for (size_t k = 0; k < plan.kernels.size(); ++k) {
     if (bodies[k].main.empty()) continue;
     const std::string name = "lum_kernel_" + std::to_string(k);
-    out.launches[k].function = emit(name, bodies[k].params, bodies[k].main);
+    const auto [function, slot] = emit(name, bodies[k].params, bodies[k].main, functions.size());
+    out.launches[k].function = function;
+    slot_of[k] = slot;
     if (!bodies[k].scatter.empty())
-      out.launches[k].scatter_function =
-          emit(name + "_scatter", bodies[k].params, bodies[k].scatter);
+      std::tie(out.launches[k].scatter_function, scatter_slot_of[k]) =
+          emit(name + "_scatter", bodies[k].params, bodies[k].scatter, slot);
   }
-  out.code = os.str();
+  const size_t parts =
+      std::clamp<size_t>(functions.size() / kFunctionsAPart, 1, std::max<size_t>(max_parts, 1));
+  out.code = header.str();
+  out.parts.assign(parts, header.str());
+  for (size_t f = 0; f < functions.size(); ++f) {
+    out.code += functions[f];
+    out.parts[f % parts] += functions[f];
+  }
+  for (size_t k = 0; k < plan.kernels.size(); ++k) {
+    out.launches[k].part = slot_of[k] % parts;
+    out.launches[k].scatter_part = scatter_slot_of[k] % parts;
+  }
   return out;
 }
 

@@ -65,17 +65,26 @@ struct KernelLaunch {
   std::vector<Expr> member_threads;
   Expr row_threads;          // Rows: threads a row keeps busy (its elements / those a step)
   int64_t shared_bytes = 0;  // Rows: the row cache's dynamic shared memory
+  size_t part = 0;           // the source part (CudaSource::parts) its function is in
+  size_t scatter_part = 0;   // and its Scatter pass
 };
 
 struct CudaSource {
-  std::string code;
+  std::string code;                    // every function, after the preludes
+  std::vector<std::string> parts;      // the same functions dealt out to units of their own
   std::vector<std::string> dims;       // symbolic dims, in LumDims order
   std::vector<KernelLaunch> launches;  // by kernel
 };
 
+/// The most functions a source part holds on average before the source is cut into more:
+/// NVRTC compiles one translation unit on one core, several seconds for a model's kernels.
+constexpr size_t kFunctionsAPart = 8;
+
 /// `map_groups`: independent elementwise kernels next to each other are one function.
+/// `max_parts`: the functions are dealt out to up to this many parts (each with the
+/// preludes), about kFunctionsAPart each, compiled side by side.
 CudaSource generate_cuda_source(const Graph& g, const compiler::KernelPlan& plan,
-                                bool map_groups = true);
+                                bool map_groups = true, size_t max_parts = 1);
 
 /// Whether kernel `k` is elementwise: generated as a grid-stride loop over its output's
 /// elements (no reduction, Scatter or library op).

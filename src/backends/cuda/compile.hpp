@@ -4,7 +4,9 @@
 // generate, on machines without a GPU.
 #pragma once
 
+#include <future>
 #include <string>
+#include <vector>
 
 #include "backends/cuda/codegen.hpp"
 #include "backends/cuda/nvrtc.hpp"
@@ -15,9 +17,18 @@ namespace luminal::cudagen {
 struct CompiledProgram {
   runtime::PlannedProgram planned;
   CudaSource source;
-  Cubin cubin;
+  std::vector<Cubin> cubins;                        // by source part
+  std::vector<std::future<void>> library_compiles;  // (compile_in_background's tasks)
 };
 
-CompiledProgram compile_program(const Graph& graph, const std::string& arch, bool fuse);
+/// `library_in_background`: the library kernels the plan will load (library_sources) are
+/// compiled on threads of their own while NVRTC compiles the generated kernels.
+CompiledProgram compile_program(const Graph& graph, const std::string& arch, bool fuse,
+                                bool library_in_background = false);
+
+/// The sources of the library modules whose kernels the planned graph's ops run on (the
+/// one-row products, the quantised products of each block format, view copies); not the
+/// attention kernels, whose specialisations follow the run's dims.
+std::vector<std::string> library_sources(const Graph& g, const compiler::KernelPlan& plan);
 
 }  // namespace luminal::cudagen

@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <future>
 #include <optional>
+#include <thread>
 #include <unordered_map>
 
 #include "backends/cuda/arena.hpp"
@@ -49,12 +51,11 @@ using cudagen::KernelShape;
 class CudaExecutable final : public Executable {
  public:
   CudaExecutable(std::unique_ptr<cudagen::Device> device, runtime::PlannedProgram planned,
-                 cudagen::CudaSource source, const cudagen::Cubin& cubin)
+                 cudagen::CudaSource source, const std::vector<cudagen::Cubin>& cubins)
       : device_(std::move(device)),
         program_(std::move(planned.program)),
         plan_(std::move(planned.plan)),
         source_(std::move(source)),
-        module_(cubin.code),
         searcher_(cudagen::search_context(*device_), runtime::search_settings_from_env()),
         gemm_(*device_, searcher_),
         gemv_(*device_, searcher_),
@@ -64,13 +65,15 @@ class CudaExecutable final : public Executable {
         quant_(*device_, searcher_, gemm_, copy_view_) {
     const Graph& g = *program_.graph;
     liveness_ = runtime::plan_liveness(g, plan_);
+    for (const cudagen::Cubin& c : cubins)
+      modules_.push_back(std::make_unique<cudagen::Module>(c.code));
     functions_.resize(plan_.kernels.size(), {nullptr, nullptr});
     for (size_t k = 0; k < plan_.kernels.size(); ++k) {
       const cudagen::KernelLaunch& l = source_.launches[k];
       if (l.shape == KernelShape::Library || l.shape == KernelShape::InGroup) continue;
-      functions_[k].first = module_.kernel(l.function);
+      functions_[k].first = modules_.at(l.part)->kernel(l.function);
       if (l.shape == KernelShape::Scatter)
-        functions_[k].second = module_.kernel(l.scatter_function);
+        functions_[k].second = modules_.at(l.scatter_part)->kernel(l.scatter_function);
       if (cudagen::tracing()) cudagen::trace_name(functions_[k].first, describe(k), true);
     }
     for (const compiler::Kernel& kn : plan_.kernels)
@@ -126,7 +129,7 @@ class CudaExecutable final : public Executable {
         std::fprintf(stderr, "luminal cuda: no kernel trace: %s\n", e.what());
       }
     }
-    device_->recorder().drop();  // (its graphs launch kernels of module_ and the libraries')
+    device_->recorder().drop();  // (its graphs launch kernels of modules_ and the libraries')
     if (graph_runs_ && runtime::env_has("LUMINAL_LOG", "info")) {
       const cudagen::StreamRecorder::Replay& t = graph_totals_;
       const double recorded = static_cast<double>(std::max<size_t>(graph_runs_, 1));
@@ -251,6 +254,11 @@ class CudaExecutable final : public Executable {
   }
 
   RunStats last_run() const override { return stats_; }
+
+  /// The library modules compiling in the background: waited for on destruction.
+  void keep_compiling(std::vector<std::future<void>> tasks) {
+    library_compiles_ = std::move(tasks);
+  }
 
   // Uploads the inputs already set whose shapes are fixed (a model's weights), so the
   // first run's time is its kernels' alone (a prompt's time to first token), and a model
@@ -883,11 +891,12 @@ class CudaExecutable final : public Executable {
       if (err[3 * k]) runtime::raise_kernel_error(*program_.graph, plan_.kernels[k], &err[3 * k]);
   }
 
+  std::vector<std::future<void>> library_compiles_;  // (first: waited for last)
   std::unique_ptr<cudagen::Device> device_;
   compiler::Optimized program_;
   compiler::KernelPlan plan_;
   cudagen::CudaSource source_;
-  cudagen::Module module_;
+  std::vector<std::unique_ptr<cudagen::Module>> modules_;  // by source part
   runtime::Searcher searcher_;  // the library's algorithms and the one-row kernel's shapes
   cudagen::Gemm gemm_;
   cudagen::Gemv gemv_;
@@ -972,24 +981,75 @@ size_t cuda_peak_memory_bytes() {
 
 namespace cudagen {
 
-CompiledProgram compile_program(const Graph& graph, const std::string& arch, bool fuse) {
+std::vector<std::string> library_sources(const Graph& g, const compiler::KernelPlan& plan) {
+  std::vector<std::string> sources;
+  std::vector<uint32_t> formats;
+  bool products = false, custom = false;
+  for (const compiler::Kernel& k : plan.kernels) {
+    const Node& n = g.node(k.root);
+    if (n.op != Op::Custom) continue;
+    custom = true;
+    if (dynamic_cast<const compiler::MatMulOp*>(n.custom.get())) products = true;
+    if (const auto* q = dynamic_cast<const compiler::QMatMulOp*>(n.custom.get())) {
+      if (quant_products_support(q->format)) {
+        if (std::find(formats.begin(), formats.end(), q->format) == formats.end())
+          formats.push_back(q->format);
+      } else {
+        products = true;  // half weights: the one-row kernel's
+      }
+    }
+  }
+  for (uint32_t f : formats) sources.push_back(quant_products_source(f));
+  if (products) {
+    sources.push_back(gemv_source({kGemvShapes[0]}));
+    if (runtime::search_settings_from_env().mode != runtime::SearchMode::Off)
+      sources.push_back(
+          gemv_source(std::vector<GemvShape>(std::begin(kGemvShapes), std::end(kGemvShapes))));
+  }
+  if (custom) sources.push_back(copy_view_source());
+  return sources;
+}
+
+CompiledProgram compile_program(const Graph& graph, const std::string& arch, bool fuse,
+                                bool library_in_background) {
   CompiledProgram c{runtime::optimize_and_plan(
                         graph, fuse ? compiler::Fusion::RecomputeShared : compiler::Fusion::Off),
+                    {},
                     {},
                     {}};
   adjoin_shared_products(*c.planned.program.graph, c.planned.plan);
   // (LUMINAL_CUDA_MAP_GROUPS=0: elementwise kernels launched one by one, to measure.)
   const bool map_groups = !runtime::env_has("LUMINAL_CUDA_MAP_GROUPS", "0");
   if (map_groups) adjoin_independent_maps(*c.planned.program.graph, c.planned.plan);
+  if (library_in_background)
+    c.library_compiles =
+        compile_in_background(library_sources(*c.planned.program.graph, c.planned.plan), arch);
   const auto gen_start = std::chrono::steady_clock::now();
-  c.source = generate_cuda_source(*c.planned.program.graph, c.planned.plan, map_groups);
+  c.source = generate_cuda_source(*c.planned.program.graph, c.planned.plan, map_groups,
+                                  std::max(1u, std::thread::hardware_concurrency()));
   const double gen_s = runtime::seconds_since(gen_start);
   runtime::dump("source", c.source.code);
-  c.cubin = compile_cubin(c.source.code, arch);
-  char stages[160];
-  std::snprintf(stages, sizeof stages, "codegen %.3f s, NVRTC %.3f s (%s) for %s", gen_s,
-                c.cubin.compile_seconds, c.cubin.cache_hit ? "cache hit" : "compiled",
-                arch.c_str());
+  // The parts side by side: the first here, the others on threads of their own.
+  const auto nvrtc_start = std::chrono::steady_clock::now();
+  std::vector<std::future<Cubin>> others;
+  for (size_t i = 1; i < c.source.parts.size(); ++i)
+    others.push_back(std::async(std::launch::async,
+                                [&c, &arch, i] { return compile_cubin(c.source.parts[i], arch); }));
+  std::optional<Cubin> first;
+  try {
+    first = compile_cubin(c.source.parts[0], arch);
+  } catch (...) {
+    for (std::future<Cubin>& f : others) f.wait();  // (they read c's parts)
+    throw;
+  }
+  c.cubins.push_back(std::move(*first));
+  for (std::future<Cubin>& f : others) c.cubins.push_back(f.get());
+  const bool hit =
+      std::all_of(c.cubins.begin(), c.cubins.end(), [](const Cubin& b) { return b.cache_hit; });
+  char stages[200];
+  std::snprintf(stages, sizeof stages, "codegen %.3f s, NVRTC %.3f s (%s) for %s in %zu parts",
+                gen_s, runtime::seconds_since(nvrtc_start), hit ? "cache hit" : "compiled",
+                arch.c_str(), c.cubins.size());
   runtime::log_compile("cuda", graph, c.planned, stages);
   return c;
 }
@@ -998,9 +1058,12 @@ CompiledProgram compile_program(const Graph& graph, const std::string& arch, boo
 
 std::unique_ptr<Executable> CudaBackend::compile(const Graph& graph) const {
   auto device = std::make_unique<cudagen::Device>(options_.device);
-  cudagen::CompiledProgram c = cudagen::compile_program(graph, device->arch(), options_.fuse);
-  return std::make_unique<CudaExecutable>(std::move(device), std::move(c.planned),
-                                          std::move(c.source), c.cubin);
+  cudagen::CompiledProgram c = cudagen::compile_program(graph, device->arch(), options_.fuse,
+                                                        /*library_in_background=*/true);
+  auto executable = std::make_unique<CudaExecutable>(std::move(device), std::move(c.planned),
+                                                     std::move(c.source), c.cubins);
+  executable->keep_compiling(std::move(c.library_compiles));
+  return executable;
 }
 
 }  // namespace luminal

@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include "backends/cuda/device.hpp"
@@ -50,20 +52,19 @@ std::string nvrtc_version() {
   return std::to_string(major) + "." + std::to_string(minor);
 }
 
-Cubin compile_cubin(const std::string& source, const std::string& arch) {
+namespace {
+
+// Compiles under way, by cubin file: a second caller waits for the first's result.
+std::mutex in_flight_mutex;
+std::unordered_map<std::string, std::shared_future<Cubin>> in_flight;
+
+// NVRTC's compile of `source` (options `opts`) into `cubin_path`; `key` names the kept
+// source of a failed compile.
+Cubin compile_now(const std::string& source, const std::vector<std::string>& opts,
+                  const fs::path& cubin_path, const std::string& key) {
   const auto start = std::chrono::steady_clock::now();
-  const std::vector<std::string> opts = options(arch);
-  uint64_t h = hash_bytes(nvrtc_version());
-  for (const std::string& o : opts) h = hash_bytes(o, h);
-  const std::string key = runtime::hex(hash_bytes(source, h));
-  const fs::path dir = runtime::cache_dir();
-  const fs::path cubin_path = dir / ("c" + key + "." + arch + ".cubin");
+  const fs::path dir = cubin_path.parent_path();
   Cubin out;
-  if (std::ifstream f{cubin_path, std::ios::binary}) {
-    out.code.assign(std::istreambuf_iterator<char>(f), {});
-    out.cache_hit = true;
-    return out;
-  }
   nvrtcProgram prog = nullptr;
   check_nvrtc(nvrtcCreateProgram(&prog, source.c_str(), "luminal_kernels.cu", 0, nullptr, nullptr),
               "nvrtcCreateProgram");
@@ -91,6 +92,57 @@ Cubin compile_cubin(const std::string& source, const std::string& arch) {
   out.compile_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return out;
+}
+
+}  // namespace
+
+Cubin compile_cubin(const std::string& source, const std::string& arch) {
+  const std::vector<std::string> opts = options(arch);
+  uint64_t h = hash_bytes(nvrtc_version());
+  for (const std::string& o : opts) h = hash_bytes(o, h);
+  const std::string key = runtime::hex(hash_bytes(source, h));
+  const fs::path cubin_path = fs::path(runtime::cache_dir()) / ("c" + key + "." + arch + ".cubin");
+  if (std::ifstream f{cubin_path, std::ios::binary}) {
+    Cubin out;
+    out.code.assign(std::istreambuf_iterator<char>(f), {});
+    out.cache_hit = true;
+    return out;
+  }
+  std::promise<Cubin> mine;
+  std::shared_future<Cubin> theirs;
+  {
+    const std::lock_guard<std::mutex> lock(in_flight_mutex);
+    const auto [it, fresh] = in_flight.try_emplace(cubin_path.string(), mine.get_future().share());
+    if (!fresh) theirs = it->second;
+  }
+  if (theirs.valid()) return theirs.get();
+  auto done = [&] {
+    const std::lock_guard<std::mutex> lock(in_flight_mutex);
+    in_flight.erase(cubin_path.string());
+  };
+  try {
+    Cubin out = compile_now(source, opts, cubin_path, key);
+    mine.set_value(out);
+    done();
+    return out;
+  } catch (...) {
+    mine.set_exception(std::current_exception());
+    done();
+    throw;
+  }
+}
+
+std::vector<std::future<void>> compile_in_background(std::vector<std::string> sources,
+                                                     const std::string& arch) {
+  std::vector<std::future<void>> tasks;
+  for (std::string& source : sources)
+    tasks.push_back(std::async(std::launch::async, [source = std::move(source), arch] {
+      try {
+        compile_cubin(source, arch);
+      } catch (const Error&) {  // (raised again by the compile_cubin that needs it)
+      }
+    }));
+  return tasks;
 }
 
 Module::Module(const std::string& cubin) {
