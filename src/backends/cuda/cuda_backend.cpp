@@ -1001,10 +1001,9 @@ std::vector<std::string> library_sources(const Graph& g, const compiler::KernelP
   }
   for (uint32_t f : formats) sources.push_back(quant_products_source(f));
   if (products) {
-    sources.push_back(gemv_source({kGemvShapes[0]}));
+    sources.push_back(gemv_module_source(false));
     if (runtime::search_settings_from_env().mode != runtime::SearchMode::Off)
-      sources.push_back(
-          gemv_source(std::vector<GemvShape>(std::begin(kGemvShapes), std::end(kGemvShapes))));
+      sources.push_back(gemv_module_source(true));
   }
   if (custom) sources.push_back(copy_view_source());
   return sources;
@@ -1031,18 +1030,12 @@ CompiledProgram compile_program(const Graph& graph, const std::string& arch, boo
   runtime::dump("source", c.source.code);
   // The parts side by side: the first here, the others on threads of their own.
   const auto nvrtc_start = std::chrono::steady_clock::now();
+  // (Should one fail, the others are waited for as `others` goes: they read c's parts.)
   std::vector<std::future<Cubin>> others;
   for (size_t i = 1; i < c.source.parts.size(); ++i)
     others.push_back(std::async(std::launch::async,
                                 [&c, &arch, i] { return compile_cubin(c.source.parts[i], arch); }));
-  std::optional<Cubin> first;
-  try {
-    first = compile_cubin(c.source.parts[0], arch);
-  } catch (...) {
-    for (std::future<Cubin>& f : others) f.wait();  // (they read c's parts)
-    throw;
-  }
-  c.cubins.push_back(std::move(*first));
+  c.cubins.push_back(compile_cubin(c.source.parts[0], arch));
   for (std::future<Cubin>& f : others) c.cubins.push_back(f.get());
   const bool hit =
       std::all_of(c.cubins.begin(), c.cubins.end(), [](const Cubin& b) { return b.cache_hit; });

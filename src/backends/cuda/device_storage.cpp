@@ -1,5 +1,7 @@
 #include "backends/cuda/device_storage.hpp"
 
+#include <algorithm>
+
 #include "luminal/cuda.hpp"
 #include "luminal/error.hpp"
 
@@ -9,13 +11,13 @@ namespace cudagen {
 DeviceBuffer SpareBuffers::take(size_t bytes) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    for (DeviceBuffer& b : spare_)
-      if (b.bytes() == bytes) {
-        DeviceBuffer out = std::move(b);
-        std::swap(b, spare_.back());
-        spare_.pop_back();
-        return out;
-      }
+    const auto it = std::find_if(spare_.begin(), spare_.end(),
+                                 [&](const DeviceBuffer& b) { return b.bytes() == bytes; });
+    if (it != spare_.end()) {
+      DeviceBuffer out = std::move(*it);
+      spare_.erase(it);
+      return out;
+    }
   }
   return DeviceBuffer(bytes);
 }

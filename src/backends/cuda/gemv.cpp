@@ -273,14 +273,17 @@ bool Gemv::run_shared(const ConcreteView& a, const void* a_data, DType a_type,
   return true;
 }
 
+std::string gemv_module_source(bool every_shape) {
+  return gemv_source(every_shape
+                         ? std::vector<GemvShape>(std::begin(kGemvShapes), std::end(kGemvShapes))
+                         : std::vector<GemvShape>{kGemvShapes[0]});
+}
+
 const Module* Gemv::module(bool every_shape) {
   std::unique_ptr<Module>& m = every_shape ? every_shape_ : default_shape_;
-  if (!m) {
-    const std::vector<GemvShape> shapes =
-        every_shape ? std::vector<GemvShape>(std::begin(kGemvShapes), std::end(kGemvShapes))
-                    : std::vector<GemvShape>{kGemvShapes[0]};
-    m = std::make_unique<Module>(compile_cubin(gemv_source(shapes), device_.arch()).code);
-  }
+  if (!m)
+    m = std::make_unique<Module>(
+        compile_cubin(gemv_module_source(every_shape), device_.arch()).code);
   return m.get();
 }
 

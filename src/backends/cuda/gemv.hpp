@@ -35,6 +35,9 @@ constexpr GemvShape kGemvShapes[] = {{8, 4, 4}, {8, 2, 4}, {8, 8, 4}, {8, 4, 8},
 
 /// The kernels' CUDA source for `shapes` (compiled on first use; CI compiles it).
 std::string gemv_source(const std::vector<GemvShape>& shapes);
+/// The source of the module Gemv loads: the default shape's kernels alone, or with
+/// `every_shape` those of every shape the search tries.
+std::string gemv_module_source(bool every_shape);
 
 /// The most matrices one launch multiplies the same row by (LUM_GV_MATS in the source).
 constexpr size_t kGemvMatrices = 4;
