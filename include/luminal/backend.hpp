@@ -16,7 +16,8 @@ struct RunStats {
   size_t nodes_run = 0;
   size_t launches = 0;        // kernel launches and library calls (GPU backends)
   size_t peak_bytes = 0;      // intermediate values alive at once, at the peak
-  double device_seconds = 0;  // the kernels alone, timed by device events (GPU backends)
+  double device_seconds = 0;  // the kernels alone, timed by device events (GPU backends);
+                              // of the runs this call waited for (see Executable::queue)
   double issue_seconds = 0;   // the host's time queuing the run's work, before waiting for
                               // it (GPU backends): near device_seconds, the GPU waited on it
   bool replayed = false;      // a GPU backend ran the run as one CUDA graph
@@ -31,6 +32,16 @@ class Executable {
   virtual ~Executable() = default;
   /// Runs with the graph's current inputs and bound dims, storing outputs in it.
   virtual void run(Graph& graph) = 0;
+  /// Like run, but a GPU backend may return once the work is queued, where every output
+  /// stays on the device (Graph::keep_on_device): reading one on the host
+  /// (DeviceData::to_host) waits for the work that writes it, the next run queued on the
+  /// device follows it there, and the host meanwhile prepares that next run. Such a run is
+  /// settled (its device time counted, any error a kernel recorded raised) by the next
+  /// call of run or queue, after that call has queued its own work. Others run.
+  virtual void queue(Graph& graph) { run(graph); }
+  /// Waits for a queued run and settles it (last_run() then gives its device time; an
+  /// error a kernel recorded is raised). Nothing where none is queued.
+  virtual void wait() {}
   virtual RunStats last_run() const { return {}; }
   /// Does ahead of time whatever a run of `graph` with these dim values would first have
   /// to do (compile kernels specialised for them, re-lay out weights). Optional.

@@ -163,6 +163,11 @@ class Graph {
   void compile(const Backend& backend);
   /// Runs the compiled graph with the current inputs and dims.
   void execute();
+  /// Runs as execute does, but a GPU backend may return as soon as the work is queued
+  /// (Executable::queue): a decoding loop queues its next step while the GPU runs this one.
+  void execute_queued();
+  /// Waits for a run execute_queued left running (Executable::wait).
+  void wait();
   /// Lets the backend prepare for runs with these dims and the current inputs
   /// (Executable::prepare), so the first such run is not slowed by compiling.
   void prepare(const Bindings& dims);
@@ -184,6 +189,8 @@ class Graph {
   }
   // Room for per-node state up to `id`.
   void grow_state(NodeId id);
+  // Raises, naming `what`, unless the graph is compiled as it stands.
+  void check_executable(const char* what) const;
 
   std::vector<Node> nodes_;
   Bindings dims_;

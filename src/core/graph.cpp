@@ -333,13 +333,27 @@ void Graph::compile(const Backend& backend) {
 }
 
 void Graph::execute() {
-  LUM_CHECK(executable_)
-      << "execute: the graph is not compiled; call compile(luminal::reference()) "
-         "or another backend first";
-  LUM_CHECK(compiled_nodes_ == nodes_.size()) << "execute: " << nodes_.size() - compiled_nodes_
-                                              << " nodes were added after compile; compile again";
+  check_executable("execute");
   executable_->run(*this);
   for (const auto& hook : after_run_) hook();
+}
+
+void Graph::execute_queued() {
+  check_executable("execute_queued");
+  executable_->queue(*this);
+  for (const auto& hook : after_run_) hook();
+}
+
+void Graph::wait() {
+  if (executable_) executable_->wait();
+}
+
+void Graph::check_executable(const char* what) const {
+  LUM_CHECK(executable_) << what
+                         << ": the graph is not compiled; call compile(luminal::reference()) "
+                            "or another backend first";
+  LUM_CHECK(compiled_nodes_ == nodes_.size()) << what << ": " << nodes_.size() - compiled_nodes_
+                                              << " nodes were added after compile; compile again";
 }
 
 void Graph::prepare(const Bindings& dims) {

@@ -71,8 +71,9 @@ struct TextGenerator::Impl {
   Graph graph;
   LanguageModel lm;
   Tensor tokens, logits;
-  // On a backend with memory of its own (a GPU's): the logits' argmax, computed there,
-  // and the logits left there, so a greedy token costs one id copied instead of the
+  // On a backend with memory of its own (a GPU's): the logits' argmax, computed and kept
+  // there as a token id (i32, the tokens' type, so it can be the next step's token), and
+  // the logits left there, so a greedy token costs one id copied instead of the
   // vocabulary's logits (half a megabyte for 128k) and a scan of them on the host.
   std::optional<Tensor> device_argmax;
   int64_t vocab = 0;
@@ -102,11 +103,36 @@ struct TextGenerator::Impl {
 
   // Runs the model on `ids` after the cached positions.
   void step(const std::vector<int32_t>& ids) {
-    graph.set_dim("seq", static_cast<int64_t>(ids.size()));
-    graph.set_dim("past", past);
     tokens.set(ids);
-    graph.execute();
-    past += static_cast<int64_t>(ids.size());
+    run(static_cast<int64_t>(ids.size()), /*queued=*/false);
+  }
+
+  // Greedy decoding one step ahead (Graph::execute_queued): each step's token is the last
+  // one's argmax, read where it lies on the device, so the host prepares a step while the
+  // GPU runs the one before, and reads that one's token after queuing the next. (Not for
+  // tensor-parallel ranks, which agree on each token on the host.)
+  bool pipelines(const SamplingOptions& opts) const {
+    return device_argmax && opts.temperature <= 0 && (!ranks || ranks->size() == 1);
+  }
+  // The last step's argmax, where it lies on the device.
+  DeviceData device_token() const { return *graph.device_data(device_argmax->id()); }
+  // Queues a one-token step on that token.
+  void step_on_device_token() {
+    graph.set_device_data(tokens.id(), device_token());
+    run(1, /*queued=*/true);
+  }
+  static int32_t token_of(const DeviceData& d) {
+    return static_cast<int32_t>(d.to_host().get_i64(0));  // (waits for its step alone)
+  }
+
+  void run(int64_t n, bool queued) {
+    graph.set_dim("seq", n);
+    graph.set_dim("past", past);
+    if (queued)
+      graph.execute_queued();
+    else
+      graph.execute();
+    past += n;
     // Straight into the graph: the caches are plain contiguous inputs of the right dtype,
     // so Tensor::set_buffer's checks (a view built and compared per call, 36 calls a
     // token) have nothing to catch. A GPU backend left them on the device.
@@ -144,10 +170,7 @@ struct TextGenerator::Impl {
   // the logits on the host.
   int32_t next_token(const SamplingOptions& opts, uint64_t& rng) {
     if (device_argmax && opts.temperature <= 0)
-      if (const Buffer* b = graph.data(device_argmax->id()); b && b->numel() == 1) {
-        const int64_t id = b->get_i64(0);
-        if (id >= 0 && id < vocab) return static_cast<int32_t>(id);  // (NaN logits: none)
-      }
+      if (const DeviceData* d = graph.device_data(device_argmax->id())) return token_of(*d);
     return sample(last_logits(), opts, rng);
   }
 };
@@ -171,7 +194,11 @@ TextGenerator::TextGenerator(const std::string& path, const Backend& backend,
   m.vocab = out.logits.shape().back().as_const().value_or(0);
   if (backend.device_memory() && m.vocab > 0) {
     m.logits.keep_on_device();
-    m.device_argmax = out.logits.argmax(-1).retrieve();
+    // (Logits that are all NaN have no largest: the argmax is then `vocab`, clamped to an
+    // id the next step can read.)
+    m.device_argmax =
+        out.logits.argmax(-1).clamp(0, static_cast<double>(m.vocab - 1)).cast(DType::I32);
+    m.device_argmax->keep_on_device();
   }
   m.cache_out = out.cache;
   // A GPU backend keeps the caches in device memory between steps.
@@ -238,24 +265,48 @@ GenerationStats TextGenerator::generate(const std::string& prompt, int64_t max_t
   m.step(ids);
   st.prefill_seconds = since(start);
   const auto decode_start = Clock::now();
+  const bool pipelined = m.pipelines(opts);
+  // Runs the step after `token` (on the device, queued, where pipelined).
+  auto timed_step = [&](int32_t token) {
+    const auto step_start = Clock::now();
+    if (pipelined)
+      m.step_on_device_token();
+    else
+      m.step({token});
+    st.decode_run_seconds += since(step_start);
+    const RunStats run = m.graph.last_run_stats();
+    st.decode_issue_seconds += run.issue_seconds;
+    st.decode_device_seconds += run.device_seconds;
+    st.decode_graph_steps += run.replayed;
+    st.decode_graph_updates += run.graph_nodes_updated;
+  };
+  bool step_ahead = false;  // a pipelined step queued past the last token taken
   for (int64_t i = 0; i < max_tokens; ++i) {
-    const int32_t next = m.agreed(m.next_token(opts, rng));
+    const bool more = i + 1 < max_tokens;
+    // Pipelined, a step is queued before the token it runs on is read, save the first
+    // (the prompt's run was waited for: its token is read at once, for the time to it).
+    const bool queue_first = pipelined && i > 0;
+    int32_t next = 0;
+    if (queue_first) {
+      const DeviceData token = m.device_token();
+      if ((step_ahead = more)) timed_step(0);
+      next = Impl::token_of(token);
+    } else {
+      next = m.agreed(m.next_token(opts, rng));
+    }
     if (i == 0) st.ttft_seconds = since(start);
     if (!ignore_eos &&
         std::find(m.lm.stop_ids.begin(), m.lm.stop_ids.end(), next) != m.lm.stop_ids.end())
       break;
     ++st.generated;
     if (const std::string piece = stream.push(next); on_text && !piece.empty()) on_text(piece);
-    if (i + 1 < max_tokens) {
-      const auto step_start = Clock::now();
-      m.step({next});
-      st.decode_run_seconds += since(step_start);
-      const RunStats run = m.graph.last_run_stats();
-      st.decode_issue_seconds += run.issue_seconds;
-      st.decode_device_seconds += run.device_seconds;
-      st.decode_graph_steps += run.replayed;
-      st.decode_graph_updates += run.graph_nodes_updated;
-    }
+    if (more && !queue_first) timed_step(next);
+    step_ahead = false;
+  }
+  // The last queued step settled: its time counted unless it ran past the last token.
+  if (pipelined) {
+    m.graph.wait();
+    if (!step_ahead) st.decode_device_seconds += m.graph.last_run_stats().device_seconds;
   }
   if (const std::string rest = stream.flush(); on_text && !rest.empty()) on_text(rest);
   st.decode_seconds = since(decode_start);
@@ -282,6 +333,15 @@ std::vector<int32_t> TextGenerator::greedy_ids(const std::vector<int32_t>& promp
   m.reset_cache();
   std::vector<int32_t> out;
   m.step(prompt);
+  if (!all_logits && m.pipelines({})) {
+    for (int64_t i = 0; i < steps; ++i) {
+      const DeviceData token = m.device_token();
+      if (i + 1 < steps) m.step_on_device_token();
+      out.push_back(Impl::token_of(token));
+    }
+    m.graph.wait();
+    return out;
+  }
   for (int64_t i = 0; i < steps; ++i) {
     if (all_logits) {
       const std::span<const float> logits = m.last_logits();

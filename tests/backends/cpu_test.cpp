@@ -68,6 +68,20 @@ TEST(Cpu, ProductsOfAFewTensOfRowsSearchTheKernel) {
   }
 }
 
+// A host backend runs a queued run (Graph::execute_queued) to the end, as execute does:
+// its outputs are on the host when it returns, even those marked to stay on a device.
+TEST(Cpu, QueuedRunsRunToTheEnd) {
+  Graph cx;
+  Tensor x = cx.named_tensor("x", {3});
+  Tensor y = (x * 2.0).keep_on_device();
+  cx.compile(cpu());
+  x.set(std::vector<float>{1, 2, 3});
+  cx.execute_queued();
+  EXPECT_EQ(y.device_data(), nullptr);
+  EXPECT_EQ(y.to_f32(), (std::vector<float>{2, 4, 6}));
+  cx.wait();
+}
+
 TEST(Cpu, MatMulsMatchTheReference) {
   testing::expect_matmuls_match_reference(cpu());
 }

@@ -598,6 +598,49 @@ TEST(Cuda, HandedOverOutputsOfAFixedSizeReuseTheirBuffers) {
     ASSERT_EQ(held[i], static_cast<float>(64 + i) * 0.5f * 3.0f - 1.0f) << i;
 }
 
+// Runs queued one ahead (Graph::execute_queued), each on the last one's output where it
+// lies on the device, as greedy decoding feeds a step's token to the next: every run's
+// value matches the host's arithmetic when read after later runs were queued. A kernel
+// error of a queued run is raised by the call that settles it, and the runs after go on.
+TEST(Cuda, QueuedRunsFeedEachOtherOnTheDevice) {
+  SKIP_WITHOUT_GPU();
+  Graph cx;
+  Tensor x = cx.named_tensor("x", {1 << 20});
+  Tensor y = (x * 0.5 + 1.0).keep_on_device();
+  cx.compile(cuda());
+  std::vector<float> xs(1 << 20);
+  for (size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>(i % 4096) * 0.25f - 100.0f;
+  x.set(xs);
+  std::vector<DeviceData> outs;
+  for (int run = 0; run < 6; ++run) {
+    if (run > 0) x.set_device(outs.back());
+    cx.execute_queued();
+    outs.push_back(*y.device_data());
+  }
+  for (const DeviceData& out : outs) {
+    for (float& v : xs) v = v * 0.5f + 1.0f;
+    const std::vector<float> got = out.to_host().to_f32();
+    for (size_t i = 0; i < xs.size(); i += 997) ASSERT_EQ(got[i], xs[i]) << i;
+  }
+  cx.wait();
+
+  Graph cg;
+  Tensor table = cg.named_tensor("table", {4, 3});
+  Tensor ids = cg.named_tensor("ids", {2}, DType::I32);
+  std::vector<float> rows(12);
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<float>(i);
+  table.set(rows);
+  Tensor picked = table.gather(ids).keep_on_device();
+  cg.compile(cuda());
+  ids.set(std::vector<int32_t>{1, 20});
+  cg.execute_queued();
+  testing::expect_error([&] { cg.wait(); }, {"Gather", "index 20 at position 1", "out of range"});
+  ids.set(std::vector<int32_t>{3, 0});
+  cg.execute_queued();
+  cg.wait();
+  EXPECT_EQ(picked.to_f32(), (std::vector<float>{rows[3], rows[0]}));  // (flat indices)
+}
+
 // Inputs whose upload does not fit the memory luminal may count on stop the run before
 // any of it is allocated, naming what they need and what is free; within the limit the
 // same program runs. A malformed limit is an error naming the variable.

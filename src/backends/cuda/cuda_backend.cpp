@@ -2,6 +2,7 @@
 // in device memory; user inputs are uploaded once per new data version and outputs are
 // copied back to the graph.
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <future>
@@ -49,6 +50,18 @@ using cudagen::DeviceBuffer;
 using cudagen::KernelShape;
 
 class CudaExecutable final : public Executable {
+  // A run's events (its start and end, for RunStats::device_seconds; its end is also what
+  // host reads of its handed-over outputs wait for) and its kernels' error words, copied
+  // back behind it. Two, used in turn: a queued run is settled by the next call.
+  struct RunRecord {
+    explicit RunRecord(size_t error_bytes) : errors(error_bytes) {}
+    cudagen::Event started;
+    std::shared_ptr<cudagen::Event> finished = std::make_shared<cudagen::Event>();
+    cudagen::Event copied;
+    cudagen::PinnedBuffer errors;
+    bool open = false;  // closed (queued) and not yet settled
+  };
+
  public:
   CudaExecutable(std::unique_ptr<cudagen::Device> device, runtime::PlannedProgram planned,
                  cudagen::CudaSource source, const std::vector<cudagen::Cubin>& cubins)
@@ -62,7 +75,9 @@ class CudaExecutable final : public Executable {
         attention_(*device_, searcher_),
         copy_view_(*device_),
         mixed_(*device_, gemv_, gemm_, copy_view_),
-        quant_(*device_, searcher_, gemm_, copy_view_) {
+        quant_(*device_, searcher_, gemm_, copy_view_),
+        errors_(error_bytes(plan_)),
+        records_{RunRecord(errors_.bytes()), RunRecord(errors_.bytes())} {
     const Graph& g = *program_.graph;
     liveness_ = runtime::plan_liveness(g, plan_);
     for (const cudagen::Cubin& c : cubins)
@@ -110,8 +125,7 @@ class CudaExecutable final : public Executable {
     for (size_t k = 0; k < shared_runs_.size(); ++k)
       for (size_t j = k; j + 1 < k + shared_runs_[k]; ++j)
         if (releases_[j].first != releases_[j].second) shared_runs_[k] = 1;
-    errors_ = DeviceBuffer(3 * sizeof(int64_t) * std::max<size_t>(plan_.kernels.size(), 1));
-    spares_ = std::make_shared<cudagen::SpareBuffers>(device_->ordinal());
+    spares_ = std::make_shared<cudagen::SpareBuffers>();
     dims_ = DeviceBuffer(sizeof(int64_t) * std::max<size_t>(source_.dims.size(), 1));
     dims_arg_ = dims_.data();
     if (profiling_) {
@@ -130,6 +144,8 @@ class CudaExecutable final : public Executable {
       }
     }
     device_->recorder().drop();  // (its graphs launch kernels of modules_ and the libraries')
+    for (RunRecord& r : records_)  // (a queued run may still copy its error words back)
+      if (r.open) cudaEventSynchronize(r.copied.get());
     if (graph_runs_ && runtime::env_has("LUMINAL_LOG", "info")) {
       const cudagen::StreamRecorder::Replay& t = graph_totals_;
       const double recorded = static_cast<double>(std::max<size_t>(graph_runs_, 1));
@@ -163,9 +179,32 @@ class CudaExecutable final : public Executable {
   // the stream itself (a search's timed runs, a kernel on the host, a cache moved to more
   // memory) queues what was recorded, and the rest of that run is launched kernel by
   // kernel.
-  void run(Graph& user) override {
+  void run(Graph& user) override { run(user, /*wait=*/true); }
+
+  // Returns without waiting for the GPU where every output stays on it, so a decoding
+  // loop prepares its next step while the device runs this one.
+  void queue(Graph& user) override {
+    const bool all_on_device =
+        std::all_of(program_.outputs.begin(), program_.outputs.end(),
+                    [&](const auto& o) { return user.is_kept_on_device(o.first); });
+    run(user, !all_on_device || profiling_ || cudagen::tracing());
+  }
+
+  void wait() override {
+    if (!records_[0].open && !records_[1].open) return;
+    stats_.device_seconds = 0;
+    for (size_t i : {record_ ^ 1, record_})
+      if (records_[i].open) settle(records_[i]);
+  }
+
+  // A run, settled before returning where `wait` (see finish).
+  void run(Graph& user, bool wait) {
     const auto run_start = std::chrono::steady_clock::now();
     device_->make_current();
+    // The run before the last may still be open where an error cut the last one short.
+    record_ ^= 1;
+    if (records_[record_].open) settle(records_[record_]);
+    RunRecord& rec = records_[record_];
     std::vector<int64_t> dims(std::max<size_t>(source_.dims.size(), 1), 0);
     for (size_t i = 0; i < source_.dims.size(); ++i) {
       auto v = user.dims().get(source_.dims[i]);
@@ -184,11 +223,11 @@ class CudaExecutable final : public Executable {
       stats_ = graph_stats_;
       stats_.graph_nodes_updated = 0;
       ++runs_, ++graph_runs_;
-      check(cudaEventRecord(started_.get(), device_->stream()), "cudaEventRecord");
+      check(cudaEventRecord(rec.started.get(), device_->stream()), "cudaEventRecord");
       recorder.launch_again();
-      check(cudaEventRecord(finished_.get(), device_->stream()), "cudaEventRecord");
+      close(rec);
       stats_.issue_seconds = runtime::seconds_since(run_start);
-      finish(user);
+      finish(user, wait);
       return;
     }
     // (The host's time in each part of a run that goes through the kernels, for
@@ -203,7 +242,7 @@ class CudaExecutable final : public Executable {
     phase_end(&HostPhases::place);
     stats_ = RunStats{};
     grew_ = false;
-    check(cudaEventRecord(started_.get(), device_->stream()), "cudaEventRecord");
+    check(cudaEventRecord(rec.started.get(), device_->stream()), "cudaEventRecord");
     if (dims != uploaded_dims_) {  // (pageable memory: the copy has read it on return)
       check(cudaMemcpyAsync(dims_.data(), dims.data(), dims.size() * sizeof(int64_t),
                             cudaMemcpyHostToDevice, device_->stream()),
@@ -230,11 +269,11 @@ class CudaExecutable final : public Executable {
     }
     ++runs_;
     graph_runs_ += stats_.replayed;
-    check(cudaEventRecord(finished_.get(), device_->stream()), "cudaEventRecord");
+    close(rec);
     stats_.issue_seconds = runtime::seconds_since(run_start);
     if (cudagen::tracing()) cudagen::trace_run_end();
     phase_end(&HostPhases::replay);
-    finish(user);
+    finish(user, wait);
     phase_end(&HostPhases::finish);
     ++host_phases_.runs;
     repeatable_ = stats_.replayed && !hands_over && !grew_;
@@ -376,15 +415,37 @@ class CudaExecutable final : public Executable {
     placed_handed_ = std::move(handed);
   }
 
-  // After the kernels are queued: outputs into the graph, the device time, any error a
-  // kernel recorded.
-  void finish(Graph& user) {
-    store_outputs(user);
-    device_->synchronize();
+  // After a run's kernels are queued: its end marked, and its kernels' error words
+  // copied back behind it.
+  void close(RunRecord& rec) {
+    check(cudaEventRecord(rec.finished->get(), device_->stream()), "cudaEventRecord");
+    check(cudaMemcpyAsync(rec.errors.data(), errors_.data(), errors_.bytes(),
+                          cudaMemcpyDeviceToHost, device_->stream()),
+          "copying kernel errors back");
+    check(cudaEventRecord(rec.copied.get(), device_->stream()), "cudaEventRecord");
+    rec.open = true;
+  }
+
+  // Outputs into the graph; then the queued run before this one settled (the GPU has this
+  // one's work meanwhile), and this one where the caller waits.
+  void finish(Graph& user, bool wait) {
+    store_outputs(user, records_[record_].finished);
+    stats_.device_seconds = 0;
+    if (RunRecord& before = records_[record_ ^ 1]; before.open) settle(before);
+    if (wait) settle(records_[record_]);
+  }
+
+  // Waits for a closed run: its device time into stats_, any error a kernel recorded raised.
+  void settle(RunRecord& rec) {
+    rec.open = false;
+    check(cudaEventSynchronize(rec.copied.get()), "a CUDA kernel failed");
     float ms = 0;
-    check(cudaEventElapsedTime(&ms, started_.get(), finished_.get()), "cudaEventElapsedTime");
-    stats_.device_seconds = ms * 1e-3;
-    raise_kernel_errors();
+    check(cudaEventElapsedTime(&ms, rec.started.get(), rec.finished->get()),
+          "cudaEventElapsedTime");
+    stats_.device_seconds += ms * 1e-3;
+    const auto* err = static_cast<const int64_t*>(rec.errors.data());
+    for (size_t k = 0; k < plan_.kernels.size(); ++k)
+      if (err[3 * k]) runtime::raise_kernel_error(*program_.graph, plan_.kernels[k], &err[3 * k]);
   }
 
   // Every input a kernel reads, checked against the bound dims and found on the device:
@@ -845,8 +906,9 @@ class CudaExecutable final : public Executable {
   }
 
   // Outputs into the user's graph: copied to the host, or, for those kept on the device,
-  // handed over (the buffer becomes theirs; outputs naming one value share it).
-  void store_outputs(Graph& user) {
+  // handed over (the buffer becomes theirs; outputs naming one value share it), with the
+  // event that marks the run's end, which host reads of them wait for.
+  void store_outputs(Graph& user, const std::shared_ptr<cudagen::Event>& written) {
     const Graph& g = *program_.graph;
     std::unordered_map<int32_t, DeviceData> handed;  // by slot
     for (const auto& [user_out, node] : program_.outputs) {
@@ -876,19 +938,12 @@ class CudaExecutable final : public Executable {
         const bool same_size = numel_[static_cast<size_t>(slot)].as_const().has_value();
         auto storage = std::make_shared<cudagen::CudaStorage>(std::move(v), device_->ordinal(),
                                                               same_size ? spares_ : nullptr);
+        storage->written_by(written);
         value_ptr_[static_cast<size_t>(slot)] = nullptr;
         it = handed.emplace(slot, DeviceData(storage, g.node(c).dtype, numel)).first;
       }
       user.set_device_data(user_out, it->second);
     }
-  }
-
-  void raise_kernel_errors() {
-    std::vector<int64_t> err(errors_.bytes() / sizeof(int64_t));
-    check(cudaMemcpy(err.data(), errors_.data(), errors_.bytes(), cudaMemcpyDeviceToHost),
-          "reading kernel errors");
-    for (size_t k = 0; k < plan_.kernels.size(); ++k)
-      if (err[3 * k]) runtime::raise_kernel_error(*program_.graph, plan_.kernels[k], &err[3 * k]);
   }
 
   std::vector<std::future<void>> library_compiles_;  // (first: waited for last)
@@ -932,13 +987,18 @@ class CudaExecutable final : public Executable {
   std::vector<bool> placed_handed_;
   std::unordered_map<uint32_t, std::pair<uint64_t, DeviceBuffer>> uploaded_;  // by input node
   static constexpr size_t kCheckedUploadBytes = size_t{16} << 20;             // check_uploads_fit
-  DeviceBuffer errors_;  // three int64 per kernel (runtime/kernel_errors.hpp)
+  // Three int64 per kernel (runtime/kernel_errors.hpp).
+  static size_t error_bytes(const compiler::KernelPlan& plan) {
+    return 3 * sizeof(int64_t) * std::max<size_t>(plan.kernels.size(), 1);
+  }
+  DeviceBuffer errors_;
   // The bound dims, which generated kernels read from device memory (codegen.hpp), as
   // last copied there, and the address passed to them.
   DeviceBuffer dims_;
   std::vector<int64_t> uploaded_dims_;
   void* dims_arg_ = nullptr;
-  cudagen::Event started_, finished_;  // around the kernels, for RunStats::device_seconds
+  std::array<RunRecord, 2> records_;
+  size_t record_ = 0;  // the last run's
   const bool poison_ = runtime::env_has("LUMINAL_CPU_POISON", "1");
   RunStats stats_;
   // LUMINAL_PROFILE=1: each kernel's time between events recorded around it (a row

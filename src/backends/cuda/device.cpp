@@ -207,6 +207,14 @@ void* grown(const Device& device, DeviceBuffer& buffer, size_t bytes) {
   return buffer.data();
 }
 
+PinnedBuffer::PinnedBuffer(size_t bytes) {
+  if (bytes) check(cudaMallocHost(&ptr_, bytes), "allocating page-locked host memory");
+}
+
+PinnedBuffer::~PinnedBuffer() {
+  if (ptr_) cudaFreeHost(ptr_);
+}
+
 Event::Event() {
   check(cudaEventCreate(&event_), "cudaEventCreate");
 }

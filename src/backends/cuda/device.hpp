@@ -107,6 +107,21 @@ class DeviceBuffer {
 /// `device`'s queued work, which may still read the old).
 void* grown(const Device& device, DeviceBuffer& buffer, size_t bytes);
 
+/// Page-locked host memory, which the GPU copies to or from without waiting for the host
+/// (cudaMemcpyAsync into pageable memory returns only once the copy is done).
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  explicit PinnedBuffer(size_t bytes);
+  ~PinnedBuffer();
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  void* data() const { return ptr_; }
+
+ private:
+  void* ptr_ = nullptr;
+};
+
 /// A CUDA event for timing, destroyed with the handle.
 class Event {
  public:

@@ -23,13 +23,6 @@ DeviceBuffer SpareBuffers::take(size_t bytes) {
 }
 
 void SpareBuffers::give(DeviceBuffer b) {
-  int current = 0;
-  if (cudaGetDevice(&current) != cudaSuccess || cudaSetDevice(device_) != cudaSuccess ||
-      cudaDeviceSynchronize() != cudaSuccess) {
-    cudaGetLastError();  // (called from a destructor: the buffer is freed instead)
-    return;
-  }
-  cudaSetDevice(current);
   std::lock_guard<std::mutex> lock(mutex_);
   if (spare_.size() < kKept) spare_.push_back(std::move(b));
 }
@@ -51,6 +44,8 @@ CudaStorage::CudaStorage(void* ptr, size_t bytes, int device, std::shared_ptr<vo
 void CudaStorage::copy_to_host(void* dst, size_t bytes) const {
   LUM_CHECK(bytes <= bytes_) << "internal: copying " << bytes << " bytes from " << bytes_;
   check(cudaSetDevice(device_), "cudaSetDevice");
+  // (The copy is on the default stream, which does not wait for the executable's.)
+  if (written_by_) check(cudaEventSynchronize(written_by_->get()), "a CUDA kernel failed");
   check(cudaMemcpy(dst, ptr_, bytes, cudaMemcpyDeviceToHost), "copying device data to the host");
 }
 

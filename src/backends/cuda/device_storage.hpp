@@ -18,18 +18,18 @@ namespace luminal::cudagen {
 /// for the device) a step.
 class SpareBuffers {
  public:
-  explicit SpareBuffers(int device) : device_(device) {}
   /// A buffer of exactly `bytes`: a spare one, else a new one.
   DeviceBuffer take(size_t bytes);
-  /// Keeps `b` for take (a few at most; past those it is freed). The device is
-  /// synchronised first, as cudaFree would: work still queued may read it.
+  /// Keeps `b` for take (a few at most; past those it is freed). Without waiting for the
+  /// device, unlike cudaFree: the executable queues all its work on its one stream, so
+  /// what it queued before reading `b` runs before whatever it queues after taking it
+  /// back. (A holder that read it on a stream of its own must have waited for that.)
   void give(DeviceBuffer b);
 
  private:
   static constexpr size_t kKept = 4;
   std::mutex mutex_;
   std::vector<DeviceBuffer> spare_;
-  int device_;
 };
 
 class CudaStorage final : public DeviceStorage {
@@ -43,6 +43,9 @@ class CudaStorage final : public DeviceStorage {
   size_t capacity() const override { return bytes_; }
   int device() const override { return device_; }
   void copy_to_host(void* dst, size_t bytes) const override;
+  /// Host reads wait for `event`: the end of the run that writes this memory, which may
+  /// still be queued (Executable::queue).
+  void written_by(std::shared_ptr<Event> event) { written_by_ = std::move(event); }
 
   /// Whether the memory is luminal's own (so a run may grow it in place).
   bool owned() const { return owned_.data() != nullptr; }
@@ -56,6 +59,7 @@ class CudaStorage final : public DeviceStorage {
   int device_ = 0;
   std::shared_ptr<void> lender_;  // kept alive while borrowed memory is used
   std::shared_ptr<SpareBuffers> spares_;
+  std::shared_ptr<Event> written_by_;
 };
 
 }  // namespace luminal::cudagen
