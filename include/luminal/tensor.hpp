@@ -261,6 +261,9 @@ Tensor concat(const std::vector<Tensor>& parts, int axis);
 /// concat({base, rows}, 0) as one op that backends can run in place on a donated `base`
 /// (see AppendRowsOp): for state that grows every run, such as a KV cache.
 Tensor append_rows(const Tensor& base, const Tensor& rows);
+/// Positions (i32) of the k largest values along the last axis, largest first, the lower
+/// position first among equal values, NaN last (see TopKOp): [..., k].
+Tensor top_k(const Tensor& x, int64_t k);
 Tensor stack(const std::vector<Tensor>& parts, int axis);
 
 /// Convolutions over [N, C, L] / [N, C, H, W] with weights [O, C/groups, k...], via

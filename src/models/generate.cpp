@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <span>
 
@@ -76,6 +77,16 @@ struct TextGenerator::Impl {
   // the logits left there, so a greedy token costs one id copied instead of the
   // vocabulary's logits (half a megabyte for 128k) and a scan of them on the host.
   std::optional<Tensor> device_argmax;
+  // There too, a sampled step's candidates: the kPicks most likely ids (top_k, in their
+  // order) and their logits, picked from the logits where they lie by a graph of their own,
+  // so a token with a top k of up to kPicks copies those back instead of every logit.
+  struct Picks {
+    Graph graph;
+    Tensor logits, ids, values;
+    int64_t count = 0;  // of ids
+  };
+  static constexpr int64_t kPicks = 1024;
+  std::unique_ptr<Picks> picks;
   int64_t vocab = 0;
   std::vector<nn::KVCache> cache_out;
   int64_t past = 0;
@@ -171,6 +182,18 @@ struct TextGenerator::Impl {
   int32_t next_token(const SamplingOptions& opts, uint64_t& rng) {
     if (device_argmax && opts.temperature <= 0)
       if (const DeviceData* d = graph.device_data(device_argmax->id())) return token_of(*d);
+    // (A top k of the whole vocabulary is no cut: the host's sampler takes every token
+    // within reach then.)
+    if (picks && opts.temperature > 0 && opts.top_k > 0 && opts.top_k <= picks->count &&
+        opts.top_k < vocab)
+      if (const DeviceData* d = graph.device_data(logits.id())) {
+        picks->graph.set_device_data(picks->logits.id(), *d);
+        picks->graph.execute();
+        const auto k = static_cast<size_t>(opts.top_k);
+        const std::vector<float> values = picks->values.to_f32();
+        const std::span<const int32_t> ids = picks->graph.data(picks->ids.id())->span<int32_t>();
+        return sample_top_k(std::span(values).first(k), ids.first(k), opts, rng);
+      }
     return sample(last_logits(), opts, rng);
   }
 };
@@ -199,6 +222,15 @@ TextGenerator::TextGenerator(const std::string& path, const Backend& backend,
     m.device_argmax =
         out.logits.argmax(-1).clamp(0, static_cast<double>(m.vocab - 1)).cast(DType::I32);
     m.device_argmax->keep_on_device();
+    const std::vector<Expr> shape = out.logits.shape();
+    if (std::all_of(shape.begin(), shape.end(), [](Expr d) { return d.as_const().has_value(); })) {
+      m.picks = std::make_unique<Impl::Picks>();
+      Impl::Picks& p = *m.picks;
+      p.logits = p.graph.named_tensor("logits", shape, out.logits.dtype());
+      p.count = std::min(Impl::kPicks, m.vocab);
+      p.ids = top_k(p.logits, p.count).retrieve();
+      p.values = p.logits.gather(p.ids).cast(DType::F32).retrieve();
+    }
   }
   m.cache_out = out.cache;
   // A GPU backend keeps the caches in device memory between steps.
@@ -215,6 +247,7 @@ TextGenerator::TextGenerator(const std::string& path, const Backend& backend,
   say("compiling for " + backend.name() + " (cached after the first run)...");
   const auto compile_start = Clock::now();
   m.graph.compile(backend);
+  if (m.picks) m.picks->graph.compile(backend);
   m.compile_seconds = since(compile_start);
   // Decoding runs one token at a time; its kernels are specialised for that.
   const auto prepare_start = Clock::now();

@@ -99,6 +99,61 @@ size_t argmax(std::span<const float> x) {
 
 }  // namespace
 
+namespace {
+
+// Candidates past this many are drawn from in the order they come (every token within
+// reach of the most likely, where no top k cuts them: a sort would cost more than the draw).
+constexpr size_t kSortedDraw = 1024;
+
+// A draw from softmax(logit / temperature) over candidates (ids[i], whose logit is
+// values[i]; `top` is the largest), cut to the smallest most-likely-first prefix whose
+// share reaches top_p. Candidates are read most likely first, the lower id first among
+// equal logits.
+int32_t draw(std::span<const float> values, std::span<const int32_t> ids, float top,
+             const SamplingOptions& o, uint64_t& rng) {
+  const float inv_t = static_cast<float>(1.0 / o.temperature);
+  auto weight = [&](uint32_t i) -> double { return std::exp((values[i] - top) * inv_t); };
+  auto before = [&](uint32_t a, uint32_t b) {
+    return values[a] > values[b] || (values[a] == values[b] && ids[a] < ids[b]);
+  };
+  std::vector<uint32_t> order(ids.size());
+  std::iota(order.begin(), order.end(), 0u);
+  std::vector<double> p(order.size());  // weights, in `order`'s order
+  double sum = 0;
+  for (size_t i = 0; i < order.size(); ++i) sum += p[i] = weight(order[i]);
+  size_t keep = order.size();
+  if (o.top_p < 1.0) {
+    // Sort only as much of the most likely end as the nucleus needs, growing the sorted
+    // prefix until its share reaches top_p.
+    for (size_t sorted = std::min<size_t>(64, order.size());;
+         sorted = std::min(order.size(), 4 * sorted)) {
+      std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(sorted),
+                        order.end(), before);
+      double acc = 0;
+      keep = 0;
+      for (size_t i = 0; i < sorted && keep == 0; ++i) {
+        acc += (p[i] = weight(order[i])) / sum;
+        if (acc >= o.top_p) keep = i + 1;
+      }
+      if (keep > 0 || sorted == order.size()) break;
+    }
+    if (keep == 0) keep = order.size();
+  } else if (order.size() <= kSortedDraw) {  // (a top k: drawn most likely first)
+    std::sort(order.begin(), order.end(), before);
+    for (size_t i = 0; i < order.size(); ++i) p[i] = weight(order[i]);
+  }
+  double total = 0;
+  for (size_t i = 0; i < keep; ++i) total += p[i];
+  double r = uniform(rng) * total;
+  for (size_t i = 0; i < keep; ++i) {
+    r -= p[i];
+    if (r <= 0) return ids[order[i]];
+  }
+  return ids[order[keep - 1]];
+}
+
+}  // namespace
+
 int32_t sample(std::span<const float> logits, const SamplingOptions& o, uint64_t& rng) {
   LUM_CHECK(!logits.empty()) << "sample: empty logits";
   const size_t best = argmax(logits);
@@ -108,8 +163,7 @@ int32_t sample(std::span<const float> logits, const SamplingOptions& o, uint64_t
   };
   // Candidates: the top k (one pass keeping a heap of the k best), or every token within
   // reach of the most likely one.
-  const float top = logits[best], inv_t = static_cast<float>(1.0 / o.temperature);
-  auto weight = [&](int32_t t) -> double { return std::exp((logits[t] - top) * inv_t); };
+  const float top = logits[best];
   std::vector<int32_t> idx;
   if (o.top_k > 0 && static_cast<size_t>(o.top_k) < logits.size()) {
     const auto k = static_cast<size_t>(o.top_k);
@@ -124,40 +178,25 @@ int32_t sample(std::span<const float> logits, const SamplingOptions& o, uint64_t
         std::push_heap(idx.begin(), idx.end(), before);
       }
     }
+    // Most likely first, as a backend's top k hands them to sample_top_k: the same
+    // candidates in the same order make the same draw.
+    std::sort(idx.begin(), idx.end(), before);
   } else {
     const double floor = top - kNegligible * o.temperature;
     for (size_t i = 0; i < logits.size(); ++i)
       if (logits[i] >= floor) idx.push_back(static_cast<int32_t>(i));
   }
-  std::vector<double> p(idx.size());  // weights, in idx order
-  double sum = 0;
-  for (size_t i = 0; i < idx.size(); ++i) sum += p[i] = weight(idx[i]);
-  size_t keep = idx.size();
-  if (o.top_p < 1.0) {
-    // Sort only as much of the most likely end as the nucleus needs, growing the sorted
-    // prefix until its share reaches top_p; p follows the new order as far as it is read.
-    for (size_t sorted = std::min<size_t>(64, idx.size());;
-         sorted = std::min(idx.size(), 4 * sorted)) {
-      std::partial_sort(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(sorted), idx.end(),
-                        before);
-      double acc = 0;
-      keep = 0;
-      for (size_t i = 0; i < sorted && keep == 0; ++i) {
-        acc += (p[i] = weight(idx[i])) / sum;
-        if (acc >= o.top_p) keep = i + 1;
-      }
-      if (keep > 0 || sorted == idx.size()) break;
-    }
-    if (keep == 0) keep = idx.size();
-  }
-  double total = 0;
-  for (size_t i = 0; i < keep; ++i) total += p[i];
-  double r = uniform(rng) * total;
-  for (size_t i = 0; i < keep; ++i) {
-    r -= p[i];
-    if (r <= 0) return idx[i];
-  }
-  return idx[keep - 1];
+  std::vector<float> values(idx.size());
+  for (size_t i = 0; i < idx.size(); ++i) values[i] = logits[idx[i]];
+  return draw(values, idx, top, o, rng);
+}
+
+int32_t sample_top_k(std::span<const float> values, std::span<const int32_t> ids,
+                     const SamplingOptions& o, uint64_t& rng) {
+  LUM_CHECK(!ids.empty() && values.size() == ids.size())
+      << "sample_top_k: " << values.size() << " logits for " << ids.size() << " candidates";
+  if (o.temperature <= 0) return ids[0];
+  return draw(values, ids, values[0], o, rng);
 }
 
 }  // namespace luminal::models

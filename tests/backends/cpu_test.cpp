@@ -16,11 +16,13 @@
 #include "luminal/luminal.hpp"
 #include "luminal/nn/attention.hpp"
 #include "testing/attention_cases.hpp"
+#include "testing/expect_error.hpp"
 #include "testing/matmul_layouts.hpp"
 #include "testing/random_graph.hpp"
 #include "testing/row_ops.hpp"
 #include "testing/run_outputs.hpp"
 #include "testing/scoped_env.hpp"
+#include "testing/top_k_cases.hpp"
 
 namespace luminal {
 namespace {
@@ -80,6 +82,35 @@ TEST(Cpu, QueuedRunsRunToTheEnd) {
   EXPECT_EQ(y.device_data(), nullptr);
   EXPECT_EQ(y.to_f32(), (std::vector<float>{2, 4, 6}));
   cx.wait();
+}
+
+// top_k on the host backends against a full stable sort, in each float type, with ties,
+// NaN, infinities and signed zeros; out-of-range k and integer values are errors.
+TEST(Cpu, TopKIsTheFirstKOfAStableSort) {
+  auto check = [](const Backend& backend) {
+    for (DType t : {DType::F32, DType::F16, DType::BF16})
+      for (int64_t k : {1, 40, 517}) {
+        Graph cx;
+        Tensor x = cx.named_tensor("x", {3, 517}, t);
+        Tensor ids = top_k(x, k).retrieve();
+        cx.compile(backend);
+        const std::vector<float> rows = testing::top_k_rows(3, 517, static_cast<uint64_t>(k));
+        x.set_buffer(Buffer::from_doubles(std::vector<double>(rows.begin(), rows.end()), t));
+        cx.execute();
+        const std::span<const int32_t> got = cx.data(ids.id())->span<int32_t>();
+        EXPECT_EQ(std::vector<int32_t>(got.begin(), got.end()),
+                  testing::top_k_by_sort(rows, 517, static_cast<size_t>(k)))
+            << backend.name() << " " << dtype_name(t) << " k=" << k;
+      }
+  };
+  check(reference());
+  check(cpu());
+  Graph cx;
+  Tensor x = cx.named_tensor("x", {2, 8});
+  testing::expect_error([&] { top_k(x, 0); }, {"top_k: k = 0 of [2, 8]"});
+  testing::expect_error([&] { top_k(x, 9); }, {"top_k: k = 9 of [2, 8]"});
+  testing::expect_error([&] { top_k(cx.named_tensor("i", {8}, DType::I32), 1); },
+                        {"top_k: i32 values"});
 }
 
 TEST(Cpu, MatMulsMatchTheReference) {

@@ -19,6 +19,7 @@
 #include "backends/cuda/gemv.hpp"
 #include "backends/cuda/nvrtc.hpp"
 #include "backends/cuda/quant_products.hpp"
+#include "backends/cuda/top_k.hpp"
 #include "luminal/luminal.hpp"
 #include "runtime/program.hpp"
 #include "testing/expect_error.hpp"
@@ -104,6 +105,7 @@ TEST(CudaCodegen, OneRowProductAndViewCopyKernelsCompileForHopper) {
                                       "sm_90")
                    .code.empty());
   EXPECT_FALSE(cudagen::compile_cubin(cudagen::copy_view_source(), "sm_90").code.empty());
+  EXPECT_FALSE(cudagen::compile_cubin(cudagen::top_k_source(), "sm_90").code.empty());
 }
 
 // Compiles of one source on several threads give one cubin (the later callers wait for
@@ -371,6 +373,7 @@ TEST(CudaCodegen, EveryKernelWaitsForTheKernelBeforeItFirst) {
   expect_every_kernel_waits_first(gemv_source({std::begin(kGemvShapes), std::end(kGemvShapes)}),
                                   "one-row products");
   expect_every_kernel_waits_first(copy_view_source(), "view copies");
+  expect_every_kernel_waits_first(top_k_source(), "top k");
   expect_every_kernel_waits_first(quant_products_source(static_cast<uint32_t>(GgmlType::Q4_K)),
                                   "quantised products");
   const DType f32 = DType::F32, f16 = DType::F16, bf16 = DType::BF16;

@@ -24,6 +24,7 @@
 #include "testing/row_ops.hpp"
 #include "testing/run_outputs.hpp"
 #include "testing/scoped_env.hpp"
+#include "testing/top_k_cases.hpp"
 
 namespace luminal {
 namespace {
@@ -639,6 +640,46 @@ TEST(Cuda, QueuedRunsFeedEachOtherOnTheDevice) {
   cg.execute_queued();
   cg.wait();
   EXPECT_EQ(picked.to_f32(), (std::vector<float>{rows[3], rows[0]}));  // (flat indices)
+}
+
+// top_k on the GPU against a full stable sort: vocabulary-sized rows and short ones, in
+// each float type, with ties, NaN, infinities and signed zeros, k up to the kernel's most;
+// past it, or over a view that is not dense, the op still runs (on the host).
+TEST(Cuda, TopKIsTheFirstKOfAStableSort) {
+  SKIP_WITHOUT_GPU();
+  for (DType t : {DType::F32, DType::F16, DType::BF16})
+    for (const auto& [rows, n] : {std::pair<int64_t, int64_t>{1, 128256}, {3, 1000}, {2, 262144}})
+      for (int64_t most : {int64_t{1}, int64_t{40}, int64_t{1024}}) {  // (1024: the kernel's most)
+        const int64_t k = std::min(most, n);
+        Graph cx;
+        Tensor x = cx.named_tensor("x", {rows, n}, t);
+        Tensor ids = top_k(x, k).retrieve();
+        cx.compile(cuda());
+        const std::vector<float> data = testing::top_k_rows(
+            static_cast<size_t>(rows), static_cast<size_t>(n), static_cast<uint64_t>(k + n));
+        x.set_buffer(Buffer::from_doubles(std::vector<double>(data.begin(), data.end()), t));
+        cx.execute();
+        EXPECT_EQ(cx.last_run_stats().host_fallbacks, 0u);
+        const std::span<const int32_t> got = cx.data(ids.id())->span<int32_t>();
+        ASSERT_EQ(std::vector<int32_t>(got.begin(), got.end()),
+                  testing::top_k_by_sort(data, static_cast<size_t>(n), static_cast<size_t>(k)))
+            << dtype_name(t) << " rows " << rows << " n " << n << " k " << k;
+      }
+  Graph cx;
+  Tensor x = cx.named_tensor("x", {2000});
+  Tensor ids = top_k(x, 1500).retrieve();
+  Tensor strided = top_k(x.reshape({1000, 2}).transpose(0, 1), 3).retrieve();
+  cx.compile(cuda());
+  const std::vector<float> data = testing::top_k_rows(1, 2000, 9);
+  x.set(data);
+  cx.execute();
+  const std::span<const int32_t> got = cx.data(ids.id())->span<int32_t>();
+  EXPECT_EQ(std::vector<int32_t>(got.begin(), got.end()), testing::top_k_by_sort(data, 2000, 1500));
+  std::vector<float> columns(2000);
+  for (size_t i = 0; i < 1000; ++i) columns[i] = data[2 * i], columns[1000 + i] = data[2 * i + 1];
+  const std::span<const int32_t> got2 = cx.data(strided.id())->span<int32_t>();
+  EXPECT_EQ(std::vector<int32_t>(got2.begin(), got2.end()),
+            testing::top_k_by_sort(columns, 1000, 3));
 }
 
 // Inputs whose upload does not fit the memory luminal may count on stop the run before

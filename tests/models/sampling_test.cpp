@@ -144,5 +144,34 @@ TEST(Sampling, ANucleusLargerThanTheFirstSortedPrefix) {
     ASSERT_TRUE(want.count(sample(logits, {.temperature = 1.0, .top_p = 0.9}, rng)));
 }
 
+// A backend that picks the top k where the logits lie hands sample_top_k the k most
+// likely ids and their logits in order: the draw must be sample()'s, token for token and
+// rng state for rng state, over logits with many ties (a coarse grid) and without.
+TEST(Sampling, TheTopKAloneDrawsTheSameTokens) {
+  for (uint64_t seed = 0; seed < 6; ++seed) {
+    std::vector<float> logits = random_logits(5000, seed, 2.0f);
+    if (seed % 2)
+      for (float& x : logits) x = std::round(x * 4) / 4;
+    std::vector<int32_t> order(logits.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+    for (const SamplingOptions& o :
+         {SamplingOptions{.temperature = 0.7, .top_k = 40, .top_p = 0.95},
+          SamplingOptions{.temperature = 1.0, .top_k = 1},
+          SamplingOptions{.temperature = 1.5, .top_k = 1000},
+          SamplingOptions{.temperature = 0.5, .top_k = 300, .top_p = 0.5}}) {
+      const std::vector<int32_t> ids(order.begin(), order.begin() + o.top_k);
+      std::vector<float> values;
+      for (int32_t i : ids) values.push_back(logits[i]);
+      uint64_t whole = seed, top = seed;
+      for (int draw = 0; draw < 200; ++draw)
+        ASSERT_EQ(sample(logits, o, whole), sample_top_k(values, ids, o, top))
+            << "seed " << seed << " k " << o.top_k << " draw " << draw;
+      EXPECT_EQ(whole, top);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace luminal::models

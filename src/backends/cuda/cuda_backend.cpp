@@ -25,6 +25,7 @@
 #include "backends/cuda/nvrtc.hpp"
 #include "backends/cuda/quant_products.hpp"
 #include "backends/cuda/shared_products.hpp"
+#include "backends/cuda/top_k.hpp"
 #include "luminal/append_rows_op.hpp"
 #include "luminal/collective.hpp"
 #include "luminal/compiler/attention_op.hpp"
@@ -33,6 +34,7 @@
 #include "luminal/error.hpp"
 #include "luminal/graph.hpp"
 #include "luminal/quant.hpp"
+#include "luminal/top_k_op.hpp"
 #include "runtime/env.hpp"
 #include "runtime/kernel_errors.hpp"
 #include "runtime/kernel_profile.hpp"
@@ -466,6 +468,8 @@ class CudaExecutable final : public Executable {
             << "input '" << n.name << "' lives on GPU " << d->device()
             << ", and this program runs on GPU " << device_->ordinal();
         address = d->data();
+        if (const auto* s = dynamic_cast<const cudagen::CudaStorage*>(d->storage().get()))
+          s->order_before(device_->stream());  // (another executable's queued run may write it)
         uploaded_.erase(r.value);
       } else {
         address = upload(user, r);
@@ -686,6 +690,9 @@ class CudaExecutable final : public Executable {
         return;
     } else if (dynamic_cast<const AppendRowsOp*>(n.custom.get())) {
       if (append_rows(n, views, out, out_bytes)) return;
+    } else if (const auto* t = dynamic_cast<const TopKOp*>(n.custom.get())) {
+      if (top_k_.run(views[0], operand(n.inputs[0].source), source_dtype(n, 0), t->k(), out))
+        return;
     } else if (const auto* c = dynamic_cast<const CollectiveOp*>(n.custom.get())) {
       if (collective(*c, n, views[0], out, out_bytes)) return;
     }
@@ -938,7 +945,7 @@ class CudaExecutable final : public Executable {
         const bool same_size = numel_[static_cast<size_t>(slot)].as_const().has_value();
         auto storage = std::make_shared<cudagen::CudaStorage>(std::move(v), device_->ordinal(),
                                                               same_size ? spares_ : nullptr);
-        storage->written_by(written);
+        storage->written_by(written, device_->stream());
         value_ptr_[static_cast<size_t>(slot)] = nullptr;
         it = handed.emplace(slot, DeviceData(storage, g.node(c).dtype, numel)).first;
       }
@@ -957,6 +964,7 @@ class CudaExecutable final : public Executable {
   cudagen::Gemv gemv_;
   cudagen::Attention attention_;
   cudagen::ViewCopy copy_view_;
+  cudagen::TopK top_k_{*device_};
   cudagen::MixedProducts mixed_;
   cudagen::QuantProducts quant_;
   runtime::Liveness liveness_;
@@ -1044,11 +1052,12 @@ namespace cudagen {
 std::vector<std::string> library_sources(const Graph& g, const compiler::KernelPlan& plan) {
   std::vector<std::string> sources;
   std::vector<uint32_t> formats;
-  bool products = false, custom = false;
+  bool products = false, custom = false, top_k = false;
   for (const compiler::Kernel& k : plan.kernels) {
     const Node& n = g.node(k.root);
     if (n.op != Op::Custom) continue;
     custom = true;
+    top_k |= dynamic_cast<const TopKOp*>(n.custom.get()) != nullptr;
     if (dynamic_cast<const compiler::MatMulOp*>(n.custom.get())) products = true;
     if (const auto* q = dynamic_cast<const compiler::QMatMulOp*>(n.custom.get())) {
       if (quant_products_support(q->format)) {
@@ -1066,6 +1075,7 @@ std::vector<std::string> library_sources(const Graph& g, const compiler::KernelP
       sources.push_back(gemv_module_source(true));
   }
   if (custom) sources.push_back(copy_view_source());
+  if (top_k) sources.push_back(top_k_source());
   return sources;
 }
 

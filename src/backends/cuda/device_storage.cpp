@@ -49,6 +49,11 @@ void CudaStorage::copy_to_host(void* dst, size_t bytes) const {
   check(cudaMemcpy(dst, ptr_, bytes, cudaMemcpyDeviceToHost), "copying device data to the host");
 }
 
+void CudaStorage::order_before(cudaStream_t reader) const {
+  if (written_by_ && writer_ != reader)
+    check(cudaStreamWaitEvent(reader, written_by_->get(), 0), "cudaStreamWaitEvent");
+}
+
 DeviceBuffer CudaStorage::release() {
   ptr_ = nullptr, bytes_ = 0;
   return std::move(owned_);

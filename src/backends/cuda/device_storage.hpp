@@ -43,9 +43,14 @@ class CudaStorage final : public DeviceStorage {
   size_t capacity() const override { return bytes_; }
   int device() const override { return device_; }
   void copy_to_host(void* dst, size_t bytes) const override;
-  /// Host reads wait for `event`: the end of the run that writes this memory, which may
-  /// still be queued (Executable::queue).
-  void written_by(std::shared_ptr<Event> event) { written_by_ = std::move(event); }
+  /// Host reads wait for `event`, recorded on `stream`: the end of the run that writes
+  /// this memory, which may still be queued (Executable::queue).
+  void written_by(std::shared_ptr<Event> event, cudaStream_t stream) {
+    written_by_ = std::move(event), writer_ = stream;
+  }
+  /// Makes work queued next on `reader` wait for those writes where another stream
+  /// queued them (on the writer's own stream they come first anyway).
+  void order_before(cudaStream_t reader) const;
 
   /// Whether the memory is luminal's own (so a run may grow it in place).
   bool owned() const { return owned_.data() != nullptr; }
@@ -60,6 +65,7 @@ class CudaStorage final : public DeviceStorage {
   std::shared_ptr<void> lender_;  // kept alive while borrowed memory is used
   std::shared_ptr<SpareBuffers> spares_;
   std::shared_ptr<Event> written_by_;
+  cudaStream_t writer_ = nullptr;
 };
 
 }  // namespace luminal::cudagen

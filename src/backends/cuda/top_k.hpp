@@ -1,0 +1,37 @@
+// TopK on the GPU (luminal/top_k_op.hpp; private to src/backends/cuda): a block a row
+// selects the k largest by the radix of their order-preserving 32-bit keys, then sorts
+// those k. A sampled token's candidates are picked where the logits lie. Compiled by NVRTC
+// on first use, like the generated kernels.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "backends/cuda/device.hpp"
+#include "backends/cuda/nvrtc.hpp"
+#include "luminal/dtype.hpp"
+#include "luminal/view.hpp"
+
+namespace luminal::cudagen {
+
+/// The most positions one launch picks a row.
+constexpr int64_t kTopKMost = 1024;
+
+/// The kernels' CUDA source (CI compiles it for sm_90).
+std::string top_k_source();
+
+class TopK {
+ public:
+  explicit TopK(const Device& device) : device_(device) {}
+
+  /// out[row, :k] = the positions of row's k largest values (TopKOp's order) for rows of
+  /// `x` (f32, f16 or bf16) over device memory. False, launching nothing, where the view
+  /// is not dense or k is past kTopKMost: the caller runs the op elsewhere.
+  bool run(const ConcreteView& x, const void* data, DType type, int64_t k, void* out);
+
+ private:
+  const Device& device_;
+  std::unique_ptr<Module> module_;  // loaded on first use
+};
+
+}  // namespace luminal::cudagen
