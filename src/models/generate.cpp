@@ -12,6 +12,7 @@
 #include "luminal/graph.hpp"
 #include "luminal/models/language_model.hpp"
 #include "luminal/tensor.hpp"
+#include "models/device_sampling.hpp"
 #include "models/utf8.hpp"
 
 namespace luminal::models {
@@ -77,16 +78,15 @@ struct TextGenerator::Impl {
   // the logits left there, so a greedy token costs one id copied instead of the
   // vocabulary's logits (half a megabyte for 128k) and a scan of them on the host.
   std::optional<Tensor> device_argmax;
-  // There too, a sampled step's candidates: the kPicks most likely ids (top_k, in their
-  // order) and their logits, picked from the logits where they lie by a graph of their own,
-  // so a token with a top k of up to kPicks copies those back instead of every logit.
-  struct Picks {
+  // There too, sampled tokens: drawn from the logits where they lie by a graph of its own
+  // (DeviceSampler, over the kSampled most likely), run after each step.
+  struct Sampling {
     Graph graph;
-    Tensor logits, ids, values;
-    int64_t count = 0;  // of ids
+    Tensor logits;
+    std::optional<DeviceSampler> sampler;
   };
-  static constexpr int64_t kPicks = 1024;
-  std::unique_ptr<Picks> picks;
+  static constexpr int64_t kSampled = 1024;
+  std::unique_ptr<Sampling> sampling;
   int64_t vocab = 0;
   std::vector<nn::KVCache> cache_out;
   int64_t past = 0;
@@ -118,18 +118,29 @@ struct TextGenerator::Impl {
     run(static_cast<int64_t>(ids.size()), /*queued=*/false);
   }
 
-  // Greedy decoding one step ahead (Graph::execute_queued): each step's token is the last
-  // one's argmax, read where it lies on the device, so the host prepares a step while the
-  // GPU runs the one before, and reads that one's token after queuing the next. (Not for
-  // tensor-parallel ranks, which agree on each token on the host.)
+  // Decoding one step ahead (Graph::execute_queued): each step's token is picked from the
+  // last one's logits where they lie on the device (their argmax, or a draw), so the host
+  // prepares a step while the GPU runs the one before, and reads that one's token after
+  // queuing the next. (Not for tensor-parallel ranks, which agree on each token on the
+  // host.)
   bool pipelines(const SamplingOptions& opts) const {
-    return device_argmax && opts.temperature <= 0 && (!ranks || ranks->size() == 1);
+    if (ranks && ranks->size() > 1) return false;
+    if (opts.temperature <= 0) return device_argmax.has_value();
+    return sampling && sampling->sampler->follows(opts);
   }
-  // The last step's argmax, where it lies on the device.
-  DeviceData device_token() const { return *graph.device_data(device_argmax->id()); }
-  // Queues a one-token step on that token.
-  void step_on_device_token() {
-    graph.set_device_data(tokens.id(), device_token());
+  // The token after the last step, where it lies on the device: its argmax, or (sampled)
+  // draw `draw`, queued on its logits.
+  DeviceData device_token(bool sampled = false, int64_t draw = 0) {
+    if (!sampled) return *graph.device_data(device_argmax->id());
+    Graph& g = sampling->graph;
+    g.set_device_data(sampling->logits.id(), *graph.device_data(logits.id()));
+    g.set_dim("draw", draw);
+    g.execute_queued();
+    return *g.device_data(sampling->sampler->token.id());
+  }
+  // Queues a one-token step on `token`.
+  void step_on(const DeviceData& token) {
+    graph.set_device_data(tokens.id(), token);
     run(1, /*queued=*/true);
   }
   static int32_t token_of(const DeviceData& d) {
@@ -182,18 +193,6 @@ struct TextGenerator::Impl {
   int32_t next_token(const SamplingOptions& opts, uint64_t& rng) {
     if (device_argmax && opts.temperature <= 0)
       if (const DeviceData* d = graph.device_data(device_argmax->id())) return token_of(*d);
-    // (A top k of the whole vocabulary is no cut: the host's sampler takes every token
-    // within reach then.)
-    if (picks && opts.temperature > 0 && opts.top_k > 0 && opts.top_k <= picks->count &&
-        opts.top_k < vocab)
-      if (const DeviceData* d = graph.device_data(logits.id())) {
-        picks->graph.set_device_data(picks->logits.id(), *d);
-        picks->graph.execute();
-        const auto k = static_cast<size_t>(opts.top_k);
-        const std::vector<float> values = picks->values.to_f32();
-        const std::span<const int32_t> ids = picks->graph.data(picks->ids.id())->span<int32_t>();
-        return sample_top_k(std::span(values).first(k), ids.first(k), opts, rng);
-      }
     return sample(last_logits(), opts, rng);
   }
 };
@@ -224,12 +223,11 @@ TextGenerator::TextGenerator(const std::string& path, const Backend& backend,
     m.device_argmax->keep_on_device();
     const std::vector<Expr> shape = out.logits.shape();
     if (std::all_of(shape.begin(), shape.end(), [](Expr d) { return d.as_const().has_value(); })) {
-      m.picks = std::make_unique<Impl::Picks>();
-      Impl::Picks& p = *m.picks;
-      p.logits = p.graph.named_tensor("logits", shape, out.logits.dtype());
-      p.count = std::min(Impl::kPicks, m.vocab);
-      p.ids = top_k(p.logits, p.count).retrieve();
-      p.values = p.logits.gather(p.ids).cast(DType::F32).retrieve();
+      m.sampling = std::make_unique<Impl::Sampling>();
+      Impl::Sampling& s = *m.sampling;
+      s.logits = s.graph.named_tensor("logits", shape, out.logits.dtype());
+      s.sampler.emplace(s.logits, m.vocab, Impl::kSampled);
+      s.sampler->token.keep_on_device();
     }
   }
   m.cache_out = out.cache;
@@ -247,7 +245,7 @@ TextGenerator::TextGenerator(const std::string& path, const Backend& backend,
   say("compiling for " + backend.name() + " (cached after the first run)...");
   const auto compile_start = Clock::now();
   m.graph.compile(backend);
-  if (m.picks) m.picks->graph.compile(backend);
+  if (m.sampling) m.sampling->graph.compile(backend);
   m.compile_seconds = since(compile_start);
   // Decoding runs one token at a time; its kernels are specialised for that.
   const auto prepare_start = Clock::now();
@@ -298,12 +296,13 @@ GenerationStats TextGenerator::generate(const std::string& prompt, int64_t max_t
   m.step(ids);
   st.prefill_seconds = since(start);
   const auto decode_start = Clock::now();
-  const bool pipelined = m.pipelines(opts);
-  // Runs the step after `token` (on the device, queued, where pipelined).
-  auto timed_step = [&](int32_t token) {
+  const bool pipelined = m.pipelines(opts), sampled = opts.temperature > 0;
+  if (pipelined && sampled) m.sampling->sampler->set_draws(opts, max_tokens, rng);
+  // Runs the step after `token` (queued on `on_device` where pipelined).
+  auto timed_step = [&](int32_t token, const DeviceData* on_device) {
     const auto step_start = Clock::now();
-    if (pipelined)
-      m.step_on_device_token();
+    if (on_device)
+      m.step_on(*on_device);
     else
       m.step({token});
     st.decode_run_seconds += since(step_start);
@@ -316,30 +315,31 @@ GenerationStats TextGenerator::generate(const std::string& prompt, int64_t max_t
   bool step_ahead = false;  // a pipelined step queued past the last token taken
   for (int64_t i = 0; i < max_tokens; ++i) {
     const bool more = i + 1 < max_tokens;
-    // Pipelined, a step is queued before the token it runs on is read, save the first
-    // (the prompt's run was waited for: its token is read at once, for the time to it).
-    const bool queue_first = pipelined && i > 0;
     int32_t next = 0;
-    if (queue_first) {
-      const DeviceData token = m.device_token();
-      if ((step_ahead = more)) timed_step(0);
-      next = Impl::token_of(token);
+    if (pipelined) {
+      // The step after this token is queued before the token is read, save after the
+      // prompt (its token is read at once, for the time to it).
+      const DeviceData token = m.device_token(sampled, i);
+      if (i == 0) next = Impl::token_of(token), st.ttft_seconds = since(start);
+      if ((step_ahead = more)) timed_step(0, &token);
+      if (i > 0) next = Impl::token_of(token);
     } else {
       next = m.agreed(m.next_token(opts, rng));
+      if (i == 0) st.ttft_seconds = since(start);
     }
-    if (i == 0) st.ttft_seconds = since(start);
     if (!ignore_eos &&
         std::find(m.lm.stop_ids.begin(), m.lm.stop_ids.end(), next) != m.lm.stop_ids.end())
       break;
     ++st.generated;
     if (const std::string piece = stream.push(next); on_text && !piece.empty()) on_text(piece);
-    if (more && !queue_first) timed_step(next);
+    if (more && !pipelined) timed_step(next, nullptr);
     step_ahead = false;
   }
   // The last queued step settled: its time counted unless it ran past the last token.
   if (pipelined) {
     m.graph.wait();
     if (!step_ahead) st.decode_device_seconds += m.graph.last_run_stats().device_seconds;
+    if (sampled) m.sampling->graph.wait();
   }
   if (const std::string rest = stream.flush(); on_text && !rest.empty()) on_text(rest);
   st.decode_seconds = since(decode_start);
@@ -369,7 +369,7 @@ std::vector<int32_t> TextGenerator::greedy_ids(const std::vector<int32_t>& promp
   if (!all_logits && m.pipelines({})) {
     for (int64_t i = 0; i < steps; ++i) {
       const DeviceData token = m.device_token();
-      if (i + 1 < steps) m.step_on_device_token();
+      if (i + 1 < steps) m.step_on(token);
       out.push_back(Impl::token_of(token));
     }
     m.graph.wait();

@@ -178,8 +178,7 @@ int32_t sample(std::span<const float> logits, const SamplingOptions& o, uint64_t
         std::push_heap(idx.begin(), idx.end(), before);
       }
     }
-    // Most likely first, as a backend's top k hands them to sample_top_k: the same
-    // candidates in the same order make the same draw.
+    // Most likely first, as a draw on the device takes them (DeviceSampler).
     std::sort(idx.begin(), idx.end(), before);
   } else {
     const double floor = top - kNegligible * o.temperature;
@@ -191,12 +190,8 @@ int32_t sample(std::span<const float> logits, const SamplingOptions& o, uint64_t
   return draw(values, idx, top, o, rng);
 }
 
-int32_t sample_top_k(std::span<const float> values, std::span<const int32_t> ids,
-                     const SamplingOptions& o, uint64_t& rng) {
-  LUM_CHECK(!ids.empty() && values.size() == ids.size())
-      << "sample_top_k: " << values.size() << " logits for " << ids.size() << " candidates";
-  if (o.temperature <= 0) return ids[0];
-  return draw(values, ids, values[0], o, rng);
+double uniform_draw(uint64_t& rng_state) {
+  return uniform(rng_state);
 }
 
 }  // namespace luminal::models

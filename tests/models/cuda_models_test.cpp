@@ -1,11 +1,12 @@
 // Every HF model parity fixture (transformers 4 and 5 folders) on the CUDA backend:
 // prefill and KV-cache decode logits against transformers' (f32 weights, and bf16 ones
-// within a bound), BERT's hidden states, and greedy generation (label
+// within a bound), BERT's hidden states, greedy generation, and sampled decoding's draw (label
 // gpu; skips without a GPU).
 #include <gtest/gtest.h>
 
 #include "models/generate_cases.hpp"
 #include "models/model_parity.hpp"
+#include "models/sampling_cases.hpp"
 
 namespace luminal::models {
 namespace {
@@ -54,6 +55,13 @@ TEST_P(CudaGenerate, MatchesTransformers) {
 }
 INSTANTIATE_TEST_SUITE_P(Forms, CudaGenerate, ::testing::ValuesIn(kGenerateForms),
                          [](const auto& info) { return std::string(info.param.name); });
+
+// Sampled decoding's draw on the GPU (DeviceSampler): the reference interpreter's check.
+TEST(CudaSampling, TheDrawAsGraphOpsFollowsTheTruncatedSoftmax) {
+  std::string why;
+  if (!cuda_available(&why)) GTEST_SKIP() << "no GPU here: " << why;
+  check_device_draw(cuda(), 5000);
+}
 
 }  // namespace
 }  // namespace luminal::models

@@ -11,40 +11,10 @@
 #include <random>
 
 #include "luminal/models/sampling.hpp"
+#include "models/sampling_cases.hpp"
 
 namespace luminal::models {
 namespace {
-
-std::map<int32_t, double> brute_force(const std::vector<float>& logits, const SamplingOptions& o) {
-  std::vector<int32_t> order(logits.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
-  if (o.top_k > 0 && static_cast<size_t>(o.top_k) < order.size()) order.resize(o.top_k);
-  std::vector<double> w;
-  for (int32_t i : order) w.push_back(std::exp((logits[i] - logits[order[0]]) / o.temperature));
-  const double sum = std::accumulate(w.begin(), w.end(), 0.0);
-  size_t keep = order.size();
-  double acc = 0;
-  for (size_t i = 0; i < order.size() && o.top_p < 1.0; ++i)
-    if ((acc += w[i] / sum) >= o.top_p) {
-      keep = i + 1;
-      break;
-    }
-  const double kept =
-      std::accumulate(w.begin(), w.begin() + static_cast<std::ptrdiff_t>(keep), 0.0);
-  std::map<int32_t, double> p;
-  for (size_t i = 0; i < keep; ++i) p[order[i]] = w[i] / kept;
-  return p;
-}
-
-std::vector<float> random_logits(size_t n, uint64_t seed, float spread) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> d(0, spread);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
 
 void check_distribution(const std::vector<float>& logits, const SamplingOptions& o) {
   const std::map<int32_t, double> want = brute_force(logits, o);
@@ -144,33 +114,10 @@ TEST(Sampling, ANucleusLargerThanTheFirstSortedPrefix) {
     ASSERT_TRUE(want.count(sample(logits, {.temperature = 1.0, .top_p = 0.9}, rng)));
 }
 
-// A backend that picks the top k where the logits lie hands sample_top_k the k most
-// likely ids and their logits in order: the draw must be sample()'s, token for token and
-// rng state for rng state, over logits with many ties (a coarse grid) and without.
-TEST(Sampling, TheTopKAloneDrawsTheSameTokens) {
-  for (uint64_t seed = 0; seed < 6; ++seed) {
-    std::vector<float> logits = random_logits(5000, seed, 2.0f);
-    if (seed % 2)
-      for (float& x : logits) x = std::round(x * 4) / 4;
-    std::vector<int32_t> order(logits.size());
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(),
-                     [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
-    for (const SamplingOptions& o :
-         {SamplingOptions{.temperature = 0.7, .top_k = 40, .top_p = 0.95},
-          SamplingOptions{.temperature = 1.0, .top_k = 1},
-          SamplingOptions{.temperature = 1.5, .top_k = 1000},
-          SamplingOptions{.temperature = 0.5, .top_k = 300, .top_p = 0.5}}) {
-      const std::vector<int32_t> ids(order.begin(), order.begin() + o.top_k);
-      std::vector<float> values;
-      for (int32_t i : ids) values.push_back(logits[i]);
-      uint64_t whole = seed, top = seed;
-      for (int draw = 0; draw < 200; ++draw)
-        ASSERT_EQ(sample(logits, o, whole), sample_top_k(values, ids, o, top))
-            << "seed " << seed << " k " << o.top_k << " draw " << draw;
-      EXPECT_EQ(whole, top);
-    }
-  }
+// The draw as graph ops (DeviceSampler) on the reference interpreter; cuda_tests runs it
+// on the GPU.
+TEST(Sampling, TheDrawAsGraphOpsFollowsTheTruncatedSoftmax) {
+  check_device_draw(reference(), 20000);
 }
 
 }  // namespace

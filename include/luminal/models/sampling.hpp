@@ -20,11 +20,8 @@ struct SamplingOptions {
 /// linear in the vocabulary (plus a sort of the nucleus), since a vocabulary of 262k
 /// fully sorted per token would cost more than the model's forward pass.
 int32_t sample(std::span<const float> logits, const SamplingOptions& opts, uint64_t& rng_state);
-/// The same draw from the top k alone: `ids` (opts.top_k of them, or fewer where the
-/// vocabulary is smaller) and their `logits`, most likely first, the lower id first among
-/// equal logits (top_k's order, in tensor.hpp). The same token as sample() for the same
-/// rng state: a backend that picks the top k where the logits lie copies k of them back.
-int32_t sample_top_k(std::span<const float> logits, std::span<const int32_t> ids,
-                     const SamplingOptions& opts, uint64_t& rng_state);
+/// The uniform number in [0, 1) a draw takes from the rng state (splitmix64), advancing
+/// it: sample() takes one a draw (and none for greedy decoding).
+double uniform_draw(uint64_t& rng_state);
 
 }  // namespace luminal::models
