@@ -8,6 +8,7 @@ namespace {
 constexpr const char* kSource = R"TOPK(
 #define LUM_TK_THREADS 1024
 #define LUM_TK_MOST 1024
+#define LUM_TK_PER 4  // keys a thread loads at once (four loads in flight, not one)
 
 // A value's key: larger values have larger keys (the sign bit flipped for positives, every
 // bit for negatives), -0 is +0, and NaN is 0, below everything.
@@ -37,7 +38,7 @@ struct LumTkBF16 {
 template <class Row>
 LUM_FN void lum_tk_row(const Row& row, long long n, int k, int* out) {
   __shared__ unsigned hist[256], keys[LUM_TK_MOST];
-  __shared__ int ids[LUM_TK_MOST], warp_counts[LUM_TK_THREADS / 32];
+  __shared__ int ids[LUM_TK_MOST], warp_counts[LUM_TK_PER][LUM_TK_THREADS / 32];
   __shared__ unsigned s_prefix;
   __shared__ int s_left, s_above, s_equal, s_done;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -46,14 +47,23 @@ LUM_FN void lum_tk_row(const Row& row, long long n, int k, int* out) {
   for (int shift = 24; shift >= 0; shift -= 8) {
     for (int b = tid; b < 256; b += blockDim.x) hist[b] = 0u;
     __syncthreads();
-    for (long long base = 0; base < n; base += blockDim.x) {  // (whole warps every time)
-      const long long i = base + tid;
-      const unsigned key = i < n ? row.key(i) : 0u;
-      const bool in = i < n && (key & mask) == prefix;
-      const unsigned digit = (key >> shift) & 255u;
-      // Lanes of one digit add once: a hot bin would take 32 atomics one after another.
-      const unsigned peers = __match_any_sync(0xffffffffu, in ? digit : 256u);
-      if (in && lane == __ffs(peers) - 1) atomicAdd(&hist[digit], (unsigned)__popc(peers));
+    // (Whole warps every time; a thread's keys LUM_TK_THREADS apart, for coalesced loads.)
+    for (long long base = 0; base < n; base += LUM_TK_PER * blockDim.x) {
+      unsigned kv[LUM_TK_PER];
+#pragma unroll
+      for (int e = 0; e < LUM_TK_PER; ++e) {
+        const long long i = base + e * blockDim.x + tid;
+        kv[e] = i < n ? row.key(i) : 0u;
+      }
+#pragma unroll
+      for (int e = 0; e < LUM_TK_PER; ++e) {
+        const bool in = base + e * blockDim.x + tid < n && (kv[e] & mask) == prefix;
+        if (!__any_sync(0xffffffffu, in)) continue;  // (past the first pass, most warps)
+        const unsigned digit = (kv[e] >> shift) & 255u;
+        // Lanes of one digit add once: a hot bin would take 32 atomics one after another.
+        const unsigned peers = __match_any_sync(0xffffffffu, in ? digit : 256u);
+        if (in && lane == __ffs(peers) - 1) atomicAdd(&hist[digit], (unsigned)__popc(peers));
+      }
     }
     __syncthreads();
     if (tid == 0) {
@@ -70,25 +80,37 @@ LUM_FN void lum_tk_row(const Row& row, long long n, int k, int* out) {
   const int above_count = k - left;
   if (tid == 0) s_above = 0, s_equal = 0;
   __syncthreads();
-  for (long long base = 0; base < n; base += blockDim.x) {
-    const long long i = base + tid;
-    const unsigned key = i < n ? row.key(i) : 0u;
-    const bool above = i < n && key > prefix, equal = i < n && key == prefix;
-    if (above) {
-      const int at = atomicAdd(&s_above, 1);
-      keys[at] = key, ids[at] = (int)i;
+  const int warps = (int)(blockDim.x >> 5);
+  for (long long base = 0; base < n; base += LUM_TK_PER * blockDim.x) {
+    unsigned kv[LUM_TK_PER], equal[LUM_TK_PER];
+#pragma unroll
+    for (int e = 0; e < LUM_TK_PER; ++e) {
+      const long long i = base + e * blockDim.x + tid;
+      kv[e] = i < n ? row.key(i) : 0u;
     }
-    const unsigned ballot = __ballot_sync(0xffffffffu, equal);
-    if (lane == 0) warp_counts[warp] = __popc(ballot);
-    __syncthreads();
-    int before = s_equal + __popc(ballot & ((1u << lane) - 1u));
-    for (int w = 0; w < warp; ++w) before += warp_counts[w];
-    if (equal && before < left) keys[above_count + before] = key, ids[above_count + before] = (int)i;
-    __syncthreads();
-    if (tid == 0) {
-      for (int w = 0; w < (int)(blockDim.x >> 5); ++w) s_equal += warp_counts[w];
-      s_done = s_equal >= left && s_above == above_count;
+#pragma unroll
+    for (int e = 0; e < LUM_TK_PER; ++e) {
+      const long long i = base + e * blockDim.x + tid;
+      if (i < n && kv[e] > prefix) {
+        const int at = atomicAdd(&s_above, 1);
+        keys[at] = kv[e], ids[at] = (int)i;
+      }
+      equal[e] = __ballot_sync(0xffffffffu, i < n && kv[e] == prefix);
+      if (lane == 0) warp_counts[e][warp] = __popc(equal[e]);
     }
+    __syncthreads();
+    // The equal keys in position order: those of earlier parts, warps and lanes first.
+    int before = s_equal;
+#pragma unroll
+    for (int e = 0; e < LUM_TK_PER; ++e) {
+      int at = before + __popc(equal[e] & ((1u << lane) - 1u));
+      for (int w = 0; w < warp; ++w) at += warp_counts[e][w];
+      if ((equal[e] >> lane & 1u) && at < left)
+        keys[above_count + at] = kv[e], ids[above_count + at] = (int)(base + e * blockDim.x + tid);
+      for (int w = 0; w < warps; ++w) before += warp_counts[e][w];
+    }
+    __syncthreads();
+    if (tid == 0) s_equal = before, s_done = before >= left && s_above == above_count;
     __syncthreads();
     if (s_done) break;  // (read by every thread before thread 0 writes it again)
   }
