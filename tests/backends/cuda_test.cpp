@@ -625,6 +625,20 @@ TEST(Cuda, QueuedRunsFeedEachOtherOnTheDevice) {
   }
   cx.wait();
 
+  // A queued run's output read by another program, on a stream of its own: that stream
+  // waits for the run's end before reading it.
+  Graph other;
+  Tensor in = other.named_tensor("in", {1 << 20});
+  Tensor plus = (in + 1.0).retrieve();
+  other.compile(cuda());
+  x.set_device(outs.back());
+  cx.execute_queued();
+  in.set_device(*y.device_data());
+  other.execute();
+  const std::vector<float> got = plus.to_f32();
+  for (size_t i = 0; i < xs.size(); i += 997) ASSERT_EQ(got[i], (xs[i] * 0.5f + 1.0f) + 1.0f) << i;
+  cx.wait();
+
   Graph cg;
   Tensor table = cg.named_tensor("table", {4, 3});
   Tensor ids = cg.named_tensor("ids", {2}, DType::I32);
