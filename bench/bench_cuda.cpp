@@ -114,6 +114,17 @@ void qgemv_blocks(int64_t k, int64_t n, GgmlType type, const char* name) {
   report(name, median_ms(cx, 3, 50));
 }
 
+// A sampled token's candidates: the positions of the k largest of one row of a 128k
+// vocabulary's f32 logits.
+void top_k_row(int64_t n, int64_t k, const char* name) {
+  Graph cx;
+  Tensor x = cx.named_tensor("x", {1, n});
+  x.set(random_floats(static_cast<size_t>(n), 7));
+  top_k(x, k).retrieve();
+  cx.compile(cuda());
+  report(name, median_ms(cx, 3, 50));
+}
+
 // Attention as nn::Attention writes it, 32 query heads over 8 key heads of 128 dims, the
 // cache position-major ([past + seq, 8, 128]): `seq` new rows after `past` cached ones,
 // causal. As an f32 model with a half-precision cache computes it (queries f32, the cache
@@ -234,6 +245,8 @@ int main(int argc, char** argv) {
     qgemv_blocks(4096, 14336, GgmlType::Q6_K, "qgemv_q6k_4096x14336");
   if (want("qgemv_q8_0_4096x14336"))
     qgemv_blocks(4096, 14336, GgmlType::Q8_0, "qgemv_q8_0_4096x14336");
+  if (want("top_k_1024_128256")) top_k_row(128256, 1024, "top_k_1024_128256");
+  if (want("top_k_40_128256")) top_k_row(128256, 40, "top_k_40_128256");
   if (want("attention_decode_4k")) attention(1, 4096, "attention_decode_4k");
   if (want("attention_decode_32k")) attention(1, 32768, "attention_decode_32k");
   if (want("attention_decode_32k_bf16"))

@@ -90,6 +90,13 @@ def main():
                                           ("q8_0", 34, 32)]:
         for k, nn in [(4096, 14336), (14336, 4096)]:
             bytes_moved[f"qgemv_{fmt}_{k}x{nn}"] = nn * k // block_elems * block_bytes
+    # A sampled token's candidates over a 128k vocabulary (torch.topk, sorted).
+    for k in (1024, 40):
+        case = f"top_k_{k}_128256"
+        if want(case):
+            logits = torch.rand(1, 128256, device=dev)
+            peers[case] = {"topk": bench(lambda: torch.topk(logits, k), runs=50)}
+            del logits
     # Attention: 32 query heads over 8 key heads of 128 dims; luminal's cache is f16 and
     # its queries f32 (or all bf16, the _bf16 case), torch's SDPA all f16 (or bf16): its
     # fast path. Decode: one query against 4k and 32k cached positions, measured against

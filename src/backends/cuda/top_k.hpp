@@ -1,7 +1,7 @@
-// TopK on the GPU (luminal/top_k_op.hpp; private to src/backends/cuda): a block a row
-// selects the k largest by the radix of their order-preserving 32-bit keys, then sorts
-// those k. A sampled token's candidates are picked where the logits lie. Compiled by NVRTC
-// on first use, like the generated kernels.
+// TopK on the GPU (luminal/top_k_op.hpp; private to src/backends/cuda): a block selects
+// the k largest by the radix of their order-preserving 32-bit keys, then sorts those k; a
+// long row is cut into slices whose picks one block then selects from. A sampled token's candidates
+// are picked where the logits lie. Compiled by NVRTC on first use, like the generated kernels.
 #pragma once
 
 #include <memory>
@@ -16,6 +16,8 @@ namespace luminal::cudagen {
 
 /// The most positions one launch picks a row.
 constexpr int64_t kTopKMost = 1024;
+/// The fewest values a slice of a long row takes (and at least 4 k).
+constexpr int64_t kTopKSliceLeast = 8192;
 
 /// The kernels' CUDA source (CI compiles it for sm_90).
 std::string top_k_source();
@@ -32,6 +34,7 @@ class TopK {
  private:
   const Device& device_;
   std::unique_ptr<Module> module_;  // loaded on first use
+  DeviceBuffer candidates_;         // the slices' picks: keys, then positions
 };
 
 }  // namespace luminal::cudagen
