@@ -785,16 +785,23 @@ TEST(Cuda, ProductsOfTheSameActivationsRunAsOne) {
   EXPECT_EQ(launches_of_products(true, rows, k, xs, set_weight, bound), 4u);
 }
 
-// The same over Q4_K, Q5_K, Q6_K and Q8_0 weights mixed (llama.cpp's Q4_K_M gives a layer's
+// The same over Q4_K, Q6_K and Q8_0 weights mixed (llama.cpp's Q4_K_M gives a layer's
 // values Q6_K): a run of up to four integer products is one step of the run (its row
-// quantised once for all), within the int8 activations' bound.
+// quantised once for all, and matrices of one format after each other multiplied in one
+// launch, here two of Q4_K and two of Q6_K, of row counts that end inside a block),
+// within the int8 activations' bound. Every kernel shape is searched (a fresh cache) and
+// none may be wrong.
 TEST(Cuda, QuantisedProductsOfTheSameActivationsQuantiseThemOnce) {
   SKIP_WITHOUT_GPU();
+  const testing::ScopedCacheDir cache("qdot-shared-search");
+  const testing::ScopedEnv log("LUMINAL_LOG", "info");
+  const testing::ScopedEnv mode("LUMINAL_SEARCH", "fast");
+  ::testing::internal::CaptureStderr();
   std::mt19937 rng(7);
   const int64_t k = 512;
-  const std::vector<int64_t> rows = {8, 256, 72, 64, 40};
-  const std::vector<GgmlType> types = {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K,
-                                       GgmlType::Q8_0, GgmlType::Q6_K};
+  const std::vector<int64_t> rows = {8, 256, 72, 60, 40};
+  const std::vector<GgmlType> types = {GgmlType::Q4_K, GgmlType::Q4_K, GgmlType::Q6_K,
+                                       GgmlType::Q6_K, GgmlType::Q8_0};
   std::normal_distribution<float> normal(0, 1);
   std::vector<float> xs(static_cast<size_t>(k));
   for (float& v : xs) v = normal(rng);
@@ -810,6 +817,10 @@ TEST(Cuda, QuantisedProductsOfTheSameActivationsQuantiseThemOnce) {
   // As for half-precision weights: a run of four and one alone, the ops after them too.
   EXPECT_EQ(launches_of_products(false, rows, k, xs, set_weight, bound), 10u);
   EXPECT_EQ(launches_of_products(true, rows, k, xs, set_weight, bound), 4u);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  for (const char* line : {"search qdot Q4_K n=8+256 k=512", "search qdot Q6_K n=72+60 k=512"})
+    EXPECT_NE(err.find(line), std::string::npos) << "no '" << line << "':\n" << err;
+  EXPECT_EQ(err.find("is wrong"), std::string::npos) << err;
 }
 
 // prepare() uploads the weights (inputs set, of fixed shape) before the first run, so

@@ -322,14 +322,15 @@ LUM_FN void lum_q4k_scale(const uint4& head, int s, float& sc, float& m) {
 #endif
 // The kernel's shape: a block of kQThreads threads takes kQThreads / (32 Split) groups
 // of Rows weight rows, Split warps a group, its threads over the rows' pieces.
+// `block`: the block's number among the matrix's.
 template <int Split, int Rows>
 LUM_FN void lum_qdot(const unsigned char* __restrict__ w, const signed char* __restrict__ xq,
                      const float* __restrict__ xd, float* __restrict__ y, long long n,
-                     long long k, long long row_bytes) {
+                     long long k, long long row_bytes, long long block) {
   constexpr int kRows = Rows, kGroup = 32 * Split, kGroups = kQThreads / kGroup;
   const int tid = threadIdx.x % kGroup, group = threadIdx.x / kGroup, lane = tid % 32,
             warp = tid / 32;
-  const long long j0 = ((long long)blockIdx.x * kGroups + group) * kRows;
+  const long long j0 = (block * kGroups + group) * kRows;
   const int p = tid % 8;  // constant along the loop (kGroup % 8 == 0)
   const long long pieces = k / 256 * 8;
   float acc[kRows];
@@ -481,13 +482,35 @@ LUM_FN void lum_qdot(const unsigned char* __restrict__ w, const signed char* __r
     y[j0 + tid] = sum;
   }
 }
+// Up to LUM_Q_MATS matrices of one format and K over the same row x, as one launch (a
+// layer's q/k/v or gate/up products): their blocks numbered one after the other (end:
+// each matrix's last block + 1 in that numbering, the unused ones the total).
+#define LUM_Q_MATS 4
+struct LumQMats {
+  const unsigned char* w[LUM_Q_MATS];
+  float* y[LUM_Q_MATS];
+  long long n[LUM_Q_MATS], end[LUM_Q_MATS];
+};
+// Element m of a parameter array, by a select chain (an indexed read would copy the
+// array to local memory).
+template <typename T>
+LUM_FN T lum_q_pick(const T (&a)[LUM_Q_MATS], int m) {
+  T v = a[0];
+#pragma unroll
+  for (int i = 1; i < LUM_Q_MATS; ++i) v = m == i ? a[i] : v;
+  return v;
+}
 #define LUM_QDOT(S, R)                                                                        \
   extern "C" __global__ void __launch_bounds__(kQThreads) lum_qdot_s##S##_r##R(              \
-      const unsigned char* __restrict__ w, const signed char* __restrict__ xq,                \
-      const float* __restrict__ xd, float* __restrict__ y, long long n, long long k,          \
-      long long row_bytes) {                                                                  \
+      LumQMats mats, const signed char* __restrict__ xq, const float* __restrict__ xd,        \
+      long long k, long long row_bytes) {                                                     \
     lum_after_prior_grids();                                                                  \
-    lum_qdot<S, R>(w, xq, xd, y, n, k, row_bytes);                                            \
+    const long long b = blockIdx.x;                                                           \
+    int m = 0;                                                                                \
+    long long first = 0;                                                                      \
+    _Pragma("unroll") for (int i = 0; i + 1 < LUM_Q_MATS; ++i) if (b >= mats.end[i]) m = i + 1, first = mats.end[i]; \
+    lum_qdot<S, R>(lum_q_pick(mats.w, m), xq, xd, lum_q_pick(mats.y, m), lum_q_pick(mats.n, m), \
+                   k, row_bytes, b - first);                                                  \
   }
 LUM_QDOT(4, 4)
 LUM_QDOT(2, 4)
@@ -577,35 +600,54 @@ void QuantProducts::quantize_row(uint32_t format, const float* x, int64_t k) {
         "launching an activation row's quantisation");
 }
 
-void QuantProducts::integer_product(uint32_t format, int64_t k, int64_t n,
-                                    const unsigned char* weights, int64_t row_bytes, float* y) {
+void QuantProducts::integer_product(uint32_t format, int64_t k,
+                                    std::span<const QDotMatrix> matrices) {
+  LUM_CHECK(!matrices.empty() && matrices.size() <= kQDotMatrices)
+      << "internal: " << matrices.size() << " matrices for one integer product";
   auto* q = static_cast<signed char*>(quantized_.data());
   auto* d = reinterpret_cast<float*>(q + k);
-  long long k_arg = k, n_arg = n, bytes_arg = row_bytes;
-  void* args[] = {&weights, &q, &d, &y, &n_arg, &k_arg, &bytes_arg};
+  QDotKey key{format, k, {}};
+  for (size_t i = 0; i < matrices.size(); ++i) std::get<2>(key)[i] = matrices[i].n;
+  // The kernel's parameters (LumQMats) for a shape of `rows_a_block` rows a block.
+  struct Mats {
+    const unsigned char* w[kQDotMatrices];
+    float* y[kQDotMatrices];
+    long long n[kQDotMatrices], end[kQDotMatrices];
+  } mats{};
+  long long k_arg = k, bytes_arg = matrices[0].row_bytes;  // (the same for one format and K)
+  void* args[] = {&mats, &q, &d, &k_arg, &bytes_arg};
   auto launch = [&](const void* product, int64_t rows_a_block) {
-    check(
-        device_.launch(product, dim3(static_cast<unsigned>((n + rows_a_block - 1) / rows_a_block)),
-                       dim3(kQuantGemvThreads), args, 0),
-        "launching a quantised product");
+    long long blocks = 0;
+    for (size_t i = 0; i < kQDotMatrices; ++i) {
+      if (i < matrices.size()) {
+        mats.w[i] = matrices[i].rows, mats.y[i] = matrices[i].y, mats.n[i] = matrices[i].n;
+        blocks += (matrices[i].n + rows_a_block - 1) / rows_a_block;
+      }
+      mats.end[i] = blocks;
+    }
+    check(device_.launch(product, dim3(static_cast<unsigned>(blocks)), dim3(kQuantGemvThreads),
+                         args, 0),
+          "launching a quantised product");
   };
   auto launch_shape = [&](const QDotShape& s) {
     launch(kernel(format, s.kernel_name().c_str()), s.rows_a_block());
   };
-  const auto key = std::make_tuple(format, n, k);
   auto chosen = choice_.find(key);
   if (chosen == choice_.end()) {
     size_t pick = 0;
     if (searcher_.settings().mode != runtime::SearchMode::Off) {
       runtime::SearchProblem p;
-      p.signature =
-          "qdot " + ggml_type_name(format) + " n=" + std::to_string(n) + " k=" + std::to_string(k);
+      p.signature = "qdot " + ggml_type_name(format) + " n=";
+      for (size_t i = 0; i < matrices.size(); ++i)
+        p.signature += (i ? "+" : "") + std::to_string(matrices[i].n);
+      p.signature += " k=" + std::to_string(k);
       for (const QDotShape& s : kQDotShapes)
         p.candidates.push_back({s.kernel_name(), [&, s] { launch_shape(s); }});
       DeviceTrials trials(device_);
       // The shapes differ only in the order the partial sums meet: a few ulps of the
-      // largest terms.
-      trials.judge(p, y, static_cast<size_t>(n), DType::F32, 1e-4);
+      // largest terms. (Judged on the last matrix's outputs: its blocks come after the
+      // others', so a wrong numbering shows there.)
+      trials.judge(p, matrices.back().y, static_cast<size_t>(matrices.back().n), DType::F32, 1e-4);
       pick = searcher_.choose(p).winner;
     }
     const QDotShape& s = kQDotShapes[pick];
@@ -646,21 +688,28 @@ bool QuantProducts::run_shared(const ConcreteView& x, const void* x_data,
       x.numel() != x.dims[rank - 2] * x.dims[rank - 1])
     return false;  // one activation row
   const int64_t k = x.dims[rank - 2];
-  std::vector<BlockRows>& rows = shared_rows_;
+  // Each matrix's rows, then one launch for each run of up to kQDotMatrices matrices of
+  // the same format (Q4_K_M files keep some layers' value projection in Q6_K).
+  std::vector<QDotMatrix>& rows = shared_rows_;
   rows.clear();
   for (const QuantMatrix& w : weights) {
     int64_t row_bytes = 0;
     const unsigned char* data =
         integer_products(w.format, k) ? block_rows(w.format, w.view, w.data, row_bytes) : nullptr;
     if (!data || w.view.dims[1] != k) return false;
-    rows.push_back({data, row_bytes});
+    rows.push_back({data, w.view.dims[0], row_bytes, static_cast<float*>(w.out)});
   }
   const float* xp = dense_rows(x, x_data, 1, k);
   if (!xp) return false;
   quantize_row(weights[0].format, xp, k);
-  for (size_t i = 0; i < weights.size(); ++i)
-    integer_product(weights[i].format, k, weights[i].view.dims[0], rows[i].data, rows[i].row_bytes,
-                    static_cast<float*>(weights[i].out));
+  for (size_t first = 0, last = 0; first < weights.size(); first = last) {
+    last = first + 1;
+    while (last < weights.size() && last - first < kQDotMatrices &&
+           weights[last].format == weights[first].format)
+      ++last;
+    integer_product(weights[first].format, k,
+                    std::span<const QDotMatrix>(rows).subspan(first, last - first));
+  }
   return true;
 }
 
@@ -682,7 +731,8 @@ bool QuantProducts::run(uint32_t format, const ConcreteView& x, const void* x_da
     if (!xp) return false;
     if (rows == 1 && integer_products(format, k)) {
       quantize_row(format, xp, k);
-      integer_product(format, k, n, weights, row_bytes, static_cast<float*>(y));
+      const QDotMatrix m{weights, n, row_bytes, static_cast<float*>(y)};
+      integer_product(format, k, std::span<const QDotMatrix>(&m, 1));
       return true;
     }
     const void* gemv = kernel(format, rows == 1 ? "lum_qgemv1" : "lum_qgemv8");

@@ -16,9 +16,11 @@
 // Each format's source is compiled by NVRTC on first use.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -49,6 +51,8 @@ struct QDotShape {
 /// The shapes the search tries for each new matrix shape; the first is the default (the
 /// cost model's pick).
 constexpr QDotShape kQDotShapes[] = {{4, 4}, {2, 4}, {1, 4}, {1, 2}, {4, 8}, {1, 8}};
+/// The most matrices one launch of the integer kernels multiplies (LUM_Q_MATS).
+constexpr size_t kQDotMatrices = 4;
 
 /// Whether the kernels decode ggml type `format`.
 bool quant_products_support(uint32_t format);
@@ -105,9 +109,15 @@ class QuantProducts {
   // An activation row `x` (k floats, 16-byte aligned) into `quantized_`: int8 per 32
   // elements, then the scales.
   void quantize_row(uint32_t format, const float* x, int64_t k);
-  // y = x W^T for the row in `quantized_` and N rows of Q8_0, Q4_K, Q5_K or Q6_K weights.
-  void integer_product(uint32_t format, int64_t k, int64_t n, const unsigned char* weights,
-                       int64_t row_bytes, float* y);
+  // A matrix of an integer product: its N rows of blocks (row_bytes apart) and its output.
+  struct QDotMatrix {
+    const unsigned char* rows;
+    int64_t n, row_bytes;
+    float* y;
+  };
+  // y = x W^T for the row in `quantized_` and up to kQDotMatrices matrices of Q8_0, Q4_K,
+  // Q5_K or Q6_K weights, all of `format` with rows of k: one launch.
+  void integer_product(uint32_t format, int64_t k, std::span<const QDotMatrix> matrices);
 
   const Device& device_;
   runtime::Searcher& searcher_;
@@ -116,20 +126,17 @@ class QuantProducts {
   std::map<uint32_t, std::unique_ptr<Module>> modules_;  // by format
   DeviceBuffer rows_, decoded_, out_;  // packed activations, f16 weight rows, a chunk's output
   DeviceBuffer quantized_;             // an activation row in int8, then its scales
-  struct BlockRows {                   // a matrix's rows of blocks
-    const unsigned char* data;
-    int64_t row_bytes;
-  };
-  std::vector<BlockRows> shared_rows_;  // run_shared's, kept for their capacity
+  std::vector<QDotMatrix> shared_rows_;  // run_shared's, kept for their capacity
   // LUMINAL_CUDA_INT8_ACTIVATIONS=0: f32 activations throughout, to measure the difference.
   bool integer_products_ = !runtime::env_has("LUMINAL_CUDA_INT8_ACTIVATIONS", "0");
-  // The integer kernels for each matrix seen (its shape searched), by format, N and K,
-  // resolved once: a decoding step launches them hundreds of times.
+  // The integer kernel for each launch's matrices seen (its shape searched), by format,
+  // K and the matrices' N, resolved once: a decoding step launches them hundreds of times.
   struct QDotChoice {
     const void* product;
     int64_t rows_a_block;
   };
-  std::map<std::tuple<uint32_t, int64_t, int64_t>, QDotChoice> choice_;
+  using QDotKey = std::tuple<uint32_t, int64_t, std::array<int64_t, kQDotMatrices>>;
+  std::map<QDotKey, QDotChoice> choice_;
   std::map<uint32_t, const void*> quantize_kernel_;  // by format (each source has one)
 };
 
