@@ -1,6 +1,8 @@
 // The MatMul kernel op: reference semantics and the pattern check.
 #include "luminal/compiler/matmul_op.hpp"
 
+#include <cmath>
+
 #include "luminal/quant.hpp"
 
 namespace luminal::compiler {
@@ -48,6 +50,39 @@ Buffer QMatMulOp::run(const std::vector<Buffer>& in,
   // a: [batch..., M, K, N] through its view; w: [N, K] decoded.
   return sum_of_products(in[0], shapes[0], out_dtype, [&](size_t, int64_t wk) {
     return in[1].get_f64(static_cast<size_t>(wk));
+  });
+}
+
+std::string NormQMatMulOp::name() const {
+  return "NormQMatMul(" + ggml_type_name(format) + ")";
+}
+
+Buffer NormQMatMulOp::run(const std::vector<Buffer>& in,
+                          const std::vector<std::vector<int64_t>>& shapes,
+                          const std::vector<int64_t>& /*out_shape*/, DType out_dtype) const {
+  // x: [batch..., M, K, N] through its view (the same at every n), g: [batch..., M, K].
+  const std::vector<int64_t>& s = shapes[0];
+  const size_t r = s.size();
+  const int64_t k = s[r - 2], n = s[r - 1];
+  const int64_t rows = static_cast<int64_t>(in[0].numel()) / (k * n);
+  Buffer normed(DType::F64, in[0].numel());
+  for (int64_t row = 0; row < rows; ++row) {
+    double squares = 0;
+    for (int64_t p = 0; p < k; ++p) {
+      const double v = in[0].get_f64(static_cast<size_t>((row * k + p) * n));
+      squares += v * v;
+    }
+    const double scale = 1.0 / std::sqrt(squares / static_cast<double>(k) + eps);
+    for (int64_t p = 0; p < k; ++p) {
+      const double g = in[1].get_f64(static_cast<size_t>(row * k + p));
+      for (int64_t j = 0; j < n; ++j) {
+        const auto at = static_cast<size_t>((row * k + p) * n + j);
+        normed.set_f64(at, in[0].get_f64(at) * scale * g);
+      }
+    }
+  }
+  return sum_of_products(normed, s, out_dtype, [&](size_t, int64_t wk) {
+    return in[2].get_f64(static_cast<size_t>(wk));
   });
 }
 

@@ -10,12 +10,13 @@
 #include <sstream>
 #include <unordered_map>
 
-#include "luminal/compiler/attention_op.hpp"
 #include "luminal/collective.hpp"
+#include "luminal/compiler/attention_op.hpp"
 #include "luminal/compiler/matmul_op.hpp"
 #include "luminal/egraph/extract.hpp"
 #include "luminal/egraph/rules.hpp"
 #include "luminal/error.hpp"
+#include "luminal/quant.hpp"
 #include "luminal/tensor.hpp"
 
 namespace luminal::compiler {
@@ -147,7 +148,7 @@ double kernel_cost(const eg::EGraph& g, uint32_t node) {
   }
   if (op == "View") return 0.001;
   if (op == "Input" || op == "Constant" || op == "Iota") return 0.01;
-  if (op == "MatMul" || op == "QMatMul" || op == "Attention") return 1;
+  if (op == "MatMul" || op == "QMatMul" || op == "NormQMatMul" || op == "Attention") return 1;
   if (op == "Softmax") return 1e9;  // only a step towards Attention, never a kernel
   if (op == "AllReduce") return 100;  // a wait on every rank: fewer of them first
   if (op == "SumReduce" || op == "MaxReduce") return 20;
@@ -207,6 +208,16 @@ class Rebuild {
       if (un.quant != kPlainStorage) g.set_storage(id, un.quant);
       out_.source_of.resize(id.value + 1);
       out_.source_of[id.value] = user;
+    } else if (op == "NormQMatMul") {
+      Node n;
+      n.op = Op::Custom;
+      for (ClassId ch : children) n.inputs.push_back(edge(ch));
+      n.custom =
+          std::make_shared<NormQMatMulOp>(g.node(n.inputs[2].source).quant, attrs[0].as_float());
+      n.dtype = DType::F32;
+      n.shape = n.inputs[0].view.shape();  // [batch..., M, K, N] without K
+      n.shape.erase(n.shape.end() - 2);
+      id = g.add_node(std::move(n));
     } else if (op == "MatMul" || op == "QMatMul" || op == "Attention") {
       Node n;
       n.op = Op::Custom;
@@ -315,7 +326,7 @@ std::string Optimized::summary() const {
   return os.str();
 }
 
-Optimized optimize(const Graph& g) {
+Optimized optimize(const Graph& g, const OptimizeOptions& options) {
   Lowering low(g);
   for (NodeId o : g.outputs()) low.lower(o);
   eg::Functions fns;
@@ -365,7 +376,32 @@ Optimized optimize(const Graph& g) {
            !low.view(a[1]).has_mask() && !low.view(a[2]).has_mask() && !low.view(a[3]).has_mask() &&
            low.view(a[1]).rank() + 1 == low.view(a[0]).rank();
   };
-  const std::vector<eg::RuleSet> sets = without_disabled_rules(rule_sets(fns));
+  // (rmsnorm-qmatmul $axis $len $va $vr $vs $vn $ve $vg ?x ?w): the matched norm is
+  // along x's last axis (its length the mean's count), its scale and weight broadcast
+  // back along it, x f32, and W in a format whose products quantise the activation row
+  // (Q8_0, Q4_K, Q5_K, Q6_K).
+  fns.predicates["rmsnorm-qmatmul"] = [&low](const eg::EGraph& e, std::span<const eg::Value> a) {
+    const View& va = low.view(a[2]);
+    const size_t r = va.rank();
+    const Node* w = low.quantized_input(e, a[9]);
+    if (!w || low.dtype(e, a[8]) != DType::F32 || r < 3) return false;
+    const auto format = static_cast<GgmlType>(w->quant);
+    if (format != GgmlType::Q8_0 && format != GgmlType::Q4_K && format != GgmlType::Q5_K &&
+        format != GgmlType::Q6_K)
+      return false;
+    const View& vg = low.view(a[7]);
+    if (a[0].a.bits != static_cast<int64_t>(r) - 2 || !(a[1].a.as_expr() == va.shape()[r - 2]) ||
+        vg.rank() != r - 1 || vg.has_mask() || !(vg.offset() == Expr(0)) ||
+        !(vg.strides()[r - 2] == Expr(1)))
+      return false;
+    for (size_t d = 0; d + 2 < r; ++d)  // the weight is the same for every row
+      if (!(vg.strides()[d] == Expr(0)) && !(vg.shape()[d] == Expr(1))) return false;
+    return is_broadcast_along_last(low.view(a[3])) && is_broadcast_along_last(low.view(a[4])) &&
+           !low.view(a[5]).has_mask() && !low.view(a[6]).has_mask();
+  };
+  std::vector<eg::RuleSet> sets = without_disabled_rules(rule_sets(fns));
+  if (!options.norm_products)
+    std::erase_if(sets, [](const eg::RuleSet& s) { return s.name == "hlir-norm-products"; });
   std::vector<const eg::RuleSet*> active;
   for (const auto& s : sets) active.push_back(&s);
   Optimized out;

@@ -31,11 +31,12 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
-PlannedProgram optimize_and_plan(const Graph& graph, compiler::Fusion fusion) {
+PlannedProgram optimize_and_plan(const Graph& graph, compiler::Fusion fusion,
+                                 const compiler::OptimizeOptions& options) {
   PlannedProgram p;
   p.start = std::chrono::steady_clock::now();
   dump("hlir", graph.to_text(), graph.to_dot());
-  p.program = compiler::optimize(graph);
+  p.program = compiler::optimize(graph, options);
   p.optimize_seconds = seconds_since(p.start);
   dump("egraph", p.program.report.to_string());
   dump("optimized", p.program.graph->to_text(), p.program.graph->to_dot());

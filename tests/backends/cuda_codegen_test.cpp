@@ -5,6 +5,7 @@
 #ifdef LUMINAL_HAS_CUDA
 #include <algorithm>
 #include <future>
+#include <map>
 #include <random>
 #include <tuple>
 
@@ -26,6 +27,7 @@
 #include "testing/map_groups.hpp"
 #include "testing/matmul_layouts.hpp"
 #include "testing/nvrtc_only.hpp"
+#include "testing/quant_blocks.hpp"
 #include "testing/row_ops.hpp"
 #include "testing/scoped_env.hpp"
 
@@ -175,6 +177,44 @@ TEST(CudaCodegen, QuantisedProductsCompileForHopperForEveryFormat) {
         << ggml_type_name(format);
   }
   EXPECT_FALSE(cudagen::quant_products_support(static_cast<uint32_t>(GgmlType::Q2_K)));
+}
+
+// RMSNorm read by products over the integer kernels' formats becomes part of them
+// (NormQMatMul; the norm's own row group is gone) in the CUDA backend's plan, not in the
+// CPU's, not over other formats, and not with the rule disabled.
+TEST(CudaCodegen, RMSNormFoldsIntoBlockFormatProductsOnTheGpuOnly) {
+  auto ops = [](GgmlType type, bool cuda) {
+    Graph cx;
+    Tensor x = cx.named_tensor("x", {Expr::var("seq"), 512});
+    Tensor g = cx.named_tensor("g", {512});
+    const Tensor h = x.rms_norm({-1}, 1e-5) * g;
+    for (int i = 0; i < 3; ++i) {
+      Tensor w = cx.named_tensor("w" + std::to_string(i), {64, 512});
+      w.set_quantized(static_cast<uint32_t>(type),
+                      testing::random_blocks(static_cast<uint32_t>(type), 64, 512, i));
+      h.matmul(w.transpose(0, 1)).retrieve();
+    }
+    const runtime::PlannedProgram p =
+        cuda ? cudagen::compile_program(cx, "sm_90", true).planned
+             : runtime::optimize_and_plan(cx, compiler::Fusion::StoreShared);
+    std::map<std::string, int> count;
+    for (const compiler::Kernel& k : p.plan.kernels) {
+      const Node& n = p.program.graph->node(k.root);
+      ++count[n.op == Op::Custom ? n.custom->name().substr(0, n.custom->name().find('('))
+                                 : std::string(op_name(n.op))];
+    }
+    return count;
+  };
+  std::map<std::string, int> gpu = ops(GgmlType::Q4_K, true);
+  EXPECT_EQ(gpu["NormQMatMul"], 3);
+  EXPECT_EQ(gpu["QMatMul"], 0);
+  EXPECT_EQ(gpu["SumReduce"], 0) << "the norm's row group is still planned";
+  EXPECT_EQ(ops(GgmlType::Q4_K, false)["NormQMatMul"], 0);
+  EXPECT_EQ(ops(GgmlType::Q4_0, true)["NormQMatMul"], 0);
+  const testing::ScopedEnv off("LUMINAL_DISABLE_RULES", "rmsnorm-qmatmul");
+  gpu = ops(GgmlType::Q6_K, true);
+  EXPECT_EQ(gpu["NormQMatMul"], 0);
+  EXPECT_EQ(gpu["QMatMul"], 3);
 }
 
 // Arena plans against brute force: over random sizes and lifetimes, no two values live at

@@ -823,6 +823,73 @@ TEST(Cuda, QuantisedProductsOfTheSameActivationsQuantiseThemOnce) {
   EXPECT_EQ(err.find("is wrong"), std::string::npos) << err;
 }
 
+// RMSNorm read by products over Q4_K, Q6_K and Q8_0 weights (a layer's q/k/v, and one
+// more) runs as NormQMatMuls, the norm inside the products (CudaCodegen checks the
+// plan): one row in the activations' quantisation, more rows normalised first (5 rows,
+// the several-row kernel; 70, the prompt path), each against the reference interpreter's
+// unfused graph within its path's bound over the normalised activations (int8 for one
+// row, f16 roundings for the prompt path). Rows of 512 and of 4608 (the one-row kernel
+// keeps 4096 values in a pass of its threads: the second pass partly full).
+TEST(Cuda, RMSNormFoldedIntoTheProductsMatchesTheReference) {
+  SKIP_WITHOUT_GPU();
+  const std::vector<std::pair<GgmlType, int64_t>> weights = {
+      {GgmlType::Q4_K, 64}, {GgmlType::Q4_K, 40}, {GgmlType::Q6_K, 24}, {GgmlType::Q8_0, 36}};
+  for (const auto& [k, m] : std::vector<std::pair<int64_t, int64_t>>{
+           {512, 1}, {512, 5}, {512, 70}, {4608, 1}, {4608, 5}}) {
+    Graph cx;
+    Tensor x = cx.named_tensor("x", {1, m, k});
+    Tensor g = cx.named_tensor("g", {k});
+    std::mt19937 rng(static_cast<uint32_t>(m + k));
+    std::normal_distribution<float> normal(0, 1);
+    std::vector<float> xs(static_cast<size_t>(m * k)), gs(static_cast<size_t>(k));
+    for (float& v : xs) v = normal(rng) * 3.0f;
+    for (float& v : gs) v = 1.0f + 0.25f * normal(rng);
+    x.set(xs);
+    g.set(gs);
+    const Tensor h = x.rms_norm({-1}, 1e-5) * g;
+    std::vector<Tensor> ws, outs;
+    for (size_t i = 0; i < weights.size(); ++i) {
+      const auto type = static_cast<uint32_t>(weights[i].first);
+      ws.push_back(cx.named_tensor("w" + std::to_string(i), {weights[i].second, k}));
+      ws.back().set_quantized(type,
+                              testing::random_blocks(type, static_cast<size_t>(weights[i].second),
+                                                     static_cast<size_t>(k), 20 + i));
+      outs.push_back(h.matmul(ws.back().transpose(0, 1)).retrieve());
+    }
+    const std::vector<std::vector<float>> want = testing::run_outputs(cx, reference(), outs);
+    const std::vector<std::vector<float>> got = testing::run_outputs(cx, cuda(), outs);
+    EXPECT_EQ(cx.last_run_stats().host_fallbacks, 0u) << "k " << k << " rows " << m;
+    // The normalised activations, in double.
+    std::vector<float> hs(xs.size());
+    for (int64_t r = 0; r < m; ++r) {
+      double squares = 0;
+      for (int64_t c = 0; c < k; ++c)
+        squares += double{xs[static_cast<size_t>(r * k + c)]} * xs[static_cast<size_t>(r * k + c)];
+      const double scale = 1 / std::sqrt(squares / static_cast<double>(k) + 1e-5);
+      for (int64_t c = 0; c < k; ++c)
+        hs[static_cast<size_t>(r * k + c)] = static_cast<float>(xs[static_cast<size_t>(r * k + c)] *
+                                                                scale * gs[static_cast<size_t>(c)]);
+    }
+    for (size_t i = 0; i < weights.size(); ++i) {
+      const std::vector<float> wd = ws[i].to_f32();
+      ASSERT_EQ(got[i].size(), want[i].size());
+      for (int64_t r = 0; r < m; ++r)
+        for (int64_t j = 0; j < weights[i].second; ++j) {
+          const auto at = static_cast<size_t>(r * weights[i].second + j);
+          double sum_abs = 0;
+          for (int64_t c = 0; c < k; ++c)
+            sum_abs += std::fabs(double{wd[static_cast<size_t>(j * k + c)]} *
+                                 hs[static_cast<size_t>(r * k + c)]);
+          const double bound = m == 1 ? int8_activation_bound(wd, hs, r, j, k) + 1e-5 * sum_abs
+                                      : std::ldexp(sum_abs, -10) + 1e-5;
+          ASSERT_NEAR(got[i][at], want[i][at], bound)
+              << ggml_type_name(static_cast<uint32_t>(weights[i].first)) << " rows " << m << " row "
+              << r << " col " << j;
+        }
+    }
+  }
+}
+
 // prepare() uploads the weights (inputs set, of fixed shape) before the first run, so
 // that run's time is its kernels'; one too large for the GPU stops there.
 TEST(Cuda, PrepareUploadsTheWeights) {

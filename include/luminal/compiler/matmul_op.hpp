@@ -29,6 +29,22 @@ class QMatMulOp final : public CustomOp {
   uint32_t format;
 };
 
+/// NormQMatMul: a QMatMul whose activations are RMSNorm's output, normalised by the
+/// product itself: y = (x * rsqrt(mean(x^2 over K) + eps) * g) W^T. Inputs: `x` as the
+/// [batch..., M, K, N] product operand view (as QMatMul's `a`), the norm weight `g` as a
+/// [batch..., M, K] view, and the block-stored weight W, [N, K]. Selected only for a
+/// backend that asks for it (compiler::OptimizeOptions::norm_products): one whose
+/// products quantise their activation rows anyway, and then normalise in the same pass.
+class NormQMatMulOp final : public CustomOp {
+ public:
+  NormQMatMulOp(uint32_t format, double eps) : format(format), eps(eps) {}
+  std::string name() const override;
+  Buffer run(const std::vector<Buffer>& inputs, const std::vector<std::vector<int64_t>>& shapes,
+             const std::vector<int64_t>& out_shape, DType out_dtype) const override;
+  uint32_t format;
+  double eps;
+};
+
 /// True if SumReduce over `axis` of Mul(a_view, b_view) is x W^T for a block-stored
 /// weight W of shape `w_shape`: `b` reads W transposed and broadcast along M and every
 /// batch dim, and `a` is broadcast along N with unit stride along K.

@@ -21,6 +21,14 @@ struct Optimized {
   std::string summary() const;
 };
 
-Optimized optimize(const Graph& g);
+/// What a backend asks of the e-graph stage beyond the rules every backend gets.
+struct OptimizeOptions {
+  /// RMSNorm folded into the block-format products that read it (NormQMatMulOp, the
+  /// hlir-norm-products rules): for a backend whose products quantise their activation
+  /// rows and can normalise them in the same pass.
+  bool norm_products = false;
+};
+
+Optimized optimize(const Graph& g, const OptimizeOptions& options = {});
 
 }  // namespace luminal::compiler

@@ -616,21 +616,27 @@ class CudaExecutable final : public Executable {
     // (The lists and their views are assigned in place: a step allocates nothing.)
     std::vector<cudagen::GemvMatrix>& weights = shared_weights_;
     weights.resize(shared_runs_[k]);
+    const std::optional<cudagen::QuantProduct> first_product = cudagen::quant_product(first);
+    const size_t weight = first_product->weight;
+    std::optional<cudagen::RowNorm> norm;
+    if (first_product->norm) {
+      norm = row_norm(first, views_[k].get(first, user.dims()));
+      if (!norm) return false;
+    }
     for (size_t j = k; j < k + shared_runs_[k]; ++j) {
       const Node& n = g.node(plan_.kernels[j].root);
       const std::vector<ConcreteView>& views = views_[j].get(n, user.dims());
       if (sizes_[j] == 0 || !runtime::same_rows(views[0], x)) return false;
       cudagen::GemvMatrix& w = weights[j - k];
-      w.view = views[1];
-      w.data = operand(n.inputs[1].source);
+      w.view = views[weight];
+      w.data = operand(n.inputs[weight].source);
       w.out = static_cast<char*>(arena_.data()) + arena_plan_.offsets[j];
     }
     if (poison_)  // the later members' values are written now, not in their turn
       for (size_t j = k + 1; j < k + shared_runs_[k]; ++j)
         check(device_->memset(weights[j - k].out, 0xFF, value_bytes_[j]), "cudaMemsetAsync");
     const auto format_of = [&](size_t j) {
-      return static_cast<const compiler::QMatMulOp*>(g.node(plan_.kernels[j].root).custom.get())
-          ->format;
+      return cudagen::quant_product(g.node(plan_.kernels[j].root))->format;
     };
     if (cudagen::integer_products_support(format_of(k))) {  // the integer kernels' run
       std::vector<cudagen::QuantMatrix>& quantised = shared_quantised_;
@@ -640,9 +646,25 @@ class CudaExecutable final : public Executable {
         cudagen::QuantMatrix& q = quantised[j - k];
         q.format = format_of(j), q.view = w.view, q.data = w.data, q.out = w.out;
       }
-      return quant_.run_shared(x, operand(first.inputs[0].source), quantised);
+      return quant_.run_shared(x, operand(first.inputs[0].source), quantised,
+                               norm ? &*norm : nullptr);
     }
-    return mixed_.qmatmul_shared(format_of(k), x, operand(first.inputs[0].source), weights);
+    return !norm &&
+           mixed_.qmatmul_shared(format_of(k), x, operand(first.inputs[0].source), weights);
+  }
+
+  // A NormQMatMul's norm where its weight (input 1, viewed [batch..., M, K]) is K
+  // contiguous f32 values shared by every row; nullopt otherwise.
+  std::optional<cudagen::RowNorm> row_norm(const Node& n, const std::vector<ConcreteView>& views) {
+    const ConcreteView& g = views[1];
+    const size_t r = g.dims.size();
+    if (source_dtype(n, 1) != DType::F32 || r == 0 || g.has_mask() || g.strides[r - 1] != 1)
+      return std::nullopt;
+    for (size_t d = 0; d + 1 < r; ++d)
+      if (g.dims[d] > 1 && g.strides[d] != 0) return std::nullopt;
+    const auto* op = static_cast<const compiler::NormQMatMulOp*>(n.custom.get());
+    return cudagen::RowNorm{static_cast<const float*>(operand(n.inputs[1].source)) + g.offset,
+                            static_cast<float>(op->eps)};
   }
 
   // Library kernels: MatMul through the one-row kernel or cuBLASLt (MixedProducts where
@@ -681,6 +703,13 @@ class CudaExecutable final : public Executable {
                     program_.graph->node(plan_.canon(n.inputs[1].source)).name +
                     "'); convert the model to a supported type (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, "
                     "Q4_K, Q5_K, Q6_K, F16, BF16) or run it with --device cpu");
+    } else if (dynamic_cast<const compiler::NormQMatMulOp*>(n.custom.get())) {
+      const std::optional<cudagen::RowNorm> norm = row_norm(n, views);
+      const auto* q = static_cast<const compiler::NormQMatMulOp*>(n.custom.get());
+      if (norm && source_dtype(n, 0) == DType::F32 &&
+          quant_.run(q->format, views[0], operand(n.inputs[0].source), views[2],
+                     operand(n.inputs[2].source), out, &*norm))
+        return;
     } else if (const auto* at = dynamic_cast<const compiler::AttentionOp*>(n.custom.get());
                at && source_dtype(n, 3) == DType::Bool) {
       if (attention_.run(views[0], operand(n.inputs[0].source), source_dtype(n, 0), views[1],
@@ -1059,7 +1088,7 @@ std::vector<std::string> library_sources(const Graph& g, const compiler::KernelP
     custom = true;
     top_k |= dynamic_cast<const TopKOp*>(n.custom.get()) != nullptr;
     if (dynamic_cast<const compiler::MatMulOp*>(n.custom.get())) products = true;
-    if (const auto* q = dynamic_cast<const compiler::QMatMulOp*>(n.custom.get())) {
+    if (const std::optional<QuantProduct> q = quant_product(n)) {
       if (quant_products_support(q->format)) {
         if (std::find(formats.begin(), formats.end(), q->format) == formats.end())
           formats.push_back(q->format);
@@ -1082,7 +1111,8 @@ std::vector<std::string> library_sources(const Graph& g, const compiler::KernelP
 CompiledProgram compile_program(const Graph& graph, const std::string& arch, bool fuse,
                                 bool library_in_background) {
   CompiledProgram c{runtime::optimize_and_plan(
-                        graph, fuse ? compiler::Fusion::RecomputeShared : compiler::Fusion::Off),
+                        graph, fuse ? compiler::Fusion::RecomputeShared : compiler::Fusion::Off,
+                        {.norm_products = true}),
                     {},
                     {},
                     {}};

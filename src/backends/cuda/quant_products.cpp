@@ -256,23 +256,14 @@ extern "C" __global__ void __launch_bounds__(256)
   }
 }
 
-// One activation row quantised for the integer kernels: each 32-element sub-block to int8
-// with its own scale (x ~ d q, d = max |x| / 127), as llama.cpp's Q8_1 activations. A
-// thread per sub-block; x 16-byte aligned.
-extern "C" __global__ void __launch_bounds__(256)
-    lum_q8_row(const float* __restrict__ x, signed char* __restrict__ q, float* __restrict__ d,
-               long long k) {
-  lum_after_prior_grids();
-  const long long sb = (long long)blockIdx.x * 256 + threadIdx.x;
-  if (sb >= k / 32) return;
-  const float4* xp = (const float4*)(x + sb * 32);
-  float v[32], amax = 0.0f;
+// Sub-block sb of an activation row (its 32 values v) quantised for the integer kernels:
+// to int8 with its own scale (x ~ d q, d = max |x| / 127), as llama.cpp's Q8_1
+// activations.
+LUM_FN void lum_q8_sub(const float (&v)[32], signed char* __restrict__ q, float* __restrict__ d,
+                       long long sb) {
+  float amax = 0.0f;
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const float4 t = __ldg(xp + i);
-    v[4 * i] = t.x, v[4 * i + 1] = t.y, v[4 * i + 2] = t.z, v[4 * i + 3] = t.w;
-    amax = fmaxf(amax, fmaxf(fmaxf(fabsf(t.x), fabsf(t.y)), fmaxf(fabsf(t.z), fabsf(t.w))));
-  }
+  for (int i = 0; i < 32; ++i) amax = fmaxf(amax, fabsf(v[i]));
   const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
   unsigned packed[8];
 #pragma unroll
@@ -286,6 +277,102 @@ extern "C" __global__ void __launch_bounds__(256)
   qp[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
   qp[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
   d[sb] = amax / 127.0f;
+}
+
+// One activation row quantised for the integer kernels, a thread per sub-block; x
+// 16-byte aligned.
+extern "C" __global__ void __launch_bounds__(256)
+    lum_q8_row(const float* __restrict__ x, signed char* __restrict__ q, float* __restrict__ d,
+               long long k) {
+  lum_after_prior_grids();
+  const long long sb = (long long)blockIdx.x * 256 + threadIdx.x;
+  if (sb >= k / 32) return;
+  const float4* xp = (const float4*)(x + sb * 32);
+  float v[32];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const float4 t = __ldg(xp + i);
+    v[4 * i] = t.x, v[4 * i + 1] = t.y, v[4 * i + 2] = t.z, v[4 * i + 3] = t.w;
+  }
+  lum_q8_sub(v, q, d, sb);
+}
+
+// RMSNorm of a row of k (a block's): 1 / sqrt(mean(x^2) + eps), each step rounded as the
+// norm's own kernels round it (the mean a sum times 1 / k), the sum over the block.
+LUM_FN float lum_rms_scale(const float* __restrict__ x, long long k, float eps) {
+  __shared__ float part[32];
+  float s = 0.0f;
+  for (long long i = threadIdx.x; i < k; i += blockDim.x) {
+    const float v = __ldg(x + i);
+    s += v * v;
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = s;
+  __syncthreads();
+  s = 0.0f;
+  for (int w = 0; w < (int)(blockDim.x >> 5); ++w) s += part[w];
+  return 1.0f / sqrtf(s * (1.0f / (float)k) + eps);
+}
+
+// A NormQMatMul's activation row: RMSNorm's output x * r * g, quantised as lum_q8_row
+// quantises a row. One block of 1024 threads, k a multiple of 256 up to 16384: a thread
+// keeps four adjacent values of each 4096 in registers through both passes (the mean
+// square, then the quantisation), eight threads a sub-block, so a warp's 128 values are
+// all in the row or all past it.
+#define LUM_NQ_CHUNKS 4
+extern "C" __global__ void __launch_bounds__(1024)
+    lum_q8_row_norm(const float* __restrict__ x, const float* __restrict__ g, float eps,
+                    signed char* __restrict__ q, float* __restrict__ d, long long k) {
+  lum_after_prior_grids();
+  float4 v[LUM_NQ_CHUNKS], w[LUM_NQ_CHUNKS];
+  float s = 0.0f;
+#pragma unroll
+  for (int c = 0; c < LUM_NQ_CHUNKS; ++c) {
+    const long long e = 4 * (threadIdx.x + 1024ll * c);
+    if (e < k) {  // (g, computed for Gemma's norms, may be only 4-byte aligned)
+      w[c] = make_float4(__ldg(g + e), __ldg(g + e + 1), __ldg(g + e + 2), __ldg(g + e + 3));
+      v[c] = __ldg((const float4*)(x + e));
+      s += v[c].x * v[c].x + v[c].y * v[c].y + v[c].z * v[c].z + v[c].w * v[c].w;
+    }
+  }
+  __shared__ float part[32];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = s;
+  __syncthreads();
+  s = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 32; ++i) s += part[i];
+  const float r = 1.0f / sqrtf(s * (1.0f / (float)k) + eps);
+#pragma unroll
+  for (int c = 0; c < LUM_NQ_CHUNKS; ++c) {
+    const long long e = 4 * (threadIdx.x + 1024ll * c);
+    if (e >= k) break;  // (the same for the whole warp)
+    const float u[4] = {v[c].x * r * w[c].x, v[c].y * r * w[c].y, v[c].z * r * w[c].z,
+                        v[c].w * r * w[c].w};
+    float amax = fmaxf(fmaxf(fabsf(u[0]), fabsf(u[1])), fmaxf(fabsf(u[2]), fabsf(u[3])));
+#pragma unroll
+    for (int o = 1; o < 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    unsigned packed = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) packed |= ((unsigned)__float2int_rn(u[i] * inv) & 0xFFu) << (8 * i);
+    *(unsigned*)(q + e) = packed;
+    if ((threadIdx.x & 7) == 0) d[e / 32] = amax / 127.0f;
+  }
+}
+
+// A NormQMatMul's activation rows normalised for the other paths: out = x * r * g, a
+// block a row of k.
+extern "C" __global__ void __launch_bounds__(256)
+    lum_rms_rows(const float* __restrict__ x, const float* __restrict__ g, float eps,
+                 float* __restrict__ out, long long k) {
+  lum_after_prior_grids();
+  const float* xr = x + blockIdx.x * k;
+  const float r = lum_rms_scale(xr, k, eps);
+  for (long long i = threadIdx.x; i < k; i += blockDim.x)
+    out[blockIdx.x * k + i] = __ldg(xr + i) * r * __ldg(g + i);
 }
 
 #if LUM_Q_FORMAT == 8 || LUM_Q_FORMAT == 12 || LUM_Q_FORMAT == 13 || LUM_Q_FORMAT == 14
@@ -586,18 +673,40 @@ bool QuantProducts::integer_products(uint32_t format, int64_t k) const {
   return integer_products_ && k % 256 == 0 && integer_products_support(format);
 }
 
-void QuantProducts::quantize_row(uint32_t format, const float* x, int64_t k) {
+void QuantProducts::quantize_row(uint32_t format, const float* x, int64_t k, const RowNorm* norm) {
   // x's int8 values, then a scale per 32 (k is a whole number of 256-element blocks, so
   // the scales stay 16-byte aligned).
-  const void*& quantize = quantize_kernel_[format];
-  if (!quantize) quantize = kernel(format, "lum_q8_row");
+  const void*& quantize = quantize_kernel_[{format, norm != nullptr}];
+  if (!quantize) quantize = kernel(format, norm ? "lum_q8_row_norm" : "lum_q8_row");
   auto* q = static_cast<signed char*>(grown(device_, quantized_, static_cast<size_t>(k + k / 8)));
   auto* d = reinterpret_cast<float*>(q + k);
   long long k_arg = k;
+  if (norm) {  // one block: the row's mean square first
+    const float* g = norm->weight;
+    float eps = norm->eps;
+    void* args[] = {&x, &g, &eps, &q, &d, &k_arg};
+    check(device_.launch(quantize, dim3(1), dim3(1024), args, 0),
+          "launching an activation row's norm and quantisation");
+    return;
+  }
   void* args[] = {&x, &q, &d, &k_arg};
   check(device_.launch(quantize, dim3(static_cast<unsigned>((k / 32 + 255) / 256)), dim3(256), args,
                        0),
         "launching an activation row's quantisation");
+}
+
+const float* QuantProducts::normalised(uint32_t format, const float* x, int64_t rows, int64_t k,
+                                       const RowNorm& norm) {
+  auto* out =
+      static_cast<float*>(grown(device_, normed_, static_cast<size_t>(rows * k) * sizeof(float)));
+  const float* g = norm.weight;
+  float eps = norm.eps;
+  long long k_arg = k;
+  void* args[] = {&x, &g, &eps, &out, &k_arg};
+  check(device_.launch(kernel(format, "lum_rms_rows"), dim3(static_cast<unsigned>(rows)), dim3(256),
+                       args, 0),
+        "launching a product's activation norm");
+  return out;
 }
 
 void QuantProducts::integer_product(uint32_t format, int64_t k,
@@ -682,12 +791,13 @@ const float* QuantProducts::dense_rows(const ConcreteView& x, const void* x_data
 }
 
 bool QuantProducts::run_shared(const ConcreteView& x, const void* x_data,
-                               const std::vector<QuantMatrix>& weights) {
+                               const std::vector<QuantMatrix>& weights, const RowNorm* norm) {
   const size_t rank = x.dims.size();
   if (weights.empty() || rank < 3 || x.has_mask() ||
       x.numel() != x.dims[rank - 2] * x.dims[rank - 1])
     return false;  // one activation row
   const int64_t k = x.dims[rank - 2];
+  if (norm && k > kNormRowMost) return false;
   // Each matrix's rows, then one launch for each run of up to kQDotMatrices matrices of
   // the same format (Q4_K_M files keep some layers' value projection in Q6_K).
   std::vector<QDotMatrix>& rows = shared_rows_;
@@ -701,7 +811,7 @@ bool QuantProducts::run_shared(const ConcreteView& x, const void* x_data,
   }
   const float* xp = dense_rows(x, x_data, 1, k);
   if (!xp) return false;
-  quantize_row(weights[0].format, xp, k);
+  quantize_row(weights[0].format, xp, k, norm);
   for (size_t first = 0, last = 0; first < weights.size(); first = last) {
     last = first + 1;
     while (last < weights.size() && last - first < kQDotMatrices &&
@@ -714,7 +824,7 @@ bool QuantProducts::run_shared(const ConcreteView& x, const void* x_data,
 }
 
 bool QuantProducts::run(uint32_t format, const ConcreteView& x, const void* x_data,
-                        const ConcreteView& w, const void* w_data, void* y) {
+                        const ConcreteView& w, const void* w_data, void* y, const RowNorm* norm) {
   int64_t row_bytes = 0;
   const unsigned char* weights = block_rows(format, w, w_data, row_bytes);
   const size_t rank = x.dims.size();
@@ -725,12 +835,18 @@ bool QuantProducts::run(uint32_t format, const ConcreteView& x, const void* x_da
     if (x.dims[d] > 1 && x.strides[d] == 0) return false;
   const int64_t rows = x.numel() / (k * n);
   if (rows == 0 || n == 0) return true;
+  const bool integer = rows == 1 && integer_products(format, k) && (!norm || k <= kNormRowMost);
+  if (norm && !integer) {  // the rows normalised, then multiplied as any others
+    const float* xp = dense_rows(x, x_data, rows, k);
+    return xp && run(format, operand(rows, k, n, k, 1, 0), normalised(format, xp, rows, k, *norm),
+                     w, w_data, y);
+  }
 
   if (rows <= kQuantGemvRows) {
     const float* xp = dense_rows(x, x_data, rows, k);
     if (!xp) return false;
-    if (rows == 1 && integer_products(format, k)) {
-      quantize_row(format, xp, k);
+    if (integer) {
+      quantize_row(format, xp, k, norm);
       const QDotMatrix m{weights, n, row_bytes, static_cast<float*>(y)};
       integer_product(format, k, std::span<const QDotMatrix>(&m, 1));
       return true;

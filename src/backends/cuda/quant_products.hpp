@@ -73,6 +73,18 @@ struct QuantMatrix {
   void* out;
 };
 
+/// The longest activation row the integer kernels normalise in their quantisation
+/// (lum_q8_row_norm: four values a thread of 1024, four times); longer ones are
+/// normalised first, as several rows are.
+constexpr int64_t kNormRowMost = 16384;
+
+/// A NormQMatMul's norm: the activations are RMSNorm'd (x * rsqrt(mean(x^2) + eps) *
+/// weight, the weight K contiguous f32 values on the device) before the product.
+struct RowNorm {
+  const float* weight;
+  float eps;
+};
+
 class QuantProducts {
  public:
   /// Searches new matrix shapes' integer kernel shapes with `searcher` (the executable's).
@@ -85,14 +97,16 @@ class QuantProducts {
   /// blocks). False for any other format or layout, before anything is written (or, should
   /// cuBLASLt refuse a later chunk of a prompt, with y partly written: the caller's
   /// fallback then writes all of it).
+  /// With `norm`, x is normalised first (NormQMatMul): in the activations' quantisation
+  /// for one row in the integer kernels, else into a buffer the other paths read.
   bool run(uint32_t format, const ConcreteView& x, const void* x_data, const ConcreteView& w,
-           const void* w_data, void* y);
+           const void* w_data, void* y, const RowNorm* norm = nullptr);
   /// The products of one activation row `x` (the first product's operand view) with
   /// weights in the integer kernels' formats (a layer's query, key and value projections):
   /// x quantised once for all of them. False, with nothing written, where `x` is not one
   /// row or `run` would not take a weight into the integer kernels.
   bool run_shared(const ConcreteView& x, const void* x_data,
-                  const std::vector<QuantMatrix>& weights);
+                  const std::vector<QuantMatrix>& weights, const RowNorm* norm = nullptr);
 
  private:
   const void* kernel(uint32_t format, const char* name);
@@ -106,9 +120,12 @@ class QuantProducts {
   // read them: f32, dense, 16-byte aligned (packed where they are not); nullptr where
   // they cannot be packed.
   const float* dense_rows(const ConcreteView& x, const void* x_data, int64_t rows, int64_t k);
-  // An activation row `x` (k floats, 16-byte aligned) into `quantized_`: int8 per 32
-  // elements, then the scales.
-  void quantize_row(uint32_t format, const float* x, int64_t k);
+  // An activation row `x` (k floats, 16-byte aligned), normalised first where `norm` is
+  // given, into `quantized_`: int8 per 32 elements, then the scales.
+  void quantize_row(uint32_t format, const float* x, int64_t k, const RowNorm* norm);
+  // `rows` dense rows of k at x normalised into `normed_`.
+  const float* normalised(uint32_t format, const float* x, int64_t rows, int64_t k,
+                          const RowNorm& norm);
   // A matrix of an integer product: its N rows of blocks (row_bytes apart) and its output.
   struct QDotMatrix {
     const unsigned char* rows;
@@ -126,6 +143,7 @@ class QuantProducts {
   std::map<uint32_t, std::unique_ptr<Module>> modules_;  // by format
   DeviceBuffer rows_, decoded_, out_;  // packed activations, f16 weight rows, a chunk's output
   DeviceBuffer quantized_;             // an activation row in int8, then its scales
+  DeviceBuffer normed_;                // NormQMatMul's normalised rows, for the float paths
   std::vector<QDotMatrix> shared_rows_;  // run_shared's, kept for their capacity
   // LUMINAL_CUDA_INT8_ACTIVATIONS=0: f32 activations throughout, to measure the difference.
   bool integer_products_ = !runtime::env_has("LUMINAL_CUDA_INT8_ACTIVATIONS", "0");
@@ -137,7 +155,8 @@ class QuantProducts {
   };
   using QDotKey = std::tuple<uint32_t, int64_t, std::array<int64_t, kQDotMatrices>>;
   std::map<QDotKey, QDotChoice> choice_;
-  std::map<uint32_t, const void*> quantize_kernel_;  // by format (each source has one)
+  // lum_q8_row and lum_q8_row_norm, by format (each source has them)
+  std::map<std::pair<uint32_t, bool>, const void*> quantize_kernel_;
 };
 
 }  // namespace luminal::cudagen

@@ -3,6 +3,7 @@
 
 #include <map>
 #include <optional>
+#include <tuple>
 #include <utility>
 
 #include "backends/cuda/gemv.hpp"
@@ -19,31 +20,40 @@ namespace {
 // layer's query, key and value projections).
 constexpr uint32_t kIntegerRun = ~0u;
 
-// Kernel k's activations and run kind where it is a QMatMul over weights that a user
-// input holds, in a format the one-row kernels take together.
-std::optional<std::pair<NodeId, uint32_t>> shared_product(const Graph& g,
-                                                          const compiler::KernelPlan& plan,
-                                                          size_t k) {
+// Kernel k's activations, norm weight (NormQMatMul's; none: ~0) and run kind where it is
+// a product over block-format weights that a user input holds, in a format the one-row
+// kernels take together. Products of one run share all three.
+using SharedKey = std::tuple<uint32_t, uint32_t, uint32_t>;
+std::optional<SharedKey> shared_product(const Graph& g, const compiler::KernelPlan& plan,
+                                        size_t k) {
   const Node& n = g.node(plan.kernels[k].root);
-  const auto* q =
-      n.op == Op::Custom ? dynamic_cast<const compiler::QMatMulOp*>(n.custom.get()) : nullptr;
-  if (!q || g.node(plan.canon(n.inputs[1].source)).op != Op::Input) return std::nullopt;
-  const NodeId x = plan.canon(n.inputs[0].source);
-  if (half_weight_type(q->format)) return std::pair{x, q->format};
-  if (integer_products_support(q->format)) return std::pair{x, kIntegerRun};
+  const std::optional<QuantProduct> q = quant_product(n);
+  if (!q || g.node(plan.canon(n.inputs[q->weight].source)).op != Op::Input) return std::nullopt;
+  const uint32_t x = plan.canon(n.inputs[0].source).value;
+  const uint32_t norm = q->norm ? plan.canon(n.inputs[1].source).value : ~0u;
+  if (half_weight_type(q->format) && !q->norm) return SharedKey{x, norm, q->format};
+  if (integer_products_support(q->format)) return SharedKey{x, norm, kIntegerRun};
   return std::nullopt;
 }
 
 }  // namespace
 
+std::optional<QuantProduct> quant_product(const Node& n) {
+  if (n.op != Op::Custom) return std::nullopt;
+  if (const auto* q = dynamic_cast<const compiler::QMatMulOp*>(n.custom.get()))
+    return QuantProduct{q->format, 1, nullptr};
+  if (const auto* q = dynamic_cast<const compiler::NormQMatMulOp*>(n.custom.get()))
+    return QuantProduct{q->format, 2, q};
+  return std::nullopt;
+}
+
 void adjoin_shared_products(const Graph& g, compiler::KernelPlan& plan) {
   std::vector<size_t> order;
   // Per activations and format: where the run's last product is in `order`, its length.
-  std::map<std::pair<uint32_t, uint32_t>, std::pair<size_t, size_t>> runs;
+  std::map<SharedKey, std::pair<size_t, size_t>> runs;
   for (size_t k = 0; k < plan.kernels.size(); ++k) {
-    if (const auto p = shared_product(g, plan, k)) {
-      const std::pair<uint32_t, uint32_t> key{p->first.value, p->second};
-      const auto it = runs.find(key);
+    if (const auto key = shared_product(g, plan, k)) {
+      const auto it = runs.find(*key);
       if (it != runs.end() && it->second.second < kGemvMatrices) {
         const size_t at = it->second.first + 1;
         order.insert(order.begin() + static_cast<std::ptrdiff_t>(at), k);
@@ -52,7 +62,7 @@ void adjoin_shared_products(const Graph& g, compiler::KernelPlan& plan) {
         it->second = {at, it->second.second + 1};
         continue;
       }
-      runs[key] = {order.size(), 1};
+      runs[*key] = {order.size(), 1};
     }
     order.push_back(k);
   }

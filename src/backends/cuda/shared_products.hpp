@@ -8,22 +8,33 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
+#include "luminal/compiler/matmul_op.hpp"
 #include "luminal/compiler/plan.hpp"
 #include "luminal/graph.hpp"
 
 namespace luminal::cudagen {
 
-/// Moves each QMatMul over half-precision, Q8_0, Q4_K, Q5_K or Q6_K weights held in a user
-/// input to just after the earlier such products of the same activations (half-precision
+/// A product over block-format weights, QMatMul or NormQMatMul: its weights' format, the
+/// input that holds them, and (NormQMatMul) the op, for its norm (input 1, eps).
+struct QuantProduct {
+  uint32_t format;
+  size_t weight;
+  const compiler::NormQMatMulOp* norm;
+};
+std::optional<QuantProduct> quant_product(const Node& n);
+
+/// Moves each QMatMul (or NormQMatMul) over half-precision, Q8_0, Q4_K, Q5_K or Q6_K weights held
+/// in a user input to just after the earlier such products of the same activations (half-precision
 /// ones of the same format; up to kGemvMatrices in a run). Nothing else moves, and a
 /// moved product still follows everything it reads (its activations, read by the first of
 /// the run; its weights, an input).
 void adjoin_shared_products(const Graph& g, compiler::KernelPlan& plan);
 
-/// Per kernel: how many kernels from it on are such products of the same activations and
-/// weight format (at least 1; the runs adjoin_shared_products made).
+/// Per kernel: how many kernels from it on are such products of the same activations (and
+/// norm) and weight format (at least 1; the runs adjoin_shared_products made).
 std::vector<uint32_t> shared_product_runs(const Graph& g, const compiler::KernelPlan& plan);
 
 }  // namespace luminal::cudagen
