@@ -86,6 +86,18 @@ Buffer NormQMatMulOp::run(const std::vector<Buffer>& in,
   });
 }
 
+std::string QMatMulAddOp::name() const {
+  return "QMatMulAdd(" + ggml_type_name(format) + ")";
+}
+
+Buffer QMatMulAddOp::run(const std::vector<Buffer>& in,
+                         const std::vector<std::vector<int64_t>>& shapes,
+                         const std::vector<int64_t>& out_shape, DType out_dtype) const {
+  Buffer y = QMatMulOp(format).run({in[0], in[1]}, {shapes[0], shapes[1]}, out_shape, out_dtype);
+  for (size_t i = 0; i < y.numel(); ++i) y.set_f64(i, y.get_f64(i) + in[2].get_f64(i));
+  return y;
+}
+
 bool is_qgemm(int axis, const View& a, const View& b, const std::vector<Expr>& w_shape) {
   const size_t r = a.rank();
   if (r < 3 || b.rank() != r || axis != static_cast<int>(r) - 2 || w_shape.size() != 2)

@@ -148,7 +148,9 @@ double kernel_cost(const eg::EGraph& g, uint32_t node) {
   }
   if (op == "View") return 0.001;
   if (op == "Input" || op == "Constant" || op == "Iota") return 0.01;
-  if (op == "MatMul" || op == "QMatMul" || op == "NormQMatMul" || op == "Attention") return 1;
+  if (op == "MatMul" || op == "QMatMul" || op == "NormQMatMul" || op == "QMatMulAdd" ||
+      op == "Attention")
+    return 1;
   if (op == "Softmax") return 1e9;  // only a step towards Attention, never a kernel
   if (op == "AllReduce") return 100;  // a wait on every rank: fewer of them first
   if (op == "SumReduce" || op == "MaxReduce") return 20;
@@ -214,6 +216,15 @@ class Rebuild {
       for (ClassId ch : children) n.inputs.push_back(edge(ch));
       n.custom =
           std::make_shared<NormQMatMulOp>(g.node(n.inputs[2].source).quant, attrs[0].as_float());
+      n.dtype = DType::F32;
+      n.shape = n.inputs[0].view.shape();  // [batch..., M, K, N] without K
+      n.shape.erase(n.shape.end() - 2);
+      id = g.add_node(std::move(n));
+    } else if (op == "QMatMulAdd") {
+      Node n;
+      n.op = Op::Custom;
+      for (ClassId ch : children) n.inputs.push_back(edge(ch));
+      n.custom = std::make_shared<QMatMulAddOp>(g.node(n.inputs[1].source).quant);
       n.dtype = DType::F32;
       n.shape = n.inputs[0].view.shape();  // [batch..., M, K, N] without K
       n.shape.erase(n.shape.end() - 2);
@@ -399,9 +410,13 @@ Optimized optimize(const Graph& g, const OptimizeOptions& options) {
     return is_broadcast_along_last(low.view(a[3])) && is_broadcast_along_last(low.view(a[4])) &&
            !low.view(a[5]).has_mask() && !low.view(a[6]).has_mask();
   };
+  // (residual ?r): an f32 value (not a weight) to add to a product's output.
+  fns.predicates["residual"] = [&low](const eg::EGraph& e, std::span<const eg::Value> a) {
+    return low.dtype(e, a[0]) == DType::F32 && !low.quantized_input(e, a[0]);
+  };
   std::vector<eg::RuleSet> sets = without_disabled_rules(rule_sets(fns));
-  if (!options.norm_products)
-    std::erase_if(sets, [](const eg::RuleSet& s) { return s.name == "hlir-norm-products"; });
+  if (!options.product_fusions)
+    std::erase_if(sets, [](const eg::RuleSet& s) { return s.name == "hlir-product-fusions"; });
   std::vector<const eg::RuleSet*> active;
   for (const auto& s : sets) active.push_back(&s);
   Optimized out;

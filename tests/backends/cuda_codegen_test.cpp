@@ -217,6 +217,41 @@ TEST(CudaCodegen, RMSNormFoldsIntoBlockFormatProductsOnTheGpuOnly) {
   EXPECT_EQ(gpu["QMatMul"], 3);
 }
 
+// A residual added to such a product, on either side of the Add, becomes part of it
+// (QMatMulAdd; no Add kernel left) in the CUDA backend's plan, not in the CPU's; a bias
+// broadcast along the rows is not a residual and stays an Add.
+TEST(CudaCodegen, ResidualAddsFoldIntoBlockFormatProductsOnTheGpuOnly) {
+  auto ops = [](bool cuda) {
+    Graph cx;
+    Tensor x = cx.named_tensor("x", {Expr::var("seq"), 512});
+    Tensor r = cx.named_tensor("r", {Expr::var("seq"), 64});
+    Tensor bias = cx.named_tensor("bias", {64});
+    std::vector<Tensor> ws;
+    for (const uint32_t type : {12u, 30u, 12u}) {  // Q4_K, BF16, Q4_K
+      ws.push_back(cx.named_tensor("w" + std::to_string(ws.size()), {64, 512}));
+      ws.back().set_quantized(type, testing::random_blocks(type, 64, 512, ws.size()));
+    }
+    (r + x.matmul(ws[0].transpose(0, 1))).retrieve();
+    (x.matmul(ws[1].transpose(0, 1)) + r).retrieve();
+    (x.matmul(ws[2].transpose(0, 1)) + bias.expand(0, Expr::var("seq"))).retrieve();
+    const runtime::PlannedProgram p =
+        cuda ? cudagen::compile_program(cx, "sm_90", true).planned
+             : runtime::optimize_and_plan(cx, compiler::Fusion::StoreShared);
+    std::map<std::string, int> count;
+    for (const compiler::Kernel& k : p.plan.kernels) {
+      const Node& n = p.program.graph->node(k.root);
+      ++count[n.op == Op::Custom ? n.custom->name().substr(0, n.custom->name().find('('))
+                                 : std::string(op_name(n.op))];
+    }
+    return count;
+  };
+  std::map<std::string, int> gpu = ops(true);
+  EXPECT_EQ(gpu["QMatMulAdd"], 2);
+  EXPECT_EQ(gpu["QMatMul"], 1);
+  EXPECT_EQ(gpu["Add"], 1);  // the bias
+  EXPECT_EQ(ops(false)["QMatMulAdd"], 0);
+}
+
 // Arena plans against brute force: over random sizes and lifetimes, no two values live at
 // once share a byte, every offset is aligned, and space is reused (a chain of values each
 // freed after its reader needs only two at a time).

@@ -890,6 +890,57 @@ TEST(Cuda, RMSNormFoldedIntoTheProductsMatchesTheReference) {
   }
 }
 
+// A residual added to a product over block-format weights (r + x W^T and x W^T + r)
+// runs as QMatMulAdd, the add inside the product where it stores y (the integer kernels'
+// and the one-row half-precision kernel's), or after it (the other paths): Q4_K, BF16
+// and Q4_0 weights, one row, 5 and 70, against the reference interpreter's unfused graph
+// within the product's bound (int8 activations for one row over Q4_K, f16 roundings
+// otherwise) plus the sum's rounding.
+TEST(Cuda, ResidualAddsFoldedIntoTheProductsMatchTheReference) {
+  SKIP_WITHOUT_GPU();
+  const int64_t k = 512, n = 48;
+  for (const GgmlType t : {GgmlType::Q4_K, GgmlType::BF16, GgmlType::Q4_0})
+    for (const int64_t m : {1, 5, 70}) {
+      const auto type = static_cast<uint32_t>(t);
+      Graph cx;
+      Tensor x = cx.named_tensor("x", {m, k});
+      Tensor r = cx.named_tensor("r", {m, n});
+      Tensor w = cx.named_tensor("w", {n, k});
+      std::mt19937 rng(static_cast<uint32_t>(type * 100 + m));
+      std::normal_distribution<float> normal(0, 1);
+      std::vector<float> xs(static_cast<size_t>(m * k)), rs(static_cast<size_t>(m * n));
+      for (float& v : xs) v = normal(rng);
+      for (float& v : rs) v = 4.0f * normal(rng);
+      x.set(xs);
+      r.set(rs);
+      w.set_quantized(type, testing::random_blocks(type, n, k, 31));
+      const Tensor y = x.matmul(w.transpose(0, 1));
+      const std::vector<Tensor> outs = {(r + y).retrieve(), (y + r * 0.5).retrieve()};
+      const std::vector<std::vector<float>> want = testing::run_outputs(cx, reference(), outs);
+      const std::vector<std::vector<float>> got = testing::run_outputs(cx, cuda(), outs);
+      EXPECT_EQ(cx.last_run_stats().host_fallbacks, 0u);
+      const std::vector<float> wd = w.to_f32();
+      for (size_t o = 0; o < outs.size(); ++o) {
+        ASSERT_EQ(got[o].size(), want[o].size());
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < n; ++j) {
+            const auto at = static_cast<size_t>(i * n + j);
+            double sum_abs = 0;
+            for (int64_t c = 0; c < k; ++c)
+              sum_abs += std::fabs(double{wd[static_cast<size_t>(j * k + c)]} *
+                                   xs[static_cast<size_t>(i * k + c)]);
+            const double bound =
+                (m == 1 && t == GgmlType::Q4_K ? int8_activation_bound(wd, xs, i, j, k)
+                                               : std::ldexp(sum_abs, -10)) +
+                1e-5 * (sum_abs + std::fabs(double{rs[at]}));
+            ASSERT_NEAR(got[o][at], want[o][at], bound)
+                << ggml_type_name(type) << " rows " << m << " output " << o << " at " << i << ", "
+                << j;
+          }
+      }
+    }
+}
+
 // prepare() uploads the weights (inputs set, of fixed shape) before the first run, so
 // that run's time is its kernels'; one too large for the GPU stops there.
 TEST(Cuda, PrepareUploadsTheWeights) {

@@ -33,7 +33,7 @@ class QMatMulOp final : public CustomOp {
 /// product itself: y = (x * rsqrt(mean(x^2 over K) + eps) * g) W^T. Inputs: `x` as the
 /// [batch..., M, K, N] product operand view (as QMatMul's `a`), the norm weight `g` as a
 /// [batch..., M, K] view, and the block-stored weight W, [N, K]. Selected only for a
-/// backend that asks for it (compiler::OptimizeOptions::norm_products): one whose
+/// backend that asks for it (compiler::OptimizeOptions::product_fusions): one whose
 /// products quantise their activation rows anyway, and then normalise in the same pass.
 class NormQMatMulOp final : public CustomOp {
  public:
@@ -43,6 +43,18 @@ class NormQMatMulOp final : public CustomOp {
              const std::vector<int64_t>& out_shape, DType out_dtype) const override;
   uint32_t format;
   double eps;
+};
+
+/// QMatMulAdd: a QMatMul whose output is added to a residual stream, y = x W^T + r.
+/// Inputs: QMatMul's two, then r ([batch..., M, N], f32, read as it lies). Selected, as
+/// NormQMatMul is, only where the backend asks (OptimizeOptions::product_fusions).
+class QMatMulAddOp final : public CustomOp {
+ public:
+  explicit QMatMulAddOp(uint32_t format) : format(format) {}
+  std::string name() const override;
+  Buffer run(const std::vector<Buffer>& inputs, const std::vector<std::vector<int64_t>>& shapes,
+             const std::vector<int64_t>& out_shape, DType out_dtype) const override;
+  uint32_t format;
 };
 
 /// True if SumReduce over `axis` of Mul(a_view, b_view) is x W^T for a block-stored

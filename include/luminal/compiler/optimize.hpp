@@ -23,10 +23,11 @@ struct Optimized {
 
 /// What a backend asks of the e-graph stage beyond the rules every backend gets.
 struct OptimizeOptions {
-  /// RMSNorm folded into the block-format products that read it (NormQMatMulOp, the
-  /// hlir-norm-products rules): for a backend whose products quantise their activation
-  /// rows and can normalise them in the same pass.
-  bool norm_products = false;
+  /// RMSNorm folded into the block-format products that read it (NormQMatMulOp) and
+  /// residual adds into those whose outputs they add (QMatMulAddOp), the
+  /// hlir-product-fusions rules: for a backend whose one-row products quantise their
+  /// activations (and can normalise them in the same pass) and can add as they store.
+  bool product_fusions = false;
 };
 
 Optimized optimize(const Graph& g, const OptimizeOptions& options = {});

@@ -49,6 +49,13 @@ LUM_COPY_VIEW(lum_convert_view_f32_f16, float, unsigned short, lum_f2h)
 LUM_COPY_VIEW(lum_convert_view_f32_bf16, float, unsigned short, lum_f2bf)
 LUM_COPY_VIEW(lum_convert_view_f16_f32, unsigned short, float, lum_h2f)
 LUM_COPY_VIEW(lum_convert_view_bf16_f32, unsigned short, float, lum_bf2f)
+
+// y += r, n f32 values.
+extern "C" __global__ void __launch_bounds__(256)
+    lum_add_f32(float* __restrict__ y, const float* __restrict__ r, long long n) {
+  lum_after_prior_grids();
+  for (long long i = blockIdx.x * 256ll + threadIdx.x; i < n; i += gridDim.x * 256ll) y[i] += r[i];
+}
 )COPY";
 
 }  // namespace
@@ -124,6 +131,18 @@ ConcreteView packed(const ConcreteView& view) {
     step *= v.dims[d];
   }
   return v;
+}
+
+void ViewCopy::add(float* y, const float* r, int64_t n) {
+  if (n == 0) return;
+  if (!module_)
+    module_ = std::make_unique<Module>(compile_cubin(copy_view_source(), device_.arch()).code);
+  long long n_arg = n;
+  void* args[] = {&y, &r, &n_arg};
+  const int64_t blocks = std::min<int64_t>((n + 255) / 256, int64_t{device_.multiprocessors()} * 8);
+  check(device_.launch(module_->kernel("lum_add_f32"), dim3(static_cast<unsigned>(blocks)),
+                       dim3(256), args, 0),
+        "launching a residual add");
 }
 
 bool ViewCopy::launch(const ConcreteView& view, const void* src, void* dst, const char* kernel) {

@@ -703,6 +703,18 @@ class CudaExecutable final : public Executable {
                     program_.graph->node(plan_.canon(n.inputs[1].source)).name +
                     "'); convert the model to a supported type (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, "
                     "Q4_K, Q5_K, Q6_K, F16, BF16) or run it with --device cpu");
+    } else if (const auto* qa = dynamic_cast<const compiler::QMatMulAddOp*>(n.custom.get())) {
+      // The residual as it lies, y's shape: added as the product stores y.
+      const ConcreteView& r = views[2];
+      if (source_dtype(n, 0) == DType::F32 && source_dtype(n, 2) == DType::F32 && r.is_dense() &&
+          !r.has_mask()) {
+        const float* residual = static_cast<const float*>(operand(n.inputs[2].source)) + r.offset;
+        if (mixed_.qmatmul(qa->format, views[0], operand(n.inputs[0].source), views[1],
+                           operand(n.inputs[1].source), out, residual) ||
+            quant_.run(qa->format, views[0], operand(n.inputs[0].source), views[1],
+                       operand(n.inputs[1].source), out, nullptr, residual))
+          return;
+      }
     } else if (dynamic_cast<const compiler::NormQMatMulOp*>(n.custom.get())) {
       const std::optional<cudagen::RowNorm> norm = row_norm(n, views);
       const auto* q = static_cast<const compiler::NormQMatMulOp*>(n.custom.get());
@@ -1112,7 +1124,7 @@ CompiledProgram compile_program(const Graph& graph, const std::string& arch, boo
                                 bool library_in_background) {
   CompiledProgram c{runtime::optimize_and_plan(
                         graph, fuse ? compiler::Fusion::RecomputeShared : compiler::Fusion::Off,
-                        {.norm_products = true}),
+                        {.product_fusions = true}),
                     {},
                     {},
                     {}};

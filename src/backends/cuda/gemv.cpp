@@ -68,11 +68,13 @@ LUM_GV_DOT_F32_HALVES(lum_gv_dot_f32_bf16, lum_bf2f)
 
 // Up to LUM_GV_MATS matrices of the same K, over the same x, as one launch: their rows
 // are numbered one after the other (end: each matrix's last row + 1 in that numbering),
-// each matrix with its own rows' stride and its own y.
+// each matrix with its own rows' stride, its own y, and perhaps a residual r (f32)
+// added to y as it is stored.
 #define LUM_GV_MATS 4
 struct LumGvMats {
   const char* w[LUM_GV_MATS];
   void* y[LUM_GV_MATS];
+  const float* r[LUM_GV_MATS];
   long long end[LUM_GV_MATS], ldw_bytes[LUM_GV_MATS];
 };
 // Row `row` of the numbering: its matrix m and the row within it (a select chain, so the
@@ -126,7 +128,8 @@ static __device__ __forceinline__ T lum_gv_pick(const T (&a)[LUM_GV_MATS], int m
       if (sub == 0 && lane == 0 && row < n) {                                           \
         float total = 0.0f;                                                             \
         for (int i = 0; i < SPLIT; ++i) total += part[warp + i];                        \
-        ((Y*)lum_gv_pick(mats.y, m))[local] = store(total);                             \
+        const float* r = lum_gv_pick(mats.r, m);                                        \
+        ((Y*)lum_gv_pick(mats.y, m))[local] = store(r ? total + r[local] : total);       \
       }                                                                                 \
       __syncthreads();  /* part is rewritten for the next rows */                       \
     }                                                                                   \
@@ -172,6 +175,7 @@ namespace {
 struct GemvMats {
   const char* w[kGemvMatrices] = {};
   void* y[kGemvMatrices] = {};
+  const float* r[kGemvMatrices] = {};
   long long end[kGemvMatrices] = {}, ldw_bytes[kGemvMatrices] = {};
 };
 
@@ -197,10 +201,10 @@ const char* row_of(const ConcreteView& a, const void* a_data, DType a_type) {
 }  // namespace
 
 bool Gemv::run(const ConcreteView& a, const void* a_data, DType a_type, const ConcreteView& b,
-               const void* b_data, DType b_type, void* c_data) {
+               const void* b_data, DType b_type, void* c_data, const float* residual) {
   single_.resize(1);
   single_[0].view = b;  // (into the kept view: no allocation once it has the room)
-  single_[0].data = b_data, single_[0].out = c_data;
+  single_[0].data = b_data, single_[0].out = c_data, single_[0].residual = residual;
   return run_shared(a, a_data, a_type, single_, b_type);
 }
 
@@ -226,6 +230,8 @@ bool Gemv::run_shared(const ConcreteView& a, const void* a_data, DType a_type,
     mats.w[i] = static_cast<const char*>(bs[i].data) + b.offset * b_size;
     if (reinterpret_cast<uintptr_t>(mats.w[i]) % 16 != 0) return false;
     mats.y[i] = bs[i].out;
+    mats.r[i] = bs[i].residual;
+    if (bs[i].residual && a_type != DType::F32) return false;  // (added in f32, stored f32)
     mats.ldw_bytes[i] = ldw * b_size;
     n += b.dims[rank - 1];
     mats.end[i] = n;

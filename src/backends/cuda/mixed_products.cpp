@@ -53,17 +53,22 @@ bool MixedProducts::qmatmul_shared(uint32_t format, const ConcreteView& x, const
 }
 
 bool MixedProducts::qmatmul(uint32_t format, const ConcreteView& x, const void* x_data,
-                            const ConcreteView& w, const void* w_data, void* y) {
+                            const ConcreteView& w, const void* w_data, void* y,
+                            const float* residual) {
   const std::optional<DType> half = half_weight_type(format);
   ConcreteView& w_operand = w_operand_;
   if (!half || !weight_operand(x, w, w_operand)) return false;
   const DType w_type = *half;
-  if (gemv_.run(x, x_data, DType::F32, w_operand, w_data, w_type, y)) return true;
+  if (gemv_.run(x, x_data, DType::F32, w_operand, w_data, w_type, y, residual)) return true;
   // Several rows: x (read once along its broadcast N) rounded into a dense array.
   const ConcreteView rows = unbroadcast(x);
   void* rounded = scratch(static_cast<size_t>(rows.numel()) * dtype_size(w_type));
-  return copy_.run_converted(rows, x_data, DType::F32, w_type, rounded) &&
-         gemm_.run(packed(x), rounded, w_operand, w_data, w_type, y, DType::F32);
+  if (!copy_.run_converted(rows, x_data, DType::F32, w_type, rounded) ||
+      !gemm_.run(packed(x), rounded, w_operand, w_data, w_type, y, DType::F32))
+    return false;
+  if (residual)  // (y has x's elements less its K)
+    copy_.add(static_cast<float*>(y), residual, x.numel() / x.dims[x.dims.size() - 2]);
+  return true;
 }
 
 bool MixedProducts::matmul(const ConcreteView& a, const void* a_data, const ConcreteView& b,

@@ -33,10 +33,11 @@ class MixedProducts {
 
   /// y[batch..., M, N] (f32, contiguous) = x W^T, where `x` is the QMatMul's
   /// [batch..., M, K, N] operand view over f32 device data and `w` the [N, K] weight's
-  /// view over its blocks of ggml type `format`. False, with nothing written, for a
-  /// format or layout not handled here: the caller runs the op another way.
+  /// view over its blocks of ggml type `format`; plus `residual` (y's shape, f32) where
+  /// given. False, with nothing written, for a format or layout not handled here: the
+  /// caller runs the op another way.
   bool qmatmul(uint32_t format, const ConcreteView& x, const void* x_data, const ConcreteView& w,
-               const void* w_data, void* y);
+               const void* w_data, void* y, const float* residual = nullptr);
 
   /// QMatMuls of the same activations x (one row) by several half-precision weights of
   /// ggml type `format`, each GemvMatrix a weight's [N, K] view, its data and its output,

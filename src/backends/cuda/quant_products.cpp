@@ -409,11 +409,33 @@ LUM_FN void lum_q4k_scale(const uint4& head, int s, float& sc, float& m) {
 #endif
 // The kernel's shape: a block of kQThreads threads takes kQThreads / (32 Split) groups
 // of Rows weight rows, Split warps a group, its threads over the rows' pieces.
-// `block`: the block's number among the matrix's.
+// Up to LUM_Q_MATS matrices of one format and K over the same row x, as one launch (a
+// layer's q/k/v or gate/up products): their blocks numbered one after the other (end:
+// each matrix's last block + 1 in that numbering, the unused ones the total).
+#define LUM_Q_MATS 4
+struct LumQMats {
+  const unsigned char* w[LUM_Q_MATS];
+  float* y[LUM_Q_MATS];
+  const float* r[LUM_Q_MATS];  // residuals added to y, or null
+  long long n[LUM_Q_MATS], end[LUM_Q_MATS];
+};
+// Element m of a parameter array, by a select chain (an indexed read would copy the
+// array to local memory).
+template <typename T>
+LUM_FN T lum_q_pick(const T (&a)[LUM_Q_MATS], int m) {
+  T v = a[0];
+#pragma unroll
+  for (int i = 1; i < LUM_Q_MATS; ++i) v = m == i ? a[i] : v;
+  return v;
+}
+// Matrix m of `mats`; `block`: the block's number among the matrix's. Its output and
+// residual are picked where they are stored.
 template <int Split, int Rows>
-LUM_FN void lum_qdot(const unsigned char* __restrict__ w, const signed char* __restrict__ xq,
-                     const float* __restrict__ xd, float* __restrict__ y, long long n,
-                     long long k, long long row_bytes, long long block) {
+LUM_FN void lum_qdot(const LumQMats& mats, int m, const signed char* __restrict__ xq,
+                     const float* __restrict__ xd, long long k, long long row_bytes,
+                     long long block) {
+  const unsigned char* __restrict__ w = lum_q_pick(mats.w, m);
+  const long long n = lum_q_pick(mats.n, m);
   constexpr int kRows = Rows, kGroup = 32 * Split, kGroups = kQThreads / kGroup;
   const int tid = threadIdx.x % kGroup, group = threadIdx.x / kGroup, lane = tid % 32,
             warp = tid / 32;
@@ -553,7 +575,8 @@ LUM_FN void lum_qdot(const unsigned char* __restrict__ w, const signed char* __r
       float a = acc[0];
 #pragma unroll
       for (int r = 1; r < kRows; ++r) a = lane == r ? acc[r] : a;
-      y[j0 + lane] = a;
+      const float* r = lum_q_pick(mats.r, m);
+      lum_q_pick(mats.y, m)[j0 + lane] = r ? a + r[j0 + lane] : a;
     }
     return;
   }
@@ -566,26 +589,9 @@ LUM_FN void lum_qdot(const unsigned char* __restrict__ w, const signed char* __r
     float sum = 0.0f;
 #pragma unroll
     for (int q = 0; q < Split; ++q) sum += part[group][q][tid];
-    y[j0 + tid] = sum;
+    const float* r = lum_q_pick(mats.r, m);
+    lum_q_pick(mats.y, m)[j0 + tid] = r ? sum + r[j0 + tid] : sum;
   }
-}
-// Up to LUM_Q_MATS matrices of one format and K over the same row x, as one launch (a
-// layer's q/k/v or gate/up products): their blocks numbered one after the other (end:
-// each matrix's last block + 1 in that numbering, the unused ones the total).
-#define LUM_Q_MATS 4
-struct LumQMats {
-  const unsigned char* w[LUM_Q_MATS];
-  float* y[LUM_Q_MATS];
-  long long n[LUM_Q_MATS], end[LUM_Q_MATS];
-};
-// Element m of a parameter array, by a select chain (an indexed read would copy the
-// array to local memory).
-template <typename T>
-LUM_FN T lum_q_pick(const T (&a)[LUM_Q_MATS], int m) {
-  T v = a[0];
-#pragma unroll
-  for (int i = 1; i < LUM_Q_MATS; ++i) v = m == i ? a[i] : v;
-  return v;
 }
 #define LUM_QDOT(S, R)                                                                        \
   extern "C" __global__ void __launch_bounds__(kQThreads) lum_qdot_s##S##_r##R(              \
@@ -596,8 +602,7 @@ LUM_FN T lum_q_pick(const T (&a)[LUM_Q_MATS], int m) {
     int m = 0;                                                                                \
     long long first = 0;                                                                      \
     _Pragma("unroll") for (int i = 0; i + 1 < LUM_Q_MATS; ++i) if (b >= mats.end[i]) m = i + 1, first = mats.end[i]; \
-    lum_qdot<S, R>(lum_q_pick(mats.w, m), xq, xd, lum_q_pick(mats.y, m), lum_q_pick(mats.n, m), \
-                   k, row_bytes, b - first);                                                  \
+    lum_qdot<S, R>(mats, m, xq, xd, k, row_bytes, b - first);                                \
   }
 LUM_QDOT(4, 4)
 LUM_QDOT(2, 4)
@@ -721,6 +726,7 @@ void QuantProducts::integer_product(uint32_t format, int64_t k,
   struct Mats {
     const unsigned char* w[kQDotMatrices];
     float* y[kQDotMatrices];
+    const float* r[kQDotMatrices];
     long long n[kQDotMatrices], end[kQDotMatrices];
   } mats{};
   long long k_arg = k, bytes_arg = matrices[0].row_bytes;  // (the same for one format and K)
@@ -730,6 +736,7 @@ void QuantProducts::integer_product(uint32_t format, int64_t k,
     for (size_t i = 0; i < kQDotMatrices; ++i) {
       if (i < matrices.size()) {
         mats.w[i] = matrices[i].rows, mats.y[i] = matrices[i].y, mats.n[i] = matrices[i].n;
+        mats.r[i] = matrices[i].residual;
         blocks += (matrices[i].n + rows_a_block - 1) / rows_a_block;
       }
       mats.end[i] = blocks;
@@ -824,7 +831,8 @@ bool QuantProducts::run_shared(const ConcreteView& x, const void* x_data,
 }
 
 bool QuantProducts::run(uint32_t format, const ConcreteView& x, const void* x_data,
-                        const ConcreteView& w, const void* w_data, void* y, const RowNorm* norm) {
+                        const ConcreteView& w, const void* w_data, void* y, const RowNorm* norm,
+                        const float* residual) {
   int64_t row_bytes = 0;
   const unsigned char* weights = block_rows(format, w, w_data, row_bytes);
   const size_t rank = x.dims.size();
@@ -836,6 +844,11 @@ bool QuantProducts::run(uint32_t format, const ConcreteView& x, const void* x_da
   const int64_t rows = x.numel() / (k * n);
   if (rows == 0 || n == 0) return true;
   const bool integer = rows == 1 && integer_products(format, k) && (!norm || k <= kNormRowMost);
+  if (residual && !integer) {  // the product, then the residual added
+    if (!run(format, x, x_data, w, w_data, y, norm)) return false;
+    copy_.add(static_cast<float*>(y), residual, rows * n);
+    return true;
+  }
   if (norm && !integer) {  // the rows normalised, then multiplied as any others
     const float* xp = dense_rows(x, x_data, rows, k);
     return xp && run(format, operand(rows, k, n, k, 1, 0), normalised(format, xp, rows, k, *norm),
@@ -847,7 +860,7 @@ bool QuantProducts::run(uint32_t format, const ConcreteView& x, const void* x_da
     if (!xp) return false;
     if (integer) {
       quantize_row(format, xp, k, norm);
-      const QDotMatrix m{weights, n, row_bytes, static_cast<float*>(y)};
+      const QDotMatrix m{weights, n, row_bytes, static_cast<float*>(y), residual};
       integer_product(format, k, std::span<const QDotMatrix>(&m, 1));
       return true;
     }

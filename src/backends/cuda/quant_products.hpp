@@ -98,9 +98,12 @@ class QuantProducts {
   /// cuBLASLt refuse a later chunk of a prompt, with y partly written: the caller's
   /// fallback then writes all of it).
   /// With `norm`, x is normalised first (NormQMatMul): in the activations' quantisation
-  /// for one row in the integer kernels, else into a buffer the other paths read.
+  /// for one row in the integer kernels, else into a buffer the other paths read. With
+  /// `residual` (QMatMulAdd: y's shape, f32, dense), y = x W^T + residual: added as the
+  /// integer kernels store y, else after the product.
   bool run(uint32_t format, const ConcreteView& x, const void* x_data, const ConcreteView& w,
-           const void* w_data, void* y, const RowNorm* norm = nullptr);
+           const void* w_data, void* y, const RowNorm* norm = nullptr,
+           const float* residual = nullptr);
   /// The products of one activation row `x` (the first product's operand view) with
   /// weights in the integer kernels' formats (a layer's query, key and value projections):
   /// x quantised once for all of them. False, with nothing written, where `x` is not one
@@ -126,11 +129,13 @@ class QuantProducts {
   // `rows` dense rows of k at x normalised into `normed_`.
   const float* normalised(uint32_t format, const float* x, int64_t rows, int64_t k,
                           const RowNorm& norm);
-  // A matrix of an integer product: its N rows of blocks (row_bytes apart) and its output.
+  // A matrix of an integer product: its N rows of blocks (row_bytes apart), its output,
+  // and perhaps a residual added to it.
   struct QDotMatrix {
     const unsigned char* rows;
     int64_t n, row_bytes;
     float* y;
+    const float* residual = nullptr;
   };
   // y = x W^T for the row in `quantized_` and up to kQDotMatrices matrices of Q8_0, Q4_K,
   // Q5_K or Q6_K weights, all of `format` with rows of k: one launch.

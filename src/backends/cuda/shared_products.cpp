@@ -28,7 +28,8 @@ std::optional<SharedKey> shared_product(const Graph& g, const compiler::KernelPl
                                         size_t k) {
   const Node& n = g.node(plan.kernels[k].root);
   const std::optional<QuantProduct> q = quant_product(n);
-  if (!q || g.node(plan.canon(n.inputs[q->weight].source)).op != Op::Input) return std::nullopt;
+  if (!q || q->residual || g.node(plan.canon(n.inputs[q->weight].source)).op != Op::Input)
+    return std::nullopt;
   const uint32_t x = plan.canon(n.inputs[0].source).value;
   const uint32_t norm = q->norm ? plan.canon(n.inputs[1].source).value : ~0u;
   if (half_weight_type(q->format) && !q->norm) return SharedKey{x, norm, q->format};
@@ -41,9 +42,11 @@ std::optional<SharedKey> shared_product(const Graph& g, const compiler::KernelPl
 std::optional<QuantProduct> quant_product(const Node& n) {
   if (n.op != Op::Custom) return std::nullopt;
   if (const auto* q = dynamic_cast<const compiler::QMatMulOp*>(n.custom.get()))
-    return QuantProduct{q->format, 1, nullptr};
+    return QuantProduct{q->format, 1, nullptr, false};
   if (const auto* q = dynamic_cast<const compiler::NormQMatMulOp*>(n.custom.get()))
-    return QuantProduct{q->format, 2, q};
+    return QuantProduct{q->format, 2, q, false};
+  if (const auto* q = dynamic_cast<const compiler::QMatMulAddOp*>(n.custom.get()))
+    return QuantProduct{q->format, 1, nullptr, true};
   return std::nullopt;
 }
 

@@ -17,12 +17,14 @@
 
 namespace luminal::cudagen {
 
-/// A product over block-format weights, QMatMul or NormQMatMul: its weights' format, the
-/// input that holds them, and (NormQMatMul) the op, for its norm (input 1, eps).
+/// A product over block-format weights, QMatMul, NormQMatMul or QMatMulAdd: its weights'
+/// format, the input that holds them, (NormQMatMul) the op, for its norm (input 1, eps),
+/// and whether it adds a residual (QMatMulAdd's input 2).
 struct QuantProduct {
   uint32_t format;
   size_t weight;
   const compiler::NormQMatMulOp* norm;
+  bool residual;
 };
 std::optional<QuantProduct> quant_product(const Node& n);
 
