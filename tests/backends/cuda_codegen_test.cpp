@@ -179,6 +179,21 @@ TEST(CudaCodegen, QuantisedProductsCompileForHopperForEveryFormat) {
   EXPECT_FALSE(cudagen::quant_products_support(static_cast<uint32_t>(GgmlType::Q2_K)));
 }
 
+// The kernels the CUDA backend (or, not `cuda`, the CPU backend) plans for cx's graph,
+// counted by op (a custom op by its name less its format).
+std::map<std::string, int> planned_ops(const Graph& cx, bool cuda) {
+  const runtime::PlannedProgram p =
+      cuda ? cudagen::compile_program(cx, "sm_90", true).planned
+           : runtime::optimize_and_plan(cx, compiler::Fusion::StoreShared);
+  std::map<std::string, int> count;
+  for (const compiler::Kernel& k : p.plan.kernels) {
+    const Node& n = p.program.graph->node(k.root);
+    ++count[n.op == Op::Custom ? n.custom->name().substr(0, n.custom->name().find('('))
+                               : std::string(op_name(n.op))];
+  }
+  return count;
+}
+
 // RMSNorm read by products over the integer kernels' formats becomes part of them
 // (NormQMatMul; the norm's own row group is gone) in the CUDA backend's plan, not in the
 // CPU's, not over other formats, and not with the rule disabled.
@@ -194,16 +209,7 @@ TEST(CudaCodegen, RMSNormFoldsIntoBlockFormatProductsOnTheGpuOnly) {
                       testing::random_blocks(static_cast<uint32_t>(type), 64, 512, i));
       h.matmul(w.transpose(0, 1)).retrieve();
     }
-    const runtime::PlannedProgram p =
-        cuda ? cudagen::compile_program(cx, "sm_90", true).planned
-             : runtime::optimize_and_plan(cx, compiler::Fusion::StoreShared);
-    std::map<std::string, int> count;
-    for (const compiler::Kernel& k : p.plan.kernels) {
-      const Node& n = p.program.graph->node(k.root);
-      ++count[n.op == Op::Custom ? n.custom->name().substr(0, n.custom->name().find('('))
-                                 : std::string(op_name(n.op))];
-    }
-    return count;
+    return planned_ops(cx, cuda);
   };
   std::map<std::string, int> gpu = ops(GgmlType::Q4_K, true);
   EXPECT_EQ(gpu["NormQMatMul"], 3);
@@ -234,16 +240,7 @@ TEST(CudaCodegen, ResidualAddsFoldIntoBlockFormatProductsOnTheGpuOnly) {
     (r + x.matmul(ws[0].transpose(0, 1))).retrieve();
     (x.matmul(ws[1].transpose(0, 1)) + r).retrieve();
     (x.matmul(ws[2].transpose(0, 1)) + bias.expand(0, Expr::var("seq"))).retrieve();
-    const runtime::PlannedProgram p =
-        cuda ? cudagen::compile_program(cx, "sm_90", true).planned
-             : runtime::optimize_and_plan(cx, compiler::Fusion::StoreShared);
-    std::map<std::string, int> count;
-    for (const compiler::Kernel& k : p.plan.kernels) {
-      const Node& n = p.program.graph->node(k.root);
-      ++count[n.op == Op::Custom ? n.custom->name().substr(0, n.custom->name().find('('))
-                                 : std::string(op_name(n.op))];
-    }
-    return count;
+    return planned_ops(cx, cuda);
   };
   std::map<std::string, int> gpu = ops(true);
   EXPECT_EQ(gpu["QMatMulAdd"], 2);
