@@ -105,6 +105,17 @@ class Lowering {
     auto it = quantized.find(e.find(v.c).v);
     return it == quantized.end() ? nullptr : it->second;
   }
+  // How many of the user graph's edges (and outputs) read a value of class `c`.
+  int readers(const eg::EGraph& e, ClassId c) const {
+    c = e.find(c);
+    auto is_c = [&](NodeId n) { return cls_[n.value].valid() && e.find(cls_[n.value]) == c; };
+    int count = 0;
+    for (uint32_t i = 0; i < g_.num_nodes(); ++i)
+      if (cls_[i].valid())
+        for (const Edge& in : g_.node(NodeId{i}).inputs) count += is_c(in.source);
+    for (NodeId o : g_.outputs()) count += is_c(o);
+    return count;
+  }
 
  private:
   int64_t view_id(const View& v) {
@@ -210,38 +221,27 @@ class Rebuild {
       if (un.quant != kPlainStorage) g.set_storage(id, un.quant);
       out_.source_of.resize(id.value + 1);
       out_.source_of[id.value] = user;
-    } else if (op == "NormQMatMul") {
+    } else if (op == "MatMul" || op == "QMatMul" || op == "NormQMatMul" || op == "QMatMulAdd" ||
+               op == "Attention") {
       Node n;
       n.op = Op::Custom;
       for (ClassId ch : children) n.inputs.push_back(edge(ch));
-      n.custom =
-          std::make_shared<NormQMatMulOp>(g.node(n.inputs[2].source).quant, attrs[0].as_float());
-      n.dtype = DType::F32;
-      n.shape = n.inputs[0].view.shape();  // [batch..., M, K, N] without K
-      n.shape.erase(n.shape.end() - 2);
-      id = g.add_node(std::move(n));
-    } else if (op == "QMatMulAdd") {
-      Node n;
-      n.op = Op::Custom;
-      for (ClassId ch : children) n.inputs.push_back(edge(ch));
-      n.custom = std::make_shared<QMatMulAddOp>(g.node(n.inputs[1].source).quant);
-      n.dtype = DType::F32;
-      n.shape = n.inputs[0].view.shape();  // [batch..., M, K, N] without K
-      n.shape.erase(n.shape.end() - 2);
-      id = g.add_node(std::move(n));
-    } else if (op == "MatMul" || op == "QMatMul" || op == "Attention") {
-      Node n;
-      n.op = Op::Custom;
-      for (ClassId ch : children) n.inputs.push_back(edge(ch));
+      // (The weights: QMatMul's and QMatMulAdd's input 1, NormQMatMul's input 2.)
+      const auto format = [&](size_t i) { return g.node(n.inputs[i].source).quant; };
       if (op == "MatMul")
         n.custom = std::make_shared<MatMulOp>();
       else if (op == "QMatMul")
-        n.custom = std::make_shared<QMatMulOp>(g.node(n.inputs[1].source).quant);
+        n.custom = std::make_shared<QMatMulOp>(format(1));
+      else if (op == "NormQMatMul")
+        n.custom = std::make_shared<NormQMatMulOp>(format(2), attrs[0].as_float());
+      else if (op == "QMatMulAdd")
+        n.custom = std::make_shared<QMatMulAddOp>(format(1));
       else
         n.custom = std::make_shared<AttentionOp>(attrs[0].as_float());
       // A product has its left operand's type (the reduction it replaces had it), and
-      // Attention its queries' (the scores' product's left operand); QMatMul is f32.
-      n.dtype = op == "QMatMul" ? DType::F32 : g.node(n.inputs[0].source).dtype;
+      // Attention its queries' (the scores' product's left operand); the products over
+      // block-stored weights are f32.
+      n.dtype = op == "MatMul" || op == "Attention" ? g.node(n.inputs[0].source).dtype : DType::F32;
       // [batch..., M, N]: the [batch..., M, K, N] product operand's shape without K (the
       // value operand's, without its T, for Attention).
       n.shape = n.inputs[op == "Attention" ? 2 : 0].view.shape();
@@ -410,9 +410,18 @@ Optimized optimize(const Graph& g, const OptimizeOptions& options) {
     return is_broadcast_along_last(low.view(a[3])) && is_broadcast_along_last(low.view(a[4])) &&
            !low.view(a[5]).has_mask() && !low.view(a[6]).has_mask();
   };
-  // (residual ?r): an f32 value (not a weight) to add to a product's output.
+  // (residual ?r $va ?x ?w): an f32 value (not a weight) to add to the output of
+  // QMatMul((View $va ?x), ?w), which nothing else reads (else the product would run
+  // twice, its weights streamed twice).
   fns.predicates["residual"] = [&low](const eg::EGraph& e, std::span<const eg::Value> a) {
-    return low.dtype(e, a[0]) == DType::F32 && !low.quantized_input(e, a[0]);
+    if (low.dtype(e, a[0]) != DType::F32 || low.quantized_input(e, a[0])) return false;
+    const ClassId x[] = {e.find(a[2].c)};
+    const std::optional<ClassId> view =
+        e.lookup(eg::Symbol::of("View"), eg::AttrList::of({a[1].a}), x);
+    if (!view) return false;
+    const ClassId operands[] = {e.find(*view), e.find(a[3].c)};
+    const std::optional<ClassId> product = e.lookup(eg::Symbol::of("QMatMul"), {}, operands);
+    return product && low.readers(e, *product) == 1;
   };
   std::vector<eg::RuleSet> sets = without_disabled_rules(rule_sets(fns));
   if (!options.product_fusions)

@@ -225,7 +225,8 @@ TEST(CudaCodegen, RMSNormFoldsIntoBlockFormatProductsOnTheGpuOnly) {
 
 // A residual added to such a product, on either side of the Add, becomes part of it
 // (QMatMulAdd; no Add kernel left) in the CUDA backend's plan, not in the CPU's; a bias
-// broadcast along the rows is not a residual and stays an Add.
+// broadcast along the rows is not a residual and stays an Add; nor is a product that
+// something else reads too folded (it would run twice).
 TEST(CudaCodegen, ResidualAddsFoldIntoBlockFormatProductsOnTheGpuOnly) {
   auto ops = [](bool cuda) {
     Graph cx;
@@ -233,19 +234,22 @@ TEST(CudaCodegen, ResidualAddsFoldIntoBlockFormatProductsOnTheGpuOnly) {
     Tensor r = cx.named_tensor("r", {Expr::var("seq"), 64});
     Tensor bias = cx.named_tensor("bias", {64});
     std::vector<Tensor> ws;
-    for (const uint32_t type : {12u, 30u, 12u}) {  // Q4_K, BF16, Q4_K
+    for (const uint32_t type : {12u, 30u, 12u, 12u}) {  // Q4_K, BF16, Q4_K, Q4_K
       ws.push_back(cx.named_tensor("w" + std::to_string(ws.size()), {64, 512}));
       ws.back().set_quantized(type, testing::random_blocks(type, 64, 512, ws.size()));
     }
     (r + x.matmul(ws[0].transpose(0, 1))).retrieve();
     (x.matmul(ws[1].transpose(0, 1)) + r).retrieve();
     (x.matmul(ws[2].transpose(0, 1)) + bias.expand(0, Expr::var("seq"))).retrieve();
+    const Tensor shared = x.matmul(ws[3].transpose(0, 1));
+    (shared + r).retrieve();
+    (shared * 2.0).retrieve();
     return planned_ops(cx, cuda);
   };
   std::map<std::string, int> gpu = ops(true);
   EXPECT_EQ(gpu["QMatMulAdd"], 2);
-  EXPECT_EQ(gpu["QMatMul"], 1);
-  EXPECT_EQ(gpu["Add"], 1);  // the bias
+  EXPECT_EQ(gpu["QMatMul"], 2);
+  EXPECT_EQ(gpu["Add"], 2);  // the bias, and the product read twice
   EXPECT_EQ(ops(false)["QMatMulAdd"], 0);
 }
 
