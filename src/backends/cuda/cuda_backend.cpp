@@ -717,9 +717,8 @@ class CudaExecutable final : public Executable {
                        operand(n.inputs[1].source), out, nullptr, residual))
           return;
       }
-    } else if (dynamic_cast<const compiler::NormQMatMulOp*>(n.custom.get())) {
+    } else if (const auto* q = dynamic_cast<const compiler::NormQMatMulOp*>(n.custom.get())) {
       const std::optional<cudagen::RowNorm> norm = row_norm(n, views);
-      const auto* q = static_cast<const compiler::NormQMatMulOp*>(n.custom.get());
       if (norm && source_dtype(n, 0) == DType::F32 &&
           quant_.run(q->format, views[0], operand(n.inputs[0].source), views[2],
                      operand(n.inputs[2].source), out, &*norm))

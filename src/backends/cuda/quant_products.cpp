@@ -297,22 +297,31 @@ extern "C" __global__ void __launch_bounds__(256)
   lum_q8_sub(v, q, d, sb);
 }
 
-// RMSNorm of a row of k (a block's): 1 / sqrt(mean(x^2) + eps), each step rounded as the
-// norm's own kernels round it (the mean a sum times 1 / k), the sum over the block.
-LUM_FN float lum_rms_scale(const float* __restrict__ x, long long k, float eps) {
+// The sum of every thread's s over the block (once a kernel: its partials' shared array
+// is not waited on again), in every thread.
+LUM_FN float lum_block_sum(float s) {
   __shared__ float part[32];
-  float s = 0.0f;
-  for (long long i = threadIdx.x; i < k; i += blockDim.x) {
-    const float v = __ldg(x + i);
-    s += v * v;
-  }
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
   if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = s;
   __syncthreads();
   s = 0.0f;
   for (int w = 0; w < (int)(blockDim.x >> 5); ++w) s += part[w];
-  return 1.0f / sqrtf(s * (1.0f / (float)k) + eps);
+  return s;
+}
+// RMSNorm's scale for a row of k whose squares sum to `squares`: 1 / sqrt(mean + eps),
+// each step rounded as the norm's own kernels round it (the mean a sum times 1 / k).
+LUM_FN float lum_rms_of(float squares, long long k, float eps) {
+  return 1.0f / sqrtf(squares * (1.0f / (float)k) + eps);
+}
+// The same for a row of k at x, the sum over the block.
+LUM_FN float lum_rms_scale(const float* __restrict__ x, long long k, float eps) {
+  float s = 0.0f;
+  for (long long i = threadIdx.x; i < k; i += blockDim.x) {
+    const float v = __ldg(x + i);
+    s += v * v;
+  }
+  return lum_rms_of(lum_block_sum(s), k, eps);
 }
 
 // A NormQMatMul's activation row: RMSNorm's output x * r * g, quantised as lum_q8_row
@@ -336,15 +345,7 @@ extern "C" __global__ void __launch_bounds__(1024)
       s += v[c].x * v[c].x + v[c].y * v[c].y + v[c].z * v[c].z + v[c].w * v[c].w;
     }
   }
-  __shared__ float part[32];
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = s;
-  __syncthreads();
-  s = 0.0f;
-#pragma unroll
-  for (int i = 0; i < 32; ++i) s += part[i];
-  const float r = 1.0f / sqrtf(s * (1.0f / (float)k) + eps);
+  const float r = lum_rms_of(lum_block_sum(s), k, eps);
 #pragma unroll
   for (int c = 0; c < LUM_NQ_CHUNKS; ++c) {
     const long long e = 4 * (threadIdx.x + 1024ll * c);
