@@ -264,6 +264,10 @@ Tensor append_rows(const Tensor& base, const Tensor& rows);
 /// Positions (i32) of the k largest values along the last axis, largest first, the lower
 /// position first among equal values, NaN last (see TopKOp): [..., k].
 Tensor top_k(const Tensor& x, int64_t k);
+/// The chosen experts' products, reading only their weights (see ExpertMatMulOp):
+/// x [T, 1 or S, K], experts [E, N, K], ids [T, S] (i32/i64) -> [T, S, N] in x's dtype,
+/// out[t, s] = experts[ids[t, s]] x[t, s or 0].
+Tensor expert_matmul(const Tensor& x, const Tensor& experts, const Tensor& ids);
 Tensor stack(const std::vector<Tensor>& parts, int axis);
 
 /// Convolutions over [N, C, L] / [N, C, H, W] with weights [O, C/groups, k...], via

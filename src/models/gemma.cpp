@@ -191,6 +191,19 @@ std::string gguf_tensor_name(const std::string& hf, const std::string& arch) {
       {"post_feedforward_layernorm.weight", "post_ffw_norm.weight"}};
   for (const auto& [h, g] : kCommon)
     if (rest == h) return "blk." + std::string(m[1]) + "." + g;
+  // Mixture of experts (Mixtral's names, then Qwen3-MoE's): the router and each
+  // projection's stacked experts.
+  static const std::pair<const char*, const char*> kExperts[] = {
+      {"block_sparse_moe.gate.weight", "ffn_gate_inp.weight"},
+      {"block_sparse_moe.experts.w1.weight", "ffn_gate_exps.weight"},
+      {"block_sparse_moe.experts.w3.weight", "ffn_up_exps.weight"},
+      {"block_sparse_moe.experts.w2.weight", "ffn_down_exps.weight"},
+      {"mlp.gate.weight", "ffn_gate_inp.weight"},
+      {"mlp.experts.gate_proj.weight", "ffn_gate_exps.weight"},
+      {"mlp.experts.up_proj.weight", "ffn_up_exps.weight"},
+      {"mlp.experts.down_proj.weight", "ffn_down_exps.weight"}};
+  for (const auto& [h, g] : kExperts)
+    if (rest == h) return "blk." + std::string(m[1]) + "." + g;
   if (rest == "post_attention_layernorm.weight")
     return "blk." + std::string(m[1]) +
            (gemma ? ".post_attention_norm.weight" : ".ffn_norm.weight");
@@ -217,7 +230,9 @@ std::vector<std::string> load_gguf_weights(const nn::Module& m, const GgufFile& 
     size_t block_elems = 0, block_bytes = 0;
     // Matrices stay in their file format; the compiler selects kernels that read the
     // blocks. Vectors (norms, biases) are small and decoded.
-    if (t.type != 0 && shape.size() == 2 && ggml_block_layout(t.type, block_elems, block_bytes)) {
+    // (A mixture's experts are stacks of matrices, [experts, rows, cols].)
+    if (t.type != 0 && (shape.size() == 2 || shape.size() == 3) &&
+        ggml_block_layout(t.type, block_elems, block_bytes)) {
       const std::span<const std::byte> bytes = f.data(t);
       Buffer raw(DType::U8, bytes.size(), Buffer::Uninitialized{});
       std::memcpy(raw.data(), bytes.data(), bytes.size());

@@ -66,7 +66,7 @@ LanguageModel open_gguf(const std::string& path, Graph& g, DType kv_cache,
     lm.summary = summary(lm.architecture, c.layers, c.hidden, c.vocab);
     lm.model = std::make_unique<Gemma>(g, c, kv_cache);
   } else if (lm.architecture == "llama" || lm.architecture == "qwen2" ||
-             lm.architecture == "qwen3") {
+             lm.architecture == "qwen3" || lm.architecture == "qwen3moe") {
     const LlamaConfig c = LlamaConfig::from_gguf(f);
     lm.summary = summary(lm.architecture, c.layers, c.hidden, c.vocab);
     auto llama = std::make_unique<Llama>(g, c, kv_cache, std::move(tensor_parallel));
@@ -74,7 +74,7 @@ LanguageModel open_gguf(const std::string& path, Graph& g, DType kv_cache,
     lm.model = std::move(llama);
   } else {
     LUM_FAIL() << path << ": unsupported architecture '" << lm.architecture
-               << "' (supported in GGUF: gemma3, llama, qwen2, qwen3)";
+               << "' (supported in GGUF: gemma3, llama, qwen2, qwen3, qwen3moe)";
   }
   lm.tokenizer = gguf_text_tokenizer(f);
   check_all_used(load_gguf_weights(*lm.model, f, lm.architecture, sharding), path, lm.architecture);

@@ -71,11 +71,10 @@ LlamaConfig LlamaConfig::from_hf_json(const std::string& path) {
 
 LlamaConfig LlamaConfig::from_gguf(const GgufFile& f) {
   const std::string arch = f.get_string("general.architecture");
-  LUM_CHECK(arch == "llama" || arch == "qwen2" || arch == "qwen3")
-      << f.path() << ": architecture '" << arch << "' is not in the Llama family (llama, qwen2, qwen3)";
+  LUM_CHECK(arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "qwen3moe")
+      << f.path() << ": architecture '" << arch
+      << "' is not in the Llama family (llama, qwen2, qwen3, qwen3moe)";
   const auto key = [&](const char* k) { return arch + "." + k; };
-  LUM_CHECK(!f.find(key("expert_count")) || f.get_int(key("expert_count")) == 0)
-      << f.path() << ": mixture-of-experts GGUF files are not supported yet";
   LUM_CHECK(!f.has_tensor("rope_freqs.weight"))
       << f.path() << ": per-frequency RoPE factors (rope_freqs.weight, Llama 3.1 style) are "
                      "not supported yet";
@@ -112,6 +111,24 @@ LlamaConfig LlamaConfig::from_gguf(const GgufFile& f) {
   c.qkv_bias = f.has_tensor("blk.0.attn_q.bias");
   c.qk_norm = f.has_tensor("blk.0.attn_q_norm.weight");
   c.neox_rope = arch != "llama";
+  // Mixture of experts: Mixtral is written as "llama" with experts, Qwen3-MoE as
+  // "qwen3moe"; both renormalise the chosen experts' weights (llama.cpp does for both).
+  c.experts = f.find(key("expert_count")) ? f.get_int(key("expert_count")) : 0;
+  LUM_CHECK(arch != "qwen3moe" || c.experts > 0) << f.path() << ": qwen3moe without experts";
+  if (c.experts > 0) {
+    c.experts_per_token = f.get_int(key("expert_used_count"));
+    c.expert_intermediate = f.find(key("expert_feed_forward_length"))
+                                ? f.get_int(key("expert_feed_forward_length"))
+                                : c.intermediate;
+    LUM_CHECK(c.experts_per_token > 0 && c.experts_per_token <= c.experts &&
+              c.expert_intermediate > 0)
+        << f.path() << ": " << c.experts_per_token << " experts a token of " << c.experts
+        << ", " << c.expert_intermediate << " units an expert";
+    LUM_CHECK(!f.has_tensor("blk.0.ffn_gate_shexp.weight"))
+        << f.path() << ": shared experts are not supported yet";
+    c.moe_block = arch == "llama" ? "block_sparse_moe" : "mlp";
+    c.renormalize_experts = true;
+  }
   return c;
 }
 
@@ -272,6 +289,32 @@ std::optional<RowSource> fused_expert_source(const std::string& name, const Llam
   return std::nullopt;
 }
 
+// A mixture-of-experts projection's [experts, rows, cols] parameter
+// ("<block>.experts.<projection>.weight") from files that store each expert's matrix
+// ("<block>.experts.<e>.<projection>.weight", or a part of a fused tensor), stacked.
+nn::WeightSource stacked_expert_source(nn::WeightSource per_tensor,
+                                       std::function<bool(const std::string&)> stored) {
+  return [per_tensor = std::move(per_tensor), stored = std::move(stored)](
+             const std::string& name, const std::vector<int64_t>& shape) -> std::optional<Buffer> {
+    const size_t at = name.rfind(".experts.");
+    if (shape.size() != 3 || at == std::string::npos || stored(name)) return per_tensor(name, shape);
+    const std::string head = name.substr(0, at + 9), tail = name.substr(at + 9);
+    std::optional<Buffer> out;
+    for (int64_t e = 0; e < shape[0]; ++e) {
+      const std::string part = head + std::to_string(e) + "." + tail;
+      std::optional<Buffer> m = per_tensor(part, {shape[1], shape[2]});
+      if (!m) return std::nullopt;
+      LUM_CHECK(m->numel() == static_cast<size_t>(shape[1] * shape[2]) &&
+                (!out || m->dtype() == out->dtype()))
+          << "expert weight '" << part << "' does not match expert 0's shape and type";
+      if (!out) out.emplace(m->dtype(), m->numel() * static_cast<size_t>(shape[0]), Buffer::Uninitialized{});
+      std::memcpy(static_cast<std::byte*>(out->data()) + static_cast<size_t>(e) * m->bytes(),
+                  m->data(), m->bytes());
+    }
+    return out;
+  };
+}
+
 RowSource source_of(const std::string& name, const LlamaConfig* c,
                     const std::function<bool(const std::string&)>& stored) {
   if (!c) return {name};
@@ -292,6 +335,9 @@ std::vector<std::string> load_safetensors_weights(const nn::Module& m,
   std::vector<std::unique_ptr<SafetensorsFile>> files;
   for (const std::string& path : shards) files.push_back(std::make_unique<SafetensorsFile>(path));
   const auto* llama = dynamic_cast<const Llama*>(&m);
+  const auto stored = [&](const std::string& tensor) {
+    return std::any_of(files.begin(), files.end(), [&](const auto& f) { return f->has(tensor); });
+  };
   std::set<std::string> used;
   std::string last_read;
   Buffer last;
@@ -303,7 +349,7 @@ std::vector<std::string> load_safetensors_weights(const nn::Module& m,
     };
     const RowSource src =
         source_of(name, llama ? &llama->config : nullptr,
-                  [&](const std::string& t) { return file_of(t) != files.end(); });
+                  stored);
     const auto file = file_of(src.tensor);
     if (file == files.end()) return std::nullopt;
     const SafetensorsFile& f = **file;
@@ -337,6 +383,7 @@ std::vector<std::string> load_safetensors_weights(const nn::Module& m,
                 part.bytes());
     return part;
   };
+  if (llama && llama->config.experts > 0) source = stacked_expert_source(std::move(source), stored);
   if (llama && llama->tensor_parallel)
     source = nn::shard_source(std::move(source), llama->sharding());
   nn::load_parameters(m, source);

@@ -24,11 +24,12 @@ void load_parameters(const Module& m, const WeightSource& source, const std::str
         << "weight tensor '" << name << "' has " << data->numel()
         << " elements, the model expects shape " << to_string(t.shape());
     Tensor p = t;
-    // Half-precision matrices of an f32 parameter stay as they are in the file, as block
-    // storage of one value per block: products read them directly (half the bytes of
-    // f32, and no widened copy in memory); any other read widens each value it loads.
+    // Half-precision matrices (and stacks of them: a mixture's experts) of an f32
+    // parameter stay as they are in the file, as block storage of one value per block:
+    // products read them directly (half the bytes of f32, and no widened copy in memory);
+    // any other read widens each value it loads.
     const bool half = data->dtype() == DType::F16 || data->dtype() == DType::BF16;
-    if (half && shape.size() == 2 && t.dtype() == DType::F32) {
+    if (half && shape.size() >= 2 && t.dtype() == DType::F32) {
       const auto type = data->dtype() == DType::F16 ? GgmlType::F16 : GgmlType::BF16;
       p.set_quantized(static_cast<uint32_t>(type), std::move(*data).into_bytes());
       continue;

@@ -1,23 +1,9 @@
 // Mixture-of-experts block.
 #include "luminal/nn/moe.hpp"
 
-#include <limits>
-
 #include "luminal/error.hpp"
 
 namespace luminal::nn {
-
-Tensor top_k_mask(const Tensor& scores, int64_t k) {
-  LUM_CHECK(k > 0) << "top_k_mask: k must be positive, got " << k;
-  Tensor remaining = scores;
-  Tensor mask = scores.zeros_like();
-  for (int64_t i = 0; i < k; ++i) {
-    const Tensor chosen = eq(remaining, remaining.max({-1}, true));
-    mask = mask + chosen.cast(scores.dtype());
-    remaining = where(chosen, -std::numeric_limits<double>::infinity(), remaining);
-  }
-  return mask;
-}
 
 MoE::MoE(Graph& g, const std::string& name, int64_t dim, int64_t hidden, int64_t experts,
          int64_t top_k_, bool renormalize_, const MoENames& names_)
@@ -25,36 +11,31 @@ MoE::MoE(Graph& g, const std::string& name, int64_t dim, int64_t hidden, int64_t
       top_k(top_k_),
       renormalize(renormalize_),
       names(names_) {
-  for (int64_t e = 0; e < experts; ++e) {
-    const std::string p = name + "." + names.expert + "." + std::to_string(e) + ".";
-    gates.emplace_back(g, p + names.gate, dim, hidden, false);
-    ups.emplace_back(g, p + names.up, dim, hidden, false);
-    downs.emplace_back(g, p + names.down, hidden, dim, false);
-  }
+  LUM_CHECK(top_k > 0 && top_k <= experts)
+      << name << ": " << top_k << " experts a token of " << experts;
+  const std::string p = name + "." + names.expert + ".";
+  gates = parameter(g, p + names.gate + ".weight", {experts, hidden, dim});
+  ups = parameter(g, p + names.up + ".weight", {experts, hidden, dim});
+  downs = parameter(g, p + names.down + ".weight", {experts, dim, hidden});
 }
 
 Tensor MoE::forward(const Tensor& x) const {
   const Tensor probs = router.forward(x).softmax(-1);  // [seq, experts]
-  Tensor weights = where(gt(top_k_mask(probs, top_k), 0.0), probs, 0.0);
+  const Tensor ids = luminal::top_k(probs, top_k);     // [seq, k]
+  Tensor weights = probs.gather_axis(1, ids);          // [seq, k]
   if (renormalize) weights = weights / weights.sum({-1}, true);
-  Tensor out;
-  for (size_t e = 0; e < gates.size(); ++e) {
-    const Tensor y = downs[e].forward(gates[e].forward(x).silu() * ups[e].forward(x));
-    const Tensor w =
-        weights.slice(1, static_cast<int64_t>(e), static_cast<int64_t>(e) + 1);  // [seq, 1]
-    out = e == 0 ? y * w : out + y * w;
-  }
-  return out;
+  const Tensor rows = x.unsqueeze(1);  // [seq, 1, dim]: one row for all k experts
+  const Tensor h = expert_matmul(rows, gates, ids).silu() * expert_matmul(rows, ups, ids);
+  const Tensor y = expert_matmul(h, downs, ids);  // [seq, k, dim]
+  return (y * weights.unsqueeze(-1)).sum({1});
 }
 
 void MoE::parameters(const std::string& prefix, NamedTensors& out) const {
   router.parameters(prefix + names.router + ".", out);
-  for (size_t e = 0; e < gates.size(); ++e) {
-    const std::string p = prefix + names.expert + "." + std::to_string(e) + ".";
-    gates[e].parameters(p + names.gate + ".", out);
-    ups[e].parameters(p + names.up + ".", out);
-    downs[e].parameters(p + names.down + ".", out);
-  }
+  const std::string p = prefix + names.expert + ".";
+  out.emplace_back(p + names.gate + ".weight", gates);
+  out.emplace_back(p + names.up + ".weight", ups);
+  out.emplace_back(p + names.down + ".weight", downs);
 }
 
 }  // namespace luminal::nn

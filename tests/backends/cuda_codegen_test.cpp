@@ -17,6 +17,7 @@
 #include "backends/cuda/codegen.hpp"
 #include "backends/cuda/compile.hpp"
 #include "backends/cuda/copy_view.hpp"
+#include "backends/cuda/expert_products.hpp"
 #include "backends/cuda/gemv.hpp"
 #include "backends/cuda/nvrtc.hpp"
 #include "backends/cuda/quant_products.hpp"
@@ -108,6 +109,7 @@ TEST(CudaCodegen, OneRowProductAndViewCopyKernelsCompileForHopper) {
                    .code.empty());
   EXPECT_FALSE(cudagen::compile_cubin(cudagen::copy_view_source(), "sm_90").code.empty());
   EXPECT_FALSE(cudagen::compile_cubin(cudagen::top_k_source(), "sm_90").code.empty());
+  EXPECT_FALSE(cudagen::compile_cubin(cudagen::expert_products_source(), "sm_90").code.empty());
 }
 
 // Compiles of one source on several threads give one cubin (the later callers wait for
@@ -450,6 +452,7 @@ TEST(CudaCodegen, EveryKernelWaitsForTheKernelBeforeItFirst) {
                                   "one-row products");
   expect_every_kernel_waits_first(copy_view_source(), "view copies");
   expect_every_kernel_waits_first(top_k_source(), "top k");
+  expect_every_kernel_waits_first(expert_products_source(), "expert products");
   expect_every_kernel_waits_first(quant_products_source(static_cast<uint32_t>(GgmlType::Q4_K)),
                                   "quantised products");
   const DType f32 = DType::F32, f16 = DType::F16, bf16 = DType::BF16;

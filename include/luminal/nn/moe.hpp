@@ -1,10 +1,9 @@
 // A mixture-of-experts feed-forward block: a linear router scores the experts, each
 // token uses its top-k (weights from the softmax, optionally renormalised over the k),
-// and the output is the weighted sum of those experts' gated MLPs. Every expert is
-// evaluated densely and masked (correct for any routing; a sparse kernel is future work).
+// and the output is the weighted sum of those experts' gated MLPs. Each projection's
+// experts are one [experts, rows, cols] parameter, and the products read only the chosen
+// experts' matrices (expert_matmul), so a token costs k experts' weights, not all of them.
 #pragma once
-
-#include <vector>
 
 #include "luminal/nn/layers.hpp"
 
@@ -22,16 +21,16 @@ class MoE final : public Module {
       int64_t top_k, bool renormalize, const MoENames& names = {});
   /// x: [seq, dim] -> [seq, dim].
   Tensor forward(const Tensor& x) const;
+  /// Parameters: <router>.weight [experts, dim], and <expert>.<gate|up>.weight [experts,
+  /// hidden, dim] and <expert>.<down>.weight [experts, dim, hidden] (per-expert files are
+  /// stacked into these by the loaders).
   void parameters(const std::string& prefix, NamedTensors& out) const override;
 
   Linear router;
-  std::vector<Linear> gates, ups, downs;
+  Tensor gates, ups, downs;
   int64_t top_k;
   bool renormalize;
   MoENames names;
 };
-
-/// A [seq, n] mask with ones at each row's k largest entries (ties may add more).
-Tensor top_k_mask(const Tensor& scores, int64_t k);
 
 }  // namespace luminal::nn

@@ -17,6 +17,7 @@
 #include "backends/cuda/device.hpp"
 #include "backends/cuda/device_storage.hpp"
 #include "backends/cuda/device_trials.hpp"
+#include "backends/cuda/expert_products.hpp"
 #include "backends/cuda/gemm.hpp"
 #include "backends/cuda/gemv.hpp"
 #include "backends/cuda/kernel_trace.hpp"
@@ -32,6 +33,7 @@
 #include "luminal/compiler/matmul_op.hpp"
 #include "luminal/cuda.hpp"
 #include "luminal/error.hpp"
+#include "luminal/expert_matmul_op.hpp"
 #include "luminal/graph.hpp"
 #include "luminal/quant.hpp"
 #include "luminal/top_k_op.hpp"
@@ -730,6 +732,24 @@ class CudaExecutable final : public Executable {
                          operand(n.inputs[2].source), source_dtype(n, 2), views[3],
                          operand(n.inputs[3].source), at->scale, out, n.dtype))
         return;
+    } else if (dynamic_cast<const ExpertMatMulOp*>(n.custom.get())) {
+      // The experts in their storage format (block-stored or plain), their ids on the device.
+      const Node& w = program_.graph->node(plan_.canon(n.inputs[1].source));
+      const DType wt = w.dtype;
+      const uint32_t format = w.quant != kPlainStorage ? w.quant
+                              : wt == DType::F16      ? static_cast<uint32_t>(GgmlType::F16)
+                              : wt == DType::BF16     ? static_cast<uint32_t>(GgmlType::BF16)
+                                                      : static_cast<uint32_t>(GgmlType::F32);
+      if (source_dtype(n, 0) == DType::F32 && n.dtype == DType::F32 &&
+          (w.quant != kPlainStorage || wt == DType::F32 || wt == DType::F16 ||
+           wt == DType::BF16) &&
+          experts_.run(views[0], operand(n.inputs[0].source), views[1],
+                       operand(n.inputs[1].source), format, views[2],
+                       operand(n.inputs[2].source), source_dtype(n, 2), out))
+        return;
+      if (w.quant != kPlainStorage && !cudagen::quant_products_support(w.quant))
+        throw Error("cuda: no GPU kernel decodes " + ggml_type_name(w.quant) + " (experts '" +
+                    w.name + "'); convert the model to a supported type or run it with --device cpu");
     } else if (dynamic_cast<const AppendRowsOp*>(n.custom.get())) {
       if (append_rows(n, views, out, out_bytes)) return;
     } else if (const auto* t = dynamic_cast<const TopKOp*>(n.custom.get())) {
@@ -1009,6 +1029,7 @@ class CudaExecutable final : public Executable {
   cudagen::TopK top_k_{*device_};
   cudagen::MixedProducts mixed_;
   cudagen::QuantProducts quant_;
+  cudagen::ExpertProducts experts_{*device_, quant_, copy_view_};
   runtime::Liveness liveness_;
   std::vector<std::pair<const void*, const void*>> functions_;  // by kernel; null: none
   std::vector<Expr> numel_;                                     // by kernel: output elements
@@ -1094,12 +1115,19 @@ namespace cudagen {
 std::vector<std::string> library_sources(const Graph& g, const compiler::KernelPlan& plan) {
   std::vector<std::string> sources;
   std::vector<uint32_t> formats;
-  bool products = false, custom = false, top_k = false;
+  bool products = false, custom = false, top_k = false, float_experts = false;
   for (const compiler::Kernel& k : plan.kernels) {
     const Node& n = g.node(k.root);
     if (n.op != Op::Custom) continue;
     custom = true;
     top_k |= dynamic_cast<const TopKOp*>(n.custom.get()) != nullptr;
+    if (dynamic_cast<const ExpertMatMulOp*>(n.custom.get())) {
+      const uint32_t q = g.node(plan.canon(n.inputs[1].source)).quant;
+      const bool block = q != kPlainStorage && quant_products_support(q);
+      if (block && std::find(formats.begin(), formats.end(), q) == formats.end())
+        formats.push_back(q);
+      float_experts |= !block;
+    }
     if (dynamic_cast<const compiler::MatMulOp*>(n.custom.get())) products = true;
     if (const std::optional<QuantProduct> q = quant_product(n)) {
       if (quant_products_support(q->format)) {
@@ -1118,6 +1146,7 @@ std::vector<std::string> library_sources(const Graph& g, const compiler::KernelP
   }
   if (custom) sources.push_back(copy_view_source());
   if (top_k) sources.push_back(top_k_source());
+  if (float_experts) sources.push_back(expert_products_source());
   return sources;
 }
 

@@ -231,6 +231,33 @@ extern "C" __global__ void __launch_bounds__(kQThreads)
   lum_qgemv<8>(w, x, y, n, k, rows, x_row, row_bytes);
 }
 
+// ExpertMatMul's products (expert_matmul in tensor.hpp): output row `slot` (first + blockIdx.y) of
+// [rows * slots] is the expert ids[slot]'s [n, k] matrix of the stack at w times x's row
+// for that slot (the token's one row where x_slots is 1), the id read here on the device.
+// An id outside the stack gives NaN outputs.
+LUM_FN long long lum_expert_of(const void* ids, int ids64, long long slot) {
+  return ids64 ? ((const long long*)ids)[slot] : (long long)((const int*)ids)[slot];
+}
+LUM_FN long long lum_expert_row(long long slot, long long slots, long long x_slots) {
+  return slot / slots * x_slots + (x_slots == 1 ? 0 : slot % slots);
+}
+extern "C" __global__ void __launch_bounds__(kQThreads)
+    lum_qgemv_experts(const unsigned char* __restrict__ w, const void* __restrict__ ids, int ids64,
+                      long long experts, long long slots, long long x_slots,
+                      const float* __restrict__ x, float* __restrict__ y, long long n, long long k,
+                      long long row_bytes, long long first) {
+  lum_after_prior_grids();
+  const long long slot = first + blockIdx.y, e = lum_expert_of(ids, ids64, slot);
+  float* out = y + slot * n;
+  if (e < 0 || e >= experts) {
+    const long long j = (long long)blockIdx.x * kQRows + threadIdx.x;
+    if (threadIdx.x < kQRows && j < n) out[j] = __int_as_float(0x7fc00000);
+    return;
+  }
+  lum_qgemv<1>(w + e * n * row_bytes, x + lum_expert_row(slot, slots, x_slots) * k, out, n, k, 1,
+               k, row_bytes);
+}
+
 // Weight rows [0, n) decoded into f16, row-major [n, k]: a thread per sub-block.
 extern "C" __global__ void __launch_bounds__(256)
     lum_qdecode_f16(const unsigned char* __restrict__ w, uint16_t* __restrict__ out, long long n,
@@ -605,6 +632,29 @@ LUM_FN void lum_qdot(const LumQMats& mats, int m, const signed char* __restrict_
     _Pragma("unroll") for (int i = 0; i + 1 < LUM_Q_MATS; ++i) if (b >= mats.end[i]) m = i + 1, first = mats.end[i]; \
     lum_qdot<S, R>(mats, m, xq, xd, k, row_bytes, b - first);                                \
   }
+// ExpertMatMul's products in the integer kernels (see lum_qgemv_experts): x's rows
+// quantised one after another, `k` apart, their scales k / 32 apart.
+extern "C" __global__ void __launch_bounds__(kQThreads)
+    lum_qdot_experts(const unsigned char* __restrict__ w, const void* __restrict__ ids, int ids64,
+                     long long experts, long long slots, long long x_slots,
+                     const signed char* __restrict__ xq, const float* __restrict__ xd,
+                     float* __restrict__ y, long long n, long long k, long long row_bytes,
+                     long long first) {
+  lum_after_prior_grids();
+  const long long slot = first + blockIdx.y, e = lum_expert_of(ids, ids64, slot);
+  LumQMats mats = {};
+  mats.y[0] = y + slot * n, mats.n[0] = n;
+  if (e < 0 || e >= experts) {
+    constexpr int kRowsABlock = kQThreads / 128 * 4;  // lum_qdot<4, 4>'s
+    if (threadIdx.x < kRowsABlock && (long long)blockIdx.x * kRowsABlock + threadIdx.x < n)
+      mats.y[0][(long long)blockIdx.x * kRowsABlock + threadIdx.x] = __int_as_float(0x7fc00000);
+    return;
+  }
+  mats.w[0] = w + e * n * row_bytes;
+  const long long row = lum_expert_row(slot, slots, x_slots);
+  lum_qdot<4, 4>(mats, 0, xq + row * k, xd + row * (k / 32), k, row_bytes, blockIdx.x);
+}
+
 LUM_QDOT(4, 4)
 LUM_QDOT(2, 4)
 LUM_QDOT(1, 4)
@@ -910,6 +960,47 @@ bool QuantProducts::run(uint32_t format, const ConcreteView& x, const void* x_da
                               cudaMemcpyDeviceToDevice, device_.stream()),
             "placing a quantised product's columns");
   }
+  return true;
+}
+
+bool QuantProducts::run_experts(uint32_t format, const Experts& e, const float* x, int64_t x_rows,
+                                void* y) {
+  size_t block_elems = 0, block_bytes = 0;
+  if (!quant_products_support(format) || !ggml_block_layout(format, block_elems, block_bytes) ||
+      e.k % static_cast<int64_t>(block_elems) != 0 || e.k % 32 != 0 ||
+      reinterpret_cast<uintptr_t>(x) % 16 != 0)
+    return false;
+  const int64_t slots_total = e.rows * e.slots;
+  if (slots_total == 0 || e.n == 0) return true;
+  long long experts = e.count, slots = e.slots, x_slots = e.x_slots, n = e.n, k = e.k,
+            row_bytes = e.k / static_cast<int64_t>(block_elems) * static_cast<int64_t>(block_bytes),
+            first = 0;
+  int ids64 = e.ids64 ? 1 : 0;
+  const void* w = e.weights;
+  const void* ids = e.ids;
+  const bool integer = integer_products(format, e.k);
+  auto* q = static_cast<signed char*>(quantized_.data());
+  auto* d = reinterpret_cast<float*>(q + x_rows * e.k);
+  if (integer) {
+    // Every row of x quantised in one pass: the scales are per 32 elements, so the rows'
+    // values and scales lie one row after another.
+    quantize_row(format, x, x_rows * e.k, nullptr);
+    q = static_cast<signed char*>(quantized_.data()), d = reinterpret_cast<float*>(q + x_rows * e.k);
+  }
+  void* integer_args[] = {&w, &ids, &ids64, &experts, &slots, &x_slots, &q, &d, &y, &n, &k,
+                          &row_bytes, &first};
+  void* float_args[] = {&w, &ids, &ids64, &experts, &slots, &x_slots, &x, &y, &n, &k,
+                        &row_bytes, &first};
+  const int64_t rows_a_block = integer ? kQDotShapes[0].rows_a_block() : kQuantGemvWeightRows;
+  const void* product = kernel(format, integer ? "lum_qdot_experts" : "lum_qgemv_experts");
+  constexpr int64_t kMostSlots = 65535;  // a grid's y dimension
+  for (; first < slots_total; first += kMostSlots)
+    check(device_.launch(product,
+                         dim3(static_cast<unsigned>((e.n + rows_a_block - 1) / rows_a_block),
+                              static_cast<unsigned>(std::min<int64_t>(kMostSlots, slots_total - first))),
+                         dim3(kQuantGemvThreads),
+                         integer ? std::span<void* const>(integer_args) : std::span<void* const>(float_args), 0),
+          "launching an expert product");
   return true;
 }
 

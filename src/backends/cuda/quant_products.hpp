@@ -85,6 +85,17 @@ struct RowNorm {
   float eps;
 };
 
+/// An ExpertMatMul's operands on the device (luminal/expert_matmul_op.hpp): `count`
+/// matrices of n rows of k, one after another from `weights`; `rows` * `slots` expert
+/// ids (i64 where `ids64`, else i32); x's rows are [rows, x_slots, k], x_slots 1 or `slots`.
+struct Experts {
+  const void* weights;
+  int64_t count, n, k;
+  const void* ids;
+  bool ids64;
+  int64_t rows, slots, x_slots;
+};
+
 class QuantProducts {
  public:
   /// Searches new matrix shapes' integer kernel shapes with `searcher` (the executable's).
@@ -110,6 +121,13 @@ class QuantProducts {
   /// row or `run` would not take a weight into the integer kernels.
   bool run_shared(const ConcreteView& x, const void* x_data,
                   const std::vector<QuantMatrix>& weights, const RowNorm* norm = nullptr);
+  /// out[row, slot] = W[ids[row, slot]] x[row, slot or 0] (f32, [rows, slots, n]) for
+  /// experts in a supported block `format`, x dense f32 rows 16-byte aligned: the
+  /// integer kernels for one of their formats (x quantised first), else the one-pass
+  /// kernel, each (row, slot) reading its expert's matrix. False, launching nothing, for
+  /// another format or rows that are not whole blocks.
+  bool run_experts(uint32_t format, const Experts& experts, const float* x, int64_t x_rows,
+                   void* y);
 
  private:
   const void* kernel(uint32_t format, const char* name);
