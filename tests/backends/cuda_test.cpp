@@ -19,6 +19,7 @@
 #include "testing/expect_error.hpp"
 #include "testing/map_groups.hpp"
 #include "testing/matmul_layouts.hpp"
+#include "testing/expert_cases.hpp"
 #include "testing/quant_blocks.hpp"
 #include "testing/random_graph.hpp"
 #include "testing/row_ops.hpp"
@@ -216,6 +217,18 @@ TEST(Cuda, QuantisedProductsDecodeEveryFormatOnTheDevice) {
           ASSERT_NEAR(got[at], want[at], bound) << what << " row " << r << " col " << j;
         }
     }
+  }
+}
+
+// A mixture's expert products on the device (ids read there, each (row, slot) streaming
+// its expert's matrix): against brute force for every storage the kernels read, the
+// unchosen experts NaN, and no host fallback.
+TEST(Cuda, ExpertProductsReadOnlyTheChosenExperts) {
+  SKIP_WITHOUT_GPU();
+  for (const testing::ExpertCase& c : testing::expert_cases()) {
+    EXPECT_EQ(testing::check_expert_products(c, cuda()), 0u)
+        << "host fallbacks for type " << c.type;
+    if (HasFailure()) return;
   }
 }
 

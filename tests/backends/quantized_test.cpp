@@ -14,6 +14,7 @@
 #include "luminal/compiler/matmul_op.hpp"
 #include "luminal/compiler/optimize.hpp"
 #include "luminal/luminal.hpp"
+#include "testing/expert_cases.hpp"
 #include "testing/quant_blocks.hpp"
 
 namespace luminal {
@@ -164,6 +165,45 @@ TEST_P(QuantizedFormat, GatherAndElementwiseReadsDecodeInTheKernel) {
 
 INSTANTIATE_TEST_SUITE_P(Formats, QuantizedFormat, ::testing::ValuesIn(kFormats),
                          [](const auto& info) { return std::string(info.param.name); });
+
+// A mixture's expert products (expert_matmul) read only the chosen experts: against brute
+// force on the reference interpreter and the CPU backend, the unchosen experts NaN.
+TEST(Quantized, ExpertProductsReadOnlyTheChosenExperts) {
+  for (const testing::ExpertCase& c : testing::expert_cases()) {
+    testing::check_expert_products(c, reference());
+    testing::check_expert_products(c, cpu());
+    if (HasFailure()) return;
+  }
+}
+
+TEST(Quantized, ExpertProductsRefuseOperandsThatDoNotFit) {
+  Graph cx;
+  Tensor x = cx.named_tensor("x", {3, 1, 64});
+  Tensor w = cx.named_tensor("w", {4, 8, 64});
+  Tensor ids = cx.named_tensor("ids", {3, 2}, DType::I32);
+  EXPECT_THROW(expert_matmul(x, cx.named_tensor("w2", {4, 8, 32}), ids), Error);
+  EXPECT_THROW(expert_matmul(x, w, cx.named_tensor("i2", {2, 2}, DType::I32)), Error);
+  EXPECT_THROW(expert_matmul(x, w, cx.named_tensor("f", {3, 2})), Error);
+  EXPECT_THROW(expert_matmul(cx.named_tensor("x3", {3, 3, 64}), w, ids), Error);
+  // An id past the experts is an error naming it, not a read out of bounds.
+  Tensor y = expert_matmul(x, w, ids).retrieve();
+  x.set(std::vector<float>(3 * 64, 1.0f));
+  w.set(std::vector<float>(4 * 8 * 64, 1.0f));
+  ids.set(std::vector<int32_t>{0, 1, 2, 3, 4, 0});
+  for (const bool on_cpu : {false, true}) {
+    if (on_cpu) {
+      cx.compile(cpu());
+    } else {
+      cx.compile(reference());
+    }
+    try {
+      cx.execute();
+      ADD_FAILURE() << "an expert id of 4 of 4 experts ran";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("expert id 4 of 4"), std::string::npos) << e.what();
+    }
+  }
+}
 
 // The CPU keeps its interleaved copy of a weight across runs; new data for the input
 // must replace it.

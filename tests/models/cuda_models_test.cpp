@@ -29,6 +29,13 @@ TEST_P(CudaLlamaFamily, Bf16WeightsStayNearTransformers) {
 INSTANTIATE_TEST_SUITE_P(Arch, CudaLlamaFamily, ::testing::ValuesIn(kLlamaFixtures));
 INSTANTIATE_TEST_SUITE_P(Transformers5, CudaLlamaFamily, ::testing::ValuesIn(kLlamaFixturesTf5));
 
+class CudaMoEGguf : public CudaModel {};
+TEST_P(CudaMoEGguf, MatchesTransformers) {
+  run_gguf_parity(GetParam(), std::string(GetParam()) + ".gguf", cuda(), false);
+  run_gguf_parity(GetParam(), std::string(GetParam()) + "_f16.gguf", cuda(), true);
+}
+INSTANTIATE_TEST_SUITE_P(Files, CudaMoEGguf, ::testing::ValuesIn(kMoEGgufFixtures));
+
 class CudaGemmaFamily : public CudaModel {};
 TEST_P(CudaGemmaFamily, MatchesTransformers) {
   run_parity<Gemma, GemmaConfig>(GetParam(), cuda());

@@ -37,6 +37,18 @@ INSTANTIATE_TEST_SUITE_P(Transformers5, LlamaFamily, ::testing::ValuesIn(kLlamaF
 
 // Gemma (1 + w norms, GeGLU), Gemma 2 (soft-capping, sandwich norms, alternating
 // windows), Gemma 3 (q/k norms, local RoPE base).
+// Mixtral and Qwen3-MoE from GGUF files (experts stacked, as llama.cpp writes them):
+// every tensor F32, then the matrices in F16 (the stacks kept in half precision).
+class MoEGguf : public ::testing::TestWithParam<const char*> {};
+TEST_P(MoEGguf, MatchesTransformersOnTheReference) {
+  run_gguf_parity(GetParam(), std::string(GetParam()) + ".gguf", reference(), false);
+}
+TEST_P(MoEGguf, MatchesTransformersOnTheCpuBackend) {
+  run_gguf_parity(GetParam(), std::string(GetParam()) + ".gguf", cpu(), false);
+  run_gguf_parity(GetParam(), std::string(GetParam()) + "_f16.gguf", cpu(), true);
+}
+INSTANTIATE_TEST_SUITE_P(Files, MoEGguf, ::testing::ValuesIn(kMoEGgufFixtures));
+
 class GemmaFamily : public ::testing::TestWithParam<const char*> {};
 TEST_P(GemmaFamily, MatchesTransformersOnTheReference) {
   run_parity<Gemma, GemmaConfig>(GetParam(), reference());

@@ -15,6 +15,7 @@
 #include "luminal/luminal.hpp"
 #include "luminal/models/bert.hpp"
 #include "luminal/models/gemma.hpp"
+#include "luminal/models/gguf.hpp"
 #include "luminal/models/llama.hpp"
 #include "luminal/models/safetensors.hpp"
 
@@ -34,6 +35,8 @@ inline const char* const kGemmaFixtures[] = {"gemma", "gemma2", "gemma3", "gemma
 inline const char* const kGemmaFixturesTf5[] = {"gemma_tf5", "gemma2_tf5", "gemma3_tf5",
                                                 "gemma3_scaled_tf5"};
 inline const char* const kEncoderFixtures[] = {"bert_tf5"};
+/// The mixture-of-experts checkpoints as GGUF files (tests/fixtures/gguf).
+inline const char* const kMoEGgufFixtures[] = {"mixtral", "qwen3_moe"};
 
 inline std::string model_fixture_dir(const std::string& arch) {
   return std::string(LUMINAL_FIXTURE_DIR) + "/models/" + arch;
@@ -107,6 +110,48 @@ inline std::string bf16_copy(const std::string& path, const std::string& tag) {
   return copy;
 }
 
+// `model`'s logits (compiled in `cx`) for the fixture's prompt and three greedy steps
+// through the KV cache, against transformers' (expected.safetensors in the fixture
+// folder of `arch`): to f32 precision, or within the bf16 bound where `near`.
+template <class Model>
+void expect_goldens(Graph& cx, Model& model, Tensor& tokens, typename Model::Output& out,
+                    const std::string& arch, size_t vocab, bool near) {
+  const SafetensorsFile expected(model_fixture_dir(arch) + "/expected.safetensors");
+  const std::vector<int64_t> all = expected.read("tokens").to_i64();
+  const size_t prompt = all.size() - 3;
+  // Empty caches for the prefill.
+  for (auto& c : model.cache_inputs) {
+    c.k.set(std::vector<float>{});
+    c.v.set(std::vector<float>{});
+  }
+  int64_t past = 0;
+  auto step = [&](const std::vector<int64_t>& ids) {
+    cx.set_dim("seq", static_cast<int64_t>(ids.size()));
+    cx.set_dim("past", past);
+    tokens.set(std::vector<int32_t>(ids.begin(), ids.end()));
+    cx.execute();
+    EXPECT_EQ(cx.last_run_stats().host_fallbacks, 0u) << arch << ": kernels run on the host";
+    past += static_cast<int64_t>(ids.size());
+    for (size_t l = 0; l < out.cache.size(); ++l) {  // feed the grown cache back in
+      model.cache_inputs[l].k.set_buffer(out.cache[l].k.data());
+      model.cache_inputs[l].v.set_buffer(out.cache[l].v.data());
+    }
+    return out.logits.to_f32();
+  };
+  const auto check = [&](const std::vector<float>& got, const std::string& name,
+                         const std::string& what) {
+    if (near)
+      expect_logits_near(got, expected.read(name), vocab, what);
+    else
+      expect_logits(got, expected.read(name), what);
+  };
+  check(step({all.begin(), all.begin() + static_cast<std::ptrdiff_t>(prompt)}), "prefill_logits",
+        "prefill");
+  for (size_t s = 0; s < 3; ++s)
+    check(step({all[prompt + s]}), "step" + std::to_string(s) + "_logits",
+          "decode step " + std::to_string(s));
+}
+
 // `tensor_parallel`: the model is this rank's part (Llama only; see Llama's constructor).
 template <class Model, class Config>
 void run_parity(const std::string& arch, const Backend& backend, Weights weights = Weights::F32,
@@ -139,41 +184,34 @@ void run_parity(const std::string& arch, const Backend& backend, Weights weights
     EXPECT_TRUE(tied && unused == "lm_head.weight") << arch << ": unused tensor " << unused;
   if (bf16) std::filesystem::remove(weights_file);
   cx.compile(backend);
+  expect_goldens(cx, model, tokens, out, arch, static_cast<size_t>(cfg.vocab), bf16);
+}
 
-  const SafetensorsFile expected(kDir + "/expected.safetensors");
-  const std::vector<int64_t> all = expected.read("tokens").to_i64();
-  const size_t prompt = all.size() - 3;
-  // Empty caches for the prefill.
-  for (auto& c : model.cache_inputs) {
-    c.k.set(std::vector<float>{});
-    c.v.set(std::vector<float>{});
+// The same checkpoint (Mixtral, Qwen3-MoE) as llama.cpp's converter writes it to GGUF
+// (tools/fixtures/make_moe_gguf.py), `file` in tests/fixtures/gguf: F32 (the goldens to
+// f32 precision) or with half matrices (`half`: within the bf16 bound).
+inline void run_gguf_parity(const std::string& arch, const std::string& file,
+                            const Backend& backend, bool half) {
+  const GgufFile f(std::string(LUMINAL_FIXTURE_DIR) + "/gguf/" + file);
+  const LlamaConfig cfg = LlamaConfig::from_gguf(f);
+  const LlamaConfig hf = LlamaConfig::from_hf_json(model_fixture_dir(arch) + "/config.json");
+  EXPECT_EQ(cfg.experts, hf.experts) << file;
+  EXPECT_EQ(cfg.experts_per_token, hf.experts_per_token) << file;
+  EXPECT_EQ(cfg.expert_intermediate, hf.expert_intermediate) << file;
+  Graph cx;
+  Llama model(cx, cfg, half ? DType::F16 : DType::F32);
+  Tensor tokens = cx.named_tensor("tokens", {"seq"}, DType::I32);
+  Llama::Output out = model.forward(tokens);
+  out.logits.retrieve();
+  for (auto& c : out.cache) {
+    c.k.retrieve();
+    c.v.retrieve();
   }
-  int64_t past = 0;
-  auto step = [&](const std::vector<int64_t>& ids) {
-    cx.set_dim("seq", static_cast<int64_t>(ids.size()));
-    cx.set_dim("past", past);
-    tokens.set(std::vector<int32_t>(ids.begin(), ids.end()));
-    cx.execute();
-    EXPECT_EQ(cx.last_run_stats().host_fallbacks, 0u) << arch << ": kernels run on the host";
-    past += static_cast<int64_t>(ids.size());
-    for (size_t l = 0; l < out.cache.size(); ++l) {  // feed the grown cache back in
-      model.cache_inputs[l].k.set_buffer(out.cache[l].k.data());
-      model.cache_inputs[l].v.set_buffer(out.cache[l].v.data());
-    }
-    return out.logits.to_f32();
-  };
-  const auto check = [&](const std::vector<float>& got, const std::string& name,
-                         const std::string& what) {
-    if (bf16)
-      expect_logits_near(got, expected.read(name), static_cast<size_t>(cfg.vocab), what);
-    else
-      expect_logits(got, expected.read(name), what);
-  };
-  check(step({all.begin(), all.begin() + static_cast<std::ptrdiff_t>(prompt)}), "prefill_logits",
-        "prefill");
-  for (size_t s = 0; s < 3; ++s)
-    check(step({all[prompt + s]}), "step" + std::to_string(s) + "_logits",
-          "decode step " + std::to_string(s));
+  for (const std::string& unused :
+       load_gguf_weights(model, f, f.get_string("general.architecture")))
+    ADD_FAILURE() << file << ": unused tensor " << unused;
+  cx.compile(backend);
+  expect_goldens(cx, model, tokens, out, arch, static_cast<size_t>(cfg.vocab), half);
 }
 
 // A tiny random-weight BERT's last hidden states and sentence embedding for sentences of
