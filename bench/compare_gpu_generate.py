@@ -198,6 +198,10 @@ def main():
             block_elems, block_bytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[qtype]]
             embedding = cfg.vocab_size * cfg.hidden_size // block_elems * block_bytes
             weights = os.path.getsize(model) - embedding
+            if getattr(cfg, "num_experts", None):  # a step reads only the chosen experts
+                experts = (cfg.num_hidden_layers * 3 * cfg.num_experts * cfg.moe_intermediate_size *
+                           cfg.hidden_size // block_elems * block_bytes)
+                weights -= experts * (1 - cfg.num_experts_per_tok / cfg.num_experts)
         else:
             model = os.path.join(a.work, shape)
             if not os.path.exists(os.path.join(model, "tokenizer.json")):

@@ -40,6 +40,12 @@ SHAPES = {
         rope_scaling={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
                       "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                       "original_max_position_embeddings": 8192})),
+    "qwen3-30b-a3b": ("Qwen3MoeConfig", dict(
+        vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=48,
+        num_attention_heads=32, num_key_value_heads=4, head_dim=128, rms_norm_eps=1e-6,
+        num_experts=128, num_experts_per_tok=8, moe_intermediate_size=768, norm_topk_prob=True,
+        max_position_embeddings=40960, tie_word_embeddings=False,
+        rope_scaling={"rope_type": "default", "rope_theta": 1000000.0})),
     "qwen3-8b": ("Qwen3Config", dict(
         vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
         num_attention_heads=32, num_key_value_heads=8, head_dim=128, rms_norm_eps=1e-6,
@@ -149,12 +155,16 @@ def write_hf_folder(folder, shape, seed=0):
 
 def weight_bytes(cfg):
     """Bytes of weights a decode step reads: every matrix and norm, the embedding table only
-    where it is the output head too (a step gathers one row of it otherwise)."""
+    where it is the output head too (a step gathers one row of it otherwise); of a
+    mixture's experts, the router and the chosen experts' matrices."""
     h, i, layers = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers
     hd = getattr(cfg, "head_dim", None) or h // cfg.num_attention_heads
     q, kv = cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd
-    per_layer = h * (q + 2 * kv) + q * h + 3 * h * i + 2 * h
-    if cfg.model_type == "qwen3":
+    ffn = 3 * h * i
+    if getattr(cfg, "num_experts", None):
+        ffn = cfg.num_experts * h + cfg.num_experts_per_tok * 3 * h * cfg.moe_intermediate_size
+    per_layer = h * (q + 2 * kv) + q * h + ffn + 2 * h
+    if cfg.model_type in ("qwen3", "qwen3_moe"):
         per_layer += 2 * hd
     return 2 * (layers * per_layer + h + cfg.vocab_size * h)
 
@@ -175,18 +185,21 @@ def _gguf_parts():
 
 
 def write_gguf(path, shape, qtype_name="Q4_K", seed=0):
-    """A llama-architecture GGUF file of the shape: matrices in `qtype_name` (the output
-    head in Q6_K, as llama.cpp's Q4_K_M keeps it), norms in F32, the byte-level
-    vocabulary above. Returns the config."""
+    """A GGUF file of the shape as llama.cpp's converter names it (architecture llama, or
+    qwen3moe with each layer's experts stacked per projection and the router in F32):
+    matrices in `qtype_name` (the output head in Q6_K, as llama.cpp's Q4_K_M keeps it),
+    norms in F32, the byte-level vocabulary above. Returns the config."""
     import gguf
     from gguf import GGMLQuantizationType as T
     parts = _gguf_parts()
     cfg = config(shape)
-    assert cfg.model_type == "llama", "GGUF writer: llama shapes only"
+    assert cfg.model_type in ("llama", "qwen3_moe"), "GGUF writer: llama and qwen3_moe shapes"
+    moe = cfg.model_type == "qwen3_moe"
+    arch = "qwen3moe" if moe else "llama"
     qtype = T[qtype_name]
     rng = np.random.default_rng(seed)
     hd = cfg.head_dim
-    w = gguf.GGUFWriter(path, arch="llama")
+    w = gguf.GGUFWriter(path, arch=arch)
     w.add_block_count(cfg.num_hidden_layers)
     w.add_context_length(cfg.max_position_embeddings)
     w.add_embedding_length(cfg.hidden_size)
@@ -208,20 +221,35 @@ def write_gguf(path, shape, qtype_name="Q4_K", seed=0):
     w.add_bos_token_id(0)
     w.add_eos_token_id(1)
     w.add_add_bos_token(False)
+    if moe:
+        w.add_uint32(f"{arch}.expert_count", cfg.num_experts)
+        w.add_uint32(f"{arch}.expert_used_count", cfg.num_experts_per_tok)
+        w.add_uint32(f"{arch}.expert_feed_forward_length", cfg.moe_intermediate_size)
     from transformers import AutoModelForCausalLM
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(cfg)
+
+    def blocks(t, shape):
+        # Small positive scales keep a random model's activations finite through its layers.
+        raw, _ = parts.random_blocks(rng, t, int(np.prod(shape)) // gguf.GGML_QUANT_SIZES[t][0],
+                                     scales=(0.0005, 0.002))
+        return raw.reshape(*shape[:-1], -1)
     for name, p in model.state_dict().items():
+        if ".mlp." in name and moe:
+            continue  # the experts and router, below (transformers 4 and 5 name them apart)
         rows, cols = (p.shape[0], p.shape[1]) if p.dim() == 2 else (1, p.shape[0])
         if p.dim() == 1:
             data = (1 + 0.1 * rng.standard_normal(cols)).astype(np.float32)
             w.add_tensor(parts.gguf_name(name), data)
             continue
         t = T.Q6_K if name == "lm_head.weight" else qtype
-        # Small positive scales keep a random model's activations finite through its layers.
-        raw, block_elems = parts.random_blocks(rng, t, rows * cols // gguf.GGML_QUANT_SIZES[t][0],
-                                               scales=(0.0005, 0.002))
-        w.add_tensor(parts.gguf_name(name), raw.reshape(rows, -1), raw_dtype=t)
+        w.add_tensor(parts.gguf_name(name), blocks(t, (rows, cols)), raw_dtype=t)
+    for layer in range(cfg.num_hidden_layers if moe else 0):
+        e, h, i = cfg.num_experts, cfg.hidden_size, cfg.moe_intermediate_size
+        w.add_tensor(f"blk.{layer}.ffn_gate_inp.weight",
+                     (0.02 * rng.standard_normal((e, h))).astype(np.float32))
+        for proj, shape in (("gate", (e, i, h)), ("up", (e, i, h)), ("down", (e, h, i))):
+            w.add_tensor(f"blk.{layer}.ffn_{proj}_exps.weight", blocks(qtype, shape), raw_dtype=qtype)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
