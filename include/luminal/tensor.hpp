@@ -268,6 +268,9 @@ Tensor top_k(const Tensor& x, int64_t k);
 /// x [T, 1 or S, K], experts [E, N, K], ids [T, S] (i32/i64) -> [T, S, N] in x's dtype,
 /// out[t, s] = experts[ids[t, s]] x[t, s or 0].
 Tensor expert_matmul(const Tensor& x, const Tensor& experts, const Tensor& ids);
+/// The same for several stacks [E, N_i, K] over the same rows and ids, as one op: their
+/// outputs side by side, [T, S, N_0 + N_1 + ...].
+Tensor expert_matmul(const Tensor& x, const std::vector<Tensor>& stacks, const Tensor& ids);
 Tensor stack(const std::vector<Tensor>& parts, int axis);
 
 /// Convolutions over [N, C, L] / [N, C, H, W] with weights [O, C/groups, k...], via

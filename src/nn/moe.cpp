@@ -25,7 +25,10 @@ Tensor MoE::forward(const Tensor& x) const {
   Tensor weights = probs.gather_axis(1, ids);          // [seq, k]
   if (renormalize) weights = weights / weights.sum({-1}, true);
   const Tensor rows = x.unsqueeze(1);  // [seq, 1, dim]: one row for all k experts
-  const Tensor h = expert_matmul(rows, gates, ids).silu() * expert_matmul(rows, ups, ids);
+  // The gate and up projections as one op (the rows prepared once): [seq, k, 2 hidden].
+  const Tensor gate_up = expert_matmul(rows, {gates, ups}, ids);
+  const int64_t hidden = *gates.dim(1).as_const();
+  const Tensor h = gate_up.slice(2, 0, hidden).silu() * gate_up.slice(2, hidden, 2 * hidden);
   const Tensor y = expert_matmul(h, downs, ids);  // [seq, k, dim]
   return (y * weights.unsqueeze(-1)).sum({1});
 }

@@ -669,15 +669,19 @@ TEST(Cuda, QueuedRunsFeedEachOtherOnTheDevice) {
   EXPECT_EQ(picked.to_f32(), (std::vector<float>{rows[3], rows[0]}));  // (flat indices)
 }
 
-// top_k on the GPU against a full stable sort: vocabulary-sized rows and short ones, in
-// each float type, with ties, NaN, infinities and signed zeros, k up to the kernel's most;
-// past it, or over a view that is not dense, the op still runs (on the host).
+// top_k on the GPU against a full stable sort: vocabulary-sized rows and short ones (a
+// router's 128 experts, rows that do not fill the warp kernel's block of four, a row of
+// exactly its most), in each float type, with ties, NaN, infinities and signed zeros, k
+// up to the kernel's most; past it, or over a view that is not dense, the op still runs
+// (on the host).
 TEST(Cuda, TopKIsTheFirstKOfAStableSort) {
   SKIP_WITHOUT_GPU();
   for (DType t : {DType::F32, DType::F16, DType::BF16})
     for (const auto& [rows, n] :
-         {std::pair<int64_t, int64_t>{1, 128256}, {3, 1000}, {2, 262144}, {1, 16484}})
-      for (int64_t most : {int64_t{1}, int64_t{40}, int64_t{1024}}) {  // (1024: the kernel's most)
+         {std::pair<int64_t, int64_t>{1, 128256}, {3, 1000}, {2, 262144}, {1, 16484}, {7, 128},
+          {5, 1024}, {9, 33}})
+      for (int64_t most : {int64_t{1}, int64_t{8}, int64_t{16}, int64_t{40},
+                           int64_t{1024}}) {  // (16: the warp kernel's most; 1024: the block's)
         const int64_t k = std::min(most, n);
         Graph cx;
         Tensor x = cx.named_tensor("x", {rows, n}, t);

@@ -629,46 +629,44 @@ class CpuExecutable final : public Executable {
     out = n.custom->run(in, shapes, out_shape, n.dtype);
   }
 
-  // ExpertMatMul: the experts read where they lie, in their storage format (a stack of
-  // block-format, half or f32 matrices); the rows and ids as views.
+  // ExpertMatMul: each stack of experts read where it lies, in its storage format (block,
+  // half or f32 matrices); the rows and ids as views.
   void run_experts(const Node& n, const std::vector<ConcreteView>& views, Buffer& out) {
     const std::vector<const Buffer*>& bufs = custom_inputs_;
-    const ConcreteView& wv = views[1];
-    const uint32_t stored = program_.graph->node(plan_.canon(n.inputs[1].source)).quant;
-    const DType wt = bufs[1]->dtype();
-    const uint32_t format = stored != kPlainStorage ? stored
-                            : wt == DType::F16     ? static_cast<uint32_t>(GgmlType::F16)
-                            : wt == DType::BF16    ? static_cast<uint32_t>(GgmlType::BF16)
-                                                   : static_cast<uint32_t>(GgmlType::F32);
-    const int64_t experts = wv.dims[0], rows_n = wv.dims[1], k = wv.dims[2];
-    size_t block_elems = 0, block_bytes = 0;
-    LUM_CHECK(ggml_block_layout(format, block_elems, block_bytes) &&
-              k % static_cast<int64_t>(block_elems) == 0)
-        << "ExpertMatMul: experts in " << ggml_type_name(format) << " with rows of " << k;
-    const int64_t row_bytes = k / static_cast<int64_t>(block_elems) * static_cast<int64_t>(block_bytes);
-    // Block-stored experts are read whole (their parameter as it is); plain ones through
-    // a copy where their view is not.
-    const bool whole = wv.is_dense() && wv.offset == 0;
-    LUM_CHECK(whole || stored == kPlainStorage)
-        << "internal: ExpertMatMul reads block-stored experts through a view";
-    Buffer plain;
-    const Buffer* wb = bufs[1];
-    if (!whole) {
-      plain = read_view(*bufs[1], wv);
-      wb = &plain;
-    }
-    if (stored == kPlainStorage && wt != DType::F32 && wt != DType::F16 && wt != DType::BF16) {
-      plain = Buffer::from(wb->to_f32());  // other dtypes: widened
-      wb = &plain;
+    std::vector<Buffer> copies;  // plain stacks read through a view or widened
+    copies.reserve(2 * bufs.size());
+    std::vector<cpugen::ExpertWeights> stacks;
+    for (size_t i = 2; i < bufs.size(); ++i) {
+      const ConcreteView& wv = views[i];
+      const uint32_t stored = program_.graph->node(plan_.canon(n.inputs[i].source)).quant;
+      const Buffer* wb = bufs[i];
+      // Block-stored experts are read whole (their parameter as it is); plain ones through
+      // a copy where their view is not, widened where they are not f32 or half.
+      const bool whole = wv.is_dense() && wv.offset == 0;
+      LUM_CHECK(whole || stored == kPlainStorage)
+          << "internal: ExpertMatMul reads block-stored experts through a view";
+      if (!whole) wb = &copies.emplace_back(read_view(*wb, wv));
+      const DType wt = wb->dtype();
+      if (stored == kPlainStorage && wt != DType::F32 && wt != DType::F16 && wt != DType::BF16)
+        wb = &copies.emplace_back(Buffer::from(wb->to_f32()));
+      const uint32_t format = stored != kPlainStorage     ? stored
+                              : wb->dtype() == DType::F16  ? static_cast<uint32_t>(GgmlType::F16)
+                              : wb->dtype() == DType::BF16 ? static_cast<uint32_t>(GgmlType::BF16)
+                                                           : static_cast<uint32_t>(GgmlType::F32);
+      const int64_t k = wv.dims[2];
+      size_t block_elems = 0, block_bytes = 0;
+      LUM_CHECK(ggml_block_layout(format, block_elems, block_bytes) &&
+                k % static_cast<int64_t>(block_elems) == 0)
+          << "ExpertMatMul: experts in " << ggml_type_name(format) << " with rows of " << k;
+      stacks.push_back({format, static_cast<const uint8_t*>(wb->data()), wv.dims[0], wv.dims[1], k,
+                        k / static_cast<int64_t>(block_elems) * static_cast<int64_t>(block_bytes)});
     }
     Buffer x = read_view(*bufs[0], views[0]);
     if (x.dtype() != DType::F32) x = Buffer::from(x.to_f32());
-    const Buffer ids = read_view(*bufs[2], views[2]);
-    const cpugen::ExpertWeights w{format, static_cast<const uint8_t*>(wb->data()), experts,
-                                  rows_n, k, row_bytes};
+    const Buffer ids = read_view(*bufs[1], views[1]);
     Buffer result(DType::F32, out.numel(), Buffer::Uninitialized{});
-    cpugen::expert_matmul(x.span<float>().data(), views[2].dims[0], views[0].dims[1],
-                          views[2].dims[1], ids, w, result.span<float>().data(),
+    cpugen::expert_matmul(x.span<float>().data(), views[1].dims[0], views[0].dims[1],
+                          views[1].dims[1], ids, stacks, result.span<float>().data(),
                           options_.int8_activations);
     if (out.dtype() == DType::F32) return void(out = std::move(result));
     for (size_t i = 0; i < out.numel(); ++i) out.set_f64(i, result.get_f64(i));

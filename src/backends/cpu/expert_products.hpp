@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "luminal/buffer.hpp"
 
@@ -18,10 +19,12 @@ struct ExpertWeights {
   int64_t count, n, k, row_bytes;
 };
 
-/// out[t, s] = W[ids[t, s]] x[t, s or 0] for t < rows, s < slots: x is [rows, x_slots, k]
-/// row-major f32 (x_slots 1 or `slots`), ids rows * slots integers, out [rows, slots, n].
-/// An id outside [0, count) raises luminal::Error.
+/// out[t, s] = W[ids[t, s]] x[t, s or 0] for t < rows, s < slots and each stack W of
+/// `stacks` (all `count` experts of rows of k): x is [rows, x_slots, k] row-major f32
+/// (x_slots 1 or `slots`), ids rows * slots integers, out [rows, slots, sum of the stacks'
+/// n], the stacks' outputs side by side. An id outside [0, count) raises luminal::Error.
 void expert_matmul(const float* x, int64_t rows, int64_t x_slots, int64_t slots,
-                   const Buffer& ids, const ExpertWeights& w, float* out, bool int8_activations);
+                   const Buffer& ids, std::span<const ExpertWeights> stacks, float* out,
+                   bool int8_activations);
 
 }  // namespace luminal::cpugen

@@ -733,23 +733,7 @@ class CudaExecutable final : public Executable {
                          operand(n.inputs[3].source), at->scale, out, n.dtype))
         return;
     } else if (dynamic_cast<const ExpertMatMulOp*>(n.custom.get())) {
-      // The experts in their storage format (block-stored or plain), their ids on the device.
-      const Node& w = program_.graph->node(plan_.canon(n.inputs[1].source));
-      const DType wt = w.dtype;
-      const uint32_t format = w.quant != kPlainStorage ? w.quant
-                              : wt == DType::F16      ? static_cast<uint32_t>(GgmlType::F16)
-                              : wt == DType::BF16     ? static_cast<uint32_t>(GgmlType::BF16)
-                                                      : static_cast<uint32_t>(GgmlType::F32);
-      if (source_dtype(n, 0) == DType::F32 && n.dtype == DType::F32 &&
-          (w.quant != kPlainStorage || wt == DType::F32 || wt == DType::F16 ||
-           wt == DType::BF16) &&
-          experts_.run(views[0], operand(n.inputs[0].source), views[1],
-                       operand(n.inputs[1].source), format, views[2],
-                       operand(n.inputs[2].source), source_dtype(n, 2), out))
-        return;
-      if (w.quant != kPlainStorage && !cudagen::quant_products_support(w.quant))
-        throw Error("cuda: no GPU kernel decodes " + ggml_type_name(w.quant) + " (experts '" +
-                    w.name + "'); convert the model to a supported type or run it with --device cpu");
+      if (run_experts(n, views, out)) return;
     } else if (dynamic_cast<const AppendRowsOp*>(n.custom.get())) {
       if (append_rows(n, views, out, out_bytes)) return;
     } else if (const auto* t = dynamic_cast<const TopKOp*>(n.custom.get())) {
@@ -781,6 +765,35 @@ class CudaExecutable final : public Executable {
                           device_->stream()),
           "copying a host-computed value to the GPU");
     device_->synchronize();  // `result` is freed on return
+  }
+
+  // ExpertMatMul: each stack of experts in its storage format (block-stored or plain),
+  // the ids read on the device. Block formats without a GPU kernel are an error (never
+  // decoded on the host every step); false where the kernels cannot read the operands.
+  bool run_experts(const Node& n, const std::vector<ConcreteView>& views, void* out) {
+    const size_t stacks = n.inputs.size() - 2;
+    formats_.resize(stacks);
+    stack_data_.resize(stacks);
+    bool plain = true;
+    for (size_t i = 0; i < stacks; ++i) {
+      const Node& w = program_.graph->node(plan_.canon(n.inputs[i + 2].source));
+      if (w.quant != kPlainStorage && !cudagen::quant_products_support(w.quant) &&
+          w.quant != static_cast<uint32_t>(GgmlType::F16) &&
+          w.quant != static_cast<uint32_t>(GgmlType::BF16))
+        throw Error("cuda: no GPU kernel decodes " + ggml_type_name(w.quant) + " (experts '" +
+                    w.name + "'); convert the model to a supported type or run it with --device cpu");
+      plain &= w.quant != kPlainStorage || w.dtype == DType::F32 || w.dtype == DType::F16 ||
+               w.dtype == DType::BF16;
+      formats_[i] = w.quant != kPlainStorage    ? w.quant
+                    : w.dtype == DType::F16  ? static_cast<uint32_t>(GgmlType::F16)
+                    : w.dtype == DType::BF16 ? static_cast<uint32_t>(GgmlType::BF16)
+                                             : static_cast<uint32_t>(GgmlType::F32);
+      stack_data_[i] = operand(n.inputs[i + 2].source);
+    }
+    return plain && source_dtype(n, 0) == DType::F32 && n.dtype == DType::F32 &&
+           experts_.run(views[0], operand(n.inputs[0].source), views[1], operand(n.inputs[1].source),
+                        source_dtype(n, 1), std::span<const ConcreteView>(views).subspan(2),
+                        stack_data_, formats_, out);
   }
 
   // The sum over the ranks (or every rank's operand, for an all-gather) by the
@@ -1030,6 +1043,8 @@ class CudaExecutable final : public Executable {
   cudagen::MixedProducts mixed_;
   cudagen::QuantProducts quant_;
   cudagen::ExpertProducts experts_{*device_, quant_, copy_view_};
+  std::vector<uint32_t> formats_;          // run_experts': each stack's format
+  std::vector<const void*> stack_data_;    // and data, kept for their capacity
   runtime::Liveness liveness_;
   std::vector<std::pair<const void*, const void*>> functions_;  // by kernel; null: none
   std::vector<Expr> numel_;                                     // by kernel: output elements
@@ -1121,13 +1136,14 @@ std::vector<std::string> library_sources(const Graph& g, const compiler::KernelP
     if (n.op != Op::Custom) continue;
     custom = true;
     top_k |= dynamic_cast<const TopKOp*>(n.custom.get()) != nullptr;
-    if (dynamic_cast<const ExpertMatMulOp*>(n.custom.get())) {
-      const uint32_t q = g.node(plan.canon(n.inputs[1].source)).quant;
-      const bool block = q != kPlainStorage && quant_products_support(q);
-      if (block && std::find(formats.begin(), formats.end(), q) == formats.end())
-        formats.push_back(q);
-      float_experts |= !block;
-    }
+    if (dynamic_cast<const ExpertMatMulOp*>(n.custom.get()))
+      for (size_t i = 2; i < n.inputs.size(); ++i) {
+        const uint32_t q = g.node(plan.canon(n.inputs[i].source)).quant;
+        const bool block = q != kPlainStorage && quant_products_support(q);
+        if (block && std::find(formats.begin(), formats.end(), q) == formats.end())
+          formats.push_back(q);
+        float_experts |= !block;
+      }
     if (dynamic_cast<const compiler::MatMulOp*>(n.custom.get())) products = true;
     if (const std::optional<QuantProduct> q = quant_product(n)) {
       if (quant_products_support(q->format)) {

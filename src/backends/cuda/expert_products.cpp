@@ -40,20 +40,42 @@ LUM_FN float lum_ex_dot8(const void* w, long long at, const float* x) {
   return v[0] * a.x + v[1] * a.y + v[2] * a.z + v[3] * a.w + v[4] * b.x + v[5] * b.y +
          v[6] * b.z + v[7] * b.w;
 }
+// Stacks of one float type over the same rows (LumExpertStacks of quant_products.cpp,
+// without a block format): blockIdx.x numbers the stacks' blocks one after another.
+#define LUM_EX_STACKS 4
+struct LumExStacks {
+  const void* w[LUM_EX_STACKS];
+  long long n[LUM_EX_STACKS], col[LUM_EX_STACKS], end[LUM_EX_STACKS];
+};
+template <typename T>
+LUM_FN T lum_ex_pick(const T (&a)[LUM_EX_STACKS], int m) {
+  T v = a[0];
+#pragma unroll
+  for (int i = 1; i < LUM_EX_STACKS; ++i) v = m == i ? a[i] : v;
+  return v;
+}
 template <int W>
-LUM_FN void lum_expert_gemv(const void* __restrict__ w, const void* __restrict__ ids, int ids64,
+LUM_FN void lum_expert_gemv(const LumExStacks& st, const void* __restrict__ ids, int ids64,
                             long long experts, long long slots, long long x_slots,
-                            const float* __restrict__ x, float* __restrict__ y, long long n,
+                            const float* __restrict__ x, float* __restrict__ y, long long width,
                             long long k, long long first) {
-  const long long slot = first + blockIdx.y;
-  const long long j = (long long)blockIdx.x * LUM_EX_WARPS + threadIdx.x / 32;
+  const long long b = blockIdx.x;
+  int m = 0;
+  long long first_block = 0;
+#pragma unroll
+  for (int i = 0; i + 1 < LUM_EX_STACKS; ++i)
+    if (b >= st.end[i]) m = i + 1, first_block = st.end[i];
+  const long long n = lum_ex_pick(st.n, m), slot = first + blockIdx.y;
+  const long long j = (b - first_block) * LUM_EX_WARPS + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (j >= n) return;
+  float* out = y + slot * width + lum_ex_pick(st.col, m) + j;
   const long long e = ids64 ? ((const long long*)ids)[slot] : (long long)((const int*)ids)[slot];
   if (e < 0 || e >= experts) {
-    if (lane == 0) y[slot * n + j] = __int_as_float(0x7fc00000);
+    if (lane == 0) *out = __int_as_float(0x7fc00000);
     return;
   }
+  const void* w = lum_ex_pick(st.w, m);
   const float* xr = x + (slot / slots * x_slots + (x_slots == 1 ? 0 : slot % slots)) * k;
   const long long base = (e * n + j) * k;
   float acc = 0.0f;
@@ -64,22 +86,22 @@ LUM_FN void lum_expert_gemv(const void* __restrict__ w, const void* __restrict__
   }
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-  if (lane == 0) y[slot * n + j] = acc;
+  if (lane == 0) *out = acc;
 }
 #define LUM_EXPERT_GEMV(NAME, W)                                                              \
   extern "C" __global__ void __launch_bounds__(32 * LUM_EX_WARPS) NAME(                      \
-      const void* w, const void* ids, int ids64, long long experts, long long slots,          \
-      long long x_slots, const float* x, float* y, long long n, long long k, long long first) { \
+      LumExStacks st, const void* ids, int ids64, long long experts, long long slots,         \
+      long long x_slots, const float* x, float* y, long long width, long long k,              \
+      long long first) {                                                                      \
     lum_after_prior_grids();                                                                  \
-    lum_expert_gemv<W>(w, ids, ids64, experts, slots, x_slots, x, y, n, k, first);            \
+    lum_expert_gemv<W>(st, ids, ids64, experts, slots, x_slots, x, y, width, k, first);       \
   }
 LUM_EXPERT_GEMV(lum_expert_gemv_f32, 0)
 LUM_EXPERT_GEMV(lum_expert_gemv_f16, 1)
 LUM_EXPERT_GEMV(lum_expert_gemv_bf16, 2)
 )EXPERTS";
 
-constexpr int64_t kWarps = 8;          // LUM_EX_WARPS: output elements a block
-constexpr int64_t kMostSlots = 65535;  // a grid's y dimension
+constexpr int64_t kWarps = 8;  // LUM_EX_WARPS: output elements a block
 
 }  // namespace
 
@@ -87,18 +109,25 @@ std::string expert_products_source() {
   return std::string(cuda_prelude()) + kSource;
 }
 
-bool ExpertProducts::run(const ConcreteView& x, const void* x_data, const ConcreteView& w,
-                         const void* w_data, uint32_t format, const ConcreteView& ids,
-                         const void* ids_data, DType ids_type, void* y) {
-  if (x.dims.size() != 3 || w.dims.size() != 3 || ids.dims.size() != 2 || x.has_mask() ||
-      w.has_mask() || ids.has_mask() || !w.is_dense() || w.offset != 0 || !ids.is_dense() ||
-      (ids_type != DType::I32 && ids_type != DType::I64))
+bool ExpertProducts::run(const ConcreteView& x, const void* x_data, const ConcreteView& ids,
+                         const void* ids_data, DType ids_type, std::span<const ConcreteView> stacks,
+                         std::span<const void* const> stack_data,
+                         std::span<const uint32_t> formats, void* y) {
+  if (x.dims.size() != 3 || ids.dims.size() != 2 || x.has_mask() || ids.has_mask() ||
+      !ids.is_dense() || (ids_type != DType::I32 && ids_type != DType::I64) || stacks.empty())
     return false;
-  Experts e{w_data, w.dims[0], w.dims[1], w.dims[2],
-            static_cast<const char*>(ids_data) + ids.offset * static_cast<int64_t>(dtype_size(ids_type)),
-            ids_type == DType::I64, ids.dims[0], ids.dims[1], x.dims[1]};
-  if (x.dims[2] != e.k || x.dims[0] != e.rows || (e.x_slots != 1 && e.x_slots != e.slots))
-    return false;
+  Experts e{};
+  e.count = stacks[0].dims[0], e.k = x.dims[2];
+  e.ids = static_cast<const char*>(ids_data) + ids.offset * static_cast<int64_t>(dtype_size(ids_type));
+  e.ids64 = ids_type == DType::I64;
+  e.rows = ids.dims[0], e.slots = ids.dims[1], e.x_slots = x.dims[1];
+  if (x.dims[0] != e.rows || (e.x_slots != 1 && e.x_slots != e.slots)) return false;
+  for (const ConcreteView& w : stacks) {
+    if (w.dims.size() != 3 || w.has_mask() || !w.is_dense() || w.offset != 0 ||
+        w.dims[0] != e.count || w.dims[2] != e.k)
+      return false;
+    e.width += w.dims[1];
+  }
   // x's rows dense and 16-byte aligned, packed where they are not.
   const int64_t x_rows = e.rows * e.x_slots;
   const float* xp = static_cast<const float*>(x_data) + x.offset;
@@ -107,24 +136,64 @@ bool ExpertProducts::run(const ConcreteView& x, const void* x_data, const Concre
     if (!copy_.run(x, x_data, sizeof(float), packed)) return false;
     xp = static_cast<const float*>(packed);
   }
-  const auto type = static_cast<GgmlType>(format);
-  if (type != GgmlType::F32 && type != GgmlType::F16 && type != GgmlType::BF16)
-    return quant_.run_experts(format, e, xp, x_rows, y);
+  // Each run of stacks of one format (up to kExpertStacks) as one launch. (Formats are
+  // checked first; should a later run still refuse, the caller's fallback writes all of y.)
+  for (const uint32_t f : formats) {
+    const auto type = static_cast<GgmlType>(f);
+    if (type != GgmlType::F32 && type != GgmlType::F16 && type != GgmlType::BF16 &&
+        !quant_products_support(f))
+      return false;
+  }
+  int64_t column = 0;
+  for (size_t first = 0, last = 0; first < stacks.size(); first = last) {
+    Experts run = e;
+    run.stacks = 0;
+    for (last = first; last < stacks.size() && formats[last] == formats[first] &&
+                       run.stacks < kExpertStacks;
+         ++last) {
+      run.stack[run.stacks++] = {stack_data[last], stacks[last].dims[1], column};
+      column += stacks[last].dims[1];
+    }
+    const auto type = static_cast<GgmlType>(formats[first]);
+    const bool plain = type == GgmlType::F32 || type == GgmlType::F16 || type == GgmlType::BF16;
+    if (!(plain ? run_float(formats[first], run, xp, y)
+                : quant_.run_experts(formats[first], run, xp, x_rows, y)))
+      return false;
+  }
+  return true;
+}
+
+bool ExpertProducts::run_float(uint32_t format, const Experts& e, const float* x, void* y) {
+  if (reinterpret_cast<uintptr_t>(x) % 16 != 0) return false;
   const int64_t slots_total = e.rows * e.slots;
-  if (slots_total == 0 || e.n == 0) return true;
+  if (slots_total == 0 || e.width == 0) return true;
   if (!module_)
     module_ = std::make_unique<Module>(compile_cubin(expert_products_source(), device_.arch()).code);
+  const auto type = static_cast<GgmlType>(format);
   const char* name = type == GgmlType::F32   ? "lum_expert_gemv_f32"
                      : type == GgmlType::F16 ? "lum_expert_gemv_f16"
                                              : "lum_expert_gemv_bf16";
+  struct Stacks {  // LumExStacks
+    const void* w[kExpertStacks];
+    long long n[kExpertStacks], col[kExpertStacks], end[kExpertStacks];
+  } st{};
+  long long blocks = 0;
+  for (size_t i = 0; i < kExpertStacks; ++i) {
+    if (i < e.stacks) {
+      st.w[i] = e.stack[i].weights, st.n[i] = e.stack[i].n, st.col[i] = e.stack[i].column;
+      blocks += (e.stack[i].n + kWarps - 1) / kWarps;
+    }
+    st.end[i] = blocks;
+  }
   int ids64 = e.ids64 ? 1 : 0;
-  long long experts = e.count, slots = e.slots, x_slots = e.x_slots, n = e.n, k = e.k, first = 0;
-  const void* ids_at = e.ids;
-  void* args[] = {&w_data, &ids_at, &ids64, &experts, &slots, &x_slots, &xp, &y, &n, &k, &first};
-  for (; first < slots_total; first += kMostSlots)
+  long long experts = e.count, slots = e.slots, x_slots = e.x_slots, width = e.width, k = e.k,
+            first = 0;
+  const void* ids = e.ids;
+  void* args[] = {&st, &ids, &ids64, &experts, &slots, &x_slots, &x, &y, &width, &k, &first};
+  for (; first < slots_total; first += kMostGridY)
     check(device_.launch(module_->kernel(name),
-                         dim3(static_cast<unsigned>((e.n + kWarps - 1) / kWarps),
-                              static_cast<unsigned>(std::min<int64_t>(kMostSlots, slots_total - first))),
+                         dim3(static_cast<unsigned>(blocks),
+                              static_cast<unsigned>(std::min<int64_t>(kMostGridY, slots_total - first))),
                          dim3(32 * kWarps), args, 0),
           "launching an expert product");
   return true;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 
 #include "backends/cuda/copy_view.hpp"
@@ -25,15 +26,19 @@ class ExpertProducts {
   ExpertProducts(const Device& device, QuantProducts& quant, ViewCopy& copy)
       : device_(device), quant_(quant), copy_(copy) {}
 
-  /// y ([rows, slots, n], f32) for x ([rows, 1 or slots, k] f32), the experts ([count,
-  /// n, k], whole: `format` a ggml type, F32/F16/BF16 for plain storage) and ids ([rows,
-  /// slots], i32 or i64), all views over device memory. False, launching nothing, where a
-  /// kernel cannot read them (the caller runs the op elsewhere).
-  bool run(const ConcreteView& x, const void* x_data, const ConcreteView& w, const void* w_data,
-           uint32_t format, const ConcreteView& ids, const void* ids_data, DType ids_type,
-           void* y);
+  /// y ([rows, slots, n_0 + n_1 + ...], f32) for x ([rows, 1 or slots, k] f32), ids
+  /// ([rows, slots], i32 or i64) and stacks of experts ([count, n_i, k], each whole, in
+  /// ggml type formats[i]: F32/F16/BF16 for plain storage), all views over device memory:
+  /// stacks of one format as one launch. False, launching nothing, where a kernel cannot
+  /// read them (the caller runs the op elsewhere).
+  bool run(const ConcreteView& x, const void* x_data, const ConcreteView& ids,
+           const void* ids_data, DType ids_type, std::span<const ConcreteView> stacks,
+           std::span<const void* const> stack_data, std::span<const uint32_t> formats, void* y);
 
  private:
+  // Stacks of f32, f16 or bf16 (`format`) experts as one launch of this file's kernel.
+  bool run_float(uint32_t format, const Experts& experts, const float* x, void* y);
+
   const Device& device_;
   QuantProducts& quant_;
   ViewCopy& copy_;

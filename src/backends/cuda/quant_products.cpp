@@ -156,9 +156,9 @@ constexpr int kQRows = LUM_Q_WEIGHT_ROWS, kQThreads = LUM_Q_THREADS;
 template <int M>
 LUM_FN void lum_qgemv(const unsigned char* __restrict__ w, const float* __restrict__ x,
                       float* __restrict__ y, long long n, long long k, long long rows,
-                      long long x_row, long long row_bytes) {
+                      long long x_row, long long row_bytes, long long block) {
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-  const long long j0 = (long long)blockIdx.x * kQRows;
+  const long long j0 = block * kQRows;
   const long long subs = k / 32;
   float acc[M][kQRows];
 #pragma unroll
@@ -221,20 +221,48 @@ extern "C" __global__ void __launch_bounds__(kQThreads)
                float* __restrict__ y, long long n, long long k, long long rows, long long x_row,
                long long row_bytes) {
   lum_after_prior_grids();
-  lum_qgemv<1>(w, x, y, n, k, rows, x_row, row_bytes);
+  lum_qgemv<1>(w, x, y, n, k, rows, x_row, row_bytes, blockIdx.x);
 }
 extern "C" __global__ void __launch_bounds__(kQThreads)
     lum_qgemv8(const unsigned char* __restrict__ w, const float* __restrict__ x,
                float* __restrict__ y, long long n, long long k, long long rows, long long x_row,
                long long row_bytes) {
   lum_after_prior_grids();
-  lum_qgemv<8>(w, x, y, n, k, rows, x_row, row_bytes);
+  lum_qgemv<8>(w, x, y, n, k, rows, x_row, row_bytes, blockIdx.x);
 }
 
-// ExpertMatMul's products (expert_matmul in tensor.hpp): output row `slot` (first + blockIdx.y) of
-// [rows * slots] is the expert ids[slot]'s [n, k] matrix of the stack at w times x's row
-// for that slot (the token's one row where x_slots is 1), the id read here on the device.
-// An id outside the stack gives NaN outputs.
+// ExpertMatMul's products (expert_matmul in tensor.hpp): output row `slot` (first +
+// blockIdx.y) of [rows * slots, width] is, for each stack m of up to LUM_Q_MATS (blockIdx.x
+// numbers the stacks' blocks one after another, `end` each one's last + 1), the expert
+// ids[slot]'s [n, k] matrix of stack m times x's row for that slot (the token's one row
+// where x_slots is 1), at columns col[m]...; the id is read here on the device. An id
+// outside the stack gives NaN outputs.
+#define LUM_Q_MATS 4
+struct LumExpertStacks {
+  const unsigned char* w[LUM_Q_MATS];
+  long long n[LUM_Q_MATS], col[LUM_Q_MATS], end[LUM_Q_MATS];
+};
+// Element m of a parameter array, by a select chain (an indexed read would copy the
+// array to local memory).
+template <typename T>
+LUM_FN T lum_q_pick(const T (&a)[LUM_Q_MATS], int m) {
+  T v = a[0];
+#pragma unroll
+  for (int i = 1; i < LUM_Q_MATS; ++i) v = m == i ? a[i] : v;
+  return v;
+}
+// The stack (or matrix) blockIdx.x is of, by each one's `end`, and the block's number
+// among that one's blocks.
+LUM_FN int lum_stack_of(const long long (&end)[LUM_Q_MATS], long long& block) {
+  const long long b = blockIdx.x;
+  int m = 0;
+  long long first = 0;
+#pragma unroll
+  for (int i = 0; i + 1 < LUM_Q_MATS; ++i)
+    if (b >= end[i]) m = i + 1, first = end[i];
+  block = b - first;
+  return m;
+}
 LUM_FN long long lum_expert_of(const void* ids, int ids64, long long slot) {
   return ids64 ? ((const long long*)ids)[slot] : (long long)((const int*)ids)[slot];
 }
@@ -242,20 +270,23 @@ LUM_FN long long lum_expert_row(long long slot, long long slots, long long x_slo
   return slot / slots * x_slots + (x_slots == 1 ? 0 : slot % slots);
 }
 extern "C" __global__ void __launch_bounds__(kQThreads)
-    lum_qgemv_experts(const unsigned char* __restrict__ w, const void* __restrict__ ids, int ids64,
+    lum_qgemv_experts(LumExpertStacks st, const void* __restrict__ ids, int ids64,
                       long long experts, long long slots, long long x_slots,
-                      const float* __restrict__ x, float* __restrict__ y, long long n, long long k,
-                      long long row_bytes, long long first) {
+                      const float* __restrict__ x, float* __restrict__ y, long long width,
+                      long long k, long long row_bytes, long long first) {
   lum_after_prior_grids();
+  long long block;
+  const int m = lum_stack_of(st.end, block);
   const long long slot = first + blockIdx.y, e = lum_expert_of(ids, ids64, slot);
-  float* out = y + slot * n;
+  const long long n = lum_q_pick(st.n, m);
+  float* out = y + slot * width + lum_q_pick(st.col, m);
   if (e < 0 || e >= experts) {
-    const long long j = (long long)blockIdx.x * kQRows + threadIdx.x;
+    const long long j = block * kQRows + threadIdx.x;
     if (threadIdx.x < kQRows && j < n) out[j] = __int_as_float(0x7fc00000);
     return;
   }
-  lum_qgemv<1>(w + e * n * row_bytes, x + lum_expert_row(slot, slots, x_slots) * k, out, n, k, 1,
-               k, row_bytes);
+  lum_qgemv<1>(lum_q_pick(st.w, m) + e * n * row_bytes,
+               x + lum_expert_row(slot, slots, x_slots) * k, out, n, k, 1, k, row_bytes, block);
 }
 
 // Weight rows [0, n) decoded into f16, row-major [n, k]: a thread per sub-block.
@@ -440,22 +471,12 @@ LUM_FN void lum_q4k_scale(const uint4& head, int s, float& sc, float& m) {
 // Up to LUM_Q_MATS matrices of one format and K over the same row x, as one launch (a
 // layer's q/k/v or gate/up products): their blocks numbered one after the other (end:
 // each matrix's last block + 1 in that numbering, the unused ones the total).
-#define LUM_Q_MATS 4
 struct LumQMats {
   const unsigned char* w[LUM_Q_MATS];
   float* y[LUM_Q_MATS];
   const float* r[LUM_Q_MATS];  // residuals added to y, or null
   long long n[LUM_Q_MATS], end[LUM_Q_MATS];
 };
-// Element m of a parameter array, by a select chain (an indexed read would copy the
-// array to local memory).
-template <typename T>
-LUM_FN T lum_q_pick(const T (&a)[LUM_Q_MATS], int m) {
-  T v = a[0];
-#pragma unroll
-  for (int i = 1; i < LUM_Q_MATS; ++i) v = m == i ? a[i] : v;
-  return v;
-}
 // Matrix m of `mats`; `block`: the block's number among the matrix's. Its output and
 // residual are picked where they are stored.
 template <int Split, int Rows>
@@ -626,33 +647,34 @@ LUM_FN void lum_qdot(const LumQMats& mats, int m, const signed char* __restrict_
       LumQMats mats, const signed char* __restrict__ xq, const float* __restrict__ xd,        \
       long long k, long long row_bytes) {                                                     \
     lum_after_prior_grids();                                                                  \
-    const long long b = blockIdx.x;                                                           \
-    int m = 0;                                                                                \
-    long long first = 0;                                                                      \
-    _Pragma("unroll") for (int i = 0; i + 1 < LUM_Q_MATS; ++i) if (b >= mats.end[i]) m = i + 1, first = mats.end[i]; \
-    lum_qdot<S, R>(mats, m, xq, xd, k, row_bytes, b - first);                                \
+    long long block;                                                                          \
+    const int m = lum_stack_of(mats.end, block);                                              \
+    lum_qdot<S, R>(mats, m, xq, xd, k, row_bytes, block);                                     \
   }
 // ExpertMatMul's products in the integer kernels (see lum_qgemv_experts): x's rows
-// quantised one after another, `k` apart, their scales k / 32 apart.
+// quantised one after another, `k` apart, their scales k / 32 apart; the default shape
+// (kQDotShapes[0]: four warps over four weight rows a block).
 extern "C" __global__ void __launch_bounds__(kQThreads)
-    lum_qdot_experts(const unsigned char* __restrict__ w, const void* __restrict__ ids, int ids64,
+    lum_qdot_experts(LumExpertStacks st, const void* __restrict__ ids, int ids64,
                      long long experts, long long slots, long long x_slots,
                      const signed char* __restrict__ xq, const float* __restrict__ xd,
-                     float* __restrict__ y, long long n, long long k, long long row_bytes,
+                     float* __restrict__ y, long long width, long long k, long long row_bytes,
                      long long first) {
   lum_after_prior_grids();
+  long long block;
+  const int m = lum_stack_of(st.end, block);
   const long long slot = first + blockIdx.y, e = lum_expert_of(ids, ids64, slot);
   LumQMats mats = {};
-  mats.y[0] = y + slot * n, mats.n[0] = n;
+  mats.y[0] = y + slot * width + lum_q_pick(st.col, m), mats.n[0] = lum_q_pick(st.n, m);
   if (e < 0 || e >= experts) {
     constexpr int kRowsABlock = kQThreads / 128 * 4;  // lum_qdot<4, 4>'s
-    if (threadIdx.x < kRowsABlock && (long long)blockIdx.x * kRowsABlock + threadIdx.x < n)
-      mats.y[0][(long long)blockIdx.x * kRowsABlock + threadIdx.x] = __int_as_float(0x7fc00000);
+    if (threadIdx.x < kRowsABlock && block * kRowsABlock + threadIdx.x < mats.n[0])
+      mats.y[0][block * kRowsABlock + threadIdx.x] = __int_as_float(0x7fc00000);
     return;
   }
-  mats.w[0] = w + e * n * row_bytes;
+  mats.w[0] = lum_q_pick(st.w, m) + e * mats.n[0] * row_bytes;
   const long long row = lum_expert_row(slot, slots, x_slots);
-  lum_qdot<4, 4>(mats, 0, xq + row * k, xd + row * (k / 32), k, row_bytes, blockIdx.x);
+  lum_qdot<4, 4>(mats, 0, xq + row * k, xd + row * (k / 32), k, row_bytes, block);
 }
 
 LUM_QDOT(4, 4)
@@ -971,35 +993,49 @@ bool QuantProducts::run_experts(uint32_t format, const Experts& e, const float* 
       reinterpret_cast<uintptr_t>(x) % 16 != 0)
     return false;
   const int64_t slots_total = e.rows * e.slots;
-  if (slots_total == 0 || e.n == 0) return true;
-  long long experts = e.count, slots = e.slots, x_slots = e.x_slots, n = e.n, k = e.k,
+  if (slots_total == 0 || e.width == 0) return true;
+  const bool integer = integer_products(format, e.k);
+  const int64_t rows_a_block = integer ? kQDotShapes[0].rows_a_block() : kQuantGemvWeightRows;
+  // The kernels' parameters (LumExpertStacks): each stack's blocks after the one before's.
+  struct Stacks {
+    const void* w[kExpertStacks];
+    long long n[kExpertStacks], col[kExpertStacks], end[kExpertStacks];
+  } st{};
+  long long blocks = 0;
+  for (size_t i = 0; i < kExpertStacks; ++i) {
+    if (i < e.stacks) {
+      st.w[i] = e.stack[i].weights, st.n[i] = e.stack[i].n, st.col[i] = e.stack[i].column;
+      blocks += (e.stack[i].n + rows_a_block - 1) / rows_a_block;
+    }
+    st.end[i] = blocks;
+  }
+  long long experts = e.count, slots = e.slots, x_slots = e.x_slots, width = e.width, k = e.k,
             row_bytes = e.k / static_cast<int64_t>(block_elems) * static_cast<int64_t>(block_bytes),
             first = 0;
   int ids64 = e.ids64 ? 1 : 0;
-  const void* w = e.weights;
   const void* ids = e.ids;
-  const bool integer = integer_products(format, e.k);
-  auto* q = static_cast<signed char*>(quantized_.data());
-  auto* d = reinterpret_cast<float*>(q + x_rows * e.k);
+  signed char* q = nullptr;
+  float* d = nullptr;
   if (integer) {
     // Every row of x quantised in one pass: the scales are per 32 elements, so the rows'
     // values and scales lie one row after another.
     quantize_row(format, x, x_rows * e.k, nullptr);
-    q = static_cast<signed char*>(quantized_.data()), d = reinterpret_cast<float*>(q + x_rows * e.k);
+    q = static_cast<signed char*>(quantized_.data());
+    d = reinterpret_cast<float*>(q + x_rows * e.k);
   }
-  void* integer_args[] = {&w, &ids, &ids64, &experts, &slots, &x_slots, &q, &d, &y, &n, &k,
+  void* integer_args[] = {&st, &ids, &ids64, &experts, &slots, &x_slots, &q, &d, &y, &width, &k,
                           &row_bytes, &first};
-  void* float_args[] = {&w, &ids, &ids64, &experts, &slots, &x_slots, &x, &y, &n, &k,
+  void* float_args[] = {&st, &ids, &ids64, &experts, &slots, &x_slots, &x, &y, &width, &k,
                         &row_bytes, &first};
-  const int64_t rows_a_block = integer ? kQDotShapes[0].rows_a_block() : kQuantGemvWeightRows;
   const void* product = kernel(format, integer ? "lum_qdot_experts" : "lum_qgemv_experts");
-  constexpr int64_t kMostSlots = 65535;  // a grid's y dimension
-  for (; first < slots_total; first += kMostSlots)
+  for (; first < slots_total; first += kMostGridY)
     check(device_.launch(product,
-                         dim3(static_cast<unsigned>((e.n + rows_a_block - 1) / rows_a_block),
-                              static_cast<unsigned>(std::min<int64_t>(kMostSlots, slots_total - first))),
+                         dim3(static_cast<unsigned>(blocks),
+                              static_cast<unsigned>(std::min<int64_t>(kMostGridY, slots_total - first))),
                          dim3(kQuantGemvThreads),
-                         integer ? std::span<void* const>(integer_args) : std::span<void* const>(float_args), 0),
+                         integer ? std::span<void* const>(integer_args)
+                                 : std::span<void* const>(float_args),
+                         0),
           "launching an expert product");
   return true;
 }

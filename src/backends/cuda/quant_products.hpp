@@ -85,12 +85,23 @@ struct RowNorm {
   float eps;
 };
 
-/// An ExpertMatMul's operands on the device (luminal/expert_matmul_op.hpp): `count`
-/// matrices of n rows of k, one after another from `weights`; `rows` * `slots` expert
-/// ids (i64 where `ids64`, else i32); x's rows are [rows, x_slots, k], x_slots 1 or `slots`.
-struct Experts {
+/// The most stacks of experts one launch of the expert kernels multiplies (LUM_Q_MATS),
+/// and a grid's most blocks along y (the (row, slot) pairs a launch takes).
+constexpr size_t kExpertStacks = 4;
+constexpr int64_t kMostGridY = 65535;
+
+/// An ExpertMatMul's operands on the device (luminal/expert_matmul_op.hpp): `stacks`
+/// stacks of `count` matrices of n rows of k, one matrix after another from each stack's
+/// `weights`, its outputs at `column` of rows `width` wide; `rows` * `slots` expert ids
+/// (i64 where `ids64`, else i32); x's rows are [rows, x_slots, k], x_slots 1 or `slots`.
+struct ExpertStack {
   const void* weights;
-  int64_t count, n, k;
+  int64_t n, column;
+};
+struct Experts {
+  std::array<ExpertStack, kExpertStacks> stack;
+  size_t stacks;
+  int64_t count, k, width;
   const void* ids;
   bool ids64;
   int64_t rows, slots, x_slots;
@@ -121,11 +132,12 @@ class QuantProducts {
   /// row or `run` would not take a weight into the integer kernels.
   bool run_shared(const ConcreteView& x, const void* x_data,
                   const std::vector<QuantMatrix>& weights, const RowNorm* norm = nullptr);
-  /// out[row, slot] = W[ids[row, slot]] x[row, slot or 0] (f32, [rows, slots, n]) for
-  /// experts in a supported block `format`, x dense f32 rows 16-byte aligned: the
-  /// integer kernels for one of their formats (x quantised first), else the one-pass
-  /// kernel, each (row, slot) reading its expert's matrix. False, launching nothing, for
-  /// another format or rows that are not whole blocks.
+  /// out[row, slot, stack's columns] = W[ids[row, slot]] x[row, slot or 0] (f32) for
+  /// each stack W of `experts`, all in a supported block `format`, x dense f32 rows
+  /// 16-byte aligned, as one launch (per kMostGridY pairs): the integer kernels for one of
+  /// their formats (x quantised first, once for all stacks), else the one-pass kernel,
+  /// each (row, slot) reading its expert's matrices. False, launching nothing, for another
+  /// format or rows that are not whole blocks.
   bool run_experts(uint32_t format, const Experts& experts, const float* x, int64_t x_rows,
                    void* y);
 

@@ -209,6 +209,51 @@ LUM_TOP_K_SLICES(lum_top_k_slices_f32, LumTkF32, float)
 LUM_TOP_K_SLICES(lum_top_k_slices_f16, LumTkF16, unsigned short)
 LUM_TOP_K_SLICES(lum_top_k_slices_bf16, LumTkBF16, unsigned short)
 
+// A warp a row of at most LUM_TK_WARP_MOST values, for few picks (a router's experts): k
+// rounds of a warp-wide maximum over each lane's values (LUM_TK_WARP_MOST / 32 a lane, in
+// registers). A value's rank is its key, then the lower position, in 64 bits; a picked
+// value's rank becomes 0, below every unpicked one (a NaN's key is 0, but its position
+// part is not).
+#define LUM_TK_WARP_MOST 1024
+#define LUM_TK_WARP_ROWS 4  // warps (rows) a block
+template <class Row>
+LUM_FN void lum_tk_warp(const Row& row, long long n, int k, int* __restrict__ out) {
+  constexpr int kPer = LUM_TK_WARP_MOST / 32;
+  const int lane = threadIdx.x % 32;
+  unsigned long long rank[kPer];
+#pragma unroll
+  for (int e = 0; e < kPer; ++e) {
+    const long long i = e * 32 + lane;
+    rank[e] = i < n ? (unsigned long long)row.key(i) << 32 | (0xFFFFFFFFu - (unsigned)i) : 0ull;
+  }
+  for (int j = 0; j < k; ++j) {
+    unsigned long long best = 0;
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) best = rank[e] > best ? rank[e] : best;
+    unsigned long long top = best;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const unsigned long long other = __shfl_xor_sync(0xffffffffu, top, o);
+      top = other > top ? other : top;
+    }
+    if (best == top) {  // the one lane holding it (positions differ)
+#pragma unroll
+      for (int e = 0; e < kPer; ++e) rank[e] = rank[e] == top ? 0ull : rank[e];
+      out[j] = (int)(0xFFFFFFFFu - (unsigned)(top & 0xFFFFFFFFull));
+    }
+  }
+}
+#define LUM_TOP_K_WARP(name, Row, T)                                                         \
+  extern "C" __global__ void __launch_bounds__(32 * LUM_TK_WARP_ROWS)                        \
+      name(const T* __restrict__ x, long long rows, long long n, int k, int* __restrict__ out) { \
+    lum_after_prior_grids();                                                                 \
+    const long long r = (long long)blockIdx.x * LUM_TK_WARP_ROWS + threadIdx.x / 32;         \
+    if (r < rows) lum_tk_warp(Row{x + r * n, 0}, n, k, out + r * k);                         \
+  }
+LUM_TOP_K_WARP(lum_top_k_warp_f32, LumTkF32, float)
+LUM_TOP_K_WARP(lum_top_k_warp_f16, LumTkF16, unsigned short)
+LUM_TOP_K_WARP(lum_top_k_warp_bf16, LumTkBF16, unsigned short)
+
 // A block a row: out[row, :k] from the `count` candidates of its slices (`stride` apart).
 extern "C" __global__ void __launch_bounds__(LUM_TK_THREADS)
     lum_top_k_merge(const unsigned* __restrict__ keys, const int* __restrict__ ids,
@@ -220,6 +265,8 @@ extern "C" __global__ void __launch_bounds__(LUM_TK_THREADS)
   for (int j = threadIdx.x; j < k; j += blockDim.x) out[row * k + j] = s.ids[j];
 }
 )TOPK";
+
+constexpr int64_t kWarpRows = 4;  // LUM_TK_WARP_ROWS
 
 }  // namespace
 
@@ -248,6 +295,16 @@ bool TopK::run(const ConcreteView& x, const void* data, DType type, int64_t k, v
     check(device_.launch(module_->kernel(name.c_str()), grid, dim3(1024), args, 0),
           "launching top_k");
   };
+  // A short row and few picks (a router's choice of experts): a warp a row.
+  if (n <= kTopKWarpMost && k <= kTopKWarpPicks) {
+    long long rows_arg = rows;
+    void* args[] = {&x_at, &rows_arg, &n, &kk, &out};
+    check(device_.launch(module_->kernel(("lum_top_k_warp" + suffixed).c_str()),
+                         dim3(static_cast<unsigned>((rows + kWarpRows - 1) / kWarpRows)),
+                         dim3(static_cast<unsigned>(32 * kWarpRows)), args, 0),
+          "launching top_k");
+    return true;
+  }
   // A long row and too few rows to fill the GPU: slices of the row pick their candidates
   // side by side, then one block a row picks from those (one block over a 128k-entry
   // vocabulary took 0.35 ms).

@@ -16,6 +16,10 @@ namespace luminal::cudagen {
 
 /// The most positions one launch picks a row.
 constexpr int64_t kTopKMost = 1024;
+/// Rows of at most kTopKWarpMost values with at most kTopKWarpPicks picks take a warp a
+/// row (LUM_TK_WARP_MOST; four rows a block), k rounds of a warp-wide maximum: a router
+/// picking 8 of 128 experts took 10 us in the block-a-row kernel.
+constexpr int64_t kTopKWarpMost = 1024, kTopKWarpPicks = 16;
 /// The fewest values a slice of a long row takes (and at least 4 k).
 constexpr int64_t kTopKSliceLeast = 8192;
 
