@@ -777,9 +777,9 @@ class CudaExecutable final : public Executable {
     bool plain = true;
     for (size_t i = 0; i < stacks; ++i) {
       const Node& w = program_.graph->node(plan_.canon(n.inputs[i + 2].source));
+      const auto type = static_cast<GgmlType>(w.quant);
       if (w.quant != kPlainStorage && !cudagen::quant_products_support(w.quant) &&
-          w.quant != static_cast<uint32_t>(GgmlType::F16) &&
-          w.quant != static_cast<uint32_t>(GgmlType::BF16))
+          type != GgmlType::F32 && type != GgmlType::F16 && type != GgmlType::BF16)
         throw Error("cuda: no GPU kernel decodes " + ggml_type_name(w.quant) + " (experts '" +
                     w.name + "'); convert the model to a supported type or run it with --device cpu");
       plain &= w.quant != kPlainStorage || w.dtype == DType::F32 || w.dtype == DType::F16 ||

@@ -652,30 +652,45 @@ LUM_FN void lum_qdot(const LumQMats& mats, int m, const signed char* __restrict_
     lum_qdot<S, R>(mats, m, xq, xd, k, row_bytes, block);                                     \
   }
 // ExpertMatMul's products in the integer kernels (see lum_qgemv_experts): x's rows
-// quantised one after another, `k` apart, their scales k / 32 apart; the default shape
-// (kQDotShapes[0]: four warps over four weight rows a block).
-extern "C" __global__ void __launch_bounds__(kQThreads)
-    lum_qdot_experts(LumExpertStacks st, const void* __restrict__ ids, int ids64,
-                     long long experts, long long slots, long long x_slots,
-                     const signed char* __restrict__ xq, const float* __restrict__ xd,
-                     float* __restrict__ y, long long width, long long k, long long row_bytes,
-                     long long first) {
-  lum_after_prior_grids();
+// quantised one after another, `k` apart, their scales k / 32 apart; in each of the
+// shapes the search tries (kQDotShapes).
+template <int Split, int Rows>
+LUM_FN void lum_qdot_experts(const LumExpertStacks& st, const void* __restrict__ ids, int ids64,
+                             long long experts, long long slots, long long x_slots,
+                             const signed char* __restrict__ xq, const float* __restrict__ xd,
+                             float* __restrict__ y, long long width, long long k,
+                             long long row_bytes, long long first) {
   long long block;
   const int m = lum_stack_of(st.end, block);
   const long long slot = first + blockIdx.y, e = lum_expert_of(ids, ids64, slot);
   LumQMats mats = {};
   mats.y[0] = y + slot * width + lum_q_pick(st.col, m), mats.n[0] = lum_q_pick(st.n, m);
   if (e < 0 || e >= experts) {
-    constexpr int kRowsABlock = kQThreads / 128 * 4;  // lum_qdot<4, 4>'s
+    constexpr int kRowsABlock = kQThreads / (32 * Split) * Rows;
     if (threadIdx.x < kRowsABlock && block * kRowsABlock + threadIdx.x < mats.n[0])
       mats.y[0][block * kRowsABlock + threadIdx.x] = __int_as_float(0x7fc00000);
     return;
   }
   mats.w[0] = lum_q_pick(st.w, m) + e * mats.n[0] * row_bytes;
   const long long row = lum_expert_row(slot, slots, x_slots);
-  lum_qdot<4, 4>(mats, 0, xq + row * k, xd + row * (k / 32), k, row_bytes, block);
+  lum_qdot<Split, Rows>(mats, 0, xq + row * k, xd + row * (k / 32), k, row_bytes, block);
 }
+#define LUM_QDOT_EXPERTS(S, R)                                                                \
+  extern "C" __global__ void __launch_bounds__(kQThreads) lum_qdot_experts_s##S##_r##R(      \
+      LumExpertStacks st, const void* __restrict__ ids, int ids64, long long experts,         \
+      long long slots, long long x_slots, const signed char* __restrict__ xq,                 \
+      const float* __restrict__ xd, float* __restrict__ y, long long width, long long k,       \
+      long long row_bytes, long long first) {                                                 \
+    lum_after_prior_grids();                                                                  \
+    lum_qdot_experts<S, R>(st, ids, ids64, experts, slots, x_slots, xq, xd, y, width, k,      \
+                           row_bytes, first);                                                 \
+  }
+LUM_QDOT_EXPERTS(4, 4)
+LUM_QDOT_EXPERTS(2, 4)
+LUM_QDOT_EXPERTS(1, 4)
+LUM_QDOT_EXPERTS(1, 2)
+LUM_QDOT_EXPERTS(4, 8)
+LUM_QDOT_EXPERTS(1, 8)
 
 LUM_QDOT(4, 4)
 LUM_QDOT(2, 4)
@@ -995,23 +1010,14 @@ bool QuantProducts::run_experts(uint32_t format, const Experts& e, const float* 
   const int64_t slots_total = e.rows * e.slots;
   if (slots_total == 0 || e.width == 0) return true;
   const bool integer = integer_products(format, e.k);
-  const int64_t rows_a_block = integer ? kQDotShapes[0].rows_a_block() : kQuantGemvWeightRows;
   // The kernels' parameters (LumExpertStacks): each stack's blocks after the one before's.
   struct Stacks {
     const void* w[kExpertStacks];
     long long n[kExpertStacks], col[kExpertStacks], end[kExpertStacks];
   } st{};
-  long long blocks = 0;
-  for (size_t i = 0; i < kExpertStacks; ++i) {
-    if (i < e.stacks) {
-      st.w[i] = e.stack[i].weights, st.n[i] = e.stack[i].n, st.col[i] = e.stack[i].column;
-      blocks += (e.stack[i].n + rows_a_block - 1) / rows_a_block;
-    }
-    st.end[i] = blocks;
-  }
   long long experts = e.count, slots = e.slots, x_slots = e.x_slots, width = e.width, k = e.k,
             row_bytes = e.k / static_cast<int64_t>(block_elems) * static_cast<int64_t>(block_bytes),
-            first = 0;
+            first = 0, blocks = 0;
   int ids64 = e.ids64 ? 1 : 0;
   const void* ids = e.ids;
   signed char* q = nullptr;
@@ -1027,16 +1033,63 @@ bool QuantProducts::run_experts(uint32_t format, const Experts& e, const float* 
                           &row_bytes, &first};
   void* float_args[] = {&st, &ids, &ids64, &experts, &slots, &x_slots, &x, &y, &width, &k,
                         &row_bytes, &first};
-  const void* product = kernel(format, integer ? "lum_qdot_experts" : "lum_qgemv_experts");
-  for (; first < slots_total; first += kMostGridY)
-    check(device_.launch(product,
-                         dim3(static_cast<unsigned>(blocks),
-                              static_cast<unsigned>(std::min<int64_t>(kMostGridY, slots_total - first))),
-                         dim3(kQuantGemvThreads),
-                         integer ? std::span<void* const>(integer_args)
-                                 : std::span<void* const>(float_args),
-                         0),
-          "launching an expert product");
+  auto launch = [&](const void* product, int64_t rows_a_block) {
+    blocks = 0;
+    for (size_t i = 0; i < kExpertStacks; ++i) {
+      if (i < e.stacks) {
+        st.w[i] = e.stack[i].weights, st.n[i] = e.stack[i].n, st.col[i] = e.stack[i].column;
+        blocks += (e.stack[i].n + rows_a_block - 1) / rows_a_block;
+      }
+      st.end[i] = blocks;
+    }
+    for (first = 0; first < slots_total; first += kMostGridY)
+      check(device_.launch(product,
+                           dim3(static_cast<unsigned>(blocks),
+                                static_cast<unsigned>(std::min<int64_t>(kMostGridY, slots_total - first))),
+                           dim3(kQuantGemvThreads),
+                           integer ? std::span<void* const>(integer_args)
+                                   : std::span<void* const>(float_args),
+                           0),
+            "launching an expert product");
+  };
+  if (!integer) {
+    launch(kernel(format, "lum_qgemv_experts"), kQuantGemvWeightRows);
+    return true;
+  }
+  // The integer kernel's shape, searched per format, K, stacks and whether the rows are
+  // a decoding step's few (their experts' matrices each read by about one pair) or a
+  // prompt's many.
+  const bool few = slots_total <= kExpertFewPairs;
+  ExpertKey key{format, e.k, {}, few};
+  for (size_t i = 0; i < e.stacks; ++i) std::get<2>(key)[i] = e.stack[i].n;
+  auto chosen = expert_choice_.find(key);
+  if (chosen == expert_choice_.end()) {
+    auto name = [](const QDotShape& s) {
+      return "lum_qdot_experts_s" + std::to_string(s.split) + "_r" + std::to_string(s.rows);
+    };
+    size_t pick = 0;
+    if (searcher_.settings().mode != runtime::SearchMode::Off) {
+      runtime::SearchProblem p;
+      p.signature = "qdot experts " + ggml_type_name(format) + " n=";
+      for (size_t i = 0; i < e.stacks; ++i)
+        p.signature += (i ? "+" : "") + std::to_string(e.stack[i].n);
+      p.signature += " k=" + std::to_string(e.k) + " of " + std::to_string(e.count) +
+                     (few ? " few rows" : " many rows");
+      for (const QDotShape& s : kQDotShapes)
+        p.candidates.push_back({name(s), [&, s] {
+                                  launch(kernel(format, name(s).c_str()), s.rows_a_block());
+                                }});
+      DeviceTrials trials(device_);
+      // (Judged on every output: the shapes differ only in the order partial sums meet.)
+      trials.judge(p, y, static_cast<size_t>(slots_total * e.width), DType::F32, 1e-4);
+      pick = searcher_.choose(p).winner;
+    }
+    const QDotShape& s = kQDotShapes[pick];
+    chosen = expert_choice_
+                 .emplace(key, QDotChoice{kernel(format, name(s).c_str()), s.rows_a_block()})
+                 .first;
+  }
+  launch(chosen->second.product, chosen->second.rows_a_block);
   return true;
 }
 

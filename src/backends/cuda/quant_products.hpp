@@ -89,6 +89,9 @@ struct RowNorm {
 /// and a grid's most blocks along y (the (row, slot) pairs a launch takes).
 constexpr size_t kExpertStacks = 4;
 constexpr int64_t kMostGridY = 65535;
+/// (Row, expert) pairs at most that count as a decoding step's for the expert kernels'
+/// search (a prompt's many pairs may prefer another shape).
+constexpr int64_t kExpertFewPairs = 64;
 
 /// An ExpertMatMul's operands on the device (luminal/expert_matmul_op.hpp): `stacks`
 /// stacks of `count` matrices of n rows of k, one matrix after another from each stack's
@@ -190,6 +193,10 @@ class QuantProducts {
   };
   using QDotKey = std::tuple<uint32_t, int64_t, std::array<int64_t, kQDotMatrices>>;
   std::map<QDotKey, QDotChoice> choice_;
+  // The same for the expert kernels, by format, K, the stacks' N and whether the (row,
+  // expert) pairs are few (kExpertFewPairs).
+  using ExpertKey = std::tuple<uint32_t, int64_t, std::array<int64_t, kExpertStacks>, bool>;
+  std::map<ExpertKey, QDotChoice> expert_choice_;
   // lum_q8_row and lum_q8_row_norm, by format (each source has them)
   std::map<std::pair<uint32_t, bool>, const void*> quantize_kernel_;
 };
