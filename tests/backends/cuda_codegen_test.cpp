@@ -23,6 +23,7 @@
 #include "backends/cuda/quant_products.hpp"
 #include "backends/cuda/top_k.hpp"
 #include "luminal/luminal.hpp"
+#include "luminal/models/llama.hpp"
 #include "runtime/program.hpp"
 #include "testing/expect_error.hpp"
 #include "testing/map_groups.hpp"
@@ -194,6 +195,32 @@ std::map<std::string, int> planned_ops(const Graph& cx, bool cuda) {
                                : std::string(op_name(n.op))];
   }
   return count;
+}
+
+// A Qwen3 layer's query and key norms (RMSNorm over each head's 64 values, rows [kv
+// heads, group, seq] and [kv heads, seq]) each run as a row group, the norm's reduction
+// and its scaling one launch: the query norm's 3-d rows used to be refused, their two
+// flat-index forms not compared equal.
+TEST(CudaCodegen, Qwen3HeadNormsAreRowGroups) {
+  models::LlamaConfig c;
+  c.vocab = 64, c.hidden = 256, c.intermediate = 128, c.layers = 2, c.heads = 4, c.kv_heads = 2;
+  c.head_dim = 64, c.qk_norm = true, c.neox_rope = true, c.rope_theta = 1e6;
+  Graph cx;
+  models::Llama model(cx, c, DType::F16);
+  Tensor tokens = cx.named_tensor("tokens", {"seq"}, DType::I32);
+  models::Llama::Output out = model.forward(tokens);
+  out.logits.retrieve();
+  for (auto& kv : out.cache) kv.k.retrieve(), kv.v.retrieve();
+  const cudagen::CompiledProgram p = cudagen::compile_program(cx, "sm_90", true);
+  int head_norms = 0;
+  for (size_t k = 0; k < p.source.launches.size(); ++k) {
+    const Node& n = p.planned.program.graph->node(p.planned.plan.kernels[k].root);
+    if (n.op != Op::SumReduce || n.shape.size() < 2) continue;
+    ++head_norms;
+    EXPECT_EQ(p.source.launches[k].shape, cudagen::KernelShape::InGroup)
+        << "a head norm's reduction " << to_string(n.shape) << " is launched alone";
+  }
+  EXPECT_EQ(head_norms, 2 * c.layers);
 }
 
 // RMSNorm read by products over the integer kernels' formats becomes part of them

@@ -403,7 +403,8 @@ class RowMemberWriter : public runtime::ElementWriter {
  protected:
   std::optional<std::string> held(NodeId n, const Expr& flat) override {
     if (const auto it = held_.find(n.value); it != held_.end()) {
-      if (!(within(flat - row_flat_) == Expr(0))) stray_ = true;
+      if (!(within(flat - row_flat_) == Expr(0)) && !(within(flat - row_nested_) == Expr(0)))
+        stray_ = true;
       return it->second;
     }
     // An input read at this thread's own element of the row, whole (so every row
@@ -428,7 +429,17 @@ class RowMemberWriter : public runtime::ElementWriter {
     note_vars(product(rows_.shape));
     note_vars(rows_.len);
     std::vector<Expr> idx = split_counter("lum_row", rows_.shape, indent);
-    row_flat_ = within(runtime::flatten(idx, rows_.shape));
+    // Also as a sum of each counter times its row-major stride, the form a view's index
+    // takes: the simplifier does not distribute flatten's nested products, and a 3-d row
+    // shape's two forms did not compare equal (Qwen3's query norm, [kv heads, group, seq]).
+    row_nested_ = within(runtime::flatten(idx, rows_.shape));
+    Expr stride = 1;
+    row_flat_ = 0;
+    for (size_t d = rows_.shape.size(); d-- > 0;) {
+      row_flat_ = row_flat_ + idx[d] * stride;
+      stride = stride * rows_.shape[d];
+    }
+    row_flat_ = within(row_flat_);
     idx.insert(idx.begin() + static_cast<std::ptrdiff_t>(rows_.axis), counter("lum_r", rows_.len));
     row_element_ = within(runtime::flatten(idx, rows_.elements()));
     note_vars(row_element_);
@@ -520,7 +531,7 @@ class RowMemberWriter : public runtime::ElementWriter {
   std::set<uint32_t> read_adjacent_;  // cached reads of the loop being written
   const std::map<uint32_t, std::string>& held_;
   std::map<uint32_t, CachedRead>& cached_;
-  Expr row_flat_, row_element_;
+  Expr row_flat_, row_nested_, row_element_;
   bool stray_ = false;
 };
 
