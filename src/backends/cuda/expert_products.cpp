@@ -40,43 +40,25 @@ LUM_FN float lum_ex_dot8(const void* w, long long at, const float* x) {
   return v[0] * a.x + v[1] * a.y + v[2] * a.z + v[3] * a.w + v[4] * b.x + v[5] * b.y +
          v[6] * b.z + v[7] * b.w;
 }
-// Stacks of one float type over the same rows (LumExpertStacks of quant_products.cpp,
-// without a block format): blockIdx.x numbers the stacks' blocks one after another.
-#define LUM_EX_STACKS 4
-struct LumExStacks {
-  const void* w[LUM_EX_STACKS];
-  long long n[LUM_EX_STACKS], col[LUM_EX_STACKS], end[LUM_EX_STACKS];
-};
-template <typename T>
-LUM_FN T lum_ex_pick(const T (&a)[LUM_EX_STACKS], int m) {
-  T v = a[0];
-#pragma unroll
-  for (int i = 1; i < LUM_EX_STACKS; ++i) v = m == i ? a[i] : v;
-  return v;
-}
 template <int W>
-LUM_FN void lum_expert_gemv(const LumExStacks& st, const void* __restrict__ ids, int ids64,
+LUM_FN void lum_expert_gemv(const LumStacks& st, const void* __restrict__ ids, int ids64,
                             long long experts, long long slots, long long x_slots,
                             const float* __restrict__ x, float* __restrict__ y, long long width,
                             long long k, long long first) {
-  const long long b = blockIdx.x;
-  int m = 0;
-  long long first_block = 0;
-#pragma unroll
-  for (int i = 0; i + 1 < LUM_EX_STACKS; ++i)
-    if (b >= st.end[i]) m = i + 1, first_block = st.end[i];
-  const long long n = lum_ex_pick(st.n, m), slot = first + blockIdx.y;
-  const long long j = (b - first_block) * LUM_EX_WARPS + threadIdx.x / 32;
+  long long block;
+  const int m = lum_part_of(st.end, block);
+  const long long n = lum_pick(st.n, m), slot = first + blockIdx.y;
+  const long long j = block * LUM_EX_WARPS + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (j >= n) return;
-  float* out = y + slot * width + lum_ex_pick(st.col, m) + j;
-  const long long e = ids64 ? ((const long long*)ids)[slot] : (long long)((const int*)ids)[slot];
+  float* out = y + slot * width + lum_pick(st.col, m) + j;
+  const long long e = lum_expert_of(ids, ids64, slot);
   if (e < 0 || e >= experts) {
     if (lane == 0) *out = __int_as_float(0x7fc00000);
     return;
   }
-  const void* w = lum_ex_pick(st.w, m);
-  const float* xr = x + (slot / slots * x_slots + (x_slots == 1 ? 0 : slot % slots)) * k;
+  const void* w = lum_pick(st.w, m);
+  const float* xr = x + lum_expert_row(slot, slots, x_slots) * k;
   const long long base = (e * n + j) * k;
   float acc = 0.0f;
   if (k % 8 == 0) {
@@ -90,7 +72,7 @@ LUM_FN void lum_expert_gemv(const LumExStacks& st, const void* __restrict__ ids,
 }
 #define LUM_EXPERT_GEMV(NAME, W)                                                              \
   extern "C" __global__ void __launch_bounds__(32 * LUM_EX_WARPS) NAME(                      \
-      LumExStacks st, const void* ids, int ids64, long long experts, long long slots,         \
+      LumStacks st, const void* ids, int ids64, long long experts, long long slots,         \
       long long x_slots, const float* x, float* y, long long width, long long k,              \
       long long first) {                                                                      \
     lum_after_prior_grids();                                                                  \
@@ -173,18 +155,8 @@ bool ExpertProducts::run_float(uint32_t format, const Experts& e, const float* x
   const char* name = type == GgmlType::F32   ? "lum_expert_gemv_f32"
                      : type == GgmlType::F16 ? "lum_expert_gemv_f16"
                                              : "lum_expert_gemv_bf16";
-  struct Stacks {  // LumExStacks
-    const void* w[kExpertStacks];
-    long long n[kExpertStacks], col[kExpertStacks], end[kExpertStacks];
-  } st{};
-  long long blocks = 0;
-  for (size_t i = 0; i < kExpertStacks; ++i) {
-    if (i < e.stacks) {
-      st.w[i] = e.stack[i].weights, st.n[i] = e.stack[i].n, st.col[i] = e.stack[i].column;
-      blocks += (e.stack[i].n + kWarps - 1) / kWarps;
-    }
-    st.end[i] = blocks;
-  }
+  StackParams st{};
+  const int64_t blocks = stack_params(e, kWarps, st);
   int ids64 = e.ids64 ? 1 : 0;
   long long experts = e.count, slots = e.slots, x_slots = e.x_slots, width = e.width, k = e.k,
             first = 0;

@@ -123,6 +123,44 @@ template <int N, class T>
 LUM_FN void lum_store_vec(T* p, const lum_vec<T, N>& x, bool stream = false) {
   lum_store_bits(reinterpret_cast<typename lum_vec<T, N>::Bits*>(p), x.bits, stream);
 }
+// Element m of a kernel parameter's array, by a select chain (an indexed read would copy
+// the array to local memory).
+template <typename T, int N>
+LUM_FN T lum_pick(const T (&a)[N], int m) {
+  T v = a[0];
+#pragma unroll
+  for (int i = 1; i < N; ++i) v = m == i ? a[i] : v;
+  return v;
+}
+// The part (a matrix or stack of several one launch takes) that blockIdx.x is of, by each
+// part's `end` (its last block + 1, the parts' blocks numbered one after another), and
+// the block's number among that part's blocks.
+template <int N>
+LUM_FN int lum_part_of(const long long (&end)[N], long long& block) {
+  const long long b = blockIdx.x;
+  int m = 0;
+  long long first = 0;
+#pragma unroll
+  for (int i = 0; i + 1 < N; ++i)
+    if (b >= end[i]) m = i + 1, first = end[i];
+  block = b - first;
+  return m;
+}
+// ExpertMatMul's kernels (quant_products.cpp, expert_products.cpp): up to four stacks of
+// experts over the same rows, stack m's outputs at columns col[m] of each output row; the
+// id of the expert (row, slot) pair `slot` chose, and its row of x (the token's one row
+// where x_slots is 1).
+#define LUM_STACKS 4
+struct LumStacks {
+  const void* w[LUM_STACKS];
+  long long n[LUM_STACKS], col[LUM_STACKS], end[LUM_STACKS];
+};
+LUM_FN long long lum_expert_of(const void* ids, int ids64, long long slot) {
+  return ids64 ? ((const long long*)ids)[slot] : (long long)((const int*)ids)[slot];
+}
+LUM_FN long long lum_expert_row(long long slot, long long slots, long long x_slots) {
+  return slot / slots * x_slots + (x_slots == 1 ? 0 : slot % slots);
+}
 // Records an error: the first kernel thread to fail claims the slot.
 LUM_FN void lum_fail(int64_t* err, int64_t code, int64_t value, int64_t pos) {
   if (atomicCAS((unsigned long long*)err, 0ull, (unsigned long long)code) == 0ull) {

@@ -232,60 +232,27 @@ extern "C" __global__ void __launch_bounds__(kQThreads)
 }
 
 // ExpertMatMul's products (expert_matmul in tensor.hpp): output row `slot` (first +
-// blockIdx.y) of [rows * slots, width] is, for each stack m of up to LUM_Q_MATS (blockIdx.x
-// numbers the stacks' blocks one after another, `end` each one's last + 1), the expert
-// ids[slot]'s [n, k] matrix of stack m times x's row for that slot (the token's one row
-// where x_slots is 1), at columns col[m]...; the id is read here on the device. An id
-// outside the stack gives NaN outputs.
-#define LUM_Q_MATS 4
-struct LumExpertStacks {
-  const unsigned char* w[LUM_Q_MATS];
-  long long n[LUM_Q_MATS], col[LUM_Q_MATS], end[LUM_Q_MATS];
-};
-// Element m of a parameter array, by a select chain (an indexed read would copy the
-// array to local memory).
-template <typename T>
-LUM_FN T lum_q_pick(const T (&a)[LUM_Q_MATS], int m) {
-  T v = a[0];
-#pragma unroll
-  for (int i = 1; i < LUM_Q_MATS; ++i) v = m == i ? a[i] : v;
-  return v;
-}
-// The stack (or matrix) blockIdx.x is of, by each one's `end`, and the block's number
-// among that one's blocks.
-LUM_FN int lum_stack_of(const long long (&end)[LUM_Q_MATS], long long& block) {
-  const long long b = blockIdx.x;
-  int m = 0;
-  long long first = 0;
-#pragma unroll
-  for (int i = 0; i + 1 < LUM_Q_MATS; ++i)
-    if (b >= end[i]) m = i + 1, first = end[i];
-  block = b - first;
-  return m;
-}
-LUM_FN long long lum_expert_of(const void* ids, int ids64, long long slot) {
-  return ids64 ? ((const long long*)ids)[slot] : (long long)((const int*)ids)[slot];
-}
-LUM_FN long long lum_expert_row(long long slot, long long slots, long long x_slots) {
-  return slot / slots * x_slots + (x_slots == 1 ? 0 : slot % slots);
-}
+// blockIdx.y) of [rows * slots, width] is, for each stack m of up to LUM_STACKS (blockIdx.x
+// numbers the stacks' blocks one after another: lum_part_of), the expert ids[slot]'s
+// [n, k] matrix of stack m times x's row for that slot, at columns col[m]...; the id is
+// read here on the device. An id outside the stack gives NaN outputs.
 extern "C" __global__ void __launch_bounds__(kQThreads)
-    lum_qgemv_experts(LumExpertStacks st, const void* __restrict__ ids, int ids64,
+    lum_qgemv_experts(LumStacks st, const void* __restrict__ ids, int ids64,
                       long long experts, long long slots, long long x_slots,
                       const float* __restrict__ x, float* __restrict__ y, long long width,
                       long long k, long long row_bytes, long long first) {
   lum_after_prior_grids();
   long long block;
-  const int m = lum_stack_of(st.end, block);
+  const int m = lum_part_of(st.end, block);
   const long long slot = first + blockIdx.y, e = lum_expert_of(ids, ids64, slot);
-  const long long n = lum_q_pick(st.n, m);
-  float* out = y + slot * width + lum_q_pick(st.col, m);
+  const long long n = lum_pick(st.n, m);
+  float* out = y + slot * width + lum_pick(st.col, m);
   if (e < 0 || e >= experts) {
     const long long j = block * kQRows + threadIdx.x;
     if (threadIdx.x < kQRows && j < n) out[j] = __int_as_float(0x7fc00000);
     return;
   }
-  lum_qgemv<1>(lum_q_pick(st.w, m) + e * n * row_bytes,
+  lum_qgemv<1>((const unsigned char*)lum_pick(st.w, m) + e * n * row_bytes,
                x + lum_expert_row(slot, slots, x_slots) * k, out, n, k, 1, k, row_bytes, block);
 }
 
@@ -471,6 +438,7 @@ LUM_FN void lum_q4k_scale(const uint4& head, int s, float& sc, float& m) {
 // Up to LUM_Q_MATS matrices of one format and K over the same row x, as one launch (a
 // layer's q/k/v or gate/up products): their blocks numbered one after the other (end:
 // each matrix's last block + 1 in that numbering, the unused ones the total).
+#define LUM_Q_MATS 4
 struct LumQMats {
   const unsigned char* w[LUM_Q_MATS];
   float* y[LUM_Q_MATS];
@@ -483,8 +451,8 @@ template <int Split, int Rows>
 LUM_FN void lum_qdot(const LumQMats& mats, int m, const signed char* __restrict__ xq,
                      const float* __restrict__ xd, long long k, long long row_bytes,
                      long long block) {
-  const unsigned char* __restrict__ w = lum_q_pick(mats.w, m);
-  const long long n = lum_q_pick(mats.n, m);
+  const unsigned char* __restrict__ w = lum_pick(mats.w, m);
+  const long long n = lum_pick(mats.n, m);
   constexpr int kRows = Rows, kGroup = 32 * Split, kGroups = kQThreads / kGroup;
   const int tid = threadIdx.x % kGroup, group = threadIdx.x / kGroup, lane = tid % 32,
             warp = tid / 32;
@@ -624,8 +592,8 @@ LUM_FN void lum_qdot(const LumQMats& mats, int m, const signed char* __restrict_
       float a = acc[0];
 #pragma unroll
       for (int r = 1; r < kRows; ++r) a = lane == r ? acc[r] : a;
-      const float* r = lum_q_pick(mats.r, m);
-      lum_q_pick(mats.y, m)[j0 + lane] = r ? a + r[j0 + lane] : a;
+      const float* r = lum_pick(mats.r, m);
+      lum_pick(mats.y, m)[j0 + lane] = r ? a + r[j0 + lane] : a;
     }
     return;
   }
@@ -638,8 +606,8 @@ LUM_FN void lum_qdot(const LumQMats& mats, int m, const signed char* __restrict_
     float sum = 0.0f;
 #pragma unroll
     for (int q = 0; q < Split; ++q) sum += part[group][q][tid];
-    const float* r = lum_q_pick(mats.r, m);
-    lum_q_pick(mats.y, m)[j0 + tid] = r ? sum + r[j0 + tid] : sum;
+    const float* r = lum_pick(mats.r, m);
+    lum_pick(mats.y, m)[j0 + tid] = r ? sum + r[j0 + tid] : sum;
   }
 }
 #define LUM_QDOT(S, R)                                                                        \
@@ -648,36 +616,36 @@ LUM_FN void lum_qdot(const LumQMats& mats, int m, const signed char* __restrict_
       long long k, long long row_bytes) {                                                     \
     lum_after_prior_grids();                                                                  \
     long long block;                                                                          \
-    const int m = lum_stack_of(mats.end, block);                                              \
+    const int m = lum_part_of(mats.end, block);                                               \
     lum_qdot<S, R>(mats, m, xq, xd, k, row_bytes, block);                                     \
   }
 // ExpertMatMul's products in the integer kernels (see lum_qgemv_experts): x's rows
 // quantised one after another, `k` apart, their scales k / 32 apart; in each of the
 // shapes the search tries (kQDotShapes).
 template <int Split, int Rows>
-LUM_FN void lum_qdot_experts(const LumExpertStacks& st, const void* __restrict__ ids, int ids64,
+LUM_FN void lum_qdot_experts(const LumStacks& st, const void* __restrict__ ids, int ids64,
                              long long experts, long long slots, long long x_slots,
                              const signed char* __restrict__ xq, const float* __restrict__ xd,
                              float* __restrict__ y, long long width, long long k,
                              long long row_bytes, long long first) {
   long long block;
-  const int m = lum_stack_of(st.end, block);
+  const int m = lum_part_of(st.end, block);
   const long long slot = first + blockIdx.y, e = lum_expert_of(ids, ids64, slot);
   LumQMats mats = {};
-  mats.y[0] = y + slot * width + lum_q_pick(st.col, m), mats.n[0] = lum_q_pick(st.n, m);
+  mats.y[0] = y + slot * width + lum_pick(st.col, m), mats.n[0] = lum_pick(st.n, m);
   if (e < 0 || e >= experts) {
     constexpr int kRowsABlock = kQThreads / (32 * Split) * Rows;
     if (threadIdx.x < kRowsABlock && block * kRowsABlock + threadIdx.x < mats.n[0])
       mats.y[0][block * kRowsABlock + threadIdx.x] = __int_as_float(0x7fc00000);
     return;
   }
-  mats.w[0] = lum_q_pick(st.w, m) + e * mats.n[0] * row_bytes;
+  mats.w[0] = (const unsigned char*)lum_pick(st.w, m) + e * mats.n[0] * row_bytes;
   const long long row = lum_expert_row(slot, slots, x_slots);
   lum_qdot<Split, Rows>(mats, 0, xq + row * k, xd + row * (k / 32), k, row_bytes, block);
 }
 #define LUM_QDOT_EXPERTS(S, R)                                                                \
   extern "C" __global__ void __launch_bounds__(kQThreads) lum_qdot_experts_s##S##_r##R(      \
-      LumExpertStacks st, const void* __restrict__ ids, int ids64, long long experts,         \
+      LumStacks st, const void* __restrict__ ids, int ids64, long long experts,               \
       long long slots, long long x_slots, const signed char* __restrict__ xq,                 \
       const float* __restrict__ xd, float* __restrict__ y, long long width, long long k,       \
       long long row_bytes, long long first) {                                                 \
@@ -1000,6 +968,18 @@ bool QuantProducts::run(uint32_t format, const ConcreteView& x, const void* x_da
   return true;
 }
 
+int64_t stack_params(const Experts& e, int64_t rows_a_block, StackParams& out) {
+  int64_t blocks = 0;
+  for (size_t i = 0; i < kExpertStacks; ++i) {
+    if (i < e.stacks) {
+      out.w[i] = e.stack[i].weights, out.n[i] = e.stack[i].n, out.col[i] = e.stack[i].column;
+      blocks += (e.stack[i].n + rows_a_block - 1) / rows_a_block;
+    }
+    out.end[i] = blocks;
+  }
+  return blocks;
+}
+
 bool QuantProducts::run_experts(uint32_t format, const Experts& e, const float* x, int64_t x_rows,
                                 void* y) {
   size_t block_elems = 0, block_bytes = 0;
@@ -1010,11 +990,7 @@ bool QuantProducts::run_experts(uint32_t format, const Experts& e, const float* 
   const int64_t slots_total = e.rows * e.slots;
   if (slots_total == 0 || e.width == 0) return true;
   const bool integer = integer_products(format, e.k);
-  // The kernels' parameters (LumExpertStacks): each stack's blocks after the one before's.
-  struct Stacks {
-    const void* w[kExpertStacks];
-    long long n[kExpertStacks], col[kExpertStacks], end[kExpertStacks];
-  } st{};
+  StackParams st{};
   long long experts = e.count, slots = e.slots, x_slots = e.x_slots, width = e.width, k = e.k,
             row_bytes = e.k / static_cast<int64_t>(block_elems) * static_cast<int64_t>(block_bytes),
             first = 0, blocks = 0;
@@ -1034,14 +1010,7 @@ bool QuantProducts::run_experts(uint32_t format, const Experts& e, const float* 
   void* float_args[] = {&st, &ids, &ids64, &experts, &slots, &x_slots, &x, &y, &width, &k,
                         &row_bytes, &first};
   auto launch = [&](const void* product, int64_t rows_a_block) {
-    blocks = 0;
-    for (size_t i = 0; i < kExpertStacks; ++i) {
-      if (i < e.stacks) {
-        st.w[i] = e.stack[i].weights, st.n[i] = e.stack[i].n, st.col[i] = e.stack[i].column;
-        blocks += (e.stack[i].n + rows_a_block - 1) / rows_a_block;
-      }
-      st.end[i] = blocks;
-    }
+    blocks = stack_params(e, rows_a_block, st);
     for (first = 0; first < slots_total; first += kMostGridY)
       check(device_.launch(product,
                            dim3(static_cast<unsigned>(blocks),

@@ -110,6 +110,15 @@ struct Experts {
   int64_t rows, slots, x_slots;
 };
 
+/// The prelude's LumStacks, as the expert kernels take it: each of `experts`' stacks, its
+/// blocks of `rows_a_block` weight rows numbered after the stack before's. Returns the
+/// blocks in all.
+struct StackParams {
+  const void* w[kExpertStacks];
+  long long n[kExpertStacks], col[kExpertStacks], end[kExpertStacks];
+};
+int64_t stack_params(const Experts& experts, int64_t rows_a_block, StackParams& out);
+
 class QuantProducts {
  public:
   /// Searches new matrix shapes' integer kernel shapes with `searcher` (the executable's).
