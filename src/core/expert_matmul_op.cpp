@@ -17,8 +17,8 @@ Tensor expert_matmul(const Tensor& x, const std::vector<Tensor>& stacks, const T
   LUM_CHECK(x.rank() == 3 && ids.rank() == 2)
       << "expert_matmul: x " << to_string(x.shape()) << ", ids " << to_string(ids.shape())
       << " (expected [T, 1 or S, K] and [T, S])";
-  LUM_CHECK(is_float(x.dtype()))
-      << "expert_matmul: x must be floating point, got " << dtype_name(x.dtype());
+  LUM_CHECK(is_float(x.dtype())) << "expert_matmul: x must be floating point, got "
+                                 << dtype_name(x.dtype());
   LUM_CHECK(ids.dtype() == DType::I32 || ids.dtype() == DType::I64)
       << "expert_matmul: ids must be i32 or i64, got " << dtype_name(ids.dtype());
   const auto same = [](const Expr& a, const Expr& b) {
@@ -35,8 +35,8 @@ Tensor expert_matmul(const Tensor& x, const std::vector<Tensor>& stacks, const T
     LUM_CHECK(w.rank() == 3 && is_float(w.dtype()) && same(w.dim(2), x.dim(2)) &&
               same(w.dim(0), first.dim(0)))
         << "expert_matmul: experts " << to_string(w.shape()) << " (" << dtype_name(w.dtype())
-        << ") do not fit x " << to_string(x.shape()) << " and experts "
-        << to_string(first.shape()) << " (expected [E, N, K], floating point)";
+        << ") do not fit x " << to_string(x.shape()) << " and experts " << to_string(first.shape())
+        << " (expected [E, N, K], floating point)";
     n = n + w.dim(1);
     inputs.push_back(Edge{w.id(), w.view()});
   }

@@ -122,8 +122,8 @@ LlamaConfig LlamaConfig::from_gguf(const GgufFile& f) {
                                 : c.intermediate;
     LUM_CHECK(c.experts_per_token > 0 && c.experts_per_token <= c.experts &&
               c.expert_intermediate > 0)
-        << f.path() << ": " << c.experts_per_token << " experts a token of " << c.experts
-        << ", " << c.expert_intermediate << " units an expert";
+        << f.path() << ": " << c.experts_per_token << " experts a token of " << c.experts << ", "
+        << c.expert_intermediate << " units an expert";
     LUM_CHECK(!f.has_tensor("blk.0.ffn_gate_shexp.weight"))
         << f.path() << ": shared experts are not supported yet";
     c.moe_block = arch == "llama" ? "block_sparse_moe" : "mlp";
@@ -297,7 +297,8 @@ nn::WeightSource stacked_expert_source(nn::WeightSource per_tensor,
   return [per_tensor = std::move(per_tensor), stored = std::move(stored)](
              const std::string& name, const std::vector<int64_t>& shape) -> std::optional<Buffer> {
     const size_t at = name.rfind(".experts.");
-    if (shape.size() != 3 || at == std::string::npos || stored(name)) return per_tensor(name, shape);
+    if (shape.size() != 3 || at == std::string::npos || stored(name))
+      return per_tensor(name, shape);
     const std::string head = name.substr(0, at + 9), tail = name.substr(at + 9);
     std::optional<Buffer> out;
     for (int64_t e = 0; e < shape[0]; ++e) {
@@ -307,7 +308,9 @@ nn::WeightSource stacked_expert_source(nn::WeightSource per_tensor,
       LUM_CHECK(m->numel() == static_cast<size_t>(shape[1] * shape[2]) &&
                 (!out || m->dtype() == out->dtype()))
           << "expert weight '" << part << "' does not match expert 0's shape and type";
-      if (!out) out.emplace(m->dtype(), m->numel() * static_cast<size_t>(shape[0]), Buffer::Uninitialized{});
+      if (!out)
+        out.emplace(m->dtype(), m->numel() * static_cast<size_t>(shape[0]),
+                    Buffer::Uninitialized{});
       std::memcpy(static_cast<std::byte*>(out->data()) + static_cast<size_t>(e) * m->bytes(),
                   m->data(), m->bytes());
     }
@@ -347,9 +350,7 @@ std::vector<std::string> load_safetensors_weights(const nn::Module& m,
       return std::find_if(files.begin(), files.end(),
                           [&](const auto& f) { return f->has(tensor); });
     };
-    const RowSource src =
-        source_of(name, llama ? &llama->config : nullptr,
-                  stored);
+    const RowSource src = source_of(name, llama ? &llama->config : nullptr, stored);
     const auto file = file_of(src.tensor);
     if (file == files.end()) return std::nullopt;
     const SafetensorsFile& f = **file;

@@ -17,9 +17,9 @@
 #include "luminal/nn/attention.hpp"
 #include "testing/attention_cases.hpp"
 #include "testing/expect_error.hpp"
+#include "testing/expert_cases.hpp"
 #include "testing/map_groups.hpp"
 #include "testing/matmul_layouts.hpp"
-#include "testing/expert_cases.hpp"
 #include "testing/quant_blocks.hpp"
 #include "testing/random_graph.hpp"
 #include "testing/row_ops.hpp"
@@ -677,9 +677,13 @@ TEST(Cuda, QueuedRunsFeedEachOtherOnTheDevice) {
 TEST(Cuda, TopKIsTheFirstKOfAStableSort) {
   SKIP_WITHOUT_GPU();
   for (DType t : {DType::F32, DType::F16, DType::BF16})
-    for (const auto& [rows, n] :
-         {std::pair<int64_t, int64_t>{1, 128256}, {3, 1000}, {2, 262144}, {1, 16484}, {7, 128},
-          {5, 1024}, {9, 33}})
+    for (const auto& [rows, n] : {std::pair<int64_t, int64_t>{1, 128256},
+                                  {3, 1000},
+                                  {2, 262144},
+                                  {1, 16484},
+                                  {7, 128},
+                                  {5, 1024},
+                                  {9, 33}})
       for (int64_t most : {int64_t{1}, int64_t{8}, int64_t{16}, int64_t{40},
                            int64_t{1024}}) {  // (16: the warp kernel's most; 1024: the block's)
         const int64_t k = std::min(most, n);

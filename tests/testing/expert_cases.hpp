@@ -53,7 +53,8 @@ inline std::pair<Tensor, std::vector<float>> poisoned_experts(Graph& cx, const s
     std::normal_distribution<float> normal(0, 0.1f);
     wd.resize(static_cast<size_t>(count * matrix));
     for (float& v : wd) v = normal(rng);
-    for (int64_t e = 1; e < count; e += 2) std::fill_n(wd.begin() + e * matrix, matrix, std::nanf(""));
+    for (int64_t e = 1; e < count; e += 2)
+      std::fill_n(wd.begin() + e * matrix, matrix, std::nanf(""));
     w.set(wd);
     return {w, wd};
   }
@@ -150,9 +151,8 @@ inline size_t check_expert_products(const ExpertCase& c, const Backend& backend)
           }
           bound += 1e-5 * magnitude;
           const size_t at = static_cast<size_t>((t * c.slots + s) * width + column + j);
-          EXPECT_NEAR(got[at], want, bound) << what << ": row " << t << " slot " << s
-                                            << " (expert " << e << ") stack " << st.type
-                                            << " col " << j;
+          EXPECT_NEAR(got[at], want, bound) << what << ": row " << t << " slot " << s << " (expert "
+                                            << e << ") stack " << st.type << " col " << j;
           if (::testing::Test::HasFailure()) return cx.last_run_stats().host_fallbacks;
         }
       }

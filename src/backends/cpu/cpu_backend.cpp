@@ -649,7 +649,7 @@ class CpuExecutable final : public Executable {
       const DType wt = wb->dtype();
       if (stored == kPlainStorage && wt != DType::F32 && wt != DType::F16 && wt != DType::BF16)
         wb = &copies.emplace_back(Buffer::from(wb->to_f32()));
-      const uint32_t format = stored != kPlainStorage     ? stored
+      const uint32_t format = stored != kPlainStorage      ? stored
                               : wb->dtype() == DType::F16  ? static_cast<uint32_t>(GgmlType::F16)
                               : wb->dtype() == DType::BF16 ? static_cast<uint32_t>(GgmlType::BF16)
                                                            : static_cast<uint32_t>(GgmlType::F32);

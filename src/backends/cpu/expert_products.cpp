@@ -9,9 +9,8 @@
 
 namespace luminal::cpugen {
 
-void expert_matmul(const float* x, int64_t rows, int64_t x_slots, int64_t slots,
-                   const Buffer& ids, std::span<const ExpertWeights> stacks, float* out,
-                   bool int8_activations) {
+void expert_matmul(const float* x, int64_t rows, int64_t x_slots, int64_t slots, const Buffer& ids,
+                   std::span<const ExpertWeights> stacks, float* out, bool int8_activations) {
   const int64_t count = stacks[0].count, k = stacks[0].k;
   int64_t width = 0;
   for (const ExpertWeights& w : stacks) width += w.n;
@@ -41,11 +40,11 @@ void expert_matmul(const float* x, int64_t rows, int64_t x_slots, int64_t slots,
       a.mask_lo = {0, 0, 0};
       a.mask_hi = a.dims;
       products.resize(static_cast<size_t>(m * w.n));
-      qmatmul(a, gathered.data(), w.format, w.data + e * w.n * w.row_bytes, w.n, k,
-              products.data(), int8_activations);
+      qmatmul(a, gathered.data(), w.format, w.data + e * w.n * w.row_bytes, w.n, k, products.data(),
+              int8_activations);
       for (int64_t r = 0; r < m; ++r)
-        std::memcpy(out + picks[static_cast<size_t>(r)] * width + column,
-                    products.data() + r * w.n, static_cast<size_t>(w.n) * 4);
+        std::memcpy(out + picks[static_cast<size_t>(r)] * width + column, products.data() + r * w.n,
+                    static_cast<size_t>(w.n) * 4);
       column += w.n;
     }
   }

@@ -23,8 +23,7 @@ struct ExpertWeights {
 /// `stacks` (all `count` experts of rows of k): x is [rows, x_slots, k] row-major f32
 /// (x_slots 1 or `slots`), ids rows * slots integers, out [rows, slots, sum of the stacks'
 /// n], the stacks' outputs side by side. An id outside [0, count) raises luminal::Error.
-void expert_matmul(const float* x, int64_t rows, int64_t x_slots, int64_t slots,
-                   const Buffer& ids, std::span<const ExpertWeights> stacks, float* out,
-                   bool int8_activations);
+void expert_matmul(const float* x, int64_t rows, int64_t x_slots, int64_t slots, const Buffer& ids,
+                   std::span<const ExpertWeights> stacks, float* out, bool int8_activations);
 
 }  // namespace luminal::cpugen

@@ -781,19 +781,21 @@ class CudaExecutable final : public Executable {
       if (w.quant != kPlainStorage && !cudagen::quant_products_support(w.quant) &&
           type != GgmlType::F32 && type != GgmlType::F16 && type != GgmlType::BF16)
         throw Error("cuda: no GPU kernel decodes " + ggml_type_name(w.quant) + " (experts '" +
-                    w.name + "'); convert the model to a supported type or run it with --device cpu");
+                    w.name +
+                    "'); convert the model to a supported type or run it with --device cpu");
       plain &= w.quant != kPlainStorage || w.dtype == DType::F32 || w.dtype == DType::F16 ||
                w.dtype == DType::BF16;
-      formats_[i] = w.quant != kPlainStorage    ? w.quant
+      formats_[i] = w.quant != kPlainStorage ? w.quant
                     : w.dtype == DType::F16  ? static_cast<uint32_t>(GgmlType::F16)
                     : w.dtype == DType::BF16 ? static_cast<uint32_t>(GgmlType::BF16)
                                              : static_cast<uint32_t>(GgmlType::F32);
       stack_data_[i] = operand(n.inputs[i + 2].source);
     }
     return plain && source_dtype(n, 0) == DType::F32 && n.dtype == DType::F32 &&
-           experts_.run(views[0], operand(n.inputs[0].source), views[1], operand(n.inputs[1].source),
-                        source_dtype(n, 1), std::span<const ConcreteView>(views).subspan(2),
-                        stack_data_, formats_, out);
+           experts_.run(views[0], operand(n.inputs[0].source), views[1],
+                        operand(n.inputs[1].source), source_dtype(n, 1),
+                        std::span<const ConcreteView>(views).subspan(2), stack_data_, formats_,
+                        out);
   }
 
   // The sum over the ranks (or every rank's operand, for an all-gather) by the
@@ -1043,8 +1045,8 @@ class CudaExecutable final : public Executable {
   cudagen::MixedProducts mixed_;
   cudagen::QuantProducts quant_;
   cudagen::ExpertProducts experts_{*device_, quant_, copy_view_};
-  std::vector<uint32_t> formats_;          // run_experts': each stack's format
-  std::vector<const void*> stack_data_;    // and data, kept for their capacity
+  std::vector<uint32_t> formats_;        // run_experts': each stack's format
+  std::vector<const void*> stack_data_;  // and data, kept for their capacity
   runtime::Liveness liveness_;
   std::vector<std::pair<const void*, const void*>> functions_;  // by kernel; null: none
   std::vector<Expr> numel_;                                     // by kernel: output elements

@@ -93,14 +93,15 @@ std::string expert_products_source() {
 
 bool ExpertProducts::run(const ConcreteView& x, const void* x_data, const ConcreteView& ids,
                          const void* ids_data, DType ids_type, std::span<const ConcreteView> stacks,
-                         std::span<const void* const> stack_data,
-                         std::span<const uint32_t> formats, void* y) {
+                         std::span<const void* const> stack_data, std::span<const uint32_t> formats,
+                         void* y) {
   if (x.dims.size() != 3 || ids.dims.size() != 2 || x.has_mask() || ids.has_mask() ||
       !ids.is_dense() || (ids_type != DType::I32 && ids_type != DType::I64) || stacks.empty())
     return false;
   Experts e{};
   e.count = stacks[0].dims[0], e.k = x.dims[2];
-  e.ids = static_cast<const char*>(ids_data) + ids.offset * static_cast<int64_t>(dtype_size(ids_type));
+  e.ids =
+      static_cast<const char*>(ids_data) + ids.offset * static_cast<int64_t>(dtype_size(ids_type));
   e.ids64 = ids_type == DType::I64;
   e.rows = ids.dims[0], e.slots = ids.dims[1], e.x_slots = x.dims[1];
   if (x.dims[0] != e.rows || (e.x_slots != 1 && e.x_slots != e.slots)) return false;
@@ -130,8 +131,8 @@ bool ExpertProducts::run(const ConcreteView& x, const void* x_data, const Concre
   for (size_t first = 0, last = 0; first < stacks.size(); first = last) {
     Experts run = e;
     run.stacks = 0;
-    for (last = first; last < stacks.size() && formats[last] == formats[first] &&
-                       run.stacks < kExpertStacks;
+    for (last = first;
+         last < stacks.size() && formats[last] == formats[first] && run.stacks < kExpertStacks;
          ++last) {
       run.stack[run.stacks++] = {stack_data[last], stacks[last].dims[1], column};
       column += stacks[last].dims[1];
@@ -150,7 +151,8 @@ bool ExpertProducts::run_float(uint32_t format, const Experts& e, const float* x
   const int64_t slots_total = e.rows * e.slots;
   if (slots_total == 0 || e.width == 0) return true;
   if (!module_)
-    module_ = std::make_unique<Module>(compile_cubin(expert_products_source(), device_.arch()).code);
+    module_ =
+        std::make_unique<Module>(compile_cubin(expert_products_source(), device_.arch()).code);
   const auto type = static_cast<GgmlType>(format);
   const char* name = type == GgmlType::F32   ? "lum_expert_gemv_f32"
                      : type == GgmlType::F16 ? "lum_expert_gemv_f16"
@@ -163,10 +165,11 @@ bool ExpertProducts::run_float(uint32_t format, const Experts& e, const float* x
   const void* ids = e.ids;
   void* args[] = {&st, &ids, &ids64, &experts, &slots, &x_slots, &x, &y, &width, &k, &first};
   for (; first < slots_total; first += kMostGridY)
-    check(device_.launch(module_->kernel(name),
-                         dim3(static_cast<unsigned>(blocks),
-                              static_cast<unsigned>(std::min<int64_t>(kMostGridY, slots_total - first))),
-                         dim3(32 * kWarps), args, 0),
+    check(device_.launch(
+              module_->kernel(name),
+              dim3(static_cast<unsigned>(blocks),
+                   static_cast<unsigned>(std::min<int64_t>(kMostGridY, slots_total - first))),
+              dim3(32 * kWarps), args, 0),
           "launching an expert product");
   return true;
 }

@@ -31,8 +31,8 @@ class ExpertProducts {
   /// ggml type formats[i]: F32/F16/BF16 for plain storage), all views over device memory:
   /// stacks of one format as one launch. False, launching nothing, where a kernel cannot
   /// read them (the caller runs the op elsewhere).
-  bool run(const ConcreteView& x, const void* x_data, const ConcreteView& ids,
-           const void* ids_data, DType ids_type, std::span<const ConcreteView> stacks,
+  bool run(const ConcreteView& x, const void* x_data, const ConcreteView& ids, const void* ids_data,
+           DType ids_type, std::span<const ConcreteView> stacks,
            std::span<const void* const> stack_data, std::span<const uint32_t> formats, void* y);
 
  private:

@@ -1005,20 +1005,20 @@ bool QuantProducts::run_experts(uint32_t format, const Experts& e, const float* 
     q = static_cast<signed char*>(quantized_.data());
     d = reinterpret_cast<float*>(q + x_rows * e.k);
   }
-  void* integer_args[] = {&st, &ids, &ids64, &experts, &slots, &x_slots, &q, &d, &y, &width, &k,
-                          &row_bytes, &first};
-  void* float_args[] = {&st, &ids, &ids64, &experts, &slots, &x_slots, &x, &y, &width, &k,
-                        &row_bytes, &first};
+  void* integer_args[] = {&st, &ids, &ids64, &experts, &slots,     &x_slots, &q,
+                          &d,  &y,   &width, &k,       &row_bytes, &first};
+  void* float_args[] = {&st, &ids, &ids64, &experts, &slots,     &x_slots,
+                        &x,  &y,   &width, &k,       &row_bytes, &first};
   auto launch = [&](const void* product, int64_t rows_a_block) {
     blocks = stack_params(e, rows_a_block, st);
     for (first = 0; first < slots_total; first += kMostGridY)
-      check(device_.launch(product,
-                           dim3(static_cast<unsigned>(blocks),
-                                static_cast<unsigned>(std::min<int64_t>(kMostGridY, slots_total - first))),
-                           dim3(kQuantGemvThreads),
-                           integer ? std::span<void* const>(integer_args)
-                                   : std::span<void* const>(float_args),
-                           0),
+      check(device_.launch(
+                product,
+                dim3(static_cast<unsigned>(blocks),
+                     static_cast<unsigned>(std::min<int64_t>(kMostGridY, slots_total - first))),
+                dim3(kQuantGemvThreads),
+                integer ? std::span<void* const>(integer_args) : std::span<void* const>(float_args),
+                0),
             "launching an expert product");
   };
   if (!integer) {
@@ -1045,18 +1045,17 @@ bool QuantProducts::run_experts(uint32_t format, const Experts& e, const float* 
       p.signature += " k=" + std::to_string(e.k) + " of " + std::to_string(e.count) +
                      (few ? " few rows" : " many rows");
       for (const QDotShape& s : kQDotShapes)
-        p.candidates.push_back({name(s), [&, s] {
-                                  launch(kernel(format, name(s).c_str()), s.rows_a_block());
-                                }});
+        p.candidates.push_back(
+            {name(s), [&, s] { launch(kernel(format, name(s).c_str()), s.rows_a_block()); }});
       DeviceTrials trials(device_);
       // (Judged on every output: the shapes differ only in the order partial sums meet.)
       trials.judge(p, y, static_cast<size_t>(slots_total * e.width), DType::F32, 1e-4);
       pick = searcher_.choose(p).winner;
     }
     const QDotShape& s = kQDotShapes[pick];
-    chosen = expert_choice_
-                 .emplace(key, QDotChoice{kernel(format, name(s).c_str()), s.rows_a_block()})
-                 .first;
+    chosen =
+        expert_choice_.emplace(key, QDotChoice{kernel(format, name(s).c_str()), s.rows_a_block()})
+            .first;
   }
   launch(chosen->second.product, chosen->second.rows_a_block);
   return true;
