@@ -12,7 +12,6 @@ import os
 import sys
 
 import numpy as np
-import torch
 
 # name -> (transformers config class, its arguments); the tiny ones check the bench itself.
 SHAPES = {
@@ -123,6 +122,7 @@ def prompt_ids(tokens):
 def random_state(cfg, seed=0):
     """The model's parameters (names and shapes as transformers has them), random, bf16, on
     the GPU where there is one: matrices N(0, 0.02), norm weights near 1."""
+    import torch
     from transformers import AutoModelForCausalLM
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(cfg)
@@ -151,6 +151,34 @@ def write_hf_folder(folder, shape, seed=0):
               metadata={"format": "pt"})
     write_tokenizer(os.path.join(folder, "tokenizer.json"), cfg.vocab_size)
     return cfg
+
+
+def dense_parameter_shapes(cfg):
+    """(HF name, shape) of a Llama-family model's parameters but a mixture's experts and
+    router (transformers' names, without building the model)."""
+    h, hd = cfg.hidden_size, cfg.head_dim
+    q, kv = cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd
+    moe = getattr(cfg, "num_experts", None)
+    yield "model.embed_tokens.weight", (cfg.vocab_size, h)
+    for layer in range(cfg.num_hidden_layers):
+        p = f"model.layers.{layer}."
+        yield p + "self_attn.q_proj.weight", (q, h)
+        yield p + "self_attn.k_proj.weight", (kv, h)
+        yield p + "self_attn.v_proj.weight", (kv, h)
+        yield p + "self_attn.o_proj.weight", (h, q)
+        if cfg.model_type in ("qwen3", "qwen3_moe"):
+            yield p + "self_attn.q_norm.weight", (hd,)
+            yield p + "self_attn.k_norm.weight", (hd,)
+        if not moe:
+            i = cfg.intermediate_size
+            yield p + "mlp.gate_proj.weight", (i, h)
+            yield p + "mlp.up_proj.weight", (i, h)
+            yield p + "mlp.down_proj.weight", (h, i)
+        yield p + "input_layernorm.weight", (h,)
+        yield p + "post_attention_layernorm.weight", (h,)
+    yield "model.norm.weight", (h,)
+    if not cfg.tie_word_embeddings:
+        yield "lm_head.weight", (cfg.vocab_size, h)
 
 
 def weight_bytes(cfg):
@@ -184,15 +212,19 @@ def _gguf_parts():
     return gguf_parts
 
 
-def write_gguf(path, shape, qtype_name="Q4_K", seed=0):
+def write_gguf(path, shape, qtype_name="Q4_K", seed=0, layers=None):
     """A GGUF file of the shape as llama.cpp's converter names it (architecture llama, or
     qwen3moe with each layer's experts stacked per projection and the router in F32):
     matrices in `qtype_name` (the output head in Q6_K, as llama.cpp's Q4_K_M keeps it),
-    norms in F32, the byte-level vocabulary above. Returns the config."""
+    norms in F32, the byte-level vocabulary above; `layers`: the shape's first layers only
+    (its layers' real sizes, for a smaller file). Needs numpy, gguf and transformers (for
+    the config), not torch. Returns the config."""
     import gguf
     from gguf import GGMLQuantizationType as T
     parts = _gguf_parts()
     cfg = config(shape)
+    if layers:
+        cfg.num_hidden_layers = layers
     assert cfg.model_type in ("llama", "qwen3_moe"), "GGUF writer: llama and qwen3_moe shapes"
     moe = cfg.model_type == "qwen3_moe"
     arch = "qwen3moe" if moe else "llama"
@@ -225,25 +257,19 @@ def write_gguf(path, shape, qtype_name="Q4_K", seed=0):
         w.add_uint32(f"{arch}.expert_count", cfg.num_experts)
         w.add_uint32(f"{arch}.expert_used_count", cfg.num_experts_per_tok)
         w.add_uint32(f"{arch}.expert_feed_forward_length", cfg.moe_intermediate_size)
-    from transformers import AutoModelForCausalLM
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(cfg)
 
     def blocks(t, shape):
         # Small positive scales keep a random model's activations finite through its layers.
         raw, _ = parts.random_blocks(rng, t, int(np.prod(shape)) // gguf.GGML_QUANT_SIZES[t][0],
                                      scales=(0.0005, 0.002))
         return raw.reshape(*shape[:-1], -1)
-    for name, p in model.state_dict().items():
-        if ".mlp." in name and moe:
-            continue  # the experts and router, below (transformers 4 and 5 name them apart)
-        rows, cols = (p.shape[0], p.shape[1]) if p.dim() == 2 else (1, p.shape[0])
-        if p.dim() == 1:
-            data = (1 + 0.1 * rng.standard_normal(cols)).astype(np.float32)
+    for name, shape in dense_parameter_shapes(cfg):
+        if len(shape) == 1:
+            data = (1 + 0.1 * rng.standard_normal(shape[0])).astype(np.float32)
             w.add_tensor(parts.gguf_name(name), data)
             continue
         t = T.Q6_K if name == "lm_head.weight" else qtype
-        w.add_tensor(parts.gguf_name(name), blocks(t, (rows, cols)), raw_dtype=t)
+        w.add_tensor(parts.gguf_name(name), blocks(t, shape), raw_dtype=t)
     for layer in range(cfg.num_hidden_layers if moe else 0):
         e, h, i = cfg.num_experts, cfg.hidden_size, cfg.moe_intermediate_size
         w.add_tensor(f"blk.{layer}.ffn_gate_inp.weight",
