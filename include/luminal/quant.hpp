@@ -4,7 +4,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
+
+#include "luminal/dtype.hpp"
 
 namespace luminal {
 
@@ -41,6 +44,10 @@ inline void ggml_k4_scale_min(int j, const uint8_t* s, int& sc, int& m) {
 
 /// Node::quant of an input stored as plain elements of its dtype.
 inline constexpr uint32_t kPlainStorage = UINT32_MAX;
+
+/// The ggml type that stores plain elements of `dtype` as they are (F32, F16, BF16), or
+/// nullopt for any other dtype.
+std::optional<uint32_t> ggml_type_of(DType dtype);
 
 /// Name ("Q4_K", ...) or "type N" for an unknown ggml type number.
 std::string ggml_type_name(uint32_t type);

@@ -173,6 +173,19 @@ const Format* format(uint32_t type) {
 
 }  // namespace
 
+std::optional<uint32_t> ggml_type_of(DType dtype) {
+  switch (dtype) {
+    case DType::F32:
+      return static_cast<uint32_t>(GgmlType::F32);
+    case DType::F16:
+      return static_cast<uint32_t>(GgmlType::F16);
+    case DType::BF16:
+      return static_cast<uint32_t>(GgmlType::BF16);
+    default:
+      return std::nullopt;
+  }
+}
+
 std::string ggml_type_name(uint32_t type) {
   static const std::pair<uint32_t, const char*> kNames[] = {
       {9, "Q8_1"},    {10, "Q2_K"},    {11, "Q3_K"},  {15, "Q8_K"},   {16, "IQ2_XXS"},

@@ -30,8 +30,7 @@ void load_parameters(const Module& m, const WeightSource& source, const std::str
     // any other read widens each value it loads.
     const bool half = data->dtype() == DType::F16 || data->dtype() == DType::BF16;
     if (half && shape.size() >= 2 && t.dtype() == DType::F32) {
-      const auto type = data->dtype() == DType::F16 ? GgmlType::F16 : GgmlType::BF16;
-      p.set_quantized(static_cast<uint32_t>(type), std::move(*data).into_bytes());
+      p.set_quantized(*ggml_type_of(data->dtype()), std::move(*data).into_bytes());
       continue;
     }
     p.set_buffer(std::move(*data));

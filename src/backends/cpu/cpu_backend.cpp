@@ -646,13 +646,9 @@ class CpuExecutable final : public Executable {
       LUM_CHECK(whole || stored == kPlainStorage)
           << "internal: ExpertMatMul reads block-stored experts through a view";
       if (!whole) wb = &copies.emplace_back(read_view(*wb, wv));
-      const DType wt = wb->dtype();
-      if (stored == kPlainStorage && wt != DType::F32 && wt != DType::F16 && wt != DType::BF16)
+      if (stored == kPlainStorage && !ggml_type_of(wb->dtype()))
         wb = &copies.emplace_back(Buffer::from(wb->to_f32()));
-      const uint32_t format = stored != kPlainStorage      ? stored
-                              : wb->dtype() == DType::F16  ? static_cast<uint32_t>(GgmlType::F16)
-                              : wb->dtype() == DType::BF16 ? static_cast<uint32_t>(GgmlType::BF16)
-                                                           : static_cast<uint32_t>(GgmlType::F32);
+      const uint32_t format = stored != kPlainStorage ? stored : *ggml_type_of(wb->dtype());
       const int64_t k = wv.dims[2];
       size_t block_elems = 0, block_bytes = 0;
       LUM_CHECK(ggml_block_layout(format, block_elems, block_bytes) &&
