@@ -3,6 +3,8 @@
 #pragma once
 
 #include "luminal/backend.hpp"
+#include "luminal/buffer.hpp"
+#include "luminal/graph.hpp"
 
 namespace luminal {
 
@@ -16,5 +18,9 @@ class ReferenceBackend final : public Backend {
 inline ReferenceBackend reference() {
   return {};
 }
+
+/// The value of a Constant or Iota node with `dims` bound (what a backend that computes
+/// one inside its kernels reads where it falls back to the host).
+Buffer source_values(const Node& n, const Bindings& dims);
 
 }  // namespace luminal

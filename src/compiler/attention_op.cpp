@@ -55,4 +55,34 @@ bool is_broadcast_along_last(const View& v) {
   return true;
 }
 
+std::optional<Expr> computed_mask(const Graph& g, const Node& attention) {
+  if (!dynamic_cast<const AttentionOp*>(attention.custom.get()) || attention.inputs.size() != 4)
+    return std::nullopt;
+  const Edge& mask = attention.inputs[3];
+  const Node& source = g.node(mask.source);
+  if (source.op != Op::Iota || source.dtype != DType::Bool) return std::nullopt;
+  const View& v = mask.view;
+  const size_t r = v.rank();
+  if (r < 2) return std::nullopt;
+  // Batch coordinates as variables of their own, which must drop out.
+  std::vector<Expr> idx(r);
+  VarRanges ranges;
+  for (size_t i = 0; i < r; ++i) {
+    const std::string name = i + 2 == r   ? "lum_m"
+                             : i + 1 == r ? "lum_t"
+                                          : "lum_b" + std::to_string(i);
+    idx[i] = v.shape()[i] == Expr(1) ? Expr(0) : Expr::var(name);
+    ranges[name] = {0, v.shape()[i]};
+  }
+  const Expr keep =
+      simplify_within(logical_and(v.valid(idx), source.iota.substitute("z", v.index(idx))), ranges);
+  size_t dims = 0;
+  for (const std::string& name : keep.variables()) {
+    if (name.starts_with("lum_b")) return std::nullopt;
+    if (name != "lum_m" && name != "lum_t") ++dims;
+  }
+  if (dims > kMaxComputedMaskDims) return std::nullopt;
+  return keep;
+}
+
 }  // namespace luminal::compiler

@@ -5,6 +5,8 @@
 #include <sstream>
 #include <tuple>
 
+#include "luminal/compiler/attention_op.hpp"
+
 namespace luminal::compiler {
 namespace {
 
@@ -21,7 +23,7 @@ std::string cse_key(const Node& n, const std::vector<NodeId>& canonical) {
 
 }  // namespace
 
-KernelPlan plan_kernels(const Graph& g, Fusion fusion) {
+KernelPlan plan_kernels(const Graph& g, Fusion fusion, bool computed_masks) {
   const bool fuse = fusion != Fusion::Off;
   const size_t count = g.num_nodes();
   KernelPlan p;
@@ -73,10 +75,14 @@ KernelPlan plan_kernels(const Graph& g, Fusion fusion) {
                         (consumers[i] > 1 && !recompute);
     if (p.materialized[i]) cone[i] = 0;
   }
-  // Library kernels (Custom) read buffers: their operands cannot be fused into them.
+  // Library kernels (Custom) read buffers: their operands cannot be fused into them (but
+  // an attention mask the backend computes from its index expression).
   for (uint32_t i = 0; i < count; ++i) {
-    if (!p.needed[i] || p.canonical[i].value != i || g.node(NodeId{i}).op != Op::Custom) continue;
-    for (const Edge& e : g.node(NodeId{i}).inputs) p.materialized[p.canon(e.source).value] = true;
+    const Node& n = g.node(NodeId{i});
+    if (!p.needed[i] || p.canonical[i].value != i || n.op != Op::Custom) continue;
+    const bool computed = computed_masks && computed_mask(g, n).has_value();
+    for (size_t j = 0; j < n.inputs.size(); ++j)
+      if (!(computed && j == 3)) p.materialized[p.canon(n.inputs[j].source).value] = true;
   }
   // One kernel per materialised non-input node; collect what it reads.
   for (uint32_t i = 0; i < count; ++i) {

@@ -32,7 +32,7 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 }
 
 PlannedProgram optimize_and_plan(const Graph& graph, compiler::Fusion fusion,
-                                 const compiler::OptimizeOptions& options) {
+                                 const compiler::OptimizeOptions& options, bool computed_masks) {
   PlannedProgram p;
   p.start = std::chrono::steady_clock::now();
   dump("hlir", graph.to_text(), graph.to_dot());
@@ -41,7 +41,7 @@ PlannedProgram optimize_and_plan(const Graph& graph, compiler::Fusion fusion,
   dump("egraph", p.program.report.to_string());
   dump("optimized", p.program.graph->to_text(), p.program.graph->to_dot());
   const auto plan_start = std::chrono::steady_clock::now();
-  p.plan = compiler::plan_kernels(*p.program.graph, fusion);
+  p.plan = compiler::plan_kernels(*p.program.graph, fusion, computed_masks);
   p.plan_seconds = seconds_since(plan_start);
   dump("kernels", p.plan.to_text(*p.program.graph));
   return p;

@@ -32,10 +32,12 @@ void dump(const std::string& stage, const std::string& text, const std::string& 
 
 double seconds_since(std::chrono::steady_clock::time_point t);
 
-/// Optimises `graph` and plans its kernels (fused as `fusion` says), dumping
-/// each stage that LUMINAL_DUMP asks for.
+/// Optimises `graph` and plans its kernels (fused as `fusion` says; attention masks left
+/// to the backend as `computed_masks` says: compiler::plan_kernels), dumping each stage
+/// that LUMINAL_DUMP asks for.
 PlannedProgram optimize_and_plan(const Graph& graph, compiler::Fusion fusion,
-                                 const compiler::OptimizeOptions& options = {});
+                                 const compiler::OptimizeOptions& options = {},
+                                 bool computed_masks = false);
 
 /// With LUMINAL_LOG=info: one line of what compile() did, `backend_part` being the
 /// backend's own stages ("codegen 0.01 s, compile 0.2 s (cache hit)").

@@ -24,6 +24,8 @@
 #include "backends/cuda/top_k.hpp"
 #include "luminal/luminal.hpp"
 #include "luminal/models/llama.hpp"
+#include "luminal/nn/attention.hpp"
+#include "luminal/reference.hpp"
 #include "runtime/program.hpp"
 #include "testing/expect_error.hpp"
 #include "testing/map_groups.hpp"
@@ -427,6 +429,84 @@ TEST(CudaCodegen, StreamingAttentionCompilesForAmpereAndHopper) {
   EXPECT_FALSE(cudagen::stream_attention_supports(DType::F16, DType::F16, 96, 96));
   EXPECT_FALSE(cudagen::stream_attention_supports(DType::F32, DType::F32, 256, 256));
   EXPECT_FALSE(cudagen::stream_attention_supports(DType::F16, DType::F16, 36, 36));
+}
+
+// A causal mask (windowed or not, its past a dim or a number) is computed inside the
+// attention kernels: its iota is no kernel of the GPU's plan, the index expression the
+// kernels evaluate keeps what the iota keeps at every (row, key) of several shapes (the
+// iota evaluated by the reference interpreter, read through the mask's view), it divides
+// nothing (so telling a prompt's tiles apart costs no divisions), and every attention
+// kernel compiles with the windowed one.
+TEST(CudaCodegen, CausalMasksAreComputedInsideTheAttentionKernels) {
+  for (const auto& [past, window] :
+       std::vector<std::pair<Expr, int64_t>>{{Expr("past"), 0}, {Expr("past"), 5}, {Expr(3), 0}}) {
+    Graph cx;
+    Tensor q = cx.named_tensor("q", {2, 4, "seq", 64}, DType::BF16);
+    Tensor k = cx.named_tensor("k", {Expr("seq") + past, 2, 64}, DType::BF16);
+    Tensor v = cx.named_tensor("v", {Expr("seq") + past, 2, 64}, DType::BF16);
+    Tensor scores = q.matmul(k.permute({1, 0, 2}).unsqueeze(1).transpose(-1, -2)) * 0.125;
+    scores = where(nn::causal_mask(cx, "seq", past, window), scores,
+                   -std::numeric_limits<double>::infinity());
+    scores.softmax(-1).matmul(v.permute({1, 0, 2}).unsqueeze(1)).retrieve();
+    const std::string what = "past " + past.to_string() + " window " + std::to_string(window);
+
+    const runtime::PlannedProgram p = runtime::optimize_and_plan(
+        cx, compiler::Fusion::RecomputeShared, {.product_fusions = true}, true);
+    const Graph& g = *p.program.graph;
+    const Node* attention = nullptr;
+    for (const compiler::Kernel& kn : p.plan.kernels) {
+      EXPECT_NE(g.node(kn.root).op, Op::Iota) << what;
+      if (dynamic_cast<const compiler::AttentionOp*>(g.node(kn.root).custom.get()))
+        attention = &g.node(kn.root);
+    }
+    ASSERT_NE(attention, nullptr) << what;
+    const std::optional<Expr> keep = compiler::computed_mask(g, *attention);
+    ASSERT_TRUE(keep) << what;
+    EXPECT_EQ(keep->to_c().find("lum_floor"), std::string::npos) << what << ": " << *keep;
+
+    const Edge& mask = attention->inputs[3];
+    for (const auto& [seq, past_value] :
+         std::vector<std::pair<int64_t, int64_t>>{{1, 0}, {1, 37}, {7, 12}, {40, 0}, {9, 3}}) {
+      if (past.is_const() && *past.as_const() != past_value) continue;
+      Bindings dims{{"seq", seq}, {"past", past_value}};
+      const Buffer iota = source_values(g.node(mask.source), dims);
+      const ConcreteView view = mask.view.resolve(dims);
+      ASSERT_FALSE(view.has_mask());
+      const size_t r = view.dims.size();
+      for (int64_t m = 0; m < seq; ++m)
+        for (int64_t t = 0; t < seq + past_value; ++t) {
+          const auto at = view.offset + m * view.strides[r - 2] + t * view.strides[r - 1];
+          dims.set("lum_m", m);
+          dims.set("lum_t", t);
+          ASSERT_EQ(keep->eval(dims) != 0, iota.get_f64(static_cast<size_t>(at)) != 0)
+              << what << " seq " << seq << " past " << past_value << " row " << m << " key " << t;
+        }
+    }
+
+    if (window == 0) continue;  // (the windowed mask's expression is the longest)
+    using namespace cudagen;
+    const std::string prefix = ComputedMask(*keep).source;
+    const DType f32 = DType::F32, f16 = DType::F16, bf16 = DType::BF16;
+    EXPECT_FALSE(compile_cubin(prefix + attention_source(AttentionKernel{f32, f16, f16, f32, 128,
+                                                                         128, 8, 8, 16, 4}),
+                               "sm_90")
+                     .code.empty())
+        << what;
+    EXPECT_FALSE(
+        compile_cubin(prefix + mma_attention_source({bf16, bf16, bf16, bf16, 128, 128}), "sm_90")
+            .code.empty())
+        << what;
+    EXPECT_FALSE(compile_cubin(prefix + wgmma_attention_source(
+                                            wgmma_attention_kernel(bf16, bf16, bf16, 128, 128)),
+                               "sm_90a")
+                     .code.empty())
+        << what;
+    EXPECT_FALSE(compile_cubin(prefix + stream_attention_source(StreamAttentionKernel{
+                                            f32, f16, f16, f32, 128, 128, 4, true}),
+                               "sm_90")
+                     .code.empty())
+        << what;
+  }
 }
 
 // Half-precision conversions use instructions of sm_80 and later where they exist; older

@@ -5,6 +5,8 @@
 // the weights have evicted them from every cache.
 #pragma once
 
+#include <optional>
+
 #include "luminal/custom_op.hpp"
 #include "luminal/graph.hpp"
 
@@ -27,5 +29,16 @@ class AttentionOp final : public CustomOp {
 /// that last dim (stride 0 or size 1): how a keepdim reduction's result, or softmax's
 /// probabilities as a product's left operand, are broadcast back.
 bool is_broadcast_along_last(const View& v);
+
+/// The most symbolic dims a computed mask may read (a kernel's argument block holds them).
+constexpr size_t kMaxComputedMaskDims = 8;
+
+/// An Attention node's mask as an index expression, where the mask is an iota of bools
+/// that every batch point reads alike: keep(lum_m, lum_t), nonzero where query row lum_m
+/// keeps key lum_t, simplified knowing both ranges, over at most kMaxComputedMaskDims of
+/// the graph's symbolic dims. A causal mask becomes `past + lum_m >= lum_t`. A backend
+/// that evaluates it inside its kernels need not store the mask (plan_kernels'
+/// `computed_masks`): for a prompt of n tokens, n^2 bytes written and read back.
+std::optional<Expr> computed_mask(const Graph& g, const Node& attention);
 
 }  // namespace luminal::compiler

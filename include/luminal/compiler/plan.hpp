@@ -37,6 +37,10 @@ enum class Fusion {
                     // GPU wants, where writing a tensor and reading it back costs more
 };
 
-KernelPlan plan_kernels(const Graph& g, Fusion fusion = Fusion::StoreShared);
+/// `computed_masks`: the backend evaluates an Attention's mask inside its kernels where
+/// compiler::computed_mask gives it as an index expression, so that iota is stored only
+/// if something else reads it.
+KernelPlan plan_kernels(const Graph& g, Fusion fusion = Fusion::StoreShared,
+                        bool computed_masks = false);
 
 }  // namespace luminal::compiler

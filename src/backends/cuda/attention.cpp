@@ -158,7 +158,7 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention(const
 #pragma unroll
           for (int r = 0; r < LUM_AT_R; ++r)
             s[r][c + u * kAtGroups] =
-                t < t_end && r < rows && a.mask[row_m[r] + t * a.m_t] ? dot[r] : kNegInf;
+                t < t_end && r < rows && lum_at_keep(a, row_m[r], t) ? dot[r] : kNegInf;
       }
     }
     __syncthreads();
@@ -295,16 +295,32 @@ std::string attention_source(const AttentionKernel& s) {
                            kSource);
 }
 
-const Attention::Compiled& Attention::compiled(const std::string& key, const std::string& kernel,
+ComputedMask::ComputedMask(Expr keep) {
+  std::string declared;
+  for (const std::string& d : keep.variables()) {
+    if (d == "lum_m" || d == "lum_t") continue;
+    declared += "const long long " + d + " = lum_a.mask_dims[" + std::to_string(dims.size()) +
+                "]; (void)" + d + "; ";
+    dims.push_back(d);
+  }
+  LUM_ASSERT(dims.size() <= compiler::kMaxComputedMaskDims)
+      << "a computed mask over " << dims.size() << " dims";
+  source = "#define LUM_EXPR_FN static __device__ __forceinline__\n" +
+           std::string(expr_c_prelude()) + "#define LUM_AT_KEEP_DIMS " + declared +
+           "\n#define LUM_AT_KEEP " + keep.to_c() + "\n";
+}
+
+const Attention::Compiled& Attention::compiled(const std::string& key, const std::string& prefix,
+                                               const std::string& kernel,
                                                const std::function<std::string()>& source,
                                                size_t shared_bytes, int threads,
                                                int64_t tile_keys) {
-  Compiled& c = kernels_[key];
+  Compiled& c = kernels_[key + prefix];
   if (!c.module) {
     // Warpgroup products exist only on the architecture-specific target (sm_90a).
     const bool wgmma = kernel == "lum_attention_wgmma";
-    c.module =
-        std::make_unique<Module>(compile_cubin(source(), device_.arch() + (wgmma ? "a" : "")).code);
+    c.module = std::make_unique<Module>(
+        compile_cubin(prefix + source(), device_.arch() + (wgmma ? "a" : "")).code);
     c.kernel = c.module->kernel(kernel);
     c.combine = c.module->kernel("lum_attention_combine");
     if (wgmma || kernel == "lum_attention_mma")
@@ -329,8 +345,8 @@ const Attention::Compiled& Attention::compiled(const std::string& key, const std
 
 bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, const ConcreteView& k,
                     const void* k_data, DType k_type, const ConcreteView& v, const void* v_data,
-                    DType v_type, const ConcreteView& mask, const void* mask_data, double scale,
-                    void* out, DType out_type) {
+                    DType v_type, const ConcreteView& mask, const void* mask_data,
+                    const ComputedMask* computed, double scale, void* out, DType out_type) {
   const size_t r = q.dims.size();
   if (r < 3 || k.dims.size() != r || v.dims.size() != r || mask.dims.size() + 1 != r) return false;
   if (q.has_mask() || k.has_mask() || v.has_mask() || mask.has_mask()) return false;
@@ -344,6 +360,16 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
   a.q_off = q.offset, a.k_off = k.offset, a.v_off = v.offset, a.m_off = mask.offset;
   a.q_d = q.strides[r - 2], a.k_d = k.strides[r - 2], a.v_d = v.strides[r - 1];
   a.k_t = k.strides[r - 1], a.v_t = v.strides[r - 2], a.m_t = mask.strides[r - 2];
+  // A computed mask is read by (row, key) coordinates: its "offsets" count query rows.
+  auto mask_stride = [&](size_t i) -> int64_t {
+    return computed ? (i + 3 == r ? 1 : 0) : mask.strides[i];
+  };
+  std::string prefix;
+  if (computed) {
+    a.mask = nullptr, a.m_off = 0, a.m_t = 1;
+    std::copy(computed->values.begin(), computed->values.end(), a.mask_dims);
+    prefix = computed->source;
+  }
   a.keys = keys;
   a.scale = static_cast<float>(scale * std::numbers::log2e);  // scores go through 2^x
   // The batch dims ([batch..., M]), by whether keys and values vary along them; output
@@ -357,14 +383,14 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
     if (k.strides[i] == 0 && v.strides[i] == 0) {
       if (a.sh_rank == kMaxDims) return false;
       a.sh_dim[a.sh_rank] = n, a.sh_q[a.sh_rank] = q.strides[i];
-      a.sh_m[a.sh_rank] = mask.strides[i], a.sh_o[a.sh_rank] = row_stride;
+      a.sh_m[a.sh_rank] = mask_stride(i), a.sh_o[a.sh_rank] = row_stride;
       ++a.sh_rank;
       a.shared_rows *= n;
     } else {
       if (a.kv_rank == kMaxDims) return false;
       const int64_t j = a.kv_rank++;
       a.kv_dim[j] = n, a.kv_q[j] = q.strides[i], a.kv_k[j] = k.strides[i];
-      a.kv_v[j] = v.strides[i], a.kv_m[j] = mask.strides[i], a.kv_o[j] = row_stride;
+      a.kv_v[j] = v.strides[i], a.kv_m[j] = mask_stride(i), a.kv_o[j] = row_stride;
       kv_points *= n;
     }
   }
@@ -391,7 +417,7 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
                                     wgmma.keys, wgmma.key_stages, wgmma.value_stages});
     kernels.emplace_back(
         &compiled(
-            key, "lum_attention_wgmma", [&] { return wgmma_attention_source(wgmma); },
+            key, prefix, "lum_attention_wgmma", [&] { return wgmma_attention_source(wgmma); },
             wgmma_attention_shared_bytes(wgmma), kWgmmaAttentionThreads, wgmma.keys),
         kWgmmaAttentionRows);
   }
@@ -400,10 +426,11 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
     const MmaAttentionKernel spec{q_type, k_type, v_type, out_type, d, dv};
     const std::string key =
         key_of({1, int64_t(q_type), int64_t(k_type), int64_t(v_type), int64_t(out_type), d, dv});
-    kernels.emplace_back(&compiled(
-                             key, "lum_attention_mma", [&] { return mma_attention_source(spec); },
-                             mma_attention_shared_bytes(spec)),
-                         kMmaAttentionRows);
+    kernels.emplace_back(
+        &compiled(
+            key, prefix, "lum_attention_mma", [&] { return mma_attention_source(spec); },
+            mma_attention_shared_bytes(spec)),
+        kMmaAttentionRows);
   }
   if (kernels.empty() && device_.compute_capability() >= 80 &&
       key_vec * static_cast<int>(dtype_size(k_type)) == 16 &&
@@ -417,7 +444,7 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
                                     int64_t(out_type), d, dv, rows, tensor_cores});
     kernels.emplace_back(
         &compiled(
-            key, "lum_attention_stream", [&] { return stream_attention_source(spec); },
+            key, prefix, "lum_attention_stream", [&] { return stream_attention_source(spec); },
             stream_attention_shared_bytes(spec)),
         rows);
   } else if (kernels.empty()) {
@@ -436,9 +463,10 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
     const std::string key =
         key_of({0, int64_t(q_type), int64_t(k_type), int64_t(v_type), int64_t(out_type), d, dv,
                 key_vec, value_vec, spec.lanes, rows});
-    kernels.emplace_back(&compiled(
-                             key, "lum_attention", [&] { return attention_source(spec); }, 0),
-                         rows);
+    kernels.emplace_back(
+        &compiled(
+            key, prefix, "lum_attention", [&] { return attention_source(spec); }, 0),
+        rows);
   }
   // One launch of kernel `c` (its mask pass and combine included), on a copy of the
   // arguments, which each kernel's rows complete.
@@ -503,7 +531,8 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
   // model's pick, the first, unless the search is off).
   size_t pick = 0;
   if (kernels.size() > 1 && searcher_.settings().mode != runtime::SearchMode::Off) {
-    const ShapeKey shape{q_type, k_type, v_type, out_type, d, dv, keys, a.shared_rows, kv_points};
+    const ShapeKey shape{q_type, k_type, v_type,        out_type,  d,
+                         dv,     keys,   a.shared_rows, kv_points, prefix};
     if (const auto found = choice_.find(shape); found != choice_.end()) {
       pick = found->second;
     } else {
@@ -513,6 +542,7 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
         p.signature += " " + std::string(dtype_name(t));
       for (int64_t x : {d, dv, keys, a.shared_rows, kv_points})
         p.signature += " " + std::to_string(x);
+      if (computed) p.signature += " computed-mask";
       for (const auto& c : kernels)
         p.candidates.push_back({c.second == kWgmmaAttentionRows ? "wgmma, 128 rows a block"
                                                                 : "mma.sync, 64 rows a block",

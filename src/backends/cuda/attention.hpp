@@ -9,12 +9,14 @@
 #include <memory>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "backends/cuda/attention_common.hpp"
 #include "backends/cuda/attention_mma.hpp"
 #include "backends/cuda/device.hpp"
 #include "backends/cuda/nvrtc.hpp"
 #include "luminal/dtype.hpp"
+#include "luminal/expr.hpp"
 #include "luminal/view.hpp"
 #include "runtime/search.hpp"
 
@@ -33,6 +35,16 @@ struct AttentionKernel {
 /// The kernels' CUDA source for one specialisation (CI compiles some for sm_90).
 std::string attention_source(const AttentionKernel& spec);
 
+/// A mask the kernels compute from its index expression (compiler::computed_mask) rather
+/// than read as bytes: no mask is stored, and a causal prompt's tiles are told apart by
+/// comparing indices.
+struct ComputedMask {
+  explicit ComputedMask(Expr keep);
+  std::string source;             // the defines a kernel's source starts with
+  std::vector<std::string> dims;  // the symbolic dims keep reads, in mask_dims order
+  std::vector<int64_t> values;    // theirs this run (at most kMaxComputedMaskDims)
+};
+
 class Attention {
  public:
   Attention(const Device& device, runtime::Searcher& searcher)
@@ -40,7 +52,8 @@ class Attention {
 
   /// out[batch..., M, Dv] = softmax over T of (q . k * scale, or -inf where the mask is
   /// false) times v, for AttentionOp operand views q, k ([batch..., M, D, T]), v
-  /// ([batch..., M, T, Dv]) and mask ([batch..., M, T], bool) over device buffers.
+  /// ([batch..., M, T, Dv]) and mask ([batch..., M, T], bool) over device buffers; where
+  /// `computed` is given, the mask's view only names its dims and nothing is read.
   /// Queries, keys, values and the output may each be f32, f16 or bf16. Prompts over
   /// half-precision keys and values run on tensor cores (attention_wgmma.hpp on Hopper,
   /// attention_mma.hpp). False, launching nothing, where a view is padded or there are more than
@@ -48,8 +61,8 @@ class Attention {
   /// caller runs the op elsewhere.
   bool run(const ConcreteView& q, const void* q_data, DType q_type, const ConcreteView& k,
            const void* k_data, DType k_type, const ConcreteView& v, const void* v_data,
-           DType v_type, const ConcreteView& mask, const void* mask_data, double scale, void* out,
-           DType out_type);
+           DType v_type, const ConcreteView& mask, const void* mask_data,
+           const ComputedMask* computed, double scale, void* out, DType out_type);
 
  private:
   struct Compiled {
@@ -66,19 +79,20 @@ class Attention {
     size_t kernel_params = 1;          // the attention kernel's: its arguments, and the
                                        // warpgroup kernel's two tensor maps
   };
-  // The module cached under `key` (the specialisation's fields), compiled from source()
-  // on first use.
-  const Compiled& compiled(const std::string& key, const std::string& kernel,
-                           const std::function<std::string()>& source, size_t shared_bytes,
-                           int threads = kAttentionThreads, int64_t tile_keys = kMmaAttentionKeys);
+  // The module cached under `key` (the specialisation's fields) and `prefix` (a computed
+  // mask's defines, or ""), compiled from prefix + source() on first use.
+  const Compiled& compiled(const std::string& key, const std::string& prefix,
+                           const std::string& kernel, const std::function<std::string()>& source,
+                           size_t shared_bytes, int threads = kAttentionThreads,
+                           int64_t tile_keys = kMmaAttentionKeys);
 
   const Device& device_;
   runtime::Searcher& searcher_;  // between the two tensor-core kernels of Hopper's prompts
   std::map<std::string, Compiled> kernels_;  // by specialisation
   // The searched kernel's index by the op's shape: types (q, k, v, out), head dims, keys,
-  // shared rows and kv points.
-  using ShapeKey =
-      std::tuple<DType, DType, DType, DType, int64_t, int64_t, int64_t, int64_t, int64_t>;
+  // shared rows, kv points and a computed mask's expression.
+  using ShapeKey = std::tuple<DType, DType, DType, DType, int64_t, int64_t, int64_t, int64_t,
+                              int64_t, std::string>;
   std::map<ShapeKey, size_t> choice_;
   // Split rows' partial results, the mask tiles' flags and keep bits, and the split
   // blocks' arrival counts (zero between launches), kept while a CUDA graph may read them.

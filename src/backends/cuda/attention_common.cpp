@@ -21,8 +21,24 @@ struct LumAttnArgs {
   long long key_tiles, mask_points;
   long long kv_dim[4], kv_q[4], kv_k[4], kv_v[4], kv_m[4], kv_o[4];
   long long sh_dim[4], sh_q[4], sh_m[4], sh_o[4];
+  long long mask_dims[LUM_AT_MASK_DIMS];
   float scale, unused;
 };
+// Whether mask row m keeps key t: m is the row's offset into the mask's bytes, or, where
+// the mask is computed from its index expression (LUM_AT_KEEP over lum_m, lum_t and the
+// dims LUM_AT_KEEP_DIMS declares), the row's coordinate (its offsets then count rows).
+#ifdef LUM_AT_KEEP
+#define LUM_AT_MASK_BYTES 0
+LUM_FN bool lum_at_keep(const LumAttnArgs& lum_a, long long lum_m, long long lum_t) {
+  LUM_AT_KEEP_DIMS
+  return (LUM_AT_KEEP) != 0;
+}
+#else
+#define LUM_AT_MASK_BYTES 1
+LUM_FN bool lum_at_keep(const LumAttnArgs& a, long long m, long long t) {
+  return a.mask[m + t * a.m_t] != 0;
+}
+#endif
 struct lum_at_f32 {
   typedef float T;
   static __device__ __forceinline__ float get(float x) { return x; }
@@ -334,7 +350,7 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_mask_
     long long qr = 0, m = mo, orow = 0;
     lum_at_row(a, tile * kFaRows + r, qr, m, orow);
     const unsigned char* src = a.mask + m + t0 * a.m_t;
-    if (n == kFaKeys && a.m_t == 1 && ((unsigned long long)src % 16) == 0) {
+    if (LUM_AT_MASK_BYTES && n == kFaKeys && a.m_t == 1 && ((unsigned long long)src % 16) == 0) {
 #pragma unroll
       for (int i = 0; i < kFaKeys / 16; ++i) {
         const uint4 x = *(const uint4*)(src + 16 * i);
@@ -347,7 +363,7 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_mask_
       }
     } else {
       for (int j = 0; j < kFaKeys; ++j) {
-        const bool keep = j < n && src[j * a.m_t] != 0;
+        const bool keep = j < n && lum_at_keep(a, m, t0 + j);
         any |= keep, all &= keep;
       }
     }
@@ -363,12 +379,11 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_mask_
     if (r < rows) {
       long long qr = 0, m = mo, orow = 0;
       lum_at_row(a, tile * kFaRows + r, qr, m, orow);
-      const unsigned char* src = a.mask + m + t0 * a.m_t;
 #pragma unroll
       for (int t = 0; t < 4; ++t)
         for (int b = 0; b < kFaKeys / 4; ++b) {
           const int j = 8 * (b / 2) + 2 * t + b % 2;  // key of bit b of word t
-          if (j < n && src[j * a.m_t] != 0) words[t] |= 1u << b;
+          if (j < n && lum_at_keep(a, m, t0 + j)) words[t] |= 1u << b;
         }
     }
     *(uint4*)(a.tile_bits + (w * kFaRows + r) * 4) = make_uint4(words[0], words[1], words[2], words[3]);
@@ -501,6 +516,7 @@ std::string attention_program(const AttentionOperands& operands,
   define("LUM_AT_DV", std::to_string(operands.dv));
   define("LUM_AT_THREADS", std::to_string(threads));
   define("LUM_AT_MAX_SPLITS", std::to_string(kAttentionMaxSplits));
+  define("LUM_AT_MASK_DIMS", std::to_string(compiler::kMaxComputedMaskDims));
   define("LUM_FA_KBF16", operands.k == DType::BF16 ? "true" : "false");
   define("LUM_FA_VBF16", operands.v == DType::BF16 ? "true" : "false");
   for (const auto& [name, value] : defines) define(name, value);

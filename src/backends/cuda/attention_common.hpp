@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "luminal/compiler/attention_op.hpp"
 #include "luminal/dtype.hpp"
 
 namespace luminal::cudagen {
@@ -51,6 +52,8 @@ struct AttentionArgs {
   // sh dims: sizes and strides of q, mask and output rows.
   int64_t sh_dim[kAttentionMaxDims], sh_q[kAttentionMaxDims], sh_m[kAttentionMaxDims],
       sh_o[kAttentionMaxDims];
+  // A computed mask's dims (Attention::run's ComputedMask), its keep expression's order.
+  int64_t mask_dims[compiler::kMaxComputedMaskDims];
   float scale;  // times log2(e): scores go through 2^x
   float unused;
 };

@@ -111,12 +111,12 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_mma(c
     const int n = r < rows ? (int)max(0LL, min(32LL, t_end - t0)) : 0;
     const unsigned char* src = a.mask + row_m[r] + t0 * a.m_t;
     const uint32_t dst = ms_at + buf * kMaskBytes + r * kFaMaskStride + c0;
-    if (a.m_t == 1 && ((unsigned long long)src % 16) == 0) {
+    if (LUM_AT_MASK_BYTES && a.m_t == 1 && ((unsigned long long)src % 16) == 0) {
       lum_at_cp16(dst, n > 0 ? src : a.mask, min(n, 16));
       lum_at_cp16(dst + 16, n > 16 ? src + 16 : a.mask, max(0, min(n - 16, 16)));
     } else {
       for (int j = 0; j < 32; ++j)
-        ms[buf * kMaskBytes + r * kFaMaskStride + c0 + j] = j < n && src[j * a.m_t] != 0;
+        ms[buf * kMaskBytes + r * kFaMaskStride + c0 + j] = j < n && lum_at_keep(a, row_m[r], t0 + j);
     }
   };
   LumFaTiles tiles(a, point, tile, kt_end);

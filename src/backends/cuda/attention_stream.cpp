@@ -157,7 +157,7 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_strea
       const int p = lane + 32 * x, rr = p / kStKeys;
       const long long r = rr < rows ? row_m[rr] : -1, t = t0 + p % kStKeys;
 #endif
-      mk[x] = j < mine && r >= 0 && t < t_end && a.mask[r + t * a.m_t];
+      mk[x] = j < mine && r >= 0 && t < t_end && lum_at_keep(a, r, t);
     }
   };
 

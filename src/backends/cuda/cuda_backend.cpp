@@ -36,6 +36,7 @@
 #include "luminal/expert_matmul_op.hpp"
 #include "luminal/graph.hpp"
 #include "luminal/quant.hpp"
+#include "luminal/reference.hpp"
 #include "luminal/top_k_op.hpp"
 #include "runtime/env.hpp"
 #include "runtime/kernel_errors.hpp"
@@ -105,6 +106,14 @@ class CudaExecutable final : public Executable {
         seen[r.value] = true;
       }
     views_.resize(plan_.kernels.size());
+    computed_masks_.resize(plan_.kernels.size());
+    for (size_t k = 0; k < plan_.kernels.size(); ++k) {
+      const Node& n = g.node(plan_.kernels[k].root);
+      if (n.op != Op::Custom || n.inputs.size() != 4 || plan_.is_materialized(n.inputs[3].source))
+        continue;
+      if (const std::optional<Expr> keep = compiler::computed_mask(g, n))
+        computed_masks_[k].emplace(*keep);
+    }
     value_ptr_.assign(plan_.kernels.size(), nullptr);
     owned_.resize(plan_.kernels.size());
     // What is released after each kernel: a group's members' reads stay till its last.
@@ -727,10 +736,20 @@ class CudaExecutable final : public Executable {
         return;
     } else if (const auto* at = dynamic_cast<const compiler::AttentionOp*>(n.custom.get());
                at && source_dtype(n, 3) == DType::Bool) {
+      std::optional<cudagen::ComputedMask>& computed = computed_masks_[k];
+      if (computed) {
+        computed->values.clear();
+        for (const std::string& d : computed->dims) {
+          const std::optional<int64_t> value = user.dims().get(d);
+          LUM_CHECK(value) << "unbound symbolic dimension '" << d << "' (bind it with set_dim)";
+          computed->values.push_back(*value);
+        }
+      }
       if (attention_.run(views[0], operand(n.inputs[0].source), source_dtype(n, 0), views[1],
                          operand(n.inputs[1].source), source_dtype(n, 1), views[2],
                          operand(n.inputs[2].source), source_dtype(n, 2), views[3],
-                         operand(n.inputs[3].source), at->scale, out, n.dtype))
+                         computed ? nullptr : operand(n.inputs[3].source),
+                         computed ? &*computed : nullptr, at->scale, out, n.dtype))
         return;
     } else if (dynamic_cast<const ExpertMatMulOp*>(n.custom.get())) {
       if (run_experts(n, views, out)) return;
@@ -747,11 +766,14 @@ class CudaExecutable final : public Executable {
     std::vector<std::vector<int64_t>> shapes;
     for (size_t i = 0; i < n.inputs.size(); ++i) {
       // A user input is read where it is set (a block-stored one decoded, as the reference
-      // semantics read it); a computed value is copied back first.
+      // semantics read it); a computed value is copied back first; an iota left to the
+      // kernel (a computed mask) is computed here.
       const NodeId r = plan_.canon(n.inputs[i].source);
       const int32_t slot = liveness_.slot_of[r.value];
       const Node& source = program_.graph->node(r);
-      Buffer data = slot >= 0 ? download(user, static_cast<size_t>(slot)) : host_input(user, r);
+      Buffer data = slot >= 0               ? download(user, static_cast<size_t>(slot))
+                    : source.op == Op::Iota ? source_values(source, user.dims())
+                                            : host_input(user, r);
       if (slot < 0 && source.quant != kPlainStorage) data = dequantized(source, data);
       in.push_back(read_view(data, views[i]));
       shapes.push_back(views[i].dims);
@@ -1053,6 +1075,9 @@ class CudaExecutable final : public Executable {
   std::vector<void*> launch_pointers_, launch_args_;            // reused by every launch
   std::vector<NodeId> inputs_read_;  // user inputs the kernels read, each once
   std::vector<runtime::ResolvedViews> views_;
+  // By kernel: an Attention's mask computed in its kernels (not stored), its dims' values
+  // set each run.
+  std::vector<std::optional<cudagen::ComputedMask>> computed_masks_;
   std::vector<uint32_t> shared_runs_;                   // per kernel (shared_product_runs, checked)
   std::vector<cudagen::GemvMatrix> shared_weights_;     // run_shared_products', for its capacity
   std::vector<cudagen::QuantMatrix> shared_quantised_;  // the same, over block formats
@@ -1172,7 +1197,7 @@ CompiledProgram compile_program(const Graph& graph, const std::string& arch, boo
                                 bool library_in_background) {
   CompiledProgram c{runtime::optimize_and_plan(
                         graph, fuse ? compiler::Fusion::RecomputeShared : compiler::Fusion::Off,
-                        {.product_fusions = true}),
+                        {.product_fusions = true}, /*computed_masks=*/true),
                     {},
                     {},
                     {}};

@@ -52,26 +52,6 @@ void copy_element(Buffer& dst, size_t i, const Buffer& src, size_t j) {
               static_cast<const std::byte*>(src.data()) + j * size, size);
 }
 
-Buffer eval_source(const Node& n, const Bindings& dims) {
-  if (n.op == Op::Constant) {
-    Buffer out(n.dtype, 1);
-    if (n.value.is_int) {
-      out.set_i64(0, n.value.i);
-    } else {
-      out.set_f64(0, n.value.f);
-    }
-    return out;
-  }
-  LUM_ASSERT(n.op == Op::Iota) << "eval_source on " << op_name(n.op);
-  Buffer out(n.dtype, count(n.shape, dims));
-  Bindings b = dims;
-  for (size_t z = 0; z < out.numel(); ++z) {
-    b.set("z", static_cast<int64_t>(z));
-    out.set_i64(z, n.iota.eval(b));
-  }
-  return out;
-}
-
 double apply_float_unary(Op op, double x) {
   switch (op) {
     case Op::Log2:
@@ -298,7 +278,7 @@ class ReferenceExecutable final : public Executable {
                          const std::vector<int64_t>& in_shape, const Bindings& dims) {
     switch (traits(n.op).category) {
       case OpCategory::Source:
-        return eval_source(n, dims);
+        return source_values(n, dims);
       case OpCategory::Unary:
         return eval_unary(n, std::move(in[0]));
       case OpCategory::Binary:
@@ -322,6 +302,26 @@ class ReferenceExecutable final : public Executable {
 };
 
 }  // namespace
+
+Buffer source_values(const Node& n, const Bindings& dims) {
+  if (n.op == Op::Constant) {
+    Buffer out(n.dtype, 1);
+    if (n.value.is_int) {
+      out.set_i64(0, n.value.i);
+    } else {
+      out.set_f64(0, n.value.f);
+    }
+    return out;
+  }
+  LUM_ASSERT(n.op == Op::Iota) << "source_values on " << op_name(n.op);
+  Buffer out(n.dtype, count(n.shape, dims));
+  Bindings b = dims;
+  for (size_t z = 0; z < out.numel(); ++z) {
+    b.set("z", static_cast<int64_t>(z));
+    out.set_i64(z, n.iota.eval(b));
+  }
+  return out;
+}
 
 std::unique_ptr<Executable> ReferenceBackend::compile(const Graph&) const {
   return std::make_unique<ReferenceExecutable>();
