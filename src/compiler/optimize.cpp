@@ -440,11 +440,7 @@ Optimized optimize(const Graph& g, const OptimizeOptions& options) {
   std::vector<ClassId> roots;
   for (NodeId o : g.outputs()) roots.push_back(low.class_of(o));
   eg::Extraction x;
-  for (ClassId r : roots) {
-    const eg::Extraction part =
-        eg::extract_greedy(low.egraph, r, kernel_cost, eg::CostCombine::Max);
-    x.choice.insert(part.choice.begin(), part.choice.end());
-  }
+  if (!roots.empty()) x = eg::extract_greedy(low.egraph, roots, kernel_cost, eg::CostCombine::Max);
   Rebuild rebuild(g, low, low.egraph, x, out);
   for (NodeId o : g.outputs()) {
     const NodeId n = rebuild.value(low.class_of(o));

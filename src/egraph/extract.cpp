@@ -2,6 +2,7 @@
 #include "luminal/egraph/extract.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <random>
 #include <set>
@@ -14,11 +15,14 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// Keeps only the classes reachable from the root through the chosen nodes.
-Extraction reachable(const EGraph& g, ClassId root, const std::vector<uint32_t>& best) {
+// Keeps only the classes reachable from the roots through the chosen nodes.
+Extraction reachable(const EGraph& g, std::span<const ClassId> roots,
+                     const std::vector<uint32_t>& best) {
   Extraction x;
-  x.root = g.find(root);
-  std::vector<ClassId> stack{x.root};
+  LUM_ASSERT(!roots.empty()) << "extract: no root";
+  x.root = g.find(roots[0]);
+  std::vector<ClassId> stack;
+  for (ClassId r : roots) stack.push_back(g.find(r));
   while (!stack.empty()) {
     const ClassId c = stack.back();
     stack.pop_back();
@@ -46,13 +50,20 @@ std::vector<uint32_t> greedy_choices(const EGraph& g, const CostFn& cost,
   const size_t n = classes.empty() ? 0 : classes.back().v + 1;
   std::vector<double> best_cost(n, kInf);
   std::vector<uint32_t> best(n, UINT32_MAX);
+  // Each node's own cost, asked once: the fixed point below sweeps every node until
+  // nothing changes, and a backend's cost function is not free.
+  uint32_t nodes = 0;
+  for (ClassId c : classes)
+    for (uint32_t node : g.node_ids(c)) nodes = std::max(nodes, node + 1);
+  std::vector<double> own_cost(nodes, std::numeric_limits<double>::quiet_NaN());
   // Fixed point: a class's cost only drops, and only finite children count, so cycles
   // simply never become the cheapest way.
   for (bool changed = true; changed;) {
     changed = false;
     for (ClassId c : classes) {
       for (uint32_t node : g.node_ids(c)) {
-        const double own = cost(g, node);
+        if (std::isnan(own_cost[node])) own_cost[node] = cost(g, node);
+        const double own = own_cost[node];
         double total = own;
         for (ClassId ch : g.node_children(node)) {
           const double k = best_cost[g.find(ch).v];
@@ -72,7 +83,12 @@ std::vector<uint32_t> greedy_choices(const EGraph& g, const CostFn& cost,
 }  // namespace
 
 Extraction extract_greedy(const EGraph& g, ClassId root, const CostFn& cost, CostCombine combine) {
-  return reachable(g, root, greedy_choices(g, cost, combine));
+  return extract_greedy(g, std::span(&root, 1), cost, combine);
+}
+
+Extraction extract_greedy(const EGraph& g, std::span<const ClassId> roots, const CostFn& cost,
+                          CostCombine combine) {
+  return reachable(g, roots, greedy_choices(g, cost, combine));
 }
 
 Extraction extract_dag(const EGraph& g, ClassId root, const CostFn& cost) {
@@ -109,7 +125,7 @@ Extraction extract_dag(const EGraph& g, ClassId root, const CostFn& cost) {
       }
     }
   }
-  Extraction x = reachable(g, root, best);
+  Extraction x = reachable(g, std::span(&root, 1), best);
   LUM_ASSERT(is_acyclic(g, x)) << "extract_dag produced a cycle";
   return x;
 }

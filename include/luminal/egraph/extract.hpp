@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -38,6 +39,11 @@ struct Extraction {
 enum class CostCombine { Sum, Max };
 
 Extraction extract_greedy(const EGraph& g, ClassId root, const CostFn& cost,
+                          CostCombine combine = CostCombine::Sum);
+/// The same for several roots from one choice table (so what they share stays shared): the
+/// classes any of them reaches; `root` is the first. One pass over the e-graph, however
+/// many roots (a decoding graph has one per layer's cache).
+Extraction extract_greedy(const EGraph& g, std::span<const ClassId> roots, const CostFn& cost,
                           CostCombine combine = CostCombine::Sum);
 Extraction extract_dag(const EGraph& g, ClassId root, const CostFn& cost);
 
