@@ -445,7 +445,8 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
     kernels.emplace_back(
         &compiled(
             key, prefix, "lum_attention_stream", [&] { return stream_attention_source(spec); },
-            stream_attention_shared_bytes(spec)),
+            stream_attention_shared_bytes(spec), kAttentionThreads,
+            stream_attention_stage_keys(spec)),
         rows);
   } else if (kernels.empty()) {
     AttentionKernel spec{q_type, k_type, v_type, out_type, d, dv, key_vec, value_vec, 1, 1};
@@ -463,10 +464,10 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
     const std::string key =
         key_of({0, int64_t(q_type), int64_t(k_type), int64_t(v_type), int64_t(out_type), d, dv,
                 key_vec, value_vec, spec.lanes, rows});
-    kernels.emplace_back(
-        &compiled(
-            key, prefix, "lum_attention", [&] { return attention_source(spec); }, 0),
-        rows);
+    kernels.emplace_back(&compiled(
+                             key, prefix, "lum_attention", [&] { return attention_source(spec); },
+                             0, kAttentionThreads, kChunk),
+                         rows);
   }
   // One launch of kernel `c` (its mask pass and combine included), on a copy of the
   // arguments, which each kernel's rows complete.
@@ -476,13 +477,15 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
     a.row_tiles = (a.shared_rows + rows - 1) / rows;
 
     // Split the keys where (kv point, tile) pairs alone would leave SMs idle, into as many
-    // pieces as fill the GPU once.
+    // pieces as fill the GPU once, each of whole tiles (fine enough that the pieces come
+    // out as many as asked: one SM with a block less than the others waits for them).
     const int64_t pairs = kv_points * a.row_tiles;
-    const int64_t chunks = (keys + kChunk - 1) / kChunk;
+    const int64_t key_tiles = (keys + kernel->tile_keys - 1) / kernel->tile_keys;
     const int64_t resident =
         int64_t{device_.multiprocessors()} * std::max(kernel->blocks_per_sm, 1);
-    const int64_t splits = std::clamp<int64_t>(resident / pairs, 1, std::min(chunks, kMaxSplits));
-    a.keys_per_split = (chunks + splits - 1) / splits * kChunk;
+    const int64_t splits =
+        std::clamp<int64_t>(resident / pairs, 1, std::min(key_tiles, kMaxSplits));
+    a.keys_per_split = (key_tiles + splits - 1) / splits * kernel->tile_keys;
     a.splits = (keys + a.keys_per_split - 1) / a.keys_per_split;
     if (a.splits > 1)
       a.partials = static_cast<float*>(grown(

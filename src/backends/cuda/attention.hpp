@@ -74,7 +74,8 @@ class Attention {
     size_t shared_bytes = 0;           // dynamic, a block
     int blocks_per_sm = 0;             // resident at once
     int threads = 0;                   // a block, of every kernel of the module
-    int64_t tile_keys = 0;             // keys a tile of the pass over the mask
+    int64_t tile_keys = 0;             // keys a tile (of the pass over the mask, if any):
+                                       // a split's keys come in whole tiles
     int64_t tile_bit_rows = 0;         // rows a tile where the pass writes keep bits
     size_t kernel_params = 1;          // the attention kernel's: its arguments, and the
                                        // warpgroup kernel's two tensor maps

@@ -399,7 +399,7 @@ int64_t stages(const StreamAttentionKernel& s) {
 // cores: about kStageBytes of keys and values, a whole number of a step's keys, at most
 // 32, and at most 16 / rows steps (each step's scores are held for every row till the
 // stage's max is known).
-int64_t stage_keys(const StreamAttentionKernel& s) {
+int64_t stage_keys(const StreamAttentionKernel& s) {  // (stream_attention_stage_keys)
   if (s.tensor_cores) return 16;
   const int64_t step = 32 / pieces(s.k, s.d);
   const int64_t steps = std::max<int64_t>(1, 16 / s.rows);
@@ -434,6 +434,10 @@ size_t stream_attention_shared_bytes(const StreamAttentionKernel& s) {
   const int64_t pieces_at_end = kWarps * s.rows * (s.dv + 2) * 4;
   const int64_t combine = kWarps * kAttentionMaxSplits * 4;
   return static_cast<size_t>(std::max({in_flight, queries, pieces_at_end, combine}));
+}
+
+int64_t stream_attention_stage_keys(const StreamAttentionKernel& s) {
+  return stage_keys(s);
 }
 
 }  // namespace luminal::cudagen

@@ -39,4 +39,7 @@ std::string stream_attention_source(const StreamAttentionKernel& spec);
 /// Dynamic shared memory a block takes.
 size_t stream_attention_shared_bytes(const StreamAttentionKernel& spec);
 
+/// The keys of a warp's stage: a split's keys come in whole stages.
+int64_t stream_attention_stage_keys(const StreamAttentionKernel& spec);
+
 }  // namespace luminal::cudagen
