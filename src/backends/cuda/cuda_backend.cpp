@@ -796,21 +796,17 @@ class CudaExecutable final : public Executable {
     const size_t stacks = n.inputs.size() - 2;
     formats_.resize(stacks);
     stack_data_.resize(stacks);
-    bool plain = true;
+    bool plain = true;  // every stack in a storage the kernels read
     for (size_t i = 0; i < stacks; ++i) {
       const Node& w = program_.graph->node(plan_.canon(n.inputs[i + 2].source));
-      const auto type = static_cast<GgmlType>(w.quant);
-      if (w.quant != kPlainStorage && !cudagen::quant_products_support(w.quant) &&
-          type != GgmlType::F32 && type != GgmlType::F16 && type != GgmlType::BF16)
+      if (w.quant != kPlainStorage && !cudagen::expert_products_support(w.quant))
         throw Error("cuda: no GPU kernel decodes " + ggml_type_name(w.quant) + " (experts '" +
                     w.name +
                     "'); convert the model to a supported type or run it with --device cpu");
-      plain &= w.quant != kPlainStorage || w.dtype == DType::F32 || w.dtype == DType::F16 ||
-               w.dtype == DType::BF16;
-      formats_[i] = w.quant != kPlainStorage ? w.quant
-                    : w.dtype == DType::F16  ? static_cast<uint32_t>(GgmlType::F16)
-                    : w.dtype == DType::BF16 ? static_cast<uint32_t>(GgmlType::BF16)
-                                             : static_cast<uint32_t>(GgmlType::F32);
+      const std::optional<uint32_t> format =
+          w.quant != kPlainStorage ? std::optional(w.quant) : ggml_type_of(w.dtype);
+      plain &= format.has_value();
+      formats_[i] = format.value_or(0);
       stack_data_[i] = operand(n.inputs[i + 2].source);
     }
     return plain && source_dtype(n, 0) == DType::F32 && n.dtype == DType::F32 &&

@@ -91,6 +91,12 @@ std::string expert_products_source() {
   return std::string(cuda_prelude()) + kSource;
 }
 
+bool expert_products_support(uint32_t format) {
+  const auto type = static_cast<GgmlType>(format);
+  return type == GgmlType::F32 || type == GgmlType::F16 || type == GgmlType::BF16 ||
+         quant_products_support(format);
+}
+
 bool ExpertProducts::run(const ConcreteView& x, const void* x_data, const ConcreteView& ids,
                          const void* ids_data, DType ids_type, std::span<const ConcreteView> stacks,
                          std::span<const void* const> stack_data, std::span<const uint32_t> formats,
@@ -121,12 +127,8 @@ bool ExpertProducts::run(const ConcreteView& x, const void* x_data, const Concre
   }
   // Each run of stacks of one format (up to kExpertStacks) as one launch. (Formats are
   // checked first; should a later run still refuse, the caller's fallback writes all of y.)
-  for (const uint32_t f : formats) {
-    const auto type = static_cast<GgmlType>(f);
-    if (type != GgmlType::F32 && type != GgmlType::F16 && type != GgmlType::BF16 &&
-        !quant_products_support(f))
-      return false;
-  }
+  for (const uint32_t f : formats)
+    if (!expert_products_support(f)) return false;
   int64_t column = 0;
   for (size_t first = 0, last = 0; first < stacks.size(); first = last) {
     Experts run = e;

@@ -21,6 +21,10 @@ namespace luminal::cudagen {
 /// The float kernels' CUDA source (CI compiles it for sm_90).
 std::string expert_products_source();
 
+/// Whether stacks stored in ggml type `format` have a kernel: F32, F16, BF16 or a block
+/// format QuantProducts decodes.
+bool expert_products_support(uint32_t format);
+
 class ExpertProducts {
  public:
   ExpertProducts(const Device& device, QuantProducts& quant, ViewCopy& copy)

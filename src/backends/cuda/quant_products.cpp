@@ -720,8 +720,29 @@ int64_t QDotShape::rows_a_block() const {
   return kQuantGemvThreads / (32 * split) * rows;
 }
 
-std::string QDotShape::kernel_name() const {
-  return "lum_qdot_s" + std::to_string(split) + "_r" + std::to_string(rows);
+std::string QDotShape::kernel_name(const std::string& family) const {
+  return family + "_s" + std::to_string(split) + "_r" + std::to_string(rows);
+}
+
+QuantProducts::QDotChoice QuantProducts::searched_shape(
+    uint32_t format, const std::string& family, std::string signature,
+    const std::function<void(const void*, int64_t)>& launch, const void* out, size_t count) {
+  size_t pick = 0;
+  if (searcher_.settings().mode != runtime::SearchMode::Off) {
+    runtime::SearchProblem p;
+    p.signature = std::move(signature);
+    for (const QDotShape& s : kQDotShapes) {
+      const std::string name = s.kernel_name(family);
+      p.candidates.push_back(
+          {name, [&, s, name] { launch(kernel(format, name.c_str()), s.rows_a_block()); }});
+    }
+    DeviceTrials trials(device_);
+    // The shapes differ only in the order partial sums meet: a few ulps of the largest terms.
+    trials.judge(p, out, count, DType::F32, 1e-4);
+    pick = searcher_.choose(p).winner;
+  }
+  const QDotShape& s = kQDotShapes[pick];
+  return {kernel(format, s.kernel_name(family).c_str()), s.rows_a_block()};
 }
 
 bool integer_products_support(uint32_t format) {
@@ -801,30 +822,18 @@ void QuantProducts::integer_product(uint32_t format, int64_t k,
                          args, 0),
           "launching a quantised product");
   };
-  auto launch_shape = [&](const QDotShape& s) {
-    launch(kernel(format, s.kernel_name().c_str()), s.rows_a_block());
-  };
   auto chosen = choice_.find(key);
   if (chosen == choice_.end()) {
-    size_t pick = 0;
-    if (searcher_.settings().mode != runtime::SearchMode::Off) {
-      runtime::SearchProblem p;
-      p.signature = "qdot " + ggml_type_name(format) + " n=";
-      for (size_t i = 0; i < matrices.size(); ++i)
-        p.signature += (i ? "+" : "") + std::to_string(matrices[i].n);
-      p.signature += " k=" + std::to_string(k);
-      for (const QDotShape& s : kQDotShapes)
-        p.candidates.push_back({s.kernel_name(), [&, s] { launch_shape(s); }});
-      DeviceTrials trials(device_);
-      // The shapes differ only in the order the partial sums meet: a few ulps of the
-      // largest terms. (Judged on the last matrix's outputs: its blocks come after the
-      // others', so a wrong numbering shows there.)
-      trials.judge(p, matrices.back().y, static_cast<size_t>(matrices.back().n), DType::F32, 1e-4);
-      pick = searcher_.choose(p).winner;
-    }
-    const QDotShape& s = kQDotShapes[pick];
+    std::string signature = "qdot " + ggml_type_name(format) + " n=";
+    for (size_t i = 0; i < matrices.size(); ++i)
+      signature += (i ? "+" : "") + std::to_string(matrices[i].n);
+    signature += " k=" + std::to_string(k);
+    // (Judged on the last matrix's outputs: its blocks come after the others', so a wrong
+    // numbering shows there.)
     chosen =
-        choice_.emplace(key, QDotChoice{kernel(format, s.kernel_name().c_str()), s.rows_a_block()})
+        choice_
+            .emplace(key, searched_shape(format, "lum_qdot", std::move(signature), launch,
+                                         matrices.back().y, static_cast<size_t>(matrices.back().n)))
             .first;
   }
   launch(chosen->second.product, chosen->second.rows_a_block);
@@ -1033,28 +1042,15 @@ bool QuantProducts::run_experts(uint32_t format, const Experts& e, const float* 
   for (size_t i = 0; i < e.stacks; ++i) std::get<2>(key)[i] = e.stack[i].n;
   auto chosen = expert_choice_.find(key);
   if (chosen == expert_choice_.end()) {
-    auto name = [](const QDotShape& s) {
-      return "lum_qdot_experts_s" + std::to_string(s.split) + "_r" + std::to_string(s.rows);
-    };
-    size_t pick = 0;
-    if (searcher_.settings().mode != runtime::SearchMode::Off) {
-      runtime::SearchProblem p;
-      p.signature = "qdot experts " + ggml_type_name(format) + " n=";
-      for (size_t i = 0; i < e.stacks; ++i)
-        p.signature += (i ? "+" : "") + std::to_string(e.stack[i].n);
-      p.signature += " k=" + std::to_string(e.k) + " of " + std::to_string(e.count) +
-                     (few ? " few rows" : " many rows");
-      for (const QDotShape& s : kQDotShapes)
-        p.candidates.push_back(
-            {name(s), [&, s] { launch(kernel(format, name(s).c_str()), s.rows_a_block()); }});
-      DeviceTrials trials(device_);
-      // (Judged on every output: the shapes differ only in the order partial sums meet.)
-      trials.judge(p, y, static_cast<size_t>(slots_total * e.width), DType::F32, 1e-4);
-      pick = searcher_.choose(p).winner;
-    }
-    const QDotShape& s = kQDotShapes[pick];
+    std::string signature = "qdot experts " + ggml_type_name(format) + " n=";
+    for (size_t i = 0; i < e.stacks; ++i)
+      signature += (i ? "+" : "") + std::to_string(e.stack[i].n);
+    signature += " k=" + std::to_string(e.k) + " of " + std::to_string(e.count) +
+                 (few ? " few rows" : " many rows");
     chosen =
-        expert_choice_.emplace(key, QDotChoice{kernel(format, name(s).c_str()), s.rows_a_block()})
+        expert_choice_
+            .emplace(key, searched_shape(format, "lum_qdot_experts", std::move(signature), launch,
+                                         y, static_cast<size_t>(slots_total * e.width)))
             .first;
   }
   launch(chosen->second.product, chosen->second.rows_a_block);

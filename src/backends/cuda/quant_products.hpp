@@ -18,6 +18,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -46,7 +47,8 @@ constexpr int64_t kQuantChunkBytes = int64_t{64} << 20;
 struct QDotShape {
   int split = 4, rows = 4;
   int64_t rows_a_block() const;
-  std::string kernel_name() const;
+  /// The kernel of `family` ("lum_qdot", "lum_qdot_experts") in this shape.
+  std::string kernel_name(const std::string& family = "lum_qdot") const;
 };
 /// The shapes the search tries for each new matrix shape; the first is the default (the
 /// cost model's pick).
@@ -206,6 +208,13 @@ class QuantProducts {
   // expert) pairs are few (kExpertFewPairs).
   using ExpertKey = std::tuple<uint32_t, int64_t, std::array<int64_t, kExpertStacks>, bool>;
   std::map<ExpertKey, QDotChoice> expert_choice_;
+  // The kernel of `family` (QDotShape::kernel_name) over `format` for a new key: the
+  // search's pick among kQDotShapes under `signature`, each run by `launch` (the kernel,
+  // its rows a block) and judged on the `count` f32 outputs at `out`; the first shape
+  // with the search off.
+  QDotChoice searched_shape(uint32_t format, const std::string& family, std::string signature,
+                            const std::function<void(const void*, int64_t)>& launch,
+                            const void* out, size_t count);
   // lum_q8_row and lum_q8_row_norm, by format (each source has them)
   std::map<std::pair<uint32_t, bool>, const void*> quantize_kernel_;
 };
