@@ -123,6 +123,11 @@ Searcher::Searcher(std::string context, SearchSettings settings)
 
 Searcher::~Searcher() {
   if (progress_shown_) std::fputs("\r\033[K", stderr);
+  if (env_has("LUMINAL_LOG", "info") && searched_ + cached_ > 0)
+    std::fprintf(stderr,
+                 "luminal: search: %zu kernels timed in %.2f s (budget %.0f s), %zu winners "
+                 "read from the cache\n",
+                 searched_, spent_, settings_.budget_seconds, cached_);
 }
 
 SearchResult Searcher::choose(const SearchProblem& p) {
@@ -137,6 +142,7 @@ SearchResult Searcher::choose(const SearchProblem& p) {
     if (const std::optional<size_t> w = remembered_winner(key, labels)) {
       r.winner = *w;
       r.cached = true;
+      ++cached_;
       if (env_has("LUMINAL_LOG", "info"))
         std::fprintf(stderr, "luminal: search %s: %s (cached)\n", p.signature.c_str(),
                      labels[*w].c_str());
@@ -144,6 +150,7 @@ SearchResult Searcher::choose(const SearchProblem& p) {
     }
   if (spent_ >= settings_.budget_seconds) return r;
   r = search(p);
+  ++searched_;
   dump(p, r);
   const SearchTrial& win = r.trials[r.winner];
   if (env_has("LUMINAL_LOG", "info")) {

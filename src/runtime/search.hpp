@@ -17,7 +17,8 @@
 // a Searcher may spend timing; default 10 fast, 120 full): past the budget, kernels take
 // the cost model's pick, uncached, so a later process with time left searches them. While
 // searching, a progress line on stderr (a terminal); LUMINAL_LOG=info prints each
-// kernel's winner against the cost model's pick; LUMINAL_DUMP=search writes every
+// kernel's winner against the cost model's pick, and when the Searcher goes (with its
+// executable) how many kernels it timed, in how long; LUMINAL_DUMP=search writes every
 // candidate's times and verdict to search.json.
 #pragma once
 
@@ -126,6 +127,7 @@ class Searcher {
   std::string context_;
   SearchSettings settings_;
   double spent_ = 0;  // seconds timing so far
+  size_t searched_ = 0, cached_ = 0;  // kernels timed, and winners read from the cache
   bool progress_shown_ = false;
   std::string dumped_;  // search.json's entries so far
 };
