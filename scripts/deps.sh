@@ -2,7 +2,7 @@
 # Installs the build and test dependencies from Debian's packages (skips what is present).
 set -euo pipefail
 packages=(g++ cmake ninja-build ccache pkg-config libgtest-dev libbenchmark-dev libopenblas-dev libicu-dev
-          nlohmann-json3-dev)
+          nlohmann-json3-dev python3-dev python3-venv)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

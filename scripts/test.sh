@@ -7,3 +7,5 @@ bash scripts/build.sh
 bash scripts/get_model.sh > /dev/null || echo "note: the Gemma 3 model could not be installed; its tests will skip" >&2
 cd build
 ctest --output-on-failure --parallel "$(nproc)"
+# The Python module's tests ran as ctest's `python`; their pytest summary:
+grep -hE "^=* *[0-9]+ (passed|failed)" Testing/Temporary/LastTest.log | sed 's/^/python (pytest): /' || true

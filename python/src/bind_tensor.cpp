@@ -1,0 +1,239 @@
+// Tensor in Python (see bindings.hpp): PyTorch's names and broadcasting, NumPy in and out.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include "bindings.hpp"
+#include "luminal/graph.hpp"
+#include "luminal/tensor.hpp"
+#include "shapes.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace luminal::python {
+namespace {
+
+// A Tensor made from another keeps it (and so its Graph) alive.
+constexpr auto kKeep = nb::keep_alive<0, 1>();
+
+std::vector<Expr> dims_from_args(const nb::args& args) {
+  if (args.size() == 1 && !nb::isinstance<nb::int_>(args[0]) && !nb::isinstance<nb::str>(args[0]))
+    return shape_of(args[0]);
+  return shape_of(args);
+}
+
+std::vector<int> ints_from_args(const nb::args& args) {
+  if (args.size() == 1 && !nb::isinstance<nb::int_>(args[0])) return axes_of(args[0]);
+  return axes_of(args);
+}
+
+// The shape a tensor has with the graph's dims as bound now.
+std::vector<int64_t> concrete_shape(const Tensor& t) {
+  std::vector<int64_t> out;
+  for (Expr d : t.shape()) out.push_back(d.eval(t.graph().dims()));
+  return out;
+}
+
+}  // namespace
+
+void bind_tensor(nb::module_& m) {
+  nb::class_<Tensor> t(m, "Tensor",
+                       "A lazy value of a Graph: ops on it add nodes; its data exists after "
+                       "Graph.execute() for tensors marked with retrieve().");
+  t.def_prop_ro(
+       "shape",
+       [](const Tensor& x) {
+         nb::list out;
+         for (Expr d : x.shape()) out.append(dim_value(d));
+         return nb::tuple(out);
+       },
+       "The shape: ints, and symbolic dims as their names (or expressions).")
+      .def_prop_ro("dtype", &Tensor::dtype)
+      .def_prop_ro("ndim", &Tensor::rank)
+      .def(
+          "set",
+          [](Tensor& x, nb::ndarray<nb::numpy, nb::c_contig> a) -> Tensor& {
+            return x.set_buffer(buffer_from_array(x, a));
+          },
+          "array"_a, nb::rv_policy::reference,
+          "Sets an input's data from a NumPy array of its shape (converted to its dtype).")
+      .def(
+          "numpy", [](const Tensor& x) { return array_from_buffer(x.data(), concrete_shape(x)); },
+          "The data of a retrieved tensor after execute(), as a NumPy array (bf16 as float32).")
+      .def("retrieve", &Tensor::retrieve, nb::rv_policy::reference,
+           "Marks the tensor as an output, kept after execute() for numpy().")
+      .def("__repr__", [](const Tensor& x) {
+        std::string s = "luminal.Tensor(shape=(";
+        for (size_t i = 0; i < x.rank(); ++i) s += (i ? ", " : "") + x.shape()[i].to_string();
+        return s + "), dtype=" + std::string(dtype_name(x.dtype())) + ")";
+      });
+
+  // Arithmetic with a tensor or a number on either side (PyTorch broadcasting).
+#define LUM_PY_BINARY(name, rname, op)                                       \
+  t.def(                                                                     \
+      name, [](const Tensor& a, const Tensor& b) { return a op b; }, kKeep); \
+  t.def(                                                                     \
+      name, [](const Tensor& a, double b) { return a op b; }, kKeep);        \
+  t.def(                                                                     \
+      rname, [](const Tensor& a, double b) { return b op a; }, kKeep);
+  LUM_PY_BINARY("__add__", "__radd__", +)
+  LUM_PY_BINARY("__sub__", "__rsub__", -)
+  LUM_PY_BINARY("__mul__", "__rmul__", *)
+  LUM_PY_BINARY("__truediv__", "__rtruediv__", /)
+  LUM_PY_BINARY("__mod__", "__rmod__", %)
+#undef LUM_PY_BINARY
+  t.def(
+      "__neg__", [](const Tensor& a) { return -a; }, kKeep);
+  t.def("__matmul__", &Tensor::matmul, kKeep);
+  t.def("__pow__", nb::overload_cast<double>(&Tensor::pow, nb::const_), kKeep);
+#define LUM_PY_COMPARE(name, fn)                                               \
+  t.def(                                                                       \
+      name, [](const Tensor& a, const Tensor& b) { return fn(a, b); }, kKeep); \
+  t.def(                                                                       \
+      name, [](const Tensor& a, double b) { return fn(a, b); }, kKeep);
+  LUM_PY_COMPARE("__lt__", lt)
+  LUM_PY_COMPARE("__le__", le)
+  LUM_PY_COMPARE("__gt__", gt)
+  LUM_PY_COMPARE("__ge__", ge)
+  LUM_PY_COMPARE("eq", eq)
+  LUM_PY_COMPARE("ne", ne)
+#undef LUM_PY_COMPARE
+
+  // Elementwise hlops, no arguments.
+#define LUM_PY_UNARY(name) t.def(#name, &Tensor::name, kKeep);
+  LUM_PY_UNARY(exp)
+  LUM_PY_UNARY(log)
+  LUM_PY_UNARY(exp2)
+  LUM_PY_UNARY(log2)
+  LUM_PY_UNARY(sin)
+  LUM_PY_UNARY(cos)
+  LUM_PY_UNARY(sqrt)
+  LUM_PY_UNARY(rsqrt)
+  LUM_PY_UNARY(recip)
+  LUM_PY_UNARY(abs)
+  LUM_PY_UNARY(sign)
+  LUM_PY_UNARY(square)
+  LUM_PY_UNARY(relu)
+  LUM_PY_UNARY(sigmoid)
+  LUM_PY_UNARY(tanh)
+  LUM_PY_UNARY(silu)
+  LUM_PY_UNARY(gelu)
+  LUM_PY_UNARY(gelu_tanh)
+  LUM_PY_UNARY(erf)
+  LUM_PY_UNARY(floor)
+  LUM_PY_UNARY(ceil)
+  LUM_PY_UNARY(round)
+  LUM_PY_UNARY(logical_not)
+  LUM_PY_UNARY(contiguous)
+#undef LUM_PY_UNARY
+  t.def("leaky_relu", &Tensor::leaky_relu, "slope"_a = 0.01, kKeep)
+      .def("softplus", &Tensor::softplus, "beta"_a = 1.0, "threshold"_a = 20.0, kKeep)
+      .def("clamp", &Tensor::clamp, "min"_a, "max"_a, kKeep)
+      .def("pow", nb::overload_cast<double>(&Tensor::pow, nb::const_), "exponent"_a, kKeep)
+      .def("pow", nb::overload_cast<const Tensor&>(&Tensor::pow, nb::const_), "exponent"_a, kKeep)
+      .def("maximum", &Tensor::maximum, "other"_a, kKeep)
+      .def("minimum", &Tensor::minimum, "other"_a, kKeep)
+      .def("cast", &Tensor::cast, "dtype"_a, kKeep);
+
+  // Reductions over `axis` (an int, a sequence, or None for all).
+#define LUM_PY_REDUCE(name)                                \
+  t.def(                                                   \
+      #name,                                               \
+      [](const Tensor& x, nb::handle axis, bool keepdim) { \
+        return x.name(axes_of(axis), keepdim);             \
+      },                                                   \
+      "axis"_a = nb::none(), "keepdim"_a = false, kKeep);
+  LUM_PY_REDUCE(sum)
+  LUM_PY_REDUCE(max)
+  LUM_PY_REDUCE(min)
+  LUM_PY_REDUCE(mean)
+  LUM_PY_REDUCE(prod)
+#undef LUM_PY_REDUCE
+  t.def(
+       "var",
+       [](const Tensor& x, nb::handle axis, int64_t correction, bool keepdim) {
+         return x.var(axes_of(axis), correction, keepdim);
+       },
+       "axis"_a = nb::none(), "correction"_a = 1, "keepdim"_a = false, kKeep)
+      .def(
+          "std",
+          [](const Tensor& x, nb::handle axis, int64_t correction, bool keepdim) {
+            return x.std(axes_of(axis), correction, keepdim);
+          },
+          "axis"_a = nb::none(), "correction"_a = 1, "keepdim"_a = false, kKeep)
+      .def("argmax", &Tensor::argmax, "axis"_a, "keepdim"_a = false, kKeep)
+      .def("argmin", &Tensor::argmin, "axis"_a, "keepdim"_a = false, kKeep)
+      .def("cumsum", &Tensor::cumsum, "axis"_a, kKeep)
+      .def("cumprod", &Tensor::cumprod, "axis"_a, kKeep)
+      .def("softmax", &Tensor::softmax, "axis"_a = -1, kKeep)
+      .def("log_softmax", &Tensor::log_softmax, "axis"_a = -1, kKeep)
+      .def(
+          "layer_norm",
+          [](const Tensor& x, nb::handle axis, double eps) {
+            return x.layer_norm(axis.is_none() ? std::vector<int>{-1} : axes_of(axis), eps);
+          },
+          "axis"_a = nb::none(), "eps"_a = 1e-5, kKeep)
+      .def(
+          "rms_norm",
+          [](const Tensor& x, nb::handle axis, double eps) {
+            return x.rms_norm(axis.is_none() ? std::vector<int>{-1} : axes_of(axis), eps);
+          },
+          "axis"_a = nb::none(), "eps"_a = 1e-6, kKeep)
+      .def("matmul", &Tensor::matmul, "other"_a, kKeep);
+
+  // Shape ops.
+  t.def(
+       "reshape",
+       [](const Tensor& x, const nb::args& shape) { return x.reshape(dims_from_args(shape)); },
+       kKeep)
+      .def(
+          "permute",
+          [](const Tensor& x, const nb::args& axes) { return x.permute(ints_from_args(axes)); },
+          kKeep)
+      .def("transpose", &Tensor::transpose, "dim0"_a, "dim1"_a, kKeep)
+      .def("unsqueeze", &Tensor::unsqueeze, "axis"_a, kKeep)
+      .def(
+          "squeeze",
+          [](const Tensor& x, nb::handle axis) {
+            return axis.is_none() ? x.squeeze() : x.squeeze(nb::cast<int>(axis));
+          },
+          "axis"_a = nb::none(), kKeep)
+      .def("flatten", &Tensor::flatten, "start"_a = 0, "end"_a = -1, kKeep)
+      .def(
+          "slice",
+          [](const Tensor& x, int axis, nb::handle start, nb::handle end) {
+            return x.slice(axis, dim_of(start), dim_of(end));
+          },
+          "axis"_a, "start"_a, "end"_a, kKeep)
+      .def(
+          "expand",
+          [](const Tensor& x, const nb::args& shape) {
+            return x.broadcast_to(dims_from_args(shape));
+          },
+          kKeep)
+      .def("flip", &Tensor::flip, "axis"_a, kKeep)
+      .def("tril", &Tensor::tril, "k"_a = 0, kKeep)
+      .def("triu", &Tensor::triu, "k"_a = 0, kKeep)
+      .def("gather", &Tensor::gather, "indices"_a, kKeep)
+      .def("index_select", &Tensor::index_select, "axis"_a, "indices"_a, kKeep);
+
+  m.def(
+      "where", [](const Tensor& c, const Tensor& a, const Tensor& b) { return where(c, a, b); },
+      "cond"_a, "a"_a, "b"_a, kKeep, "cond ? a : b elementwise, broadcasting all three.");
+  m.def(
+      "where", [](const Tensor& c, const Tensor& a, double b) { return where(c, a, b); }, "cond"_a,
+      "a"_a, "b"_a, kKeep);
+  m.def(
+      "where", [](const Tensor& c, double a, const Tensor& b) { return where(c, a, b); }, "cond"_a,
+      "a"_a, "b"_a, kKeep);
+  m.def(
+      "concat", [](const std::vector<Tensor>& parts, int axis) { return concat(parts, axis); },
+      "parts"_a, "axis"_a = 0, nb::keep_alive<0, 1>(), "Joins tensors along an existing axis.");
+  m.def(
+      "stack", [](const std::vector<Tensor>& parts, int axis) { return stack(parts, axis); },
+      "parts"_a, "axis"_a = 0, nb::keep_alive<0, 1>(), "Joins tensors along a new axis.");
+}
+
+}  // namespace luminal::python

@@ -1,0 +1,14 @@
+// The pieces of the Python module luminal._luminal (module.cpp puts them together).
+#pragma once
+
+#include <nanobind/nanobind.h>
+
+namespace luminal::python {
+
+/// Graph: building inputs and constants, dims, compile and execute.
+void bind_graph(nanobind::module_& m);
+/// Tensor: operators, every hlop as a method, NumPy in and out; the free functions
+/// (where, concat, stack, comparisons).
+void bind_tensor(nanobind::module_& m);
+
+}  // namespace luminal::python

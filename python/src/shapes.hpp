@@ -1,0 +1,31 @@
+// Conversions between Python values and luminal's: shapes (ints and dim names), axes,
+// and NumPy arrays to and from Buffers.
+#pragma once
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+
+#include <vector>
+
+#include "luminal/buffer.hpp"
+#include "luminal/expr.hpp"
+#include "luminal/tensor.hpp"
+
+namespace luminal::python {
+
+/// A shape from a Python int, str, or a sequence of them ("seq" is a symbolic dim).
+std::vector<Expr> shape_of(nanobind::handle shape);
+/// One dim from an int or a dim name.
+Expr dim_of(nanobind::handle dim);
+/// A dim as Python sees it: an int where it is a number, else its expression as text.
+nanobind::object dim_value(Expr dim);
+/// Axes from an int, a sequence of ints, or None (all: an empty list).
+std::vector<int> axes_of(nanobind::handle axes);
+
+/// A NumPy array's elements as a Buffer of its own dtype, after checking its shape
+/// against `t`'s (numbers must match; a symbolic dim must be bound and match).
+Buffer buffer_from_array(const Tensor& t, nanobind::ndarray<nanobind::numpy, nanobind::c_contig> a);
+/// `data` as a NumPy array of `shape` (bf16, which NumPy lacks, as float32).
+nanobind::object array_from_buffer(Buffer data, const std::vector<int64_t>& shape);
+
+}  // namespace luminal::python

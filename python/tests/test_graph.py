@@ -1,0 +1,80 @@
+"""Graphs from Python: symbolic dims, dtypes, backends, and errors as luminal.Error."""
+import numpy as np
+import pytest
+
+import luminal
+from conftest import run
+
+
+def test_a_symbolic_dim_is_bound_per_run_without_recompiling(rng):
+    g = luminal.Graph()
+    x = g.tensor(("rows", 8))
+    w = g.tensor((8, 3))
+    y = (x @ w).relu().retrieve()
+    assert x.shape == ("rows", 8) and y.shape == ("rows", 3)
+    g.compile(luminal.cpu())
+    wv = rng.normal(size=(8, 3)).astype(np.float32)
+    w.set(wv)
+    for rows in (1, 5, 2):
+        g.set_dim("rows", rows)
+        xv = rng.normal(size=(rows, 8)).astype(np.float32)
+        x.set(xv)
+        g.execute()
+        np.testing.assert_allclose(y.numpy(), np.maximum(xv @ wv, 0), rtol=1e-5, atol=1e-6)
+
+
+def test_the_reference_interpreter_agrees_with_numpy(rng):
+    x = rng.normal(size=(4, 6)).astype(np.float32)
+    got = run(lambda g, t: (t * t).sum(axis=1).sqrt(), x, backend=luminal.reference())
+    np.testing.assert_allclose(got, np.sqrt((x * x).sum(1)), rtol=1e-6)
+
+
+def test_integer_and_half_inputs_and_outputs(rng):
+    i = rng.integers(-100, 100, (3, 5)).astype(np.int32)
+    h = rng.normal(size=(3, 5)).astype(np.float16)
+    got_i, got_h, got_b = run(lambda g, a, b: (a * 2, b * 2.0, b.cast(luminal.bfloat16)), i, h)
+    assert got_i.dtype == np.int32 and got_h.dtype == np.float16 and got_b.dtype == np.float32
+    np.testing.assert_array_equal(got_i, i * 2)
+    np.testing.assert_array_equal(got_h, h * np.float16(2))
+    np.testing.assert_allclose(got_b, h.astype(np.float32), rtol=1 / 128)
+
+
+def test_an_array_of_the_wrong_shape_is_an_error_naming_both():
+    g = luminal.Graph()
+    x = g.tensor((2, "n"))
+    x.exp().retrieve()
+    g.set_dim("n", 3)
+    with pytest.raises(luminal.Error, match=r"shape \(4, 3\) for a tensor of shape \(2, n\)"):
+        x.set(np.zeros((4, 3), np.float32))
+
+
+def test_setting_before_a_dim_is_bound_names_set_dim():
+    g = luminal.Graph()
+    x = g.tensor(("n",))
+    with pytest.raises(luminal.Error, match="set_dim"):
+        x.set(np.zeros(3, np.float32))
+
+
+def test_setting_a_computed_tensor_is_an_error():
+    g = luminal.Graph()
+    y = g.tensor((3,)).exp()
+    with pytest.raises(luminal.Error):
+        y.set(np.zeros(3, np.float32))
+
+
+def test_bad_dims_and_shapes_are_errors():
+    g = luminal.Graph()
+    with pytest.raises(luminal.Error, match="a dim is an int or a name"):
+        g.tensor((2, 1.5))
+    x = g.tensor((2, 3))
+    with pytest.raises(luminal.Error):
+        x.reshape(4, 2)
+
+
+def test_the_gpu_backend_without_a_gpu_raises_luminal_error():
+    g = luminal.Graph()
+    g.tensor((3,)).exp().retrieve()
+    try:
+        g.compile(luminal.cuda())
+    except luminal.Error as e:
+        assert str(e)  # names what is missing

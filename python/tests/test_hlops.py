@@ -1,0 +1,100 @@
+"""Every hlop bound in Python against NumPy on random inputs (f32, 1e-5 relative)."""
+import math
+
+import numpy as np
+import pytest
+
+import luminal
+from conftest import run
+
+erf = np.vectorize(math.erf)
+
+UNARY = {
+    "exp": np.exp, "log": np.log, "exp2": np.exp2, "log2": np.log2, "sin": np.sin,
+    "cos": np.cos, "sqrt": np.sqrt, "rsqrt": lambda x: 1 / np.sqrt(x), "recip": lambda x: 1 / x,
+    "abs": np.abs, "sign": np.sign, "square": np.square, "relu": lambda x: np.maximum(x, 0),
+    "sigmoid": lambda x: 1 / (1 + np.exp(-x)), "tanh": np.tanh, "silu": lambda x: x / (1 + np.exp(-x)),
+    "gelu": lambda x: 0.5 * x * (1 + erf(x / math.sqrt(2))),
+    "gelu_tanh": lambda x: 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3))),
+    "erf": erf, "floor": np.floor, "ceil": np.ceil, "round": np.round,
+}
+POSITIVE = {"log", "log2", "sqrt", "rsqrt", "recip"}
+
+
+@pytest.mark.parametrize("name", sorted(UNARY))
+def test_unary(name, rng):
+    x = rng.uniform(0.1 if name in POSITIVE else -3, 3, (4, 37)).astype(np.float32)
+    got = run(lambda g, t: getattr(t, name)(), x)
+    np.testing.assert_allclose(got, UNARY[name](x.astype(np.float64)), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("op", ["+", "-", "*", "/", "%"])
+def test_binary_broadcasts_and_takes_numbers_on_either_side(op, rng):
+    a = rng.uniform(0.5, 3, (3, 1, 5)).astype(np.float32)
+    b = rng.uniform(0.5, 3, (4, 1)).astype(np.float32)
+    f = {"+": lambda x, y: x + y, "-": lambda x, y: x - y, "*": lambda x, y: x * y,
+         "/": lambda x, y: x / y, "%": lambda x, y: x % y}[op]
+    got = run(lambda g, x, y: (f(x, y), f(x, 1.5), f(2.5, y)), a, b)
+    want = (f(a, b), f(a, np.float32(1.5)), f(np.float32(2.5), b))
+    for gv, wv in zip(got, want):
+        np.testing.assert_allclose(gv, wv, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["sum", "max", "min", "mean", "prod"])
+@pytest.mark.parametrize("axis,keepdim", [(None, False), (1, False), ((0, 2), True), (-1, True)])
+def test_reductions(name, axis, keepdim, rng):
+    x = rng.uniform(0.5, 1.5, (3, 4, 5)).astype(np.float32)
+    got = run(lambda g, t: getattr(t, name)(axis=axis, keepdim=keepdim), x)
+    want = getattr(np, name)(x.astype(np.float64), axis=axis, keepdims=keepdim)
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def test_variance_and_deviation_with_corrections(rng):
+    x = rng.normal(size=(6, 9)).astype(np.float32)
+    got = run(lambda g, t: (t.var(axis=1), t.std(axis=0, correction=0)), x)
+    np.testing.assert_allclose(got[0], x.var(axis=1, ddof=1), rtol=1e-5)
+    np.testing.assert_allclose(got[1], x.std(axis=0, ddof=0), rtol=1e-5)
+
+
+def test_softmax_and_norms(rng):
+    x = rng.normal(size=(5, 16)).astype(np.float32)
+    got = run(lambda g, t: (t.softmax(-1), t.log_softmax(1), t.layer_norm(), t.rms_norm(eps=1e-6)), x)
+    d = x.astype(np.float64)
+    e = np.exp(d - d.max(1, keepdims=True))
+    softmax = e / e.sum(1, keepdims=True)
+    layer = (d - d.mean(1, keepdims=True)) / np.sqrt(d.var(1, keepdims=True) + 1e-5)
+    rms = d / np.sqrt((d * d).mean(1, keepdims=True) + 1e-6)
+    for g, w in zip(got, (softmax, np.log(softmax), layer, rms)):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+def test_batched_matmul_and_the_operator(rng):
+    a = rng.normal(size=(2, 3, 8)).astype(np.float32)
+    b = rng.normal(size=(8, 5)).astype(np.float32)
+    got = run(lambda g, x, y: (x @ y, x.matmul(y)), a, b)
+    for g in got:
+        np.testing.assert_allclose(g, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_shape_ops(rng):
+    x = rng.normal(size=(2, 3, 4)).astype(np.float32)
+    got = run(lambda g, t: (t.reshape(6, 4), t.permute(2, 0, 1), t.transpose(0, 2),
+                            t.unsqueeze(1), t.slice(2, 1, 3), t.flatten(), t.flip(1),
+                            t.sum(axis=2, keepdim=True).expand(2, 3, 4)), x)
+    want = (x.reshape(6, 4), x.transpose(2, 0, 1), x.transpose(2, 1, 0), x[:, None],
+            x[:, :, 1:3], x.reshape(-1), x[:, ::-1], np.broadcast_to(x.sum(2, keepdims=True), x.shape))
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-6)
+
+
+def test_where_concat_stack_cumsum_argmax(rng):
+    a = rng.normal(size=(3, 4)).astype(np.float32)
+    b = rng.normal(size=(3, 4)).astype(np.float32)
+    got = run(lambda g, x, y: (luminal.where(x > y, x, y), luminal.where(x < 0, 0.0, x),
+                               luminal.concat([x, y], 1), luminal.stack([x, y], 0),
+                               x.cumsum(1), x.argmax(1), x.maximum(y), x.clamp(-0.5, 0.5)), a, b)
+    want = (np.where(a > b, a, b), np.where(a < 0, 0, a), np.concatenate([a, b], 1),
+            np.stack([a, b]), np.cumsum(a, 1), np.argmax(a, 1), np.maximum(a, b),
+            np.clip(a, -0.5, 0.5))
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
