@@ -71,12 +71,13 @@ void bind_tensor(nb::module_& m) {
       });
 
   // Arithmetic with a tensor or a number on either side (PyTorch broadcasting).
-#define LUM_PY_BINARY(name, rname, op)                                       \
-  t.def(                                                                     \
-      name, [](const Tensor& a, const Tensor& b) { return a op b; }, kKeep); \
-  t.def(                                                                     \
-      name, [](const Tensor& a, double b) { return a op b; }, kKeep);        \
-  t.def(                                                                     \
+#define LUM_PY_BINARY(name, rname, op)                                      \
+  t.def(                                                                    \
+      name, [](const Tensor& a, const Tensor& b) { return a op b; }, kKeep, \
+      "a " #op " b (a tensor or a number), broadcast as in PyTorch.");      \
+  t.def(                                                                    \
+      name, [](const Tensor& a, double b) { return a op b; }, kKeep);       \
+  t.def(                                                                    \
       rname, [](const Tensor& a, double b) { return b op a; }, kKeep);
   LUM_PY_BINARY("__add__", "__radd__", +)
   LUM_PY_BINARY("__sub__", "__rsub__", -)
@@ -88,10 +89,11 @@ void bind_tensor(nb::module_& m) {
       "__neg__", [](const Tensor& a) { return -a; }, kKeep);
   t.def("__matmul__", &Tensor::matmul, kKeep);
   t.def("__pow__", nb::overload_cast<double>(&Tensor::pow, nb::const_), kKeep);
-#define LUM_PY_COMPARE(name, fn)                                               \
-  t.def(                                                                       \
-      name, [](const Tensor& a, const Tensor& b) { return fn(a, b); }, kKeep); \
-  t.def(                                                                       \
+#define LUM_PY_COMPARE(name, fn)                                                \
+  t.def(                                                                        \
+      name, [](const Tensor& a, const Tensor& b) { return fn(a, b); }, kKeep,   \
+      "Elementwise " #fn " (against a tensor or a number), as a bool tensor."); \
+  t.def(                                                                        \
       name, [](const Tensor& a, double b) { return fn(a, b); }, kKeep);
   LUM_PY_COMPARE("__lt__", lt)
   LUM_PY_COMPARE("__le__", le)
@@ -102,7 +104,7 @@ void bind_tensor(nb::module_& m) {
 #undef LUM_PY_COMPARE
 
   // Elementwise hlops, no arguments.
-#define LUM_PY_UNARY(name) t.def(#name, &Tensor::name, kKeep);
+#define LUM_PY_UNARY(name) t.def(#name, &Tensor::name, kKeep, "Elementwise " #name ".");
   LUM_PY_UNARY(exp)
   LUM_PY_UNARY(log)
   LUM_PY_UNARY(exp2)
@@ -144,7 +146,8 @@ void bind_tensor(nb::module_& m) {
       [](const Tensor& x, nb::handle axis, bool keepdim) { \
         return x.name(axes_of(axis), keepdim);             \
       },                                                   \
-      "axis"_a = nb::none(), "keepdim"_a = false, kKeep);
+      "axis"_a = nb::none(), "keepdim"_a = false, kKeep,   \
+      "The " #name " over `axis` (an int, a sequence of ints, or None: all axes).");
   LUM_PY_REDUCE(sum)
   LUM_PY_REDUCE(max)
   LUM_PY_REDUCE(min)
