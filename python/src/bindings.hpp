@@ -10,5 +10,7 @@ void bind_graph(nanobind::module_& m);
 /// Tensor: operators, every hlop as a method, NumPy in and out; the free functions
 /// (where, concat, stack, comparisons).
 void bind_tensor(nanobind::module_& m);
+/// Language models: luminal.Model (load, encode, decode, greedy ids, streamed generation).
+void bind_models(nanobind::module_& m);
 
 }  // namespace luminal::python

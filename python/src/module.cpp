@@ -1,5 +1,6 @@
-// The Python module luminal._luminal: dtypes, backends and luminal.Error here; Graph and
-// Tensor in bind_graph.cpp and bind_tensor.cpp. The package (python/luminal) re-exports it.
+// The Python module luminal._luminal: dtypes, backends and luminal.Error here; Graph,
+// Tensor and Model in bind_graph.cpp, bind_tensor.cpp and bind_models.cpp. The package
+// (python/luminal) re-exports it.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
 
@@ -56,4 +57,5 @@ NB_MODULE(_luminal, m) {
 
   python::bind_graph(m);
   python::bind_tensor(m);
+  python::bind_models(m);
 }
