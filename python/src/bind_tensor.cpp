@@ -1,6 +1,7 @@
 // Tensor in Python (see bindings.hpp): PyTorch's names and broadcasting, NumPy in and out.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -190,37 +191,40 @@ void bind_tensor(nb::module_& m) {
   t.def(
        "reshape",
        [](const Tensor& x, const nb::args& shape) { return x.reshape(dims_from_args(shape)); },
-       kKeep)
+       kKeep, "The same elements in a new shape (ints or dim names, as arguments or one tuple).")
       .def(
           "permute",
           [](const Tensor& x, const nb::args& axes) { return x.permute(ints_from_args(axes)); },
-          kKeep)
-      .def("transpose", &Tensor::transpose, "dim0"_a, "dim1"_a, kKeep)
-      .def("unsqueeze", &Tensor::unsqueeze, "axis"_a, kKeep)
+          kKeep, "The axes in a new order (a view).")
+      .def("transpose", &Tensor::transpose, "dim0"_a, "dim1"_a, kKeep, "Swaps two axes (a view).")
+      .def("unsqueeze", &Tensor::unsqueeze, "axis"_a, kKeep, "Inserts an axis of size 1.")
       .def(
           "squeeze",
           [](const Tensor& x, nb::handle axis) {
             return axis.is_none() ? x.squeeze() : x.squeeze(nb::cast<int>(axis));
           },
-          "axis"_a = nb::none(), kKeep)
-      .def("flatten", &Tensor::flatten, "start"_a = 0, "end"_a = -1, kKeep)
+          "axis"_a = nb::none(), kKeep, "Drops an axis of size 1 (None: every such axis).")
+      .def("flatten", &Tensor::flatten, "start"_a = 0, "end"_a = -1, kKeep,
+           "Merges axes start..end (inclusive) into one.")
       .def(
           "slice",
           [](const Tensor& x, int axis, nb::handle start, nb::handle end) {
             return x.slice(axis, dim_of(start), dim_of(end));
           },
-          "axis"_a, "start"_a, "end"_a, kKeep)
+          "axis"_a, "start"_a, "end"_a, kKeep, "Entries start..end (exclusive) along an axis.")
       .def(
           "expand",
           [](const Tensor& x, const nb::args& shape) {
             return x.broadcast_to(dims_from_args(shape));
           },
-          kKeep)
-      .def("flip", &Tensor::flip, "axis"_a, kKeep)
-      .def("tril", &Tensor::tril, "k"_a = 0, kKeep)
-      .def("triu", &Tensor::triu, "k"_a = 0, kKeep)
-      .def("gather", &Tensor::gather, "indices"_a, kKeep)
-      .def("index_select", &Tensor::index_select, "axis"_a, "indices"_a, kKeep);
+          kKeep, "Broadcast to a shape, as torch.Tensor.expand (a view).")
+      .def("flip", &Tensor::flip, "axis"_a, kKeep, "Reverses the order along an axis.")
+      .def("tril", &Tensor::tril, "k"_a = 0, kKeep, "Zeroes above the k-th diagonal.")
+      .def("triu", &Tensor::triu, "k"_a = 0, kKeep, "Zeroes below the k-th diagonal.")
+      .def("gather", &Tensor::gather, "indices"_a, kKeep,
+           "Rows of the first axis picked by integer indices (an embedding lookup).")
+      .def("index_select", &Tensor::index_select, "axis"_a, "indices"_a, kKeep,
+           "Entries along `axis` picked by integer indices, as torch.index_select.");
 
   m.def(
       "where", [](const Tensor& c, const Tensor& a, const Tensor& b) { return where(c, a, b); },
@@ -231,6 +235,41 @@ void bind_tensor(nb::module_& m) {
   m.def(
       "where", [](const Tensor& c, double a, const Tensor& b) { return where(c, a, b); }, "cond"_a,
       "a"_a, "b"_a, kKeep);
+  // Convolutions and pooling (PyTorch's conv1d/conv2d and pools: [N, C, L] / [N, C, H, W]).
+  auto conv = [&m](const char* name, auto fn) {
+    m.def(
+        name,
+        [fn](const Tensor& x, const Tensor& weight, std::optional<Tensor> bias, int64_t stride,
+             int64_t padding, int64_t dilation, int64_t groups) {
+          return fn(x, weight, bias ? *bias : Tensor{},
+                    ConvOptions{stride, padding, dilation, groups});
+        },
+        "x"_a, "weight"_a, "bias"_a = nb::none(), "stride"_a = 1, "padding"_a = 0, "dilation"_a = 1,
+        "groups"_a = 1, nb::keep_alive<0, 1>(),
+        "A convolution as torch.nn.functional's: weight [O, C / groups, k...], bias [O] or "
+        "None.");
+  };
+  conv("conv1d", [](const Tensor& x, const Tensor& w, const Tensor& b, ConvOptions o) {
+    return conv1d(x, w, b, o);
+  });
+  conv("conv2d", [](const Tensor& x, const Tensor& w, const Tensor& b, ConvOptions o) {
+    return conv2d(x, w, b, o);
+  });
+  auto pool = [&m](const char* name, Tensor (*fn)(const Tensor&, PoolOptions)) {
+    m.def(
+        name,
+        [fn](const Tensor& x, int64_t kernel, std::optional<int64_t> stride, int64_t padding) {
+          return fn(x, PoolOptions{kernel, stride.value_or(0), padding});
+        },
+        "x"_a, "kernel_size"_a, "stride"_a = nb::none(), "padding"_a = 0, nb::keep_alive<0, 1>(),
+        "Pooling over the last dims as torch.nn.functional's (stride: the kernel size by "
+        "default; average pools count padded zeros).");
+  };
+  pool("max_pool1d", max_pool1d);
+  pool("max_pool2d", max_pool2d);
+  pool("avg_pool1d", avg_pool1d);
+  pool("avg_pool2d", avg_pool2d);
+
   m.def(
       "concat", [](const std::vector<Tensor>& parts, int axis) { return concat(parts, axis); },
       "parts"_a, "axis"_a = 0, nb::keep_alive<0, 1>(), "Joins tensors along an existing axis.");

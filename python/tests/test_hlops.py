@@ -98,3 +98,42 @@ def test_where_concat_stack_cumsum_argmax(rng):
             np.clip(a, -0.5, 0.5))
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+def _conv2d(x, w, b, stride, padding, groups):
+    """Direct convolution in float64 (N, C, H, W), as torch.nn.functional.conv2d."""
+    x = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (padding, padding), (padding, padding)))
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    oh, ow = (h - kh) // stride + 1, (wd - kw) // stride + 1
+    out = np.zeros((n, o, oh, ow))
+    per = o // groups
+    for oc in range(o):
+        g = oc // per
+        for i in range(oh):
+            for j in range(ow):
+                patch = x[:, g * cg:(g + 1) * cg, i * stride:i * stride + kh, j * stride:j * stride + kw]
+                out[:, oc, i, j] = (patch * w[oc]).sum(axis=(1, 2, 3)) + (b[oc] if b is not None else 0)
+    return out
+
+
+@pytest.mark.parametrize("stride,padding,groups", [(1, 0, 1), (2, 1, 1), (1, 1, 2)])
+def test_conv2d(stride, padding, groups, rng):
+    x = rng.normal(size=(2, 4, 7, 6)).astype(np.float32)
+    w = rng.normal(size=(6, 4 // groups, 3, 3)).astype(np.float32)
+    b = rng.normal(size=(6,)).astype(np.float32)
+    got = run(lambda g, xs, ws, bs: luminal.conv2d(xs, ws, bs, stride=stride, padding=padding,
+                                                    groups=groups), x, w, b)
+    np.testing.assert_allclose(got, _conv2d(x, w, b, stride, padding, groups), rtol=1e-4, atol=1e-4)
+
+
+def test_pools(rng):
+    x = rng.normal(size=(2, 3, 6, 8)).astype(np.float32)
+    got = run(lambda g, t: (luminal.max_pool2d(t, 2), luminal.avg_pool2d(t, 2),
+                            luminal.max_pool1d(t.reshape(2, 3, 48), 4, stride=2)), x)
+    blocks = x.reshape(2, 3, 3, 2, 4, 2)
+    np.testing.assert_allclose(got[0], blocks.max(axis=(3, 5)), rtol=1e-6)
+    np.testing.assert_allclose(got[1], blocks.mean(axis=(3, 5)), rtol=1e-5)
+    flat = x.reshape(2, 3, 48)
+    want = np.stack([flat[..., i:i + 4].max(-1) for i in range(0, 45, 2)], -1)
+    np.testing.assert_allclose(got[2], want, rtol=1e-6)
