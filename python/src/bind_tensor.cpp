@@ -55,11 +55,12 @@ void bind_tensor(nb::module_& m) {
       .def_prop_ro("ndim", &Tensor::rank)
       .def(
           "set",
-          [](Tensor& x, nb::ndarray<nb::numpy, nb::c_contig> a) -> Tensor& {
+          [](Tensor& x, nb::ndarray<nb::c_contig> a) -> Tensor& {
             return x.set_buffer(buffer_from_array(x, a));
           },
           "array"_a, nb::rv_policy::reference,
-          "Sets an input's data from a NumPy array of its shape (converted to its dtype).")
+          "Sets an input's data from an array of its shape in host memory (NumPy, or any "
+          "DLPack producer such as a CPU torch tensor), converted to its dtype.")
       .def(
           "numpy", [](const Tensor& x) { return array_from_buffer(x.data(), concrete_shape(x)); },
           "The data of a retrieved tensor after execute(), as a NumPy array (bf16 as float32).")

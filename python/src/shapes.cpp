@@ -61,7 +61,11 @@ DType dtype_of_array(const nb::dlpack::dtype& t) {
 
 }  // namespace
 
-Buffer buffer_from_array(const Tensor& t, nb::ndarray<nb::numpy, nb::c_contig> a) {
+Buffer buffer_from_array(const Tensor& t, nb::ndarray<nb::c_contig> a) {
+  if (a.device_type() != nb::device::cpu::value)
+    throw Error(
+        "set: the array lives on a device, not in host memory; copy it to the CPU "
+        "first (setting device arrays without a copy is still to come)");
   const std::vector<Expr>& shape = t.shape();
   const Bindings& dims = t.graph().dims();
   std::string want = "(", got = "(";

@@ -22,9 +22,11 @@ nanobind::object dim_value(Expr dim);
 /// Axes from an int, a sequence of ints, or None (all: an empty list).
 std::vector<int> axes_of(nanobind::handle axes);
 
-/// A NumPy array's elements as a Buffer of its own dtype, after checking its shape
-/// against `t`'s (numbers must match; a symbolic dim must be bound and match).
-Buffer buffer_from_array(const Tensor& t, nanobind::ndarray<nanobind::numpy, nanobind::c_contig> a);
+/// A host array's elements (NumPy's, or any DLPack producer's, such as a CPU torch
+/// tensor; made contiguous first where it is not) as a Buffer of its own dtype, after
+/// checking its shape against `t`'s (numbers must match; a symbolic dim must be bound
+/// and match).
+Buffer buffer_from_array(const Tensor& t, nanobind::ndarray<nanobind::c_contig> a);
 /// `data` as a NumPy array of `shape` (bf16, which NumPy lacks, as float32).
 nanobind::object array_from_buffer(Buffer data, const std::vector<int64_t>& shape);
 

@@ -78,3 +78,37 @@ def test_the_gpu_backend_without_a_gpu_raises_luminal_error():
         g.compile(luminal.cuda())
     except luminal.Error as e:
         assert str(e)  # names what is missing
+
+
+def test_running_or_reading_out_of_order_is_an_error_saying_what_to_do():
+    g = luminal.Graph()
+    x = g.tensor((3,))
+    y = x.exp().retrieve()
+    z = x.sin()
+    with pytest.raises(luminal.Error, match="not compiled"):
+        g.execute()
+    with pytest.raises(luminal.Error, match="retrieve"):
+        y.numpy()
+    g.compile(luminal.cpu())
+    with pytest.raises(luminal.Error, match="set"):
+        g.execute()  # x has no data
+    x.set(np.arange(3, dtype=np.float32))
+    g.execute()
+    np.testing.assert_allclose(y.numpy(), np.exp(np.arange(3)), rtol=1e-6)
+    with pytest.raises(luminal.Error, match="retrieve"):
+        z.numpy()  # computed on the way, never kept
+    with pytest.raises(luminal.Error, match="no luminal dtype"):
+        x.set(np.zeros(3, np.complex64))
+
+
+def test_strided_arrays_are_read_in_their_logical_order(rng):
+    a = rng.normal(size=(5, 3)).astype(np.float32)
+    got = run(lambda g, t: t * 1.0, np.ascontiguousarray(a.T))
+    g = luminal.Graph()
+    x = g.tensor((3, 5))
+    y = (x * 1.0).retrieve()
+    g.compile(luminal.cpu())
+    x.set(a.T)  # a transposed view: copied contiguous first
+    g.execute()
+    np.testing.assert_array_equal(y.numpy(), got)
+    np.testing.assert_array_equal(y.numpy(), a.T)
