@@ -20,7 +20,7 @@ import queue
 import threading
 
 from ._luminal import *  # noqa: F401,F403
-from ._luminal import Model, __version__, _load  # noqa: F401
+from ._luminal import Model, Tensor, __version__, _load  # noqa: F401
 
 
 def load(path, device="cpu", kv_cache="f32"):
@@ -68,6 +68,60 @@ def _generate(self, prompt, max_tokens=128, *, temperature=0.0, top_k=0, top_p=1
 
 
 Model.generate = _generate
+
+
+def _getitem(self, key):
+    """Basic indexing as NumPy's: ints (dropping their axis), slices of step 1, None (a
+    new axis) and one Ellipsis. A symbolic axis takes slices whose ends are given, or
+    none; negative positions need a numeric size."""
+    key = key if isinstance(key, tuple) else (key,)
+    if sum(k is Ellipsis for k in key) > 1:
+        raise IndexError("an index can only have a single ellipsis")
+    if Ellipsis in key:
+        at = key.index(Ellipsis)
+        used = sum(k is not None for k in key) - 1
+        key = key[:at] + (slice(None),) * (self.ndim - used) + key[at + 1:]
+    if sum(k is not None for k in key) > self.ndim:
+        raise IndexError(f"too many indices for a tensor of {self.ndim} dims")
+    out, axis = self, 0
+    for k in key:
+        if k is None:
+            out, axis = out.unsqueeze(axis), axis + 1
+            continue
+        size = out.shape[axis]
+        numeric = isinstance(size, int)
+
+        def position(i, what):
+            if isinstance(i, str) or i >= 0:  # (a dim's name is a position too)
+                return i
+            if not numeric:
+                raise IndexError(f"a negative {what} on the symbolic axis {axis} ({size})")
+            return i + size
+
+        if isinstance(k, int):
+            i = position(k, "index")
+            if numeric and not 0 <= i < size:
+                raise IndexError(f"index {k} is out of bounds for axis {axis} of size {size}")
+            out = out.slice(axis, i, i + 1).squeeze(axis)
+        elif isinstance(k, slice):
+            if k.step not in (None, 1):
+                raise IndexError("slices with a step are not supported yet")
+            if k.start is None and k.stop is None:
+                axis += 1
+                continue
+            start = 0 if k.start is None else position(k.start, "start")
+            if k.stop is None and not numeric:
+                raise IndexError(f"a slice of the symbolic axis {axis} ({size}) needs its end")
+            stop = size if k.stop is None else position(k.stop, "end")
+            if numeric and isinstance(start, int) and isinstance(stop, int):
+                start, stop = min(start, size), min(max(stop, start), size)
+            out, axis = out.slice(axis, start, stop), axis + 1
+        else:
+            raise IndexError(f"indices are ints, slices, None or ..., not {type(k).__name__}")
+    return out
+
+
+Tensor.__getitem__ = _getitem
 
 
 def generate(model, prompt, max_tokens=128, **sampling):

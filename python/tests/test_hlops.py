@@ -137,3 +137,27 @@ def test_pools(rng):
     flat = x.reshape(2, 3, 48)
     want = np.stack([flat[..., i:i + 4].max(-1) for i in range(0, 45, 2)], -1)
     np.testing.assert_allclose(got[2], want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("key", [0, -1, (slice(None), 1), (1, slice(1, 3)), (Ellipsis, 2),
+                                 (None, slice(0, 2), Ellipsis), (slice(-3, None), None, -2),
+                                 (slice(2, 100),), (Ellipsis,)])
+def test_basic_indexing_as_numpy(key, rng):
+    x = rng.normal(size=(4, 5, 3)).astype(np.float32)
+    got = run(lambda g, t: t[key] * 1.0, x)
+    np.testing.assert_array_equal(got, x[key])
+
+
+def test_indexing_errors():
+    g = luminal.Graph()
+    x = g.tensor((2, "n"))
+    with pytest.raises(IndexError, match="out of bounds"):
+        x[2]
+    with pytest.raises(IndexError, match="step"):
+        x[::2]
+    with pytest.raises(IndexError, match="symbolic axis"):
+        x[:, -1]
+    with pytest.raises(IndexError, match="too many"):
+        x[0, 0, 0]
+    tail = x[:, 1:"n"]  # slice ends may be dim names
+    assert tail.ndim == 2 and tail.shape[0] == 2 and isinstance(tail.shape[1], str)
