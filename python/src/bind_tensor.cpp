@@ -30,6 +30,18 @@ std::vector<int> ints_from_args(const nb::args& args) {
   return axes_of(args);
 }
 
+// Tensors made from `self` as a Python list, each keeping it alive (a list cannot be the
+// nurse of keep_alive).
+nb::list tensors_from(nb::handle self, std::vector<Tensor> parts) {
+  nb::list out;
+  for (Tensor& p : parts) {
+    nb::object o = nb::cast(std::move(p));
+    nb::detail::keep_alive(o.ptr(), self.ptr());
+    out.append(o);
+  }
+  return out;
+}
+
 // The shape a tensor has with the graph's dims as bound now.
 std::vector<int64_t> concrete_shape(const Tensor& t) {
   std::vector<int64_t> out;
@@ -222,6 +234,45 @@ void bind_tensor(nb::module_& m) {
       .def("flip", &Tensor::flip, "axis"_a, kKeep, "Reverses the order along an axis.")
       .def("tril", &Tensor::tril, "k"_a = 0, kKeep, "Zeroes above the k-th diagonal.")
       .def("triu", &Tensor::triu, "k"_a = 0, kKeep, "Zeroes below the k-th diagonal.")
+      .def(
+          "pad",
+          [](const Tensor& x, int axis, nb::handle before, nb::handle after, double value) {
+            return x.pad(axis, dim_of(before), dim_of(after), value);
+          },
+          "axis"_a, "before"_a, "after"_a, "value"_a = 0.0, kKeep,
+          "`before` and `after` entries of `value` around an axis.")
+      .def("roll", &Tensor::roll, "shift"_a, "axis"_a, kKeep,
+           "Rotates by `shift` positions along an axis, as torch.roll.")
+      .def(
+          "repeat",
+          [](const Tensor& x, const nb::args& times) { return x.repeat(dims_from_args(times)); },
+          kKeep, "Tiles the tensor the given number of times along each axis, as torch's.")
+      .def(
+          "unfold",
+          [](const Tensor& x, int axis, nb::handle size, nb::handle step) {
+            return x.unfold(axis, dim_of(size), dim_of(step));
+          },
+          "axis"_a, "size"_a, "step"_a = 1, kKeep,
+          "Windows of `size` every `step` along an axis, as a new last axis (torch's unfold).")
+      .def(
+          "split",
+          [](nb::handle self, nb::handle size, int axis) {
+            return tensors_from(self, nb::cast<const Tensor&>(self).split(dim_of(size), axis));
+          },
+          "size"_a, "axis"_a = 0,
+          "Pieces of `size` along an axis (the last may be shorter), as torch.split.")
+      .def(
+          "chunk",
+          [](nb::handle self, int64_t chunks, int axis) {
+            return tensors_from(self, nb::cast<const Tensor&>(self).chunk(chunks, axis));
+          },
+          "chunks"_a, "axis"_a = 0, "At most `chunks` equal pieces along an axis, as torch.chunk.")
+      .def("diagonal", &Tensor::diagonal, "k"_a = 0, kKeep,
+           "The diagonal of the last two axes at offset k.")
+      .def("gather_axis", &Tensor::gather_axis, "axis"_a, "indices"_a, kKeep,
+           "out[..i..] = x[..indices[..i..]..] along an axis (torch.gather).")
+      .def("scatter_axis", &Tensor::scatter_axis, "axis"_a, "indices"_a, "src"_a, kKeep,
+           "A copy with x[..indices[..i..]..] = src[..i..] along an axis (torch.scatter).")
       .def("gather", &Tensor::gather, "indices"_a, kKeep,
            "Rows of the first axis picked by integer indices (an embedding lookup).")
       .def("index_select", &Tensor::index_select, "axis"_a, "indices"_a, kKeep,

@@ -161,3 +161,28 @@ def test_indexing_errors():
         x[0, 0, 0]
     tail = x[:, 1:"n"]  # slice ends may be dim names
     assert tail.ndim == 2 and tail.shape[0] == 2 and isinstance(tail.shape[1], str)
+
+
+def test_pad_roll_repeat_unfold_split_chunk_diagonal(rng):
+    x = rng.normal(size=(4, 6)).astype(np.float32)
+    got = run(lambda g, t: (t.pad(1, 2, 1, value=3.0), t.roll(2, 1), t.roll(-1, 0), t.repeat(2, 1),
+                            t.unfold(1, 3, 2), *t.split(4, 1), *t.chunk(2, 0), t.diagonal(1)), x)
+    want = (np.pad(x, ((0, 0), (2, 1)), constant_values=3.0), np.roll(x, 2, 1), np.roll(x, -1, 0),
+            np.tile(x, (2, 1)), np.stack([x[:, i:i + 3] for i in (0, 2)], 1), x[:, :4], x[:, 4:],
+            x[:2], x[2:], np.diagonal(x, 1))
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-6)
+
+
+def test_gather_and_scatter_along_an_axis(rng):
+    x = rng.normal(size=(3, 5)).astype(np.float32)
+    idx = rng.integers(0, 5, (3, 2)).astype(np.int64)
+    src = rng.normal(size=(3, 2)).astype(np.float32)
+    idx_unique = np.stack([rng.permutation(5)[:2] for _ in range(3)]).astype(np.int64)
+    got = run(lambda g, t, i, j, s: (t.gather_axis(1, i), t.scatter_axis(1, j, s)),
+              x, idx, idx_unique, src)
+    np.testing.assert_array_equal(got[0], np.take_along_axis(x, idx, 1))
+    want = x.copy()
+    np.put_along_axis(want, idx_unique, src, 1)
+    np.testing.assert_array_equal(got[1], want)
