@@ -184,6 +184,25 @@ void bind_tensor(nb::module_& m) {
       .def("argmin", &Tensor::argmin, "axis"_a, "keepdim"_a = false, kKeep)
       .def("cumsum", &Tensor::cumsum, "axis"_a, kKeep)
       .def("cumprod", &Tensor::cumprod, "axis"_a, kKeep)
+      .def("cummax", &Tensor::cummax, "axis"_a, kKeep, "Running maximum along an axis.")
+      .def(
+          "mean_norm",
+          [](const Tensor& x, nb::handle axis) {
+            return x.mean_norm(axis.is_none() ? std::vector<int>{-1} : axes_of(axis));
+          },
+          "axis"_a = nb::none(), kKeep, "x minus its mean over `axis` (the last by default).")
+      .def(
+          "std_norm",
+          [](const Tensor& x, nb::handle axis, double eps) {
+            return x.std_norm(axis.is_none() ? std::vector<int>{-1} : axes_of(axis), eps);
+          },
+          "axis"_a = nb::none(), "eps"_a = 1e-5, kKeep,
+          "x over the square root of its biased variance plus eps over `axis` (the last by "
+          "default), not centred.")
+      .def("normalize", &Tensor::normalize, "p"_a = 2.0, "axis"_a = -1, "eps"_a = 1e-12, kKeep,
+           "x over its p-norm along an axis (at least eps), as torch.nn.functional.normalize.")
+      .def("dot", &Tensor::dot, "other"_a, kKeep, "The inner product of two vectors.")
+      .def("outer", &Tensor::outer, "other"_a, kKeep, "The outer product of two vectors.")
       .def("softmax", &Tensor::softmax, "axis"_a = -1, kKeep)
       .def("log_softmax", &Tensor::log_softmax, "axis"_a = -1, kKeep)
       .def(
@@ -322,6 +341,12 @@ void bind_tensor(nb::module_& m) {
   pool("avg_pool1d", avg_pool1d);
   pool("avg_pool2d", avg_pool2d);
 
+  m.def(
+      "logical_and", [](const Tensor& a, const Tensor& b) { return logical_and(a, b); }, "a"_a,
+      "b"_a, kKeep, "Elementwise and of two bool tensors.");
+  m.def(
+      "logical_or", [](const Tensor& a, const Tensor& b) { return logical_or(a, b); }, "a"_a, "b"_a,
+      kKeep, "Elementwise or of two bool tensors.");
   m.def(
       "concat", [](const std::vector<Tensor>& parts, int axis) { return concat(parts, axis); },
       "parts"_a, "axis"_a = 0, nb::keep_alive<0, 1>(), "Joins tensors along an existing axis.");

@@ -186,3 +186,20 @@ def test_gather_and_scatter_along_an_axis(rng):
     want = x.copy()
     np.put_along_axis(want, idx_unique, src, 1)
     np.testing.assert_array_equal(got[1], want)
+
+
+def test_cummax_norms_dot_outer_and_logic(rng):
+    x = rng.normal(size=(3, 7)).astype(np.float32)
+    v = rng.normal(size=(5,)).astype(np.float32)
+    w = rng.normal(size=(5,)).astype(np.float32)
+    got = run(lambda g, t, a, b: (t.cummax(1), t.mean_norm(), t.std_norm(eps=1e-5),
+                                  t.normalize(2.0, 1), a.dot(b), a.outer(b),
+                                  luminal.logical_and(a > 0, b > 0), luminal.logical_or(a > 0, b > 0)),
+              x, v, w)
+    d = x.astype(np.float64)
+    want = (np.maximum.accumulate(x, 1), d - d.mean(1, keepdims=True),
+            d / np.sqrt(d.var(1, keepdims=True) + 1e-5),
+            d / np.maximum(np.linalg.norm(d, axis=1, keepdims=True), 1e-12),
+            np.dot(v.astype(np.float64), w), np.outer(v, w), (v > 0) & (w > 0), (v > 0) | (w > 0))
+    for g, wv in zip(got, want):
+        np.testing.assert_allclose(g, wv, rtol=1e-5, atol=1e-6)
