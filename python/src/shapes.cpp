@@ -3,7 +3,9 @@
 
 #include <nanobind/stl/string.h>
 
+#include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <string>
 
 #include "luminal/error.hpp"
@@ -43,18 +45,26 @@ std::vector<int> axes_of(nb::handle axes) {
 
 namespace {
 
+// luminal's dtypes as DLPack element types, one table for arrays in and out.
+struct ArrayType {
+  DType dtype;
+  nb::dlpack::dtype_code code;
+  uint8_t bits;
+};
+constexpr ArrayType kArrayTypes[] = {{DType::F32, nb::dlpack::dtype_code::Float, 32},
+                                     {DType::F64, nb::dlpack::dtype_code::Float, 64},
+                                     {DType::F16, nb::dlpack::dtype_code::Float, 16},
+                                     {DType::BF16, nb::dlpack::dtype_code::Bfloat, 16},
+                                     {DType::I32, nb::dlpack::dtype_code::Int, 32},
+                                     {DType::I64, nb::dlpack::dtype_code::Int, 64},
+                                     {DType::I8, nb::dlpack::dtype_code::Int, 8},
+                                     {DType::U8, nb::dlpack::dtype_code::UInt, 8},
+                                     {DType::Bool, nb::dlpack::dtype_code::Bool, 8}};
+
 DType dtype_of_array(const nb::dlpack::dtype& t) {
-  using nb::dlpack::dtype_code;
-  const auto code = static_cast<dtype_code>(t.code);
-  if (code == dtype_code::Float && t.bits == 32) return DType::F32;
-  if (code == dtype_code::Float && t.bits == 64) return DType::F64;
-  if (code == dtype_code::Float && t.bits == 16) return DType::F16;
-  if (code == dtype_code::Bfloat && t.bits == 16) return DType::BF16;
-  if (code == dtype_code::Int && t.bits == 32) return DType::I32;
-  if (code == dtype_code::Int && t.bits == 64) return DType::I64;
-  if (code == dtype_code::Int && t.bits == 8) return DType::I8;
-  if (code == dtype_code::UInt && t.bits == 8) return DType::U8;
-  if (code == dtype_code::Bool) return DType::Bool;
+  for (const ArrayType& a : kArrayTypes)
+    if (t.code == static_cast<uint8_t>(a.code) && (t.bits == a.bits || a.dtype == DType::Bool))
+      return a.dtype;
   throw Error("set: arrays of this element type (code " + std::to_string(t.code) + ", " +
               std::to_string(t.bits) + " bits) have no luminal dtype");
 }
@@ -96,38 +106,12 @@ nb::object array_from_buffer(Buffer data, const std::vector<int64_t>& shape) {
   std::vector<size_t> dims(shape.begin(), shape.end());
   auto* owned = new Buffer(std::move(data));
   nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<Buffer*>(p); });
-  nb::dlpack::dtype type;
-  switch (owned->dtype()) {
-    case DType::F32:
-      type = nb::dtype<float>();
-      break;
-    case DType::F64:
-      type = nb::dtype<double>();
-      break;
-    case DType::F16:
-      type = {static_cast<uint8_t>(nb::dlpack::dtype_code::Float), 16, 1};
-      break;
-    case DType::I32:
-      type = nb::dtype<int32_t>();
-      break;
-    case DType::I64:
-      type = nb::dtype<int64_t>();
-      break;
-    case DType::I8:
-      type = nb::dtype<int8_t>();
-      break;
-    case DType::U8:
-      type = nb::dtype<uint8_t>();
-      break;
-    case DType::Bool:
-      type = nb::dtype<bool>();
-      break;
-    case DType::BF16:
-      LUM_ASSERT(false) << "bf16 was widened above";
-      break;
-  }
-  return nb::ndarray<nb::numpy>(owned->data(), dims.size(), dims.data(), owner, nullptr, type)
-      .cast();
+  // (Every dtype is in the table; bf16, which NumPy lacks, was widened above.)
+  const ArrayType* type =
+      std::find_if(std::begin(kArrayTypes), std::end(kArrayTypes),
+                   [&](const ArrayType& a) { return a.dtype == owned->dtype(); });
+  const nb::dlpack::dtype dl{static_cast<uint8_t>(type->code), type->bits, 1};
+  return nb::ndarray<nb::numpy>(owned->data(), dims.size(), dims.data(), owner, nullptr, dl).cast();
 }
 
 }  // namespace luminal::python
