@@ -77,18 +77,20 @@ KernelPlan plan_kernels(const Graph& g, Fusion fusion, bool computed_masks) {
   }
   // Library kernels (Custom) read buffers: their operands cannot be fused into them (but
   // an attention mask the backend computes from its index expression).
+  std::vector<std::optional<Expr>> masks(count);
   for (uint32_t i = 0; i < count; ++i) {
     const Node& n = g.node(NodeId{i});
     if (!p.needed[i] || p.canonical[i].value != i || n.op != Op::Custom) continue;
-    const bool computed = computed_masks && computed_mask(g, n).has_value();
+    if (computed_masks) masks[i] = computed_mask(g, n);
     for (size_t j = 0; j < n.inputs.size(); ++j)
-      if (!(computed && j == 3)) p.materialized[p.canon(n.inputs[j].source).value] = true;
+      if (!(masks[i] && j == 3)) p.materialized[p.canon(n.inputs[j].source).value] = true;
   }
   // One kernel per materialised non-input node; collect what it reads.
   for (uint32_t i = 0; i < count; ++i) {
     if (!p.materialized[i] || g.node(NodeId{i}).op == Op::Input) continue;
     Kernel k;
     k.root = NodeId{i};
+    k.computed_mask = std::move(masks[i]);
     std::vector<NodeId> stack{k.root};
     std::vector<bool> visited(count, false);
     while (!stack.empty()) {

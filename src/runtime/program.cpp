@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "luminal/error.hpp"
 #include "luminal/graph.hpp"
@@ -61,13 +62,17 @@ void log_compile(const char* backend, const Graph& graph, const PlannedProgram& 
                backend_part.c_str(), seconds_since(p.start));
 }
 
+int64_t bound_dim(const Bindings& bound, const std::string& name) {
+  const std::optional<int64_t> v = bound.get(name);
+  LUM_CHECK(v) << "unbound symbolic dimension '" << name << "' (bind it with set_dim)";
+  return *v;
+}
+
 std::pair<std::string, std::vector<std::pair<std::string, Expr>>> unit_dims(
     const std::vector<std::string>& dims, const Bindings& bound) {
   std::pair<std::string, std::vector<std::pair<std::string, Expr>>> out;
   for (const std::string& d : dims) {
-    auto v = bound.get(d);
-    LUM_CHECK(v) << "unbound symbolic dimension '" << d << "' (bind it with set_dim)";
-    if (*v != 1) continue;
+    if (bound_dim(bound, d) != 1) continue;
     out.first += d + ";";
     out.second.emplace_back(d, Expr(1));
   }

@@ -44,6 +44,9 @@ PlannedProgram optimize_and_plan(const Graph& graph, compiler::Fusion fusion,
 void log_compile(const char* backend, const Graph& graph, const PlannedProgram& p,
                  const std::string& backend_part);
 
+/// The value `bound` gives dim `name`; an Error naming it where it is not bound.
+int64_t bound_dim(const Bindings& bound, const std::string& name);
+
 /// The kernels' symbolic dims that `bound` sets to 1, as a key ("seq;past;") and as
 /// substitutions: unit dims get kernels of their own, whose index arithmetic through
 /// reshapes and permutes simplifies to plain strides (decoding one token at a time).

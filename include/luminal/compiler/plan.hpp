@@ -3,6 +3,7 @@
 // computes on the way (elementwise chains, reduce prologues) is fused into it.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,9 @@ struct Kernel {
   NodeId root;                // the node whose value the kernel stores
   std::vector<NodeId> reads;  // materialised nodes and inputs it loads, in order
   size_t fused = 0;           // nodes computed inside this kernel besides the root
+  // An Attention whose mask the backend computes (plan_kernels' `computed_masks`): the
+  // mask as compiler::computed_mask gives it.
+  std::optional<Expr> computed_mask;
 };
 
 struct KernelPlan {

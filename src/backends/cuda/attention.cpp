@@ -30,13 +30,14 @@
 #include "backends/cuda/attention_mma.hpp"
 #include "backends/cuda/attention_stream.hpp"
 #include "backends/cuda/attention_wgmma.hpp"
+#include "backends/cuda/codegen.hpp"
 #include "backends/cuda/device_trials.hpp"
 
 namespace luminal::cudagen {
 namespace {
 
-// Keys per chunk (given to the source as LUM_AT_CHUNK; key splits are whole chunks) and
-// query rows per block of the kernel on CUDA cores.
+// Keys per chunk (given to the source as LUM_AT_CHUNK; this kernel's key splits are whole
+// chunks) and query rows per block of the kernel on CUDA cores.
 constexpr int kThreads = kAttentionThreads, kChunk = 128, kMaxDims = kAttentionMaxDims,
               kMaxRows = 8;
 constexpr int64_t kMaxSplits = kAttentionMaxSplits;
@@ -295,9 +296,9 @@ std::string attention_source(const AttentionKernel& s) {
                            kSource);
 }
 
-ComputedMask::ComputedMask(Expr keep) {
+ComputedMask::ComputedMask(Expr keep_expr) : keep(keep_expr.to_c()) {
   std::string declared;
-  for (const std::string& d : keep.variables()) {
+  for (const std::string& d : keep_expr.variables()) {
     if (d == "lum_m" || d == "lum_t") continue;
     declared += "const long long " + d + " = lum_a.mask_dims[" + std::to_string(dims.size()) +
                 "]; (void)" + d + "; ";
@@ -305,22 +306,22 @@ ComputedMask::ComputedMask(Expr keep) {
   }
   LUM_ASSERT(dims.size() <= compiler::kMaxComputedMaskDims)
       << "a computed mask over " << dims.size() << " dims";
-  source = "#define LUM_EXPR_FN static __device__ __forceinline__\n" +
-           std::string(expr_c_prelude()) + "#define LUM_AT_KEEP_DIMS " + declared +
-           "\n#define LUM_AT_KEEP " + keep.to_c() + "\n";
+  source = device_expr_prelude() + "#define LUM_AT_KEEP_DIMS " + declared +
+           "\n#define LUM_AT_KEEP " + keep + "\n";
 }
 
-const Attention::Compiled& Attention::compiled(const std::string& key, const std::string& prefix,
+const Attention::Compiled& Attention::compiled(const std::string& key, const ComputedMask* mask,
                                                const std::string& kernel,
                                                const std::function<std::string()>& source,
                                                size_t shared_bytes, int threads,
                                                int64_t tile_keys) {
-  Compiled& c = kernels_[key + prefix];
+  Compiled& c = kernels_[mask ? key + mask->keep : key];
   if (!c.module) {
     // Warpgroup products exist only on the architecture-specific target (sm_90a).
     const bool wgmma = kernel == "lum_attention_wgmma";
     c.module = std::make_unique<Module>(
-        compile_cubin(prefix + source(), device_.arch() + (wgmma ? "a" : "")).code);
+        compile_cubin((mask ? mask->source : "") + source(), device_.arch() + (wgmma ? "a" : ""))
+            .code);
     c.kernel = c.module->kernel(kernel);
     c.combine = c.module->kernel("lum_attention_combine");
     if (wgmma || kernel == "lum_attention_mma")
@@ -364,11 +365,9 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
   auto mask_stride = [&](size_t i) -> int64_t {
     return computed ? (i + 3 == r ? 1 : 0) : mask.strides[i];
   };
-  std::string prefix;
   if (computed) {
     a.mask = nullptr, a.m_off = 0, a.m_t = 1;
     std::copy(computed->values.begin(), computed->values.end(), a.mask_dims);
-    prefix = computed->source;
   }
   a.keys = keys;
   a.scale = static_cast<float>(scale * std::numbers::log2e);  // scores go through 2^x
@@ -417,7 +416,7 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
                                     wgmma.keys, wgmma.key_stages, wgmma.value_stages});
     kernels.emplace_back(
         &compiled(
-            key, prefix, "lum_attention_wgmma", [&] { return wgmma_attention_source(wgmma); },
+            key, computed, "lum_attention_wgmma", [&] { return wgmma_attention_source(wgmma); },
             wgmma_attention_shared_bytes(wgmma), kWgmmaAttentionThreads, wgmma.keys),
         kWgmmaAttentionRows);
   }
@@ -428,7 +427,7 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
         key_of({1, int64_t(q_type), int64_t(k_type), int64_t(v_type), int64_t(out_type), d, dv});
     kernels.emplace_back(
         &compiled(
-            key, prefix, "lum_attention_mma", [&] { return mma_attention_source(spec); },
+            key, computed, "lum_attention_mma", [&] { return mma_attention_source(spec); },
             mma_attention_shared_bytes(spec)),
         kMmaAttentionRows);
   }
@@ -444,7 +443,7 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
                                     int64_t(out_type), d, dv, rows, tensor_cores});
     kernels.emplace_back(
         &compiled(
-            key, prefix, "lum_attention_stream", [&] { return stream_attention_source(spec); },
+            key, computed, "lum_attention_stream", [&] { return stream_attention_source(spec); },
             stream_attention_shared_bytes(spec), kAttentionThreads,
             stream_attention_stage_keys(spec)),
         rows);
@@ -465,7 +464,7 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
         key_of({0, int64_t(q_type), int64_t(k_type), int64_t(v_type), int64_t(out_type), d, dv,
                 key_vec, value_vec, spec.lanes, rows});
     kernels.emplace_back(&compiled(
-                             key, prefix, "lum_attention", [&] { return attention_source(spec); },
+                             key, computed, "lum_attention", [&] { return attention_source(spec); },
                              0, kAttentionThreads, kChunk),
                          rows);
   }
@@ -535,7 +534,7 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
   size_t pick = 0;
   if (kernels.size() > 1 && searcher_.settings().mode != runtime::SearchMode::Off) {
     const ShapeKey shape{q_type, k_type, v_type,        out_type,  d,
-                         dv,     keys,   a.shared_rows, kv_points, prefix};
+                         dv,     keys,   a.shared_rows, kv_points, computed ? computed->keep : ""};
     if (const auto found = choice_.find(shape); found != choice_.end()) {
       pick = found->second;
     } else {

@@ -40,6 +40,7 @@ std::string attention_source(const AttentionKernel& spec);
 /// comparing indices.
 struct ComputedMask {
   explicit ComputedMask(Expr keep);
+  std::string keep;               // keep in C: what tells one computed mask from another
   std::string source;             // the defines a kernel's source starts with
   std::vector<std::string> dims;  // the symbolic dims keep reads, in mask_dims order
   std::vector<int64_t> values;    // theirs this run (at most kMaxComputedMaskDims)
@@ -80,9 +81,9 @@ class Attention {
     size_t kernel_params = 1;          // the attention kernel's: its arguments, and the
                                        // warpgroup kernel's two tensor maps
   };
-  // The module cached under `key` (the specialisation's fields) and `prefix` (a computed
-  // mask's defines, or ""), compiled from prefix + source() on first use.
-  const Compiled& compiled(const std::string& key, const std::string& prefix,
+  // The module cached under `key` (the specialisation's fields) and `mask` (a computed
+  // mask, or none), compiled from the mask's defines and source() on first use.
+  const Compiled& compiled(const std::string& key, const ComputedMask* mask,
                            const std::string& kernel, const std::function<std::string()>& source,
                            size_t shared_bytes, int threads = kAttentionThreads,
                            int64_t tile_keys = kMmaAttentionKeys);
@@ -91,7 +92,7 @@ class Attention {
   runtime::Searcher& searcher_;  // between the two tensor-core kernels of Hopper's prompts
   std::map<std::string, Compiled> kernels_;  // by specialisation
   // The searched kernel's index by the op's shape: types (q, k, v, out), head dims, keys,
-  // shared rows, kv points and a computed mask's expression.
+  // shared rows, kv points and a computed mask's expression (ComputedMask::keep, or "").
   using ShapeKey = std::tuple<DType, DType, DType, DType, int64_t, int64_t, int64_t, int64_t,
                               int64_t, std::string>;
   std::map<ShapeKey, size_t> choice_;

@@ -750,9 +750,7 @@ CudaSource generate_cuda_source(const Graph& g, const compiler::KernelPlan& plan
   }
   out.dims.assign(vars.begin(), vars.end());
   std::ostringstream header;
-  header << cuda_prelude() << runtime::scalar_prelude()
-         << "#define LUM_EXPR_FN static __device__ __forceinline__\n"
-         << expr_c_prelude() << "\n"
+  header << cuda_prelude() << runtime::scalar_prelude() << device_expr_prelude() << "\n"
          << "struct LumDims { int64_t v[" << std::max<size_t>(out.dims.size(), 1) << "]; };\n\n";
   std::string dims_decl;
   for (size_t i = 0; i < out.dims.size(); ++i)

@@ -93,4 +93,8 @@ bool elementwise(const Graph& g, const compiler::Kernel& k);
 /// Helpers included at the top of every generated file, before runtime::scalar_prelude.
 std::string_view cuda_prelude();
 
+/// Expr::to_c's helpers (floor division and modulo) as device functions, for sources that
+/// render index expressions.
+std::string device_expr_prelude();
+
 }  // namespace luminal::cudagen

@@ -107,13 +107,9 @@ class CudaExecutable final : public Executable {
       }
     views_.resize(plan_.kernels.size());
     computed_masks_.resize(plan_.kernels.size());
-    for (size_t k = 0; k < plan_.kernels.size(); ++k) {
-      const Node& n = g.node(plan_.kernels[k].root);
-      if (n.op != Op::Custom || n.inputs.size() != 4 || plan_.is_materialized(n.inputs[3].source))
-        continue;
-      if (const std::optional<Expr> keep = compiler::computed_mask(g, n))
-        computed_masks_[k].emplace(*keep);
-    }
+    for (size_t k = 0; k < plan_.kernels.size(); ++k)
+      if (plan_.kernels[k].computed_mask)
+        computed_masks_[k].emplace(*plan_.kernels[k].computed_mask);
     value_ptr_.assign(plan_.kernels.size(), nullptr);
     owned_.resize(plan_.kernels.size());
     // What is released after each kernel: a group's members' reads stay till its last.
@@ -219,12 +215,8 @@ class CudaExecutable final : public Executable {
     if (records_[record_].open) settle(records_[record_]);
     RunRecord& rec = records_[record_];
     std::vector<int64_t> dims(std::max<size_t>(source_.dims.size(), 1), 0);
-    for (size_t i = 0; i < source_.dims.size(); ++i) {
-      auto v = user.dims().get(source_.dims[i]);
-      LUM_CHECK(v) << "unbound symbolic dimension '" << source_.dims[i]
-                   << "' (bind it with set_dim)";
-      dims[i] = *v;
-    }
+    for (size_t i = 0; i < source_.dims.size(); ++i)
+      dims[i] = runtime::bound_dim(user.dims(), source_.dims[i]);
     const bool inputs_moved = upload_inputs(user);
     // Outputs left on the device are handed over, so their buffers are new every run.
     const bool hands_over =
@@ -739,11 +731,8 @@ class CudaExecutable final : public Executable {
       std::optional<cudagen::ComputedMask>& computed = computed_masks_[k];
       if (computed) {
         computed->values.clear();
-        for (const std::string& d : computed->dims) {
-          const std::optional<int64_t> value = user.dims().get(d);
-          LUM_CHECK(value) << "unbound symbolic dimension '" << d << "' (bind it with set_dim)";
-          computed->values.push_back(*value);
-        }
+        for (const std::string& d : computed->dims)
+          computed->values.push_back(runtime::bound_dim(user.dims(), d));
       }
       if (attention_.run(views[0], operand(n.inputs[0].source), source_dtype(n, 0), views[1],
                          operand(n.inputs[1].source), source_dtype(n, 1), views[2],

@@ -2,6 +2,7 @@
 // and what runtime::scalar_prelude() expects of a backend.
 #include "backends/cuda/codegen.hpp"
 #include "backends/cuda/kernel_trace.hpp"
+#include "luminal/expr.hpp"
 
 namespace luminal::cudagen {
 namespace {
@@ -177,6 +178,10 @@ std::string_view cuda_prelude() {
       (tracing() ? "#define LUM_TRACE " + std::to_string(kTraceSlots) + "ull\n" : std::string()) +
       kPrelude;
   return prelude;
+}
+
+std::string device_expr_prelude() {
+  return "#define LUM_EXPR_FN static __device__ __forceinline__\n" + std::string(expr_c_prelude());
 }
 
 }  // namespace luminal::cudagen
