@@ -48,6 +48,14 @@ void bind_graph(nb::module_& m) {
           "start"_a, "end"_a, "step"_a = 1.0, "dtype"_a = DType::F32, nb::keep_alive<0, 1>(),
           "start, start + step, ... up to (not including) end.")
       .def(
+          "iota",
+          [](Graph& g, std::string_view expr, nb::handle shape, DType dtype) {
+            return g.iota(parse_expr(expr), shape_of(shape), dtype);
+          },
+          "expr"_a, "shape"_a, "dtype"_a = DType::I32, nb::keep_alive<0, 1>(),
+          "A tensor of `shape` whose element at flat (row-major) index z is `expr`, an "
+          "expression over z and symbolic dims, such as \"2*z + 1\" or \"seq - z\".")
+      .def(
           "set_dim", [](Graph& g, std::string_view name, int64_t value) { g.set_dim(name, value); },
           "name"_a, "value"_a, "Binds a symbolic dim for the runs that follow.")
       .def(

@@ -345,6 +345,9 @@ void bind_tensor(nb::module_& m) {
       "logical_and", [](const Tensor& a, const Tensor& b) { return logical_and(a, b); }, "a"_a,
       "b"_a, kKeep, "Elementwise and of two bool tensors.");
   m.def(
+      "fmod", [](const Tensor& a, const Tensor& b) { return fmod(a, b); }, "a"_a, "b"_a, kKeep,
+      "Truncated remainder (the sign of the dividend), as torch.fmod; `%` is torch.remainder's.");
+  m.def(
       "logical_or", [](const Tensor& a, const Tensor& b) { return logical_or(a, b); }, "a"_a, "b"_a,
       kKeep, "Elementwise or of two bool tensors.");
   m.def(

@@ -16,10 +16,12 @@ namespace nb = nanobind;
 namespace luminal::python {
 
 Expr dim_of(nb::handle dim) {
-  if (nb::isinstance<nb::bool_>(dim)) throw Error("a dim is an int or a name, not a bool");
+  if (nb::isinstance<nb::bool_>(dim))
+    throw Error("a dim is an int, a name or an expression over names, not a bool");
   if (nb::isinstance<nb::int_>(dim)) return Expr(nb::cast<int64_t>(dim));
-  if (nb::isinstance<nb::str>(dim)) return Expr(nb::cast<std::string>(dim));
-  throw Error("a dim is an int or a name, not " +
+  // A name ("seq") or an expression over names ("2*seq + 1"), as Expr::to_string writes.
+  if (nb::isinstance<nb::str>(dim)) return parse_expr(nb::cast<std::string>(dim));
+  throw Error("a dim is an int, a name or an expression over names, not " +
               std::string(nb::str(nb::handle(dim.type())).c_str()));
 }
 

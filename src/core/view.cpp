@@ -211,10 +211,25 @@ bool divides(Expr p, Expr q) {
   return exact_quotient(p, q).has_value();
 }
 
+// Products of sums multiplied out, so that one count written two ways ((a + b)*c and
+// a*c + b*c, as traced shapes give them) compares equal.
+Expr multiplied_out(Expr e) {
+  if (e.op() == ExprOp::Add) return multiplied_out(e.lhs()) + multiplied_out(e.rhs());
+  if (e.op() != ExprOp::Mul) return e;
+  const Expr a = multiplied_out(e.lhs()), b = multiplied_out(e.rhs());
+  if (a.op() == ExprOp::Add) return multiplied_out(a.lhs() * b) + multiplied_out(a.rhs() * b);
+  if (b.op() == ExprOp::Add) return multiplied_out(a * b.lhs()) + multiplied_out(a * b.rhs());
+  return a * b;
+}
+
+bool same_count(Expr a, Expr b) {
+  return a == b || multiplied_out(a) == multiplied_out(b);
+}
+
 }  // namespace
 
 std::optional<View> View::reshape(const std::vector<Expr>& shape) const {
-  LUM_CHECK(numel() == product(shape))
+  LUM_CHECK(same_count(numel(), product(shape)))
       << "reshape: cannot reshape " << luminal::to_string(dims_) << " (" << numel()
       << " elements) to " << luminal::to_string(shape) << " (" << product(shape) << " elements)";
   // An empty tensor reads nothing, so any layout serves.
@@ -244,7 +259,7 @@ std::optional<View> View::reshape(const std::vector<Expr>& shape) const {
     // Grow a group of old dims [i, i2) and new dims [j, j2) until both products agree.
     size_t i2 = i + 1, j2 = j + 1;
     Expr po = dims_[old_dims[i]], pn = shape[new_dims[j]];
-    while (po != pn) {
+    while (!same_count(po, pn)) {
       const auto co = po.as_const(), cn = pn.as_const();
       const bool grow_new = (co && cn) ? *cn < *co : divides(po, pn);
       if (grow_new && j2 < new_dims.size()) {

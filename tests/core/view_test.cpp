@@ -232,6 +232,19 @@ TEST(View, ReshapeKeepsPaddingOnUntouchedDims) {
   EXPECT_FALSE(v.reshape({18}));
 }
 
+TEST(View, ReshapeSeesOneCountWrittenTwoWays) {
+  // A traced shape writes b*(p + q) multiplied out: the merge is the same run of memory.
+  Expr b = "b", p = "p", q = "q";
+  View v = View::contiguous({b, p + q, 32});
+  auto merged = v.reshape({b * p + b * q, 32});
+  ASSERT_TRUE(merged);
+  EXPECT_EQ(merged->strides(), (std::vector<Expr>{32, 1}));
+  const Bindings at{{"b", 2}, {"p", 3}, {"q", 4}};
+  for (int64_t row = 0; row < 14; ++row)
+    EXPECT_EQ(merged->index({Expr(row), Expr(5)}).eval(at), row * 32 + 5);
+  EXPECT_THROW(v.reshape({b * p + q, 32}), Error);
+}
+
 TEST(View, SymbolicShapes) {
   Expr s = "s";
   View v = View::contiguous({s, 4});

@@ -1,0 +1,522 @@
+"""Core ATen ops in luminal: the table torch.compile(backend="luminal") translates with.
+
+Each entry maps an ATen overload to a function of (node, *args, **kwargs) that builds the
+op in a luminal graph, one line per op. The args are the FX node's, with tensors already
+luminal Tensors and symbolic sizes already dims (ints, or expressions over luminal's
+symbolic dims as text). `node` (a Node below) tells the result's dtype and shape as
+PyTorch traced them. Whatever a translation yields is cast to the traced dtype after, so
+entries leave type promotion to `node.operands`.
+
+Ops whose arguments luminal cannot express (a strided slice, a transposed convolution)
+are refused by `SUPPORTED_IF`, so they run in PyTorch instead.
+"""
+import math
+import operator
+
+import torch
+
+from . import _luminal as lm
+
+aten = torch.ops.aten
+
+DTYPES = {torch.float32: lm.float32, torch.float16: lm.float16, torch.bfloat16: lm.bfloat16,
+          torch.float64: lm.float64, torch.int32: lm.int32, torch.int64: lm.int64,
+          torch.int8: lm.int8, torch.uint8: lm.uint8, torch.bool: lm.bool_}
+
+
+def dim_text(size):
+    """An int, or a torch.SymInt's expression in luminal's syntax (over its dims s0, s1...)."""
+    if isinstance(size, int):
+        return size
+    # The shape environment's own facts first: a symbol tracing settled (a cache's length
+    # found to be 0) may live on in the expressions traced before.
+    expr = size.node.shape_env.simplify(size.node.expr)
+    return int(expr) if expr.is_Integer else _sympy_text(expr)
+
+
+def _sympy_text(e):
+    import sympy
+    name = type(e).__name__
+    if e.is_Integer:
+        return str(int(e))
+    if e.is_Symbol:
+        return e.name
+    kids = [_sympy_text(a) for a in e.args]
+    if isinstance(e, sympy.Add):
+        return "(" + " + ".join(kids) + ")"
+    if isinstance(e, sympy.Mul):
+        return "(" + "*".join(kids) + ")"
+    if isinstance(e, sympy.Pow) and e.args[1].is_Integer and int(e.args[1]) > 0:
+        return "(" + "*".join([kids[0]] * int(e.args[1])) + ")"
+    if name == "FloorDiv":
+        return f"({kids[0]} / {kids[1]})"
+    if name in ("Mod", "PythonMod"):
+        return f"({kids[0]} % {kids[1]})"
+    if name in ("Max", "Min") and len(kids) == 2:
+        return f"{name.lower()}({kids[0]}, {kids[1]})"
+    raise NotImplementedError(f"the symbolic size {e} has no luminal expression")
+
+
+class Node:
+    """An FX node being translated: the luminal graph it goes into, and its traced result."""
+
+    def __init__(self, graph, fx_node):
+        self.g = graph
+        self.fx = fx_node
+        val = fx_node.meta.get("val")
+        self.val = val[0] if isinstance(val, (tuple, list)) else val
+
+    @property
+    def dtype(self):
+        return self.val.dtype
+
+    @property
+    def shape(self):
+        return tuple(dim_text(s) for s in self.val.shape)
+
+    def promoted(self):
+        """The dtype PyTorch computes the node's tensor and number arguments in."""
+        kinds = []
+        for a in self.fx.args:
+            v = a.meta.get("val") if isinstance(a, torch.fx.Node) else a
+            if isinstance(v, torch.Tensor):
+                kinds.append(torch.empty((1,) * min(v.dim(), 1), dtype=v.dtype))
+            elif isinstance(v, (bool, int, float)):
+                kinds.append(v)
+        out = kinds[0]
+        for k in kinds[1:]:
+            out = torch.result_type(out, k) if isinstance(out, torch.Tensor) or isinstance(
+                k, torch.Tensor) else torch.result_type(torch.tensor(out), k)
+            out = torch.empty((1,), dtype=out)
+        return out.dtype if isinstance(out, torch.Tensor) else torch.tensor(out).dtype
+
+    def operands(self, *xs, dtype=None):
+        """The arguments as luminal tensors of `dtype` (the result's by default)."""
+        want = DTYPES[dtype or self.dtype]
+        return [x.cast(want) if isinstance(x, lm.Tensor) and x.dtype != want else
+                x if isinstance(x, lm.Tensor) else self.g.constant(float(x), want) for x in xs]
+
+    def full(self, value):
+        return self.g.full(self.shape, float(value), DTYPES[self.dtype])
+
+
+def _axes(x, dims):
+    """Reduction axes: None or [] is every axis, as in ATen."""
+    return list(range(len(x.shape))) if dims is None or dims == [] else [
+        d if isinstance(d, int) else int(d) for d in ([dims] if isinstance(dims, int) else dims)]
+
+
+def _arith(fn):
+    def translate(n, a, b, alpha=1, **_):
+        a, b = n.operands(a, b)
+        return fn(a, b if alpha == 1 else b * n.operands(alpha)[0])
+    return translate
+
+
+def _compare(fn):
+    def translate(n, a, b):
+        return fn(*n.operands(a, b, dtype=n.promoted()))
+    return translate
+
+
+def _unary(fn):
+    return lambda n, x, *args, **kwargs: fn(n.operands(x)[0], *args, **kwargs)
+
+
+def _div_mode(n, a, b, rounding_mode=None):
+    a, b = n.operands(a, b, dtype=n.promoted())
+    q = a / b
+    if rounding_mode == "floor":
+        return q.floor()
+    if rounding_mode == "trunc":
+        return q.sign() * q.abs().floor()
+    return q
+
+
+def _reduce(method):
+    def translate(n, x, dims=None, keepdim=False, **_):
+        return getattr(n.operands(x)[0], method)(axis=_axes(x, dims), keepdim=keepdim)
+    return translate
+
+
+def _var(n, x, dims=None, correction=1, keepdim=False):
+    return n.operands(x)[0].var(axis=_axes(x, dims), correction=int(correction), keepdim=keepdim)
+
+
+def _any(n, x, dims=None, keepdim=False):
+    return (x.cast(lm.float32).abs().sum(axis=_axes(x, dims), keepdim=keepdim) > 0.0)
+
+
+def _all(n, x, dims=None, keepdim=False):
+    return (x.cast(lm.bool_).logical_not().cast(lm.float32).sum(
+        axis=_axes(x, dims), keepdim=keepdim) == 0.0)
+
+
+def _arg_with_values(method, arg):
+    def translate(n, x, dim, keepdim=False):
+        return (getattr(x, method)(axis=dim, keepdim=keepdim), getattr(x, arg)(dim, keepdim))
+    return translate
+
+
+def _clamp(n, x, lo=None, hi=None):
+    x = n.operands(x)[0]
+    x = x if lo is None else x.maximum(n.operands(lo)[0])
+    return x if hi is None else x.minimum(n.operands(hi)[0])
+
+
+def _addmm(n, bias, a, b, beta=1, alpha=1):
+    bias, a, b = n.operands(bias, a, b)
+    prod = a.matmul(b)
+    return (prod if alpha == 1 else prod * float(alpha)) + (bias if beta == 1 else bias * float(beta))
+
+
+def _convolution(n, x, w, b, stride, padding, dilation, transposed, output_padding, groups):
+    conv = lm.conv1d if len(x.shape) == 3 else lm.conv2d
+    return conv(x, w, b, stride=stride[0], padding=padding[0], dilation=dilation[0], groups=groups)
+
+
+def _pool_args(kernel, stride, padding):
+    return dict(kernel_size=kernel[0], stride=(stride or kernel)[0], padding=(padding or [0])[0])
+
+
+def _max_pool(n, x, kernel, stride=(), padding=(0,), dilation=(1,), ceil_mode=False):
+    pool = lm.max_pool1d if len(x.shape) == 3 else lm.max_pool2d
+    return pool(x, **_pool_args(kernel, stride, padding)), None
+
+
+def _avg_pool(n, x, kernel, stride=(), padding=(0,), ceil_mode=False, count_include_pad=True,
+              divisor_override=None):
+    pool = lm.avg_pool1d if len(x.shape) == 3 else lm.avg_pool2d
+    return pool(x, **_pool_args(kernel, stride, padding))
+
+
+def _adaptive_avg_pool(n, x, size):
+    spatial = len(size)
+    if all(s == 1 for s in size):
+        return x.mean(axis=list(range(-spatial, 0)), keepdim=True)
+    k = x.shape[-1] // size[-1]
+    return (lm.avg_pool1d if spatial == 1 else lm.avg_pool2d)(x, kernel_size=k, stride=k)
+
+
+def _layer_norm(n, x, shape, w=None, b=None, eps=1e-5):
+    axes = list(range(-len(shape), 0))
+    x = n.operands(x)[0]
+    mean = x.mean(axis=axes, keepdim=True)
+    rstd = ((x - mean).square().mean(axis=axes, keepdim=True) + eps).rsqrt()
+    y = (x - mean) * rstd
+    y = y if w is None else y * w
+    return (y if b is None else y + b), mean, rstd
+
+
+def _channel(t, ndim):
+    """A per-channel [C] vector shaped to broadcast over [N, C, ...]."""
+    return t.reshape((t.shape[0],) + (1,) * (ndim - 2))
+
+
+def _batch_norm_eval(n, x, w, b, mean, var, momentum, eps):
+    nd = len(x.shape)
+    y = (x - _channel(mean, nd)) * (_channel(var, nd) + eps).rsqrt()
+    y = y if w is None else y * _channel(w, nd)
+    y = y if b is None else y + _channel(b, nd)
+    empty = n.g.full((0,), 0.0, DTYPES[n.dtype])
+    return y, empty, empty
+
+
+def _slice(n, x, dim=0, start=None, end=None, step=1):
+    # The traced result's length settles the end however it was given (past the size,
+    # negative, symbolic): only the start is worked out here.
+    start = 0 if start is None else start
+    if isinstance(start, int) and start < 0:
+        size = x.shape[dim]
+        start = max(size + start, 0) if isinstance(size, int) else f"max({size} + {start}, 0)"
+    return x.slice(axis=dim, start=start, end=_add(start, n.shape[dim]))
+
+
+def _select(n, x, dim, index):
+    if isinstance(index, int) and index < 0:
+        index += x.shape[dim]
+    return x.slice(axis=dim, start=index, end=_add(index, 1)).squeeze(axis=dim)
+
+
+def _add(a, b):
+    return a + b if isinstance(a, int) and isinstance(b, int) else f"({a} + {b})"
+
+
+def _cat(n, parts, dim=0):
+    # As torch.cat, 1-D empty tensors are skipped whatever the others' rank (an empty cache).
+    parts = [p for p in parts if len(p.shape) > 1 or p.shape[0] != 0] or parts[:1]
+    return lm.concat(n.operands(*parts), dim)
+
+
+def _split(n, x, sizes, dim=0):
+    out, at = [], 0
+    for s in sizes:
+        out.append(x.slice(axis=dim, start=at, end=_add(at, s)))
+        at = _add(at, s)
+    return tuple(out)
+
+
+def _split_even(n, x, size, dim=0):
+    total = x.shape[dim]
+    return _split(n, x, [min(size, total - i) for i in range(0, total, size)], dim)
+
+
+def _squeeze(n, x, dims=None):
+    dims = range(len(x.shape)) if dims is None else [dims] if isinstance(dims, int) else dims
+    for d in sorted((d % len(x.shape) for d in dims), reverse=True):
+        if x.shape[d] == 1:
+            x = x.squeeze(axis=d)
+    return x
+
+
+def _expand(n, x, sizes, implicit=False):
+    lead = len(sizes) - len(x.shape)
+    x = x.reshape((1,) * lead + tuple(x.shape)) if lead else x
+    return x.expand(n.shape)
+
+
+def _pad(n, x, pad, value=0.0):
+    for i in range(len(pad) // 2):
+        x = x.pad(axis=len(x.shape) - 1 - i, before=pad[2 * i], after=pad[2 * i + 1],
+                  value=float(value))
+    return x
+
+
+def _embedding(n, weight, indices, *_):
+    flat = indices.reshape((math.prod(indices.shape),)) if _static(indices.shape) else \
+        indices.flatten()
+    return weight.index_select(axis=0, indices=flat).reshape(n.shape)
+
+
+def _static(shape):
+    return all(isinstance(s, int) for s in shape)
+
+
+def _index(n, x, indices):
+    (axis, idx), = [(i, t) for i, t in enumerate(indices) if t is not None]
+    flat = idx.flatten() if len(idx.shape) != 1 else idx
+    return x.index_select(axis=axis, indices=flat).reshape(n.shape)
+
+
+def _arange(n, start, end=None, step=1, **_):
+    start, end = (0, start) if end is None else (start, end)
+    if all(isinstance(v, (int, float)) for v in (start, end, step)):
+        return n.g.arange(float(start), float(end), float(step), DTYPES[n.dtype])
+    return n.g.iota(f"{start} + z*{step}", n.shape, DTYPES[n.dtype])
+
+
+def _to_copy(n, x, dtype=None, **_):
+    return x.cast(DTYPES[dtype]) if dtype is not None else x
+
+
+def _softmax(method):
+    return lambda n, x, dim, half_to_float=False: getattr(n.operands(x)[0], method)(axis=dim)
+
+
+def _where(n, cond, a, b):
+    a, b = n.operands(a, b)
+    return lm.where(cond, a, b)
+
+
+def _gelu(n, x, approximate="none"):
+    x = n.operands(x)[0]
+    return x.gelu_tanh() if approximate == "tanh" else x.gelu()
+
+
+def _hardtanh(n, x, lo=-1.0, hi=1.0):
+    return n.operands(x)[0].clamp(float(lo), float(hi))
+
+
+def _trunc(x):
+    return x.sign() * x.abs().floor()
+
+
+def _isinf(n, x):
+    return x.abs().eq(n.g.constant(math.inf, x.dtype))
+
+
+def _copy(n, x, *_, **__):
+    return x
+
+
+def _getitem(n, values, i):
+    return values[i]
+
+
+# One line per op. Where an ATen op has a composite form in luminal's hlops, the hlop is
+# used: the compiler fuses them back (softmax, norms, attention).
+TABLE = {
+    aten.add.Tensor: _arith(operator.add),
+    aten.add.Scalar: _arith(operator.add),
+    aten.sub.Tensor: _arith(operator.sub),
+    aten.sub.Scalar: _arith(operator.sub),
+    aten.rsub.Scalar: lambda n, a, b, alpha=1: _arith(operator.sub)(n, b, a * alpha),
+    aten.mul.Tensor: _arith(operator.mul),
+    aten.mul.Scalar: _arith(operator.mul),
+    aten.div.Tensor: _arith(operator.truediv),
+    aten.div.Scalar: _arith(operator.truediv),
+    aten.div.Tensor_mode: _div_mode,
+    aten.remainder.Tensor: _arith(operator.mod),
+    aten.remainder.Scalar: _arith(operator.mod),
+    aten.fmod.Tensor: _arith(lm.fmod),
+    aten.fmod.Scalar: _arith(lm.fmod),
+    aten.pow.Tensor_Scalar: lambda n, x, e: n.operands(x)[0].pow(float(e)),
+    aten.pow.Tensor_Tensor: _arith(lambda a, b: a.pow(b)),
+    aten.pow.Scalar: _arith(lambda a, b: a.pow(b)),
+    aten.maximum.default: _arith(lambda a, b: a.maximum(b)),
+    aten.minimum.default: _arith(lambda a, b: a.minimum(b)),
+    aten.eq.Tensor: _compare(lambda a, b: a.eq(b)),
+    aten.eq.Scalar: _compare(lambda a, b: a.eq(b)),
+    aten.ne.Tensor: _compare(lambda a, b: a.ne(b)),
+    aten.ne.Scalar: _compare(lambda a, b: a.ne(b)),
+    aten.lt.Tensor: _compare(operator.lt),
+    aten.lt.Scalar: _compare(operator.lt),
+    aten.le.Tensor: _compare(operator.le),
+    aten.le.Scalar: _compare(operator.le),
+    aten.gt.Tensor: _compare(operator.gt),
+    aten.gt.Scalar: _compare(operator.gt),
+    aten.ge.Tensor: _compare(operator.ge),
+    aten.ge.Scalar: _compare(operator.ge),
+    aten.logical_and.default: lambda n, a, b: lm.logical_and(a.cast(lm.bool_), b.cast(lm.bool_)),
+    aten.logical_or.default: lambda n, a, b: lm.logical_or(a.cast(lm.bool_), b.cast(lm.bool_)),
+    aten.logical_xor.default: lambda n, a, b: a.cast(lm.bool_).ne(b.cast(lm.bool_)),
+    aten.logical_not.default: lambda n, x: x.cast(lm.bool_).logical_not(),
+    aten.bitwise_not.default: lambda n, x: x.logical_not(),
+    aten.where.self: _where,
+    aten.clamp.default: _clamp,
+    aten.clamp.Tensor: _clamp,
+    aten.neg.default: _unary(lambda x: -x),
+    aten.abs.default: _unary(lambda x: x.abs()),
+    aten.sign.default: _unary(lambda x: x.sign()),
+    aten.exp.default: _unary(lambda x: x.exp()),
+    aten.exp2.default: _unary(lambda x: (x * math.log(2.0)).exp()),
+    aten.expm1.default: _unary(lambda x: x.exp() - 1.0),
+    aten.log.default: _unary(lambda x: x.log()),
+    aten.log2.default: _unary(lambda x: x.log() * (1.0 / math.log(2.0))),
+    aten.log10.default: _unary(lambda x: x.log() * (1.0 / math.log(10.0))),
+    aten.log1p.default: _unary(lambda x: (x + 1.0).log()),
+    aten.sqrt.default: _unary(lambda x: x.sqrt()),
+    aten.rsqrt.default: _unary(lambda x: x.rsqrt()),
+    aten.reciprocal.default: _unary(lambda x: 1.0 / x),
+    aten.sin.default: _unary(lambda x: x.sin()),
+    aten.cos.default: _unary(lambda x: x.cos()),
+    aten.tan.default: _unary(lambda x: x.sin() / x.cos()),
+    aten.tanh.default: _unary(lambda x: x.tanh()),
+    aten.sigmoid.default: _unary(lambda x: x.sigmoid()),
+    aten.relu.default: _unary(lambda x: x.relu()),
+    aten.gelu.default: _gelu,
+    aten.erf.default: _unary(lambda x: x.erf()),
+    aten.floor.default: _unary(lambda x: x.floor()),
+    aten.ceil.default: _unary(lambda x: x.ceil()),
+    aten.round.default: _unary(lambda x: x.round()),
+    aten.trunc.default: _unary(_trunc),
+    aten.isnan.default: lambda n, x: x.ne(x),
+    aten.isinf.default: _isinf,
+    aten.leaky_relu.default: lambda n, x, slope=0.01: n.operands(x)[0].leaky_relu(float(slope)),
+    aten.hardtanh.default: _hardtanh,
+    aten.sum.dim_IntList: _reduce("sum"),
+    aten.sum.default: _reduce("sum"),
+    aten.mean.dim: _reduce("mean"),
+    aten.mean.default: _reduce("mean"),
+    aten.prod.dim_int: lambda n, x, dim, keepdim=False, **_: n.operands(x)[0].prod(
+        axis=dim, keepdim=keepdim),
+    aten.amax.default: _reduce("max"),
+    aten.amin.default: _reduce("min"),
+    aten.max.dim: _arg_with_values("max", "argmax"),
+    aten.min.dim: _arg_with_values("min", "argmin"),
+    aten.argmax.default: lambda n, x, dim, keepdim=False: x.argmax(dim, keepdim),
+    aten.argmin.default: lambda n, x, dim, keepdim=False: x.argmin(dim, keepdim),
+    aten.var.correction: _var,
+    aten.any.dim: _any,
+    aten.any.dims: _any,
+    aten.any.default: _any,
+    aten.all.dim: _all,
+    aten.all.default: _all,
+    aten.cumsum.default: lambda n, x, dim, **_: n.operands(x)[0].cumsum(dim),
+    aten.cumprod.default: lambda n, x, dim, **_: n.operands(x)[0].cumprod(dim),
+    aten._softmax.default: _softmax("softmax"),
+    aten._log_softmax.default: _softmax("log_softmax"),
+    aten.mm.default: _arith(lambda a, b: a.matmul(b)),
+    aten.bmm.default: _arith(lambda a, b: a.matmul(b)),
+    aten.addmm.default: _addmm,
+    aten.convolution.default: _convolution,
+    aten.max_pool2d_with_indices.default: _max_pool,
+    aten.avg_pool2d.default: _avg_pool,
+    aten._adaptive_avg_pool2d.default: _adaptive_avg_pool,
+    aten.native_layer_norm.default: _layer_norm,
+    aten._native_batch_norm_legit_no_training.default: _batch_norm_eval,
+    aten.view.default: lambda n, x, size: x.reshape(n.shape),
+    aten._unsafe_view.default: lambda n, x, size: x.reshape(n.shape),
+    aten.permute.default: lambda n, x, dims: x.permute(list(dims)),
+    aten.expand.default: _expand,
+    aten.unsqueeze.default: lambda n, x, dim: x.unsqueeze(axis=dim),
+    aten.squeeze.dim: _squeeze,
+    aten.squeeze.dims: _squeeze,
+    aten.squeeze.default: _squeeze,
+    aten.slice.Tensor: _slice,
+    aten.select.int: _select,
+    aten.cat.default: _cat,
+    aten.split_with_sizes.default: _split,
+    aten.split.Tensor: _split_even,
+    aten.flip.default: lambda n, x, dims: _flip(x, dims),
+    aten.constant_pad_nd.default: _pad,
+    aten.embedding.default: _embedding,
+    aten.index_select.default: lambda n, x, dim, idx: x.index_select(axis=dim, indices=idx),
+    aten.index.Tensor: _index,
+    aten.gather.default: lambda n, x, dim, idx, **_: x.gather_axis(axis=dim, indices=idx),
+    aten.roll.default: lambda n, x, shifts, dims: _roll(x, shifts, dims),
+    aten.tril.default: lambda n, x, k=0: x.tril(k),
+    aten.triu.default: lambda n, x, k=0: x.triu(k),
+    aten.full.default: lambda n, size, value, **_: n.full(value),
+    aten.full_like.default: lambda n, x, value, **_: n.full(value),
+    aten.scalar_tensor.default: lambda n, value, **_: n.full(value),
+    aten.empty.memory_format: lambda n, size, **_: n.full(0),
+    aten.fill.Scalar: lambda n, x, value: n.full(value),
+    aten.arange.start_step: _arange,
+    aten.arange.default: _arange,
+    aten._to_copy.default: _to_copy,
+    aten.clone.default: _copy,
+    aten.alias.default: _copy,
+    aten.lift_fresh_copy.default: _copy,
+    operator.getitem: _getitem,
+}
+
+
+def _flip(x, dims):
+    for d in dims:
+        x = x.flip(axis=d)
+    return x
+
+
+def _roll(x, shifts, dims):
+    for s, d in zip(shifts, dims):
+        x = x.roll(shift=s, axis=d)
+    return x
+
+
+# Outputs of multi-output ops that luminal does not compute (max pooling's indices): a node
+# reading one stays in PyTorch, and so does the op.
+MISSING_OUTPUTS = {aten.max_pool2d_with_indices.default: {1}}
+
+
+def _ints_equal(*lists):
+    return all(len(set(v)) <= 1 for v in lists if v)
+
+
+# Arguments luminal's ops cannot express: such nodes stay in PyTorch.
+SUPPORTED_IF = {
+    aten.slice.Tensor: lambda x, dim=0, start=None, end=None, step=1: step == 1,
+    aten.convolution.default: lambda x, w, b, stride, padding, dilation, transposed, output_padding,
+    groups: not transposed and len(stride) in (1, 2) and _ints_equal(stride, padding, dilation),
+    aten.max_pool2d_with_indices.default: lambda x, kernel, stride=(), padding=(0,),
+    dilation=(1,), ceil_mode=False: not ceil_mode and all(d == 1 for d in dilation) and
+    _ints_equal(kernel, stride, padding),
+    aten.avg_pool2d.default: lambda x, kernel, stride=(), padding=(0,), ceil_mode=False,
+    count_include_pad=True, divisor_override=None: not ceil_mode and divisor_override is None and
+    (count_include_pad or not any(padding)) and _ints_equal(kernel, stride, padding),
+    aten._adaptive_avg_pool2d.default: lambda x, size: all(s == 1 for s in size) or (
+        _ints_equal(size) and all(isinstance(d, int) and d % size[0] == 0 for d in x.shape[-2:])
+        and x.shape[-1] == x.shape[-2]),
+    aten.index.Tensor: lambda x, indices: sum(i is not None for i in indices) == 1,
+    aten.roll.default: lambda x, shifts, dims=(): len(dims) == len(shifts),
+}
