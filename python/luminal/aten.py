@@ -18,6 +18,7 @@ import torch
 from . import _luminal as lm
 
 aten = torch.ops.aten
+prims = torch.ops.prims
 
 DTYPES = {torch.float32: lm.float32, torch.float16: lm.float16, torch.bfloat16: lm.bfloat16,
           torch.float64: lm.float64, torch.int32: lm.int32, torch.int64: lm.int64,
@@ -147,11 +148,6 @@ def _any(n, x, dims=None, keepdim=False):
     return (x.cast(lm.float32).abs().sum(axis=_axes(x, dims), keepdim=keepdim) > 0.0)
 
 
-def _all(n, x, dims=None, keepdim=False):
-    return (x.cast(lm.bool_).logical_not().cast(lm.float32).sum(
-        axis=_axes(x, dims), keepdim=keepdim) == 0.0)
-
-
 def _arg_with_values(method, arg):
     def translate(n, x, dim, keepdim=False):
         return (getattr(x, method)(axis=dim, keepdim=keepdim), getattr(x, arg)(dim, keepdim))
@@ -213,6 +209,17 @@ def _channel(t, ndim):
     return t.reshape((t.shape[0],) + (1,) * (ndim - 2))
 
 
+def _group_norm(n, x, w, b, batch, channels, hw, groups, eps):
+    shape = tuple(x.shape)
+    g = x.reshape((shape[0], groups, -1))
+    mean = g.mean(axis=2, keepdim=True)
+    rstd = ((g - mean).square().mean(axis=2, keepdim=True) + eps).rsqrt()
+    y = ((g - mean) * rstd).reshape(shape)
+    y = y if w is None else y * _channel(w, len(shape))
+    y = y if b is None else y + _channel(b, len(shape))
+    return y, mean.reshape((shape[0], groups)), rstd.reshape((shape[0], groups))
+
+
 def _batch_norm_eval(n, x, w, b, mean, var, momentum, eps):
     nd = len(x.shape)
     y = (x - _channel(mean, nd)) * (_channel(var, nd) + eps).rsqrt()
@@ -238,6 +245,20 @@ def _select(n, x, dim, index):
     return x.slice(axis=dim, start=index, end=_add(index, 1)).squeeze(axis=dim)
 
 
+def _slice_scatter(n, x, src, dim=0, start=None, end=None, step=1):
+    # x with src in place of x[start:end] along dim: the rows before, src, the rows after.
+    size = x.shape[dim]
+    start = 0 if start is None else start + size if isinstance(start, int) and start < 0 else start
+    end = _add(start, src.shape[dim])
+    before, after = x.slice(axis=dim, start=0, end=start), x.slice(axis=dim, start=end, end=size)
+    return lm.concat([before, n.operands(src)[0], after], dim)
+
+
+def _select_scatter(n, x, src, dim, index):
+    index = index + x.shape[dim] if isinstance(index, int) and index < 0 else index
+    return _slice_scatter(n, x, src.unsqueeze(axis=dim), dim, index)
+
+
 def _add(a, b):
     return a + b if isinstance(a, int) and isinstance(b, int) else f"({a} + {b})"
 
@@ -254,11 +275,6 @@ def _split(n, x, sizes, dim=0):
         out.append(x.slice(axis=dim, start=at, end=_add(at, s)))
         at = _add(at, s)
     return tuple(out)
-
-
-def _split_even(n, x, size, dim=0):
-    total = x.shape[dim]
-    return _split(n, x, [min(size, total - i) for i in range(0, total, size)], dim)
 
 
 def _squeeze(n, x, dims=None):
@@ -323,6 +339,16 @@ def _gelu(n, x, approximate="none"):
     return x.gelu_tanh() if approximate == "tanh" else x.gelu()
 
 
+def _elu(n, x, alpha=1.0, scale=1.0, input_scale=1.0):
+    x = n.operands(x)[0]
+    neg = ((x * float(input_scale)).exp() - 1.0) * float(alpha)
+    return lm.where(x > 0.0, x, neg) * float(scale)
+
+
+def _ne(a, b):
+    return a.ne(b)
+
+
 def _hardtanh(n, x, lo=-1.0, hi=1.0):
     return n.operands(x)[0].clamp(float(lo), float(hi))
 
@@ -331,8 +357,25 @@ def _trunc(x):
     return x.sign() * x.abs().floor()
 
 
+# With `<` the only comparison primitive, x == x holds for NaN too: NaN is told apart as
+# the value that is neither below +inf nor above -inf.
+def _isnan(n, x):
+    return _ordered(x).logical_not()
+
+
+def _ordered(x):
+    return lm.logical_or(x < math.inf, x > -math.inf)
+
+
+def _eq(a, b):
+    same = lm.logical_and((a < b).logical_not(), (b < a).logical_not())
+    if a.dtype in (lm.float32, lm.float16, lm.bfloat16, lm.float64):
+        same = lm.logical_and(same, lm.logical_and(_ordered(a), _ordered(b)))
+    return same
+
+
 def _isinf(n, x):
-    return x.abs().eq(n.g.constant(math.inf, x.dtype))
+    return lm.logical_and((x.abs() < math.inf).logical_not(), x.abs() > -math.inf)
 
 
 def _copy(n, x, *_, **__):
@@ -350,12 +393,12 @@ TABLE = {
     aten.add.Scalar: _arith(operator.add),
     aten.sub.Tensor: _arith(operator.sub),
     aten.sub.Scalar: _arith(operator.sub),
-    aten.rsub.Scalar: lambda n, a, b, alpha=1: _arith(operator.sub)(n, b, a * alpha),
     aten.mul.Tensor: _arith(operator.mul),
     aten.mul.Scalar: _arith(operator.mul),
     aten.div.Tensor: _arith(operator.truediv),
     aten.div.Scalar: _arith(operator.truediv),
     aten.div.Tensor_mode: _div_mode,
+    aten.div.Scalar_mode: _div_mode,
     aten.remainder.Tensor: _arith(operator.mod),
     aten.remainder.Scalar: _arith(operator.mod),
     aten.fmod.Tensor: _arith(lm.fmod),
@@ -365,10 +408,10 @@ TABLE = {
     aten.pow.Scalar: _arith(lambda a, b: a.pow(b)),
     aten.maximum.default: _arith(lambda a, b: a.maximum(b)),
     aten.minimum.default: _arith(lambda a, b: a.minimum(b)),
-    aten.eq.Tensor: _compare(lambda a, b: a.eq(b)),
-    aten.eq.Scalar: _compare(lambda a, b: a.eq(b)),
-    aten.ne.Tensor: _compare(lambda a, b: a.ne(b)),
-    aten.ne.Scalar: _compare(lambda a, b: a.ne(b)),
+    aten.eq.Tensor: _compare(_eq),
+    aten.eq.Scalar: _compare(_eq),
+    aten.ne.Tensor: _compare(lambda a, b: _eq(a, b).logical_not()),
+    aten.ne.Scalar: _compare(lambda a, b: _eq(a, b).logical_not()),
     aten.lt.Tensor: _compare(operator.lt),
     aten.lt.Scalar: _compare(operator.lt),
     aten.le.Tensor: _compare(operator.le),
@@ -381,6 +424,12 @@ TABLE = {
     aten.logical_or.default: lambda n, a, b: lm.logical_or(a.cast(lm.bool_), b.cast(lm.bool_)),
     aten.logical_xor.default: lambda n, a, b: a.cast(lm.bool_).ne(b.cast(lm.bool_)),
     aten.logical_not.default: lambda n, x: x.cast(lm.bool_).logical_not(),
+    aten.bitwise_and.Tensor: lambda n, a, b: lm.logical_and(*n.operands(a, b)),
+    aten.bitwise_and.Scalar: lambda n, a, b: lm.logical_and(*n.operands(a, b)),
+    aten.bitwise_or.Tensor: lambda n, a, b: lm.logical_or(*n.operands(a, b)),
+    aten.bitwise_or.Scalar: lambda n, a, b: lm.logical_or(*n.operands(a, b)),
+    aten.bitwise_xor.Tensor: lambda n, a, b: _ne(*n.operands(a, b)),
+    aten.bitwise_xor.Scalar: lambda n, a, b: _ne(*n.operands(a, b)),
     aten.bitwise_not.default: lambda n, x: x.logical_not(),
     aten.where.self: _where,
     aten.clamp.default: _clamp,
@@ -402,6 +451,8 @@ TABLE = {
     aten.cos.default: _unary(lambda x: x.cos()),
     aten.tan.default: _unary(lambda x: x.sin() / x.cos()),
     aten.tanh.default: _unary(lambda x: x.tanh()),
+    aten.sinh.default: _unary(lambda x: (x.exp() - (-x).exp()) * 0.5),
+    aten.cosh.default: _unary(lambda x: (x.exp() + (-x).exp()) * 0.5),
     aten.sigmoid.default: _unary(lambda x: x.sigmoid()),
     aten.relu.default: _unary(lambda x: x.relu()),
     aten.gelu.default: _gelu,
@@ -410,16 +461,17 @@ TABLE = {
     aten.ceil.default: _unary(lambda x: x.ceil()),
     aten.round.default: _unary(lambda x: x.round()),
     aten.trunc.default: _unary(_trunc),
-    aten.isnan.default: lambda n, x: x.ne(x),
+    aten.isnan.default: _isnan,
     aten.isinf.default: _isinf,
     aten.leaky_relu.default: lambda n, x, slope=0.01: n.operands(x)[0].leaky_relu(float(slope)),
     aten.hardtanh.default: _hardtanh,
+    aten.elu.default: _elu,
     aten.sum.dim_IntList: _reduce("sum"),
-    aten.sum.default: _reduce("sum"),
     aten.mean.dim: _reduce("mean"),
     aten.mean.default: _reduce("mean"),
     aten.prod.dim_int: lambda n, x, dim, keepdim=False, **_: n.operands(x)[0].prod(
         axis=dim, keepdim=keepdim),
+    aten.prod.default: lambda n, x, **_: n.operands(x)[0].prod(),
     aten.amax.default: _reduce("max"),
     aten.amin.default: _reduce("min"),
     aten.max.dim: _arg_with_values("max", "argmax"),
@@ -430,8 +482,6 @@ TABLE = {
     aten.any.dim: _any,
     aten.any.dims: _any,
     aten.any.default: _any,
-    aten.all.dim: _all,
-    aten.all.default: _all,
     aten.cumsum.default: lambda n, x, dim, **_: n.operands(x)[0].cumsum(dim),
     aten.cumprod.default: lambda n, x, dim, **_: n.operands(x)[0].cumprod(dim),
     aten._softmax.default: _softmax("softmax"),
@@ -445,36 +495,38 @@ TABLE = {
     aten._adaptive_avg_pool2d.default: _adaptive_avg_pool,
     aten.native_layer_norm.default: _layer_norm,
     aten._native_batch_norm_legit_no_training.default: _batch_norm_eval,
+    aten.native_group_norm.default: _group_norm,
     aten.view.default: lambda n, x, size: x.reshape(n.shape),
-    aten._unsafe_view.default: lambda n, x, size: x.reshape(n.shape),
     aten.permute.default: lambda n, x, dims: x.permute(list(dims)),
     aten.expand.default: _expand,
     aten.unsqueeze.default: lambda n, x, dim: x.unsqueeze(axis=dim),
     aten.squeeze.dim: _squeeze,
     aten.squeeze.dims: _squeeze,
-    aten.squeeze.default: _squeeze,
     aten.slice.Tensor: _slice,
     aten.select.int: _select,
+    aten.slice_scatter.default: _slice_scatter,
+    aten.select_scatter.default: _select_scatter,
+    aten.diagonal.default: lambda n, x, offset=0, dim1=0, dim2=1: x.diagonal(offset),
+    aten.repeat.default: lambda n, x, times: x.reshape(
+        (1,) * (len(times) - len(x.shape)) + tuple(x.shape)).repeat(tuple(times)),
     aten.cat.default: _cat,
     aten.split_with_sizes.default: _split,
-    aten.split.Tensor: _split_even,
     aten.flip.default: lambda n, x, dims: _flip(x, dims),
     aten.constant_pad_nd.default: _pad,
     aten.embedding.default: _embedding,
     aten.index_select.default: lambda n, x, dim, idx: x.index_select(axis=dim, indices=idx),
     aten.index.Tensor: _index,
     aten.gather.default: lambda n, x, dim, idx, **_: x.gather_axis(axis=dim, indices=idx),
-    aten.roll.default: lambda n, x, shifts, dims: _roll(x, shifts, dims),
-    aten.tril.default: lambda n, x, k=0: x.tril(k),
-    aten.triu.default: lambda n, x, k=0: x.triu(k),
     aten.full.default: lambda n, size, value, **_: n.full(value),
     aten.full_like.default: lambda n, x, value, **_: n.full(value),
     aten.scalar_tensor.default: lambda n, value, **_: n.full(value),
     aten.empty.memory_format: lambda n, size, **_: n.full(0),
+    aten.empty_strided.default: lambda n, size, stride, **_: n.full(0),
+    aten.copy.default: lambda n, dst, src, non_blocking=False: n.operands(src)[0].expand(n.shape),
     aten.fill.Scalar: lambda n, x, value: n.full(value),
     aten.arange.start_step: _arange,
-    aten.arange.default: _arange,
     aten._to_copy.default: _to_copy,
+    prims.convert_element_type.default: _to_copy,
     aten.clone.default: _copy,
     aten.alias.default: _copy,
     aten.lift_fresh_copy.default: _copy,
@@ -488,15 +540,13 @@ def _flip(x, dims):
     return x
 
 
-def _roll(x, shifts, dims):
-    for s, d in zip(shifts, dims):
-        x = x.roll(shift=s, axis=d)
-    return x
-
-
 # Outputs of multi-output ops that luminal does not compute (max pooling's indices): a node
 # reading one stays in PyTorch, and so does the op.
 MISSING_OUTPUTS = {aten.max_pool2d_with_indices.default: {1}}
+
+
+def _meta_dtype(v):
+    return v.dtype if isinstance(v, torch.Tensor) else type(v)
 
 
 def _ints_equal(*lists):
@@ -518,5 +568,10 @@ SUPPORTED_IF = {
         _ints_equal(size) and all(isinstance(d, int) and d % size[0] == 0 for d in x.shape[-2:])
         and x.shape[-1] == x.shape[-2]),
     aten.index.Tensor: lambda x, indices: sum(i is not None for i in indices) == 1,
-    aten.roll.default: lambda x, shifts, dims=(): len(dims) == len(shifts),
+    aten.slice_scatter.default: lambda x, src, dim=0, start=None, end=None, step=1: step == 1,
+    aten.diagonal.default: lambda x, offset=0, dim1=0, dim2=1: x.dim() == 2 and (dim1, dim2) in (
+        (0, 1), (-2, -1)),
+    **{op: lambda a, b: _meta_dtype(a) == torch.bool and _meta_dtype(b) in (torch.bool, bool)
+       for op in (aten.bitwise_and.Tensor, aten.bitwise_and.Scalar, aten.bitwise_or.Tensor,
+                  aten.bitwise_or.Scalar, aten.bitwise_xor.Tensor, aten.bitwise_xor.Scalar)},
 }

@@ -37,8 +37,10 @@ def luminal_backend(gm, example_inputs, options=None):
         raise lm.Error(f"torch.compile(backend='luminal'): unknown option(s) {sorted(unknown)}; "
                        f"the options are {OPTIONS}")
     compiler = functools.partial(_compile, strict=bool(options.get("strict", False)))
-    return aot_autograd(fw_compiler=compiler, decompositions=core_aten_decompositions())(
-        gm, example_inputs)
+    # Ops the table translates whole are not decomposed (a nearest upsampling stays one op,
+    # not an advanced index).
+    decompositions = {op: fn for op, fn in core_aten_decompositions().items() if op not in TABLE}
+    return aot_autograd(fw_compiler=compiler, decompositions=decompositions)(gm, example_inputs)
 
 
 def _compile(gm, example_inputs, strict):

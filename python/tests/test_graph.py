@@ -62,10 +62,26 @@ def test_setting_a_computed_tensor_is_an_error():
         y.set(np.zeros(3, np.float32))
 
 
+def test_dims_may_be_expressions_over_names():
+    g = luminal.Graph()
+    x = g.tensor(("2*n", 3))
+    rows = x.reshape("n", 6).sum(axis=1).retrieve()
+    y = g.iota("3*z + n", ("n",), luminal.int64).retrieve()
+    g.set_dim("n", 2)
+    g.compile(luminal.cpu())
+    data = np.arange(12, dtype=np.float32).reshape(4, 3)
+    x.set(data)
+    g.execute()
+    np.testing.assert_allclose(rows.numpy(), data.reshape(2, 6).sum(1))
+    np.testing.assert_array_equal(y.numpy(), 3 * np.arange(2) + 2)
+
+
 def test_bad_dims_and_shapes_are_errors():
     g = luminal.Graph()
-    with pytest.raises(luminal.Error, match="a dim is an int or a name"):
+    with pytest.raises(luminal.Error, match="a dim is an int, a name or an expression"):
         g.tensor((2, 1.5))
+    with pytest.raises(luminal.Error, match="column"):
+        g.tensor((2, "seq +"))
     x = g.tensor((2, 3))
     with pytest.raises(luminal.Error):
         x.reshape(4, 2)
