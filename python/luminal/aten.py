@@ -382,6 +382,40 @@ def _copy(n, x, *_, **__):
     return x
 
 
+def _attention(n, q, k, v, bias=None, is_causal=False, scale=None):
+    """softmax(q k^T * scale + bias) v over [..., heads, length, head dim], as PyTorch's
+    fused attention ops compute it (its causal mask aligned top-left); keys and values
+    with fewer heads serve groups of query heads. luminal's compiler fuses it back into
+    one attention kernel."""
+    heads, kv_heads = q.shape[-3], k.shape[-3]
+    if heads != kv_heads:
+        group = heads // kv_heads
+        k, v = (t.unsqueeze(axis=-3).expand(tuple(t.shape[:-2]) + (group,) + tuple(t.shape[-2:]))
+                .reshape(tuple(t.shape[:-3]) + (heads,) + tuple(t.shape[-2:])) for t in (k, v))
+    scores = q.matmul(k.transpose(-2, -1)) * (scale or 1.0 / math.sqrt(q.shape[-1]))
+    if is_causal:  # one iota of bools, which the GPU's attention kernels compute in place
+        queries, keys = q.shape[-2], k.shape[-2]
+        keep = n.g.iota(f"(z / ({keys})) >= (z % ({keys}))", (queries, keys), lm.bool_)
+        scores = lm.where(keep, scores, -math.inf)
+    if bias is not None:
+        scores = lm.where(bias, scores, -math.inf) if bias.dtype == lm.bool_ else \
+            scores + bias.cast(scores.dtype)
+    return scores.softmax(axis=-1).matmul(v)
+
+
+def _sdpa_with_bias(n, q, k, v, bias, log_sumexp=False, dropout=0.0, is_causal=False,
+                    return_debug_mask=False, scale=None):
+    return (_attention(n, q, k, v, bias, is_causal, scale),) + (None,) * 8
+
+
+def _sdpa_flash(n, q, k, v, dropout=0.0, is_causal=False, return_debug_mask=False, scale=None):
+    return (_attention(n, q, k, v, None, is_causal, scale),) + (None,) * 8
+
+
+def _sdpa_cpu(n, q, k, v, dropout=0.0, is_causal=False, attn_mask=None, scale=None):
+    return _attention(n, q, k, v, attn_mask, is_causal, scale), None
+
+
 def _getitem(n, values, i):
     return values[i]
 
@@ -489,6 +523,11 @@ TABLE = {
     aten.mm.default: _arith(lambda a, b: a.matmul(b)),
     aten.bmm.default: _arith(lambda a, b: a.matmul(b)),
     aten.addmm.default: _addmm,
+    # PyTorch's fused attention, as the GPU's and the CPU's dispatch leave it.
+    aten._scaled_dot_product_efficient_attention.default: _sdpa_with_bias,
+    aten._scaled_dot_product_cudnn_attention.default: _sdpa_with_bias,
+    aten._scaled_dot_product_flash_attention.default: _sdpa_flash,
+    aten._scaled_dot_product_flash_attention_for_cpu.default: _sdpa_cpu,
     aten.convolution.default: _convolution,
     aten.max_pool2d_with_indices.default: _max_pool,
     aten.avg_pool2d.default: _avg_pool,
@@ -542,7 +581,11 @@ def _flip(x, dims):
 
 # Outputs of multi-output ops that luminal does not compute (max pooling's indices): a node
 # reading one stays in PyTorch, and so does the op.
-MISSING_OUTPUTS = {aten.max_pool2d_with_indices.default: {1}}
+MISSING_OUTPUTS = {aten.max_pool2d_with_indices.default: {1},
+                   aten._scaled_dot_product_efficient_attention.default: set(range(1, 4)),
+                   aten._scaled_dot_product_cudnn_attention.default: set(range(1, 9)),
+                   aten._scaled_dot_product_flash_attention.default: set(range(1, 9)),
+                   aten._scaled_dot_product_flash_attention_for_cpu.default: {1}}
 
 
 def _meta_dtype(v):
@@ -568,6 +611,12 @@ SUPPORTED_IF = {
         _ints_equal(size) and all(isinstance(d, int) and d % size[0] == 0 for d in x.shape[-2:])
         and x.shape[-1] == x.shape[-2]),
     aten.index.Tensor: lambda x, indices: sum(i is not None for i in indices) == 1,
+    **{op: lambda q, k, v, bias=None, log_sumexp=False, dropout=0.0, *_, **__: dropout == 0.0
+       for op in (aten._scaled_dot_product_efficient_attention.default,
+                  aten._scaled_dot_product_cudnn_attention.default)},
+    **{op: lambda q, k, v, dropout=0.0, *_, **__: dropout == 0.0
+       for op in (aten._scaled_dot_product_flash_attention.default,
+                  aten._scaled_dot_product_flash_attention_for_cpu.default)},
     aten.slice_scatter.default: lambda x, src, dim=0, start=None, end=None, step=1: step == 1,
     aten.diagonal.default: lambda x, offset=0, dim1=0, dim2=1: x.dim() == 2 and (dim1, dim2) in (
         (0, 1), (-2, -1)),

@@ -91,7 +91,9 @@ def _supported(n):
         src = n.args[0]
         return _supported(src) and n.args[1] not in MISSING_OUTPUTS.get(src.target, ())
     val = n.meta.get("val")
-    vals = val if isinstance(val, (tuple, list)) else [val]
+    missing = MISSING_OUTPUTS.get(n.target, ())
+    vals = [v for i, v in enumerate(val) if i not in missing] if isinstance(
+        val, (tuple, list)) else [val]
     if not all(isinstance(v, torch.Tensor) and v.dtype in DTYPES for v in vals if v is not None):
         return False
     if any(u.target is operator.getitem and
@@ -128,6 +130,8 @@ class LuminalSubgraph(torch.nn.Module):
             self.compiled = True
         for i, t in self.inputs:
             self._set(i, t, args[i])
+        if self.on_gpu:  # luminal reads the inputs on its own stream: they must be written
+            torch.cuda.current_stream(self.device).synchronize()
         self.graph.execute()
         outs = tuple(self._output(o, args) for o in self.outputs)
         return outs if self.tuple_out else outs[0]
@@ -139,15 +143,17 @@ class LuminalSubgraph(torch.nn.Module):
         key = (value._version, value.data_ptr())
         if seen is not None and seen[0]() is value and seen[1] == key:
             return
-        tensor.set(value.detach().cpu())
+        # On the GPU luminal reads the tensor where it lies; on the CPU it keeps a copy.
+        tensor.set(value.detach().contiguous() if self.on_gpu else value.detach().cpu())
         self.last_set[i] = (weakref.ref(value), key)
 
     def _output(self, out, args):
         kind, what, dtype = out
         if kind == "input":
             return args[what]
-        got = torch.from_numpy(what.numpy())
-        return got.to(device=self.device, dtype=dtype)
+        if self.on_gpu:  # a copy on the GPU: the next run reuses luminal's memory
+            return torch.from_dlpack(what.device_array()).clone()
+        return torch.from_numpy(what.numpy()).to(dtype=dtype)
 
     def _build(self, args):
         self.graph = lm.Graph()
@@ -155,6 +161,7 @@ class LuminalSubgraph(torch.nn.Module):
         self.compiled = False
         devices = [a.device for a in args if isinstance(a, torch.Tensor)]
         self.device = devices[0] if devices else torch.device("cpu")
+        self.on_gpu = self.device.type == "cuda"
         env = {}
         placeholders = [n for n in self.gm.graph.nodes if n.op == "placeholder"]
         for i, n in enumerate(placeholders):
@@ -175,7 +182,12 @@ class LuminalSubgraph(torch.nn.Module):
                     if o in index:
                         self.outputs.append(("input", index[o], None))
                     else:
-                        self.outputs.append(("tensor", env[o].retrieve(), o.meta["val"].dtype))
+                        out = env[o]
+                        if self.on_gpu:  # read back as the memory it lies in: no view
+                            out = out.contiguous().retrieve().keep_on_device()
+                        else:
+                            out = out.retrieve()
+                        self.outputs.append(("tensor", out, o.meta["val"].dtype))
 
     def _translate(self, n, env):
         args = torch.fx.node.map_arg(n.args, env.__getitem__)

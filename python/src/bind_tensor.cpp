@@ -6,6 +6,7 @@
 #include <nanobind/stl/vector.h>
 
 #include "bindings.hpp"
+#include "luminal/error.hpp"
 #include "luminal/graph.hpp"
 #include "luminal/tensor.hpp"
 #include "shapes.hpp"
@@ -68,11 +69,39 @@ void bind_tensor(nb::module_& m) {
       .def(
           "set",
           [](Tensor& x, nb::ndarray<nb::c_contig> a) -> Tensor& {
+            if (a.device_type() == nb::device::cuda::value)
+              return x.set_device(device_data_from_array(x, a));
+            if (a.device_type() != nb::device::cpu::value)
+              throw Error("set: arrays on this kind of device (DLPack device type " +
+                          std::to_string(a.device_type()) + ") cannot be read");
             return x.set_buffer(buffer_from_array(x, a));
           },
           "array"_a, nb::rv_policy::reference,
-          "Sets an input's data from an array of its shape in host memory (NumPy, or any "
-          "DLPack producer such as a CPU torch tensor), converted to its dtype.")
+          "Sets an input's data from an array of its shape: in host memory (NumPy, or any "
+          "DLPack producer such as a CPU torch tensor), copied and converted to its dtype; "
+          "or in a GPU's memory (a CUDA torch tensor), of its dtype, read there without a "
+          "copy while the array stays alive (the CUDA backend).")
+      .def("keep_on_device", &Tensor::keep_on_device, nb::rv_policy::reference,
+           "Marks an output to stay in the GPU's memory after execute() (read it with "
+           "device_array()); on a host backend it is kept as retrieve() keeps it.")
+      .def(
+          "device_array",
+          [](const Tensor& x) {
+            const DeviceData* d = x.device_data();
+            if (!d)
+              throw Error(
+                  "device_array: the tensor has no data on a GPU (mark it with "
+                  "keep_on_device() and execute on the CUDA backend)");
+            // The memory holds the node's elements in order; a strided view of them
+            // (a transpose, a slice) would be read wrongly.
+            if (!x.view().is_contiguous())
+              throw Error(
+                  "device_array: the tensor is a strided view of what lies on the "
+                  "GPU; keep contiguous() of it on the device instead");
+            return device_array(*d, concrete_shape(x));
+          },
+          "An output kept on the GPU after execute(), as a DLPack array over its memory "
+          "(torch.from_dlpack reads it without a copy; the next execute() may overwrite it).")
       .def(
           "numpy", [](const Tensor& x) { return array_from_buffer(x.data(), concrete_shape(x)); },
           "The data of a retrieved tensor after execute(), as a NumPy array (bf16 as float32).")
@@ -228,6 +257,9 @@ void bind_tensor(nb::module_& m) {
           "permute",
           [](const Tensor& x, const nb::args& axes) { return x.permute(ints_from_args(axes)); },
           kKeep, "The axes in a new order (a view).")
+      .def("contiguous", &Tensor::contiguous, kKeep,
+           "The same values laid out densely in row-major order (a copy where the tensor is "
+           "a strided view, else itself).")
       .def("transpose", &Tensor::transpose, "dim0"_a, "dim1"_a, kKeep, "Swaps two axes (a view).")
       .def("unsqueeze", &Tensor::unsqueeze, "axis"_a, kKeep, "Inserts an axis of size 1.")
       .def(

@@ -8,6 +8,7 @@
 #include <iterator>
 #include <string>
 
+#include "luminal/cuda.hpp"
 #include "luminal/error.hpp"
 #include "luminal/graph.hpp"
 
@@ -73,11 +74,7 @@ DType dtype_of_array(const nb::dlpack::dtype& t) {
 
 }  // namespace
 
-Buffer buffer_from_array(const Tensor& t, nb::ndarray<nb::c_contig> a) {
-  if (a.device_type() != nb::device::cpu::value)
-    throw Error(
-        "set: the array lives on a device, not in host memory; copy it to the CPU "
-        "first (setting device arrays without a copy is still to come)");
+void check_array_shape(const Tensor& t, const nb::ndarray<nb::c_contig>& a) {
   const std::vector<Expr>& shape = t.shape();
   const Bindings& dims = t.graph().dims();
   std::string want = "(", got = "(";
@@ -98,9 +95,40 @@ Buffer buffer_from_array(const Tensor& t, nb::ndarray<nb::c_contig> a) {
     same = *n == static_cast<int64_t>(a.shape(i));
   }
   if (!same) throw Error("set: an array of shape " + got + " for a tensor of shape " + want);
+}
+
+Buffer buffer_from_array(const Tensor& t, nb::ndarray<nb::c_contig> a) {
+  check_array_shape(t, a);
   Buffer out(dtype_of_array(a.dtype()), a.size());
   if (a.size() > 0) std::memcpy(out.data(), a.data(), out.bytes());
   return out;
+}
+
+DeviceData device_data_from_array(const Tensor& t, nb::ndarray<nb::c_contig> a) {
+  check_array_shape(t, a);
+  const DType dtype = dtype_of_array(a.dtype());
+  if (dtype != t.dtype())
+    throw Error("set: a device array of " + std::string(dtype_name(dtype)) + " for a tensor of " +
+                std::string(dtype_name(t.dtype())) +
+                " (device arrays are read where they lie, unconverted)");
+  // luminal may hold the array past this call: it keeps the producer's tensor alive, and
+  // lets it go under the GIL, as any Python reference.
+  std::shared_ptr<void> owner(new nb::ndarray<nb::c_contig>(a), [](void* p) {
+    nb::gil_scoped_acquire gil;
+    delete static_cast<nb::ndarray<nb::c_contig>*>(p);
+  });
+  return cuda_borrow(a.data(), dtype, a.size(), std::move(owner), a.device_id());
+}
+
+nb::object device_array(const DeviceData& data, const std::vector<int64_t>& shape) {
+  std::vector<size_t> dims(shape.begin(), shape.end());
+  auto* owned = new DeviceData(data);
+  nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<DeviceData*>(p); });
+  const ArrayType* type = std::find_if(std::begin(kArrayTypes), std::end(kArrayTypes),
+                                       [&](const ArrayType& a) { return a.dtype == data.dtype(); });
+  const nb::dlpack::dtype dl{static_cast<uint8_t>(type->code), type->bits, 1};
+  return nb::cast(nb::ndarray<>(owned->data(), dims.size(), dims.data(), owner, nullptr, dl,
+                                nb::device::cuda::value, data.device()));
 }
 
 nb::object array_from_buffer(Buffer data, const std::vector<int64_t>& shape) {

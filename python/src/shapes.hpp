@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "luminal/buffer.hpp"
+#include "luminal/device_data.hpp"
 #include "luminal/expr.hpp"
 #include "luminal/tensor.hpp"
 
@@ -27,6 +28,12 @@ std::vector<int> axes_of(nanobind::handle axes);
 /// checking its shape against `t`'s (numbers must match; a symbolic dim must be bound
 /// and match).
 Buffer buffer_from_array(const Tensor& t, nanobind::ndarray<nanobind::c_contig> a);
+/// A GPU array (a CUDA torch tensor's DLPack export) as DeviceData borrowed where it
+/// lies, after the same shape check; its dtype must be `t`'s. The array stays alive while
+/// luminal holds it.
+DeviceData device_data_from_array(const Tensor& t, nanobind::ndarray<nanobind::c_contig> a);
+/// An output kept on the GPU as a DLPack array over the same memory (no copy).
+nanobind::object device_array(const DeviceData& data, const std::vector<int64_t>& shape);
 /// `data` as a NumPy array of `shape` (bf16, which NumPy lacks, as float32).
 nanobind::object array_from_buffer(Buffer data, const std::vector<int64_t>& shape);
 

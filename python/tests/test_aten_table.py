@@ -132,6 +132,13 @@ CASES = [
                                        x, torch.float64), A.empty_strided([2, 2], [2, 1]).fill_(1.0),
                                    A.eq.Tensor(x, b), A.ne.Scalar(x, float("nan"))),
      (randn(3, 4), torch.rand(3, 4) > 0.5, torch.tensor([[1.0, float("nan"), 2.0, float("inf")]]))),
+    ("attention", lambda q, k, v, m: (F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                                      F.scaled_dot_product_attention(q, k, v, attn_mask=m > 0),
+                                      A._scaled_dot_product_flash_attention_for_cpu(
+                                          q, k, v, is_causal=True)[0],
+                                      A._scaled_dot_product_flash_attention_for_cpu(
+                                          q, k, v, attn_mask=m)[0]),
+     (randn(2, 4, 6, 8), randn(2, 4, 6, 8), randn(2, 4, 6, 8), randn(6, 6))),
     ("scalar_tensor", lambda x: torch.where(x > 0, x, torch.tensor(-1.0)), (randn(5,),)),
 ]
 
@@ -153,7 +160,11 @@ def test_op_matches_eager(name, fn, inputs):
 # Entries reached only where AOTAutograd leaves the op whole (which depends on how the
 # model is written, on the torch version, or on the op having no decomposition applied):
 # they are covered by the model tests of test_torch_compile.py or not reached today.
-NOT_REACHED_HERE = {A.lift_fresh_copy.default, A.alias.default, operator.getitem}
+NOT_REACHED_HERE = {A.lift_fresh_copy.default, A.alias.default, operator.getitem,
+                    # the GPU's dispatch: test_torch_compile_gpu.py
+                    A._scaled_dot_product_efficient_attention.default,
+                    A._scaled_dot_product_cudnn_attention.default,
+                    A._scaled_dot_product_flash_attention.default}
 
 
 def test_every_entry_is_reached():

@@ -66,6 +66,35 @@ TEST(CudaCodegen, RowOpsAreOneKernel) {
   }
 }
 
+// An activation whose pieces are shared (GELU's erf, read by both halves of its formula;
+// GELU tanh's cube) is one kernel after the product it reads, not one per shared piece.
+TEST(CudaCodegen, SharedActivationPiecesAreRecomputedInOneKernel) {
+  for (const auto& act : std::vector<std::function<Tensor(Tensor)>>{
+           [](Tensor x) { return x.gelu(); },
+           [](Tensor x) { return x.gelu_tanh(); },
+           [](Tensor x) { return x.silu() * x.sigmoid(); },
+       }) {
+    Graph cx;
+    Tensor x = cx.named_tensor("x", {Expr::var("rows"), 256}, DType::BF16);
+    Tensor w = cx.named_tensor("w", {256, 512}, DType::BF16);
+    act(x.matmul(w)).retrieve();
+    EXPECT_EQ(launches(cx), (std::vector<KernelShape>{KernelShape::Library, KernelShape::Map}));
+  }
+}
+
+// A pooling window's reduction (3 elements a row) takes a thread a row, its elements in a
+// loop, where a longer row takes a warp.
+TEST(CudaCodegen, ShortRowsAreReducedByOneThreadEach) {
+  Graph cx;
+  Tensor x = cx.named_tensor("x", {Expr::var("n"), 8, 16, 16}, DType::BF16);
+  max_pool2d(x, PoolOptions{3, 2, 1}).retrieve();
+  cx.named_tensor("y", {Expr::var("n"), 100}, DType::BF16).sum({1}).retrieve();
+  const cudagen::CompiledProgram p = cudagen::compile_program(cx, "sm_90", true);
+  EXPECT_NE(p.source.code.find("for (int64_t lum_r = 0; lum_r < 3; ++lum_r)"), std::string::npos);
+  EXPECT_NE(p.source.code.find("lum_r = threadIdx.x & 31"), std::string::npos)
+      << "a row of 100 is a warp's";
+}
+
 // A later reduction that reads an earlier one's result at another row cannot share its
 // block: the two stay separate kernels.
 TEST(CudaCodegen, ARowGroupNeverReadsAnotherRowsResult) {

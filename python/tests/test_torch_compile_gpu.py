@@ -1,0 +1,57 @@
+"""torch.compile(backend="luminal") on CUDA tensors: luminal reads the inputs and
+parameters where they lie and hands back CUDA tensors (skipped without a GPU)."""
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA GPU here", allow_module_level=True)
+
+from test_torch_compile import CNN, MLP, Block  # noqa: E402
+
+
+def compiled_matches_eager(model, x, dtype, rtol):
+    model = model.to("cuda", dtype).eval()
+    x = x.to("cuda")
+    x = x.to(dtype) if x.is_floating_point() else x
+    torch._dynamo.reset()
+    fast = torch.compile(model, backend="luminal")
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        want = model(x)
+        for _ in range(2):  # the second call reuses what the first set
+            got = fast(x)
+    breaks = [str(w.message) for w in caught if "luminal:" in str(w.message)]
+    assert not breaks, breaks  # every op in luminal, none left to PyTorch
+    want, got = getattr(want, "logits", want), getattr(got, "logits", got)
+    assert got.device == want.device and got.dtype == want.dtype and got.shape == want.shape
+    scale = want.float().abs().max().item()
+    torch.testing.assert_close(got.float(), want.float(), rtol=rtol, atol=rtol * scale)
+
+
+@pytest.mark.parametrize("dtype,rtol", [(torch.float32, 1e-3), (torch.bfloat16, 3e-2)])
+def test_models_on_the_gpu(dtype, rtol):
+    torch.manual_seed(0)
+    compiled_matches_eager(MLP(), torch.randn(4, 16), dtype, rtol)
+    compiled_matches_eager(CNN(), torch.randn(2, 3, 16, 16), dtype, rtol)
+    compiled_matches_eager(Block(), torch.randn(2, 9, 32), dtype, rtol)
+
+
+def test_llama_on_the_gpu():
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128,
+                                      num_hidden_layers=2, num_attention_heads=4,
+                                      num_key_value_heads=2)
+    compiled_matches_eager(transformers.LlamaForCausalLM(config), torch.randint(0, 128, (2, 11)),
+                           torch.float32, 1e-3)
+
+
+def test_inputs_changed_between_calls_are_read_again():
+    torch._dynamo.reset()
+    fast = torch.compile(lambda a, b: (a * b).sum(-1), backend="luminal")
+    a, b = torch.randn(3, 8, device="cuda"), torch.randn(3, 8, device="cuda")
+    fast(a, b)
+    a.mul_(3)  # in place, on torch's stream
+    torch.testing.assert_close(fast(a, b), (a * b).sum(-1), rtol=1e-5, atol=1e-5)
