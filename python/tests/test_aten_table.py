@@ -1,6 +1,8 @@
 """Every entry of luminal's ATen table, compiled strictly (no op left to PyTorch), against
 the same function run eagerly by PyTorch."""
 import operator
+import pathlib
+import re
 
 import pytest
 
@@ -171,3 +173,10 @@ def test_every_entry_is_reached():
     missing = sorted(str(op) for op in table.TABLE if op not in translated and
                      op not in NOT_REACHED_HERE)
     assert not missing, " ".join(missing)
+
+
+def test_the_docs_list_the_table():
+    doc = (pathlib.Path(__file__).parents[2] / "docs" / "torch_compile.md").read_text()
+    listed = set(re.findall(r"^- `((?:aten|prims)\.[\w.]+)`", doc, re.M))
+    assert listed == {str(op) for op in table.TABLE if isinstance(op, torch._ops.OpOverload)}, (
+        "docs/torch_compile.md: regenerate the list with python/tools/aten_coverage.py")

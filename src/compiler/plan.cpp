@@ -40,16 +40,13 @@ KernelPlan plan_kernels(const Graph& g, Fusion fusion, bool computed_masks) {
   // DCE over canonical nodes; count consumers of each canonical node.
   p.needed.assign(count, false);
   std::vector<size_t> consumers(count, 0);
-  std::vector<bool> read_by_non_elementwise(count, false);
   for (NodeId o : g.outputs()) p.needed[p.canon(o).value] = true;
   for (uint32_t i = count; i-- > 0;) {
     if (!p.needed[i] || p.canonical[i].value != i) continue;
-    const Node& n = g.node(NodeId{i});
-    for (const Edge& e : n.inputs) {
+    for (const Edge& e : g.node(NodeId{i}).inputs) {
       const uint32_t s = p.canon(e.source).value;
       p.needed[s] = true;
       ++consumers[s];
-      if (!is_elementwise(n.op)) read_by_non_elementwise[s] = true;
     }
   }
   // Materialise: inputs, outputs, anything that is not elementwise, and shared values.
@@ -57,23 +54,12 @@ KernelPlan plan_kernels(const Graph& g, Fusion fusion, bool computed_masks) {
   // elementwise ops shared by a few consumers, which cost less computed in each (as
   // softmax's exponentials are, by its sum and its division) than written out and read
   // back. `cone` counts the ops a node's value fuses, itself included: it bounds what
-  // recomputation can multiply. A GPU computes some forty arithmetic ops in the time it
-  // writes and reads back an element, so where every reader is elementwise, a value is
-  // recomputed while its cone (counted once per path, so shared pieces count again)
-  // times its readers stays within a few hundred: all of GELU's erf, whose pieces are
-  // shared by its polynomial and by GELU's two halves, becomes one kernel. Mostly the
-  // readers are in one kernel, which computes a value once however often it reads it. A value
-  // a reduction reads (a norm's input), or one computed from a reduction's result (the
-  // norm itself), keeps the short limit: the reduction and the map over its rows stay
-  // one row group, as the decoding kernels were tuned with. (The CPU keeps
-  // StoreShared: there a stored value is re-read from cache, and its JIT contracts a
-  // fused multiply-add where a stored product would have been rounded, so recomputing
-  // changes its numbers.)
-  constexpr size_t kMaxRecomputedOps = 6, kMaxRecomputingConsumers = 4,
-                   kMaxElementwiseRecomputation = 512;  // cone times readers
+  // recomputation can multiply. (The CPU keeps StoreShared: there a stored value is
+  // re-read from cache, and its JIT contracts a fused multiply-add where a stored
+  // product would have been rounded, so recomputing changes its numbers.)
+  constexpr size_t kMaxRecomputedOps = 6, kMaxRecomputingConsumers = 4;
   p.materialized.assign(count, false);
   std::vector<size_t> cone(count, 0);
-  std::vector<bool> over_reduction(count, false);
   for (uint32_t i = 0; i < count; ++i) {
     if (!p.needed[i] || p.canonical[i].value != i) continue;
     const NodeId id{i};
@@ -82,18 +68,9 @@ KernelPlan plan_kernels(const Graph& g, Fusion fusion, bool computed_masks) {
     const bool elementwise = is_elementwise(n.op) || cheap_source;
     cone[i] = 1;
     for (const Edge& e : n.inputs) cone[i] += cone[p.canon(e.source).value];
-    for (const Edge& e : n.inputs) {
-      const uint32_t s = p.canon(e.source).value;
-      const Op op = g.node(NodeId{s}).op;
-      over_reduction[i] = over_reduction[i] || op == Op::SumReduce || op == Op::MaxReduce ||
-                          (!p.materialized[s] && over_reduction[s]);
-    }
-    const bool short_limit = read_by_non_elementwise[i] || over_reduction[i];
     const bool recompute =
-        cheap_source ||
-        (fusion == Fusion::RecomputeShared &&
-         (short_limit ? cone[i] <= kMaxRecomputedOps && consumers[i] <= kMaxRecomputingConsumers
-                      : cone[i] * consumers[i] <= kMaxElementwiseRecomputation));
+        cheap_source || (fusion == Fusion::RecomputeShared && cone[i] <= kMaxRecomputedOps &&
+                         consumers[i] <= kMaxRecomputingConsumers);
     p.materialized[i] = n.op == Op::Input || g.is_output(id) || !elementwise || !fuse ||
                         (consumers[i] > 1 && !recompute);
     if (p.materialized[i]) cone[i] = 0;

@@ -66,22 +66,6 @@ TEST(CudaCodegen, RowOpsAreOneKernel) {
   }
 }
 
-// An activation whose pieces are shared (GELU's erf, read by both halves of its formula;
-// GELU tanh's cube) is one kernel after the product it reads, not one per shared piece.
-TEST(CudaCodegen, SharedActivationPiecesAreRecomputedInOneKernel) {
-  for (const auto& act : std::vector<std::function<Tensor(Tensor)>>{
-           [](Tensor x) { return x.gelu(); },
-           [](Tensor x) { return x.gelu_tanh(); },
-           [](Tensor x) { return x.silu() * x.sigmoid(); },
-       }) {
-    Graph cx;
-    Tensor x = cx.named_tensor("x", {Expr::var("rows"), 256}, DType::BF16);
-    Tensor w = cx.named_tensor("w", {256, 512}, DType::BF16);
-    act(x.matmul(w)).retrieve();
-    EXPECT_EQ(launches(cx), (std::vector<KernelShape>{KernelShape::Library, KernelShape::Map}));
-  }
-}
-
 // A pooling window's reduction (3 elements a row) takes a thread a row, its elements in a
 // loop, where a longer row takes a warp.
 TEST(CudaCodegen, ShortRowsAreReducedByOneThreadEach) {

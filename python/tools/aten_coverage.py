@@ -1,0 +1,37 @@
+"""Prints the list of ATen ops torch.compile(backend="luminal") translates, and how many
+of PyTorch's core ATen ops that covers, as docs/torch_compile.md's last section has it:
+
+    PYTHONPATH=build/python python3 python/tools/aten_coverage.py
+"""
+import torch
+
+from luminal.aten import TABLE
+
+
+def core_aten_ops():
+    out = []
+    for name in dir(torch.ops.aten):
+        packet = getattr(torch.ops.aten, name, None)
+        if isinstance(packet, torch._ops.OpOverloadPacket):
+            out += [op for op in (getattr(packet, o) for o in packet.overloads())
+                    if torch.Tag.core in op.tags]
+    return out
+
+
+def main():
+    ops = sorted(str(op) for op in TABLE if isinstance(op, torch._ops.OpOverload))
+    core = core_aten_ops()
+    covered = sum(op in TABLE for op in core)
+    print(f"{len(ops)} ops: {covered} of the {len(core)} core ATen ops of torch "
+          f"{torch.__version__.split('+')[0]}, and the ops below marked (not core) that "
+          "AOTAutograd leaves in graphs.\n")
+    for name in ops:
+        op = eval(name, {"aten": torch.ops.aten, "prims": torch.ops.prims})
+        print(f"- `{name}`" + ("" if torch.Tag.core in op.tags else " (not core)"))
+    missing = sorted(str(op) for op in core if op not in TABLE)
+    print(f"\nNot translated ({len(missing)}; each runs in PyTorch): " +
+          ", ".join(f"`{m}`" for m in missing) + ".")
+
+
+if __name__ == "__main__":
+    main()
