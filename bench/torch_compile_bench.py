@@ -8,32 +8,16 @@ weights; nothing is downloaded).
 Prints one line per model, batch and backend, and a Markdown table at the end.
 """
 import argparse
+import pathlib
 import statistics
+import sys
 import time
 import traceback
 
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
 
-
-class Block(nn.Module):
-    """A pre-norm transformer block: causal multi-head attention, then a GELU MLP."""
-
-    def __init__(self, dim=1024, heads=16):
-        super().__init__()
-        self.heads = heads
-        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
-        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
-        self.up, self.down = nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
-
-    def forward(self, x):
-        b, t, d = x.shape
-        q, k, v = self.qkv(self.norm1(x)).split(d, dim=-1)
-        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(a.transpose(1, 2).reshape(b, t, d))
-        return x + self.down(F.gelu(self.up(self.norm2(x))))
+sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "python" / "tests"))
+from torch_models import Block  # noqa: E402  (the transformer block the tests run)
 
 
 def llama(hidden, layers, heads, kv_heads, inter, vocab):
@@ -45,7 +29,7 @@ def llama(hidden, layers, heads, kv_heads, inter, vocab):
 
 def model_and_input(name, batch):
     if name == "block":
-        return Block(), torch.randn(batch, 256, 1024)
+        return Block(dim=1024, heads=16), torch.randn(batch, 256, 1024)
     if name == "resnet18":
         import torchvision
         return torchvision.models.resnet18(), torch.randn(batch, 3, 224, 224)

@@ -9,8 +9,8 @@ torch = pytest.importorskip("torch")
 nn = torch.nn
 F = torch.nn.functional
 
-import luminal  # noqa: E402
 import luminal.torch_backend as torch_backend  # noqa: E402
+from torch_models import CNN, MLP, Block  # noqa: E402
 
 
 def close(got, want):
@@ -35,47 +35,6 @@ def compiled_matches_eager(model, *inputs, whole=True, **compile_args):
         want, got = want.logits, got.logits
     close(got, want)
     return breaks
-
-
-class MLP(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.a, self.b = nn.Linear(16, 64), nn.Linear(64, 10)
-
-    def forward(self, x):
-        return F.log_softmax(self.b(F.gelu(self.a(x))), dim=-1)
-
-
-class CNN(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv1, self.bn1 = nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8)
-        self.conv2, self.bn2 = nn.Conv2d(8, 16, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(16)
-        self.fc = nn.Linear(16 * 2 * 2, 5)
-
-    def forward(self, x):
-        x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 2)
-        x = F.avg_pool2d(F.relu(self.bn2(self.conv2(x))), 2)
-        return self.fc(torch.flatten(x, 1))
-
-
-class Block(nn.Module):
-    """A pre-norm transformer block: causal multi-head attention, then a GELU MLP."""
-
-    def __init__(self, dim=32, heads=4):
-        super().__init__()
-        self.heads = heads
-        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
-        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
-        self.up, self.down = nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
-
-    def forward(self, x):
-        b, t, d = x.shape
-        q, k, v = self.qkv(self.norm1(x)).split(d, dim=-1)
-        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(a.transpose(1, 2).reshape(b, t, d))
-        return x + self.down(F.gelu(self.up(self.norm2(x))))
 
 
 @pytest.fixture(autouse=True)
@@ -112,26 +71,24 @@ def tokens(shape, vocab=128):
     return torch.randint(0, vocab, shape)
 
 
-def test_llama_for_causal_lm():
+# Tiny random configurations of three families (grouped-query attention, per-head query
+# and key norms, learned positions and tied heads), over batches and lengths of their own.
+HF_MODELS = [
+    ("LlamaConfig", "LlamaForCausalLM", (2, 11),
+     dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+          num_key_value_heads=2, rope_theta=10000.0)),
+    ("Qwen3Config", "Qwen3ForCausalLM", (1, 13),
+     dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+          num_key_value_heads=2, head_dim=16)),
+    ("GPT2Config", "GPT2LMHeadModel", (2, 10), dict(n_embd=64, n_layer=2, n_head=4, n_positions=64)),
+]
+
+
+@pytest.mark.parametrize("config,model,shape,sizes", HF_MODELS, ids=[m[1] for m in HF_MODELS])
+def test_hugging_face_causal_lm(config, model, shape, sizes):
     t = hf()
-    config = t.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128,
-                           num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                           rope_theta=10000.0)
-    compiled_matches_eager(t.LlamaForCausalLM(config), tokens((2, 11)))
-
-
-def test_qwen3_for_causal_lm():
-    t = hf()
-    config = t.Qwen3Config(vocab_size=128, hidden_size=64, intermediate_size=128,
-                           num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                           head_dim=16)
-    compiled_matches_eager(t.Qwen3ForCausalLM(config), tokens((1, 13)))
-
-
-def test_gpt2_lm_head_model():
-    t = hf()
-    config = t.GPT2Config(vocab_size=128, n_embd=64, n_layer=2, n_head=4, n_positions=64)
-    compiled_matches_eager(t.GPT2LMHeadModel(config), tokens((2, 10)))
+    net = getattr(t, model)(getattr(t, config)(vocab_size=128, **sizes))
+    compiled_matches_eager(net, tokens(shape))
 
 
 def test_resnet18():

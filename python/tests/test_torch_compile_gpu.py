@@ -8,7 +8,7 @@ torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
     pytest.skip("no CUDA GPU here", allow_module_level=True)
 
-from test_torch_compile import CNN, MLP, Block  # noqa: E402
+from torch_models import CNN, MLP, Block  # noqa: E402
 
 
 def compiled_matches_eager(model, x, dtype, rtol):
