@@ -76,20 +76,12 @@ class Node:
         return tuple(dim_text(s) for s in self.val.shape)
 
     def promoted(self):
-        """The dtype PyTorch computes the node's tensor and number arguments in."""
-        kinds = []
-        for a in self.fx.args:
-            v = a.meta.get("val") if isinstance(a, torch.fx.Node) else a
-            if isinstance(v, torch.Tensor):
-                kinds.append(torch.empty((1,) * min(v.dim(), 1), dtype=v.dtype))
-            elif isinstance(v, (bool, int, float)):
-                kinds.append(v)
-        out = kinds[0]
-        for k in kinds[1:]:
-            out = torch.result_type(out, k) if isinstance(out, torch.Tensor) or isinstance(
-                k, torch.Tensor) else torch.result_type(torch.tensor(out), k)
-            out = torch.empty((1,), dtype=out)
-        return out.dtype if isinstance(out, torch.Tensor) else torch.tensor(out).dtype
+        """The dtype PyTorch computes a binary op's two arguments in (torch.result_type)."""
+        def stand_in(v):  # an empty tensor of the dtype, 0-d where the argument is
+            v = v.meta.get("val") if isinstance(v, torch.fx.Node) else v
+            return torch.empty((1,) * min(v.dim(), 1), dtype=v.dtype) if isinstance(
+                v, torch.Tensor) else v
+        return torch.result_type(stand_in(self.fx.args[0]), stand_in(self.fx.args[1]))
 
     def operands(self, *xs, dtype=None):
         """The arguments as luminal tensors of `dtype` (the result's by default)."""
@@ -195,12 +187,13 @@ def _adaptive_avg_pool(n, x, size):
 
 
 def _layer_norm(n, x, shape, w=None, b=None, eps=1e-5):
+    # The hlop for the result; the statistics (for a backward pass) only where read.
     axes = list(range(-len(shape), 0))
     x = n.operands(x)[0]
+    y = x.layer_norm(axis=axes, eps=eps)
+    y = y if w is None else y * w
     mean = x.mean(axis=axes, keepdim=True)
     rstd = ((x - mean).square().mean(axis=axes, keepdim=True) + eps).rsqrt()
-    y = (x - mean) * rstd
-    y = y if w is None else y * w
     return (y if b is None else y + b), mean, rstd
 
 

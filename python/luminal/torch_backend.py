@@ -37,8 +37,8 @@ def luminal_backend(gm, example_inputs, options=None):
         raise lm.Error(f"torch.compile(backend='luminal'): unknown option(s) {sorted(unknown)}; "
                        f"the options are {OPTIONS}")
     compiler = functools.partial(_compile, strict=bool(options.get("strict", False)))
-    # Ops the table translates whole are not decomposed (a nearest upsampling stays one op,
-    # not an advanced index).
+    # Ops the table translates whole are not decomposed (select_scatter stays one op, not
+    # a where over an iota).
     decompositions = {op: fn for op, fn in core_aten_decompositions().items() if op not in TABLE}
     return aot_autograd(fw_compiler=compiler, decompositions=decompositions)(gm, example_inputs)
 
