@@ -173,14 +173,18 @@ void bind_tensor(nb::module_& m) {
   LUM_PY_UNARY(logical_not)
   LUM_PY_UNARY(contiguous)
 #undef LUM_PY_UNARY
-  t.def("leaky_relu", &Tensor::leaky_relu, "slope"_a = 0.01, kKeep)
-      .def("softplus", &Tensor::softplus, "beta"_a = 1.0, "threshold"_a = 20.0, kKeep)
-      .def("clamp", &Tensor::clamp, "min"_a, "max"_a, kKeep)
+  t.def("leaky_relu", &Tensor::leaky_relu, "slope"_a = 0.01, kKeep,
+        "x where positive, else slope * x.")
+      .def("softplus", &Tensor::softplus, "beta"_a = 1.0, "threshold"_a = 20.0, kKeep,
+           "log(1 + exp(beta x)) / beta, x itself where beta x exceeds threshold (as torch).")
+      .def("clamp", &Tensor::clamp, "min"_a, "max"_a, kKeep, "x limited to [min, max].")
       .def("pow", nb::overload_cast<double>(&Tensor::pow, nb::const_), "exponent"_a, kKeep)
       .def("pow", nb::overload_cast<const Tensor&>(&Tensor::pow, nb::const_), "exponent"_a, kKeep)
-      .def("maximum", &Tensor::maximum, "other"_a, kKeep)
-      .def("minimum", &Tensor::minimum, "other"_a, kKeep)
-      .def("cast", &Tensor::cast, "dtype"_a, kKeep);
+      .def("maximum", &Tensor::maximum, "other"_a, kKeep, "The larger of x and other, elementwise.")
+      .def("minimum", &Tensor::minimum, "other"_a, kKeep,
+           "The smaller of x and other, elementwise.")
+      .def("cast", &Tensor::cast, "dtype"_a, kKeep,
+           "The values converted to `dtype` (floats to integers truncate, as torch).");
 
   // Reductions over `axis` (an int, a sequence, or None for all).
 #define LUM_PY_REDUCE(name)                                \
@@ -202,17 +206,21 @@ void bind_tensor(nb::module_& m) {
        [](const Tensor& x, nb::handle axis, int64_t correction, bool keepdim) {
          return x.var(axes_of(axis), correction, keepdim);
        },
-       "axis"_a = nb::none(), "correction"_a = 1, "keepdim"_a = false, kKeep)
+       "axis"_a = nb::none(), "correction"_a = 1, "keepdim"_a = false, kKeep,
+       "The variance over `axis` (None: all), dividing by the count less `correction`.")
       .def(
           "std",
           [](const Tensor& x, nb::handle axis, int64_t correction, bool keepdim) {
             return x.std(axes_of(axis), correction, keepdim);
           },
-          "axis"_a = nb::none(), "correction"_a = 1, "keepdim"_a = false, kKeep)
-      .def("argmax", &Tensor::argmax, "axis"_a, "keepdim"_a = false, kKeep)
-      .def("argmin", &Tensor::argmin, "axis"_a, "keepdim"_a = false, kKeep)
-      .def("cumsum", &Tensor::cumsum, "axis"_a, kKeep)
-      .def("cumprod", &Tensor::cumprod, "axis"_a, kKeep)
+          "axis"_a = nb::none(), "correction"_a = 1, "keepdim"_a = false, kKeep,
+          "The standard deviation over `axis` (None: all), as var's square root.")
+      .def("argmax", &Tensor::argmax, "axis"_a, "keepdim"_a = false, kKeep,
+           "The index of the largest value along an axis (the first of ties), as int64.")
+      .def("argmin", &Tensor::argmin, "axis"_a, "keepdim"_a = false, kKeep,
+           "The index of the smallest value along an axis (the first of ties), as int64.")
+      .def("cumsum", &Tensor::cumsum, "axis"_a, kKeep, "Running sum along an axis.")
+      .def("cumprod", &Tensor::cumprod, "axis"_a, kKeep, "Running product along an axis.")
       .def("cummax", &Tensor::cummax, "axis"_a, kKeep, "Running maximum along an axis.")
       .def(
           "mean_norm",
@@ -232,21 +240,26 @@ void bind_tensor(nb::module_& m) {
            "x over its p-norm along an axis (at least eps), as torch.nn.functional.normalize.")
       .def("dot", &Tensor::dot, "other"_a, kKeep, "The inner product of two vectors.")
       .def("outer", &Tensor::outer, "other"_a, kKeep, "The outer product of two vectors.")
-      .def("softmax", &Tensor::softmax, "axis"_a = -1, kKeep)
-      .def("log_softmax", &Tensor::log_softmax, "axis"_a = -1, kKeep)
+      .def("softmax", &Tensor::softmax, "axis"_a = -1, kKeep, "Softmax along an axis.")
+      .def("log_softmax", &Tensor::log_softmax, "axis"_a = -1, kKeep,
+           "The logarithm of the softmax along an axis, computed stably.")
       .def(
           "layer_norm",
           [](const Tensor& x, nb::handle axis, double eps) {
             return x.layer_norm(axis.is_none() ? std::vector<int>{-1} : axes_of(axis), eps);
           },
-          "axis"_a = nb::none(), "eps"_a = 1e-5, kKeep)
+          "axis"_a = nb::none(), "eps"_a = 1e-5, kKeep,
+          "(x - mean) / sqrt(var + eps) over `axis` (the last by default), biased variance, "
+          "no weight.")
       .def(
           "rms_norm",
           [](const Tensor& x, nb::handle axis, double eps) {
             return x.rms_norm(axis.is_none() ? std::vector<int>{-1} : axes_of(axis), eps);
           },
-          "axis"_a = nb::none(), "eps"_a = 1e-6, kKeep)
-      .def("matmul", &Tensor::matmul, "other"_a, kKeep);
+          "axis"_a = nb::none(), "eps"_a = 1e-6, kKeep,
+          "x / sqrt(mean(x^2) + eps) over `axis` (the last by default), no weight.")
+      .def("matmul", &Tensor::matmul, "other"_a, kKeep,
+           "torch.matmul: vectors and matrices, batch dims broadcast.");
 
   // Shape ops.
   t.def(
