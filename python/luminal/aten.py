@@ -302,9 +302,30 @@ def _static(shape):
 
 
 def _index(n, x, indices):
-    (axis, idx), = [(i, t) for i, t in enumerate(indices) if t is not None]
-    flat = idx.flatten() if len(idx.shape) != 1 else idx
-    return x.index_select(axis=axis, indices=flat).reshape(n.shape)
+    """Advanced indexing, x[..., i, j, ...]: the indexed axes become one (their sizes
+    multiplied, the index tensors combined into flat positions, broadcast together) and
+    rows are picked along it. As in NumPy, the broadcast index dims stand where the indexed
+    axes stood when those are adjacent, else in front."""
+    indices = list(indices) + [None] * (len(x.shape) - len(indices))
+    picked = [a for a, t in enumerate(indices) if t is not None]
+    rest = [a for a, t in enumerate(indices) if t is None]
+    sizes = [x.shape[a] for a in picked]
+    flat = None
+    for k, a in enumerate(picked):
+        idx = indices[a]
+        idx = lm.where(idx < 0, idx + sizes[k], idx)  # negative positions count from the end
+        term = idx * math.prod(sizes[k + 1:])
+        flat = term if flat is None else flat + term
+    rows = x.permute(picked + rest).reshape((math.prod(sizes),) + tuple(x.shape[a] for a in rest))
+    picked_shape = tuple(flat.shape)
+    out = rows.index_select(axis=0, indices=flat.reshape((math.prod(picked_shape),)))
+    out = out.reshape(picked_shape + tuple(x.shape[a] for a in rest))
+    if picked == list(range(picked[0], picked[-1] + 1)) and picked[0] > 0:
+        lead, width = picked[0], len(picked_shape)
+        order = list(range(width, width + lead)) + list(range(width)) + list(
+            range(width + lead, len(out.shape)))
+        out = out.permute(order)
+    return out
 
 
 def _arange(n, start, end=None, step=1, **_):
@@ -603,7 +624,10 @@ SUPPORTED_IF = {
     aten._adaptive_avg_pool2d.default: lambda x, size: all(s == 1 for s in size) or (
         _ints_equal(size) and all(isinstance(d, int) and d % size[0] == 0 for d in x.shape[-2:])
         and x.shape[-1] == x.shape[-2]),
-    aten.index.Tensor: lambda x, indices: sum(i is not None for i in indices) == 1,
+    aten.index.Tensor: lambda x, indices: all(
+        i is None or i.dtype in (torch.int64, torch.int32) for i in indices) and all(
+        isinstance(x.shape[a], int) and (i is None or _static(i.shape))
+        for a, i in enumerate(indices)),
     **{op: lambda q, k, v, bias=None, log_sumexp=False, dropout=0.0, *_, **__: dropout == 0.0
        for op in (aten._scaled_dot_product_efficient_attention.default,
                   aten._scaled_dot_product_cudnn_attention.default)},
