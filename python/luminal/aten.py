@@ -122,7 +122,7 @@ def _div_mode(n, a, b, rounding_mode=None):
     if rounding_mode == "floor":
         return q.floor()
     if rounding_mode == "trunc":
-        return q.sign() * q.abs().floor()
+        return _trunc(q)
     return q
 
 
@@ -292,9 +292,7 @@ def _pad(n, x, pad, value=0.0):
 
 
 def _embedding(n, weight, indices, *_):
-    flat = indices.reshape((math.prod(indices.shape),)) if _static(indices.shape) else \
-        indices.flatten()
-    return weight.index_select(axis=0, indices=flat).reshape(n.shape)
+    return weight.index_select(axis=0, indices=indices.flatten()).reshape(n.shape)
 
 
 def _static(shape):

@@ -31,6 +31,11 @@ std::vector<int> ints_from_args(const nb::args& args) {
   return axes_of(args);
 }
 
+// The axes of a norm: the last one where `axis` is None.
+std::vector<int> norm_axes(nb::handle axis) {
+  return axis.is_none() ? std::vector<int>{-1} : axes_of(axis);
+}
+
 // Tensors made from `self` as a Python list, each keeping it alive (a list cannot be the
 // nurse of keep_alive).
 nb::list tensors_from(nb::handle self, std::vector<Tensor> parts) {
@@ -224,14 +229,12 @@ void bind_tensor(nb::module_& m) {
       .def("cummax", &Tensor::cummax, "axis"_a, kKeep, "Running maximum along an axis.")
       .def(
           "mean_norm",
-          [](const Tensor& x, nb::handle axis) {
-            return x.mean_norm(axis.is_none() ? std::vector<int>{-1} : axes_of(axis));
-          },
+          [](const Tensor& x, nb::handle axis) { return x.mean_norm(norm_axes(axis)); },
           "axis"_a = nb::none(), kKeep, "x minus its mean over `axis` (the last by default).")
       .def(
           "std_norm",
           [](const Tensor& x, nb::handle axis, double eps) {
-            return x.std_norm(axis.is_none() ? std::vector<int>{-1} : axes_of(axis), eps);
+            return x.std_norm(norm_axes(axis), eps);
           },
           "axis"_a = nb::none(), "eps"_a = 1e-5, kKeep,
           "x over the square root of its biased variance plus eps over `axis` (the last by "
@@ -246,7 +249,7 @@ void bind_tensor(nb::module_& m) {
       .def(
           "layer_norm",
           [](const Tensor& x, nb::handle axis, double eps) {
-            return x.layer_norm(axis.is_none() ? std::vector<int>{-1} : axes_of(axis), eps);
+            return x.layer_norm(norm_axes(axis), eps);
           },
           "axis"_a = nb::none(), "eps"_a = 1e-5, kKeep,
           "(x - mean) / sqrt(var + eps) over `axis` (the last by default), biased variance, "
@@ -254,7 +257,7 @@ void bind_tensor(nb::module_& m) {
       .def(
           "rms_norm",
           [](const Tensor& x, nb::handle axis, double eps) {
-            return x.rms_norm(axis.is_none() ? std::vector<int>{-1} : axes_of(axis), eps);
+            return x.rms_norm(norm_axes(axis), eps);
           },
           "axis"_a = nb::none(), "eps"_a = 1e-6, kKeep,
           "x / sqrt(mean(x^2) + eps) over `axis` (the last by default), no weight.")

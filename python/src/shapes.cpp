@@ -72,6 +72,13 @@ DType dtype_of_array(const nb::dlpack::dtype& t) {
               std::to_string(t.bits) + " bits) have no luminal dtype");
 }
 
+// The DLPack element type of a luminal dtype (every dtype is in the table).
+nb::dlpack::dtype dlpack_dtype(DType dtype) {
+  const ArrayType* type = std::find_if(std::begin(kArrayTypes), std::end(kArrayTypes),
+                                       [&](const ArrayType& a) { return a.dtype == dtype; });
+  return {static_cast<uint8_t>(type->code), type->bits, 1};
+}
+
 }  // namespace
 
 void check_array_shape(const Tensor& t, const nb::ndarray<nb::c_contig>& a) {
@@ -124,11 +131,9 @@ nb::object device_array(const DeviceData& data, const std::vector<int64_t>& shap
   std::vector<size_t> dims(shape.begin(), shape.end());
   auto* owned = new DeviceData(data);
   nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<DeviceData*>(p); });
-  const ArrayType* type = std::find_if(std::begin(kArrayTypes), std::end(kArrayTypes),
-                                       [&](const ArrayType& a) { return a.dtype == data.dtype(); });
-  const nb::dlpack::dtype dl{static_cast<uint8_t>(type->code), type->bits, 1};
-  return nb::cast(nb::ndarray<>(owned->data(), dims.size(), dims.data(), owner, nullptr, dl,
-                                nb::device::cuda::value, data.device()));
+  return nb::cast(nb::ndarray<>(owned->data(), dims.size(), dims.data(), owner, nullptr,
+                                dlpack_dtype(data.dtype()), nb::device::cuda::value,
+                                data.device()));
 }
 
 nb::object array_from_buffer(Buffer data, const std::vector<int64_t>& shape) {
@@ -136,12 +141,10 @@ nb::object array_from_buffer(Buffer data, const std::vector<int64_t>& shape) {
   std::vector<size_t> dims(shape.begin(), shape.end());
   auto* owned = new Buffer(std::move(data));
   nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<Buffer*>(p); });
-  // (Every dtype is in the table; bf16, which NumPy lacks, was widened above.)
-  const ArrayType* type =
-      std::find_if(std::begin(kArrayTypes), std::end(kArrayTypes),
-                   [&](const ArrayType& a) { return a.dtype == owned->dtype(); });
-  const nb::dlpack::dtype dl{static_cast<uint8_t>(type->code), type->bits, 1};
-  return nb::ndarray<nb::numpy>(owned->data(), dims.size(), dims.data(), owner, nullptr, dl).cast();
+  // (bf16, which NumPy lacks, was widened above.)
+  return nb::ndarray<nb::numpy>(owned->data(), dims.size(), dims.data(), owner, nullptr,
+                                dlpack_dtype(owned->dtype()))
+      .cast();
 }
 
 }  // namespace luminal::python

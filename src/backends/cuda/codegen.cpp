@@ -216,46 +216,36 @@ class KernelWriter : public runtime::ElementWriter {
   // through shuffles. Every lane of a warp takes the same trips round the outer loop.
   // Rows of a few elements (a pooling window) take a thread each instead: a warp would
   // leave most of its lanes idle.
+  static constexpr int64_t kShortRow = 16;
+
   void write_reduce(const Node& root, Expr& threads) {
     const Edge& e = root.inputs[0];
     const auto axis = static_cast<size_t>(root.axis);
     const Expr len = e.view.shape()[axis];
     note_vars(len);
     const Expr outputs = product(root.shape);
-    if (const std::optional<int64_t> n = len.as_const(); n && *n <= kShortRow) {
-      write_short_reduce(root, *n, threads);
-      return;
-    }
-    threads = outputs * 32;
-    open_loop(outputs, " >> 5");
+    const std::optional<int64_t> n = len.as_const();
+    const bool by_thread = n && *n <= kShortRow;
+    threads = by_thread ? outputs : outputs * 32;
+    open_loop(outputs, by_thread ? "" : " >> 5");
     std::vector<Expr> in_idx = split_counter("lum_o", root.shape, "    ");
     in_idx.insert(in_idx.begin() + static_cast<std::ptrdiff_t>(axis), counter("lum_r", len));
     const std::string t = compute_type(root.dtype);
     os_ << "    " << t << " acc = " << runtime::reduction_identity(root.op, root.dtype) << ";\n";
-    os_ << "    for (int64_t lum_r = threadIdx.x & 31; lum_r < " << len.to_c()
-        << "; lum_r += 32) {\n";
+    if (by_thread)
+      os_ << "    for (int64_t lum_r = 0; lum_r < " << *n << "; ++lum_r) {\n";
+    else
+      os_ << "    for (int64_t lum_r = threadIdx.x & 31; lum_r < " << len.to_c()
+          << "; lum_r += 32) {\n";
     const std::string v = operand(e, in_idx, "      ");
     os_ << "      acc = " << combined(root, "acc", v) << ";\n    }\n";
+    if (by_thread) {
+      os_ << "    out[lum_o] = " << store_expr(root.dtype, "acc") << ";\n  }\n";
+      return;
+    }
     os_ << warp_combine(root, "    ");
     os_ << "    if ((threadIdx.x & 31) == 0) out[lum_o] = " << store_expr(root.dtype, "acc")
         << ";\n  }\n";
-  }
-
-  static constexpr int64_t kShortRow = 16;
-
-  void write_short_reduce(const Node& root, int64_t len, Expr& threads) {
-    const Edge& e = root.inputs[0];
-    const auto axis = static_cast<size_t>(root.axis);
-    threads = product(root.shape);
-    open_loop(threads, "");
-    std::vector<Expr> in_idx = split_counter("lum_o", root.shape, "    ");
-    in_idx.insert(in_idx.begin() + static_cast<std::ptrdiff_t>(axis), counter("lum_r", len));
-    const std::string t = compute_type(root.dtype);
-    os_ << "    " << t << " acc = " << runtime::reduction_identity(root.op, root.dtype) << ";\n";
-    os_ << "    for (int64_t lum_r = 0; lum_r < " << len << "; ++lum_r) {\n";
-    const std::string v = operand(e, in_idx, "      ");
-    os_ << "      acc = " << combined(root, "acc", v) << ";\n    }\n";
-    os_ << "    out[lum_o] = " << store_expr(root.dtype, "acc") << ";\n  }\n";
   }
 };
 
