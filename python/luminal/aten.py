@@ -409,10 +409,16 @@ def _attention(n, q, k, v, bias=None, is_causal=False, scale=None):
         queries, keys = q.shape[-2], k.shape[-2]
         keep = n.g.iota(f"(z / ({keys})) >= (z % ({keys}))", (queries, keys), lm.bool_)
         scores = lm.where(keep, scores, -math.inf)
-    if bias is not None:
-        scores = lm.where(bias, scores, -math.inf) if bias.dtype == lm.bool_ else \
-            scores + bias.cast(scores.dtype)
-    return scores.softmax(axis=-1).matmul(v)
+    if bias is None:
+        return scores.softmax(axis=-1).matmul(v)
+    boolean = bias.dtype == lm.bool_
+    scores = lm.where(bias, scores, -math.inf) if boolean else scores + bias.cast(scores.dtype)
+    out = scores.softmax(axis=-1).matmul(v)
+    # A query the mask leaves no key is 0, as PyTorch's kernels give it (softmax alone gives
+    # 0 / 0); chosen after the product, so the product keeps the attention pattern.
+    seen = bias.cast(lm.float32).sum(axis=-1, keepdim=True) > 0.0 if boolean else \
+        bias.max(axis=-1, keepdim=True) > -math.inf
+    return lm.where(seen, out, 0.0)
 
 
 def _sdpa_with_bias(n, q, k, v, bias, log_sumexp=False, dropout=0.0, is_causal=False,
