@@ -251,6 +251,11 @@ int main(int argc, char** argv) {
   if (want("attention_decode_32k")) attention(1, 32768, "attention_decode_32k");
   if (want("attention_decode_32k_bf16"))
     attention(1, 32768, "attention_decode_32k_bf16", DType::BF16);
+  // Decode in bf16 over 1k to 64k cached positions: the time's fixed part and its rate.
+  for (int64_t past = 1024; past <= 65536; past *= 2) {
+    const std::string name = "attention_decode_sweep_bf16_" + std::to_string(past);
+    if (want(name.c_str())) attention(1, past, name.c_str(), DType::BF16);
+  }
   if (want("attention_prefill_4k")) attention(4096, 0, "attention_prefill_4k");
   if (want("attention_prefill_4k_bf16"))
     attention(4096, 0, "attention_prefill_4k_bf16", DType::BF16);
