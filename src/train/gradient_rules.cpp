@@ -1,0 +1,141 @@
+// One gradient rule per primitive op, in a table generated from ops.def: a new op
+// without a rule here does not compile (see gradient_rules.hpp).
+#include "train/gradient_rules.hpp"
+
+#include <numbers>
+
+#include "luminal/error.hpp"
+
+namespace luminal::train {
+
+Tensor GradientStep::input(size_t i) const {
+  const Edge& e = node.inputs.at(i);
+  return Tensor(graph, e.source, e.view, graph->node(e.source).dtype);
+}
+
+namespace {
+
+using Grads = std::vector<std::optional<Tensor>>;
+constexpr double kLn2 = std::numbers::ln2;
+
+// Sources have no inputs.
+Grads grad_Input(const GradientStep&, const std::vector<bool>&) {
+  return {};
+}
+Grads grad_Constant(const GradientStep&, const std::vector<bool>&) {
+  return {};
+}
+Grads grad_Iota(const GradientStep&, const std::vector<bool>&) {
+  return {};
+}
+
+// A cast carries the gradient back in the input's type; from an integer or bool there
+// is none.
+Grads grad_Cast(const GradientStep& s, const std::vector<bool>&) {
+  const DType in = s.graph->node(s.node.inputs[0].source).dtype;
+  if (!is_float(in) || !is_float(s.node.dtype)) return {std::nullopt};
+  return {s.grad.cast(in)};
+}
+Grads grad_Contiguous(const GradientStep& s, const std::vector<bool>&) {
+  return {s.grad};
+}
+// d log2(x) = 1 / (x ln 2)
+Grads grad_Log2(const GradientStep& s, const std::vector<bool>&) {
+  return {s.grad * s.input(0).recip() * (1.0 / kLn2)};
+}
+// d 2^x = 2^x ln 2
+Grads grad_Exp2(const GradientStep& s, const std::vector<bool>&) {
+  return {s.grad * s.out * kLn2};
+}
+// d sin(x) = cos(x)
+Grads grad_Sin(const GradientStep& s, const std::vector<bool>&) {
+  return {s.grad * s.input(0).cos()};
+}
+// d sqrt(x) = 1 / (2 sqrt(x))
+Grads grad_Sqrt(const GradientStep& s, const std::vector<bool>&) {
+  return {s.grad * s.out.recip() * 0.5};
+}
+// d (1 / x) = -1 / x^2
+Grads grad_Recip(const GradientStep& s, const std::vector<bool>&) {
+  return {-(s.grad * s.out * s.out)};
+}
+Grads grad_Add(const GradientStep& s, const std::vector<bool>&) {
+  return {s.grad, s.grad};
+}
+Grads grad_Mul(const GradientStep& s, const std::vector<bool>& wanted) {
+  return {wanted[0] ? std::optional(s.grad * s.input(1)) : std::nullopt,
+          wanted[1] ? std::optional(s.grad * s.input(0)) : std::nullopt};
+}
+// fmod(a, b) = a - trunc(a / b) b: d/da = 1, d/db = -trunc(a / b) = (out - a) / b.
+Grads grad_Mod(const GradientStep& s, const std::vector<bool>& wanted) {
+  if (!is_float(s.node.dtype)) return {std::nullopt, std::nullopt};
+  return {s.grad,
+          wanted[1] ? std::optional(s.grad * (s.out - s.input(0)) / s.input(1)) : std::nullopt};
+}
+Grads grad_LessThan(const GradientStep&, const std::vector<bool>&) {
+  return {std::nullopt, std::nullopt};
+}
+Grads grad_Where(const GradientStep& s, const std::vector<bool>& wanted) {
+  const Tensor cond = s.input(0);
+  return {std::nullopt, wanted[1] ? std::optional(where(cond, s.grad, 0.0)) : std::nullopt,
+          wanted[2] ? std::optional(where(cond, 0.0, s.grad)) : std::nullopt};
+}
+// Every element of the reduced axis gets its sum's gradient.
+Grads grad_SumReduce(const GradientStep& s, const std::vector<bool>&) {
+  const Tensor x = s.input(0);
+  return {s.grad.expand(s.node.axis, x.dim(s.node.axis))};
+}
+// The largest elements share the gradient equally (as torch.amax): ties split it.
+Grads grad_MaxReduce(const GradientStep& s, const std::vector<bool>&) {
+  const Tensor x = s.input(0);
+  const int axis = s.node.axis;
+  const Expr n = x.dim(axis);
+  const Tensor top = eq(x, s.out.expand(axis, n));
+  const Tensor ties = top.cast(x.dtype()).sum({axis});
+  return {where(top, (s.grad / ties).expand(axis, n), 0.0)};
+}
+// out[j] = flat(data)[idx[j]]: every element of data adds the gradients of the outputs
+// that read it. Written as a product with the one-hot matrix of the indices
+// (elements x outputs): exact where indices repeat, at a cost of their product.
+Grads grad_Gather(const GradientStep& s, const std::vector<bool>& wanted) {
+  if (!wanted[0]) return {std::nullopt, std::nullopt};
+  const Tensor data = s.input(0), idx = s.input(1);
+  const Expr elements = data.numel(), outputs = idx.numel();
+  Graph& g = *s.graph;
+  const Tensor flat_idx = idx.reshape({1, outputs});
+  const Tensor position = g.iota(Expr("z") / outputs, {elements, outputs}, idx.dtype());
+  const Tensor hits = eq(position, flat_idx.broadcast_to({elements, outputs}));
+  const Tensor spread =
+      where(hits, s.grad.reshape({1, outputs}).broadcast_to({elements, outputs}), 0.0);
+  return {spread.sum({1}).reshape(data.shape()), std::nullopt};
+}
+// out = dest with out[idx[j]] = src[j]: the overwritten elements of dest get nothing,
+// src[j] gets the gradient of the element it was written to (indices distinct).
+Grads grad_Scatter(const GradientStep& s, const std::vector<bool>& wanted) {
+  const Tensor idx = s.input(1), src = s.input(2);
+  std::optional<Tensor> dest, from;
+  if (wanted[0]) dest = s.grad.scatter(idx, src.zeros_like());
+  if (wanted[2]) from = s.grad.gather(idx);
+  return {dest, std::nullopt, from};
+}
+Grads grad_Custom(const GradientStep& s, const std::vector<bool>&) {
+  LUM_CHECK(false) << "gradients: no gradient rule for the custom op "
+                   << (s.node.custom ? s.node.custom->name() : std::string("?"))
+                   << " between the parameters and the loss";
+  return {};
+}
+
+constexpr GradientRule kRules[] = {
+#define LUM_OP(name, arity, category, float_only, commutative) &grad_##name,
+#include "luminal/ops.def"
+#undef LUM_OP
+};
+static_assert(std::size(kRules) == kNumOps);
+
+}  // namespace
+
+GradientRule gradient_rule(Op op) {
+  return kRules[static_cast<size_t>(op)];
+}
+
+}  // namespace luminal::train

@@ -1,0 +1,172 @@
+// The transpose of a view (see view_gradient.hpp).
+//
+// A view reads element offset + sum_d i_d * stride_d of its producer's buffer for every
+// index i inside its masks. Its transpose adds each read's gradient back at that
+// position. After the masked ranges are sliced away, broadcast (stride 0) dims summed
+// and flipped dims turned around, what is left is a set of positive strides. Sorted
+// largest first they usually nest: each dim's stride is at least the extent of the dims
+// inside it, so the gradient can be laid out by padding: innermost first, each dim's
+// rows padded out to its stride and merged into one run, and the final run padded out
+// to the producer's size at the view's offset. Where an inner dim's extent exceeds an
+// outer stride (unfold's overlapping windows), the inner dim is taken one index at a
+// time and the pieces added.
+#include "train/view_gradient.hpp"
+
+#include <algorithm>
+#include <numeric>
+#include <set>
+
+#include "luminal/error.hpp"
+
+namespace luminal::train {
+namespace {
+
+// Two sets of values for the symbolic dims of a view's expressions, used to order its
+// strides and extents: what both agree on is taken as the order for every value (the
+// expressions are sums and products of dims, whose order does not depend on them).
+class Probe {
+ public:
+  explicit Probe(const std::vector<Expr>& exprs) {
+    std::set<std::string> names;
+    for (Expr e : exprs)
+      for (const std::string& v : e.variables()) names.insert(v);
+    int64_t k = 0;
+    for (const std::string& name : names) {
+      const int64_t lo = std::max<int64_t>(Expr(name).lower_bound(), 1);
+      small_.set(name, lo + 1 + k);
+      large_.set(name, lo + 1000 + 17 * k);
+      ++k;
+    }
+  }
+
+  /// -1, 0 or 1 as a < b, a == b or a > b; throws where the two sets of values disagree.
+  int compare(Expr a, Expr b) const {
+    const int s = sign(a.eval(small_) - b.eval(small_));
+    LUM_CHECK(s == sign(a.eval(large_) - b.eval(large_)))
+        << "gradients: cannot order " << a << " and " << b
+        << " for every value of their dims, so the view's transpose is unknown";
+    return s;
+  }
+
+ private:
+  static int sign(int64_t x) { return (x > 0) - (x < 0); }
+  Bindings small_, large_;
+};
+
+// Tensor t holds the gradient of buffer element offset + sum_d i_d * strides[d] for every
+// index i of its shape (dims).
+struct Strided {
+  Tensor t;
+  std::vector<Expr> dims, strides;
+  Expr offset;
+
+  void erase(size_t d) {
+    dims.erase(dims.begin() + static_cast<std::ptrdiff_t>(d));
+    strides.erase(strides.begin() + static_cast<std::ptrdiff_t>(d));
+  }
+};
+
+// The gradient of the `n`-element buffer Strided reads (all strides positive).
+Tensor place(Strided s, Expr n, const Probe& probe) {
+  const size_t rank = s.dims.size();
+  std::vector<int> order(rank);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    return probe.compare(s.strides[static_cast<size_t>(a)], s.strides[static_cast<size_t>(b)]) > 0;
+  });
+  if (rank > 1) {
+    Strided sorted{s.t.permute(order), {}, {}, s.offset};
+    for (int d : order) {
+      sorted.dims.push_back(s.dims[static_cast<size_t>(d)]);
+      sorted.strides.push_back(s.strides[static_cast<size_t>(d)]);
+    }
+    s = std::move(sorted);
+  }
+
+  // Innermost first: u's last axis is a run of `extent` buffer elements starting where
+  // the outer dims' indices point.
+  Tensor u = s.t.unsqueeze(static_cast<int>(rank));
+  Expr extent = 1;
+  for (size_t d = rank; d-- > 0;) {
+    if (probe.compare(s.strides[d], extent) < 0) {
+      // Dim d's rows overlap the run inside them: take the inner dim of the smallest
+      // constant size one index at a time (each piece then nests further) and add.
+      size_t pick = rank;
+      for (size_t j = d + 1; j < rank; ++j) {
+        const auto size = s.dims[j].as_const();
+        const auto best = pick < rank ? s.dims[pick].as_const() : std::nullopt;
+        if (size && (!best || *size < *best)) pick = j;
+      }
+      LUM_CHECK(pick < rank) << "gradients: a view's windows overlap along dims of symbolic size ("
+                             << to_string(s.dims) << " with strides " << to_string(s.strides)
+                             << "), which has no transpose here";
+      const int64_t count = *s.dims[pick].as_const();
+      std::optional<Tensor> sum;
+      for (int64_t k = 0; k < count; ++k) {
+        Strided piece = s;
+        piece.t = s.t.slice(static_cast<int>(pick), k, k + 1).squeeze(static_cast<int>(pick));
+        piece.offset = s.offset + s.strides[pick] * k;
+        piece.erase(pick);
+        Tensor part = place(std::move(piece), n, probe);
+        sum = sum ? *sum + part : part;
+      }
+      return *sum;
+    }
+    // Pad the run out to the stride, merge it with dim d, and drop the padding after
+    // the last row.
+    if (s.strides[d] != extent) u = u.pad(-1, 0, s.strides[d] - extent);
+    std::vector<Expr> shape(s.dims.begin(), s.dims.begin() + static_cast<std::ptrdiff_t>(d));
+    shape.push_back(s.dims[d] * s.strides[d]);
+    u = u.reshape(shape);
+    const Expr merged = (s.dims[d] - 1) * s.strides[d] + extent;
+    if (merged != s.dims[d] * s.strides[d]) u = u.slice(-1, 0, merged);
+    extent = merged;
+  }
+  if (s.offset != Expr(0) || extent != n) u = u.pad(0, s.offset, n - s.offset - extent);
+  return u;
+}
+
+}  // namespace
+
+Tensor view_gradient(const Tensor& g, const View& view, std::vector<Expr> source_shape) {
+  LUM_ASSERT(g.shape() == view.shape()) << "a view's gradient has the view's shape";
+  if (view == View::contiguous(source_shape)) return g;
+  Strided s{g, view.shape(), view.strides(), view.offset()};
+
+  // Elements outside a dim's mask read padding: only the masked range reads the buffer.
+  for (size_t d = 0; d < view.rank(); ++d) {
+    if (!view.is_masked(d)) continue;
+    const Expr lo = view.mask_lo(d), hi = view.mask_hi(d);
+    s.t = s.t.slice(static_cast<int>(d), lo, hi);
+    s.offset = s.offset + lo * s.strides[d];
+    s.dims[d] = hi - lo;
+  }
+  // Dims of one element read one place; broadcast dims read the same places again.
+  for (size_t d = s.dims.size(); d-- > 0;) {
+    if (s.dims[d] == Expr(1)) {
+      s.t = s.t.squeeze(static_cast<int>(d));
+    } else if (s.strides[d] == Expr(0)) {
+      s.t = s.t.sum({static_cast<int>(d)});
+    } else {
+      continue;
+    }
+    s.erase(d);
+  }
+
+  const Expr n = product(source_shape);
+  std::vector<Expr> exprs = s.strides;
+  exprs.insert(exprs.end(), s.dims.begin(), s.dims.end());
+  exprs.push_back(s.offset);
+  exprs.push_back(n);
+  const Probe probe(exprs);
+  // A negative stride walks the buffer backwards from its first element's position.
+  for (size_t d = 0; d < s.dims.size(); ++d) {
+    if (probe.compare(s.strides[d], 0) >= 0) continue;
+    s.t = s.t.flip(static_cast<int>(d));
+    s.offset = s.offset + (s.dims[d] - 1) * s.strides[d];
+    s.strides[d] = -s.strides[d];
+  }
+  return place(std::move(s), n, probe).reshape(source_shape);
+}
+
+}  // namespace luminal::train

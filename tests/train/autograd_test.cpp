@@ -1,0 +1,417 @@
+// Reverse-mode gradients (luminal/train/autograd.hpp) against central finite
+// differences in f64 on the reference interpreter: every primitive op, the view
+// transposes (broadcast, slice, pad, flip, permute, reshape, overlapping windows,
+// symbolic dims), every composite op of the hlops fixtures, and the errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <functional>
+#include <random>
+#include <set>
+
+#include "hlops/fixture.hpp"
+#include "luminal/luminal.hpp"
+#include "luminal/train/autograd.hpp"
+
+namespace luminal {
+namespace {
+
+using train::gradients;
+using Build = std::function<Tensor(Graph&, const std::vector<Tensor>&)>;
+
+std::vector<double> uniform(size_t n, double lo, double hi, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> d(lo, hi);
+  std::vector<double> out(n);
+  for (double& x : out) x = d(rng);
+  return out;
+}
+
+size_t count(const std::vector<int64_t>& shape) {
+  size_t n = 1;
+  for (int64_t d : shape) n *= static_cast<size_t>(d);
+  return n;
+}
+
+// loss = sum(f(params) * w) for a fixed random w: its gradient with respect to each
+// param, from the graph's gradient nodes, against central differences of the loss.
+// Returns what differs (empty if nothing); at most `probes` elements of each param are
+// perturbed.
+std::string check(const std::vector<std::vector<int64_t>>& shapes, const Build& f, double lo = -1.0,
+                  double hi = 1.0, size_t probes = 24,
+                  const std::vector<std::vector<double>>& values = {}) {
+  Graph g;
+  std::vector<Tensor> params;
+  std::vector<std::vector<double>> x;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    std::vector<Expr> shape(shapes[i].begin(), shapes[i].end());
+    params.push_back(g.tensor(shape, DType::F64));
+    x.push_back(i < values.size() ? values[i] : uniform(count(shapes[i]), lo, hi, 11 + i));
+    params.back().set_buffer(Buffer::from_doubles(x.back(), DType::F64));
+  }
+  const Tensor out = f(g, params).cast(DType::F64);
+  Tensor w = g.tensor(out.shape(), DType::F64);
+  std::vector<int> all(out.rank());
+  for (size_t d = 0; d < all.size(); ++d) all[d] = static_cast<int>(d);
+  Tensor loss = (out * w).sum(all);
+  std::vector<Tensor> grads = gradients(loss, params);
+  loss.retrieve();
+  for (Tensor& gr : grads) gr.retrieve();
+  g.compile(reference());
+  const int64_t w_count = simplify(out.numel()).eval();
+  w.set_buffer(Buffer::from_doubles(uniform(static_cast<size_t>(w_count), -1, 1, 99), DType::F64));
+  g.execute();
+  std::vector<std::vector<double>> analytic;
+  for (const Tensor& gr : grads) analytic.push_back(gr.data().to_f64());
+
+  const double eps = 1e-6;
+  // A difference of two losses is exact only to the loss's own rounding (about 1e-16 of
+  // it), divided by 2 eps.
+  const double noise = 1e-9 * std::abs(loss.data().to_f64()[0]);
+  std::string errors;
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (analytic[i].size() != x[i].size())
+      return "param " + std::to_string(i) + ": gradient has " + std::to_string(analytic[i].size()) +
+             " elements, the param " + std::to_string(x[i].size());
+    const size_t step = std::max<size_t>(1, x[i].size() / probes);
+    for (size_t j = 0; j < x[i].size(); j += step) {
+      std::vector<double> y = x[i];
+      auto loss_at = [&](double v) {
+        y[j] = v;
+        params[i].set_buffer(Buffer::from_doubles(y, DType::F64));
+        g.execute();
+        return loss.data().to_f64()[0];
+      };
+      const double fd = (loss_at(x[i][j] + eps) - loss_at(x[i][j] - eps)) / (2 * eps);
+      const double got = analytic[i][j];
+      if (!(std::abs(got - fd) <= 1e-5 * std::max(1.0, std::abs(fd)) + noise))
+        errors += "param " + std::to_string(i) + " element " + std::to_string(j) + ": gradient " +
+                  std::to_string(got) + ", finite difference " + std::to_string(fd) + "\n";
+    }
+    params[i].set_buffer(Buffer::from_doubles(x[i], DType::F64));
+  }
+  return errors;
+}
+
+// --- primitive ops --------------------------------------------------------------------
+
+TEST(Autograd, UnaryPrimitives) {
+  EXPECT_EQ(check(
+                {{3, 4}}, [](Graph&, auto& p) { return p[0].log2(); }, 0.5, 2.0),
+            "");
+  EXPECT_EQ(check({{3, 4}}, [](Graph&, auto& p) { return p[0].exp2(); }), "");
+  EXPECT_EQ(check(
+                {{3, 4}}, [](Graph&, auto& p) { return p[0].sin(); }, -3, 3),
+            "");
+  EXPECT_EQ(check(
+                {{3, 4}}, [](Graph&, auto& p) { return p[0].sqrt(); }, 0.5, 2.0),
+            "");
+  EXPECT_EQ(check(
+                {{3, 4}}, [](Graph&, auto& p) { return p[0].recip(); }, 0.5, 2.0),
+            "");
+  EXPECT_EQ(check({{3, 4}}, [](Graph&, auto& p) { return p[0].permute({1, 0}).contiguous(); }), "");
+}
+
+TEST(Autograd, BinaryAndTernaryPrimitives) {
+  EXPECT_EQ(check({{3, 4}, {3, 4}}, [](Graph&, auto& p) { return p[0] + p[1]; }), "");
+  EXPECT_EQ(check({{3, 4}, {3, 4}}, [](Graph&, auto& p) { return p[0] * p[1]; }), "");
+  // fmod away from its jumps (|a / b| between 1.1 and 1.9).
+  EXPECT_EQ(check({{6}, {6}}, [](Graph&, auto& p) { return fmod(p[0], p[1]); }, 0, 0, 24,
+                  {{1.5, -2.2, 3.3, 1.4, -3.6, 2.5}, {1.0, 1.5, 2.0, -1.0, 2.5, -1.5}}),
+            "");
+  EXPECT_EQ(check({{3, 4}, {3, 4}},
+                  [](Graph&, auto& p) { return where(less_than(p[0], p[1]), p[0] * 2.0, p[1]); }),
+            "");
+}
+
+TEST(Autograd, ReductionPrimitives) {
+  EXPECT_EQ(check({{3, 4, 5}}, [](Graph&, auto& p) { return p[0].sum_reduce(1); }), "");
+  EXPECT_EQ(check({{3, 4, 5}}, [](Graph&, auto& p) { return p[0].max_reduce(2); }), "");
+  // Ties share the gradient: max over a row of equal values.
+  Graph g;
+  Tensor x = g.tensor({2, 3}, DType::F64);
+  x.set(std::vector<double>{1, 1, 0, 2, 5, 5});
+  Tensor m = x.max_reduce(1);
+  Tensor gx = gradients(m.sum({0}), {x})[0].retrieve();
+  g.compile(reference());
+  g.execute();
+  EXPECT_EQ(gx.data().to_f64(), (std::vector<double>{0.5, 0.5, 0, 0, 0.5, 0.5}));
+}
+
+TEST(Autograd, IndexingPrimitives) {
+  // Gather with repeated indices: both reads add up.
+  EXPECT_EQ(check({{5, 3}},
+                  [](Graph& g, auto& p) {
+                    Tensor idx = g.tensor({4}, DType::I64);
+                    idx.set(std::vector<int64_t>{4, 0, 4, 2});
+                    return p[0].index_select(0, idx);
+                  }),
+            "");
+  // Scatter of distinct positions: dest loses them, src gets theirs.
+  EXPECT_EQ(check({{6}, {3}},
+                  [](Graph& g, auto& p) {
+                    Tensor idx = g.tensor({3}, DType::I32);
+                    idx.set(std::vector<int32_t>{5, 1, 3});
+                    return p[0].scatter(idx, p[1]) * p[0];
+                  }),
+            "");
+}
+
+TEST(Autograd, Casts) {
+  // The gradient of a cast comes back rounded the same way: d sum(cast(x) * w) = cast(w).
+  Graph g;
+  Tensor x = g.tensor({3}, DType::F64), w = g.tensor({3}, DType::F16);
+  x.set(std::vector<double>{0.5, -2, 3});
+  w.set_buffer(Buffer::from_doubles({0.1, 1.0 / 3, -7.77}, DType::F16));
+  Tensor gx = gradients((x.cast(DType::F16) * w).cast(DType::F32).sum({0}), {x})[0].retrieve();
+  g.compile(reference());
+  g.execute();
+  EXPECT_EQ(gx.dtype(), DType::F64);
+  EXPECT_EQ(gx.data().to_f64(), Buffer::from_doubles({0.1, 1.0 / 3, -7.77}, DType::F16).to_f64());
+}
+
+// --- views ---------------------------------------------------------------------------
+
+TEST(Autograd, ViewsTransposeBack) {
+  auto one = [](const std::function<Tensor(const Tensor&)>& f) {
+    return [f](Graph&, const std::vector<Tensor>& p) { return f(p[0]) * 1.5; };
+  };
+  EXPECT_EQ(check({{3, 4}}, one([](const Tensor& x) { return x.permute({1, 0}); })), "");
+  EXPECT_EQ(check({{3, 1, 4}}, one([](const Tensor& x) {
+                    return x.broadcast_to({2, 3, 5, 4});
+                  })),
+            "");
+  EXPECT_EQ(check({{3, 8}}, one([](const Tensor& x) { return x.slice(1, 2, 7).slice(0, 1, 3); })),
+            "");
+  EXPECT_EQ(check({{3, 4}}, one([](const Tensor& x) { return x.pad(1, 2, 1).pad(0, 1, 0); })), "");
+  EXPECT_EQ(check({{3, 4}}, one([](const Tensor& x) { return x.flip(1).flip(0).slice(1, 1, 3); })),
+            "");
+  EXPECT_EQ(check({{2, 3, 4}}, one([](const Tensor& x) {
+                    return x.permute({2, 0, 1}).reshape({4, 6});
+                  })),
+            "");
+  EXPECT_EQ(check({{2, 6}}, one([](const Tensor& x) {
+                    return x.reshape({3, 4}).transpose(0, 1);
+                  })),
+            "");
+  EXPECT_EQ(check({{4, 5}}, one([](const Tensor& x) { return x.diagonal(1); })), "");
+  EXPECT_EQ(check({{3, 4}}, one([](const Tensor& x) { return x.roll(2, 1); })), "");
+  EXPECT_EQ(check({{2, 3}}, one([](const Tensor& x) { return x.repeat({2, 3}); })), "");
+  // A padded slice read back through a reshape (a copy in between).
+  EXPECT_EQ(check({{3, 4}},
+                  one([](const Tensor& x) { return x.slice(1, 1, 3).pad(0, 1, 1).reshape({10}); })),
+            "");
+}
+
+TEST(Autograd, OverlappingWindowsAddUp) {
+  auto one = [](const std::function<Tensor(const Tensor&)>& f) {
+    return [f](Graph&, const std::vector<Tensor>& p) { return f(p[0]); };
+  };
+  EXPECT_EQ(check({{2, 9}}, one([](const Tensor& x) { return x.unfold(1, 3); })), "");
+  EXPECT_EQ(check({{2, 9}}, one([](const Tensor& x) { return x.unfold(1, 3, 2); })), "");
+  EXPECT_EQ(check({{2, 11}}, one([](const Tensor& x) { return x.unfold(1, 3, 1, 2); })), "");
+  // Two spatial axes, as a convolution reads its input.
+  EXPECT_EQ(check({{2, 6, 7}},
+                  one([](const Tensor& x) { return x.pad(2, 1, 1).unfold(1, 3).unfold(2, 3, 2); })),
+            "");
+}
+
+TEST(Autograd, SymbolicDimsStaySymbolic) {
+  Graph g;
+  Tensor x = g.tensor({"n", 4}, DType::F64);
+  Tensor y = (x.slice(0, 1, "n").pad(1, 1, 0) * 2.0).sum({0, 1});
+  Tensor gx = gradients(y, {x})[0].retrieve();
+  EXPECT_EQ(gx.shape(), (std::vector<Expr>{Expr("n"), 4}));
+  for (int64_t n : {3, 5}) {
+    g.set_dim("n", n);
+    x.set_buffer(Buffer::from_doubles(uniform(static_cast<size_t>(n * 4), -1, 1, 3), DType::F64));
+    g.compile(reference());
+    g.execute();
+    std::vector<double> want(static_cast<size_t>(n * 4), 2.0);
+    for (int k = 0; k < 4; ++k) want[static_cast<size_t>(k)] = 0.0;  // row 0 is sliced away
+    EXPECT_EQ(gx.data().to_f64(), want) << "n = " << n;
+  }
+}
+
+// --- composition -----------------------------------------------------------------------
+
+TEST(Autograd, AValueUsedTwiceAddsBothPaths) {
+  EXPECT_EQ(check({{3, 4}}, [](Graph&, auto& p) { return p[0] * p[0] + p[0].exp() * p[0]; }), "");
+  EXPECT_EQ(check({{3, 4}, {4, 5}},
+                  [](Graph&, auto& p) {
+                    return p[0].matmul(p[1]).softmax(-1).matmul(p[1].transpose(0, 1));
+                  }),
+            "");
+}
+
+TEST(Autograd, TransformerPiecesMatchFiniteDifferences) {
+  // Attention with a causal mask, RMSNorm, SiLU-gated MLP: what a language model's
+  // training step differentiates.
+  EXPECT_EQ(check({{4, 8}, {8, 8}, {8, 8}, {8}},
+                  [](Graph& g, auto& p) {
+                    Tensor x = p[0].rms_norm({-1}) * p[3];
+                    Tensor q = x.matmul(p[1]), k = x.matmul(p[2]);
+                    Tensor s = q.matmul(k.transpose(0, 1)) * (1.0 / std::sqrt(8.0));
+                    Tensor keep = g.iota(ge(Expr("z") / 4, Expr("z") % 4), {4, 4}, DType::Bool);
+                    s = where(keep, s, -1e30);
+                    return s.softmax(-1).matmul(x).silu() * x.gelu();
+                  }),
+            "");
+}
+
+TEST(Autograd, LossOfASoftmaxClassifier) {
+  // Cross-entropy of a linear layer over one-hot targets, averaged.
+  EXPECT_EQ(check({{5, 3}, {3, 4}, {4}},
+                  [](Graph& g, auto& p) {
+                    Tensor labels = g.tensor({5}, DType::I64);
+                    labels.set(std::vector<int64_t>{0, 3, 1, 3, 2});
+                    Tensor logits = p[0].matmul(p[1]) + p[2];
+                    Tensor picked = logits.log_softmax(-1).gather_axis(1, labels.unsqueeze(1));
+                    return -picked.mean({0, 1});
+                  }),
+            "");
+}
+
+// --- every composite op of the hlops fixtures ------------------------------------------
+
+TEST(Autograd, EveryHlopFixtureMatchesFiniteDifferences) {
+  const std::string dir = std::string(LUMINAL_FIXTURE_DIR) + "/hlops";
+  size_t checked = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().extension() != ".lfx") continue;
+    for (const testing::ParityCase& c : testing::load_fixture(entry.path().string())) {
+      // Left out: ops whose gradient is zero almost everywhere (or none at all); casts,
+      // whose rounding to f32 is coarser than the differences' step (Autograd.Casts checks
+      // them exactly); and products over exact zeros, which prod and cumprod compute
+      // through logarithms, so their gradient there is NaN (PyTorch's is finite).
+      static const std::set<std::string> skipped = {"floor", "ceil",   "round",     "trunc",
+                                                    "sign",  "argmax", "argmin",    "remainder",
+                                                    "fmod",  "cast",   "prod#zero", "cumprod#zero"};
+      if (skipped.count(c.op) || skipped.count(c.name) || c.expected.data.dtype() != DType::F32)
+        continue;
+      std::vector<std::vector<int64_t>> shapes;
+      std::vector<std::vector<double>> values;
+      for (const auto& in : c.inputs)
+        if (in.base.data.dtype() == DType::F32) {
+          shapes.push_back(in.base.shape);
+          values.push_back(in.base.data.to_f64());
+        }
+      if (shapes.empty()) continue;
+      const std::string errors = check(
+          shapes,
+          [&](Graph& g, const std::vector<Tensor>& p) {
+            std::vector<Tensor> inputs;
+            size_t next = 0;
+            for (size_t k = 0; k < c.inputs.size(); ++k) {
+              const auto& in = c.inputs[k];
+              Tensor base = p[0];
+              if (in.base.data.dtype() == DType::F32) {
+                base = p[next++];
+              } else {
+                base = g.tensor(std::vector<Expr>(in.base.shape.begin(), in.base.shape.end()),
+                                in.base.data.dtype());
+                base.set_buffer(in.base.data);
+              }
+              inputs.push_back(testing::apply_recipe(base, in.recipe));
+            }
+            return testing::build_op(g, c.op, inputs, testing::Params(c.params));
+          },
+          0, 0, 8, values);
+      EXPECT_EQ(errors, "") << c.name << " (" << c.op << ")";
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 100u);
+}
+
+// --- what is refused --------------------------------------------------------------------
+
+TEST(Autograd, ClearErrors) {
+  Graph g, other;
+  Tensor x = g.tensor({2, 3});
+  Tensor y = x * 2.0;
+  auto message = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message([&] { gradients(y, {x}); }).find("needs a seed gradient"), std::string::npos);
+  EXPECT_NE(message([&] {
+              gradients(y.sum({0, 1}), {other.tensor({2})});
+            }).find("not in the loss's graph"),
+            std::string::npos);
+  EXPECT_NE(message([&] {
+              gradients(y.sum({0, 1}), {x.transpose(0, 1)});
+            }).find("view of its node"),
+            std::string::npos);
+  EXPECT_NE(message([&] {
+              gradients(y.sum({0, 1}), {g.tensor({2}, DType::I32)});
+            }).find("only floating-point"),
+            std::string::npos);
+  EXPECT_NE(message([&] {
+              gradients(y, {x}, g.tensor({3, 2}));
+            }).find("seed's shape"),
+            std::string::npos);
+}
+
+TEST(Autograd, UnusedParameterGetsZeros) {
+  Graph g;
+  Tensor x = g.tensor({2, 2}, DType::F64), unused = g.tensor({3}, DType::F64);
+  x.set(std::vector<double>{1, 2, 3, 4});
+  auto grads = gradients((x * x).sum({0, 1}), {x, unused});
+  grads[0].retrieve();
+  grads[1].retrieve();
+  g.compile(reference());
+  g.execute();
+  EXPECT_EQ(grads[0].data().to_f64(), (std::vector<double>{2, 4, 6, 8}));
+  EXPECT_EQ(grads[1].data().to_f64(), (std::vector<double>{0, 0, 0}));
+}
+
+TEST(Autograd, SeededVectorJacobianProduct) {
+  Graph g;
+  Tensor x = g.tensor({3}, DType::F64), seed = g.tensor({3}, DType::F64);
+  x.set(std::vector<double>{1, 2, 3});
+  seed.set(std::vector<double>{1, 10, 100});
+  Tensor gx = gradients(x * x, {x}, seed)[0].retrieve();
+  g.compile(reference());
+  g.execute();
+  EXPECT_EQ(gx.data().to_f64(), (std::vector<double>{2, 40, 600}));
+}
+
+// The compiled CPU backend runs gradient graphs as it runs any graph: an MLP's gradients
+// there equal the reference interpreter's.
+TEST(Autograd, GradientsCompileForTheCpu) {
+  auto run = [](const Backend& backend) {
+    Graph g;
+    Tensor x = g.tensor({8, 16}), w1 = g.tensor({16, 32}), w2 = g.tensor({32, 4});
+    x.set(std::vector<float>(128, 0.0f));
+    std::vector<float> xs(128), a(512), b(128);
+    std::mt19937 rng(5);
+    std::normal_distribution<float> d(0, 0.5);
+    for (auto* v : {&xs, &a, &b})
+      for (float& e : *v) e = d(rng);
+    x.set(xs);
+    w1.set(a);
+    w2.set(b);
+    Tensor loss = x.matmul(w1).gelu().matmul(w2).log_softmax(-1).mean({0, 1});
+    auto grads = gradients(loss, {w1, w2});
+    for (Tensor& t : grads) t.retrieve();
+    g.compile(backend);
+    g.execute();
+    return std::make_pair(grads[0].to_f32(), grads[1].to_f32());
+  };
+  const auto want = run(reference());
+  const auto got = run(cpu());
+  ASSERT_EQ(got.first.size(), want.first.size());
+  for (size_t i = 0; i < want.first.size(); ++i)
+    EXPECT_NEAR(got.first[i], want.first[i], 1e-5 + 1e-4 * std::abs(want.first[i])) << i;
+  for (size_t i = 0; i < want.second.size(); ++i)
+    EXPECT_NEAR(got.second[i], want.second[i], 1e-5 + 1e-4 * std::abs(want.second[i])) << i;
+}
+
+}  // namespace
+}  // namespace luminal
