@@ -94,20 +94,98 @@ Grads grad_MaxReduce(const GradientStep& s, const std::vector<bool>&) {
   const Tensor ties = top.cast(x.dtype()).sum({axis});
   return {where(top, (s.grad / ties).expand(axis, n), 0.0)};
 }
+// A gather along one axis (Tensor::gather_axis, index_select): its positions are
+// flat_positions' iota of the output's other coordinates plus index * the axis's stride.
+// Recognised by rebuilding that expression for each axis of the data.
+struct AxisGather {
+  int axis;
+  Tensor index;  // the index as the positions read it: the output's shape
+};
+std::optional<AxisGather> axis_gather(const GradientStep& s) {
+  Graph& g = *s.graph;
+  const Edge& positions = s.node.inputs[1];
+  const Node& add = g.node(positions.source);
+  if (add.op != Op::Add || positions.view != View::contiguous(add.shape)) return std::nullopt;
+  const Node& base = g.node(add.inputs[0].source);
+  const Node& mul = g.node(add.inputs[1].source);
+  if (base.op != Op::Iota || mul.op != Op::Mul) return std::nullopt;
+  const Node& stride = g.node(mul.inputs[1].source);
+  if (stride.op != Op::Iota || !stride.shape.empty()) return std::nullopt;
+  const std::vector<Expr> data = s.input(0).shape(), out = add.shape;
+  if (data.size() != out.size()) return std::nullopt;
+  for (size_t a = 0; a < data.size(); ++a) {
+    // flat_positions' expression for axis a.
+    std::vector<Expr> strides(data.size());
+    Expr step = 1, inner = 1, expected = 0;
+    for (size_t d = data.size(); d-- > 0;) {
+      strides[d] = step;
+      step = step * data[d];
+    }
+    for (size_t d = data.size(); d-- > 0;) {
+      if (d != a) expected = expected + (Expr("z") / inner % out[d]) * strides[d];
+      inner = inner * out[d];
+    }
+    if (simplify(expected) == simplify(base.iota) && simplify(stride.iota) == simplify(strides[a]))
+      return AxisGather{static_cast<int>(a), Tensor(&g, mul.inputs[0].source, mul.inputs[0].view,
+                                                    g.node(mul.inputs[0].source).dtype)};
+  }
+  return std::nullopt;
+}
+
 // out[j] = flat(data)[idx[j]]: every element of data adds the gradients of the outputs
-// that read it. Written as a product with the one-hot matrix of the indices
-// (elements x outputs): exact where indices repeat, at a cost of their product.
+// that read it. Along one axis, with the index the same across the other dims (an
+// embedding's index_select), that is a product with the one-hot matrix of the index
+// (outputs x the axis's size) that the compiler runs as a matrix product; along one
+// axis otherwise, a one-hot over that axis summed; any other gather, the one-hot of its
+// flat positions (elements x outputs). All exact where indices repeat.
 Grads grad_Gather(const GradientStep& s, const std::vector<bool>& wanted) {
   if (!wanted[0]) return {std::nullopt, std::nullopt};
-  const Tensor data = s.input(0), idx = s.input(1);
-  const Expr elements = data.numel(), outputs = idx.numel();
   Graph& g = *s.graph;
+  const Tensor data = s.input(0);
+  const std::vector<Expr> shape = data.shape();
+  if (const auto along = axis_gather(s)) {
+    const int a = along->axis, rank = static_cast<int>(shape.size());
+    const Expr size = shape[static_cast<size_t>(a)];
+    const std::vector<Expr> out = along->index.shape();
+    bool one_line = true;  // the index varies along the axis alone, other dims whole
+    for (int d = 0; d < rank; ++d)
+      if (d != a)
+        one_line = one_line && along->index.view().strides()[static_cast<size_t>(d)] == Expr(0) &&
+                   out[static_cast<size_t>(d)] == shape[static_cast<size_t>(d)];
+    std::vector<int> to_last(static_cast<size_t>(rank)), back(static_cast<size_t>(rank));
+    for (int d = 0, k = 0; d < rank; ++d)
+      if (d != a) to_last[static_cast<size_t>(k++)] = d;
+    to_last.back() = a;
+    for (int d = 0; d < rank; ++d) back[static_cast<size_t>(to_last[static_cast<size_t>(d)])] = d;
+    if (one_line) {
+      Tensor line = along->index;
+      for (int d = 0; d < rank; ++d)
+        if (d != a) line = line.slice(d, 0, 1);
+      const Expr n = out[static_cast<size_t>(a)];
+      const Tensor hot = eq(line.reshape({n, 1}).broadcast_to({n, size}),
+                            g.iota(Expr("z") % size, {n, size}, line.dtype()))
+                             .cast(s.grad.dtype());
+      return {s.grad.permute(to_last).matmul(hot).permute(back), std::nullopt};
+    }
+    std::vector<Expr> wide = out;
+    wide.push_back(size);
+    const Tensor hot = eq(along->index.unsqueeze(rank).broadcast_to(wide),
+                          g.iota(Expr("z") % size, wide, along->index.dtype()));
+    Tensor grad = where(hot, s.grad.unsqueeze(rank).broadcast_to(wide), 0.0).sum({a});
+    grad = grad.permute(back);  // the axis's size back at a; the other dims the output's
+    for (int d = 0; d < rank; ++d)
+      if (d != a)
+        grad = grad.pad(d, 0, shape[static_cast<size_t>(d)] - out[static_cast<size_t>(d)]);
+    return {grad, std::nullopt};
+  }
+  const Tensor idx = s.input(1);
+  const Expr elements = data.numel(), outputs = idx.numel();
   const Tensor flat_idx = idx.reshape({1, outputs});
   const Tensor position = g.iota(Expr("z") / outputs, {elements, outputs}, idx.dtype());
   const Tensor hits = eq(position, flat_idx.broadcast_to({elements, outputs}));
   const Tensor spread =
       where(hits, s.grad.reshape({1, outputs}).broadcast_to({elements, outputs}), 0.0);
-  return {spread.sum({1}).reshape(data.shape()), std::nullopt};
+  return {spread.sum({1}).reshape(shape), std::nullopt};
 }
 // out = dest with out[idx[j]] = src[j]: the overwritten elements of dest get nothing,
 // src[j] gets the gradient of the element it was written to (indices distinct).

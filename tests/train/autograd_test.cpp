@@ -148,6 +148,23 @@ TEST(Autograd, IndexingPrimitives) {
                     return p[0].index_select(0, idx);
                   }),
             "");
+  // Along an axis with an index that varies in every dim, smaller than the data in the
+  // others (torch.gather).
+  EXPECT_EQ(check({{4, 5}},
+                  [](Graph& g, auto& p) {
+                    Tensor idx = g.tensor({3, 2}, DType::I32);
+                    idx.set(std::vector<int32_t>{4, 4, 0, 1, 3, 0});
+                    return p[0].gather_axis(1, idx);
+                  }),
+            "");
+  // Any positions of the flat data.
+  EXPECT_EQ(check({{3, 4}},
+                  [](Graph& g, auto& p) {
+                    Tensor idx = g.tensor({5}, DType::I64);
+                    idx.set(std::vector<int64_t>{11, 0, 11, 5, 6});
+                    return p[0].gather(idx);
+                  }),
+            "");
   // Scatter of distinct positions: dest loses them, src gets theirs.
   EXPECT_EQ(check({{6}, {3}},
                   [](Graph& g, auto& p) {
@@ -169,6 +186,23 @@ TEST(Autograd, Casts) {
   g.execute();
   EXPECT_EQ(gx.dtype(), DType::F64);
   EXPECT_EQ(gx.data().to_f64(), Buffer::from_doubles({0.1, 1.0 / 3, -7.77}, DType::F16).to_f64());
+}
+
+// An embedding's gradient is a product with the one-hot of its indices ([tokens,
+// vocabulary]), not a one-hot over the flat table's elements ([table, tokens x width]):
+// its largest node is the product's broadcast [width, tokens, vocabulary], which the
+// compiler runs as a matrix product and never stores.
+TEST(Autograd, EmbeddingGradientIsAProductWithTheOneHotIndex) {
+  Graph g;
+  Tensor table = g.tensor({1000, 64}), ids = g.tensor({512}, DType::I32);
+  Tensor loss = table.index_select(0, ids).sum({0, 1});
+  const size_t before = g.num_nodes();
+  gradients(loss, {table});
+  int64_t largest = 0;
+  for (size_t i = before; i < g.num_nodes(); ++i)
+    largest =
+        std::max(largest, simplify(product(g.node(NodeId{static_cast<uint32_t>(i)}).shape)).eval());
+  EXPECT_LE(largest, 64 * 512 * 1000);
 }
 
 // --- views ---------------------------------------------------------------------------
