@@ -13,6 +13,13 @@ if [ -x "$venv/bin/python" ] && ! cmp -s python/requirements-torch.txt "$venv/re
     echo "note: PyTorch could not be installed; the torch.compile tests will skip" >&2
   fi
 fi
+# The digits the training example learns (scikit-learn's bundled set); without them its
+# test skips.
+if [ -x "$venv/bin/python" ] && [ ! -f build/data/digits.safetensors ]; then
+  mkdir -p build/data
+  "$venv/bin/python" examples/train_digits/export_digits.py build/data/digits.safetensors ||
+    echo "note: the digits could not be exported; the training example's test will skip" >&2
+fi
 # The default real model's tests skip (with a message) if it cannot be installed.
 bash scripts/get_model.sh > /dev/null || echo "note: the Gemma 3 model could not be installed; its tests will skip" >&2
 cd build

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Trains both digit classifiers of examples/train_digits on the CPU and checks each
+# reaches 95% test accuracy within a minute. DATA is written by
+# examples/train_digits/export_digits.py (scripts/test.sh does it where scikit-learn
+# installs); without it the test skips.
+set -euo pipefail
+bin=$1 data=$2
+if [ ! -f "$data" ]; then
+  echo "skipped: $data is missing (examples/train_digits/export_digits.py writes it)"
+  exit 77
+fi
+for model in mlp cnn; do
+  start=$(date +%s)
+  line=$("$bin" "$data" --model "$model" 2>/dev/null | grep "^test accuracy")
+  took=$(( $(date +%s) - start ))
+  echo "$line (wall ${took} s)"
+  accuracy=$(echo "$line" | awk '{print $3}')
+  awk -v a="$accuracy" 'BEGIN { exit !(a >= 0.95) }' || { echo "FAIL: $model below 95%"; exit 1; }
+  [ "$took" -le 60 ] || { echo "FAIL: $model took ${took} s"; exit 1; }
+done
