@@ -68,11 +68,17 @@ std::vector<Tensor> differentiate(const Tensor& loss, const std::vector<Tensor>&
       any = any || wanted[i];
     }
     if (!any) continue;
-    const std::vector<std::optional<Tensor>> parts = gradient_rule(step.node.op)(step, wanted);
+    const std::vector<std::optional<InputGradient>> parts =
+        gradient_rule(step.node.op)(step, wanted);
     for (size_t i = 0; i < wanted.size(); ++i) {
       if (!wanted[i] || i >= parts.size() || !parts[i]) continue;
       const Edge& e = step.node.inputs[i];
-      add(e.source, view_gradient(*parts[i], e.view, g.node(e.source).shape));
+      // Dims the rule summed already leave the view (they are broadcast: reading index 0
+      // of them reads the same elements).
+      Tensor read = step.input(i);
+      for (auto d = parts[i]->summed.rbegin(); d != parts[i]->summed.rend(); ++d)
+        read = read.slice(*d, 0, 1).squeeze(*d);
+      add(e.source, view_gradient(parts[i]->grad, read.view(), g.node(e.source).shape));
     }
   }
 

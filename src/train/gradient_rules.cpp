@@ -2,6 +2,7 @@
 // without a rule here does not compile (see gradient_rules.hpp).
 #include "train/gradient_rules.hpp"
 
+#include <algorithm>
 #include <numbers>
 
 #include "luminal/error.hpp"
@@ -15,7 +16,7 @@ Tensor GradientStep::input(size_t i) const {
 
 namespace {
 
-using Grads = std::vector<std::optional<Tensor>>;
+using Grads = std::vector<std::optional<InputGradient>>;
 constexpr double kLn2 = std::numbers::ln2;
 
 // Sources have no inputs.
@@ -62,9 +63,99 @@ Grads grad_Recip(const GradientStep& s, const std::vector<bool>&) {
 Grads grad_Add(const GradientStep& s, const std::vector<bool>&) {
   return {s.grad, s.grad};
 }
+// The gradient of one factor of a product, d = grad * other, which the factor's
+// broadcast dims then sum. Where that sum is a contraction, as in a matrix product's
+// Mul (a [.., M, K, N] broadcast along N, b along M, grad along K), it is written as a
+// matrix product (grad @ b^T, a^T @ grad) so the compiler runs it as one instead of a
+// reduction over a broadcast product. The dims of the factor's view:
+//   J  broadcast in the factor, varying in both grad and other: summed (the contraction);
+//   Mg varying in grad only; No varying in other only; B varying in both (batch).
+// A contraction needs J, Mg and No all present; anything else is the plain product.
+InputGradient factor_gradient(const Tensor& grad, const Tensor& factor, const Tensor& other) {
+  const size_t rank = factor.rank();
+  auto zero = [](const Tensor& t, size_t d) { return t.view().strides()[d] == Expr(0); };
+  std::vector<int> sum, only_grad, only_other, both;
+  for (size_t d = 0; d < rank; ++d) {
+    const bool g = !zero(grad, d) && grad.shape()[d] != Expr(1);
+    const bool o = !zero(other, d) && other.shape()[d] != Expr(1);
+    const int axis = static_cast<int>(d);
+    if (zero(factor, d) && factor.shape()[d] != Expr(1)) {
+      if (!(g && o)) return grad * other;  // a sum that is not a contraction
+      sum.push_back(axis);
+    } else if (g && o) {
+      both.push_back(axis);
+    } else if (g) {
+      only_grad.push_back(axis);
+    } else if (o) {
+      only_other.push_back(axis);
+    } else {
+      both.push_back(axis);  // constant along it in both: a batch dim of one value
+    }
+  }
+  if (sum.empty() || only_grad.empty() || only_other.empty()) return grad * other;
+  // Padding along a broadcast dim would make it vary after all.
+  auto masked = [](const Tensor& t, const std::vector<int>& dims) {
+    return std::any_of(dims.begin(), dims.end(),
+                       [&](int d) { return t.view().is_masked(static_cast<size_t>(d)); });
+  };
+  if (masked(factor, sum) || masked(grad, only_other) || masked(other, only_grad))
+    return grad * other;
+  // Each side's dims in [batch, rows, contraction] order, the dims it does not vary along
+  // dropped (index 0 of a broadcast dim reads the same values).
+  auto arrange = [&](Tensor t, const std::vector<int>& drop, const std::vector<int>& rows,
+                     bool rows_first) {
+    std::vector<int> order = both;
+    const std::vector<int>& first = rows_first ? rows : sum;
+    const std::vector<int>& second = rows_first ? sum : rows;
+    order.insert(order.end(), first.begin(), first.end());
+    order.insert(order.end(), second.begin(), second.end());
+    std::vector<Expr> shape;
+    for (int d : both) shape.push_back(t.shape()[static_cast<size_t>(d)]);
+    Expr a = 1, b = 1;
+    for (int d : first) a = a * t.shape()[static_cast<size_t>(d)];
+    for (int d : second) b = b * t.shape()[static_cast<size_t>(d)];
+    shape.push_back(a);
+    shape.push_back(b);
+    // Drop the dims this side is broadcast along, then order and merge the rest.
+    std::vector<int> kept;
+    for (int d : order) kept.push_back(d);
+    std::vector<int> dropped = drop;
+    std::sort(dropped.begin(), dropped.end());
+    for (auto d = dropped.rbegin(); d != dropped.rend(); ++d) t = t.slice(*d, 0, 1).squeeze(*d);
+    std::vector<int> perm;
+    for (int d : kept) {
+      int shift = 0;
+      for (int x : dropped) shift += x < d;
+      perm.push_back(d - shift);
+    }
+    return t.permute(perm).reshape(shape);
+  };
+  const Tensor lhs = arrange(grad, only_other, only_grad, true);    // [B, Mg, J]
+  const Tensor rhs = arrange(other, only_grad, only_other, false);  // [B, J, No]
+  // [B, Mg, No] back to the factor's order of its remaining dims.
+  std::vector<Expr> split;
+  std::vector<int> produced = both;
+  for (int d : both) split.push_back(factor.shape()[static_cast<size_t>(d)]);
+  for (int d : only_grad)
+    split.push_back(factor.shape()[static_cast<size_t>(d)]), produced.push_back(d);
+  for (int d : only_other)
+    split.push_back(factor.shape()[static_cast<size_t>(d)]), produced.push_back(d);
+  Tensor out = lhs.matmul(rhs).reshape(split);
+  std::vector<int> remaining;  // the factor's dims but the summed ones, in order
+  for (size_t d = 0; d < rank; ++d)
+    if (std::find(sum.begin(), sum.end(), static_cast<int>(d)) == sum.end())
+      remaining.push_back(static_cast<int>(d));
+  std::vector<int> perm;
+  for (int d : remaining)
+    perm.push_back(
+        static_cast<int>(std::find(produced.begin(), produced.end(), d) - produced.begin()));
+  return InputGradient(out.permute(perm), sum);
+}
+
 Grads grad_Mul(const GradientStep& s, const std::vector<bool>& wanted) {
-  return {wanted[0] ? std::optional(s.grad * s.input(1)) : std::nullopt,
-          wanted[1] ? std::optional(s.grad * s.input(0)) : std::nullopt};
+  const Tensor a = s.input(0), b = s.input(1);
+  return {wanted[0] ? std::optional(factor_gradient(s.grad, a, b)) : std::nullopt,
+          wanted[1] ? std::optional(factor_gradient(s.grad, b, a)) : std::nullopt};
 }
 // fmod(a, b) = a - trunc(a / b) b: d/da = 1, d/db = -trunc(a / b) = (out - a) / b.
 Grads grad_Mod(const GradientStep& s, const std::vector<bool>& wanted) {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "luminal/graph.hpp"
@@ -19,11 +20,20 @@ struct GradientStep {
   Tensor input(size_t i) const;
 };
 
-/// The gradients of a node's inputs as the node reads them (each of its edge's view's
-/// shape), for the inputs `wanted` marks; nullopt for the rest and for inputs that have
-/// none (conditions, indices, integer values).
-using GradientRule = std::vector<std::optional<Tensor>> (*)(const GradientStep& step,
-                                                            const std::vector<bool>& wanted);
+/// The gradient of one input as the node reads it: of its edge's view's shape, or with
+/// some of the view's broadcast (stride 0) dims already summed out (`summed`, ascending):
+/// a rule that can sum them better than one reduction each (as a matrix product) does.
+struct InputGradient {
+  InputGradient(Tensor g) : grad(std::move(g)) {}  // NOLINT: a plain gradient converts
+  InputGradient(Tensor g, std::vector<int> s) : grad(std::move(g)), summed(std::move(s)) {}
+  Tensor grad;
+  std::vector<int> summed;
+};
+
+/// The gradients of a node's inputs, for the inputs `wanted` marks; nullopt for the rest
+/// and for inputs that have none (conditions, indices, integer values).
+using GradientRule = std::vector<std::optional<InputGradient>> (*)(const GradientStep& step,
+                                                                   const std::vector<bool>& wanted);
 
 /// The rule for `op`.
 GradientRule gradient_rule(Op op);
