@@ -1,0 +1,74 @@
+// A GPT-2-style decoder for training (see luminal/nn/gpt.hpp).
+#include "luminal/nn/gpt.hpp"
+
+#include <cmath>
+#include <limits>
+
+#include "luminal/error.hpp"
+#include "luminal/nn/attention.hpp"
+
+namespace luminal::nn {
+
+Gpt::Gpt(Graph& g, const std::string& name, GptConfig c)
+    : config(c),
+      wte(g, name + "wte", c.vocab, c.dim),
+      wpe(g, name + "wpe", c.context, c.dim),
+      ln_f(g, name + "ln_f", c.dim, c.eps) {
+  LUM_CHECK(c.vocab > 0 && c.context > 0 && c.layers > 0 && c.heads > 0 && c.dim > 0 &&
+            c.dim % c.heads == 0)
+      << "Gpt: needs positive sizes and dim (" << c.dim << ") a multiple of heads (" << c.heads
+      << ")";
+  for (int64_t i = 0; i < c.layers; ++i) {
+    const std::string p = name + "h." + std::to_string(i) + ".";
+    blocks.push_back(Block{LayerNorm(g, p + "ln_1", c.dim, c.eps),
+                           LayerNorm(g, p + "ln_2", c.dim, c.eps),
+                           Linear(g, p + "attn.c_attn", c.dim, 3 * c.dim, true),
+                           Linear(g, p + "attn.c_proj", c.dim, c.dim, true),
+                           Linear(g, p + "mlp.c_fc", c.dim, 4 * c.dim, true),
+                           Linear(g, p + "mlp.c_proj", 4 * c.dim, c.dim, true)});
+  }
+}
+
+Tensor Gpt::forward(const Tensor& ids) const {
+  LUM_CHECK(ids.rank() == 2) << "Gpt: ids must be [batch, seq], got " << to_string(ids.shape());
+  Graph& g = ids.graph();
+  const Expr batch = ids.dim(0), seq = ids.dim(1);
+  const int64_t heads = config.heads, head_dim = config.dim / config.heads;
+  const Tensor positions = g.iota(Expr("z"), {seq}, DType::I32);
+  Tensor x = wte.forward(ids) + wpe.forward(positions);  // [batch, seq, dim]
+  const Tensor causal = causal_mask(g, seq, 0);
+  for (const Block& b : blocks) {
+    // Causal self-attention over [batch, heads, seq, head_dim].
+    const Tensor qkv =
+        b.c_attn.forward(b.ln_1.forward(x)).reshape({batch, seq, 3, heads, head_dim});
+    auto part = [&](int64_t k) { return qkv.slice(2, k, k + 1).squeeze(2).permute({0, 2, 1, 3}); };
+    const Tensor q = part(0), k = part(1), v = part(2);
+    Tensor scores =
+        q.matmul(k.transpose(-1, -2)) * (1.0 / std::sqrt(static_cast<double>(head_dim)));
+    scores = where(causal, scores, -std::numeric_limits<double>::infinity());
+    const Tensor attended =
+        scores.softmax(-1).matmul(v).permute({0, 2, 1, 3}).reshape({batch, seq, config.dim});
+    x = x + b.attn_proj.forward(attended);
+    x = x + b.mlp_proj.forward(b.c_fc.forward(b.ln_2.forward(x)).gelu_tanh());
+  }
+  // Logits through the token embedding (tied weights).
+  return ln_f.forward(x).matmul(wte.weight.transpose(0, 1));
+}
+
+void Gpt::parameters(const std::string& prefix, NamedTensors& out) const {
+  wte.parameters(prefix + "wte.", out);
+  wpe.parameters(prefix + "wpe.", out);
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const Block& b = blocks[i];
+    const std::string p = prefix + "h." + std::to_string(i) + ".";
+    b.ln_1.parameters(p + "ln_1.", out);
+    b.c_attn.parameters(p + "attn.c_attn.", out);
+    b.attn_proj.parameters(p + "attn.c_proj.", out);
+    b.ln_2.parameters(p + "ln_2.", out);
+    b.c_fc.parameters(p + "mlp.c_fc.", out);
+    b.mlp_proj.parameters(p + "mlp.c_proj.", out);
+  }
+  ln_f.parameters(prefix + "ln_f.", out);
+}
+
+}  // namespace luminal::nn

@@ -1,0 +1,74 @@
+// A tiny GPT-2-style language model (nn::Gpt) trained by AdamW for 20 steps on the CPU
+// gives PyTorch's losses step for step (goldens from tools/fixtures/make_training.py,
+// the same architecture, weights and token batches in torch).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <sstream>
+
+#include "hlops/fixture.hpp"
+#include "luminal/luminal.hpp"
+#include "luminal/nn/gpt.hpp"
+#include "luminal/train/autograd.hpp"
+#include "luminal/train/optimizer.hpp"
+
+namespace luminal {
+namespace {
+
+TEST(GptTraining, TwentyStepsMatchPyTorch) {
+  const auto cases = testing::load_fixture(std::string(LUMINAL_FIXTURE_DIR) + "/train/gpt.lfx");
+  ASSERT_EQ(cases.size(), 1u);
+  const testing::ParityCase& c = cases[0];
+  const testing::Params p(c.params);
+  const nn::GptConfig config{p.i("vocab"), p.i("context"), p.i("layers"), p.i("heads"), p.i("dim")};
+
+  Graph g;
+  nn::Gpt model(g, "", config);
+  const nn::NamedTensors params = model.named_parameters();
+  // The fixture's weights come in torch's named_parameters() order, which must be ours.
+  std::vector<std::string> names;
+  std::stringstream list(p.str("names"));
+  for (std::string n; std::getline(list, n, ',');) names.push_back(n);
+  ASSERT_EQ(names.size(), params.size());
+  ASSERT_EQ(c.inputs.size(), params.size() + 1);
+  std::vector<Tensor> weights;
+  for (size_t i = 0; i < params.size(); ++i) {
+    EXPECT_EQ(params[i].first, names[i]);
+    Tensor(params[i].second).set_buffer(c.inputs[i].base.data);
+    weights.push_back(params[i].second);
+  }
+  const testing::FixtureTensor& tokens = c.inputs.back().base;  // [steps, batch, context + 1]
+  const int64_t steps = tokens.shape[0], batch = tokens.shape[1], span = tokens.shape[2];
+  const std::vector<int64_t> all = tokens.data.to_i64();
+
+  Tensor ids = g.named_tensor("ids", {batch, span - 1}, DType::I64);
+  Tensor targets = g.named_tensor("targets", {batch, span - 1}, DType::I64);
+  const Tensor logits = model.forward(ids);
+  Tensor loss = -logits.log_softmax(-1).gather_axis(2, targets.unsqueeze(2)).mean({0, 1, 2});
+  train::Optimizer opt =
+      train::adamw(weights, train::gradients(loss, weights), train::constant_lr(p.f("lr")),
+                   {.weight_decay = p.f("weight_decay")});
+  loss.retrieve();
+  g.compile(cpu());
+  const std::vector<float> want = c.expected.data.to_f32();
+  ASSERT_EQ(want.size(), static_cast<size_t>(steps));
+  for (int64_t s = 0; s < steps; ++s) {
+    std::vector<int64_t> in, out;
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t t = 0; t < span - 1; ++t) {
+        in.push_back(all[static_cast<size_t>((s * batch + b) * span + t)]);
+        out.push_back(all[static_cast<size_t>((s * batch + b) * span + t + 1)]);
+      }
+    ids.set(in);
+    targets.set(out);
+    g.execute();
+    EXPECT_NEAR(loss.to_f32()[0], want[static_cast<size_t>(s)],
+                1e-4 * std::abs(want[static_cast<size_t>(s)]))
+        << "step " << s;
+    opt.advance();
+  }
+  EXPECT_LT(want.back(), want.front() * 0.9f) << "the goldens' loss falls";
+}
+
+}  // namespace
+}  // namespace luminal
