@@ -105,7 +105,7 @@ struct Builder {
 
   // A state input of `p`'s shape and type, zeros to start.
   Tensor state(const Tensor& p, const std::string& slot) {
-    const Node& n = g.node(p.id());
+    const Node n = g.node(p.id());  // a copy: adding the state's node may move the graph's
     std::vector<int64_t> dims;
     for (const Expr& d : n.shape) {
       const auto c = simplify(d).as_const();
