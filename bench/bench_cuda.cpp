@@ -15,6 +15,9 @@
 
 #include "luminal/luminal.hpp"
 #include "luminal/nn/attention.hpp"
+#include "luminal/nn/gpt.hpp"
+#include "luminal/train/autograd.hpp"
+#include "luminal/train/optimizer.hpp"
 #include "random_blocks.hpp"
 
 using namespace luminal;
@@ -151,6 +154,51 @@ void attention(int64_t seq, int64_t past, const char* name, DType compute = DTyp
   report(name, median_ms(cx, 3, 20));
 }
 
+// One training step of a GPT-2-small-shaped model (nn::Gpt: 12 layers of 768, 12 heads,
+// vocabulary 50257, context 1024) on a batch of 8 x 1024 random tokens: forward pass,
+// gradients and AdamW, products and activations in bf16 with f32 master weights. Prints
+// the step's milliseconds, then tokens a second and the intermediates' peak in MiB, and
+// the cold compile's seconds.
+void train_gpt2_small() {
+  const int64_t batch = 8, seq = 1024;
+  const nn::GptConfig config{50257, 1024, 12, 12, 768, 1e-5, DType::BF16};
+  Graph g;
+  nn::Gpt model(g, "", config);
+  const nn::NamedTensors params = model.named_parameters();
+  std::vector<Tensor> weights;
+  uint32_t seed = 20;
+  for (const auto& [name, t] : params) {
+    int64_t count = 1;
+    for (const Expr& d : t.shape()) count *= d.eval();
+    std::vector<float> values = random_floats(static_cast<size_t>(count), seed++);
+    for (float& v : values) v *= 0.02f;
+    Tensor(t).set(values);
+    weights.push_back(t);
+  }
+  Tensor ids = g.named_tensor("ids", {batch, seq}, DType::I32);
+  Tensor targets = g.named_tensor("targets", {batch, seq}, DType::I32);
+  std::mt19937 rng(3);
+  std::vector<int32_t> tokens(static_cast<size_t>(batch * seq));
+  for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % 50257);
+  ids.set(tokens);
+  for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % 50257);
+  targets.set(tokens);
+  Tensor loss = -model.forward(ids).log_softmax(-1).gather_axis(2, targets.unsqueeze(2)).mean({0, 1, 2});
+  train::Optimizer opt = train::adamw(weights, train::gradients(loss, weights), train::constant_lr(1e-4));
+  loss.retrieve();
+  const auto start = std::chrono::steady_clock::now();
+  g.compile(cuda());
+  g.execute();  // the first run loads and searches kernels
+  const double compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  opt.advance();
+  const double ms = median_ms(g, 2, 10);
+  report("train_gpt2_small_bf16_ms", ms);
+  report("train_gpt2_small_bf16_tokens_per_s", static_cast<double>(batch * seq) / (ms / 1e3));
+  report("train_gpt2_small_bf16_peak_mib", static_cast<double>(g.last_run_stats().peak_bytes) / (1 << 20));
+  report("train_gpt2_small_bf16_compile_s", compile_s);
+  report("train_gpt2_small_bf16_loss", loss.to_f32()[0]);
+}
+
 // An op over the rows of an [8192, 8192] input of type t.
 void row_op(const char* name, DType t, const std::function<Tensor(Tensor)>& op) {
   const int64_t rows = 8192, cols = 8192;
@@ -256,6 +304,7 @@ int main(int argc, char** argv) {
     const std::string name = "attention_decode_sweep_bf16_" + std::to_string(past);
     if (want(name.c_str())) attention(1, past, name.c_str(), DType::BF16);
   }
+  if (!only.empty() && want("train_gpt2_small_bf16_ms")) train_gpt2_small();
   if (want("attention_prefill_4k")) attention(4096, 0, "attention_prefill_4k");
   if (want("attention_prefill_4k_bf16"))
     attention(4096, 0, "attention_prefill_4k_bf16", DType::BF16);

@@ -29,18 +29,32 @@ Gpt::Gpt(Graph& g, const std::string& name, GptConfig c)
   }
 }
 
+namespace {
+
+// x W^T + b with the parameters read in x's type.
+Tensor linear(const Linear& l, const Tensor& x) {
+  return x.matmul(l.weight.cast(x.dtype()).transpose(0, 1)) + l.bias.cast(x.dtype());
+}
+
+// A LayerNorm in f32 whatever the activations' type, as mixed precision keeps it.
+Tensor norm(const LayerNorm& n, const Tensor& x) {
+  return n.forward(x.cast(n.weight.dtype())).cast(x.dtype());
+}
+
+}  // namespace
+
 Tensor Gpt::forward(const Tensor& ids) const {
   LUM_CHECK(ids.rank() == 2) << "Gpt: ids must be [batch, seq], got " << to_string(ids.shape());
   Graph& g = ids.graph();
   const Expr batch = ids.dim(0), seq = ids.dim(1);
   const int64_t heads = config.heads, head_dim = config.dim / config.heads;
+  const DType c = config.compute;
   const Tensor positions = g.iota(Expr("z"), {seq}, DType::I32);
-  Tensor x = wte.forward(ids) + wpe.forward(positions);  // [batch, seq, dim]
+  Tensor x = (wte.forward(ids) + wpe.forward(positions)).cast(c);  // [batch, seq, dim]
   const Tensor causal = causal_mask(g, seq, 0);
   for (const Block& b : blocks) {
     // Causal self-attention over [batch, heads, seq, head_dim].
-    const Tensor qkv =
-        b.c_attn.forward(b.ln_1.forward(x)).reshape({batch, seq, 3, heads, head_dim});
+    const Tensor qkv = linear(b.c_attn, norm(b.ln_1, x)).reshape({batch, seq, 3, heads, head_dim});
     auto part = [&](int64_t k) { return qkv.slice(2, k, k + 1).squeeze(2).permute({0, 2, 1, 3}); };
     const Tensor q = part(0), k = part(1), v = part(2);
     Tensor scores =
@@ -48,11 +62,12 @@ Tensor Gpt::forward(const Tensor& ids) const {
     scores = where(causal, scores, -std::numeric_limits<double>::infinity());
     const Tensor attended =
         scores.softmax(-1).matmul(v).permute({0, 2, 1, 3}).reshape({batch, seq, config.dim});
-    x = x + b.attn_proj.forward(attended);
-    x = x + b.mlp_proj.forward(b.c_fc.forward(b.ln_2.forward(x)).gelu_tanh());
+    x = x + linear(b.attn_proj, attended);
+    x = x + linear(b.mlp_proj, linear(b.c_fc, norm(b.ln_2, x)).gelu_tanh());
   }
-  // Logits through the token embedding (tied weights).
-  return ln_f.forward(x).matmul(wte.weight.transpose(0, 1));
+  // Logits through the token embedding (tied weights), in f32.
+  const Tensor h = norm(ln_f, x);
+  return h.matmul(wte.weight.cast(c).transpose(0, 1)).cast(wte.weight.dtype());
 }
 
 void Gpt::parameters(const std::string& prefix, NamedTensors& out) const {

@@ -216,9 +216,16 @@ std::optional<AxisGather> axis_gather(const GradientStep& s) {
       if (d != a) expected = expected + (Expr("z") / inner % out[d]) * strides[d];
       inner = inner * out[d];
     }
-    if (simplify(expected) == simplify(base.iota) && simplify(stride.iota) == simplify(strides[a]))
-      return AxisGather{static_cast<int>(a), Tensor(&g, mul.inputs[0].source, mul.inputs[0].view,
-                                                    g.node(mul.inputs[0].source).dtype)};
+    if (simplify(expected) != simplify(base.iota) || simplify(stride.iota) != simplify(strides[a]))
+      continue;
+    // The index as flat_positions widened it; through that cast, where it read the index
+    // whole, the index itself (so a broadcast along other dims still shows).
+    Edge index = mul.inputs[0];
+    const Node& widened = g.node(index.source);
+    if (widened.op == Op::Cast && index.view == View::contiguous(widened.shape))
+      index = widened.inputs[0];
+    return AxisGather{static_cast<int>(a),
+                      Tensor(&g, index.source, index.view, g.node(index.source).dtype)};
   }
   return std::nullopt;
 }

@@ -15,12 +15,15 @@
 namespace luminal {
 namespace {
 
-TEST(GptTraining, TwentyStepsMatchPyTorch) {
+// The 20 steps' losses of the fixture's model trained in `compute` on `backend`, checked
+// against PyTorch's (f32) at `tolerance` relative.
+void train_and_compare(DType compute, const Backend& backend, double tolerance) {
   const auto cases = testing::load_fixture(std::string(LUMINAL_FIXTURE_DIR) + "/train/gpt.lfx");
   ASSERT_EQ(cases.size(), 1u);
   const testing::ParityCase& c = cases[0];
   const testing::Params p(c.params);
-  const nn::GptConfig config{p.i("vocab"), p.i("context"), p.i("layers"), p.i("heads"), p.i("dim")};
+  const nn::GptConfig config{p.i("vocab"), p.i("context"), p.i("layers"), p.i("heads"),
+                             p.i("dim"),   1e-5,           compute};
 
   Graph g;
   nn::Gpt model(g, "", config);
@@ -49,7 +52,7 @@ TEST(GptTraining, TwentyStepsMatchPyTorch) {
       train::adamw(weights, train::gradients(loss, weights), train::constant_lr(p.f("lr")),
                    {.weight_decay = p.f("weight_decay")});
   loss.retrieve();
-  g.compile(cpu());
+  g.compile(backend);
   const std::vector<float> want = c.expected.data.to_f32();
   ASSERT_EQ(want.size(), static_cast<size_t>(steps));
   for (int64_t s = 0; s < steps; ++s) {
@@ -63,12 +66,40 @@ TEST(GptTraining, TwentyStepsMatchPyTorch) {
     targets.set(out);
     g.execute();
     EXPECT_NEAR(loss.to_f32()[0], want[static_cast<size_t>(s)],
-                1e-4 * std::abs(want[static_cast<size_t>(s)]))
-        << "step " << s;
+                tolerance * std::abs(want[static_cast<size_t>(s)]))
+        << "step " << s << " in " << dtype_name(compute);
     opt.advance();
   }
   EXPECT_LT(want.back(), want.front() * 0.9f) << "the goldens' loss falls";
+  // Mixed precision keeps f32 master weights.
+  for (const Tensor& w : weights)
+    EXPECT_EQ(g.data(w.id()) ? g.data(w.id())->dtype() : w.dtype(), DType::F32);
 }
+
+#ifdef LUMINAL_PARITY_ON_GPU
+// The same on the GPU (cuda_tests, label gpu): f32 products there may run on TF32.
+TEST(CudaGptTraining, TwentyStepsMatchPyTorch) {
+  std::string why;
+  if (!cuda_available(&why)) GTEST_SKIP() << "no GPU here: " << why;
+  train_and_compare(DType::F32, cuda(), 5e-3);
+}
+
+TEST(CudaGptTraining, MixedPrecisionFollowsWithinBf16Precision) {
+  std::string why;
+  if (!cuda_available(&why)) GTEST_SKIP() << "no GPU here: " << why;
+  train_and_compare(DType::BF16, cuda(), 3e-2);
+}
+#else
+TEST(GptTraining, TwentyStepsMatchPyTorch) {
+  train_and_compare(DType::F32, cpu(), 1e-4);
+}
+
+// bf16 products and activations with f32 master weights: PyTorch's f32 losses to bf16's
+// precision.
+TEST(GptTraining, MixedPrecisionFollowsWithinBf16Precision) {
+  train_and_compare(DType::BF16, cpu(), 3e-2);
+}
+#endif
 
 }  // namespace
 }  // namespace luminal

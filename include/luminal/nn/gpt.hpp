@@ -14,6 +14,10 @@ namespace luminal::nn {
 struct GptConfig {
   int64_t vocab = 0, context = 0, layers = 0, heads = 0, dim = 0;
   double eps = 1e-5;
+  /// The type the products and activations run in. F16 or BF16 give mixed precision:
+  /// the parameters stay in their own type (f32 master weights, which the gradients
+  /// come back in), read through casts; LayerNorms and the logits run in f32.
+  DType compute = DType::F32;
 };
 
 class Gpt final : public Module {
