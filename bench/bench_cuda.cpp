@@ -183,18 +183,22 @@ void train_gpt2_small() {
   ids.set(tokens);
   for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % 50257);
   targets.set(tokens);
-  Tensor loss = -model.forward(ids).log_softmax(-1).gather_axis(2, targets.unsqueeze(2)).mean({0, 1, 2});
-  train::Optimizer opt = train::adamw(weights, train::gradients(loss, weights), train::constant_lr(1e-4));
+  Tensor loss =
+      -model.forward(ids).log_softmax(-1).gather_axis(2, targets.unsqueeze(2)).mean({0, 1, 2});
+  train::Optimizer opt =
+      train::adamw(weights, train::gradients(loss, weights), train::constant_lr(1e-4));
   loss.retrieve();
   const auto start = std::chrono::steady_clock::now();
   g.compile(cuda());
   g.execute();  // the first run loads and searches kernels
-  const double compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double compile_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   opt.advance();
   const double ms = median_ms(g, 2, 10);
   report("train_gpt2_small_bf16_ms", ms);
   report("train_gpt2_small_bf16_tokens_per_s", static_cast<double>(batch * seq) / (ms / 1e3));
-  report("train_gpt2_small_bf16_peak_mib", static_cast<double>(g.last_run_stats().peak_bytes) / (1 << 20));
+  report("train_gpt2_small_bf16_peak_mib",
+         static_cast<double>(g.last_run_stats().peak_bytes) / (1 << 20));
   report("train_gpt2_small_bf16_compile_s", compile_s);
   report("train_gpt2_small_bf16_loss", loss.to_f32()[0]);
 }

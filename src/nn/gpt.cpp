@@ -50,7 +50,14 @@ Tensor Gpt::forward(const Tensor& ids) const {
   const int64_t heads = config.heads, head_dim = config.dim / config.heads;
   const DType c = config.compute;
   const Tensor positions = g.iota(Expr("z"), {seq}, DType::I32);
-  Tensor x = (wte.forward(ids) + wpe.forward(positions)).cast(c);  // [batch, seq, dim]
+  // The embeddings read in the compute type, so their gradients (a product with the
+  // tokens' one-hot matrix) run in it too.
+  auto embed = [&](const Embedding& e, const Tensor& at) {
+    std::vector<Expr> shape = at.shape();
+    shape.push_back(config.dim);
+    return e.weight.cast(c).index_select(0, at.reshape({-1})).reshape(shape);
+  };
+  Tensor x = embed(wte, ids) + embed(wpe, positions);  // [batch, seq, dim]
   const Tensor causal = causal_mask(g, seq, 0);
   for (const Block& b : blocks) {
     // Causal self-attention over [batch, heads, seq, head_dim].
