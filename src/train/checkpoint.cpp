@@ -10,7 +10,7 @@
 namespace luminal::train {
 namespace {
 
-constexpr const char* kStepKey = "luminal.train.step";
+constexpr const char* kRunsKey = "luminal.train.runs";
 
 // The concrete shape of a carried value (its node's).
 std::vector<int64_t> dims_of(const Tensor& t) {
@@ -36,14 +36,15 @@ void save_checkpoint(const std::string& path, const Optimizer& opt) {
     }
     tensors.push_back({name, dims_of(t), data});
   }
-  models::save_safetensors(path, tensors, {{kStepKey, std::to_string(opt.steps())}});
+  models::save_safetensors(path, tensors, {{kRunsKey, std::to_string(opt.runs())}});
 }
 
 void load_checkpoint(const std::string& path, Optimizer& opt) {
   const models::SafetensorsFile file(path);
-  const auto step = file.metadata().find(kStepKey);
-  LUM_CHECK(step != file.metadata().end()) << "load_checkpoint: " << path << " has no step count ("
-                                           << kStepKey << "): not a training checkpoint";
+  const auto runs_text = file.metadata().find(kRunsKey);
+  LUM_CHECK(runs_text != file.metadata().end())
+      << "load_checkpoint: " << path << " has no run count (" << kRunsKey
+      << "): not a training checkpoint";
   // Every tensor is checked before any is set.
   std::vector<Buffer> values;
   for (const auto& [name, t] : opt.state()) {
@@ -60,16 +61,16 @@ void load_checkpoint(const std::string& path, Optimizer& opt) {
     if (data.dtype() != t.dtype()) data = Buffer::from_doubles(data.to_f64(), t.dtype());
     values.push_back(std::move(data));
   }
-  int64_t steps = 0;
+  int64_t runs = 0;
   try {
-    steps = std::stoll(step->second);
+    runs = std::stoll(runs_text->second);
   } catch (const std::exception&) {
-    LUM_CHECK(false) << "load_checkpoint: " << path << " has a malformed step count '"
-                     << step->second << "'";
+    LUM_CHECK(false) << "load_checkpoint: " << path << " has a malformed run count '"
+                     << runs_text->second << "'";
   }
   size_t i = 0;
   for (const auto& [name, t] : opt.state()) Tensor(t).set_buffer(std::move(values[i++]));
-  opt.resume(steps);
+  opt.resume(runs);
 }
 
 }  // namespace luminal::train

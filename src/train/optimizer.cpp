@@ -36,15 +36,22 @@ Schedule warmup_cosine(double lr, int64_t warmup, int64_t total, double min_lr) 
 
 Optimizer::Optimizer(Graph& graph, std::vector<Carry> carries,
                      std::vector<std::pair<std::string, Tensor>> named, Schedule schedule,
-                     Scalars set_scalars)
+                     Scalars set_scalars, int64_t accumulate, Tensor apply)
     : graph_(&graph),
       carries_(std::move(carries)),
       named_(std::move(named)),
       schedule_(std::move(schedule)),
-      set_scalars_(std::move(set_scalars)) {
+      set_scalars_(std::move(set_scalars)),
+      accumulate_(accumulate),
+      apply_(std::move(apply)) {
   // The updated values stay where the run leaves them (a GPU's memory) until advance().
   for (const Carry& c : carries_) graph_->keep_on_device(c.updated.id());
+  refresh_scalars();
+}
+
+void Optimizer::refresh_scalars() {
   set_scalars_(*this);
+  if (apply_.graph_ptr()) set_scalar(apply_, (runs_ + 1) % accumulate_ == 0 ? 1.0 : 0.0);
 }
 
 void Optimizer::set_scalar(const Tensor& input, double value) {
@@ -63,14 +70,14 @@ void Optimizer::advance() {
                     << " to carry over: advance() follows an execute()";
     graph_->set_data(to, std::move(*data));
   }
-  ++steps_;
-  set_scalars_(*this);
+  ++runs_;
+  refresh_scalars();
 }
 
-void Optimizer::resume(int64_t steps) {
-  LUM_CHECK(steps >= 0) << "optimizer: cannot resume from step " << steps;
-  steps_ = steps;
-  set_scalars_(*this);
+void Optimizer::resume(int64_t runs) {
+  LUM_CHECK(runs >= 0) << "optimizer: cannot resume after " << runs << " runs";
+  runs_ = runs;
+  refresh_scalars();
 }
 
 namespace {
@@ -79,11 +86,17 @@ namespace {
 // start), the scalar inputs and the carries.
 struct Builder {
   Graph& g;
+  int64_t accumulate;
   std::vector<Optimizer::Carry> carries;
   std::vector<std::pair<std::string, Tensor>> named;
+  Tensor apply;  // 1 on the runs that update (micro-batches only)
 
-  Builder(const std::vector<Tensor>& params, const std::vector<Tensor>& grads, const char* what)
-      : g(params.empty() ? throw Error(std::string(what) + ": no parameters") : params[0].graph()) {
+  Builder(const std::vector<Tensor>& params, const std::vector<Tensor>& grads, const char* what,
+          int64_t micro_batches)
+      : g(params.empty() ? throw Error(std::string(what) + ": no parameters") : params[0].graph()),
+        accumulate(micro_batches) {
+    LUM_CHECK(accumulate >= 1) << what << ": accumulate must be at least 1, got " << accumulate;
+    if (accumulate > 1) apply = scalar("apply");
     LUM_CHECK(params.size() == grads.size())
         << what << ": " << params.size() << " parameters but " << grads.size() << " gradients";
     for (size_t i = 0; i < params.size(); ++i) {
@@ -122,8 +135,27 @@ struct Builder {
     return s;
   }
 
+  // A value the update changes: with micro-batches, on the runs that update only.
   void carry(const Tensor& input, const Tensor& updated) {
-    carries.push_back({input, updated.cast(input.dtype())});
+    Tensor next = updated.cast(input.dtype());
+    if (accumulate > 1) next = where(gt(apply, 0.5), next, input);
+    carries.push_back({input, next});
+  }
+
+  // The gradient an update uses: with micro-batches, the mean of this run's and those
+  // summed since the last update (a state slot, cleared by each update).
+  Tensor gradient(const Tensor& p, const Tensor& grad) {
+    const Tensor d = grad.cast(p.dtype());
+    if (accumulate == 1) return d;
+    const Tensor sum = state(p, "grad_sum");
+    const Tensor total = sum + d;
+    carries.push_back({sum, where(gt(apply, 0.5), 0.0, total)});
+    return total * (1.0 / static_cast<double>(accumulate));
+  }
+
+  Optimizer finish(Schedule schedule, Optimizer::Scalars scalars) {
+    return Optimizer(g, std::move(carries), std::move(named), std::move(schedule),
+                     std::move(scalars), accumulate, apply);
   }
 };
 
@@ -136,13 +168,13 @@ Tensor as(const Tensor& scalar, const Tensor& like) {
 
 Optimizer sgd(const std::vector<Tensor>& params, const std::vector<Tensor>& grads, Schedule lr,
               SgdOptions o) {
-  Builder b(params, grads, "sgd");
+  Builder b(params, grads, "sgd", o.accumulate);
   LUM_CHECK(!o.nesterov || (o.momentum > 0 && o.dampening == 0))
       << "sgd: Nesterov momentum needs a momentum and zero dampening";
   const Tensor rate = b.scalar("lr"), first = b.scalar("first");
   for (size_t i = 0; i < params.size(); ++i) {
     const Tensor& p = params[i];
-    Tensor d = grads[i].cast(p.dtype());
+    Tensor d = b.gradient(p, grads[i]);
     if (o.weight_decay != 0) d = d + p * o.weight_decay;
     if (o.momentum != 0) {
       // The buffer starts as the first gradient itself (torch: no dampening then).
@@ -153,18 +185,17 @@ Optimizer sgd(const std::vector<Tensor>& params, const std::vector<Tensor>& grad
     }
     b.carry(p, p - d * as(rate, p));
   }
-  return Optimizer(b.g, std::move(b.carries), std::move(b.named), lr,
-                   [rate, first, lr](Optimizer& opt) {
-                     opt.set_scalar(rate, lr(opt.steps()));
-                     opt.set_scalar(first, opt.steps() == 0 ? 1.0 : 0.0);
-                   });
+  return b.finish(lr, [rate, first, lr](Optimizer& opt) {
+    opt.set_scalar(rate, lr(opt.steps()));
+    opt.set_scalar(first, opt.steps() == 0 ? 1.0 : 0.0);
+  });
 }
 
 namespace {
 
 Optimizer adam_like(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                     Schedule lr, AdamOptions o, bool decoupled, const char* what) {
-  Builder b(params, grads, what);
+  Builder b(params, grads, what, o.accumulate);
   LUM_CHECK(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1 && o.eps >= 0)
       << what << ": betas must lie in [0, 1) and eps be non-negative (got " << o.beta1 << ", "
       << o.beta2 << ", " << o.eps << ")";
@@ -173,7 +204,7 @@ Optimizer adam_like(const std::vector<Tensor>& params, const std::vector<Tensor>
                decay = b.scalar("decay");
   for (size_t i = 0; i < params.size(); ++i) {
     Tensor p = params[i];
-    Tensor d = grads[i].cast(p.dtype());
+    Tensor d = b.gradient(p, grads[i]);
     if (o.weight_decay != 0 && !decoupled) d = d + p * o.weight_decay;
     Tensor kept = decoupled && o.weight_decay != 0 ? p * as(decay, p) : p;
     const Tensor m = b.state(p, "exp_avg"), v = b.state(p, "exp_avg_sq");
@@ -184,7 +215,7 @@ Optimizer adam_like(const std::vector<Tensor>& params, const std::vector<Tensor>
     b.carry(v, v_next);
     b.carry(p, kept - as(step_size, p) * m_next / denom);
   }
-  return Optimizer(b.g, std::move(b.carries), std::move(b.named), lr, [=](Optimizer& opt) {
+  return b.finish(lr, [=](Optimizer& opt) {
     const double t = static_cast<double>(opt.steps() + 1), rate = lr(opt.steps());
     opt.set_scalar(step_size, rate / (1.0 - std::pow(o.beta1, t)));
     opt.set_scalar(inv_root, 1.0 / std::sqrt(1.0 - std::pow(o.beta2, t)));

@@ -106,12 +106,12 @@ TEST(Checkpoint, BrokenCheckpointsAreRefusedByName) {
   // A tensor missing.
   const std::string partial = temp_path("luminal_partial.safetensors");
   const Buffer w1 = *run.g.data(run.w1.id());
-  models::save_safetensors(partial, {{"w1", {4, 8}, &w1}}, {{"luminal.train.step", "1"}});
+  models::save_safetensors(partial, {{"w1", {4, 8}, &w1}}, {{"luminal.train.runs", "1"}});
   EXPECT_NE(message([&] { load_checkpoint(partial, run.opt.value()); }).find("lacks w2"),
             std::string::npos);
   // Not a training checkpoint.
   models::save_safetensors(partial, {{"w1", {4, 8}, &w1}});
-  EXPECT_NE(message([&] { load_checkpoint(partial, run.opt.value()); }).find("no step count"),
+  EXPECT_NE(message([&] { load_checkpoint(partial, run.opt.value()); }).find("no run count"),
             std::string::npos);
   EXPECT_NE(
       message([&] { load_checkpoint(temp_path("luminal_missing.safetensors"), run.opt.value()); }),

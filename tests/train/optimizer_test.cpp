@@ -85,6 +85,55 @@ TEST_P(Optimizers, MatchTorchOptim) {
 
 INSTANTIATE_TEST_SUITE_P(Backends, Optimizers, ::testing::Values("reference", "cpu"));
 
+// Two micro-batches of four rows, accumulated, update as one batch of eight does; the
+// parameters stay as they are on the runs between updates.
+TEST(Optimizer, AccumulatedMicroBatchesEqualOneBatch) {
+  const std::vector<float> x = {0.1f,  -0.4f, 0.9f,  0.3f,  -0.7f, 0.2f,  0.5f,  -0.1f,  //
+                                0.6f,  0.8f,  -0.3f, 0.2f,  0.4f,  -0.9f, 0.1f,  0.7f,   //
+                                -0.2f, 0.5f,  0.3f,  -0.6f, 0.9f,  0.1f,  -0.8f, 0.4f,   //
+                                0.3f,  -0.5f, -0.6f, 0.8f,  -0.1f, 0.6f,  0.2f,  -0.3f};
+  const std::vector<float> y = {0.5f, -0.2f, 0.1f, 0.3f, 0.7f, -0.6f, -0.4f, 0.2f};
+  auto run = [&](int64_t rows, int64_t accumulate, bool sgd_momentum) {
+    Graph g;
+    Tensor w = g.named_tensor("w", {4, 1}), xs = g.named_tensor("x", {rows, 4}),
+           ys = g.named_tensor("y", {rows, 1});
+    w.set(std::vector<float>{0.2f, -0.1f, 0.4f, 0.05f});
+    const Tensor err = xs.matmul(w) - ys;
+    const Tensor loss = (err * err).mean({0, 1});
+    auto grads = gradients(loss, {w});
+    Optimizer opt =
+        sgd_momentum
+            ? sgd({w}, grads, constant_lr(0.1), {.momentum = 0.9, .accumulate = accumulate})
+            : adamw({w}, grads, warmup_cosine(0.05, 1, 4), {.accumulate = accumulate});
+    g.compile(reference());
+    std::vector<std::vector<float>> after;
+    for (int64_t r = 0; r < 3 * accumulate; ++r) {
+      const size_t first = static_cast<size_t>((r % accumulate) * rows);
+      xs.set(std::vector<float>(
+          x.begin() + static_cast<std::ptrdiff_t>(first * 4),
+          x.begin() + static_cast<std::ptrdiff_t>((first + static_cast<size_t>(rows)) * 4)));
+      ys.set(std::vector<float>(
+          y.begin() + static_cast<std::ptrdiff_t>(first),
+          y.begin() + static_cast<std::ptrdiff_t>(first + static_cast<size_t>(rows))));
+      g.execute();
+      opt.advance();
+      after.push_back(g.data(w.id())->to_f32());
+    }
+    EXPECT_EQ(opt.steps(), 3);
+    return after;
+  };
+  for (bool momentum : {true, false}) {
+    const auto whole = run(8, 1, momentum), parts = run(4, 2, momentum);
+    for (size_t step = 0; step < 3; ++step) {
+      const std::vector<float> before =
+          step == 0 ? std::vector<float>{0.2f, -0.1f, 0.4f, 0.05f} : parts[2 * step - 1];
+      EXPECT_EQ(parts[2 * step], before) << "no update between micro-batches";
+      for (size_t i = 0; i < 4; ++i)
+        EXPECT_NEAR(parts[2 * step + 1][i], whole[step][i], 1e-6) << "step " << step << " " << i;
+    }
+  }
+}
+
 TEST(Schedules, WarmUpThenCosine) {
   const Schedule s = warmup_cosine(1.0, 4, 12, 0.1);
   EXPECT_DOUBLE_EQ(s(0), 0.25);

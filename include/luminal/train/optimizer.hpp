@@ -28,11 +28,15 @@ Schedule warmup_cosine(double lr, int64_t warmup, int64_t total, double min_lr =
 struct SgdOptions {
   double momentum = 0.0, dampening = 0.0, weight_decay = 0.0;
   bool nesterov = false;
+  /// Micro-batches a step: the gradients of `accumulate` runs are averaged, and the
+  /// parameters change on every accumulate-th run only.
+  int64_t accumulate = 1;
 };
 /// torch.optim.Adam's and AdamW's options (AdamW: decoupled weight decay, 0.01 by
 /// default there).
 struct AdamOptions {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
+  int64_t accumulate = 1;  // micro-batches a step, as SgdOptions::accumulate
 };
 
 class Optimizer {
@@ -40,25 +44,28 @@ class Optimizer {
   /// Hands the run's updated parameters and state to the next run and sets its learning
   /// rate (and bias corrections): call after every execute() that trains.
   void advance();
-  /// Steps taken (advance() calls, plus those a checkpoint brought back).
-  int64_t steps() const { return steps_; }
-  /// The learning rate the next run uses.
-  double learning_rate() const { return schedule_(steps_); }
+  /// Runs taken (advance() calls, plus those a checkpoint brought back).
+  int64_t runs() const { return runs_; }
+  /// Updates taken: runs() over the micro-batches a step.
+  int64_t steps() const { return runs_ / accumulate_; }
+  /// The learning rate the next update uses.
+  double learning_rate() const { return schedule_(steps()); }
   /// Every value carried from run to run, by name: "<param>" for parameters, "<param>.<slot>"
   /// for optimizer state (momentum_buffer, exp_avg, exp_avg_sq as in torch.optim).
   const std::vector<std::pair<std::string, Tensor>>& state() const { return named_; }
-  /// Continues from `steps` steps taken (a checkpoint's), for the schedule and the bias
-  /// corrections; the state's values are set by the caller.
-  void resume(int64_t steps);
+  /// Continues after `runs` runs (a checkpoint's), for the schedule, the bias
+  /// corrections and the micro-batch count; the state's values are set by the caller.
+  void resume(int64_t runs);
 
   // Built by sgd / adam / adamw.
   struct Carry {
     Tensor input, updated;
   };
   using Scalars = std::function<void(Optimizer&)>;
+  /// `apply`: a scalar input set to 1 on the runs that update (with accumulate > 1).
   Optimizer(Graph& graph, std::vector<Carry> carries,
             std::vector<std::pair<std::string, Tensor>> named, Schedule schedule,
-            Scalars set_scalars);
+            Scalars set_scalars, int64_t accumulate = 1, Tensor apply = {});
   /// Sets a scalar input of the update (the learning rate, a bias correction).
   void set_scalar(const Tensor& input, double value);
 
@@ -68,7 +75,9 @@ class Optimizer {
   std::vector<std::pair<std::string, Tensor>> named_;
   Schedule schedule_;
   Scalars set_scalars_;
-  int64_t steps_ = 0;
+  int64_t accumulate_ = 1, runs_ = 0;
+  Tensor apply_;
+  void refresh_scalars();  // the scalar inputs for the next run
 };
 
 /// SGD with momentum, dampening, Nesterov momentum and L2 weight decay, as
