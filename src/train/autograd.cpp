@@ -89,7 +89,7 @@ std::vector<Tensor> differentiate(const Tensor& loss, const std::vector<Tensor>&
     if (id <= last && grads[id])
       out.push_back(*grads[id]);
     else
-      out.push_back(g.zeros(g.node(p.id()).shape, p.dtype()));
+      out.push_back(g.zeros(std::vector<Expr>(g.node(p.id()).shape), p.dtype()));
   }
   return out;
 }

@@ -40,13 +40,21 @@ Grads grad_Cast(const GradientStep& s, const std::vector<bool>&) {
 Grads grad_Contiguous(const GradientStep& s, const std::vector<bool>&) {
   return {s.grad};
 }
+// The gradient times a local derivative that may be infinite (2^x overflowed, 1/0,
+// log2 at 0, sqrt at 0): where the gradient is zero the product is zero, not NaN, so a
+// value that does not reach the loss passes nothing back (a saturated sigmoid,
+// 1 / (1 + e^-x) at x = -100, has gradient 0 as PyTorch's has).
+Tensor times(const Tensor& grad, const Tensor& local) {
+  return where(eq(grad, 0.0), 0.0, grad * local);
+}
+
 // d log2(x) = 1 / (x ln 2)
 Grads grad_Log2(const GradientStep& s, const std::vector<bool>&) {
-  return {s.grad * s.input(0).recip() * (1.0 / kLn2)};
+  return {times(s.grad, s.input(0).recip() * (1.0 / kLn2))};
 }
 // d 2^x = 2^x ln 2
 Grads grad_Exp2(const GradientStep& s, const std::vector<bool>&) {
-  return {s.grad * s.out * kLn2};
+  return {times(s.grad, s.out * kLn2)};
 }
 // d sin(x) = cos(x)
 Grads grad_Sin(const GradientStep& s, const std::vector<bool>&) {
@@ -54,11 +62,11 @@ Grads grad_Sin(const GradientStep& s, const std::vector<bool>&) {
 }
 // d sqrt(x) = 1 / (2 sqrt(x))
 Grads grad_Sqrt(const GradientStep& s, const std::vector<bool>&) {
-  return {s.grad * s.out.recip() * 0.5};
+  return {times(s.grad, s.out.recip() * 0.5)};
 }
 // d (1 / x) = -1 / x^2
 Grads grad_Recip(const GradientStep& s, const std::vector<bool>&) {
-  return {-(s.grad * s.out * s.out)};
+  return {times(s.grad, -(s.out * s.out))};
 }
 Grads grad_Add(const GradientStep& s, const std::vector<bool>&) {
   return {s.grad, s.grad};

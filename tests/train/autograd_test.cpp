@@ -363,6 +363,60 @@ TEST(Autograd, EveryHlopFixtureMatchesFiniteDifferences) {
   EXPECT_GT(checked, 100u);
 }
 
+// Every composite op's gradient against PyTorch's autograd on make_hlops.py's cases
+// (tools/fixtures/make_gradients.py): d sum(out * w) / d input for every f32 input.
+TEST(Autograd, EveryHlopMatchesPyTorchAutograd) {
+  const auto cases =
+      testing::load_fixture(std::string(LUMINAL_FIXTURE_DIR) + "/train/gradients.lfx");
+  ASSERT_GT(cases.size(), 250u);
+  // Products over exact zeros go through logarithms here: NaN where PyTorch is finite.
+  const std::set<std::string> known = {"prod#zero", "cumprod#zero"};
+  size_t compared = 0;
+  for (const testing::ParityCase& c : cases) {
+    if (known.count(c.name)) continue;
+    Graph g;
+    std::vector<Tensor> inputs, params;
+    for (size_t k = 0; k + 1 < c.inputs.size(); ++k) {
+      const auto& in = c.inputs[k];
+      Tensor base = g.tensor(std::vector<Expr>(in.base.shape.begin(), in.base.shape.end()),
+                             in.base.data.dtype());
+      base.set_buffer(in.base.data);
+      if (in.base.data.dtype() == DType::F32) params.push_back(base);
+      inputs.push_back(testing::apply_recipe(base, in.recipe));
+    }
+    const Tensor out = testing::build_op(g, c.op, inputs, testing::Params(c.params));
+    const auto& wb = c.inputs.back().base;
+    Tensor w = g.tensor(std::vector<Expr>(wb.shape.begin(), wb.shape.end()), wb.data.dtype());
+    w.set_buffer(wb.data);
+    std::vector<int> all(out.rank());
+    for (size_t d = 0; d < all.size(); ++d) all[d] = static_cast<int>(d);
+    const Tensor product = out * w.cast(out.dtype());
+    const Tensor loss = out.rank() == 0 ? product : product.sum(all);
+    std::vector<Tensor> grads = gradients(loss.cast(DType::F32), params);
+    for (Tensor& t : grads) t.retrieve();
+    g.compile(reference());
+    g.execute();
+    std::vector<float> got;
+    for (const Tensor& t : grads) {
+      const std::vector<float> v = t.to_f32();
+      got.insert(got.end(), v.begin(), v.end());
+    }
+    const std::vector<float> want = c.expected.data.to_f32();
+    ASSERT_EQ(got.size(), want.size()) << c.name;
+    float scale = 0;
+    for (float x : want) scale = std::max(scale, std::abs(x));
+    std::string errors;
+    for (size_t i = 0; i < want.size(); ++i)
+      if (!(std::abs(got[i] - want[i]) <=
+            1e-4f * std::max(1.0f, scale) + 1e-3f * std::abs(want[i])))
+        errors += " [" + std::to_string(i) + "] " + std::to_string(got[i]) + " vs " +
+                  std::to_string(want[i]);
+    EXPECT_EQ(errors, "") << c.name << " (" << c.op << ")";
+    ++compared;
+  }
+  EXPECT_GT(compared, 250u);
+}
+
 // --- what is refused --------------------------------------------------------------------
 
 TEST(Autograd, ClearErrors) {

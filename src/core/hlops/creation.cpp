@@ -38,9 +38,11 @@ bool is_integral(double v) {
 }  // namespace
 
 Tensor Graph::full(const std::vector<Expr>& shape, double value, DType dtype) {
+  // A copy first: `shape` may be a node's own, which adding the constant moves.
+  const std::vector<Expr> dims = shape;
   Tensor c =
       is_float(dtype) ? constant(value, dtype) : constant_int(static_cast<int64_t>(value), dtype);
-  return c.broadcast_to(shape);
+  return c.broadcast_to(dims);
 }
 
 Tensor Graph::zeros(const std::vector<Expr>& shape, DType dtype) {
