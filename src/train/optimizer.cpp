@@ -58,7 +58,7 @@ void Optimizer::set_scalar(const Tensor& input, double value) {
   Tensor(input).set(std::vector<float>{static_cast<float>(value)});
 }
 
-void Optimizer::advance() {
+void Optimizer::advance(bool counted) {
   for (const Carry& c : carries_) {
     const NodeId from = c.updated.id(), to = c.input.id();
     if (auto on_device = graph_->take_device_data(from)) {
@@ -70,7 +70,7 @@ void Optimizer::advance() {
                     << " to carry over: advance() follows an execute()";
     graph_->set_data(to, std::move(*data));
   }
-  ++runs_;
+  if (counted) ++runs_;
   refresh_scalars();
 }
 
@@ -89,13 +89,19 @@ struct Builder {
   int64_t accumulate;
   std::vector<Optimizer::Carry> carries;
   std::vector<std::pair<std::string, Tensor>> named;
-  Tensor apply;  // 1 on the runs that update (micro-batches only)
+  Tensor apply;      // 1 on the runs that update (micro-batches only)
+  Tensor condition;  // apply_if: false, nothing changes
 
   Builder(const std::vector<Tensor>& params, const std::vector<Tensor>& grads, const char* what,
-          int64_t micro_batches)
+          int64_t micro_batches, const Tensor& apply_if)
       : g(params.empty() ? throw Error(std::string(what) + ": no parameters") : params[0].graph()),
-        accumulate(micro_batches) {
+        accumulate(micro_batches),
+        condition(apply_if) {
     LUM_CHECK(accumulate >= 1) << what << ": accumulate must be at least 1, got " << accumulate;
+    LUM_CHECK(!condition.graph_ptr() ||
+              (condition.graph_ptr() == &g && condition.dtype() == DType::Bool &&
+               simplify(condition.numel()) == Expr(1)))
+        << what << ": apply_if must be a bool scalar of the parameters' graph";
     if (accumulate > 1) apply = scalar("apply");
     LUM_CHECK(params.size() == grads.size())
         << what << ": " << params.size() << " parameters but " << grads.size() << " gradients";
@@ -139,6 +145,7 @@ struct Builder {
   void carry(const Tensor& input, const Tensor& updated) {
     Tensor next = updated.cast(input.dtype());
     if (accumulate > 1) next = where(gt(apply, 0.5), next, input);
+    if (condition.graph_ptr()) next = where(condition.reshape({}), next, input);
     carries.push_back({input, next});
   }
 
@@ -149,7 +156,9 @@ struct Builder {
     if (accumulate == 1) return d;
     const Tensor sum = state(p, "grad_sum");
     const Tensor total = sum + d;
-    carries.push_back({sum, where(gt(apply, 0.5), 0.0, total)});
+    // A skipped run (apply_if false) adds nothing to the sum.
+    const Tensor kept = condition.graph_ptr() ? where(condition.reshape({}), total, sum) : total;
+    carries.push_back({sum, where(gt(apply, 0.5), 0.0, kept)});
     return total * (1.0 / static_cast<double>(accumulate));
   }
 
@@ -168,7 +177,7 @@ Tensor as(const Tensor& scalar, const Tensor& like) {
 
 Optimizer sgd(const std::vector<Tensor>& params, const std::vector<Tensor>& grads, Schedule lr,
               SgdOptions o) {
-  Builder b(params, grads, "sgd", o.accumulate);
+  Builder b(params, grads, "sgd", o.accumulate, o.apply_if);
   LUM_CHECK(!o.nesterov || (o.momentum > 0 && o.dampening == 0))
       << "sgd: Nesterov momentum needs a momentum and zero dampening";
   const Tensor rate = b.scalar("lr"), first = b.scalar("first");
@@ -195,7 +204,7 @@ namespace {
 
 Optimizer adam_like(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                     Schedule lr, AdamOptions o, bool decoupled, const char* what) {
-  Builder b(params, grads, what, o.accumulate);
+  Builder b(params, grads, what, o.accumulate, o.apply_if);
   LUM_CHECK(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1 && o.eps >= 0)
       << what << ": betas must lie in [0, 1) and eps be non-negative (got " << o.beta1 << ", "
       << o.beta2 << ", " << o.eps << ")";

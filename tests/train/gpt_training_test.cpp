@@ -4,12 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
 #include <sstream>
 
 #include "hlops/fixture.hpp"
 #include "luminal/luminal.hpp"
 #include "luminal/nn/gpt.hpp"
 #include "luminal/train/autograd.hpp"
+#include "luminal/train/loss_scale.hpp"
 #include "luminal/train/optimizer.hpp"
 
 namespace luminal {
@@ -48,9 +50,14 @@ void train_and_compare(DType compute, const Backend& backend, double tolerance) 
   Tensor targets = g.named_tensor("targets", {batch, span - 1}, DType::I64);
   const Tensor logits = model.forward(ids);
   Tensor loss = -logits.log_softmax(-1).gather_axis(2, targets.unsqueeze(2)).mean({0, 1, 2});
-  train::Optimizer opt =
-      train::adamw(weights, train::gradients(loss, weights), train::constant_lr(p.f("lr")),
-                   {.weight_decay = p.f("weight_decay")});
+  // f16 needs its gradients scaled (and overflowing steps skipped); the others do not.
+  std::optional<train::LossScale> scaler;
+  if (compute == DType::F16) scaler.emplace(g, train::LossScaleOptions{.initial = 1024});
+  const std::vector<Tensor> grads =
+      scaler ? scaler->gradients(loss, weights) : train::gradients(loss, weights);
+  train::Optimizer opt = train::adamw(
+      weights, grads, train::constant_lr(p.f("lr")),
+      {.weight_decay = p.f("weight_decay"), .apply_if = scaler ? scaler->finite() : Tensor()});
   loss.retrieve();
   g.compile(backend);
   const std::vector<float> want = c.expected.data.to_f32();
@@ -68,7 +75,9 @@ void train_and_compare(DType compute, const Backend& backend, double tolerance) 
     EXPECT_NEAR(loss.to_f32()[0], want[static_cast<size_t>(s)],
                 tolerance * std::abs(want[static_cast<size_t>(s)]))
         << "step " << s << " in " << dtype_name(compute);
-    opt.advance();
+    const bool counted = scaler ? scaler->update() : true;
+    ASSERT_TRUE(counted) << "step " << s << " overflowed at scale " << scaler->scale();
+    opt.advance(counted);
   }
   EXPECT_LT(want.back(), want.front() * 0.9f) << "the goldens' loss falls";
   // Mixed precision keeps f32 master weights.
@@ -98,6 +107,11 @@ TEST(GptTraining, TwentyStepsMatchPyTorch) {
 // precision.
 TEST(GptTraining, MixedPrecisionFollowsWithinBf16Precision) {
   train_and_compare(DType::BF16, cpu(), 3e-2);
+}
+
+// f16 products with dynamic loss scaling.
+TEST(GptTraining, F16WithLossScalingFollows) {
+  train_and_compare(DType::F16, cpu(), 1e-2);
 }
 #endif
 

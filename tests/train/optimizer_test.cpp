@@ -8,6 +8,7 @@
 #include "hlops/fixture.hpp"
 #include "luminal/luminal.hpp"
 #include "luminal/train/autograd.hpp"
+#include "luminal/train/loss_scale.hpp"
 #include "luminal/train/optimizer.hpp"
 
 namespace luminal {
@@ -132,6 +133,51 @@ TEST(Optimizer, AccumulatedMicroBatchesEqualOneBatch) {
         EXPECT_NEAR(parts[2 * step + 1][i], whole[step][i], 1e-6) << "step " << step << " " << i;
     }
   }
+}
+
+// A step whose scaled gradients overflow f16 changes nothing and is not counted; the
+// scale halves, and the next step goes through with the gradients divided back.
+TEST(LossScale, AnOverflowSkipsTheStepAndHalvesTheScale) {
+  Graph g;
+  Tensor w = g.named_tensor("w", {3});
+  w.set(std::vector<float>{1, 2, 3});
+  // d loss / d (w as f16) is the scale itself: 65536 is past f16's largest, 32768 not.
+  const Tensor loss = w.cast(DType::F16).cast(DType::F32).sum({0});
+  LossScale scaler(g, {.initial = 65536});
+  EXPECT_THROW(scaler.finite(), Error);
+  const std::vector<Tensor> grads = scaler.gradients(loss, {w});
+  Optimizer opt = sgd({w}, grads, constant_lr(0.5), {.apply_if = scaler.finite()});
+  g.compile(reference());
+  g.execute();
+  bool counted = scaler.update();
+  EXPECT_FALSE(counted);
+  opt.advance(counted);
+  EXPECT_EQ(scaler.scale(), 32768);
+  EXPECT_EQ(opt.steps(), 0);
+  EXPECT_EQ(g.data(w.id())->to_f32(), (std::vector<float>{1, 2, 3}));
+  g.execute();
+  counted = scaler.update();
+  EXPECT_TRUE(counted);
+  opt.advance(counted);
+  EXPECT_EQ(opt.steps(), 1);
+  EXPECT_EQ(g.data(w.id())->to_f32(), (std::vector<float>{0.5f, 1.5f, 2.5f}));
+}
+
+// The scale grows after `interval` good steps in a row.
+TEST(LossScale, GrowsAfterAnIntervalOfGoodSteps) {
+  Graph g;
+  Tensor w = g.named_tensor("w", {2});
+  w.set(std::vector<float>{1, 2});
+  LossScale scaler(g, {.initial = 4, .interval = 3});
+  const std::vector<Tensor> grads = scaler.gradients((w * w).sum({0}), {w});
+  Optimizer opt = sgd({w}, grads, constant_lr(0.01), {.apply_if = scaler.finite()});
+  g.compile(reference());
+  for (int i = 0; i < 3; ++i) {
+    g.execute();
+    opt.advance(scaler.update());
+  }
+  EXPECT_EQ(scaler.scale(), 8);
+  EXPECT_EQ(opt.steps(), 3);
 }
 
 TEST(Schedules, WarmUpThenCosine) {

@@ -31,19 +31,23 @@ struct SgdOptions {
   /// Micro-batches a step: the gradients of `accumulate` runs are averaged, and the
   /// parameters change on every accumulate-th run only.
   int64_t accumulate = 1;
+  /// A bool scalar of the graph: where false, the run changes nothing (LossScale::finite).
+  Tensor apply_if = {};
 };
 /// torch.optim.Adam's and AdamW's options (AdamW: decoupled weight decay, 0.01 by
 /// default there).
 struct AdamOptions {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
   int64_t accumulate = 1;  // micro-batches a step, as SgdOptions::accumulate
+  Tensor apply_if = {};    // as SgdOptions::apply_if
 };
 
 class Optimizer {
  public:
   /// Hands the run's updated parameters and state to the next run and sets its learning
-  /// rate (and bias corrections): call after every execute() that trains.
-  void advance();
+  /// rate (and bias corrections): call after every execute() that trains. `counted`
+  /// false: the run was skipped (apply_if was false) and does not count as one.
+  void advance(bool counted = true);
   /// Runs taken (advance() calls, plus those a checkpoint brought back).
   int64_t runs() const { return runs_; }
   /// Updates taken: runs() over the micro-batches a step.
