@@ -12,5 +12,7 @@ void bind_graph(nanobind::module_& m);
 void bind_tensor(nanobind::module_& m);
 /// Language models: luminal.Model (load, encode, decode, greedy ids, streamed generation).
 void bind_models(nanobind::module_& m);
+/// Training: gradients, optimizers, schedules, clipping, loss scaling, checkpoints.
+void bind_train(nanobind::module_& m);
 
 }  // namespace luminal::python

@@ -58,4 +58,5 @@ NB_MODULE(_luminal, m) {
   python::bind_graph(m);
   python::bind_tensor(m);
   python::bind_models(m);
+  python::bind_train(m);
 }
