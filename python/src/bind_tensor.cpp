@@ -36,18 +36,6 @@ std::vector<int> norm_axes(nb::handle axis) {
   return axis.is_none() ? std::vector<int>{-1} : axes_of(axis);
 }
 
-// Tensors made from `self` as a Python list, each keeping it alive (a list cannot be the
-// nurse of keep_alive).
-nb::list tensors_from(nb::handle self, std::vector<Tensor> parts) {
-  nb::list out;
-  for (Tensor& p : parts) {
-    nb::object o = nb::cast(std::move(p));
-    nb::detail::keep_alive(o.ptr(), self.ptr());
-    out.append(o);
-  }
-  return out;
-}
-
 // The shape a tensor has with the graph's dims as bound now.
 std::vector<int64_t> concrete_shape(const Tensor& t) {
   std::vector<int64_t> out;
@@ -324,14 +312,14 @@ void bind_tensor(nb::module_& m) {
       .def(
           "split",
           [](nb::handle self, nb::handle size, int axis) {
-            return tensors_from(self, nb::cast<const Tensor&>(self).split(dim_of(size), axis));
+            return tensors_kept_by(self, nb::cast<const Tensor&>(self).split(dim_of(size), axis));
           },
           "size"_a, "axis"_a = 0,
           "Pieces of `size` along an axis (the last may be shorter), as torch.split.")
       .def(
           "chunk",
           [](nb::handle self, int64_t chunks, int axis) {
-            return tensors_from(self, nb::cast<const Tensor&>(self).chunk(chunks, axis));
+            return tensors_kept_by(self, nb::cast<const Tensor&>(self).chunk(chunks, axis));
           },
           "chunks"_a, "axis"_a = 0, "At most `chunks` equal pieces along an axis, as torch.chunk.")
       .def("diagonal", &Tensor::diagonal, "k"_a = 0, kKeep,

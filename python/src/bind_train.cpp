@@ -14,24 +14,13 @@
 #include "luminal/train/checkpoint.hpp"
 #include "luminal/train/loss_scale.hpp"
 #include "luminal/train/optimizer.hpp"
+#include "shapes.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
 
 namespace luminal::python {
 namespace {
-
-// Tensors made in `owner`'s graph as a Python list, each keeping `owner` (and so the
-// graph) alive.
-nb::list kept_by(nb::handle owner, std::vector<Tensor> tensors) {
-  nb::list out;
-  for (Tensor& t : tensors) {
-    nb::object o = nb::cast(std::move(t));
-    nb::detail::keep_alive(o.ptr(), owner.ptr());
-    out.append(o);
-  }
-  return out;
-}
 
 // A learning rate: a number (constant) or a callable of the step (a schedule).
 train::Schedule schedule_of(nb::handle lr) {
@@ -65,7 +54,8 @@ void bind_train(nb::module_& m) {
       [](nb::handle loss, nb::handle params, std::optional<Tensor> seed) {
         const Tensor l = nb::cast<Tensor>(loss);
         const std::vector<Tensor> ps = tensors_of(params);
-        return kept_by(loss, seed ? train::gradients(l, ps, *seed) : train::gradients(l, ps));
+        return tensors_kept_by(loss,
+                               seed ? train::gradients(l, ps, *seed) : train::gradients(l, ps));
       },
       "loss"_a, "params"_a, "seed"_a = nb::none(),
       "Adds to the loss's graph the nodes computing d loss / d p for each p of `params` "
@@ -137,7 +127,7 @@ void bind_train(nb::module_& m) {
       [](nb::handle grads, double max_norm) {
         const std::vector<Tensor> gs = tensors_of(grads);
         LUM_CHECK(!gs.empty()) << "clip_grad_norm: no gradients";
-        return kept_by(nb::borrow(grads)[0], train::clip_grad_norm(gs, max_norm));
+        return tensors_kept_by(nb::borrow(grads)[0], train::clip_grad_norm(gs, max_norm));
       },
       "grads"_a, "max_norm"_a,
       "The gradients scaled so their joint L2 norm is at most `max_norm` "
@@ -157,7 +147,7 @@ void bind_train(nb::module_& m) {
           "gradients",
           [](nb::handle self, nb::handle loss, nb::handle params) {
             auto& s = nb::cast<train::LossScale&>(self);
-            return kept_by(loss, s.gradients(nb::cast<Tensor>(loss), tensors_of(params)));
+            return tensors_kept_by(loss, s.gradients(nb::cast<Tensor>(loss), tensors_of(params)));
           },
           "loss"_a, "params"_a, "luminal.gradients of loss * scale, divided back by the scale.")
       .def_prop_ro("finite", &train::LossScale::finite,

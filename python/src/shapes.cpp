@@ -147,4 +147,14 @@ nb::object array_from_buffer(Buffer data, const std::vector<int64_t>& shape) {
       .cast();
 }
 
+nanobind::list tensors_kept_by(nanobind::handle owner, std::vector<Tensor> tensors) {
+  nanobind::list out;
+  for (Tensor& t : tensors) {
+    nanobind::object o = nanobind::cast(std::move(t));
+    nanobind::detail::keep_alive(o.ptr(), owner.ptr());
+    out.append(o);
+  }
+  return out;
+}
+
 }  // namespace luminal::python

@@ -23,6 +23,10 @@ nanobind::object dim_value(Expr dim);
 /// Axes from an int, a sequence of ints, or None (all: an empty list).
 std::vector<int> axes_of(nanobind::handle axes);
 
+/// Tensors as a Python list, each keeping `owner` (a Tensor of their graph) alive, and so
+/// the graph (a list cannot be the nurse of keep_alive).
+nanobind::list tensors_kept_by(nanobind::handle owner, std::vector<Tensor> tensors);
+
 /// A host array's elements (NumPy's, or any DLPack producer's, such as a CPU torch
 /// tensor; made contiguous first where it is not) as a Buffer of its own dtype, after
 /// checking its shape against `t`'s (numbers must match; a symbolic dim must be bound
