@@ -43,9 +43,11 @@ Grads grad_Contiguous(const GradientStep& s, const std::vector<bool>&) {
 // The gradient times a local derivative that may be infinite (2^x overflowed, 1/0,
 // log2 at 0, sqrt at 0): where the gradient is zero the product is zero, not NaN, so a
 // value that does not reach the loss passes nothing back (a saturated sigmoid,
-// 1 / (1 + e^-x) at x = -100, has gradient 0 as PyTorch's has).
+// 1 / (1 + e^-x) at x = -100, has gradient 0 as PyTorch's has). A NaN gradient stays
+// NaN (the composite eq alone is true for NaN; |NaN| < 1 is false).
 Tensor times(const Tensor& grad, const Tensor& local) {
-  return where(eq(grad, 0.0), 0.0, grad * local);
+  const Tensor zero = logical_and(eq(grad, 0.0), lt(grad.abs(), 1.0));
+  return where(zero, 0.0, grad * local);
 }
 
 // d log2(x) = 1 / (x ln 2)

@@ -176,6 +176,23 @@ TEST(Autograd, IndexingPrimitives) {
             "");
 }
 
+// A zero gradient times an infinite derivative is zero (a saturated sigmoid), but a NaN
+// gradient is not hidden.
+TEST(Autograd, ZeroTimesInfinityIsZeroButNaNStaysNaN) {
+  Graph g;
+  Tensor x = g.tensor({3}, DType::F64), w = g.tensor({3}, DType::F64);
+  x.set(std::vector<double>{-1000, 0.5, 0.5});
+  w.set(std::vector<double>{1, std::nan(""), 2});
+  Tensor gx = gradients((x.sigmoid() * w).sum({0}), {x})[0].retrieve();
+  g.compile(reference());
+  g.execute();
+  const std::vector<double> got = gx.data().to_f64();
+  EXPECT_EQ(got[0], 0.0);
+  EXPECT_TRUE(std::isnan(got[1]));
+  const double s = 1 / (1 + std::exp(-0.5));
+  EXPECT_NEAR(got[2], 2 * s * (1 - s), 1e-12);
+}
+
 TEST(Autograd, Casts) {
   // The gradient of a cast comes back rounded the same way: d sum(cast(x) * w) = cast(w).
   Graph g;
