@@ -54,8 +54,9 @@ class Optimizer {
   int64_t steps() const { return runs_ / accumulate_; }
   /// The learning rate the next update uses.
   double learning_rate() const { return schedule_(steps()); }
-  /// Every value carried from run to run, by name: "<param>" for parameters, "<param>.<slot>"
-  /// for optimizer state (momentum_buffer, exp_avg, exp_avg_sq as in torch.optim).
+    /// Every value carried from run to run, by name: "<param>" for parameters, "<param>.<slot>"
+  /// for optimizer state (momentum_buffer, exp_avg, exp_avg_sq as in torch.optim, and
+  /// grad_sum with micro-batches).
   const std::vector<std::pair<std::string, Tensor>>& state() const { return named_; }
   /// Continues after `runs` runs (a checkpoint's), for the schedule, the bias
   /// corrections and the micro-batch count; the state's values are set by the caller.
