@@ -72,9 +72,17 @@ Tensor Gpt::forward(const Tensor& ids) const {
     x = x + linear(b.attn_proj, attended);
     x = x + linear(b.mlp_proj, linear(b.c_fc, norm(b.ln_2, x)).gelu_tanh());
   }
-  // Logits through the token embedding (tied weights), in f32.
+  // Logits through the token embedding (tied weights), in f32. A vocabulary that is not
+  // a multiple of 64 (GPT-2's 50257) is padded with zero rows for the product and the
+  // extra logits dropped: matrix products over an unaligned width run several times
+  // slower (5 ms against 1 at GPT-2 small's shape on an H100).
   const Tensor h = norm(ln_f, x);
-  return h.matmul(wte.weight.cast(c).transpose(0, 1)).cast(wte.weight.dtype());
+  Tensor head = wte.weight.cast(c);
+  const int64_t padded = (config.vocab + 63) / 64 * 64;
+  if (padded != config.vocab) head = head.pad(0, 0, padded - config.vocab).contiguous();
+  Tensor logits = h.matmul(head.transpose(0, 1));
+  if (padded != config.vocab) logits = logits.slice(-1, 0, config.vocab);
+  return logits.cast(wte.weight.dtype());
 }
 
 void Gpt::parameters(const std::string& prefix, NamedTensors& out) const {

@@ -270,10 +270,16 @@ Grads grad_Gather(const GradientStep& s, const std::vector<bool>& wanted) {
       for (int d = 0; d < rank; ++d)
         if (d != a) line = line.slice(d, 0, 1);
       const Expr n = out[static_cast<size_t>(a)];
-      const Tensor hot = eq(line.reshape({n, 1}).broadcast_to({n, size}),
-                            g.iota(Expr("z") % size, {n, size}, line.dtype()))
+      // A width padded to a multiple of 64 (no index reaches the extra columns, which the
+      // slice drops): products over an unaligned width run several times slower.
+      const auto constant = size.as_const();
+      const Expr wide = constant ? Expr((*constant + 63) / 64 * 64) : size;
+      const Tensor hot = eq(line.reshape({n, 1}).broadcast_to({n, wide}),
+                            g.iota(Expr("z") % wide, {n, wide}, line.dtype()))
                              .cast(s.grad.dtype());
-      return {s.grad.permute(to_last).matmul(hot).permute(back), std::nullopt};
+      Tensor grad = s.grad.permute(to_last).matmul(hot);
+      if (wide != size) grad = grad.slice(rank - 1, 0, size);
+      return {grad.permute(back), std::nullopt};
     }
     std::vector<Expr> wide = out;
     wide.push_back(size);

@@ -207,8 +207,9 @@ TEST(Autograd, Casts) {
 }
 
 // An embedding's gradient is a product with the one-hot of its indices ([tokens,
-// vocabulary]), not a one-hot over every element ([tokens, width, vocabulary]) summed:
-// the only iota it adds is the one-hot's two-dimensional one.
+// vocabulary], the vocabulary padded to a multiple of 64 for the product), not a
+// one-hot over every element ([tokens, width, vocabulary]) summed: the only iota it adds
+// is the one-hot's two-dimensional one.
 TEST(Autograd, EmbeddingGradientIsAProductWithTheOneHotIndex) {
   for (DType index : {DType::I32, DType::I64}) {
     Graph g;
@@ -221,7 +222,7 @@ TEST(Autograd, EmbeddingGradientIsAProductWithTheOneHotIndex) {
       const Node& n = g.node(NodeId{static_cast<uint32_t>(i)});
       if (n.op != Op::Iota) continue;
       ++iotas;
-      EXPECT_EQ(n.shape, (std::vector<Expr>{512, 1000})) << dtype_name(index);
+      EXPECT_EQ(n.shape, (std::vector<Expr>{512, 1024})) << dtype_name(index);
     }
     EXPECT_EQ(iotas, 1u) << dtype_name(index);
   }
