@@ -9,17 +9,17 @@
 
 namespace luminal::nn {
 
-Gpt::Gpt(Graph& g, const std::string& name, GptConfig c)
+Gpt::Gpt(Graph& g, const std::string& prefix, GptConfig c)
     : config(c),
-      wte(g, name + "wte", c.vocab, c.dim),
-      wpe(g, name + "wpe", c.context, c.dim),
-      ln_f(g, name + "ln_f", c.dim, c.eps) {
+      wte(g, prefix + "wte", c.vocab, c.dim),
+      wpe(g, prefix + "wpe", c.context, c.dim),
+      ln_f(g, prefix + "ln_f", c.dim, c.eps) {
   LUM_CHECK(c.vocab > 0 && c.context > 0 && c.layers > 0 && c.heads > 0 && c.dim > 0 &&
             c.dim % c.heads == 0)
       << "Gpt: needs positive sizes and dim (" << c.dim << ") a multiple of heads (" << c.heads
       << ")";
   for (int64_t i = 0; i < c.layers; ++i) {
-    const std::string p = name + "h." + std::to_string(i) + ".";
+    const std::string p = prefix + "h." + std::to_string(i) + ".";
     blocks.push_back(Block{LayerNorm(g, p + "ln_1", c.dim, c.eps),
                            LayerNorm(g, p + "ln_2", c.dim, c.eps),
                            Linear(g, p + "attn.c_attn", c.dim, 3 * c.dim, true),

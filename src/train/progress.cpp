@@ -1,13 +1,19 @@
 // A training loop's progress line (see luminal/train/progress.hpp).
 #include "luminal/train/progress.hpp"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <utility>
 
 namespace luminal::train {
 
 ProgressBar::ProgressBar(int64_t total, int64_t per_step, std::string unit)
-    : total_(total), per_step_(per_step), unit_(std::move(unit)) {}
+    : total_(total),
+      per_step_(per_step),
+      unit_(std::move(unit)),
+      terminal_(isatty(STDERR_FILENO) != 0) {}
 
 std::string ProgressBar::line() const {
   const double seconds = std::chrono::duration<double>(Clock::now() - start_).count();
@@ -24,6 +30,11 @@ std::string ProgressBar::line() const {
 void ProgressBar::step(double loss) {
   ++done_;
   loss_ = loss;
+  if (!terminal_) {  // a log: a line a tenth of the way, and the last
+    const int64_t every = std::max<int64_t>(1, total_ / 10);
+    if (done_ % every == 0 || done_ == total_) std::fprintf(stderr, "%s\n", line().c_str());
+    return;
+  }
   const Clock::time_point now = Clock::now();
   if (done_ < total_ && now - drawn_ < std::chrono::milliseconds(100)) return;
   drawn_ = now;

@@ -1,5 +1,6 @@
 // A training loop's progress line on stderr: step of total, the loss, samples (or
-// tokens) a second and the time left, redrawn in place at most ten times a second.
+// tokens) a second and the time left, redrawn in place at most ten times a second on a
+// terminal; written to a log (stderr not a terminal) as a line a tenth of the way.
 #pragma once
 
 #include <chrono>
@@ -31,6 +32,7 @@ class ProgressBar {
   double loss_ = 0;
   Clock::time_point start_ = Clock::now(), drawn_{};
   bool open_ = false;
+  bool terminal_;
 };
 
 }  // namespace luminal::train
