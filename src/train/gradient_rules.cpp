@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <numbers>
 
+#include "core/hlops/common.hpp"
 #include "luminal/error.hpp"
 
 namespace luminal::train {
@@ -126,14 +127,12 @@ InputGradient factor_gradient(const Tensor& grad, const Tensor& factor, const Te
     for (int d : second) b = b * t.shape()[static_cast<size_t>(d)];
     shape.push_back(a);
     shape.push_back(b);
-    // Drop the dims this side is broadcast along, then order and merge the rest.
-    std::vector<int> kept;
-    for (int d : order) kept.push_back(d);
+        // Drop the dims this side is broadcast along, then order and merge the rest.
     std::vector<int> dropped = drop;
     std::sort(dropped.begin(), dropped.end());
     for (auto d = dropped.rbegin(); d != dropped.rend(); ++d) t = t.slice(*d, 0, 1).squeeze(*d);
     std::vector<int> perm;
-    for (int d : kept) {
+        for (int d : order) {
       int shift = 0;
       for (int x : dropped) shift += x < d;
       perm.push_back(d - shift);
@@ -214,19 +213,10 @@ std::optional<AxisGather> axis_gather(const GradientStep& s) {
   if (stride.op != Op::Iota || !stride.shape.empty()) return std::nullopt;
   const std::vector<Expr> data = s.input(0).shape(), out = add.shape;
   if (data.size() != out.size()) return std::nullopt;
-  for (size_t a = 0; a < data.size(); ++a) {
-    // flat_positions' expression for axis a.
-    std::vector<Expr> strides(data.size());
-    Expr step = 1, inner = 1, expected = 0;
-    for (size_t d = data.size(); d-- > 0;) {
-      strides[d] = step;
-      step = step * data[d];
-    }
-    for (size_t d = data.size(); d-- > 0;) {
-      if (d != a) expected = expected + (Expr("z") / inner % out[d]) * strides[d];
-      inner = inner * out[d];
-    }
-    if (simplify(expected) != simplify(base.iota) || simplify(stride.iota) != simplify(strides[a]))
+    for (size_t a = 0; a < data.size(); ++a) {
+    const hlops::FlatPositionParts expected = hlops::flat_position_parts(data, out, a);
+    if (simplify(expected.base) != simplify(base.iota) ||
+        simplify(expected.stride) != simplify(stride.iota))
       continue;
     // The index as flat_positions widened it; through that cast, where it read the index
     // whole, the index itself (so a broadcast along other dims still shows).

@@ -23,10 +23,8 @@ std::vector<Tensor> LossScale::gradients(const Tensor& loss, const std::vector<T
   std::optional<Tensor> bad;
   for (Tensor& g : grads) {
     g = g / scale_input_.cast(g.dtype());
-    std::vector<int> all(g.rank());
-    for (size_t d = 0; d < all.size(); ++d) all[d] = static_cast<int>(d);
-    const Tensor x = g.cast(DType::F32);
-    const Tensor zero = g.rank() == 0 ? x - x : (x - x).sum(all);
+        const Tensor x = g.cast(DType::F32);
+    const Tensor zero = (x - x).sum();  // every axis
     bad = bad ? *bad + zero : zero;
   }
   // (Comparisons with NaN are false; eq is not a primitive and would say true.)

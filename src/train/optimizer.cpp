@@ -124,19 +124,14 @@ struct Builder {
 
   // A state input of `p`'s shape and type, zeros to start.
   Tensor state(const Tensor& p, const std::string& slot) {
-    const Node n = g.node(p.id());  // a copy: adding the state's node may move the graph's
-    std::vector<int64_t> dims;
-    for (const Expr& d : n.shape) {
-      const auto c = simplify(d).as_const();
-      LUM_CHECK(c) << "optimizer: parameter " << n.name << " has a symbolic shape "
-                   << to_string(n.shape);
-      dims.push_back(*c);
-    }
+        const Node n = g.node(p.id());  // a copy: adding the state's node may move the graph's
+        for (const Expr& d : n.shape)
+      LUM_CHECK(simplify(d).as_const()) << "optimizer: parameter " << n.name
+                                        << " has a symbolic shape " << to_string(n.shape);
+    const int64_t count = simplify(product(n.shape)).eval();
     const std::string name = n.name + "." + slot;
     Tensor s = g.named_tensor(name, n.shape, n.dtype);
-    size_t count = 1;
-    for (int64_t d : dims) count *= static_cast<size_t>(d);
-    s.set_buffer(Buffer::from_doubles(std::vector<double>(count, 0.0), n.dtype));
+    s.set_buffer(Buffer::from_doubles(std::vector<double>(static_cast<size_t>(count), 0.0), n.dtype));
     named.emplace_back(name, s);
     return s;
   }
@@ -248,10 +243,8 @@ Tensor global_norm(const std::vector<Tensor>& tensors) {
   LUM_CHECK(!tensors.empty()) << "global_norm: no tensors";
   std::optional<Tensor> total;
   for (const Tensor& t : tensors) {
-    std::vector<int> all(t.rank());
-    for (size_t d = 0; d < all.size(); ++d) all[d] = static_cast<int>(d);
-    const Tensor x = t.cast(DType::F32);
-    const Tensor sq = t.rank() == 0 ? x * x : (x * x).sum(all);
+        const Tensor x = t.cast(DType::F32);
+    const Tensor sq = (x * x).sum();  // every axis
     total = total ? *total + sq : sq;
   }
   return total->sqrt();

@@ -53,9 +53,7 @@ std::string check(const std::vector<std::vector<int64_t>>& shapes, const Build& 
   }
   const Tensor out = f(g, params).cast(DType::F64);
   Tensor w = g.tensor(out.shape(), DType::F64);
-  std::vector<int> all(out.rank());
-  for (size_t d = 0; d < all.size(); ++d) all[d] = static_cast<int>(d);
-  Tensor loss = (out * w).sum(all);
+    Tensor loss = (out * w).sum();  // every axis
   std::vector<Tensor> grads = gradients(loss, params);
   loss.retrieve();
   for (Tensor& gr : grads) gr.retrieve();
@@ -407,10 +405,7 @@ TEST(Autograd, EveryHlopMatchesPyTorchAutograd) {
     const auto& wb = c.inputs.back().base;
     Tensor w = g.tensor(std::vector<Expr>(wb.shape.begin(), wb.shape.end()), wb.data.dtype());
     w.set_buffer(wb.data);
-    std::vector<int> all(out.rank());
-    for (size_t d = 0; d < all.size(); ++d) all[d] = static_cast<int>(d);
-    const Tensor product = out * w.cast(out.dtype());
-    const Tensor loss = out.rank() == 0 ? product : product.sum(all);
+        const Tensor loss = (out * w.cast(out.dtype())).sum();  // every axis
     std::vector<Tensor> grads = gradients(loss.cast(DType::F32), params);
     for (Tensor& t : grads) t.retrieve();
     g.compile(reference());

@@ -16,4 +16,14 @@ inline Tensor as_float(const Tensor& x) {
 Tensor flat_positions(const std::vector<Expr>& shape, const std::vector<Expr>& out_shape, int axis,
                       const Tensor& index);
 
+/// flat_positions' two parts: `base`, an expression of the output's flat index `z` (the
+/// position of its coordinates along every dim but `axis`), and `stride`, the data's
+/// row-major stride along `axis` that multiplies the index. (The autograd recognises a
+/// gather along one axis by rebuilding them.)
+struct FlatPositionParts {
+  Expr base, stride;
+};
+FlatPositionParts flat_position_parts(const std::vector<Expr>& shape,
+                                      const std::vector<Expr>& out_shape, size_t axis);
+
 }  // namespace luminal::hlops

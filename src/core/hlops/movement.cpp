@@ -124,13 +124,10 @@ Tensor stack(const std::vector<Tensor>& parts, int axis) {
 
 namespace hlops {
 
-Tensor flat_positions(const std::vector<Expr>& shape, const std::vector<Expr>& out_shape, int axis,
-                      const Tensor& index) {
-  const size_t r = shape.size();
-  LUM_CHECK(out_shape.size() == r)
-      << "index tensor rank " << out_shape.size() << " differs from the data rank " << r;
-  const auto a = static_cast<size_t>(axis);
+FlatPositionParts flat_position_parts(const std::vector<Expr>& shape,
+                                      const std::vector<Expr>& out_shape, size_t axis) {
   // Row-major strides of the data and the output's own coordinates from the flat index z.
+  const size_t r = shape.size();
   std::vector<Expr> strides(r);
   Expr s = 1, inner = 1;
   for (size_t d = r; d-- > 0;) {
@@ -140,12 +137,21 @@ Tensor flat_positions(const std::vector<Expr>& shape, const std::vector<Expr>& o
   Expr base = 0;
   const Expr z = "z";
   for (size_t d = r; d-- > 0;) {
-    if (d != a) base = base + (z / inner % out_shape[d]) * strides[d];
+    if (d != axis) base = base + (z / inner % out_shape[d]) * strides[d];
     inner = inner * out_shape[d];
   }
+  return {base, strides[axis]};
+}
+
+Tensor flat_positions(const std::vector<Expr>& shape, const std::vector<Expr>& out_shape, int axis,
+                      const Tensor& index) {
+  const size_t r = shape.size();
+  LUM_CHECK(out_shape.size() == r)
+      << "index tensor rank " << out_shape.size() << " differs from the data rank " << r;
+  const FlatPositionParts parts = flat_position_parts(shape, out_shape, static_cast<size_t>(axis));
   Graph& g = index.graph();
   const Tensor along = index.cast(DType::I64).broadcast_to(out_shape);
-  return g.iota(base, out_shape, DType::I64) + along * g.iota(strides[a], {}, DType::I64);
+  return g.iota(parts.base, out_shape, DType::I64) + along * g.iota(parts.stride, {}, DType::I64);
 }
 
 }  // namespace hlops
