@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,16 @@ class Communicator {
   /// memory, queued on `stream`. Only where on_device(dtype).
   virtual void all_gather_on_device(const void* src, void* dst, size_t count, DType dtype,
                                     void* stream);
+  /// One part of an exchange over several buffers in GPU memory.
+  struct DevicePart {
+    const void* src;
+    void* dst;
+    size_t count;
+  };
+  /// all_reduce_on_device of every part, as one exchange where the communicator can (NCCL
+  /// queues them as one group: one launch, not one a part). Only where on_device(dtype).
+  virtual void all_reduce_parts_on_device(std::span<const DevicePart> parts, DType dtype,
+                                          void* stream);
 };
 
 /// `size` ranks in this process, one Communicator each, for threads to share: sums are
@@ -81,9 +92,22 @@ class AllGatherOp final : public CollectiveOp {
              const std::vector<int64_t>& out_shape, DType out_dtype) const override;
 };
 
+/// Several values summed over the ranks in one exchange (a bucket of gradients): one 1-D
+/// output, each input's sums flattened in turn. The inputs share a dtype.
+class BucketAllReduceOp final : public CollectiveOp {
+ public:
+  explicit BucketAllReduceOp(std::shared_ptr<Communicator> comm) : CollectiveOp(std::move(comm)) {}
+  std::string name() const override { return "BucketAllReduce"; }
+  Buffer run(const std::vector<Buffer>& inputs, const std::vector<std::vector<int64_t>>& shapes,
+             const std::vector<int64_t>& out_shape, DType out_dtype) const override;
+};
+
 /// `x` summed over the ranks of `comm` (every rank's graph calls it at the same point).
 Tensor all_reduce(const Tensor& x, const std::shared_ptr<Communicator>& comm);
 /// Every rank's `x` (each of the same shape), stacked in rank order: [ranks, x's shape...].
 Tensor all_gather(const Tensor& x, const std::shared_ptr<Communicator>& comm);
+/// `parts` (one dtype, one graph) summed over the ranks of `comm` in one exchange: a 1-D
+/// tensor holding each part's sums, flattened, one part after another.
+Tensor all_reduce_flat(const std::vector<Tensor>& parts, const std::shared_ptr<Communicator>& comm);
 
 }  // namespace luminal

@@ -1,10 +1,14 @@
 // CSE, DCE and the fusion decision.
 #include "luminal/compiler/plan.hpp"
 
+#include <algorithm>
+#include <cstdint>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <tuple>
 
+#include "luminal/collective.hpp"
 #include "luminal/compiler/attention_op.hpp"
 
 namespace luminal::compiler {
@@ -19,6 +23,31 @@ std::string cse_key(const Node& n, const std::vector<NodeId>& canonical) {
      << n.value.f;
   for (const Edge& e : n.inputs) os << '|' << canonical[e.source.value].value << e.view.to_string();
   return os.str();
+}
+
+// Each collective moved up to just after the last kernel it reads (and after the
+// collective before it, so their order stays): its exchange starts as soon as its
+// operands are ready, and a backend that runs it beside the kernels after it (CUDA)
+// overlaps the two. A data-parallel step's gradient buckets would otherwise all wait for
+// the end of the backward pass, where the graph's order put them.
+void issue_collectives_early(const Graph& g, KernelPlan& p) {
+  std::vector<Kernel>& ks = p.kernels;
+  std::vector<size_t> index_of(g.num_nodes(), SIZE_MAX);
+  for (size_t k = 0; k < ks.size(); ++k) index_of[ks[k].root.value] = k;
+  std::optional<size_t> previous;  // where the last collective went
+  for (size_t k = 0; k < ks.size(); ++k) {
+    const Node& n = g.node(ks[k].root);
+    if (n.op != Op::Custom || !dynamic_cast<const CollectiveOp*>(n.custom.get())) continue;
+    size_t to = previous ? *previous + 1 : 0;
+    for (NodeId r : ks[k].reads)
+      if (index_of[r.value] != SIZE_MAX) to = std::max(to, index_of[r.value] + 1);
+    previous = to;
+    if (to >= k) continue;
+    std::rotate(ks.begin() + static_cast<std::ptrdiff_t>(to),
+                ks.begin() + static_cast<std::ptrdiff_t>(k),
+                ks.begin() + static_cast<std::ptrdiff_t>(k) + 1);
+    for (size_t j = to; j <= k; ++j) index_of[ks[j].root.value] = j;
+  }
 }
 
 }  // namespace
@@ -111,6 +140,7 @@ KernelPlan plan_kernels(const Graph& g, Fusion fusion, bool computed_masks) {
     p.fused_ops += k.fused;
     p.kernels.push_back(std::move(k));
   }
+  issue_collectives_early(g, p);
   return p;
 }
 

@@ -133,6 +133,11 @@ void Communicator::all_gather_on_device(const void*, void*, size_t, DType dtype,
              << " values in GPU memory";
 }
 
+void Communicator::all_reduce_parts_on_device(std::span<const DevicePart> parts, DType dtype,
+                                              void* stream) {
+  for (const DevicePart& p : parts) all_reduce_on_device(p.src, p.dst, p.count, dtype, stream);
+}
+
 std::vector<std::shared_ptr<Communicator>> local_group(int size,
                                                        std::chrono::milliseconds timeout) {
   LUM_CHECK(size >= 1) << "local_group: " << size << " ranks";
@@ -164,17 +169,33 @@ Buffer AllGatherOp::run(const std::vector<Buffer>& inputs, const std::vector<std
   return out;
 }
 
+Buffer BucketAllReduceOp::run(const std::vector<Buffer>& inputs,
+                              const std::vector<std::vector<int64_t>>&,
+                              const std::vector<int64_t>& out_shape, DType out_dtype) const {
+  Buffer out(out_dtype, static_cast<size_t>(out_shape.at(0)), Buffer::Uninitialized{});
+  size_t at = 0;
+  for (const Buffer& in : inputs) {
+    LUM_CHECK(in.dtype() == out_dtype && at + in.bytes() <= out.bytes())
+        << "BucketAllReduce: an input does not fit its output";
+    std::memcpy(static_cast<std::byte*>(out.data()) + at, in.data(), in.bytes());
+    at += in.bytes();
+  }
+  LUM_CHECK(at == out.bytes()) << "BucketAllReduce: the inputs do not fill its output";
+  comm_->all_reduce(out);
+  return out;
+}
+
 namespace {
 
-Tensor collective_node(const Tensor& x, std::shared_ptr<const CustomOp> op,
+Tensor collective_node(const std::vector<Tensor>& xs, std::shared_ptr<const CustomOp> op,
                        std::vector<Expr> shape) {
   Node n;
   n.op = Op::Custom;
   n.custom = std::move(op);
-  n.dtype = x.dtype();
+  n.dtype = xs.at(0).dtype();
   n.shape = std::move(shape);
-  n.inputs = {Edge{x.id(), x.view()}};
-  Graph& g = x.graph();
+  for (const Tensor& x : xs) n.inputs.push_back(Edge{x.id(), x.view()});
+  Graph& g = xs[0].graph();
   return g.tensor_of(g.add_node(std::move(n)));
 }
 
@@ -182,14 +203,30 @@ Tensor collective_node(const Tensor& x, std::shared_ptr<const CustomOp> op,
 
 Tensor all_reduce(const Tensor& x, const std::shared_ptr<Communicator>& comm) {
   LUM_CHECK(comm) << "all_reduce: no communicator";
-  return collective_node(x, std::make_shared<AllReduceOp>(comm), x.shape());
+  return collective_node({x}, std::make_shared<AllReduceOp>(comm), x.shape());
 }
 
 Tensor all_gather(const Tensor& x, const std::shared_ptr<Communicator>& comm) {
   LUM_CHECK(comm) << "all_gather: no communicator";
   std::vector<Expr> shape = x.shape();
   shape.insert(shape.begin(), Expr(comm->size()));
-  return collective_node(x, std::make_shared<AllGatherOp>(comm), std::move(shape));
+  return collective_node({x}, std::make_shared<AllGatherOp>(comm), std::move(shape));
+}
+
+Tensor all_reduce_flat(const std::vector<Tensor>& parts,
+                       const std::shared_ptr<Communicator>& comm) {
+  LUM_CHECK(comm) << "all_reduce_flat: no communicator";
+  LUM_CHECK(!parts.empty()) << "all_reduce_flat: no tensors";
+  Expr total = 0;
+  for (const Tensor& p : parts) {
+    LUM_CHECK(&p.graph() == &parts[0].graph() && p.dtype() == parts[0].dtype())
+        << "all_reduce_flat: the parts must share a graph and a dtype (" << dtype_name(p.dtype())
+        << " after " << dtype_name(parts[0].dtype()) << ")";
+    Expr count = 1;
+    for (const Expr& d : p.shape()) count = count * d;
+    total = total + count;
+  }
+  return collective_node(parts, std::make_shared<BucketAllReduceOp>(comm), {total});
 }
 
 }  // namespace luminal

@@ -1,6 +1,6 @@
-// The launcher of `luminal generate --tp N` on stand-in ranks (shell scripts): what each
-// rank is told, and that a rank that fails, outlives the others or goes silent stops the
-// run with an error instead of leaving it waiting.
+// The launcher of several ranks (`luminal generate --tp N`, data-parallel training) on stand-in
+// ranks (shell scripts): what each rank is told, and that a rank that fails, outlives the others or
+// goes silent stops the run with an error instead of leaving it waiting.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "tensor_parallel.hpp"
+#include "luminal/ranks.hpp"
 
-namespace luminal::cli {
+namespace luminal {
 namespace {
 
 struct Outcome {
@@ -80,4 +80,4 @@ TEST(Launcher, ProgressReportsKeepARankRunning) {
 }
 
 }  // namespace
-}  // namespace luminal::cli
+}  // namespace luminal

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "luminal/collective.hpp"
+#include "luminal/compiler/plan.hpp"
 #include "luminal/models/language_model.hpp"
 #include "luminal/nn/tensor_parallel.hpp"
 #include "models/generate_cases.hpp"
@@ -156,6 +157,56 @@ TEST(Collective, AllGatherNodeOnTheReferenceInterpreter) {
 }
 TEST(Collective, AllGatherNodeOnTheCpu) {
   expect_graph_gathers(cpu());
+}
+
+// A collective's kernel comes right after the kernel of its operand, not where the graph
+// made it (after unrelated reductions), and two collectives keep their order; a bucket
+// of several values gives each one's sums in turn.
+TEST(Collective, IssuedAsSoonAsTheirOperandsAreReady) {
+  std::vector<std::shared_ptr<Communicator>> one = local_group(1);
+  Graph g;
+  Tensor x = g.named_tensor("x", {4, 3});
+  const Tensor a = x * 2.0f;
+  Tensor later = x;
+  for (int i = 0; i < 4; ++i) later = later.sum({1}).expand(1, 3) + x;  // kernels
+  const Tensor first = all_reduce(a, one[0]);
+  Tensor bucket = all_reduce_flat({later, x.sum({0})}, one[0]);
+  Tensor y = (first + later).retrieve();
+  Tensor z = bucket.retrieve();
+  const compiler::KernelPlan plan = compiler::plan_kernels(g);
+  std::vector<std::string> order;
+  std::vector<size_t> collectives, a_at;
+  for (size_t k = 0; k < plan.kernels.size(); ++k) {
+    const Node& n = g.node(plan.kernels[k].root);
+    if (n.op == Op::Custom) collectives.push_back(k);
+    if (plan.kernels[k].root == plan.canon(a.id())) a_at.push_back(k);
+  }
+  ASSERT_EQ(collectives.size(), 2u);
+  ASSERT_EQ(a_at.size(), 1u);
+  EXPECT_EQ(collectives[0], a_at[0] + 1) << plan.to_text(g);
+  EXPECT_EQ(g.node(plan.kernels[collectives[1]].root).custom->name(), "BucketAllReduce");
+
+  std::vector<float> xs(12);
+  for (size_t i = 0; i < xs.size(); ++i) xs[i] = 0.5f * static_cast<float>(i) - 2.0f;
+  const CpuBackend on_cpu = cpu();
+  const ReferenceBackend interpreter;
+  for (const Backend* backend : std::vector<const Backend*>{&on_cpu, &interpreter}) {
+    g.compile(*backend);
+    x.set(xs);
+    g.execute();
+    // The bucket is `later` flattened, then x's column sums.
+    Graph want;
+    Tensor wx = want.named_tensor("x", {4, 3});
+    Tensor wl = wx;
+    for (int i = 0; i < 4; ++i) wl = wl.sum({1}).expand(1, 3) + wx;
+    Tensor wy = (wx * 2.0f + wl).retrieve();
+    Tensor wz = concat({wl.reshape({12}), wx.sum({0})}, 0).retrieve();
+    want.compile(interpreter);
+    wx.set(xs);
+    want.execute();
+    EXPECT_EQ(y.to_f32(), wy.to_f32()) << backend->name();
+    EXPECT_EQ(z.to_f32(), wz.to_f32()) << backend->name();
+  }
 }
 
 // A rank's communicator that counts the all-reduces it is asked for.

@@ -21,7 +21,7 @@
 #include "luminal/error.hpp"
 #include "luminal/models/chat_template.hpp"
 #include "luminal/models/generate.hpp"
-#include "tensor_parallel.hpp"
+#include "luminal/ranks.hpp"
 
 namespace {
 
@@ -225,22 +225,22 @@ void print_stats(const luminal::models::GenerationStats& st, const std::string& 
 // `whole_argv`: the program's, for --tp to start its ranks with.
 int generate(int argc, char** argv, char** whole_argv) {
   const Options o = parse(argc, argv, kGenerateUsage, false);
-  std::optional<luminal::cli::RankOf> rank;
+  std::optional<luminal::RankOf> rank;
   try {
-    rank = luminal::cli::this_rank();
+    rank = luminal::this_rank();
     if (o.tp > 1 && !rank) {
       std::string why;
       if (!luminal::cuda_available(&why, o.tp - 1)) {
         std::fprintf(stderr, "luminal: --tp %d: %s\n", o.tp, why.c_str());
         return 2;
       }
-      return luminal::cli::launch_ranks(o.tp, whole_argv);
+      return luminal::launch_ranks(o.tp, whole_argv);
     }
     // A rank: its GPU, its part of the model; only rank 0 reports, and every rank tells
     // the launcher it is getting on (each stage, each piece of text).
     const bool reports = !rank || rank->rank == 0;
     const auto say = [&](const std::string& s) {
-      luminal::cli::report_progress();
+      luminal::report_progress();
       if (reports) progress(s);
     };
     const auto backend =
@@ -252,7 +252,7 @@ int generate(int argc, char** argv, char** whole_argv) {
       // argmax) would otherwise wait on threads the others' keep busy.
       if (!o.threads_set) omp_set_num_threads(std::max(1, omp_get_num_procs() / rank->size));
       say("tensor parallel over " + std::to_string(rank->size) + " GPUs: joining the ranks");
-      ranks = luminal::cli::join_ranks(*rank);
+      ranks = luminal::join_ranks(*rank);
     }
     luminal::models::TextGenerator gen(o.model, *backend, say, o.kv_cache, ranks);
     if (o.print_ids) {  // the prompt's ids, then the generated ones, a line each
@@ -269,7 +269,7 @@ int generate(int argc, char** argv, char** whole_argv) {
     const auto st = gen.generate(
         o.prompt, o.max_tokens, o.sampling,
         [](const std::string& piece) {
-          luminal::cli::report_progress();
+          luminal::report_progress();
           std::fputs(piece.c_str(), stdout);
           std::fflush(stdout);
         },

@@ -134,6 +134,9 @@ class CudaExecutable final : public Executable {
     for (size_t k = 0; k < shared_runs_.size(); ++k)
       for (size_t j = k; j + 1 < k + shared_runs_[k]; ++j)
         if (releases_[j].first != releases_[j].second) shared_runs_[k] = 1;
+    // (LUMINAL_CUDA_COLLECTIVES_BESIDE=0: the work after a collective waits for it, to
+    // measure what overlapping them is worth.)
+    collectives_beside_ = !runtime::env_has("LUMINAL_CUDA_COLLECTIVES_BESIDE", "0");
     spares_ = std::make_shared<cudagen::SpareBuffers>();
     dims_ = DeviceBuffer(sizeof(int64_t) * std::max<size_t>(source_.dims.size(), 1));
     dims_arg_ = dims_.data();
@@ -324,6 +327,7 @@ class CudaExecutable final : public Executable {
   void run_kernels(Graph& user) {
     size_t live = 0;
     launches_ = 0;
+    beside_.clear();
     size_t shared_until = 0;  // kernels before it ran with the first of their run
     for (size_t k = 0; k < plan_.kernels.size(); ++k) {
       if (profiling_) check(cudaEventRecord(marks_[k].get(), device_->stream()), "cudaEventRecord");
@@ -345,6 +349,10 @@ class CudaExecutable final : public Executable {
       } else {
         if (owned_[k].bytes() != bytes) owned_[k] = spares_->take(bytes);
         value_ptr_[k] = owned_[k].data();
+      }
+      if (!beside_.empty() && waits_for_collectives(k)) {
+        device_->recorder().join_collectives();
+        beside_.clear();
       }
       // Test binaries set LUMINAL_CPU_POISON: outputs start as all-ones bytes (NaN for
       // floats) on every backend, so an element a kernel leaves unwritten shows.
@@ -748,7 +756,10 @@ class CudaExecutable final : public Executable {
       if (top_k_.run(views[0], operand(n.inputs[0].source), source_dtype(n, 0), t->k(), out))
         return;
     } else if (const auto* c = dynamic_cast<const CollectiveOp*>(n.custom.get())) {
-      if (collective(*c, n, views[0], out, out_bytes)) return;
+      if (collective(*c, k, views, out, out_bytes)) {
+        if (!collectives_beside_) device_->recorder().join_collectives();
+        return;
+      }
     }
     ++stats_.host_fallbacks;
     std::vector<Buffer> in;
@@ -806,27 +817,67 @@ class CudaExecutable final : public Executable {
   }
 
   // The sum over the ranks (or every rank's operand, for an all-gather) by the
-  // communicator on the device (NCCL), out of place: the operand is read where it lies.
-  bool collective(const CollectiveOp& op, const Node& n, const ConcreteView& view, void* out,
-                  size_t out_bytes) {
+  // communicator on the device (NCCL), out of place: the operands are read where they lie
+  // (a bucket's, each into its part of the output, in one exchange).
+  bool collective(const CollectiveOp& op, size_t k, const std::vector<ConcreteView>& views,
+                  void* out, size_t out_bytes) {
+    const Node& n = program_.graph->node(plan_.kernels[k].root);
     Communicator& comm = op.communicator();
     const bool gather = dynamic_cast<const AllGatherOp*>(&op) != nullptr;
-    if (source_dtype(n, 0) != n.dtype || !comm.on_device(n.dtype) || !view.is_dense())
-      return false;
-    const size_t esize = dtype_size(n.dtype), count = static_cast<size_t>(view.numel());
-    LUM_CHECK(count * esize * (gather ? static_cast<size_t>(comm.size()) : 1) == out_bytes)
-        << "internal: a collective's operand and output do not fit";
-    const void* src = static_cast<const char*>(operand(n.inputs[0].source)) +
-                      static_cast<size_t>(view.offset) * esize;
+    if (!comm.on_device(n.dtype)) return false;
+    const size_t esize = dtype_size(n.dtype);
+    std::vector<Communicator::DevicePart> parts;
+    std::vector<const void*> sources;
+    size_t at = 0;
+    for (size_t i = 0; i < views.size(); ++i) {
+      if (source_dtype(n, i) != n.dtype || !views[i].is_dense()) return false;
+      const size_t count = static_cast<size_t>(views[i].numel());
+      const void* src = static_cast<const char*>(operand(n.inputs[i].source)) +
+                        static_cast<size_t>(views[i].offset) * esize;
+      parts.push_back({src, static_cast<char*>(out) + at, count});
+      sources.push_back(src);
+      at += count * esize * (gather ? static_cast<size_t>(comm.size()) : 1);
+    }
+    LUM_CHECK(at == out_bytes) << "internal: a collective's operands and output do not fit";
+    // It runs beside the kernels after it until one needs it (waits_for_collectives).
+    if (collectives_beside_) {
+      Beside& b = beside_.emplace_back();
+      b.node = plan_.kernels[k].root;
+      b.ranges.push_back({static_cast<const char*>(out), out_bytes});
+      for (const Communicator::DevicePart& p : parts)
+        b.ranges.push_back({static_cast<const char*>(p.src), p.count * esize});
+    }
     const DType dtype = n.dtype;
-    device_->collective(n.custom.get(), src, out, out_bytes,
-                        [&comm, gather, src, out, count, dtype](cudaStream_t s) {
-                          if (gather)
-                            comm.all_gather_on_device(src, out, count, dtype, s);
-                          else
-                            comm.all_reduce_on_device(src, out, count, dtype, s);
-                        });
+    device_->collective(
+        n.custom.get(), sources, out, out_bytes,
+        [&comm, gather, parts = std::move(parts), dtype](cudaStream_t s) {
+          if (gather)
+            comm.all_gather_on_device(parts[0].src, parts[0].dst, parts[0].count, dtype, s);
+          else if (parts.size() == 1)
+            comm.all_reduce_on_device(parts[0].src, parts[0].dst, parts[0].count, dtype, s);
+          else
+            comm.all_reduce_parts_on_device(parts, dtype, s);
+        });
     return true;
+  }
+
+  // Whether kernel k (with the kernels of a shared run it starts) reads the value of a
+  // collective still running beside the kernels, or writes where one reads or writes.
+  bool waits_for_collectives(size_t k) const {
+    const size_t last = k + std::max<size_t>(1, shared_runs_[k]);
+    for (size_t j = k; j < last && j < plan_.kernels.size(); ++j) {
+      const char* out = j == k || sizes_[j] == 0
+                            ? static_cast<const char*>(value_ptr_[k])
+                            : static_cast<const char*>(arena_.data()) + arena_plan_.offsets[j];
+      const size_t bytes = j == k ? value_bytes_[k] : sizes_[j];
+      for (const Beside& b : beside_) {
+        for (NodeId r : plan_.kernels[j].reads)
+          if (r == b.node) return true;
+        for (const auto& [at, length] : b.ranges)
+          if (out < at + length && at < out + bytes) return true;
+      }
+    }
+    return false;
   }
 
   // concat({base, rows}, 0): each operand copied into its part of the output. (A donated
@@ -1073,6 +1124,14 @@ class CudaExecutable final : public Executable {
   // Each kernel's value: its address this run, its bytes, and its own buffer where it is
   // not in the arena (place_values).
   std::vector<void*> value_ptr_;
+  // The collectives queued this run that later work has not waited for yet: each one's
+  // node, and the memory it reads and writes.
+  struct Beside {
+    NodeId node;
+    std::vector<std::pair<const char*, size_t>> ranges;
+  };
+  std::vector<Beside> beside_;
+  bool collectives_beside_ = true;
   std::vector<size_t> value_bytes_, sizes_;  // sizes_: bytes in the arena, 0 for own buffers
   std::vector<DeviceBuffer> owned_;
   std::shared_ptr<cudagen::SpareBuffers> spares_;        // handed-over values' buffers, come back

@@ -96,10 +96,10 @@ cudaError_t Device::copy(void* dst, const void* src, size_t bytes) const {
   return cudaSuccess;
 }
 
-void Device::collective(const void* which, const void* src, void* dst, size_t bytes,
-                        std::function<void(cudaStream_t)> enqueue) const {
+void Device::collective(const void* which, std::span<const void* const> sources, void* dst,
+                        size_t bytes, std::function<void(cudaStream_t)> enqueue) const {
   if (recorder_->recording())
-    recorder_->collective(which, src, dst, bytes, std::move(enqueue));
+    recorder_->collective(which, sources, dst, bytes, std::move(enqueue));
   else
     enqueue(stream_);
 }

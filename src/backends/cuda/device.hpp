@@ -40,7 +40,7 @@ class Device {
   cudaError_t memset(void* dst, int value, size_t bytes) const;
   cudaError_t copy(void* dst, const void* src, size_t bytes) const;  // device to device
   /// A collective (StreamRecorder::collective): `enqueue` queues it.
-  void collective(const void* which, const void* src, void* dst, size_t bytes,
+  void collective(const void* which, std::span<const void* const> sources, void* dst, size_t bytes,
                   std::function<void(cudaStream_t)> enqueue) const;
   /// From now on the stream's work is recorded, to be run as CUDA graphs.
   void begin_recording() const { recorder_->begin(stream_); }

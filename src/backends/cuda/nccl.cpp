@@ -29,6 +29,8 @@ struct Nccl {
   ncclResult_t (*all_reduce)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
                              cudaStream_t);
   ncclResult_t (*all_gather)(const void*, void*, size_t, ncclDataType_t, ncclComm_t, cudaStream_t);
+  ncclResult_t (*group_start)();
+  ncclResult_t (*group_end)();
   ncclResult_t (*comm_destroy)(ncclComm_t);
   const char* (*error_string)(ncclResult_t);
 
@@ -52,6 +54,8 @@ const Nccl& nccl() {
     n.comm_init_rank = reinterpret_cast<decltype(n.comm_init_rank)>(entry("ncclCommInitRank"));
     n.all_reduce = reinterpret_cast<decltype(n.all_reduce)>(entry("ncclAllReduce"));
     n.all_gather = reinterpret_cast<decltype(n.all_gather)>(entry("ncclAllGather"));
+    n.group_start = reinterpret_cast<decltype(n.group_start)>(entry("ncclGroupStart"));
+    n.group_end = reinterpret_cast<decltype(n.group_end)>(entry("ncclGroupEnd"));
     n.comm_destroy = reinterpret_cast<decltype(n.comm_destroy)>(entry("ncclCommDestroy"));
     n.error_string = reinterpret_cast<decltype(n.error_string)>(entry("ncclGetErrorString"));
     return n;
@@ -99,6 +103,18 @@ class NcclCommunicator final : public Communicator {
     nccl().check(nccl().all_reduce(src, dst, count, *type, ncclSum, comm_,
                                    static_cast<cudaStream_t>(stream)),
                  "all-reduce");
+  }
+
+  void all_reduce_parts_on_device(std::span<const DevicePart> parts, DType dtype,
+                                  void* stream) override {
+    nccl().check(nccl().group_start(), "starting a group");
+    try {
+      for (const DevicePart& p : parts) all_reduce_on_device(p.src, p.dst, p.count, dtype, stream);
+    } catch (...) {
+      nccl().group_end();
+      throw;
+    }
+    nccl().check(nccl().group_end(), "a group of all-reduces");
   }
 
   void all_gather_on_device(const void* src, void* dst, size_t count, DType dtype,

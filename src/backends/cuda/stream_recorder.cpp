@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <optional>
+#include <utility>
 
 #include "backends/cuda/device.hpp"
 #include "luminal/error.hpp"
@@ -66,6 +68,7 @@ void StreamRecorder::begin(cudaStream_t stream) {
   now_.clear();
   stream_ = stream;
   recording_ = true;
+  join_next_ = false;
   launched_ = 0;
   stats_ = Replay{};
 }
@@ -114,11 +117,12 @@ void StreamRecorder::copy(void* dst, const void* src, size_t bytes) {
   add(op);
 }
 
-void StreamRecorder::collective(const void* which, const void* src, void* dst, size_t bytes,
-                                std::function<void(cudaStream_t)> enqueue) {
+void StreamRecorder::collective(const void* which, std::span<const void* const> sources, void* dst,
+                                size_t bytes, std::function<void(cudaStream_t)> enqueue) {
   Op op;
   op.kind = Kind::Collective;
-  op.function = which, op.src = src, op.dst = dst, op.bytes = bytes;
+  op.function = which, op.dst = dst, op.bytes = bytes;
+  op.sources.assign(sources.begin(), sources.end());
   op.enqueue = std::move(enqueue);
   add(op);
 }
@@ -126,6 +130,7 @@ void StreamRecorder::collective(const void* which, const void* src, void* dst, s
 void StreamRecorder::add(const Op& op) {
   end_library_work();  // (library work queued before this operation comes first)
   now_.ops.push_back(op);
+  now_.ops.back().joins = std::exchange(join_next_, false);
   // A full segment is launched now, so the GPU starts on it.
   const size_t most = size_t{16} << std::min<size_t>(launched_, 3);
   if (now_.ops.size() >= most) launch_segment();
@@ -142,7 +147,7 @@ void StreamRecorder::begin_library_work() {
   if (!(at < graphed.size() && graphed[at].kind == Kind::Library) &&
       !(at < segment.last_work.size() && segment.last_work[at].kind == Kind::Library)) {
     segment.last_work = work();
-    segment.last_work.push_back({Kind::Library, nullptr});
+    segment.last_work.push_back({Kind::Library, nullptr, join_next_});
     flush();
     return;
   }
@@ -157,6 +162,7 @@ void StreamRecorder::end_library_work() {
   const cudaError_t e = cudaStreamEndCapture(stream_, &op.library);
   library_work_ = false;
   check(e, "capturing a library's kernels");
+  op.joins = std::exchange(join_next_, false);
   now_.ops.push_back(op);
 }
 
@@ -272,7 +278,7 @@ bool StreamRecorder::update(Segment& segment) {
         e = cudaGraphExecChildGraphNodeSetParams(exec, segment.nodes[i], op.library);
         break;
       case Kind::Collective:  // kept as captured, or captured anew with the segment
-        if (op.dst == was.dst && op.src == was.src && op.bytes == was.bytes) continue;
+        if (op.dst == was.dst && op.sources == was.sources && op.bytes == was.bytes) continue;
         e = cudaErrorInvalidValue;
         break;
     }
@@ -294,10 +300,25 @@ void StreamRecorder::instantiate(Segment& segment) {
   check(cudaGraphCreate(&segment.graph, 0), "cudaGraphCreate");
   std::vector<cudaGraphNode_t>& nodes = segment.nodes;
   nodes.assign(now_.ops.size(), nullptr);
+  // The chain of work, and the collectives beside it: the last of each, and whether the
+  // chain has waited for the last collective.
+  std::optional<size_t> chain, beside;
+  bool joined = true;
   for (size_t i = 0; i < now_.ops.size(); ++i) {
     Op& op = now_.ops[i];
-    const cudaGraphNode_t* after = i ? &nodes[i - 1] : nullptr;
-    const size_t n = i ? 1 : 0;
+    const bool is_collective = op.kind == Kind::Collective;
+    // A collective hangs on the chain and on the collective before it; other work on the
+    // chain, and on the last collective where it joins them.
+    std::vector<cudaGraphNode_t> deps;
+    if (chain) deps.push_back(nodes[*chain]);
+    if (beside && (is_collective || (op.joins && !joined))) deps.push_back(nodes[*beside]);
+    const cudaGraphNode_t* after = deps.data();
+    const size_t n = deps.size();
+    if (is_collective) {
+      beside = i, joined = false;
+    } else {
+      if (op.joins) joined = true;
+    }
     switch (op.kind) {
       case Kind::Kernel: {
         cudaKernelNodeParams p{};
@@ -307,33 +328,37 @@ void StreamRecorder::instantiate(Segment& segment) {
         p.kernelParams = arguments(now_, op);
         // After a kernel: launched as that one runs out (see launch_kernel), so the node
         // hangs on it by a programmatic edge instead of an ordinary one.
-        const bool programmatic = programmatic_ && i > 0 && now_.ops[i - 1].kind == Kind::Kernel;
-        check(cudaGraphAddKernelNode(&nodes[i], segment.graph, programmatic ? nullptr : after,
-                                     programmatic ? 0 : n, &p),
+        const bool programmatic = programmatic_ && chain && now_.ops[*chain].kind == Kind::Kernel;
+        check(cudaGraphAddKernelNode(&nodes[i], segment.graph, programmatic ? after + 1 : after,
+                                     programmatic ? n - 1 : n, &p),
               "adding a kernel node");
         if (programmatic) {
           cudaGraphEdgeData edge{};
           edge.from_port = cudaGraphKernelNodePortProgrammatic;
           edge.type = cudaGraphDependencyTypeProgrammatic;
-          check(cudaGraphAddDependencies(segment.graph, after, &nodes[i], &edge, 1),
+          check(cudaGraphAddDependencies(segment.graph, &nodes[*chain], &nodes[i], &edge, 1),
                 "adding a programmatic dependency");
         }
+        chain = i;
         break;
       }
       case Kind::Memset: {
         const cudaMemsetParams p = memset_params(op.dst, op.value, op.bytes);
         check(cudaGraphAddMemsetNode(&nodes[i], segment.graph, after, n, &p),
               "adding a memset node");
+        chain = i;
         break;
       }
       case Kind::Copy:
         check(cudaGraphAddMemcpyNode1D(&nodes[i], segment.graph, after, n, op.dst, op.src, op.bytes,
                                        cudaMemcpyDeviceToDevice),
               "adding a copy node");
+        chain = i;
         break;
       case Kind::Library:
         check(cudaGraphAddChildGraphNode(&nodes[i], segment.graph, after, n, op.library),
               "adding a library's kernels");
+        chain = i;
         break;
       case Kind::Collective: {
         check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed),

@@ -11,6 +11,13 @@
 // is cut into segments (16 operations, then 32, 64, and 128 each after), each launched as
 // soon as it is recorded, so the GPU starts on the first while the host records the next
 // instead of waiting for the whole run.
+//
+// Collectives run beside the kernels: a collective's node hangs on the work before it
+// (and on the collective before it, since every rank must run them in one order), and
+// the work after it does not wait for it until the caller says a later operation needs
+// it (join_collectives: one reads its result, or writes where it reads or writes). A
+// data-parallel step's gradient exchanges so overlap the backward pass still running.
+// Within a segment only: a segment's graph ends once all its nodes have.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -50,12 +57,14 @@ class StreamRecorder {
               size_t shared_bytes);
   void memset(void* dst, int value, size_t bytes);
   void copy(void* dst, const void* src, size_t bytes);  // device to device
-  /// A collective (an NCCL all-reduce or all-gather from `src` into `bytes` at `dst`):
+  /// A collective (an NCCL all-reduce or all-gather from `sources` into `bytes` at `dst`):
   /// `enqueue` queues it on the stream it is given. Its graph node is captured once and kept
   /// while later runs record it with the same arguments (a library's captures are not to be
   /// re-pointed). `which`: the collective (another is other work).
-  void collective(const void* which, const void* src, void* dst, size_t bytes,
+  void collective(const void* which, std::span<const void* const> sources, void* dst, size_t bytes,
                   std::function<void(cudaStream_t)> enqueue);
+  /// The next operation recorded waits for the collectives recorded before it.
+  void join_collectives() { join_next_ = true; }
   /// Work a library (cuBLASLt) queues on the stream until the next recorded operation is
   /// captured as a graph of its own, run as one node of the run's graph: where the last
   /// runs did library work here too; elsewhere the recording is flushed.
@@ -95,21 +104,24 @@ class StreamRecorder {
     size_t params_begin = 0, params_end = 0;  // Kernel: its parameters in params_, packed
     size_t sizes_begin = 0;                   // Kernel: its parameters' sizes, in sizes_
     void* dst = nullptr;                      // Memset, Copy, Collective
-    const void* src = nullptr;                // Copy, Collective
+    const void* src = nullptr;                // Copy
     size_t bytes = 0;                         // Memset, Copy, Collective
     int value = 0;                            // Memset
     cudaGraph_t library = nullptr;            // Library, Collective (once graphed): owned by
                                               // the recording
     std::function<void(cudaStream_t)> enqueue;  // Collective
+    std::vector<const void*> sources;           // Collective
+    bool joins = false;  // waits for the collectives before it (join_collectives)
   };
   // What an operation is, apart from its parameters: a graph node is updated only to an
   // operation of the same work (a kernel node keeps its function).
   struct Work {
     Kind kind;
     const void* function;  // Kernel; Collective: which
+    bool joins;
     bool operator==(const Work&) const = default;
   };
-  static Work work_of(const Op& op) { return {op.kind, op.function}; }
+  static Work work_of(const Op& op) { return {op.kind, op.function, op.joins}; }
   struct Recording {
     std::vector<Op> ops;
     std::vector<unsigned char> params;  // every kernel's parameter values, one after another
@@ -146,6 +158,7 @@ class StreamRecorder {
   bool recording_ = false;
   cudaStream_t stream_ = nullptr;  // the one recorded (begin)
   bool library_work_ = false;      // the stream is being captured (begin_library_work)
+  bool join_next_ = false;         // join_collectives() was called
   Recording now_;                  // the segment being recorded
   std::vector<Segment> segments_;  // the graphs, in the order a run launches them
   size_t launched_ = 0;            // segments launched by this run

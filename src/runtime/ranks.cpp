@@ -1,5 +1,5 @@
-// Starting, joining and watching the rank processes of `luminal generate --tp N`.
-#include "tensor_parallel.hpp"
+// Starting, joining and watching the rank processes of a run over several GPUs.
+#include "luminal/ranks.hpp"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -24,7 +24,7 @@
 
 extern char** environ;
 
-namespace luminal::cli {
+namespace luminal {
 namespace {
 
 constexpr const char* kRank = "LUMINAL_TP_RANK";
@@ -63,7 +63,9 @@ std::optional<RankOf> this_rank() {
 std::shared_ptr<Communicator> join_ranks(const RankOf& me) {
   prctl(PR_SET_PDEATHSIG, SIGTERM);  // a launcher killed takes its ranks with it
   const char* id = std::getenv(kId);
-  LUM_CHECK(id) << kId << " is not set (rank processes are started by luminal generate --tp)";
+  LUM_CHECK(id) << kId
+                << " is not set (rank processes are started by launch_ranks: luminal generate "
+                   "--tp, bench_train_ranks --ranks)";
   return nccl_communicator(id, me.rank, me.size, me.rank);
 }
 
@@ -194,4 +196,4 @@ int launch_ranks(int n, char** argv, const LaunchOptions& options) {
   return status;
 }
 
-}  // namespace luminal::cli
+}  // namespace luminal

@@ -1,7 +1,8 @@
-// `luminal generate --tp N`: one process a GPU. The command starts N copies of itself, the
-// ranks (rank r on GPU r, joined through NCCL), and waits for them. Rank 0 prints; the
-// others run silent. A rank that fails, hangs or stops making progress stops the others:
-// the command exits with an error instead of leaving them waiting forever on a collective.
+// Runs over several GPUs, one process a GPU (`luminal generate --tp N`, data-parallel
+// training): a program starts N copies of itself, the ranks (rank r on GPU r, joined
+// through NCCL), and waits for them. Rank 0 prints; the others run silent. A rank that fails, hangs
+// or stops making progress stops the others: the command exits with an error instead of leaving
+// them waiting forever on a collective.
 #pragma once
 
 #include <functional>
@@ -11,7 +12,7 @@
 
 #include "luminal/collective.hpp"
 
-namespace luminal::cli {
+namespace luminal {
 
 /// In a rank's process: its rank and the group's size; nullopt in the launching process.
 struct RankOf {
@@ -43,4 +44,4 @@ struct LaunchOptions {
 /// own error; this adds which rank failed), or 2 where ranks were stopped for a limit.
 int launch_ranks(int n, char** argv, const LaunchOptions& options = LaunchOptions::from_env());
 
-}  // namespace luminal::cli
+}  // namespace luminal
