@@ -12,13 +12,14 @@ Rank 0 prints the median step's milliseconds and tokens a second over all GPUs.
 import argparse
 import os
 import sys
-import time
 
 import torch
 import torch.distributed as dist
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tools", "fixtures"))
+sys.path.insert(0, os.path.dirname(__file__))
 from make_training import Gpt  # noqa: E402
+from train_gpt2_bench import time_step  # noqa: E402
 
 VOCAB = 50257
 
@@ -55,22 +56,7 @@ def main():
         opt.step()
         return loss
 
-    start = time.perf_counter()
-    step()
-    torch.cuda.synchronize()
-    first = time.perf_counter() - start
-    for _ in range(2):
-        step()
-    times = []
-    for _ in range(args.steps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        step()
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b))
-    times.sort()
-    ms = times[len(times) // 2]
+        ms, first = time_step(step, args.steps)
     if rank == 0:
         mode = "eager" if args.eager else "torch.compile"
         print(f"torch DDP {mode} ranks {world}: median step {ms:.2f} ms, "

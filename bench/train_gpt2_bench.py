@@ -20,6 +20,29 @@ from make_training import Gpt  # noqa: E402
 BATCH, SEQ, VOCAB = 8, 1024, 50257
 
 
+def time_step(step, runs=10):
+    """The first step's seconds (compiling included), then after two more the median of
+    `runs` steps' milliseconds by CUDA events."""
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    step()
+    torch.cuda.synchronize()
+    first = time.perf_counter() - start
+    for _ in range(2):
+        step()
+    torch.cuda.reset_peak_memory_stats()
+    times = []
+    for _ in range(runs):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        step()
+        b.record()
+        torch.cuda.synchronize()
+        times.append(a.elapsed_time(b))
+    times.sort()
+    return times[len(times) // 2], first
+
+
 def torch_step(compiled):
     torch.manual_seed(0)
     model = Gpt(VOCAB, SEQ, 12, 12, 768).cuda()
@@ -41,24 +64,8 @@ def torch_step(compiled):
         opt.step()
         return loss
 
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    step()
-    torch.cuda.synchronize()
-    first = time.perf_counter() - start
-    for _ in range(2):
-        step()
-    torch.cuda.reset_peak_memory_stats()
-    times = []
-    for _ in range(10):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        step()
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b))
-    times.sort()
-    return times[len(times) // 2], torch.cuda.max_memory_allocated() / 2**20, first
+        ms, first = time_step(step)
+    return ms, torch.cuda.max_memory_allocated() / 2**20, first
 
 
 def main():

@@ -25,23 +25,27 @@ std::string cse_key(const Node& n, const std::vector<NodeId>& canonical) {
   return os.str();
 }
 
-// Each collective moved up to just after the last kernel it reads (and after the
-// collective before it, so their order stays): its exchange starts as soon as its
-// operands are ready, and a backend that runs it beside the kernels after it (CUDA)
-// overlaps the two. A data-parallel step's gradient buckets would otherwise all wait for
-// the end of the backward pass, where the graph's order put them.
+// Each collective moved up to just after the last kernel it reads (after the collectives
+// already there): its exchange starts as soon as its operands are ready, and a backend
+// that runs it beside the kernels after it (CUDA) overlaps the two. The collectives then
+// come in the order their operands are ready, the same on every rank. A data-parallel
+// step's gradient buckets would otherwise all wait for the end of the backward pass,
+// where the graph's order put them (its weights' gradients, computed for the update in
+// the parameters' order, come last).
 void issue_collectives_early(const Graph& g, KernelPlan& p) {
   std::vector<Kernel>& ks = p.kernels;
   std::vector<size_t> index_of(g.num_nodes(), SIZE_MAX);
   for (size_t k = 0; k < ks.size(); ++k) index_of[ks[k].root.value] = k;
-  std::optional<size_t> previous;  // where the last collective went
+  const auto is_collective = [&](const Kernel& kn) {
+    const Node& n = g.node(kn.root);
+    return n.op == Op::Custom && dynamic_cast<const CollectiveOp*>(n.custom.get()) != nullptr;
+  };
   for (size_t k = 0; k < ks.size(); ++k) {
-    const Node& n = g.node(ks[k].root);
-    if (n.op != Op::Custom || !dynamic_cast<const CollectiveOp*>(n.custom.get())) continue;
-    size_t to = previous ? *previous + 1 : 0;
+    if (!is_collective(ks[k])) continue;
+    size_t to = 0;
     for (NodeId r : ks[k].reads)
       if (index_of[r.value] != SIZE_MAX) to = std::max(to, index_of[r.value] + 1);
-    previous = to;
+    while (to < k && is_collective(ks[to])) ++to;
     if (to >= k) continue;
     std::rotate(ks.begin() + static_cast<std::ptrdiff_t>(to),
                 ks.begin() + static_cast<std::ptrdiff_t>(k),

@@ -222,9 +222,7 @@ Tensor all_reduce_flat(const std::vector<Tensor>& parts,
     LUM_CHECK(&p.graph() == &parts[0].graph() && p.dtype() == parts[0].dtype())
         << "all_reduce_flat: the parts must share a graph and a dtype (" << dtype_name(p.dtype())
         << " after " << dtype_name(parts[0].dtype()) << ")";
-    Expr count = 1;
-    for (const Expr& d : p.shape()) count = count * d;
-    total = total + count;
+    total = total + p.numel();
   }
   return collective_node(parts, std::make_shared<BucketAllReduceOp>(comm), {total});
 }

@@ -12,6 +12,7 @@
 #include "luminal/nn/tensor_parallel.hpp"
 #include "models/generate_cases.hpp"
 #include "models/model_parity.hpp"
+#include "runtime/liveness.hpp"
 
 namespace luminal {
 namespace {
@@ -160,8 +161,8 @@ TEST(Collective, AllGatherNodeOnTheCpu) {
 }
 
 // A collective's kernel comes right after the kernel of its operand, not where the graph
-// made it (after unrelated reductions), and two collectives keep their order; a bucket
-// of several values gives each one's sums in turn.
+// made it (after unrelated reductions); a bucket of several values gives each one's sums
+// in turn.
 TEST(Collective, IssuedAsSoonAsTheirOperandsAreReady) {
   std::vector<std::shared_ptr<Communicator>> one = local_group(1);
   Graph g;
@@ -185,6 +186,19 @@ TEST(Collective, IssuedAsSoonAsTheirOperandsAreReady) {
   ASSERT_EQ(a_at.size(), 1u);
   EXPECT_EQ(collectives[0], a_at[0] + 1) << plan.to_text(g);
   EXPECT_EQ(g.node(plan.kernels[collectives[1]].root).custom->name(), "BucketAllReduce");
+  // Its operand is held until its value is first read, not released after it: the
+  // exchange may still be reading it while the kernels between run.
+  const runtime::Liveness live = runtime::plan_liveness(g, plan);
+  std::optional<size_t> released, first_reader;
+  for (size_t k = 0; k < plan.kernels.size(); ++k) {
+    for (uint32_t i = live.frees_begin[k]; i < live.frees_begin[k + 1]; ++i)
+      if (live.frees[i] == live.slot_of[plan.canon(a.id()).value]) released = k;
+    for (NodeId r : plan.kernels[k].reads)
+      if (r == plan.canon(first.id()) && !first_reader) first_reader = k;
+  }
+  ASSERT_TRUE(first_reader.has_value());
+  EXPECT_EQ(released, first_reader);
+  EXPECT_GT(*first_reader, collectives[0] + 1);
 
   std::vector<float> xs(12);
   for (size_t i = 0; i < xs.size(); ++i) xs[i] = 0.5f * static_cast<float>(i) - 2.0f;

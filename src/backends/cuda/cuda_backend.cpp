@@ -134,9 +134,10 @@ class CudaExecutable final : public Executable {
     for (size_t k = 0; k < shared_runs_.size(); ++k)
       for (size_t j = k; j + 1 < k + shared_runs_[k]; ++j)
         if (releases_[j].first != releases_[j].second) shared_runs_[k] = 1;
-    // (LUMINAL_CUDA_COLLECTIVES_BESIDE=0: the work after a collective waits for it, to
-    // measure what overlapping them is worth.)
-    collectives_beside_ = !runtime::env_has("LUMINAL_CUDA_COLLECTIVES_BESIDE", "0");
+    // (LUMINAL_CUDA_COLLECTIVES_BESIDE=0: every collective inside the graphs, the work
+    // after it waiting for it, to measure what overlapping them is worth.)
+    collective_beside_.assign(plan_.kernels.size(), false);
+    if (!runtime::env_has("LUMINAL_CUDA_COLLECTIVES_BESIDE", "0")) find_collectives_beside();
     spares_ = std::make_shared<cudagen::SpareBuffers>();
     dims_ = DeviceBuffer(sizeof(int64_t) * std::max<size_t>(source_.dims.size(), 1));
     dims_arg_ = dims_.data();
@@ -350,10 +351,7 @@ class CudaExecutable final : public Executable {
         if (owned_[k].bytes() != bytes) owned_[k] = spares_->take(bytes);
         value_ptr_[k] = owned_[k].data();
       }
-      if (!beside_.empty() && waits_for_collectives(k)) {
-        device_->recorder().join_collectives();
-        beside_.clear();
-      }
+      if (!beside_.empty() && waits_for_collectives(k)) join_collectives();
       // Test binaries set LUMINAL_CPU_POISON: outputs start as all-ones bytes (NaN for
       // floats) on every backend, so an element a kernel leaves unwritten shows.
       const bool done = k < shared_until;
@@ -756,10 +754,7 @@ class CudaExecutable final : public Executable {
       if (top_k_.run(views[0], operand(n.inputs[0].source), source_dtype(n, 0), t->k(), out))
         return;
     } else if (const auto* c = dynamic_cast<const CollectiveOp*>(n.custom.get())) {
-      if (collective(*c, k, views, out, out_bytes)) {
-        if (!collectives_beside_) device_->recorder().join_collectives();
-        return;
-      }
+      if (collective(*c, k, views, out, out_bytes)) return;
     }
     ++stats_.host_fallbacks;
     std::vector<Buffer> in;
@@ -839,26 +834,51 @@ class CudaExecutable final : public Executable {
       at += count * esize * (gather ? static_cast<size_t>(comm.size()) : 1);
     }
     LUM_CHECK(at == out_bytes) << "internal: a collective's operands and output do not fit";
-    // It runs beside the kernels after it until one needs it (waits_for_collectives).
-    if (collectives_beside_) {
-      Beside& b = beside_.emplace_back();
-      b.node = plan_.kernels[k].root;
-      b.ranges.push_back({static_cast<const char*>(out), out_bytes});
-      for (const Communicator::DevicePart& p : parts)
-        b.ranges.push_back({static_cast<const char*>(p.src), p.count * esize});
-    }
+    const bool beside = collective_beside_[k];
+    if (!beside && !beside_.empty()) join_collectives();  // a communicator's run in one order
     const DType dtype = n.dtype;
-    device_->collective(
-        n.custom.get(), sources, out, out_bytes,
-        [&comm, gather, parts = std::move(parts), dtype](cudaStream_t s) {
-          if (gather)
-            comm.all_gather_on_device(parts[0].src, parts[0].dst, parts[0].count, dtype, s);
-          else if (parts.size() == 1)
-            comm.all_reduce_on_device(parts[0].src, parts[0].dst, parts[0].count, dtype, s);
-          else
-            comm.all_reduce_parts_on_device(parts, dtype, s);
-        });
+    auto enqueue = [&comm, gather, parts, dtype](cudaStream_t s) {
+      if (gather)
+        comm.all_gather_on_device(parts[0].src, parts[0].dst, parts[0].count, dtype, s);
+      else if (parts.size() == 1)
+        comm.all_reduce_on_device(parts[0].src, parts[0].dst, parts[0].count, dtype, s);
+      else
+        comm.all_reduce_parts_on_device(parts, dtype, s);
+    };
+    if (!beside) {
+      device_->collective(n.custom.get(), sources, out, out_bytes, std::move(enqueue));
+      return true;
+    }
+    // It runs beside the kernels after it until one needs it (waits_for_collectives).
+    Beside& b = beside_.emplace_back();
+    b.node = plan_.kernels[k].root;
+    b.ranges.push_back({static_cast<const char*>(out), out_bytes});
+    for (const Communicator::DevicePart& p : parts)
+      b.ranges.push_back({static_cast<const char*>(p.src), p.count * esize});
+    device_->collective_beside(std::move(enqueue));
     return true;
+  }
+
+  void join_collectives() {
+    device_->recorder().join_collectives();
+    beside_.clear();
+  }
+
+  // The collectives whose value no kernel reads within the next few: run beside the
+  // kernels after them (StreamRecorder::collective_beside), whose work overlaps their
+  // exchange. One read at once (a tensor-parallel block's sum) stays in the graphs, where
+  // it costs no launch of its own.
+  void find_collectives_beside() {
+    constexpr size_t kNear = 4;  // kernels
+    const Graph& g = *program_.graph;
+    for (size_t k = 0; k < plan_.kernels.size(); ++k) {
+      const Node& n = g.node(plan_.kernels[k].root);
+      if (n.op != Op::Custom || !dynamic_cast<const CollectiveOp*>(n.custom.get())) continue;
+      collective_beside_[k] = true;
+      for (size_t j = k + 1; j < plan_.kernels.size() && j <= k + kNear; ++j)
+        for (NodeId r : plan_.kernels[j].reads)
+          if (r == plan_.kernels[k].root) collective_beside_[k] = false;
+    }
   }
 
   // Whether kernel k (with the kernels of a shared run it starts) reads the value of a
@@ -866,9 +886,9 @@ class CudaExecutable final : public Executable {
   bool waits_for_collectives(size_t k) const {
     const size_t last = k + std::max<size_t>(1, shared_runs_[k]);
     for (size_t j = k; j < last && j < plan_.kernels.size(); ++j) {
-      const char* out = j == k || sizes_[j] == 0
-                            ? static_cast<const char*>(value_ptr_[k])
-                            : static_cast<const char*>(arena_.data()) + arena_plan_.offsets[j];
+      // (A shared run's later members write into the arena: place_values put them there.)
+      const char* out = j == k ? static_cast<const char*>(value_ptr_[k])
+                               : static_cast<const char*>(arena_.data()) + arena_plan_.offsets[j];
       const size_t bytes = j == k ? value_bytes_[k] : sizes_[j];
       for (const Beside& b : beside_) {
         for (NodeId r : plan_.kernels[j].reads)
@@ -1131,7 +1151,7 @@ class CudaExecutable final : public Executable {
     std::vector<std::pair<const char*, size_t>> ranges;
   };
   std::vector<Beside> beside_;
-  bool collectives_beside_ = true;
+  std::vector<bool> collective_beside_;      // by kernel (find_collectives_beside)
   std::vector<size_t> value_bytes_, sizes_;  // sizes_: bytes in the arena, 0 for own buffers
   std::vector<DeviceBuffer> owned_;
   std::shared_ptr<cudagen::SpareBuffers> spares_;        // handed-over values' buffers, come back

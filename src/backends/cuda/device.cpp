@@ -104,6 +104,13 @@ void Device::collective(const void* which, std::span<const void* const> sources,
     enqueue(stream_);
 }
 
+void Device::collective_beside(std::function<void(cudaStream_t)> enqueue) const {
+  if (recorder_->recording())
+    recorder_->collective_beside(std::move(enqueue));
+  else
+    enqueue(stream_);
+}
+
 void Device::make_current() const {
   check(cudaSetDevice(ordinal_), "cudaSetDevice");
 }

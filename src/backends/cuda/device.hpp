@@ -42,6 +42,9 @@ class Device {
   /// A collective (StreamRecorder::collective): `enqueue` queues it.
   void collective(const void* which, std::span<const void* const> sources, void* dst, size_t bytes,
                   std::function<void(cudaStream_t)> enqueue) const;
+  /// A collective beside the work after it (StreamRecorder::collective_beside; queued on
+  /// the stream where nothing is being recorded).
+  void collective_beside(std::function<void(cudaStream_t)> enqueue) const;
   /// From now on the stream's work is recorded, to be run as CUDA graphs.
   void begin_recording() const { recorder_->begin(stream_); }
   StreamRecorder& recorder() const { return *recorder_; }

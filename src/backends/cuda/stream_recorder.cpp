@@ -4,8 +4,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <optional>
-#include <utility>
 
 #include "backends/cuda/device.hpp"
 #include "luminal/error.hpp"
@@ -35,6 +33,9 @@ StreamRecorder::~StreamRecorder() {
   }
   now_.clear();
   drop();
+  if (ready_) cudaEventDestroy(ready_);
+  if (side_done_) cudaEventDestroy(side_done_);
+  if (side_) cudaStreamDestroy(side_);
 }
 
 void StreamRecorder::drop() {
@@ -43,6 +44,7 @@ void StreamRecorder::drop() {
   for (cudaGraphExec_t e : flushed_libraries_) cudaGraphExecDestroy(e);
   flushed_libraries_.clear();
   last_launched_ = 0;
+  last_steps_.clear();
 }
 
 void StreamRecorder::Segment::drop() {
@@ -68,8 +70,8 @@ void StreamRecorder::begin(cudaStream_t stream) {
   now_.clear();
   stream_ = stream;
   recording_ = true;
-  join_next_ = false;
   launched_ = 0;
+  steps_.clear();
   stats_ = Replay{};
 }
 
@@ -127,10 +129,44 @@ void StreamRecorder::collective(const void* which, std::span<const void* const> 
   add(op);
 }
 
+void StreamRecorder::collective_beside(std::function<void(cudaStream_t)> enqueue) {
+  end_library_work();
+  if (!now_.ops.empty()) launch_segment();
+  queue_beside(enqueue);
+  steps_.push_back({Step::What::Beside, 0, std::move(enqueue)});
+}
+
+void StreamRecorder::join_collectives() {
+  if (!outstanding_) return;
+  if (recording_) {
+    end_library_work();
+    if (!now_.ops.empty()) launch_segment();
+    steps_.push_back({Step::What::Join, 0, {}});
+  }
+  wait_beside();
+}
+
+void StreamRecorder::queue_beside(const std::function<void(cudaStream_t)>& enqueue) {
+  if (!side_) {
+    check(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking), "creating a stream");
+    check(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming), "cudaEventCreate");
+    check(cudaEventCreateWithFlags(&side_done_, cudaEventDisableTiming), "cudaEventCreate");
+  }
+  check(cudaEventRecord(ready_, stream_), "cudaEventRecord");
+  check(cudaStreamWaitEvent(side_, ready_, 0), "cudaStreamWaitEvent");
+  enqueue(side_);
+  check(cudaEventRecord(side_done_, side_), "cudaEventRecord");
+  outstanding_ = true;
+}
+
+void StreamRecorder::wait_beside() {
+  check(cudaStreamWaitEvent(stream_, side_done_, 0), "cudaStreamWaitEvent");
+  outstanding_ = false;
+}
+
 void StreamRecorder::add(const Op& op) {
   end_library_work();  // (library work queued before this operation comes first)
   now_.ops.push_back(op);
-  now_.ops.back().joins = std::exchange(join_next_, false);
   // A full segment is launched now, so the GPU starts on it.
   const size_t most = size_t{16} << std::min<size_t>(launched_, 3);
   if (now_.ops.size() >= most) launch_segment();
@@ -147,7 +183,7 @@ void StreamRecorder::begin_library_work() {
   if (!(at < graphed.size() && graphed[at].kind == Kind::Library) &&
       !(at < segment.last_work.size() && segment.last_work[at].kind == Kind::Library)) {
     segment.last_work = work();
-    segment.last_work.push_back({Kind::Library, nullptr, join_next_});
+    segment.last_work.push_back({Kind::Library, nullptr});
     flush();
     return;
   }
@@ -162,7 +198,6 @@ void StreamRecorder::end_library_work() {
   const cudaError_t e = cudaStreamEndCapture(stream_, &op.library);
   library_work_ = false;
   check(e, "capturing a library's kernels");
-  op.joins = std::exchange(join_next_, false);
   now_.ops.push_back(op);
 }
 
@@ -179,6 +214,7 @@ void StreamRecorder::flush() {
   recording_ = false;
   end_library_work();
   queue();
+  if (outstanding_) wait_beside();  // (what is queued directly from now on comes after)
 }
 
 void StreamRecorder::queue() {
@@ -300,25 +336,10 @@ void StreamRecorder::instantiate(Segment& segment) {
   check(cudaGraphCreate(&segment.graph, 0), "cudaGraphCreate");
   std::vector<cudaGraphNode_t>& nodes = segment.nodes;
   nodes.assign(now_.ops.size(), nullptr);
-  // The chain of work, and the collectives beside it: the last of each, and whether the
-  // chain has waited for the last collective.
-  std::optional<size_t> chain, beside;
-  bool joined = true;
   for (size_t i = 0; i < now_.ops.size(); ++i) {
     Op& op = now_.ops[i];
-    const bool is_collective = op.kind == Kind::Collective;
-    // A collective hangs on the chain and on the collective before it; other work on the
-    // chain, and on the last collective where it joins them.
-    std::vector<cudaGraphNode_t> deps;
-    if (chain) deps.push_back(nodes[*chain]);
-    if (beside && (is_collective || (op.joins && !joined))) deps.push_back(nodes[*beside]);
-    const cudaGraphNode_t* after = deps.data();
-    const size_t n = deps.size();
-    if (is_collective) {
-      beside = i, joined = false;
-    } else {
-      if (op.joins) joined = true;
-    }
+    const cudaGraphNode_t* after = i ? &nodes[i - 1] : nullptr;
+    const size_t n = i ? 1 : 0;
     switch (op.kind) {
       case Kind::Kernel: {
         cudaKernelNodeParams p{};
@@ -328,37 +349,33 @@ void StreamRecorder::instantiate(Segment& segment) {
         p.kernelParams = arguments(now_, op);
         // After a kernel: launched as that one runs out (see launch_kernel), so the node
         // hangs on it by a programmatic edge instead of an ordinary one.
-        const bool programmatic = programmatic_ && chain && now_.ops[*chain].kind == Kind::Kernel;
-        check(cudaGraphAddKernelNode(&nodes[i], segment.graph, programmatic ? after + 1 : after,
-                                     programmatic ? n - 1 : n, &p),
+        const bool programmatic = programmatic_ && i > 0 && now_.ops[i - 1].kind == Kind::Kernel;
+        check(cudaGraphAddKernelNode(&nodes[i], segment.graph, programmatic ? nullptr : after,
+                                     programmatic ? 0 : n, &p),
               "adding a kernel node");
         if (programmatic) {
           cudaGraphEdgeData edge{};
           edge.from_port = cudaGraphKernelNodePortProgrammatic;
           edge.type = cudaGraphDependencyTypeProgrammatic;
-          check(cudaGraphAddDependencies(segment.graph, &nodes[*chain], &nodes[i], &edge, 1),
+          check(cudaGraphAddDependencies(segment.graph, after, &nodes[i], &edge, 1),
                 "adding a programmatic dependency");
         }
-        chain = i;
         break;
       }
       case Kind::Memset: {
         const cudaMemsetParams p = memset_params(op.dst, op.value, op.bytes);
         check(cudaGraphAddMemsetNode(&nodes[i], segment.graph, after, n, &p),
               "adding a memset node");
-        chain = i;
         break;
       }
       case Kind::Copy:
         check(cudaGraphAddMemcpyNode1D(&nodes[i], segment.graph, after, n, op.dst, op.src, op.bytes,
                                        cudaMemcpyDeviceToDevice),
               "adding a copy node");
-        chain = i;
         break;
       case Kind::Library:
         check(cudaGraphAddChildGraphNode(&nodes[i], segment.graph, after, n, op.library),
               "adding a library's kernels");
-        chain = i;
         break;
       case Kind::Collective: {
         check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed),
@@ -405,21 +422,37 @@ void StreamRecorder::launch_segment() {
   std::swap(now_, segment.graphed);
   now_.clear();
   check(cudaGraphLaunch(segment.exec, stream_), "launching a recorded CUDA graph");
+  steps_.push_back({Step::What::Segment, launched_ - 1, {}});
 }
 
 StreamRecorder::Replay StreamRecorder::replay() {
   LUM_ASSERT(recording_) << "replaying a run that was not recorded";
   end_library_work();
   if (!now_.ops.empty() || launched_ == 0) launch_segment();
+  if (outstanding_) {
+    wait_beside();
+    steps_.push_back({Step::What::Join, 0, {}});
+  }
   recording_ = false;
   last_launched_ = launched_;
+  std::swap(last_steps_, steps_);
   return stats_;
 }
 
-void StreamRecorder::launch_again() const {
+void StreamRecorder::launch_again() {
   LUM_ASSERT(last_launched_ > 0) << "no recorded graph to launch";
-  for (size_t i = 0; i < last_launched_; ++i)
-    check(cudaGraphLaunch(segments_[i].exec, stream_), "launching a recorded CUDA graph");
+  for (const Step& s : last_steps_) switch (s.what) {
+      case Step::What::Segment:
+        check(cudaGraphLaunch(segments_[s.segment].exec, stream_),
+              "launching a recorded CUDA graph");
+        break;
+      case Step::What::Beside:
+        queue_beside(s.enqueue);
+        break;
+      case Step::What::Join:
+        wait_beside();
+        break;
+    }
 }
 
 }  // namespace luminal::cudagen

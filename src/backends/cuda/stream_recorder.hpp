@@ -12,12 +12,11 @@
 // soon as it is recorded, so the GPU starts on the first while the host records the next
 // instead of waiting for the whole run.
 //
-// Collectives run beside the kernels: a collective's node hangs on the work before it
-// (and on the collective before it, since every rank must run them in one order), and
-// the work after it does not wait for it until the caller says a later operation needs
-// it (join_collectives: one reads its result, or writes where it reads or writes). A
-// data-parallel step's gradient exchanges so overlap the backward pass still running.
-// Within a segment only: a segment's graph ends once all its nodes have.
+// A collective whose result is wanted only much later (a data-parallel step's gradient
+// exchange, read by the update at the end of the backward pass) is queued beside the
+// graphs instead, on a stream of its own behind the work before it, and the graphs after
+// it run while it does until the caller says one needs it (join_collectives): the
+// recording is cut there, and the stream waits for the side stream before going on.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -63,8 +62,14 @@ class StreamRecorder {
   /// re-pointed). `which`: the collective (another is other work).
   void collective(const void* which, std::span<const void* const> sources, void* dst, size_t bytes,
                   std::function<void(cudaStream_t)> enqueue);
-  /// The next operation recorded waits for the collectives recorded before it.
-  void join_collectives() { join_next_ = true; }
+  /// A collective run beside the work recorded after it: what is recorded so far is
+  /// launched, and `enqueue` queues the collective on the side stream behind it. Such
+  /// collectives run one after another, in the order they come.
+  void collective_beside(std::function<void(cudaStream_t)> enqueue);
+  /// The work from now on waits for the collectives queued beside it (what is recorded
+  /// so far is launched first); nothing where none is outstanding. Also outside a
+  /// recording, for collectives launch_again() queued.
+  void join_collectives();
   /// Work a library (cuBLASLt) queues on the stream until the next recorded operation is
   /// captured as a graph of its own, run as one node of the run's graph: where the last
   /// runs did library work here too; elsewhere the recording is flushed.
@@ -89,8 +94,9 @@ class StreamRecorder {
   };
   /// Ends the recording and launches what is left of it; what the run's segments did.
   Replay replay();
-  /// Launches the graphs again as the last replay() left them (a run like that one).
-  void launch_again() const;
+  /// Launches the graphs again as the last replay() left them (a run like that one), with
+  /// the collectives beside them.
+  void launch_again();
   /// Drops the graphs: before the modules their kernels come from are unloaded.
   void drop();
 
@@ -111,17 +117,15 @@ class StreamRecorder {
                                               // the recording
     std::function<void(cudaStream_t)> enqueue;  // Collective
     std::vector<const void*> sources;           // Collective
-    bool joins = false;  // waits for the collectives before it (join_collectives)
   };
   // What an operation is, apart from its parameters: a graph node is updated only to an
   // operation of the same work (a kernel node keeps its function).
   struct Work {
     Kind kind;
     const void* function;  // Kernel; Collective: which
-    bool joins;
     bool operator==(const Work&) const = default;
   };
-  static Work work_of(const Op& op) { return {op.kind, op.function, op.joins}; }
+  static Work work_of(const Op& op) { return {op.kind, op.function}; }
   struct Recording {
     std::vector<Op> ops;
     std::vector<unsigned char> params;  // every kernel's parameter values, one after another
@@ -148,6 +152,10 @@ class StreamRecorder {
   void launch_segment();
   // The recorded operations queued on the stream one by one.
   void queue();
+  // A collective queued on the side stream behind the stream's work so far; the stream
+  // waiting for the side stream.
+  void queue_beside(const std::function<void(cudaStream_t)>& enqueue);
+  void wait_beside();
   // Kernel op's parameters as cudaLaunchKernel and graph nodes take them (pointers into
   // `r.params`, in scratch_).
   void** arguments(const Recording& r, const Op& op);
@@ -158,7 +166,6 @@ class StreamRecorder {
   bool recording_ = false;
   cudaStream_t stream_ = nullptr;  // the one recorded (begin)
   bool library_work_ = false;      // the stream is being captured (begin_library_work)
-  bool join_next_ = false;         // join_collectives() was called
   Recording now_;                  // the segment being recorded
   std::vector<Segment> segments_;  // the graphs, in the order a run launches them
   size_t launched_ = 0;            // segments launched by this run
@@ -167,6 +174,17 @@ class StreamRecorder {
   std::unordered_map<const void*, std::vector<size_t>> parameter_sizes_;  // by function
   std::vector<void*> scratch_;
   std::vector<cudaGraphExec_t> flushed_libraries_;  // instantiated by flush(), freed by begin()
+  // What a run launched, in order, for launch_again: a segment's graph, a collective
+  // beside the graphs, the stream waiting for those.
+  struct Step {
+    enum class What : uint8_t { Segment, Beside, Join } what;
+    size_t segment = 0;
+    std::function<void(cudaStream_t)> enqueue;
+  };
+  std::vector<Step> steps_, last_steps_;
+  cudaStream_t side_ = nullptr;  // the collectives beside the graphs
+  cudaEvent_t ready_ = nullptr, side_done_ = nullptr;
+  bool outstanding_ = false;  // a collective beside that the stream has not waited for
 };
 
 }  // namespace luminal::cudagen
