@@ -46,6 +46,10 @@ class View {
   View() = default;
   /// Row-major strides, offset 0, no masks.
   static View contiguous(const std::vector<Expr>& shape);
+  /// A view made of its parts (each of the vectors one entry a dim), for passes that work
+  /// out strides themselves (shard).
+  static View from_parts(std::vector<Expr> dims, std::vector<Expr> strides, Expr offset,
+                         std::vector<Expr> mask_lo, std::vector<Expr> mask_hi);
 
   size_t rank() const { return dims_.size(); }
   const std::vector<Expr>& shape() const { return dims_; }

@@ -300,6 +300,20 @@ std::optional<View> View::reshape(const std::vector<Expr>& shape) const {
   return out;
 }
 
+View View::from_parts(std::vector<Expr> dims, std::vector<Expr> strides, Expr offset,
+                      std::vector<Expr> mask_lo, std::vector<Expr> mask_hi) {
+  LUM_CHECK(strides.size() == dims.size() && mask_lo.size() == dims.size() &&
+            mask_hi.size() == dims.size())
+      << "View::from_parts: parts of different ranks";
+  View v;
+  v.dims_ = std::move(dims);
+  v.strides_ = std::move(strides);
+  v.offset_ = offset;
+  v.mask_lo_ = std::move(mask_lo);
+  v.mask_hi_ = std::move(mask_hi);
+  return v;
+}
+
 View View::slice(int axis, Expr start, Expr end) const {
   const size_t d = normalize_axis(axis, rank(), "slice");
   // Symbolic bounds are checked where provable; the rest is checked when bound.

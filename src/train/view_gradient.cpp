@@ -16,42 +16,11 @@
 #include <numeric>
 #include <set>
 
+#include "core/expr_probe.hpp"
 #include "luminal/error.hpp"
 
 namespace luminal::train {
 namespace {
-
-// Two sets of values for the symbolic dims of a view's expressions, used to order its
-// strides and extents: what both agree on is taken as the order for every value (the
-// expressions are sums and products of dims, whose order does not depend on them).
-class Probe {
- public:
-  explicit Probe(const std::vector<Expr>& exprs) {
-    std::set<std::string> names;
-    for (Expr e : exprs)
-      for (const std::string& v : e.variables()) names.insert(v);
-    int64_t k = 0;
-    for (const std::string& name : names) {
-      const int64_t lo = std::max<int64_t>(Expr(name).lower_bound(), 1);
-      small_.set(name, lo + 1 + k);
-      large_.set(name, lo + 1000 + 17 * k);
-      ++k;
-    }
-  }
-
-  /// -1, 0 or 1 as a < b, a == b or a > b; throws where the two sets of values disagree.
-  int compare(Expr a, Expr b) const {
-    const int s = sign(a.eval(small_) - b.eval(small_));
-    LUM_CHECK(s == sign(a.eval(large_) - b.eval(large_)))
-        << "gradients: cannot order " << a << " and " << b
-        << " for every value of their dims, so the view's transpose is unknown";
-    return s;
-  }
-
- private:
-  static int sign(int64_t x) { return (x > 0) - (x < 0); }
-  Bindings small_, large_;
-};
 
 // Tensor t holds the gradient of buffer element offset + sum_d i_d * strides[d] for every
 // index i of its shape (dims).
@@ -67,7 +36,7 @@ struct Strided {
 };
 
 // The gradient of the `n`-element buffer Strided reads (all strides positive).
-Tensor place(Strided s, Expr n, const Probe& probe) {
+Tensor place(Strided s, Expr n, const ExprProbe& probe) {
   const size_t rank = s.dims.size();
   std::vector<int> order(rank);
   std::iota(order.begin(), order.end(), 0);
@@ -158,7 +127,7 @@ Tensor view_gradient(const Tensor& g, const View& view, std::vector<Expr> source
   exprs.insert(exprs.end(), s.dims.begin(), s.dims.end());
   exprs.push_back(s.offset);
   exprs.push_back(n);
-  const Probe probe(exprs);
+  const ExprProbe probe(exprs, "gradients: the view's transpose is unknown");
   // A negative stride walks the buffer backwards from its first element's position.
   for (size_t d = 0; d < s.dims.size(); ++d) {
     if (probe.compare(s.strides[d], 0) >= 0) continue;
