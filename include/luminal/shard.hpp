@@ -64,8 +64,11 @@ class ShardedGraph {
 /// This rank's (comm's) graph of `whole`: `inputs` placed as given, every other input
 /// replicated. A cut input's size along its axis must divide by the ranks; its data, where
 /// `whole` has them, are cut to this rank's part. Dims bound in `whole` are bound here.
-/// Every output of `whole` is whole here. Ops the pass has no rule for read whole values.
+/// Every output of `whole` is whole here, except those of `parts` that are cut (a KV
+/// cache fed back as a cut input): each rank reads its part. Ops the pass has no rule
+/// for read whole values.
 ShardedGraph shard(const Graph& whole, const std::vector<std::pair<Tensor, Placement>>& inputs,
-                   const std::shared_ptr<Communicator>& comm);
+                   const std::shared_ptr<Communicator>& comm,
+                   const std::vector<Tensor>& parts = {});
 
 }  // namespace luminal

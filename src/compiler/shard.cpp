@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/expr_probe.hpp"
+#include "luminal/append_rows_op.hpp"
 #include "luminal/error.hpp"
 
 namespace luminal {
@@ -46,7 +47,8 @@ class Sharder {
   // whole shape, cut along a split axis), whatever `id`'s own factoring of that shape.
   using Local = ShardedGraph::Local;
 
-  ShardedGraph run(const std::vector<std::pair<Tensor, Placement>>& inputs) {
+  ShardedGraph run(const std::vector<std::pair<Tensor, Placement>>& inputs,
+                   const std::vector<Tensor>& parts) {
     std::vector<std::optional<Placement>> given(whole_.num_nodes());
     for (const auto& [t, p] : inputs) {
       LUM_CHECK(&t.graph() == &whole_) << "shard: an annotated tensor is not of the graph";
@@ -66,7 +68,17 @@ class Sharder {
       else
         local_[i] = computed(n);
     }
+    std::vector<bool> in_parts(whole_.num_nodes(), false);
+    for (const Tensor& t : parts) {
+      LUM_CHECK(&t.graph() == &whole_ && whole_.is_output(t.id()))
+          << "shard: a tensor to keep in parts is not an output of the graph";
+      in_parts[t.id().value] = true;
+    }
     for (NodeId o : whole_.outputs()) {
+      if (in_parts[o.value] && local_[o.value].placement.kind == Kind::Split) {
+        g_->mark_retrieve(local_[o.value].id);
+        continue;
+      }
       const NodeId here = replicated(o);
       local_[o.value] = {here, Placement::replicated()};
       g_->mark_retrieve(here);
@@ -209,8 +221,12 @@ class Sharder {
       if (!probe.divides(top, s)) return std::nullopt;  // reads across the split digit
       strides[d] = s / ranks_;                          // outer: the part is 1/ranks of it
     }
-    // An offset into the split digit reads a shifted window of it: not a part.
-    const Expr offset = v.offset(), within = offset % top;
+    // An offset into the split digit reads a shifted window of it: not a part. (A padded
+    // inner dim starts at a negative offset, inside the inner digits.)
+    const Expr offset = v.offset();
+    const bool inner =
+        probe.compare(offset, 0) < 0 && probe.compare(offset + carrier_stride, 0) > 0;
+    const Expr within = inner ? offset : offset % top;
     if (probe.compare(within, carrier_stride) >= 0) return std::nullopt;
     const Expr local_offset = (offset - within) / ranks_ + within;
     return std::pair{View::from_parts(dims, strides, local_offset, lo, hi),
@@ -276,6 +292,15 @@ class Sharder {
         LUM_CHECK(n.op != Op::Custom || !dynamic_cast<const CollectiveOp*>(n.custom.get()))
             << "shard: the graph already exchanges values between ranks (" << n.custom->name()
             << ")";
+        // Rows appended to a cache (both split along the same dim, not the rows'): each
+        // rank appends its part of them to its part of the cache.
+        if (n.op == Op::Custom && dynamic_cast<const AppendRowsOp*>(n.custom.get())) {
+          read_all(false);
+          if (at[0].kind == Kind::Split && at[0] == at[1] && at[0].axis != 0) {
+            out = at[0];
+            break;
+          }
+        }
         read_all(true);
         break;
     }
@@ -343,9 +368,9 @@ Placement ShardedGraph::placement(const Tensor& whole) const {
 }
 
 ShardedGraph shard(const Graph& whole, const std::vector<std::pair<Tensor, Placement>>& inputs,
-                   const std::shared_ptr<Communicator>& comm) {
+                   const std::shared_ptr<Communicator>& comm, const std::vector<Tensor>& parts) {
   LUM_CHECK(comm) << "shard: no communicator";
-  return Sharder(whole, comm).run(inputs);
+  return Sharder(whole, comm).run(inputs, parts);
 }
 
 }  // namespace luminal

@@ -10,8 +10,11 @@
 #include <thread>
 
 #include "luminal/luminal.hpp"
+#include "luminal/models/llama.hpp"
+#include "luminal/models/safetensors.hpp"
 #include "luminal/nn/attention.hpp"
 #include "luminal/shard.hpp"
+#include "models/model_parity.hpp"
 #include "testing/expect_error.hpp"
 
 namespace luminal {
@@ -145,6 +148,79 @@ void read_across(Model& m) {
 TEST(Shard, ValuesReadAcrossTheCutAreGathered) {
   EXPECT_EQ(expect_sharded_matches_whole(read_across, 2, ReferenceBackend()), 1u);
   EXPECT_EQ(expect_sharded_matches_whole(read_across, 3, cpu()), 1u);
+}
+
+// A whole model's graph (the Llama fixture: 4 query heads over 2 key-value heads, 2
+// layers) sharded by its weights' names, as Megatron cuts them, and its KV cache by
+// heads: on 2 ranks, the logits of the prompt and of three decode steps (each rank's
+// part of the cache fed back) are transformers', for one all-reduce after the attention
+// and one after the feed-forward network in each layer.
+TEST(Shard, LlamaByWeightNamesGivesTransformersLogits) {
+  const std::string dir = models::model_fixture_dir("llama");
+  const models::LlamaConfig cfg = models::LlamaConfig::from_hf_json(dir + "/config.json");
+  const models::SafetensorsFile expected(dir + "/expected.safetensors");
+  const std::vector<int64_t> all = expected.read("tokens").to_i64();
+  const size_t prompt = all.size() - 3;
+  std::vector<std::shared_ptr<Communicator>> group = local_group(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        Graph g;
+        models::Llama model(g, cfg, DType::F32);
+        Tensor tokens = g.named_tensor("tokens", {"seq"}, DType::I32);
+        models::Llama::Output out = model.forward(tokens);
+        out.logits.retrieve();
+        std::vector<Tensor> caches;
+        for (auto& c : out.cache) caches.insert(caches.end(), {c.k.retrieve(), c.v.retrieve()});
+        ASSERT_TRUE(models::load_safetensors_weights(model, dir + "/model.safetensors").empty());
+        std::vector<std::pair<Tensor, Placement>> placed;
+        for (const auto& [name, w] : model.named_parameters()) {
+          for (const char* rows : {"q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"})
+            if (name.find(rows) != std::string::npos) placed.emplace_back(w, Placement::split(0));
+          for (const char* columns : {"o_proj", "down_proj"})
+            if (name.find(columns) != std::string::npos)
+              placed.emplace_back(w, Placement::split(1));
+        }
+        ASSERT_EQ(placed.size(), 14u);
+        for (auto& c : model.cache_inputs) {  // [positions, key-value heads, head dim]
+          placed.emplace_back(c.k, Placement::split(1));
+          placed.emplace_back(c.v, Placement::split(1));
+        }
+        ShardedGraph sg = shard(g, placed, group[static_cast<size_t>(r)], caches);
+        for (const auto& [w, p] : placed) EXPECT_EQ(sg.tensor(w).dim(p.axis), w.dim(p.axis) / 2);
+        EXPECT_EQ(sg.collectives(), 2u * static_cast<size_t>(cfg.layers));
+        sg.graph().compile(CpuBackend());
+        for (auto& c : model.cache_inputs) {
+          sg.tensor(c.k).set(std::vector<float>{});
+          sg.tensor(c.v).set(std::vector<float>{});
+        }
+        int64_t past = 0;
+        for (size_t s = 0; s < 4; ++s) {
+          const size_t from = s == 0 ? 0 : prompt + s - 1, to = s == 0 ? prompt : from + 1;
+          sg.graph().set_dim("seq", static_cast<int64_t>(to - from));
+          sg.graph().set_dim("past", past);
+          sg.tensor(tokens).set(
+              std::vector<int32_t>(all.begin() + static_cast<std::ptrdiff_t>(from),
+                                   all.begin() + static_cast<std::ptrdiff_t>(to)));
+          sg.graph().execute();
+          past += static_cast<int64_t>(to - from);
+          const std::string step = s == 0 ? "prefill" : "step" + std::to_string(s - 1);
+          models::expect_logits(sg.tensor(out.logits).to_f32(), expected.read(step + "_logits"),
+                                step + " on rank " + std::to_string(r));
+          for (size_t l = 0; l < out.cache.size(); ++l) {  // this rank's part, fed back
+            sg.tensor(model.cache_inputs[l].k)
+                .set_buffer(*sg.graph().data(sg.tensor(out.cache[l].k).id()));
+            sg.tensor(model.cache_inputs[l].v)
+                .set_buffer(*sg.graph().data(sg.tensor(out.cache[l].v).id()));
+            EXPECT_EQ(sg.placement(out.cache[l].k), Placement::split(1));
+          }
+        }
+      } catch (const Error& e) {
+        ADD_FAILURE() << "rank " << r << ": " << e.what();
+      }
+    });
+  for (std::thread& t : threads) t.join();
 }
 
 TEST(Shard, BadAnnotationsAreRefusedByName) {
