@@ -75,14 +75,12 @@ class Sharder {
       in_parts[t.id().value] = true;
     }
     for (NodeId o : whole_.outputs()) {
-      if (in_parts[o.value] && local_[o.value].placement.kind == Kind::Split) {
-        g_->mark_retrieve(local_[o.value].id);
-        continue;
+      if (!(in_parts[o.value] && local_[o.value].placement.kind == Kind::Split)) {
+        const NodeId whole_here = replicated(o);
+        local_[o.value] = {whole_here, Placement::replicated()};
       }
-      const NodeId here = replicated(o);
-      local_[o.value] = {here, Placement::replicated()};
-      g_->mark_retrieve(here);
-      if (whole_.is_kept_on_device(o)) g_->keep_on_device(here);
+      g_->mark_retrieve(local_[o.value].id);
+      if (whole_.is_kept_on_device(o)) g_->keep_on_device(local_[o.value].id);
     }
     return ShardedGraph(std::move(g_), std::move(local_), collectives_);
   }
