@@ -271,11 +271,8 @@ class Sharder {
         read_all(false);
         const int axis = n.axis;
         if (at[0].kind == Kind::Split && at[0].axis == axis) {
-          if (n.op == Op::SumReduce) {
-            out = Placement::partial();  // each rank sums its part
-          } else {
-            read_all(true);
-          }
+          if (n.op == Op::MaxReduce) return max_of_parts(n, edges[0]);
+          out = Placement::partial();  // each rank sums its part
         } else if (at[0].kind == Kind::Split) {
           out = Placement::split(at[0].axis - (at[0].axis > axis ? 1 : 0));
         } else if (at[0].kind == Kind::Partial && n.op != Op::SumReduce) {
@@ -306,6 +303,18 @@ class Sharder {
     copy.inputs = edges;
     copy.shape = local_shape(n.shape, out);
     return {g_->add_node(std::move(copy)), out};
+  }
+
+  // A max over the split dim: each rank's max of its part, gathered (the reduced shape,
+  // not the value) and reduced over the ranks. A softmax or an argmax over a vocabulary
+  // split by ranks so exchanges a value a row, not the row.
+  Local max_of_parts(const Node& n, const Edge& part) {
+    Node mine = n;
+    mine.inputs = {part};
+    const NodeId local_max = g_->add_node(std::move(mine));
+    const Tensor whole = all_gather(g_->tensor_of(local_max), comm_).max_reduce(0);
+    ++collectives_;
+    return {whole.id(), Placement::replicated()};
   }
 
   // Where an elementwise op's value lies, its operands made to agree: partial sums stay

@@ -136,8 +136,9 @@ TEST(Shard, AttentionSplitByHeadsTakesOneAllReduce) {
     EXPECT_EQ(expect_sharded_matches_whole(attention, ranks, ReferenceBackend()), 1u) << ranks;
 }
 
-// A value read across its cut: a softmax over the split dim (its max needs every part)
-// and the split value itself as the output: each made whole by an all-gather.
+// A value read across its cut: a softmax over the split dim, whose max gathers each
+// rank's max and whose sum all-reduces each rank's sum (a value a row each, not the
+// row), and the split result as the output, gathered.
 void read_across(Model& m) {
   Tensor x = m.input("x", {3, 8}, Placement::replicated(), 21);
   Tensor w = m.input("w", {12, 8}, Placement::split(0), 22);
@@ -146,8 +147,21 @@ void read_across(Model& m) {
 }
 
 TEST(Shard, ValuesReadAcrossTheCutAreGathered) {
-  EXPECT_EQ(expect_sharded_matches_whole(read_across, 2, ReferenceBackend()), 1u);
-  EXPECT_EQ(expect_sharded_matches_whole(read_across, 3, cpu()), 1u);
+  EXPECT_EQ(expect_sharded_matches_whole(read_across, 2, ReferenceBackend()), 3u);
+  EXPECT_EQ(expect_sharded_matches_whole(read_across, 3, cpu()), 3u);
+  // What each exchange carries: the maxima and the sums a row each; the row only for
+  // the output.
+  Model m;
+  read_across(m);
+  m.y.retrieve();
+  ShardedGraph sg = shard(m.g, m.placed, local_group(2)[0]);
+  std::vector<std::string> sent;
+  for (uint32_t i = 0; i < sg.graph().num_nodes(); ++i) {
+    const Node& n = sg.graph().node(NodeId{i});
+    if (n.op == Op::Custom)
+      sent.push_back(n.custom->name() + " " + to_string(n.inputs[0].view.shape()));
+  }
+  EXPECT_EQ(sent, (std::vector<std::string>{"AllGather [3]", "AllReduce [3]", "AllGather [3, 6]"}));
 }
 
 // A whole model's graph (the Llama fixture: 4 query heads over 2 key-value heads, 2
