@@ -19,9 +19,7 @@ import torch.distributed as dist
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tools", "fixtures"))
 sys.path.insert(0, os.path.dirname(__file__))
 from make_training import Gpt  # noqa: E402
-from train_gpt2_bench import time_step  # noqa: E402
-
-VOCAB = 50257
+from train_gpt2_bench import VOCAB, adamw_step, time_step  # noqa: E402
 
 
 def main():
@@ -37,26 +35,7 @@ def main():
     torch.manual_seed(0)
     model = Gpt(VOCAB, args.seq, 12, 12, 768).cuda()
     ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[rank])
-    opt = torch.optim.AdamW(ddp.parameters(), lr=1e-4)
-    ids = torch.randint(0, VOCAB, (args.batch, args.seq), device="cuda")
-    targets = torch.randint(0, VOCAB, (args.batch, args.seq), device="cuda")
-
-    def loss_of(ids, targets):
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            logits = ddp(ids)
-        return torch.nn.functional.cross_entropy(logits.float().reshape(-1, VOCAB),
-                                                 targets.reshape(-1))
-
-    forward = loss_of if args.eager else torch.compile(loss_of)
-
-    def step():
-        loss = forward(ids, targets)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        return loss
-
-        ms, first = time_step(step, args.steps)
+    ms, first = time_step(adamw_step(ddp, args.batch, args.seq, not args.eager), args.steps)
     if rank == 0:
         mode = "eager" if args.eager else "torch.compile"
         print(f"torch DDP {mode} ranks {world}: median step {ms:.2f} ms, "

@@ -15,6 +15,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tools", "fixtures"))
+from compare_cuda import bench  # noqa: E402
 from make_training import Gpt  # noqa: E402
 
 BATCH, SEQ, VOCAB = 8, 1024, 50257
@@ -28,27 +29,17 @@ def time_step(step, runs=10):
     step()
     torch.cuda.synchronize()
     first = time.perf_counter() - start
-    for _ in range(2):
-        step()
     torch.cuda.reset_peak_memory_stats()
-    times = []
-    for _ in range(runs):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        step()
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b))
-    times.sort()
-    return times[len(times) // 2], first
+    return bench(step, warmup=2, runs=runs), first
 
 
-def torch_step(compiled):
-    torch.manual_seed(0)
-    model = Gpt(VOCAB, SEQ, 12, 12, 768).cuda()
+def adamw_step(model, batch, seq, compiled):
+    """One AdamW step of `model` (tools/fixtures' Gpt, or a wrapper of it) on a batch of
+    random tokens, bf16 autocast over f32 master weights, the forward pass and the loss
+    under torch.compile where `compiled`."""
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    ids = torch.randint(0, VOCAB, (BATCH, SEQ), device="cuda")
-    targets = torch.randint(0, VOCAB, (BATCH, SEQ), device="cuda")
+    ids = torch.randint(0, VOCAB, (batch, seq), device="cuda")
+    targets = torch.randint(0, VOCAB, (batch, seq), device="cuda")
 
     def loss_of(ids, targets):
         with torch.autocast("cuda", dtype=torch.bfloat16):
@@ -64,7 +55,13 @@ def torch_step(compiled):
         opt.step()
         return loss
 
-        ms, first = time_step(step)
+    return step
+
+
+def torch_step(compiled):
+    torch.manual_seed(0)
+    model = Gpt(VOCAB, SEQ, 12, 12, 768).cuda()
+    ms, first = time_step(adamw_step(model, BATCH, SEQ, compiled))
     return ms, torch.cuda.max_memory_allocated() / 2**20, first
 
 
