@@ -41,13 +41,14 @@ Liveness plan_liveness(const Graph& g, const compiler::KernelPlan& plan) {
   for (size_t k = 0; k < kernels; ++k) {
     const auto begin = static_cast<uint32_t>(l.frees.size());
     l.frees_begin.push_back(begin);
-    for (const std::vector<NodeId>& released : {plan.kernels[k].reads, held_until[k]})
-      for (NodeId r : released) {
-        const int32_t slot = l.slot_of[r.value];
-        if (slot >= 0 && last_use[r.value] == k && !g.is_output(r) &&
-            std::find(l.frees.begin() + begin, l.frees.end(), slot) == l.frees.end())
-          l.frees.push_back(slot);
-      }
+    const auto release = [&](NodeId r) {
+      const int32_t slot = l.slot_of[r.value];
+      if (slot >= 0 && last_use[r.value] == k && !g.is_output(r) &&
+          std::find(l.frees.begin() + begin, l.frees.end(), slot) == l.frees.end())
+        l.frees.push_back(slot);
+    };
+    for (NodeId r : plan.kernels[k].reads) release(r);
+    for (NodeId r : held_until[k]) release(r);
   }
   l.frees_begin.push_back(static_cast<uint32_t>(l.frees.size()));
   return l;

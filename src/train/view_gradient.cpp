@@ -14,7 +14,6 @@
 
 #include <algorithm>
 #include <numeric>
-#include <set>
 
 #include "core/expr_probe.hpp"
 #include "luminal/error.hpp"
