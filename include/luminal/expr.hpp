@@ -87,6 +87,12 @@ class Expr {
   /// A C expression over int64_t; floor div/mod of possibly negative values call the
   /// helpers in expr_c_prelude().
   std::string to_c() const;
+  /// C statements bounding the expression over a box of its variables' values: with
+  /// `v_lo` and `v_hi` (inclusive) in scope for each variable v, they declare
+  /// `<name>_lo` and `<name>_hi`, which hold every value it takes in the box wherever
+  /// `<name>_known` (also declared) is nonzero; a divisor that may be zero clears it.
+  /// They use the helpers of expr_c_prelude().
+  std::string to_c_bounds(std::string_view name) const;
 
   friend bool operator==(Expr a, Expr b) { return a.id_ == b.id_; }
   friend bool operator!=(Expr a, Expr b) { return a.id_ != b.id_; }

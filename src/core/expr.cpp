@@ -417,6 +417,7 @@ LUM_EXPR_FN long long lum_floormod(long long a, long long b) {
 }
 LUM_EXPR_FN long long lum_min(long long a, long long b) { return a < b ? a : b; }
 LUM_EXPR_FN long long lum_max(long long a, long long b) { return a > b ? a : b; }
+LUM_EXPR_FN long long lum_mul(long long a, long long b) { return a * b; }
 )";
 }
 

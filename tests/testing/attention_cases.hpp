@@ -66,7 +66,12 @@ inline void expect_attention_matches_reference(const Backend& backend, const std
                          {2, 2, 1, 50, 8, 8, 0, DType::F16},
                          {1, 1, 300, 0, 128, 128, 0, DType::F16, DType::F16},
                          {1, 2, 80, 100, 256, 128, 0, DType::F16, DType::F16},
-                         {2, 4, 40, 60, 64, 64, 0, DType::BF16, DType::BF16, true}}) {
+                         {2, 4, 40, 60, 64, 64, 0, DType::BF16, DType::BF16, true},
+                         // Prompts of many tiles of rows and keys: tiles wholly inside a
+                         // causal or windowed mask, wholly outside it, and rows of two heads.
+                         {1, 2, 300, 100, 64, 64, 150, DType::BF16, DType::BF16},
+                         {1, 1, 384, 0, 64, 64, 0, DType::BF16, DType::BF16},
+                         {1, 4, 200, 77, 64, 64, 0, DType::F16, DType::F16}}) {
     const std::string what =
         label + ": kv " + std::to_string(c.kv_heads) + " group " + std::to_string(c.group) +
         " seq " + std::to_string(c.seq) + " past " + std::to_string(c.past) + " d " +

@@ -297,17 +297,21 @@ std::string attention_source(const AttentionKernel& s) {
 }
 
 ComputedMask::ComputedMask(Expr keep_expr) : keep(keep_expr.to_c()) {
-  std::string declared;
+  // The dims it reads (and, for its bounds over a tile, each as its own least and
+  // greatest value).
+  std::string declared, bounded;
   for (const std::string& d : keep_expr.variables()) {
     if (d == "lum_m" || d == "lum_t") continue;
     declared += "const long long " + d + " = lum_a.mask_dims[" + std::to_string(dims.size()) +
                 "]; (void)" + d + "; ";
+    bounded += "const long long " + d + "_lo = " + d + ", " + d + "_hi = " + d + "; ";
     dims.push_back(d);
   }
   LUM_ASSERT(dims.size() <= compiler::kMaxComputedMaskDims)
       << "a computed mask over " << dims.size() << " dims";
   source = device_expr_prelude() + "#define LUM_AT_KEEP_DIMS " + declared +
-           "\n#define LUM_AT_KEEP " + keep + "\n";
+           "\n#define LUM_AT_KEEP " + keep + "\n#define LUM_AT_KEEP_BOUNDS " + bounded +
+           keep_expr.to_c_bounds("lum_keep") + "\n";
 }
 
 const Attention::Compiled& Attention::compiled(const std::string& key, const ComputedMask* mask,
@@ -504,14 +508,17 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
       a.mask_points = 1;
       for (int64_t i = 0; i < a.kv_rank; ++i)
         if (a.kv_m[i] != 0) a.mask_points = kv_points;
-      const int64_t tiles = a.mask_points * a.row_tiles * a.key_tiles;  // a warp each
+      const int64_t tiles = a.mask_points * a.row_tiles * a.key_tiles;
       a.tiles = static_cast<uint8_t*>(grown(device_, tiles_, static_cast<size_t>(tiles)));
       if (kernel->tile_bit_rows > 0)  // four words a row of each tile
         a.tile_bits = static_cast<uint32_t*>(
             grown(device_, tile_bits_, static_cast<size_t>(tiles * kernel->tile_bit_rows * 16)));
-      const int64_t warps = kernel->threads / 32;
+      // A warp takes 32 rows of a row tile over kMaskTileChunk key tiles.
+      const int64_t groups =
+          a.mask_points * a.row_tiles * ((a.key_tiles + kMaskTileChunk - 1) / kMaskTileChunk);
+      const int64_t per_block = kernel->threads / rows;
       check(device_.launch(kernel->mask_tiles,
-                           dim3(static_cast<unsigned>((tiles + warps - 1) / warps)),
+                           dim3(static_cast<unsigned>((groups + per_block - 1) / per_block)),
                            dim3(static_cast<unsigned>(kernel->threads)), args, 0),
             "launching attention's pass over the mask");
     }

@@ -33,10 +33,23 @@ LUM_FN bool lum_at_keep(const LumAttnArgs& lum_a, long long lum_m, long long lum
   LUM_AT_KEEP_DIMS
   return (LUM_AT_KEEP) != 0;
 }
+// Whether rows lum_m_lo..lum_m_hi keep keys lum_t_lo..lum_t_hi: 1 all of them, 0 none,
+// -1 some, or not decided by the bounds of the mask's expression over that box
+// (LUM_AT_KEEP_BOUNDS, Expr::to_c_bounds).
+LUM_FN int lum_at_keep_over(const LumAttnArgs& lum_a, long long lum_m_lo, long long lum_m_hi,
+                            long long lum_t_lo, long long lum_t_hi) {
+  LUM_AT_KEEP_DIMS
+  LUM_AT_KEEP_BOUNDS
+  if (!lum_keep_known) return -1;
+  return lum_keep_lo > 0 || lum_keep_hi < 0 ? 1 : lum_keep_lo == 0 && lum_keep_hi == 0 ? 0 : -1;
+}
 #else
 #define LUM_AT_MASK_BYTES 1
 LUM_FN bool lum_at_keep(const LumAttnArgs& a, long long m, long long t) {
   return a.mask[m + t * a.m_t] != 0;
+}
+LUM_FN int lum_at_keep_over(const LumAttnArgs&, long long, long long, long long, long long) {
+  return -1;  // (bytes are read)
 }
 #endif
 struct lum_at_f32 {
@@ -324,71 +337,79 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS)
 constexpr const char* kTilesSource = R"ATTN(
 constexpr int kFaRows = LUM_FA_ROWS, kFaKeys = LUM_FA_KEYS;
 
-// The mask's tiles, before a tensor-core attention kernel: a warp a (mask point, row
-// tile, key tile) writes whether any of its LUM_FA_ROWS x LUM_FA_KEYS bytes keeps a key
-// (bit 0) and whether all do (bit 1). Mask points are the kv points where the mask varies along those dims, else
-// one. The attention kernel then skips dropped tiles without reading them, and reads
-// the bytes of mixed ones only.
+// The mask's tiles, before a tensor-core attention kernel: for each (mask point, row
+// tile, key tile) of LUM_FA_ROWS x LUM_FA_KEYS, whether any row keeps a key (bit 0) and
+// whether every row keeps every key (bit 1); with LUM_FA_TILE_BITS, a mixed tile's keep
+// bits, four words a row (bit b of word w: key 8 (b / 2) + 2 w + b % 2, as a thread's
+// score fragments hold them). Mask points are the kv points where the mask varies along
+// those dims, else one. The attention kernel then skips dropped tiles without reading
+// them, and reads the bits of mixed ones only.
+// A warp takes 32 rows of a row tile (a lane a row, its offsets worked out once) over
+// LUM_FA_MASK_CHUNK key tiles; the warps of a row tile's rows are in one block, and meet
+// in shared memory at each key tile. A computed mask is bounded over the warp's rows and
+// the tile's keys at once first (lum_at_keep_over): under a causal mask, only the
+// diagonal's keys are evaluated one by one.
 extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_mask_tiles(const LumAttnArgs a) {
   lum_after_prior_grids();
-  const long long w = blockIdx.x * (long long)(LUM_AT_THREADS / 32) + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (w >= a.mask_points * a.row_tiles * a.key_tiles) return;
-  const long long kt = w % a.key_tiles, tile = w / a.key_tiles % a.row_tiles;
-  long long q, k, v, mo, o;
-  lum_at_point(a, a.mask_points > 1 ? w / a.key_tiles / a.row_tiles : 0, q, k, v, mo, o);
-  const int rows = (int)min((long long)kFaRows, a.shared_rows - tile * kFaRows);
-  const long long t0 = kt * kFaKeys;
-  const int n = (int)min((long long)kFaKeys, a.keys - t0);
-  bool any = false, all = true;
-  for (int h = 0; h < kFaRows / 32; ++h) {
-    const int r = lane * (kFaRows / 32) + h;
-    if (r >= rows) {
-      all = false;
-      continue;
-    }
-    long long qr = 0, m = mo, orow = 0;
-    lum_at_row(a, tile * kFaRows + r, qr, m, orow);
-    const unsigned char* src = a.mask + m + t0 * a.m_t;
-    if (LUM_AT_MASK_BYTES && n == kFaKeys && a.m_t == 1 && ((unsigned long long)src % 16) == 0) {
-#pragma unroll
-      for (int i = 0; i < kFaKeys / 16; ++i) {
-        const uint4 x = *(const uint4*)(src + 16 * i);
-        const uint32_t words[4] = {x.x, x.y, x.z, x.w};
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          any |= words[j] != 0u;
-          all &= ((words[j] - 0x01010101u) & ~words[j] & 0x80808080u) == 0u;  // no zero byte
-        }
-      }
-    } else {
-      for (int j = 0; j < kFaKeys; ++j) {
-        const bool keep = j < n && lum_at_keep(a, m, t0 + j);
-        any |= keep, all &= keep;
-      }
-    }
+  constexpr int kSlices = kFaRows / 32, kWarps = LUM_AT_THREADS / 32;
+  static_assert(kFaRows % 32 == 0 && kWarps % kSlices == 0, "a row tile's warps in one block");
+  __shared__ int slice_flags[2][kWarps];  // by key tile's parity
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, slice = warp % kSlices;
+  const long long chunks = (a.key_tiles + LUM_FA_MASK_CHUNK - 1) / LUM_FA_MASK_CHUNK;
+  const long long group = blockIdx.x * (long long)(kWarps / kSlices) + warp / kSlices;
+  const bool live = group < a.mask_points * a.row_tiles * chunks;
+  const long long chunk = group % chunks, tile = group / chunks % a.row_tiles;
+  const long long point = a.mask_points > 1 ? group / chunks / a.row_tiles : 0;
+  const int r = slice * 32 + lane;  // the lane's row of the tile
+  const bool row = live && r < (int)min((long long)kFaRows, a.shared_rows - tile * kFaRows);
+  long long m = 0;
+  if (live) {
+    long long q, k, v, o, qr = 0, orow = 0;
+    lum_at_point(a, point, q, k, v, m, o);
+    if (row) lum_at_row(a, tile * kFaRows + r, qr, m, orow);
   }
-  any = __any_sync(0xffffffffu, any), all = __all_sync(0xffffffffu, all);
-  if (lane == 0) a.tiles[w] = (any ? 1 : 0) | (all ? 2 : 0);
-#if LUM_FA_TILE_BITS
-  // A mixed tile's keep bits, each lane its rows' (rows past the end keep nothing).
-  if (!any || all) return;
-  for (int h = 0; h < kFaRows / 32; ++h) {
-    const int r = lane * (kFaRows / 32) + h;
+  long long lo = row ? m : 0x7fffffffffffffffLL, hi = row ? m : -0x7fffffffffffffffLL;
+  for (int i = 16; i > 0; i >>= 1)
+    lo = min(lo, __shfl_xor_sync(0xffffffffu, lo, i)), hi = max(hi, __shfl_xor_sync(0xffffffffu, hi, i));
+  for (int i = 0; i < LUM_FA_MASK_CHUNK; ++i) {
+    const long long kt = chunk * LUM_FA_MASK_CHUNK + i;
+    const bool tile_live = live && kt < a.key_tiles;
     uint32_t words[4] = {0u, 0u, 0u, 0u};
-    if (r < rows) {
-      long long qr = 0, m = mo, orow = 0;
-      lum_at_row(a, tile * kFaRows + r, qr, m, orow);
+    if (tile_live && lo <= hi) {
+      const long long t0 = kt * kFaKeys;
+      const int n = (int)min((long long)kFaKeys, a.keys - t0);
+      const int keep = lum_at_keep_over(a, lo, hi, t0, t0 + n - 1);
+      if (row && keep == 1 && n == kFaKeys) {
+        words[0] = words[1] = words[2] = words[3] = 0xffffffffu;
+      } else if (row && keep != 0) {
 #pragma unroll
-      for (int t = 0; t < 4; ++t)
-        for (int b = 0; b < kFaKeys / 4; ++b) {
-          const int j = 8 * (b / 2) + 2 * t + b % 2;  // key of bit b of word t
-          if (j < n && lum_at_keep(a, m, t0 + j)) words[t] |= 1u << b;
-        }
+        for (int t = 0; t < 4; ++t)
+#pragma unroll 4
+          for (int b = 0; b < 32; ++b) {
+            const int j = 8 * (b / 2) + 2 * t + b % 2;
+            if (j < n && (keep == 1 || lum_at_keep(a, m, t0 + j))) words[t] |= 1u << b;
+          }
+      }
     }
-    *(uint4*)(a.tile_bits + (w * kFaRows + r) * 4) = make_uint4(words[0], words[1], words[2], words[3]);
-  }
+    const bool any = (words[0] | words[1] | words[2] | words[3]) != 0u;
+    const bool all = (words[0] & words[1] & words[2] & words[3]) == 0xffffffffu;
+    const unsigned kept = __ballot_sync(0xffffffffu, any), whole = __ballot_sync(0xffffffffu, all);
+    if (lane == 0) slice_flags[i % 2][warp] = (kept != 0u ? 1 : 0) | (whole == 0xffffffffu ? 2 : 0);
+    __syncthreads();
+    if (!tile_live) continue;
+    int any_kept = 0, all_kept = 2;
+    for (int s = 0; s < kSlices; ++s) {
+      const int f = slice_flags[i % 2][warp - slice + s];
+      any_kept |= f & 1, all_kept &= f;
+    }
+    const int flags = any_kept | all_kept;
+    const long long w = (point * a.row_tiles + tile) * a.key_tiles + kt;
+    if (slice == 0 && lane == 0) a.tiles[w] = flags;
+#if LUM_FA_TILE_BITS
+    if (flags == 1)  // mixed: each row's bits (rows past the end keep nothing)
+      *(uint4*)(a.tile_bits + (w * kFaRows + r) * 4) = make_uint4(words[0], words[1], words[2], words[3]);
 #endif
+  }
 }
 
 // A tensor-core kernel's block: its key split, row tile (the last rows first: under a
@@ -516,6 +537,7 @@ std::string attention_program(const AttentionOperands& operands,
   define("LUM_AT_DV", std::to_string(operands.dv));
   define("LUM_AT_THREADS", std::to_string(threads));
   define("LUM_AT_MAX_SPLITS", std::to_string(kAttentionMaxSplits));
+  define("LUM_FA_MASK_CHUNK", std::to_string(kMaskTileChunk));
   define("LUM_AT_MASK_DIMS", std::to_string(compiler::kMaxComputedMaskDims));
   define("LUM_FA_KBF16", operands.k == DType::BF16 ? "true" : "false");
   define("LUM_FA_VBF16", operands.v == DType::BF16 ? "true" : "false");

@@ -20,6 +20,9 @@ namespace luminal::cudagen {
 // LUM_AT_MAX_SPLITS.
 constexpr int kAttentionMaxDims = 4, kAttentionThreads = 128;
 constexpr int64_t kAttentionMaxSplits = 1024;
+// Key tiles one warp of the pass over a mask's tiles sorts (LUM_FA_MASK_CHUNK): its rows'
+// offsets are worked out once for them all.
+constexpr int64_t kMaskTileChunk = 8;
 
 /// The kernels' parameter block; attention_program's shared side declares the same fields in
 /// the same order (all 8 bytes wide but the last two, so both sides lay it out alike).
