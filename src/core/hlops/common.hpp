@@ -1,6 +1,8 @@
 // Helpers shared by the composite-op files (private to src/core/hlops).
 #pragma once
 
+#include <functional>
+
 #include "luminal/tensor.hpp"
 
 namespace luminal::hlops {
@@ -25,5 +27,12 @@ struct FlatPositionParts {
 };
 FlatPositionParts flat_position_parts(const std::vector<Expr>& shape,
                                       const std::vector<Expr>& out_shape, size_t axis);
+
+/// The product of x's (float) elements that `total` adds up (a sum over axes, or a
+/// cumulative sum), through logarithms: the nonzero factors' magnitude exp(total(log|x|)),
+/// their sign by the parity of the negatives, times the zero factors' product, which is 1
+/// without zeros, 0 with two or more, and with one the zero itself, so that its gradient
+/// there is the other factors' product (as PyTorch's) rather than NaN.
+Tensor product_through_logs(const Tensor& x, const std::function<Tensor(const Tensor&)>& total);
 
 }  // namespace luminal::hlops

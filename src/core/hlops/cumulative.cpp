@@ -33,13 +33,8 @@ Tensor Tensor::cummax(int axis) const {
 }
 
 Tensor Tensor::cumprod(int axis) const {
-  // Like prod: magnitudes through logs, signs by parity of negatives, zeros absorb.
-  const Tensor x = hlops::as_float(*this);
-  const Tensor magnitude = x.abs().log().cumsum(axis).exp();
-  const Tensor negatives = lt(x, 0.0).cast(x.dtype()).cumsum(axis);
-  const Tensor zeros = eq(x, 0.0).cast(x.dtype()).cumsum(axis);
-  const Tensor sign = 1.0 - fmod(negatives, scalar_like(negatives, 2.0)) * 2.0;
-  return where(gt(zeros, 0.0), 0.0, magnitude * sign);
+  return hlops::product_through_logs(hlops::as_float(*this),
+                                     [&](const Tensor& t) { return t.cumsum(axis); });
 }
 
 }  // namespace luminal

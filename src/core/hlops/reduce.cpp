@@ -70,14 +70,21 @@ Tensor Tensor::mean(const std::vector<int>& axes, bool keepdim) const {
   return x.sum(axes, keepdim) / x.count(axes, x.dtype());
 }
 
-Tensor Tensor::prod(const std::vector<int>& axes, bool keepdim) const {
-  // |prod| = exp(sum log|x|); the sign is the parity of the negatives; any zero wins.
-  const Tensor x = as_float(*this);
-  const Tensor magnitude = x.abs().log().sum(axes, keepdim).exp();
-  const Tensor negatives = lt(x, 0.0).cast(x.dtype()).sum(axes, keepdim);
-  const Tensor zeros = eq(x, 0.0).cast(x.dtype()).sum(axes, keepdim);
+Tensor hlops::product_through_logs(const Tensor& x,
+                                   const std::function<Tensor(const Tensor&)>& total) {
+  const Tensor zero = eq(x, 0.0);
+  const Tensor magnitude = total(where(zero, 1.0, x).abs().log()).exp();
+  const Tensor negatives = total(lt(x, 0.0).cast(x.dtype()));
   const Tensor sign = 1.0 - fmod(negatives, scalar_like(negatives, 2.0)) * 2.0;
-  const Tensor p = where(gt(zeros, 0.0), 0.0, magnitude * sign);
+  const Tensor zeros = total(zero.cast(x.dtype()));
+  const Tensor lone_zero = total(where(zero, x, 0.0));
+  const Tensor zero_part = where(eq(zeros, 0.0), 1.0, where(eq(zeros, 1.0), lone_zero, 0.0));
+  return magnitude * sign * zero_part;
+}
+
+Tensor Tensor::prod(const std::vector<int>& axes, bool keepdim) const {
+  const Tensor p = hlops::product_through_logs(
+      as_float(*this), [&](const Tensor& t) { return t.sum(axes, keepdim); });
   return is_float(dtype_) ? p : p.round().cast(dtype_);
 }
 
