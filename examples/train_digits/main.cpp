@@ -83,6 +83,7 @@ Options parse(int argc, char** argv) {
   if (o.model != "mlp" && o.model != "cnn") fail("--model is mlp or cnn, not " + o.model);
   if (o.device != "cpu" && o.device != "cuda") fail("--device is cpu or cuda, not " + o.device);
   if (o.batch < 1) fail("--batch must be at least 1");
+  if (o.epochs < 0) fail("--epochs must be at least 1");
   if (o.epochs == 0) o.epochs = o.model == "mlp" ? 30 : 20;
   if (o.lr == 0) o.lr = o.model == "mlp" ? 3e-3 : 5e-3;
   return o;
@@ -182,9 +183,14 @@ int main(int argc, char** argv) {
     std::vector<Tensor> weights;
     for (const auto& [name, t] : params) weights.push_back(t);
     const int64_t steps_per_epoch = static_cast<int64_t>(train_count) / o.batch;
+    if (steps_per_epoch == 0)
+      fail("--batch " + std::to_string(o.batch) + " is more than the " +
+           std::to_string(train_count) + " training images");
+    // Warm-up for an epoch, or a tenth of a shorter run.
+    const int64_t steps = o.epochs * steps_per_epoch;
     train::Optimizer opt =
         train::adam(weights, train::gradients(loss, weights),
-                    train::warmup_cosine(o.lr, steps_per_epoch, o.epochs * steps_per_epoch));
+                    train::warmup_cosine(o.lr, std::min(steps_per_epoch, steps / 10), steps));
     loss.retrieve();
     const auto start = std::chrono::steady_clock::now();
     g.compile(*backend);

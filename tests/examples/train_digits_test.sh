@@ -18,3 +18,13 @@ for model in mlp cnn; do
   awk -v a="$accuracy" 'BEGIN { exit !(a >= 0.95) }' || { echo "FAIL: $model below 95%"; exit 1; }
   [ "$took" -le 60 ] || { echo "FAIL: $model took ${took} s"; exit 1; }
 done
+# A one-epoch run (its warm-up shorter than the run) trains; a batch larger than the
+# training set is refused by name, exit 2.
+"$bin" "$data" --model mlp --epochs 1 2>/dev/null | grep -q "^test accuracy" ||
+  { echo "FAIL: one epoch did not train"; exit 1; }
+set +e
+err=$("$bin" "$data" --batch 100000 2>&1 >/dev/null)
+rc=$?
+set -e
+[ "$rc" -eq 2 ] && echo "$err" | grep -q "more than the" ||
+  { echo "FAIL: an oversized batch gave exit $rc: $err"; exit 1; }
