@@ -8,6 +8,7 @@
 // symbolic range lies in [0, divisor). A divisor that could be zero is taken as positive:
 // at zero the original expression divides by zero, so no value is more right than another.
 #include <algorithm>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -205,8 +206,44 @@ class Within {
       }
     }
     auto r = range(rem);
-    if (!r || !nonnegative(r->lo) || !nonnegative(d - 1 - r->hi)) return e;
+    if (!r || !nonnegative(r->lo) || !nonnegative(d - 1 - r->hi)) return strided(e);
     return e.op() == ExprOp::Div ? quot : rem;
+  }
+
+  // a / D or a % D for a constant D = k m, where a = k x + r with r in [0, k): the
+  // quotient is x / m and the remainder k (x % m) + r (floor semantics, any sign of x).
+  // (A position along a dim of stride k split over a coarser one: (c + 8 i) / 16 with c
+  // in [0, 8) is i / 2.) The largest such k wins.
+  Expr strided(Expr e) {
+    const auto dc = e.rhs().as_const();
+    if (!dc || *dc < 4) return e;
+    const std::vector<Expr> terms = terms_of(e.lhs());
+    // The candidate strides: the divisor's common factors with the terms' coefficients.
+    std::vector<int64_t> strides;
+    for (Expr t : terms) {
+      Monomial mono;
+      factor(t, mono);
+      if (mono.coef == kExprNegInf) continue;
+      const int64_t k = std::gcd(*dc, mono.coef < 0 ? -mono.coef : mono.coef);
+      if (k >= 2 && k < *dc) strides.push_back(k);
+    }
+    std::sort(strides.rbegin(), strides.rend());
+    strides.erase(std::unique(strides.begin(), strides.end()), strides.end());
+    for (int64_t k : strides) {
+      Expr x = 0, r = 0;
+      for (Expr t : terms) {
+        if (auto q = exact_quotient(t, Expr(k)))
+          x = x + *q;
+        else
+          r = r + t;
+      }
+      if (x == Expr(0)) continue;
+      auto rr = range(r);
+      if (!rr || !nonnegative(rr->lo) || !nonnegative(Expr(k - 1) - rr->hi)) continue;
+      const Expr m = *dc / k;
+      return e.op() == ExprOp::Div ? divmod(x / m) : divmod(x % m) * k + r;
+    }
+    return e;
   }
 
   // A comparison decided by the range of its operands' difference.

@@ -50,6 +50,19 @@ TEST(ExprWithin, FlattenThenSplitIsTheIdentity) {
   EXPECT_EQ(simplify_within(split[2], r), c);
 }
 
+TEST(ExprWithin, QuotientsByAMultipleOfAStride) {
+  // c in [0, 8) along a dim of stride 1 inside one of stride 8, split by 16 and by 24.
+  const Expr c = Expr::var("cc", 0, 7);
+  VarRanges r = counters();
+  r["cc"] = {Expr(0), Expr(8)};
+  EXPECT_EQ(simplify_within((c + k * 8) / 16, r), k / 2);
+  EXPECT_EQ(simplify_within((c + k * 8) % 16, r), k % 2 * 8 + c);
+  EXPECT_EQ(simplify_within((c + k * 8 + i * 24) / 48, r), (k + i * 3) / 6);
+  // Not when what is left may reach the stride (c + 1 reaches 8): left as it was.
+  const Expr kept = (c + 1 + k * 8) / 16;
+  EXPECT_EQ(simplify_within(kept, r), kept);
+}
+
 // Index-like random trees over the counters and dims.
 Expr random_index(std::mt19937& rng, int depth) {
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
@@ -70,7 +83,7 @@ Expr random_index(std::mt19937& rng, int depth) {
     }
   }
   const Expr a = random_index(rng, depth - 1), b = random_index(rng, depth - 1);
-  switch (pick(0, 7)) {
+  switch (pick(0, 8)) {
     case 0:
     case 1:
       return a + b;
@@ -84,8 +97,13 @@ Expr random_index(std::mt19937& rng, int depth) {
       return a % b;
     case 6:
       return lt(a, b);
-    default:
+    case 7:
       return a / (seq + pick(0, 1) * past) + a % (seq * pick(1, 4));
+    default: {  // a position along a strided dim split by a multiple of the stride
+      const int stride = pick(2, 8);
+      const Expr strided = a * stride + b % stride;
+      return pick(0, 1) ? strided / (stride * pick(1, 4)) : strided % (stride * pick(1, 4));
+    }
   }
 }
 
