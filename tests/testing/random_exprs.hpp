@@ -21,18 +21,7 @@ class RandomExprs {
   // A raw (unsimplified) random tree.
   Expr make(int depth) {
     std::uniform_int_distribution<int> leaf(0, 5);
-    if (depth == 0 || leaf(rng_) == 0) {
-      switch (std::uniform_int_distribution<int>(0, 4)(rng_)) {
-        case 0:
-          return Expr("a");
-        case 1:
-          return Expr("b");
-        case 2:
-          return Expr::var("i", 0, 15);
-        default:
-          return Expr(std::uniform_int_distribution<int64_t>(-6, 9)(rng_));
-      }
-    }
+    if (depth == 0 || leaf(rng_) == 0) return variable_or_constant(5, -6, 9);
     const ExprOp op = kOps[std::uniform_int_distribution<size_t>(0, std::size(kOps) - 1)(rng_)];
     return expr_raw(op, make(depth - 1), make(depth - 1));
   }
@@ -44,18 +33,7 @@ class RandomExprs {
     auto small = [&](int64_t lo, int64_t hi) {
       return Expr(std::uniform_int_distribution<int64_t>(lo, hi)(rng_));
     };
-    if (depth == 0 || pick(rng_) == 0) {
-      switch (std::uniform_int_distribution<int>(0, 3)(rng_)) {
-        case 0:
-          return Expr("a");
-        case 1:
-          return Expr("b");
-        case 2:
-          return Expr::var("i", 0, 15);
-        default:
-          return small(-3, 16);
-      }
-    }
+    if (depth == 0 || pick(rng_) == 0) return variable_or_constant(4, -3, 16);
     switch (pick(rng_)) {
       case 0:
       case 1:
@@ -82,6 +60,21 @@ class RandomExprs {
   std::mt19937& rng() { return rng_; }
 
  private:
+  // A leaf: a, b, i in [0, 15], or (the other `kinds` - 3 of `kinds` draws) a constant in
+  // [lo, hi].
+  Expr variable_or_constant(int kinds, int64_t lo, int64_t hi) {
+    switch (std::uniform_int_distribution<int>(0, kinds - 1)(rng_)) {
+      case 0:
+        return Expr("a");
+      case 1:
+        return Expr("b");
+      case 2:
+        return Expr::var("i", 0, 15);
+      default:
+        return Expr(std::uniform_int_distribution<int64_t>(lo, hi)(rng_));
+    }
+  }
+
   std::mt19937 rng_;
 };
 
