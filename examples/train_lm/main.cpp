@@ -159,10 +159,12 @@ int main(int argc, char** argv) {
     Tensor targets = g.named_tensor("targets", {o.batch, o.context}, DType::I32);
     Tensor loss =
         -model.forward(ids).log_softmax(-1).gather_axis(2, targets.unsqueeze(2)).mean({0, 1, 2});
-    train::Optimizer opt = train::adamw(
-        weights, train::clip_grad_norm(train::gradients(loss, weights), 1.0),
-        train::warmup_cosine(o.lr, std::max<int64_t>(1, o.steps / 10), o.steps, o.lr / 10),
-        {.weight_decay = 0.1});
+    train::Optimizer opt =
+        train::adamw(weights, train::clip_grad_norm(train::gradients(loss, weights), 1.0),
+                     train::warmup_cosine(
+                         o.lr, std::min<int64_t>(o.steps - 1, std::max<int64_t>(1, o.steps / 10)),
+                         o.steps, o.lr / 10),
+                     {.weight_decay = 0.1});
     loss.retrieve();
     const auto start = std::chrono::steady_clock::now();
     g.compile(*backend);
