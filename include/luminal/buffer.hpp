@@ -85,4 +85,10 @@ class Buffer {
   std::unique_ptr<std::byte[], Free> data_;
 };
 
+/// Rank `rank`'s part of `whole`, a row-major tensor of `whole_shape` whose dimension
+/// `dim` is cut into `size` equal runs (dimension `dim` must divide by `size`): what a
+/// tensor-parallel rank holds of a split tensor.
+Buffer take_part(const Buffer& whole, const std::vector<int64_t>& whole_shape, int dim, int rank,
+                 int size);
+
 }  // namespace luminal

@@ -4,7 +4,6 @@
 #include "luminal/shard.hpp"
 
 #include <algorithm>
-#include <cstring>
 #include <optional>
 #include <set>
 #include <string>
@@ -17,21 +16,6 @@ namespace luminal {
 namespace {
 
 using Kind = Placement::Kind;
-
-// `whole` cut along `axis` into `ranks` parts: part `rank`, row-major.
-Buffer part_of(const Buffer& whole, const std::vector<int64_t>& shape, size_t axis, int rank,
-               int ranks) {
-  size_t outer = 1, inner = dtype_size(whole.dtype());
-  for (size_t d = 0; d < axis; ++d) outer *= static_cast<size_t>(shape[d]);
-  for (size_t d = axis + 1; d < shape.size(); ++d) inner *= static_cast<size_t>(shape[d]);
-  const size_t part = static_cast<size_t>(shape[axis] / ranks) * inner;
-  Buffer out(whole.dtype(), whole.numel() / static_cast<size_t>(ranks), Buffer::Uninitialized{});
-  const auto* from = static_cast<const std::byte*>(whole.data());
-  auto* to = static_cast<std::byte*>(out.data());
-  for (size_t o = 0; o < outer; ++o)
-    std::memcpy(to + o * part, from + (o * static_cast<size_t>(ranks) + rank) * part, part);
-  return out;
-}
 
 class Sharder {
  public:
@@ -137,8 +121,7 @@ class Sharder {
       if (p.kind == Kind::Split) {
         std::vector<int64_t> shape;
         for (Expr d : n.shape) shape.push_back(d.eval(whole_.dims()));
-        g_->set_data(here,
-                     part_of(*data, shape, static_cast<size_t>(p.axis), comm_->rank(), ranks_));
+        g_->set_data(here, take_part(*data, shape, p.axis, comm_->rank(), ranks_));
       } else if (n.quant != kPlainStorage) {
         g_->set_quantized_data(here, n.quant, *data);
       } else {

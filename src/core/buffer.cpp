@@ -6,11 +6,18 @@
 #include <cstring>
 #include <limits>
 #include <new>
+#include <string>
+
+#include "luminal/expr.hpp"
 
 namespace luminal {
 namespace {
 
 constexpr std::align_val_t kAlign{64};
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  return to_string(std::vector<Expr>(shape.begin(), shape.end()));
+}
 
 std::byte* allocate(size_t bytes, bool zero = true) {
   auto* p = static_cast<std::byte*>(::operator new(std::max<size_t>(bytes, 1), kAlign));
@@ -204,6 +211,31 @@ std::vector<int64_t> Buffer::to_i64() const {
   std::vector<int64_t> out(numel_);
   for (size_t i = 0; i < numel_; ++i) out[i] = get_i64(i);
   return out;
+}
+
+Buffer take_part(const Buffer& whole, const std::vector<int64_t>& whole_shape, int dim, int rank,
+                 int size) {
+  const auto d = static_cast<size_t>(dim);
+  LUM_CHECK(d < whole_shape.size() && size >= 1 && rank >= 0 && rank < size &&
+            whole_shape[d] % size == 0)
+      << "take_part: dimension " << dim << " of " << shape_text(whole_shape) << " in " << size
+      << " parts";
+  // The rank's part: run [rank * part, (rank + 1) * part) of dimension d, under every
+  // index of the dimensions before it.
+  size_t outer = 1, inner = dtype_size(whole.dtype());
+  for (size_t i = 0; i < d; ++i) outer *= static_cast<size_t>(whole_shape[i]);
+  for (size_t i = d + 1; i < whole_shape.size(); ++i) inner *= static_cast<size_t>(whole_shape[i]);
+  const size_t part = static_cast<size_t>(whole_shape[d] / size) * inner;
+  const auto ranks = static_cast<size_t>(size);
+  LUM_CHECK(whole.bytes() == outer * part * ranks)
+      << "take_part: " << whole.bytes() << " bytes are not a " << shape_text(whole_shape)
+      << " tensor of " << dtype_name(whole.dtype());
+  Buffer mine(whole.dtype(), whole.numel() / ranks, Buffer::Uninitialized{});
+  const auto* src = static_cast<const std::byte*>(whole.data());
+  auto* dst = static_cast<std::byte*>(mine.data());
+  for (size_t o = 0; o < outer; ++o)
+    std::memcpy(dst + o * part, src + (o * ranks + static_cast<size_t>(rank)) * part, part);
+  return mine;
 }
 
 }  // namespace luminal

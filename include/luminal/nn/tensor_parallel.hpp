@@ -21,10 +21,8 @@ struct Sharding {
   int rank = 0, size = 1;
 };
 
-/// Rank `rank`'s part of `whole`, a row-major tensor of `whole_shape` whose dimension
-/// `dim` is cut into `size` equal runs (dimension `dim` must divide by `size`).
-Buffer take_part(const Buffer& whole, const std::vector<int64_t>& whole_shape, int dim, int rank,
-                 int size);
+/// Rank `rank`'s part of a split tensor (luminal/buffer.hpp).
+using luminal::take_part;
 
 /// A WeightSource for one rank: asks `full` for the whole tensor (the parameter's shape
 /// with the split dimension `size` times longer) and hands over the rank's part of it;
