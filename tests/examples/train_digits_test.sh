@@ -4,6 +4,7 @@
 # examples/train_digits/export_digits.py (scripts/test.sh does it where scikit-learn
 # installs); without it the test skips.
 set -euo pipefail
+source "$(dirname "$0")/expect_refusal.sh"
 bin=$1 data=$2
 if [ ! -f "$data" ]; then
   echo "skipped: $data is missing (examples/train_digits/export_digits.py writes it)"
@@ -22,9 +23,4 @@ done
 # training set is refused by name, exit 2.
 "$bin" "$data" --model mlp --epochs 1 2>/dev/null | grep -q "^test accuracy" ||
   { echo "FAIL: one epoch did not train"; exit 1; }
-set +e
-err=$("$bin" "$data" --batch 100000 2>&1 >/dev/null)
-rc=$?
-set -e
-[ "$rc" -eq 2 ] && echo "$err" | grep -q "more than the" ||
-  { echo "FAIL: an oversized batch gave exit $rc: $err"; exit 1; }
+expect_refusal 2 "more than the" "$bin" "$data" --batch 100000
