@@ -54,6 +54,57 @@ void issue_collectives_early(const Graph& g, KernelPlan& p) {
   }
 }
 
+// A value stored only because several nodes read it, where all of them are computed by
+// one kernel and read it at that kernel's own element (through contiguous views, from
+// nodes that are themselves read so, up to the kernel's root): that kernel computes it
+// once per element and names it at each read (ElementWriter::value), so it needs no
+// buffer. GELU's erf reads its pieces twice each; stored, it took four kernels.
+// Consumers come after their producers in the graph, so one pass from the last node
+// back decides each node after all its readers: `owner` is the kernel a fused node is
+// computed by (kSeveral: more than one), `aligned` whether it is computed at that
+// kernel's own element only.
+void fuse_shared_within_one_kernel(const Graph& g, KernelPlan& p,
+                                   const std::vector<bool>& stored_for_sharing) {
+  const size_t count = g.num_nodes();
+  constexpr uint32_t kNone = UINT32_MAX, kSeveral = UINT32_MAX - 1;
+  std::vector<std::vector<std::pair<uint32_t, size_t>>> readers(count);  // (node, input)
+  for (uint32_t i = 0; i < count; ++i) {
+    if (!p.needed[i] || p.canonical[i].value != i) continue;
+    const Node& n = g.node(NodeId{i});
+    for (size_t j = 0; j < n.inputs.size(); ++j)
+      readers[p.canon(n.inputs[j].source).value].emplace_back(i, j);
+  }
+  // Whether reader r is computed at its kernel's own element: a root that maps or
+  // reduces its input is (a gather, which reads its data where its indices say, is not).
+  const auto at_kernels_element = [&](uint32_t r, const std::vector<bool>& aligned) {
+    if (!p.materialized[r]) return static_cast<bool>(aligned[r]);
+    const Op op = g.node(NodeId{r}).op;
+    return is_elementwise(op) || op == Op::SumReduce || op == Op::MaxReduce;
+  };
+  std::vector<uint32_t> owner(count, kNone);
+  std::vector<bool> aligned(count, false);
+  for (uint32_t i = count; i-- > 0;) {
+    if (!p.needed[i] || p.canonical[i].value != i) continue;
+    if (p.materialized[i] && !stored_for_sharing[i]) continue;
+    const Node& n = g.node(NodeId{i});
+    const View own = View::contiguous(n.shape);
+    uint32_t k = kNone;
+    bool at_own_element = true;
+    for (const auto& [r, j] : readers[i]) {
+      const uint32_t kr = p.materialized[r] ? r : owner[r];
+      k = k == kNone || k == kr ? kr : kSeveral;
+      at_own_element = at_own_element && at_kernels_element(r, aligned) &&
+                       g.node(NodeId{r}).inputs[j].view == own;
+    }
+    if (p.materialized[i]) {
+      if (k >= kSeveral || !at_own_element) continue;
+      p.materialized[i] = false;
+    }
+    owner[i] = k;
+    aligned[i] = at_own_element;
+  }
+}
+
 }  // namespace
 
 KernelPlan plan_kernels(const Graph& g, Fusion fusion, bool computed_masks) {
@@ -92,6 +143,7 @@ KernelPlan plan_kernels(const Graph& g, Fusion fusion, bool computed_masks) {
   // product would have been rounded, so recomputing changes its numbers.)
   constexpr size_t kMaxRecomputedOps = 6, kMaxRecomputingConsumers = 4;
   p.materialized.assign(count, false);
+  std::vector<bool> stored_for_sharing(count, false);
   std::vector<size_t> cone(count, 0);
   for (uint32_t i = 0; i < count; ++i) {
     if (!p.needed[i] || p.canonical[i].value != i) continue;
@@ -104,8 +156,9 @@ KernelPlan plan_kernels(const Graph& g, Fusion fusion, bool computed_masks) {
     const bool recompute =
         cheap_source || (fusion == Fusion::RecomputeShared && cone[i] <= kMaxRecomputedOps &&
                          consumers[i] <= kMaxRecomputingConsumers);
-    p.materialized[i] = n.op == Op::Input || g.is_output(id) || !elementwise || !fuse ||
-                        (consumers[i] > 1 && !recompute);
+    const bool must = n.op == Op::Input || g.is_output(id) || !elementwise || !fuse;
+    stored_for_sharing[i] = !must && consumers[i] > 1 && !recompute;
+    p.materialized[i] = must || stored_for_sharing[i];
     if (p.materialized[i]) cone[i] = 0;
   }
   // Library kernels (Custom) read buffers: their operands cannot be fused into them (but
@@ -115,9 +168,14 @@ KernelPlan plan_kernels(const Graph& g, Fusion fusion, bool computed_masks) {
     const Node& n = g.node(NodeId{i});
     if (!p.needed[i] || p.canonical[i].value != i || n.op != Op::Custom) continue;
     if (computed_masks) masks[i] = computed_mask(g, n);
-    for (size_t j = 0; j < n.inputs.size(); ++j)
-      if (!(masks[i] && j == 3)) p.materialized[p.canon(n.inputs[j].source).value] = true;
+    for (size_t j = 0; j < n.inputs.size(); ++j) {
+      if (masks[i] && j == 3) continue;
+      const uint32_t s = p.canon(n.inputs[j].source).value;
+      p.materialized[s] = true;
+      stored_for_sharing[s] = false;
+    }
   }
+  if (fuse) fuse_shared_within_one_kernel(g, p, stored_for_sharing);
   // One kernel per materialised non-input node; collect what it reads.
   for (uint32_t i = 0; i < count; ++i) {
     if (!p.materialized[i] || g.node(NodeId{i}).op == Op::Input) continue;

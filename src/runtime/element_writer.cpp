@@ -250,6 +250,7 @@ std::string ElementWriter::load(NodeId n, Expr flat) {
 // padding reading zero.
 std::string ElementWriter::operand(const Edge& e, const std::vector<Expr>& idx,
                                    const std::string& indent) {
+  const Call call(*this);
   const NodeId src = plan_.canon(e.source);
   const Node& p = g_.node(src);
   const View contiguous = View::contiguous(p.shape);
@@ -272,16 +273,44 @@ std::string ElementWriter::operand(const Edge& e, const std::vector<Expr>& idx,
   os_ << indent << "if (" << valid.to_c() << ") {\n";
   const VarRanges outside = ranges_;
   narrow(e.view, idx);
-  const std::string inner = read(indent + "  ");
+  {
+    const Scope guarded(*this);
+    const std::string inner = read(indent + "  ");
+    os_ << indent << "  " << name << " = " << inner << ";\n" << indent << "}\n";
+  }
   ranges_ = outside;
-  os_ << indent << "  " << name << " = " << inner << ";\n" << indent << "}\n";
   return name;
 }
 
-// Emits statements computing node `n` at multi-index `idx`; returns a C expression.
+ElementWriter::Scope::~Scope() {
+  while (w_.bound_order_.size() > mark_) {
+    w_.bound_.erase(w_.bound_order_.back());
+    w_.bound_order_.pop_back();
+  }
+}
+
+ElementWriter::Call::Call(ElementWriter& w) : w_(w) {
+  if (w_.depth_++ > 0) return;
+  w_.bound_.clear();
+  w_.bound_order_.clear();
+}
+
 std::string ElementWriter::value(NodeId n, const std::vector<Expr>& idx,
                                  const std::string& indent) {
+  const Call call(*this);
   n = plan_.canon(n);
+  std::string key = std::to_string(n.value);
+  for (const Expr& i : idx) key += "," + i.to_string();
+  if (auto it = bound_.find(key); it != bound_.end()) return it->second;
+  std::string v = compute(n, idx, indent);
+  bound_.emplace(key, v);
+  bound_order_.push_back(std::move(key));
+  return v;
+}
+
+// Node n (canonical) at multi-index idx, not yet bound in this call.
+std::string ElementWriter::compute(NodeId n, const std::vector<Expr>& idx,
+                                   const std::string& indent) {
   const Node& node = g_.node(n);
   const std::string t = compute_type(node.dtype);
   if (n != k_.root && plan_.materialized[n.value]) return load(n, flatten(idx, node.shape));
@@ -438,6 +467,7 @@ std::string ElementWriter::gather(const Node& node, const std::vector<Expr>& idx
       << indent << "} else {\n";
   const std::vector<Expr> didx =
       View::contiguous(data.view.shape()).unflatten(Expr::var(g, kExprNegInf, kExprInf));
+  const Scope guarded(*this);
   const std::string v = operand(data, didx, indent + "  ");
   os_ << indent << "  " << out << " = " << v << ";\n" << indent << "}\n";
   return out;

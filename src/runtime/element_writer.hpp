@@ -67,6 +67,8 @@ class ElementWriter {
   /// Records the symbolic dims `e` mentions.
   void note_vars(Expr e);
   /// Emits statements computing node `n` at multi-index `idx`; returns a C expression.
+  /// Within one call from the backend (and what it calls in turn), a node is computed
+  /// once per index: a value read twice (erf's pieces) is bound once and named again.
   std::string value(NodeId n, const std::vector<Expr>& idx, const std::string& indent);
   /// The value an edge supplies at the consumer's logical index, padding reading zero.
   std::string operand(const Edge& e, const std::vector<Expr>& idx, const std::string& indent);
@@ -114,6 +116,36 @@ class ElementWriter {
   std::string gather(const Node& node, const std::vector<Expr>& idx, const std::string& indent);
 
   bool invariant(const std::string& expr) const;
+  std::string compute(NodeId n, const std::vector<Expr>& idx, const std::string& indent);
+
+  // What value() has bound in the current call from the backend, by node and index; a
+  // block the statements open (a padded read's guard) forgets what was bound inside it
+  // when it closes (Scope).
+  class Scope {
+   public:
+    explicit Scope(ElementWriter& w) : w_(w), mark_(w.bound_order_.size()) {}
+    ~Scope();
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    ElementWriter& w_;
+    size_t mark_;
+  };
+  // Counts value()/operand() calls in progress: the outermost starts afresh.
+  class Call {
+   public:
+    explicit Call(ElementWriter& w);
+    ~Call() { --w_.depth_; }
+    Call(const Call&) = delete;
+    Call& operator=(const Call&) = delete;
+
+   private:
+    ElementWriter& w_;
+  };
+  std::map<std::string, std::string> bound_;
+  std::vector<std::string> bound_order_;
+  int depth_ = 0;
 
   std::map<uint32_t, size_t> slot_;
   // Hoisting (hoist_invariants): where invariant statements go, what varies, and the

@@ -181,17 +181,19 @@ TEST(Cpu, FusionLeavesOneKernelPerMaterialisedValue) {
   const auto unfused = compiler::plan_kernels(cx, compiler::Fusion::Off);
   EXPECT_EQ(fused.kernels.size(), 1u);
   EXPECT_GT(unfused.kernels.size(), 20u);
-  // A shared value is computed once.
+  // A value read by two kernels is stored once ...
   Tensor s = x.exp2();
-  (s + s.sin()).retrieve();
-  EXPECT_EQ(compiler::plan_kernels(cx).kernels.size(), 3u);
-  // ... unless it is cheap enough to compute again in each reader: then the sum is one
-  // kernel, and a chain too long to repeat is still stored once.
-  EXPECT_EQ(compiler::plan_kernels(cx, compiler::Fusion::RecomputeShared).kernels.size(), 2u);
+  (s + 1.0).retrieve();
+  s.sin().retrieve();
+  EXPECT_EQ(compiler::plan_kernels(cx).kernels.size(), 4u);
+  // ... unless it is cheap enough to compute again in each reader; a chain too long to
+  // repeat is still stored once.
+  EXPECT_EQ(compiler::plan_kernels(cx, compiler::Fusion::RecomputeShared).kernels.size(), 3u);
   Tensor long_chain = x;
   for (int i = 0; i < 8; ++i) long_chain = long_chain.sin();
-  (long_chain + long_chain.exp2()).retrieve();
-  EXPECT_EQ(compiler::plan_kernels(cx, compiler::Fusion::RecomputeShared).kernels.size(), 4u);
+  (long_chain * 2.0).retrieve();
+  long_chain.exp2().retrieve();
+  EXPECT_EQ(compiler::plan_kernels(cx, compiler::Fusion::RecomputeShared).kernels.size(), 6u);
 }
 
 size_t count_ops(const Graph& g, Op op) {
@@ -211,6 +213,48 @@ void expect_cpu_matches_reference(Graph& cx, const Tensor& y, const std::string&
   ASSERT_EQ(got.size(), want.size()) << what;
   for (size_t i = 0; i < got.size(); ++i)
     ASSERT_NEAR(got[i], want[i], 1e-4 * (1 + std::fabs(want[i]))) << what << " element " << i;
+}
+
+// Occurrences of `what` in the CPU source of cx's kernels.
+size_t count_in_source(const Graph& cx, const compiler::KernelPlan& plan, const std::string& what) {
+  const std::string code = cpugen::generate_source(cx, plan).code;
+  size_t n = 0;
+  for (size_t at = code.find(what); at != std::string::npos; at = code.find(what, at + 1)) ++n;
+  return n;
+}
+
+TEST(Cpu, AValueReadTwiceInOneKernelIsComputedThereOnce) {
+  for (const compiler::Fusion fusion :
+       {compiler::Fusion::StoreShared, compiler::Fusion::RecomputeShared}) {
+    // A long chain read by two nodes of the kernel, each at the kernel's element.
+    Graph chained;
+    Tensor c = chained.named_tensor("x", {64});
+    for (int i = 0; i < 8; ++i) c = c.sin();
+    (c + c.exp2()).retrieve();
+    EXPECT_EQ(compiler::plan_kernels(chained, fusion).kernels.size(), 1u);
+    // Read at another element as well (transposed), it is stored.
+    Graph transposed;
+    Tensor t = transposed.named_tensor("x", {8, 8});
+    for (int i = 0; i < 8; ++i) t = t.sin();
+    (t + t.transpose(0, 1)).retrieve();
+    EXPECT_EQ(compiler::plan_kernels(transposed, fusion).kernels.size(), 2u);
+  }
+  // GELU's erf reads |x| three times and 1 / (1 + p|x|) five: one kernel, whose code
+  // divides once per element, as a lone reciprocal's does.
+  Graph cx;
+  Tensor x = cx.named_tensor("x", {4096});
+  std::vector<float> values(4096);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = -6.0f + 12.0f * float(i) / 4096.0f;
+  x.set(values);
+  Tensor y = x.gelu();
+  y.retrieve();
+  const compiler::KernelPlan plan = compiler::plan_kernels(cx);
+  EXPECT_EQ(plan.kernels.size(), 1u);
+  Graph one;
+  (one.named_tensor("x", {4096}) * 0.5 + 1.0).recip().retrieve();
+  EXPECT_EQ(count_in_source(cx, plan, "(float)1 / "),
+            count_in_source(one, compiler::plan_kernels(one), "(float)1 / "));
+  expect_cpu_matches_reference(cx, y, "gelu");
 }
 
 // n values drawn uniformly from [-bound, bound].
