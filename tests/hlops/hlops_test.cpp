@@ -4,7 +4,9 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
+#include <functional>
 
 #include "luminal/luminal.hpp"
 #include "testing/expect_error.hpp"
@@ -115,6 +117,69 @@ TEST(Hlops, DiffReportsTheWorstMismatches) {
   write({2, 4});
   expect_error([&] { cx.execute(); }, {"holds 8 bytes", "4 f32 elements"});
   std::remove(path.c_str());
+}
+
+// x rounded to bf16, to nearest, ties to even.
+float round_bf16(double x) {
+  const float f = static_cast<float>(x);
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  bits = (bits + 0x7fffu + ((bits >> 16) & 1u)) & 0xffff0000u;
+  float out;
+  std::memcpy(&out, &bits, 4);
+  return out;
+}
+
+// Over bf16 values the activations compute in f32 and round once, as PyTorch does: each
+// result is the exact value rounded to bf16, or (where the f32 steps' error tips the
+// rounding) one step of bf16 beside it, and nearly all are the former. Rounded at every step,
+// GELU's erf and the tanh forms strayed further.
+TEST(Hlops, HalfPrecisionActivationsRoundOnce) {
+  const double pi = std::acos(-1.0);
+  const auto sigmoid = [](double x) { return 1 / (1 + std::exp(-x)); };
+  const std::vector<std::pair<std::string, std::function<double(double)>>> exact = {
+      {"gelu", [](double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }},
+      {"gelu_tanh",
+       [&](double x) {
+         return 0.5 * x * (1 + std::tanh(std::sqrt(2 / pi) * (x + 0.044715 * x * x * x)));
+       }},
+      {"silu", [&](double x) { return x * sigmoid(x); }},
+      {"sigmoid", sigmoid},
+      {"tanh", [](double x) { return std::tanh(x); }},
+      {"erf", [](double x) { return std::erf(x); }},
+      {"softplus", [](double x) { return x > 20 ? x : std::log1p(std::exp(x)); }},
+  };
+  std::vector<float> xs;
+  for (int i = 0; i <= 4000; ++i) xs.push_back(round_bf16(-8.0 + 16.0 * i / 4000));
+  for (const auto& [name, f] : exact) {
+    Graph cx;
+    Tensor x = cx.tensor({static_cast<int64_t>(xs.size())}, DType::BF16);
+    x.set(xs);
+    Tensor y = name == "gelu"        ? x.gelu()
+               : name == "gelu_tanh" ? x.gelu_tanh()
+               : name == "silu"      ? x.silu()
+               : name == "sigmoid"   ? x.sigmoid()
+               : name == "tanh"      ? x.tanh()
+               : name == "erf"       ? x.erf()
+                                     : x.softplus();
+    y.retrieve();
+    cx.compile(reference());
+    cx.execute();
+    ASSERT_EQ(y.dtype(), DType::BF16) << name;
+    const std::vector<float> got = y.to_f32();
+    size_t exact_count = 0, counted = 0;
+    for (size_t i = 0; i < xs.size(); ++i) {
+      const float want = round_bf16(f(xs[i]));
+      // A bf16 step near want, or the erf approximation's own error (1.5e-7) where the
+      // exact value is far smaller.
+      const double bound = std::max(std::fabs(want) / 128.0, 1e-6 * (1 + std::fabs(xs[i])));
+      ASSERT_LE(std::fabs(got[i] - want), bound) << name << "(" << xs[i] << ")";
+      if (std::fabs(want) / 128.0 < 1e-6 * (1 + std::fabs(xs[i]))) continue;
+      ++counted;
+      exact_count += got[i] == want;
+    }
+    EXPECT_GE(exact_count, counted * 97 / 100) << name << ": " << exact_count << " of " << counted;
+  }
 }
 
 TEST(Hlops, MatmulIsBroadcastMultiplySum) {

@@ -12,6 +12,16 @@ inline Tensor as_float(const Tensor& x) {
   return is_float(x.dtype()) ? x : x.cast(DType::F32);
 }
 
+/// A composite activation f over x: over f16 or bf16 values its steps run in f32 and
+/// the result is rounded once to x's type, as PyTorch computes such ops (in its "opmath"
+/// type); rounded at every step, GELU's 30 steps cost 30 roundings of error and most of
+/// the kernel's time. Other types as as_float gives them.
+inline Tensor in_f32(const Tensor& x, const std::function<Tensor(const Tensor&)>& f) {
+  const DType t = x.dtype();
+  if (t == DType::F16 || t == DType::BF16) return f(x.cast(DType::F32)).cast(t);
+  return f(as_float(x));
+}
+
 /// Row-major flat positions into a tensor of `shape` for every element of an output of
 /// `out_shape`, where the coordinate along `axis` comes from `index` (broadcast to
 /// `out_shape`) and the others are the output's own coordinates.

@@ -174,43 +174,47 @@ Tensor Tensor::leaky_relu(double slope) const {
   return where(lt(*this, 0.0), *this * slope, *this);
 }
 Tensor Tensor::sigmoid() const {
-  return ((-as_float(*this)).exp() + 1.0).recip();
+  return hlops::in_f32(*this, [](const Tensor& x) { return ((-x).exp() + 1.0).recip(); });
 }
 Tensor Tensor::tanh() const {
-  return (as_float(*this) * 2.0).sigmoid() * 2.0 - 1.0;
+  return hlops::in_f32(*this, [](const Tensor& x) { return (x * 2.0).sigmoid() * 2.0 - 1.0; });
 }
 Tensor Tensor::silu() const {
-  return as_float(*this) * sigmoid();
+  return hlops::in_f32(*this, [](const Tensor& x) { return x * x.sigmoid(); });
 }
 
 Tensor Tensor::erf() const {
   // Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7), odd symmetry for x < 0.
-  const Tensor x = as_float(*this);
-  const Tensor a = x.abs();
-  const Tensor t = (a * 0.3275911 + 1.0).recip();
-  Tensor poly = t * 1.061405429 - 1.453152027;
-  poly = poly * t + 1.421413741;
-  poly = poly * t - 0.284496736;
-  poly = poly * t + 0.254829592;
-  const Tensor y = 1.0 - poly * t * (-(a * a)).exp();
-  return where(lt(x, 0.0), -y, y);
+  return hlops::in_f32(*this, [](const Tensor& x) {
+    const Tensor a = x.abs();
+    const Tensor t = (a * 0.3275911 + 1.0).recip();
+    Tensor poly = t * 1.061405429 - 1.453152027;
+    poly = poly * t + 1.421413741;
+    poly = poly * t - 0.284496736;
+    poly = poly * t + 0.254829592;
+    const Tensor y = 1.0 - poly * t * (-(a * a)).exp();
+    return where(lt(x, 0.0), -y, y);
+  });
 }
 
 Tensor Tensor::gelu() const {
-  const Tensor x = as_float(*this);
-  return x * 0.5 * ((x * (std::numbers::sqrt2 / 2)).erf() + 1.0);
+  return hlops::in_f32(*this, [](const Tensor& x) {
+    return x * 0.5 * ((x * (std::numbers::sqrt2 / 2)).erf() + 1.0);
+  });
 }
 
 Tensor Tensor::gelu_tanh() const {
-  const double k = std::sqrt(2.0 / std::numbers::pi);
-  const Tensor x = as_float(*this);
-  const Tensor inner = (x + x * x * x * 0.044715) * k;
-  return x * 0.5 * (inner.tanh() + 1.0);
+  return hlops::in_f32(*this, [](const Tensor& x) {
+    const Tensor inner = (x + x * x * x * 0.044715) * std::sqrt(2.0 / std::numbers::pi);
+    return x * 0.5 * (inner.tanh() + 1.0);
+  });
 }
 
 Tensor Tensor::softplus(double beta, double threshold) const {
-  const Tensor bx = as_float(*this) * beta;
-  return where(gt(bx, threshold), *this, (bx.exp() + 1.0).log() * (1.0 / beta));
+  return hlops::in_f32(*this, [&](const Tensor& x) {
+    const Tensor bx = x * beta;
+    return where(gt(bx, threshold), x, (bx.exp() + 1.0).log() * (1.0 / beta));
+  });
 }
 
 Tensor Tensor::clamp(double lo, double hi) const {
