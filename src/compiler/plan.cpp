@@ -58,7 +58,8 @@ void issue_collectives_early(const Graph& g, KernelPlan& p) {
 // one kernel and read it at that kernel's own element (through contiguous views, from
 // nodes that are themselves read so, up to the kernel's root): that kernel computes it
 // once per element and names it at each read (ElementWriter::value), so it needs no
-// buffer. GELU's erf reads its pieces twice each; stored, it took four kernels.
+// buffer. GELU's erf reads its pieces up to five times each; stored, they took four
+// kernels.
 // Consumers come after their producers in the graph, so one pass from the last node
 // back decides each node after all its readers: `owner` is the kernel a fused node is
 // computed by (kSeveral: more than one), `aligned` whether it is computed at that
