@@ -151,6 +151,13 @@ class Graph {
   void donate(NodeId input);
   bool is_donated(NodeId id) const { return flag(donated_, id); }
 
+  /// Marks a node as a constant to train::gradients: no gradient flows through it to
+  /// what it reads. For a value whose gradient is zero by construction, such as the
+  /// maximum a softmax subtracts (its result does not depend on it), so that no nodes
+  /// compute that zero.
+  void stop_gradient(NodeId id);
+  bool stops_gradient(NodeId id) const { return flag(gradient_stops_, id); }
+
   /// Marks a node whose value is read back after execute.
   void mark_retrieve(NodeId id);
   /// Marks a node that must survive optimisation and keep its value after execute.
@@ -201,7 +208,7 @@ class Graph {
   std::deque<std::optional<Buffer>> data_;
   std::deque<std::optional<DeviceData>> device_data_;
   std::vector<uint64_t> data_versions_;  // 0: never set
-  std::vector<bool> outputs_, donated_, on_device_;
+  std::vector<bool> outputs_, donated_, on_device_, gradient_stops_;
   std::unique_ptr<Executable> executable_;
   std::vector<std::function<void()>> after_run_;
   size_t compiled_nodes_ = 0;  // nodes present when compiled; later additions need a recompile

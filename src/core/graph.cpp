@@ -169,6 +169,7 @@ void Graph::grow_state(NodeId id) {
   outputs_.resize(n, false);
   donated_.resize(n, false);
   on_device_.resize(n, false);
+  gradient_stops_.resize(n, false);
 }
 
 void Graph::set_data(NodeId id, Buffer data) {
@@ -298,6 +299,11 @@ void Graph::donate(NodeId input) {
   LUM_CHECK(node(input).op == Op::Input) << "donate: %" << input.value << " is not an input";
   grow_state(input);
   donated_[input.value] = true;
+}
+
+void Graph::stop_gradient(NodeId id) {
+  grow_state(id);
+  gradient_stops_[id.value] = true;
 }
 
 void Graph::drop_data(NodeId id) {

@@ -38,14 +38,17 @@ std::vector<Tensor> differentiate(const Tensor& loss, const std::vector<Tensor>&
                                  << "; only floating-point values have one";
   }
 
-  // Nodes on a path from a parameter: only they get gradient nodes.
+  // Nodes on a path from a parameter: only they get gradient nodes. The path does not
+  // pass through a node that stops gradients (Graph::stop_gradient).
   const uint32_t last = loss.id().value;
   std::vector<bool> needs(last + 1, false);
   for (const Tensor& p : params)
     if (p.id().value <= last) needs[p.id().value] = true;
-  for (uint32_t id = 0; id <= last; ++id)
+  for (uint32_t id = 0; id <= last; ++id) {
+    if (g.stops_gradient(NodeId{id})) continue;
     for (const Edge& e : g.node(NodeId{id}).inputs)
       if (needs[e.source.value]) needs[id] = true;
+  }
 
   std::vector<std::optional<Tensor>> grads(last + 1);
   auto add = [&](NodeId to, Tensor contribution) {

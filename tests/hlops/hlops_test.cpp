@@ -182,6 +182,27 @@ TEST(Hlops, HalfPrecisionActivationsRoundOnce) {
   }
 }
 
+// A sum or max over an axis of one element is that element: a view, not a reduction
+// kernel of its own.
+TEST(Hlops, ReducingOneElementIsAView) {
+  Graph cx;
+  Tensor x = cx.named_tensor("x", {4, 1, 3});
+  x.set(std::vector<float>{1, -2, 3, 4, 5, -6, 7, 8, 9, 10, -11, 12});
+  Tensor y = x.sum({1}) * 2.0 + x.max({1}, true).squeeze(1);
+  y.retrieve();
+  for (uint32_t i = 0; i < cx.num_nodes(); ++i) {
+    EXPECT_NE(cx.node(NodeId{i}).op, Op::SumReduce);
+    EXPECT_NE(cx.node(NodeId{i}).op, Op::MaxReduce);
+  }
+  cx.compile(reference());
+  cx.execute();
+  const std::vector<float> got = y.to_f32();
+  ASSERT_EQ(got.size(), 12u);
+  const std::vector<float> in{1, -2, 3, 4, 5, -6, 7, 8, 9, 10, -11, 12};
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], 3 * in[i]);
+  EXPECT_EQ(to_string(x.sum({1}, true).shape()), "[4, 1, 3]");
+}
+
 TEST(Hlops, MatmulIsBroadcastMultiplySum) {
   // The pattern the compiler will recognise as a GEMM: one Mul feeding one SumReduce.
   Graph cx;

@@ -360,6 +360,35 @@ TEST(Autograd, LossOfASoftmaxClassifier) {
             "");
 }
 
+// The maximum a softmax subtracts does not change its result, so its gradient is zero:
+// the gradient graph reads it only where the forward pass does (no ties mask, no sums
+// for it), and the gradients still match central differences.
+TEST(Autograd, TheSoftmaxShiftGetsNoGradientNodes) {
+  const auto readers_of_maxima = [](const Graph& g) {
+    size_t n = 0;
+    for (uint32_t i = 0; i < g.num_nodes(); ++i)
+      for (const Edge& e : g.node(NodeId{i}).inputs) n += g.node(e.source).op == Op::MaxReduce;
+    return n;
+  };
+  for (const bool log : {false, true}) {
+    Graph g;
+    Tensor x = g.named_tensor("x", {4, 6});
+    x.set(uniform(24, -2, 2, 5));
+    const Tensor y = log ? x.log_softmax(1) : x.softmax(1);
+    const Tensor loss = (y * g.iota(Expr("z") % 6, {4, 6}, DType::F32)).sum({0, 1});
+    const size_t forward = readers_of_maxima(g);
+    train::gradients(loss, {x});
+    EXPECT_EQ(readers_of_maxima(g), forward) << (log ? "log_softmax" : "softmax");
+  }
+  EXPECT_EQ(
+      check({{4, 6}},
+            [](Graph& g, auto& p) {
+              const Tensor w = g.iota(Expr("z") % 7, {4, 6}, p[0].dtype());
+              return (p[0].softmax(1) * w).sum({0, 1}) + (p[0].log_softmax(0) * w).sum({0, 1});
+            }),
+      "");
+}
+
 // --- every composite op of the hlops fixtures ------------------------------------------
 
 TEST(Autograd, EveryHlopFixtureMatchesFiniteDifferences) {

@@ -6,15 +6,28 @@ namespace luminal {
 
 using hlops::as_float;
 
+namespace {
+
+// The maximum along `axis` (kept), which a softmax subtracts so that exp cannot
+// overflow. The result does not depend on it, so its gradient is exactly zero: marked so
+// (Graph::stop_gradient), a training step computes no ties mask and no sums for it.
+Tensor max_shift(const Tensor& x, int axis) {
+  const Tensor top = x.max({axis}, true);
+  if (x.graph().node(top.id()).op == Op::MaxReduce) x.graph().stop_gradient(top.id());
+  return top;
+}
+
+}  // namespace
+
 Tensor Tensor::softmax(int axis) const {
   const Tensor x = as_float(*this);
-  const Tensor e = (x - x.max({axis}, true)).exp();  // shifted by the max: no overflow
+  const Tensor e = (x - max_shift(x, axis)).exp();
   return e / e.sum({axis}, true);
 }
 
 Tensor Tensor::log_softmax(int axis) const {
   const Tensor x = as_float(*this);
-  const Tensor shifted = x - x.max({axis}, true);
+  const Tensor shifted = x - max_shift(x, axis);
   return shifted - shifted.exp().sum({axis}, true).log();
 }
 

@@ -35,8 +35,16 @@ Tensor reduce_with(const Tensor& x, const std::vector<int>& axes, bool keepdim, 
                    const char* op) {
   const auto desc = reduce_axes(axes, x.rank(), op);
   Tensor t = x;
-  for (size_t a : desc)
-    t = is_sum ? t.sum_reduce(static_cast<int>(a)) : t.max_reduce(static_cast<int>(a));
+  for (size_t a : desc) {
+    const int axis = static_cast<int>(a);
+    // Over one element the reduction is that element: a view, which fuses, where a
+    // reduction is a kernel of its own (a gather's gradient sums its one-hot over the
+    // gathered axis, of length 1 for a loss's gather_axis).
+    if (t.shape()[a] == Expr(1))
+      t = t.squeeze(axis);
+    else
+      t = is_sum ? t.sum_reduce(axis) : t.max_reduce(axis);
+  }
   return keepdim ? restore_dims(t, desc) : t;
 }
 
