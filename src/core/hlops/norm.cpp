@@ -13,7 +13,8 @@ namespace {
 // (Graph::stop_gradient), a training step computes no ties mask and no sums for it.
 Tensor max_shift(const Tensor& x, int axis) {
   const Tensor top = x.max({axis}, true);
-  if (x.graph().node(top.id()).op == Op::MaxReduce) x.graph().stop_gradient(top.id());
+  // (Over one element the maximum is a view of x itself, which must keep its gradient.)
+  if (top.id() != x.id()) x.graph().stop_gradient(top.id());
   return top;
 }
 
