@@ -75,15 +75,15 @@ void fuse_shared_within_one_kernel(const Graph& g, KernelPlan& p,
     for (size_t j = 0; j < n.inputs.size(); ++j)
       readers[p.canon(n.inputs[j].source).value].emplace_back(i, j);
   }
+  std::vector<uint32_t> owner(count, kNone);
+  std::vector<bool> aligned(count, false);
   // Whether reader r is computed at its kernel's own element: a root that maps or
   // reduces its input is (a gather, which reads its data where its indices say, is not).
-  const auto at_kernels_element = [&](uint32_t r, const std::vector<bool>& aligned) {
+  const auto at_kernels_element = [&](uint32_t r) {
     if (!p.materialized[r]) return static_cast<bool>(aligned[r]);
     const Op op = g.node(NodeId{r}).op;
     return is_elementwise(op) || op == Op::SumReduce || op == Op::MaxReduce;
   };
-  std::vector<uint32_t> owner(count, kNone);
-  std::vector<bool> aligned(count, false);
   for (uint32_t i = count; i-- > 0;) {
     if (!p.needed[i] || p.canonical[i].value != i) continue;
     if (p.materialized[i] && !stored_for_sharing[i]) continue;
@@ -94,7 +94,7 @@ void fuse_shared_within_one_kernel(const Graph& g, KernelPlan& p,
     for (const auto& [r, j] : readers[i]) {
       const uint32_t kr = p.materialized[r] ? r : owner[r];
       k = k == kNone || k == kr ? kr : kSeveral;
-      at_own_element = at_own_element && at_kernels_element(r, aligned) &&
+      at_own_element = at_own_element && at_kernels_element(r) &&
                        g.node(NodeId{r}).inputs[j].view == own;
     }
     if (p.materialized[i]) {

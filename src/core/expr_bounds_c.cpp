@@ -65,20 +65,21 @@ class BoundsPrinter {
         corners("lum_mul", lo, hi);
         break;
       case ExprOp::Div:
-        defined = "(" + bl + " > 0 || " + bh + " < 0)";
+        defined = truth(b);  // a divisor nonzero throughout
         corners("lum_floordiv", lo, hi);
         break;
-      case ExprOp::Mod:
+      case ExprOp::Mod: {
         // A positive divisor leaves [0, divisor) (a fixed one, a dividend within one
         // period: its own ends' remainders); a negative one (divisor, 0].
-        defined = "(" + bl + " > 0 || " + bh + " < 0)";
-        lo = "(" + bl + " > 0 ? (" + bl + " == " + bh + " && lum_floordiv(" + al + ", " + bl +
-             ") == lum_floordiv(" + ah + ", " + bl + ") ? lum_floormod(" + al + ", " + bl +
+        defined = truth(b);
+        const std::string one_period = "(" + bl + " == " + bh + " && lum_floordiv(" + al + ", " +
+                                       bl + ") == lum_floordiv(" + ah + ", " + bl + "))";
+        lo = "(" + bl + " > 0 ? (" + one_period + " ? lum_floormod(" + al + ", " + bl +
              ") : 0) : " + bl + " + 1)";
-        hi = "(" + bl + " > 0 ? (" + bl + " == " + bh + " && lum_floordiv(" + al + ", " + bl +
-             ") == lum_floordiv(" + ah + ", " + bl + ") ? lum_floormod(" + ah + ", " + bl +
+        hi = "(" + bl + " > 0 ? (" + one_period + " ? lum_floormod(" + ah + ", " + bl +
              ") : " + bh + " - 1) : 0)";
         break;
+      }
       case ExprOp::Min:
         lo = "lum_min(" + al + ", " + bl + ")", hi = "lum_min(" + ah + ", " + bh + ")";
         break;

@@ -281,11 +281,7 @@ TEST(Cpu, RepeatedKernelsAreCompiledOnce) {
   }
   h.retrieve();
   const compiler::KernelPlan plan = compiler::plan_kernels(cx);
-  const std::string code = cpugen::generate_source(cx, plan).code;
-  size_t aliases = 0;
-  for (size_t at = code.find("alias(\"lum_kernel_"); at != std::string::npos;
-       at = code.find("alias(\"lum_kernel_", at + 1))
-    ++aliases;
+  const size_t aliases = count_in_source(cx, plan, "alias(\"lum_kernel_");
   ASSERT_EQ(plan.kernels.size() % 4, 0u);
   EXPECT_EQ(aliases, plan.kernels.size() / 4 * 3);
   expect_cpu_matches_reference(cx, h, "four repeated layers");
