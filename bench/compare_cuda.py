@@ -71,6 +71,22 @@ def main():
         del a8, b8
     bytes_moved = {"chain8_f32_256M": 2 * n * 4}
     flops = {}
+    # A linear layer's output added to the residual stream (a block's down projection
+    # over 8192 tokens), bf16.
+    case = "linear_residual_bf16_8192x4096x1024"
+    if want(case):
+        h = torch.rand(8192, 4096, device=dev, dtype=torch.bfloat16)
+        w = torch.rand(1024, 4096, device=dev, dtype=torch.bfloat16)
+        bias = torch.rand(1024, device=dev, dtype=torch.bfloat16)
+        res = torch.rand(8192, 1024, device=dev, dtype=torch.bfloat16)
+
+        def linear_residual(h, w, bias, res):
+            return res + torch.nn.functional.linear(h, w, bias)
+        compiled = torch.compile(linear_residual)
+        peers[case] = {"eager": bench(lambda: linear_residual(h, w, bias, res)),
+                       "compile": bench(lambda: compiled(h, w, bias, res))}
+        flops[case] = 2 * 8192 * 4096 * 1024
+        del h, w, bias, res
     # One row against bf16 weights; the qgemv cases are luminal's f32 activations over a
     # bf16 checkpoint's stored weights, against the same bf16 F.linear.
     for k, nn in [(4096, 14336), (14336, 4096)]:

@@ -61,7 +61,8 @@ class View {
   bool is_masked(size_t d) const;
   bool has_mask() const;
   Expr numel() const { return product(dims_); }
-  /// Row-major over its own shape, offset 0, unmasked: reading it is a plain copy.
+  /// Row-major over its own shape (a dim of size 1 at any stride: an unsqueeze), offset
+  /// 0, unmasked: reading it is a plain copy.
   bool is_contiguous() const;
 
   View permute(const std::vector<int>& axes) const;

@@ -40,6 +40,22 @@ Buffer MatMulOp::run(const std::vector<Buffer>& in, const std::vector<std::vecto
                          [&](size_t at, int64_t) { return in[1].get_f64(at); });
 }
 
+Buffer MatMulAddOp::run(const std::vector<Buffer>& in,
+                        const std::vector<std::vector<int64_t>>& shapes,
+                        const std::vector<int64_t>& /*out_shape*/, DType out_dtype) const {
+  // The sum and its addends in double, rounded once to the output's type (as the
+  // library's epilogue adds in its f32 accumulator before it stores).
+  const Buffer y = sum_of_products(in[0], shapes[0], DType::F64,
+                                   [&](size_t at, int64_t) { return in[1].get_f64(at); });
+  Buffer out(out_dtype, y.numel());
+  for (size_t i = 0; i < y.numel(); ++i) {
+    double v = y.get_f64(i);
+    for (size_t r = 2; r < in.size(); ++r) v += in[r].get_f64(i);
+    out.set_f64(i, v);
+  }
+  return out;
+}
+
 std::string QMatMulOp::name() const {
   return "QMatMul(" + ggml_type_name(format) + ")";
 }
@@ -115,6 +131,16 @@ bool is_qgemm(int axis, const View& a, const View& b, const std::vector<Expr>& w
     if (!(sb[d] == zero)) return false;
   // a is broadcast along N and reads K contiguously.
   return sa[r - 1] == zero && sa[r - 2] == one;
+}
+
+bool is_bias_row(const View& v) {
+  const size_t r = v.rank();
+  if (r < 2 || v.has_mask()) return false;
+  const Expr zero = 0, one = 1;
+  if (!(v.strides()[r - 1] == one) && !(v.shape()[r - 1] == one)) return false;
+  for (size_t d = 0; d + 1 < r; ++d)
+    if (!(v.strides()[d] == zero) && !(v.shape()[d] == one)) return false;
+  return true;
 }
 
 bool is_gemm(int axis, const View& a, const View& b, DType dtype) {

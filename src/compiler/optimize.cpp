@@ -97,13 +97,34 @@ class Lowering {
   // Rule predicate arguments: a $view attribute's View; a ?class's dtype (nullopt for a
   // class the rules made) and its block-stored input (nullptr if it is none).
   const View& view(const eg::Value& v) const { return views[static_cast<size_t>(v.a.bits)]; }
-  std::optional<DType> dtype(const eg::EGraph& e, const eg::Value& v) const {
-    auto it = dtype_of.find(e.find(v.c).v);
+  std::optional<DType> dtype(const eg::EGraph& e, ClassId c) const {
+    auto it = dtype_of.find(e.find(c).v);
     return it == dtype_of.end() ? std::nullopt : std::optional{it->second};
   }
-  const Node* quantized_input(const eg::EGraph& e, const eg::Value& v) const {
-    auto it = quantized.find(e.find(v.c).v);
+  std::optional<DType> dtype(const eg::EGraph& e, const eg::Value& v) const {
+    return dtype(e, v.c);
+  }
+  const Node* quantized_input(const eg::EGraph& e, ClassId c) const {
+    auto it = quantized.find(e.find(c).v);
     return it == quantized.end() ? nullptr : it->second;
+  }
+  const Node* quantized_input(const eg::EGraph& e, const eg::Value& v) const {
+    return quantized_input(e, v.c);
+  }
+  // The class a class's value is read from: a View node's source, else the class itself.
+  // (Views were lowered as classes of their own, with no dtype.)
+  ClassId read_source(const eg::EGraph& e, ClassId c) const {
+    for (uint32_t n : e.node_ids(e.find(c)))
+      if (e.node_op(n).name() == "View") return e.find(e.node_children(n)[0]);
+    return e.find(c);
+  }
+  // The view a class reads its source through: its View node's, nullptr where it has
+  // none (the source read as it lies).
+  const View* read_view(const eg::EGraph& e, ClassId c) const {
+    for (uint32_t n : e.node_ids(e.find(c)))
+      if (e.node_op(n).name() == "View")
+        return &views[static_cast<size_t>(e.node_attrs(n).get()[0].bits)];
+    return nullptr;
   }
   // How many of the user graph's edges (and outputs) read a value of class `c`.
   int readers(const eg::EGraph& e, ClassId c) const {
@@ -116,14 +137,15 @@ class Lowering {
     for (NodeId o : g_.outputs()) count += is_c(o);
     return count;
   }
-
- private:
+  // A $view attribute's value for `v` (views are numbered as they are first seen).
   int64_t view_id(const View& v) {
     const std::string key = v.to_string();
     auto [it, fresh] = view_ids_.emplace(key, static_cast<int64_t>(views.size()));
     if (fresh) views.push_back(v);
     return it->second;
   }
+
+ private:
   int64_t group_id(const std::shared_ptr<Communicator>& comm) {
     const auto it = std::find(groups.begin(), groups.end(), comm);
     if (it != groups.end()) return it - groups.begin();
@@ -162,6 +184,9 @@ double kernel_cost(const eg::EGraph& g, uint32_t node) {
   if (op == "MatMul" || op == "QMatMul" || op == "NormQMatMul" || op == "QMatMulAdd" ||
       op == "Attention")
     return 1;
+  // Below the Add it replaces even where the addend's path is the longest (an equal
+  // cost would keep the first node found, the Add).
+  if (op == "MatMulAdd") return 0.99;
   if (op == "Softmax") return 1e9;  // only a step towards Attention, never a kernel
   if (op == "AllReduce") return 100;  // a wait on every rank: fewer of them first
   if (op == "SumReduce" || op == "MaxReduce") return 20;
@@ -221,8 +246,8 @@ class Rebuild {
       if (un.quant != kPlainStorage) g.set_storage(id, un.quant);
       out_.source_of.resize(id.value + 1);
       out_.source_of[id.value] = user;
-    } else if (op == "MatMul" || op == "QMatMul" || op == "NormQMatMul" || op == "QMatMulAdd" ||
-               op == "Attention") {
+    } else if (op == "MatMul" || op == "MatMulAdd" || op == "QMatMul" || op == "NormQMatMul" ||
+               op == "QMatMulAdd" || op == "Attention") {
       Node n;
       n.op = Op::Custom;
       for (ClassId ch : children) n.inputs.push_back(edge(ch));
@@ -230,6 +255,8 @@ class Rebuild {
       const auto format = [&](size_t i) { return g.node(n.inputs[i].source).quant; };
       if (op == "MatMul")
         n.custom = std::make_shared<MatMulOp>();
+      else if (op == "MatMulAdd")
+        n.custom = std::make_shared<MatMulAddOp>();
       else if (op == "QMatMul")
         n.custom = std::make_shared<QMatMulOp>(format(1));
       else if (op == "NormQMatMul")
@@ -241,7 +268,9 @@ class Rebuild {
       // A product has its left operand's type (the reduction it replaces had it), and
       // Attention its queries' (the scores' product's left operand); the products over
       // block-stored weights are f32.
-      n.dtype = op == "MatMul" || op == "Attention" ? g.node(n.inputs[0].source).dtype : DType::F32;
+      n.dtype = op == "MatMul" || op == "MatMulAdd" || op == "Attention"
+                    ? g.node(n.inputs[0].source).dtype
+                    : DType::F32;
       // [batch..., M, N]: the [batch..., M, K, N] product operand's shape without K (the
       // value operand's, without its T, for Attention).
       n.shape = n.inputs[op == "Attention" ? 2 : 0].view.shape();
@@ -291,6 +320,19 @@ class Rebuild {
     return id;
   }
 
+  // A graph output's node. A class extracted as a plain reshape of another value (a
+  // product viewed back as [B, T, N], where the gemm-epilogue rules leave an Add) is that
+  // value: outputs are handed over as flat data, so its bytes need no copy.
+  NodeId output(ClassId c) {
+    const uint32_t node = x_.node_for(eg_.find(c));
+    if (eg_.node_op(node).name() == "View") {
+      const View& v = low_.views[static_cast<size_t>(eg_.node_attrs(node).get()[0].bits)];
+      const NodeId source = value(eg_.node_children(node)[0]);
+      if (v.is_contiguous() && v.numel() == product(out_.graph->node(source).shape)) return source;
+    }
+    return value(c);
+  }
+
  private:
   // The edge a consumer reads for class `c`: through the view if `c` is a View node.
   Edge edge(ClassId c) {
@@ -326,6 +368,83 @@ bool widens_f16(const eg::EGraph& e, const Lowering& low, ClassId c) {
     if (from != low.dtype_of.end() && from->second == DType::F16) return true;
   }
   return false;
+}
+
+// The hlir-gemm-epilogues rules' predicates and appliers.
+void add_gemm_epilogue_functions(Lowering& low, eg::Functions& fns) {
+  // The class of MatMul((View va a), (View vb b)), or of MatMulAdd of those and `added`,
+  // where the graph has it and one edge reads it (others would have the product run
+  // twice).
+  const auto product_read_once = [&low](const eg::EGraph& e, const eg::Value& va, ClassId a,
+                                        const eg::Value& vb, ClassId b,
+                                        std::optional<ClassId> added) -> std::optional<ClassId> {
+    const auto view_of = [&](const eg::Value& v, ClassId x) {
+      const ClassId of[] = {e.find(x)};
+      return e.lookup(Symbol::of("View"), AttrList::of({v.a}), of);
+    };
+    const std::optional<ClassId> a_view = view_of(va, a), b_view = view_of(vb, b);
+    if (!a_view || !b_view) return std::nullopt;
+    std::vector<ClassId> operands = {e.find(*a_view), e.find(*b_view)};
+    if (added) operands.push_back(e.find(*added));
+    const std::optional<ClassId> product =
+        e.lookup(Symbol::of(added ? "MatMulAdd" : "MatMul"), {}, operands);
+    if (!product || low.readers(e, *product) != 1) return std::nullopt;
+    return product;
+  };
+  // Whether `r` (read through its view) is a value to add to the product of a and b:
+  // both operands and r of one type, r not block-stored.
+  const auto addend_fits = [&low](const eg::EGraph& e, ClassId a, ClassId b, ClassId r) {
+    const auto t = low.dtype(e, a);
+    const ClassId source = low.read_source(e, r);
+    return t && low.dtype(e, b) == t && low.dtype(e, source) == t &&
+           !low.quantized_input(e, source);
+  };
+  const auto is_row = [&low](const eg::EGraph& e, ClassId c) {
+    const View* v = low.read_view(e, c);
+    return v && is_bias_row(*v);
+  };
+  // (gemm-addend ?r $va ?a $vb ?b)
+  fns.predicates["gemm-addend"] = [=](const eg::EGraph& e, std::span<const eg::Value> a) {
+    return addend_fits(e, a[2].c, a[4].c, a[0].c) &&
+           product_read_once(e, a[1], a[2].c, a[3], a[4].c, std::nullopt);
+  };
+  // (second-gemm-addend ?s ?r $va ?a $vb ?b): s added to the product that adds r; one of
+  // the two a bias row (the epilogue adds one row and one matrix).
+  fns.predicates["second-gemm-addend"] = [=](const eg::EGraph& e, std::span<const eg::Value> a) {
+    return is_row(e, a[0].c) != is_row(e, a[1].c) && addend_fits(e, a[3].c, a[5].c, a[0].c) &&
+           product_read_once(e, a[2], a[3].c, a[4], a[5].c, a[1].c);
+  };
+  // (call add-to-reshaped-product ?s $vo $va ?a $vb ?b [?r]): s added to the product
+  // (of a and b, adding r) read through $vo, a reshape of its rows (x W + b computed
+  // over [B*T, K] and viewed as [B, T, N], as torch's linear layers are): the product
+  // adding s read through the inverse reshape, for the rule to view as $vo. Declines
+  // where $vo is not all of the product in order or s's view has no such reshape.
+  fns.appliers["add-to-reshaped-product"] =
+      [=, &low](eg::EGraph& e, std::span<const eg::Value> a) -> std::optional<ClassId> {
+    const View& vo = low.view(a[1]);
+    const std::optional<ClassId> added =
+        a.size() > 6 ? std::optional<ClassId>(a[6].c) : std::nullopt;
+    std::vector<Expr> product_shape = low.view(a[2]).shape();  // [batch..., M, K, N]
+    product_shape.erase(product_shape.end() - 2);
+    // (A contiguous view of fewer elements reads a prefix of the product.)
+    if (!vo.is_contiguous() || !(vo.numel() == product(product_shape)) ||
+        !addend_fits(e, a[3].c, a[5].c, a[0].c) ||
+        !product_read_once(e, a[2], a[3].c, a[4], a[5].c, added))
+      return std::nullopt;
+    const View* s_view = low.read_view(e, a[0].c);
+    const std::optional<View> reshaped =
+        (s_view ? *s_view : View::contiguous(vo.shape())).reshape(product_shape);
+    if (!reshaped || (added && is_row(e, *added) == is_bias_row(*reshaped))) return std::nullopt;
+    const auto view_of = [&](const eg::Value& v, ClassId x) {
+      return e.add(Symbol::of("View"), AttrList::of({v.a}), std::vector<ClassId>{x});
+    };
+    std::vector<ClassId> children = {view_of(a[2], a[3].c), view_of(a[4], a[5].c)};
+    if (added) children.push_back(*added);
+    children.push_back(e.add(Symbol::of("View"),
+                             AttrList::of({Attr::of_int(low.view_id(*reshaped))}),
+                             std::vector<ClassId>{low.read_source(e, a[0].c)}));
+    return e.add(Symbol::of("MatMulAdd"), {}, children);
+  };
 }
 
 }  // namespace
@@ -423,9 +542,12 @@ Optimized optimize(const Graph& g, const OptimizeOptions& options) {
     const std::optional<ClassId> product = e.lookup(eg::Symbol::of("QMatMul"), {}, operands);
     return product && low.readers(e, *product) == 1;
   };
+  add_gemm_epilogue_functions(low, fns);
   std::vector<eg::RuleSet> sets = without_disabled_rules(rule_sets(fns));
   if (!options.product_fusions)
     std::erase_if(sets, [](const eg::RuleSet& s) { return s.name == "hlir-product-fusions"; });
+  if (!options.gemm_epilogues)
+    std::erase_if(sets, [](const eg::RuleSet& s) { return s.name == "hlir-gemm-epilogues"; });
   std::vector<const eg::RuleSet*> active;
   for (const auto& s : sets) active.push_back(&s);
   Optimized out;
@@ -443,7 +565,7 @@ Optimized optimize(const Graph& g, const OptimizeOptions& options) {
   if (!roots.empty()) x = eg::extract_greedy(low.egraph, roots, kernel_cost, eg::CostCombine::Max);
   Rebuild rebuild(g, low, low.egraph, x, out);
   for (NodeId o : g.outputs()) {
-    const NodeId n = rebuild.value(low.class_of(o));
+    const NodeId n = rebuild.output(low.class_of(o));
     out.outputs.emplace_back(o, n);
     out.graph->mark_retrieve(n);
   }

@@ -121,7 +121,11 @@ bool View::has_mask() const {
 }
 
 bool View::is_contiguous() const {
-  return *this == contiguous(dims_) && offset_ == Expr(0);
+  if (!(offset_ == Expr(0)) || has_mask()) return false;
+  const View row_major = contiguous(dims_);
+  for (size_t d = 0; d < rank(); ++d)
+    if (!(dims_[d] == Expr(1)) && !(strides_[d] == row_major.strides_[d])) return false;
+  return true;
 }
 
 View View::substitute(const std::vector<std::pair<std::string, Expr>>& map) const {

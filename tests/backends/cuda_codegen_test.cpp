@@ -7,6 +7,7 @@
 #include <future>
 #include <map>
 #include <random>
+#include <set>
 #include <tuple>
 
 #include "backends/cuda/arena.hpp"
@@ -295,6 +296,95 @@ TEST(CudaCodegen, ResidualAddsFoldIntoBlockFormatProductsOnTheGpuOnly) {
   EXPECT_EQ(gpu["QMatMul"], 2);
   EXPECT_EQ(gpu["Add"], 2);  // the bias, and the product read twice
   EXPECT_EQ(ops(false)["QMatMulAdd"], 0);
+}
+
+// Values added to a product of two operands of one type become part of it in the CUDA
+// backend's plan (MatMulAdd: cuBLASLt adds them as it stores), not in the CPU's: a bias
+// row with a residual stream, a residual on either side, a second product, a residual
+// added to a product's rows viewed in another shape. Two matrices are not both folded
+// (the epilogue adds one matrix and one row), nor a product that something else reads
+// too (it would run twice), nor a view of the product's first rows alone.
+TEST(CudaCodegen, AddsAfterAProductFoldIntoItOnTheGpuOnly) {
+  auto planned = [](bool cuda) {
+    Graph cx;
+    Tensor x = cx.named_tensor("x", {Expr::var("seq"), 512}, DType::BF16);
+    Tensor r = cx.named_tensor("r", {Expr::var("seq"), 64}, DType::BF16);
+    Tensor r2 = cx.named_tensor("r2", {Expr::var("seq"), 64}, DType::BF16);
+    Tensor bias = cx.named_tensor("bias", {64}, DType::BF16);
+    std::vector<Tensor> xw;
+    for (int i = 0; i < 6; ++i)
+      xw.push_back(x.matmul(
+          cx.named_tensor("w" + std::to_string(i), {64, 512}, DType::BF16).transpose(0, 1)));
+    (r + (xw[0] + bias)).retrieve();
+    (xw[1] + r).retrieve();
+    ((xw[2] + r) + r2).retrieve();
+    (xw[3] + r).retrieve();
+    (xw[3] * 2.0).retrieve();
+    (xw[4] + xw[5]).retrieve();
+    // torch's linear layers: [B*T, K] rows multiplied, the result viewed as [B, T, N]
+    Tensor rows = cx.named_tensor("rows", {6, 512}, DType::BF16);
+    Tensor stream = cx.named_tensor("stream", {2, 3, 64}, DType::BF16);
+    auto w = [&](const char* name) { return cx.named_tensor(name, {64, 512}, DType::BF16); };
+    (stream + (rows.matmul(w("w6").transpose(0, 1)) + bias).reshape({2, 3, 64})).retrieve();
+    (rows.matmul(w("w7").transpose(0, 1)).reshape({2, 3, 64}) + stream).retrieve();
+    // ... but not a view of the product's first rows alone (in order, but not all of it)
+    (rows.matmul(w("w8").transpose(0, 1)).slice(0, 0, 3) +
+     cx.named_tensor("head", {3, 64}, DType::BF16))
+        .retrieve();
+    return cuda ? cudagen::compile_program(cx, "sm_90", true).planned
+                : runtime::optimize_and_plan(cx, compiler::Fusion::StoreShared);
+  };
+  auto ops = [](const runtime::PlannedProgram& p) {
+    std::map<std::string, int> count;
+    std::multiset<size_t> addends;  // by MatMulAdd
+    for (const compiler::Kernel& k : p.plan.kernels) {
+      const Node& n = p.program.graph->node(k.root);
+      ++count[n.op == Op::Custom ? n.custom->name() : std::string(op_name(n.op))];
+      if (n.op == Op::Custom && n.custom->name() == "MatMulAdd")
+        addends.insert(n.inputs.size() - 2);
+    }
+    return std::pair{count, addends};
+  };
+  auto [gpu, addends] = ops(planned(true));
+  EXPECT_EQ(gpu["MatMulAdd"], 6);
+  EXPECT_EQ(addends, (std::multiset<size_t>{1, 1, 1, 1, 2, 2}));
+  EXPECT_EQ(gpu["MatMul"], 3);  // read twice, one of the summed two, the sliced one
+  EXPECT_EQ(gpu["Add"], 3);     // the second matrix, the product read twice, the slice
+  EXPECT_EQ(ops(planned(false)).first["MatMulAdd"], 0);
+}
+
+// MatMulAdd's reference semantics (what a backend falls back to) against brute force:
+// batched products with a bias row and a matrix added, rounded once to bf16.
+TEST(CudaCodegen, MatMulAddSemanticsAreTheSumOfProductsAndAddends) {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<double> u(-1, 1);
+  const int64_t batch = 2, m = 3, k = 5, n = 4;
+  auto random = [&](DType t, size_t count) {
+    Buffer b(t, count);
+    for (size_t i = 0; i < count; ++i) b.set_f64(i, u(rng));
+    return b;
+  };
+  // The operands as the kernel reads them, [batch, M, K, N]; the addends [batch, M, N].
+  const std::vector<int64_t> shape = {batch, m, k, n}, out_shape = {batch, m, n};
+  const auto elems = static_cast<size_t>(batch * m * k * n),
+             outs = static_cast<size_t>(batch * m * n);
+  const std::vector<Buffer> in = {random(DType::F32, elems), random(DType::F32, elems),
+                                  random(DType::F32, outs), random(DType::F32, outs)};
+  const Buffer got =
+      compiler::MatMulAddOp().run(in, {shape, shape, out_shape, out_shape}, out_shape, DType::BF16);
+  for (size_t o = 0; o < outs; ++o) {
+    double want = in[2].get_f64(o) + in[3].get_f64(o);
+    for (int64_t p = 0; p < k; ++p) {
+      const size_t at =
+          (o / static_cast<size_t>(n) * static_cast<size_t>(k) + static_cast<size_t>(p)) *
+              static_cast<size_t>(n) +
+          o % static_cast<size_t>(n);
+      want += in[0].get_f64(at) * in[1].get_f64(at);
+    }
+    Buffer rounded(DType::BF16, 1);
+    rounded.set_f64(0, want);
+    EXPECT_EQ(got.get_f64(o), rounded.get_f64(0)) << o;
+  }
 }
 
 // Arena plans against brute force: over random sizes and lifetimes, no two values live at

@@ -963,6 +963,62 @@ TEST(Cuda, ResidualAddsFoldedIntoTheProductsMatchTheReference) {
     }
 }
 
+// Values added to a product of two operands of one type are added by the product as it
+// stores its output (cuBLASLt's bias epilogue and beta = 1, or the one-row kernel's
+// residual): a bias row with a residual stream, a transposed addend (copied into the
+// output first), a second product, a bias alone, a residual stream added to a product
+// over [2 * M, K] rows viewed as [2, M, N]. In f32, f16 and bf16, batched and of one
+// row, against the reference interpreter; in f32 the run is one launch a product.
+TEST(Cuda, AddsAfterAProductAreAddedAsItStores) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(11);
+  const int64_t k = 96, n = 40;
+  for (const DType t : {DType::F32, DType::F16, DType::BF16})
+    for (const int64_t m : {1, 37}) {
+      Graph cx;
+      Tensor h = cx.named_tensor("h", {2, m, k}), x = cx.named_tensor("x", {2, m, n});
+      Tensor b = cx.named_tensor("b", {n}), rt = cx.named_tensor("rt", {2, n, m});
+      std::vector<Tensor> ws = {cx.named_tensor("w0", {n, k})};  // read transposed
+      for (const char* name : {"w1", "w2", "w3", "w4", "w5"})
+        ws.push_back(cx.named_tensor(name, {k, n}));
+      std::vector<Tensor> ins = {h, x, b, rt};
+      ins.insert(ins.end(), ws.begin(), ws.end());
+      for (Tensor& in : ins) {
+        size_t count = 1;
+        for (const Expr& d : in.shape()) count *= static_cast<size_t>(d.eval());
+        in.set(testing::uniform_floats(rng, count));
+      }
+      const Tensor hc = h.cast(t), xc = x.cast(t), bc = b.cast(t), rtc = rt.cast(t);
+      std::vector<Tensor> wc;
+      for (const Tensor& w : ws) wc.push_back(w.cast(t));
+      const std::vector<Tensor> outs = {
+          (xc + (hc.matmul(wc[0].transpose(0, 1)) + bc)).cast(DType::F32).retrieve(),
+          (hc.matmul(wc[1]) + rtc.transpose(1, 2)).cast(DType::F32).retrieve(),
+          (hc.matmul(wc[2]) + hc.matmul(wc[3])).cast(DType::F32).retrieve(),
+          (bc + hc.matmul(wc[4])).cast(DType::F32).retrieve(),
+          (xc + (hc.reshape({2 * m, k}).matmul(wc[5]) + bc).reshape({2, m, n}))
+              .cast(DType::F32)
+              .retrieve(),
+      };
+      const std::string what = std::string(dtype_name(t)) + " rows " + std::to_string(m);
+      const auto want = testing::run_outputs(cx, reference(), outs);
+      const auto got = testing::run_outputs(cx, cuda(), outs);
+      EXPECT_EQ(cx.last_run_stats().host_fallbacks, 0u) << what;
+      if (t == DType::F32) {
+        EXPECT_EQ(cx.last_run_stats().launches, 6u) << what;
+      }
+      // The reference rounds the product before adding; the kernels add in f32 and round
+      // once.
+      const double tol = t == DType::F32 ? 1e-4 : t == DType::F16 ? 2e-2 : 6e-2;
+      for (size_t o = 0; o < outs.size(); ++o) {
+        ASSERT_EQ(got[o].size(), want[o].size()) << what;
+        for (size_t i = 0; i < got[o].size(); ++i)
+          ASSERT_NEAR(got[o][i], want[o][i], tol * (1 + std::fabs(want[o][i])))
+              << what << " output " << o << " element " << i;
+      }
+    }
+}
+
 // prepare() uploads the weights (inputs set, of fixed shape) before the first run, so
 // that run's time is its kernels'; one too large for the GPU stops there.
 TEST(Cuda, PrepareUploadsTheWeights) {

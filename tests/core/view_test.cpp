@@ -112,6 +112,12 @@ TEST(View, Contiguous) {
   View s = View::contiguous({"s", 8});
   EXPECT_EQ(s.strides()[0], Expr(8));
   EXPECT_EQ(s.numel(), Expr("s") * 8);
+  // A dim of size 1 reads one element whatever its stride (an unsqueeze's is 0); a
+  // broadcast, an offset or padding is not a plain copy.
+  EXPECT_TRUE(View::contiguous({2, 4}).expand_dim(1, 1).is_contiguous());
+  EXPECT_FALSE(View::contiguous({2, 4}).expand_dim(1, 3).is_contiguous());
+  EXPECT_FALSE(View::contiguous({2, 4}).slice(1, 1, 4).is_contiguous());
+  EXPECT_FALSE(View::contiguous({2, 4}).pad(1, 0, 1).is_contiguous());
 }
 
 TEST(View, PermuteIndexExpression) {

@@ -16,6 +16,18 @@ class MatMulOp final : public CustomOp {
              const std::vector<int64_t>& out_shape, DType out_dtype) const override;
 };
 
+/// MatMulAdd: a MatMul whose output has one or two values of its own type added as the
+/// product stores it, y = a b + r (+ s): a bias row, a residual stream, a gradient being
+/// summed. Inputs: MatMul's two, then the addends, each [batch..., M, N] read through its
+/// view. Selected only where the backend asks (OptimizeOptions::gemm_epilogues); with two
+/// addends, one of them is a row shared by every row and batch (a bias).
+class MatMulAddOp final : public CustomOp {
+ public:
+  std::string name() const override { return "MatMulAdd"; }
+  Buffer run(const std::vector<Buffer>& inputs, const std::vector<std::vector<int64_t>>& shapes,
+             const std::vector<int64_t>& out_shape, DType out_dtype) const override;
+};
+
 /// QMatMul: the same product when `b` is a weight kept in a block format (an input with
 /// Node::quant set) read as its transpose, x W^T. Its inputs are the `a` edge, a
 /// [batch..., M, K, N] view, and the weight input itself, [N, K] (reference semantics
@@ -61,6 +73,11 @@ class QMatMulAddOp final : public CustomOp {
 /// weight W of shape `w_shape`: `b` reads W transposed and broadcast along M and every
 /// batch dim, and `a` is broadcast along N with unit stride along K.
 bool is_qgemm(int axis, const View& a, const View& b, const std::vector<Expr>& w_shape);
+
+/// True if `v`, a [batch..., M, N] addend of a product's output, is one row of N values
+/// shared by every row and batch (a bias): unit stride along N, none along the rest, no
+/// padding.
+bool is_bias_row(const View& v);
 
 /// True if SumReduce over `axis` of Mul(a_view, b_view) is a GEMM a BLAS can run: f32,
 /// f16 or bf16, rank >= 3 with the sum over dim rank-2, `a` broadcast along the last dim and `b`

@@ -28,6 +28,10 @@ struct OptimizeOptions {
   /// hlir-product-fusions rules: for a backend whose one-row products quantise their
   /// activations (and can normalise them in the same pass) and can add as they store.
   bool product_fusions = false;
+  /// Values added to a MatMul's output folded into the product (MatMulAddOp), the
+  /// hlir-gemm-epilogues rules: for a backend whose library products add a bias row and a
+  /// matrix as they store (cuBLASLt's bias epilogue and beta = 1).
+  bool gemm_epilogues = false;
 };
 
 Optimized optimize(const Graph& g, const OptimizeOptions& options = {});

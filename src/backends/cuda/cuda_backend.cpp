@@ -677,7 +677,8 @@ class CudaExecutable final : public Executable {
   }
 
   // Library kernels: MatMul through the one-row kernel or cuBLASLt (MixedProducts where
-  // one operand is f32 and the other half), QMatMul over half weights through the same
+  // one operand is f32 and the other half; MatMulAdd through the same two with its
+  // addends), QMatMul over half weights through the same
   // two and over block formats through QuantProducts (QMatMulAdd, with its residual, the
   // same; NormQMatMul through QuantProducts with its norm), Attention through its
   // kernel; anything else (and one of those its kernels cannot read) by its reference
@@ -698,6 +699,8 @@ class CudaExecutable final : public Executable {
           mixed_.matmul(views[0], operand(n.inputs[0].source), views[1],
                         operand(n.inputs[1].source), b, out))
         return;
+    } else if (dynamic_cast<const compiler::MatMulAddOp*>(n.custom.get())) {
+      if (product_with_addends(n, views, out)) return;
     } else if (const auto* q = dynamic_cast<const compiler::QMatMulOp*>(n.custom.get())) {
       if (source_dtype(n, 0) == DType::F32 &&
           (mixed_.qmatmul(q->format, views[0], operand(n.inputs[0].source), views[1],
@@ -782,6 +785,65 @@ class CudaExecutable final : public Executable {
                           device_->stream()),
           "copying a host-computed value to the GPU");
     device_->synchronize();  // `result` is freed on return
+  }
+
+  // MatMulAdd: the product of two operands of its own type with its addends (of that
+  // type too: at most one bias row and one matrix) added as it stores its output. One
+  // row with one addend goes through the one-row kernel; the rest through cuBLASLt's
+  // bias epilogue and beta = 1, a matrix it cannot read where it lies copied into the
+  // output first and added there. False where neither can run it.
+  bool product_with_addends(const Node& n, const std::vector<ConcreteView>& views, void* out) {
+    const DType t = n.dtype;
+    if ((t != DType::F32 && t != DType::F16 && t != DType::BF16) || source_dtype(n, 0) != t ||
+        source_dtype(n, 1) != t)
+      return false;
+    const auto esize = static_cast<int64_t>(dtype_size(t));
+    const auto is_row = [](const ConcreteView& v) {  // compiler::is_bias_row, bound
+      const size_t r = v.dims.size();
+      if (r < 2 || v.has_mask() || (v.dims[r - 1] > 1 && v.strides[r - 1] != 1)) return false;
+      for (size_t d = 0; d + 1 < r; ++d)
+        if (v.dims[d] > 1 && v.strides[d] != 0) return false;
+      return true;
+    };
+    cudagen::GemmAddends add;
+    const ConcreteView* matrix = nullptr;
+    const char* matrix_data = nullptr;
+    for (size_t i = 2; i < n.inputs.size(); ++i) {
+      if (source_dtype(n, i) != t) return false;
+      const auto* data = static_cast<const char*>(operand(n.inputs[i].source));
+      if (!add.bias && is_row(views[i])) {
+        add.bias = data + views[i].offset * esize;
+      } else if (!matrix) {
+        matrix = &views[i];
+        matrix_data = data;
+      } else {
+        return false;
+      }
+    }
+    const void* a_data = operand(n.inputs[0].source);
+    const void* b_data = operand(n.inputs[1].source);
+    if (n.inputs.size() == 3) {  // one addend: where M is 1, N values in a row
+      const void* row = add.bias;
+      const size_t r = views[2].dims.size();
+      if (!row && !matrix->has_mask() && (matrix->dims[r - 1] == 1 || matrix->strides[r - 1] == 1))
+        row = matrix_data + matrix->offset * esize;
+      if (row && gemv_.run(views[0], a_data, t, views[1], b_data, t, out, row)) return true;
+    }
+    ConcreteView in_out;  // the output as the matrix addend, where it is copied there
+    if (matrix && !cudagen::Gemm::reads_addend(*matrix)) {
+      if (!copy_view_.run(*matrix, matrix_data, static_cast<size_t>(esize), out)) return false;
+      in_out.dims = in_out.mask_hi = matrix->dims;
+      in_out.mask_lo.assign(in_out.dims.size(), 0);
+      in_out.strides.assign(in_out.dims.size(), 1);
+      for (size_t d = in_out.dims.size() - 1; d-- > 0;)
+        in_out.strides[d] = in_out.strides[d + 1] * in_out.dims[d + 1];
+      add.c = &in_out;
+      add.c_data = out;
+    } else if (matrix) {
+      add.c = matrix;
+      add.c_data = matrix_data;
+    }
+    return gemm_.run(views[0], a_data, views[1], b_data, t, out, t, add);
   }
 
   // ExpertMatMul: each stack of experts in its storage format (block-stored or plain),
@@ -1235,7 +1297,9 @@ std::vector<std::string> library_sources(const Graph& g, const compiler::KernelP
           formats.push_back(q);
         float_experts |= !block;
       }
-    if (dynamic_cast<const compiler::MatMulOp*>(n.custom.get())) products = true;
+    if (dynamic_cast<const compiler::MatMulOp*>(n.custom.get()) ||
+        dynamic_cast<const compiler::MatMulAddOp*>(n.custom.get()))
+      products = true;
     if (const std::optional<QuantProduct> q = quant_product(n)) {
       if (quant_products_support(q->format)) {
         if (std::find(formats.begin(), formats.end(), q->format) == formats.end())
@@ -1261,7 +1325,8 @@ CompiledProgram compile_program(const Graph& graph, const std::string& arch, boo
                                 bool library_in_background) {
   CompiledProgram c{runtime::optimize_and_plan(
                         graph, fuse ? compiler::Fusion::RecomputeShared : compiler::Fusion::Off,
-                        {.product_fusions = true}, /*computed_masks=*/true),
+                        {.product_fusions = true, .gemm_epilogues = true},
+                        /*computed_masks=*/true),
                     {},
                     {},
                     {}};

@@ -68,13 +68,13 @@ LUM_GV_DOT_F32_HALVES(lum_gv_dot_f32_bf16, lum_bf2f)
 
 // Up to LUM_GV_MATS matrices of the same K, over the same x, as one launch: their rows
 // are numbered one after the other (end: each matrix's last row + 1 in that numbering),
-// each matrix with its own rows' stride, its own y, and perhaps a residual r (f32)
-// added to y as it is stored.
+// each matrix with its own rows' stride, its own y, and perhaps a residual r (of y's
+// type) added to y as it is stored.
 #define LUM_GV_MATS 4
 struct LumGvMats {
   const char* w[LUM_GV_MATS];
   void* y[LUM_GV_MATS];
-  const float* r[LUM_GV_MATS];
+  const void* r[LUM_GV_MATS];
   long long end[LUM_GV_MATS], ldw_bytes[LUM_GV_MATS];
 };
 // Row `row` of the numbering: its matrix m and the row within it (a select chain, so the
@@ -96,7 +96,7 @@ static __device__ __forceinline__ T lum_gv_pick(const T (&a)[LUM_GV_MATS], int m
 
 // `vecs` counts W's 16-byte vectors per row; y has x's type. A shape's kernels are
 // named lum_gemv_<types>_w<warps>_s<split>_u<unroll>.
-#define LUM_GEMV(name, Y, dot, store, WARPS, SPLIT, UNROLL)                              \
+#define LUM_GEMV(name, Y, dot, load, store, WARPS, SPLIT, UNROLL)                              \
   extern "C" __global__ void __launch_bounds__(32 * WARPS)                              \
       name(const void* __restrict__ x, LumGvMats mats, long long vecs) {                \
     lum_after_prior_grids();                                                            \
@@ -128,23 +128,23 @@ static __device__ __forceinline__ T lum_gv_pick(const T (&a)[LUM_GV_MATS], int m
       if (sub == 0 && lane == 0 && row < n) {                                           \
         float total = 0.0f;                                                             \
         for (int i = 0; i < SPLIT; ++i) total += part[warp + i];                        \
-        const float* r = lum_gv_pick(mats.r, m);                                        \
-        ((Y*)lum_gv_pick(mats.y, m))[local] = store(r ? total + r[local] : total);       \
+        const Y* r = (const Y*)lum_gv_pick(mats.r, m);                                  \
+        ((Y*)lum_gv_pick(mats.y, m))[local] = store(r ? total + load(r[local]) : total); \
       }                                                                                 \
       __syncthreads();  /* part is rewritten for the next rows */                       \
     }                                                                                   \
   }
 )GEMV";
 
-// The operand types' kernels: name part, y's type, dot product, store.
+// The operand types' kernels: name part, y's type, dot product, y's load and store.
 struct Types {
-  const char *name, *y, *dot, *store;
+  const char *name, *y, *dot, *load, *store;
 };
-constexpr Types kTypes[] = {{"f32", "float", "lum_gv_dot_f32", "(float)"},
-                            {"f16", "unsigned short", "lum_gv_dot_f16", "lum_f2h"},
-                            {"bf16", "unsigned short", "lum_gv_dot_bf16", "lum_f2bf"},
-                            {"f32_f16", "float", "lum_gv_dot_f32_f16", "(float)"},
-                            {"f32_bf16", "float", "lum_gv_dot_f32_bf16", "(float)"}};
+constexpr Types kTypes[] = {{"f32", "float", "lum_gv_dot_f32", "(float)", "(float)"},
+                            {"f16", "unsigned short", "lum_gv_dot_f16", "lum_h2f", "lum_f2h"},
+                            {"bf16", "unsigned short", "lum_gv_dot_bf16", "lum_bf2f", "lum_f2bf"},
+                            {"f32_f16", "float", "lum_gv_dot_f32_f16", "(float)", "(float)"},
+                            {"f32_bf16", "float", "lum_gv_dot_f32_bf16", "(float)", "(float)"}};
 
 std::string kernel_name(const std::string& types, const GemvShape& s) {
   return "lum_gemv_" + types + "_w" + std::to_string(s.warps) + "_s" + std::to_string(s.split) +
@@ -159,8 +159,8 @@ std::string gemv_source(const std::vector<GemvShape>& shapes) {
   for (const GemvShape& s : shapes)
     for (const Types& t : kTypes)
       source += std::string("LUM_GEMV(") + kernel_name(t.name, s) + ", " + t.y + ", " + t.dot +
-                ", " + t.store + ", " + std::to_string(s.warps) + ", " + std::to_string(s.split) +
-                ", " + std::to_string(s.unroll) + ")\n";
+                ", " + t.load + ", " + t.store + ", " + std::to_string(s.warps) + ", " +
+                std::to_string(s.split) + ", " + std::to_string(s.unroll) + ")\n";
   return source;
 }
 
@@ -175,7 +175,7 @@ namespace {
 struct GemvMats {
   const char* w[kGemvMatrices] = {};
   void* y[kGemvMatrices] = {};
-  const float* r[kGemvMatrices] = {};
+  const void* r[kGemvMatrices] = {};
   long long end[kGemvMatrices] = {}, ldw_bytes[kGemvMatrices] = {};
 };
 
@@ -201,7 +201,7 @@ const char* row_of(const ConcreteView& a, const void* a_data, DType a_type) {
 }  // namespace
 
 bool Gemv::run(const ConcreteView& a, const void* a_data, DType a_type, const ConcreteView& b,
-               const void* b_data, DType b_type, void* c_data, const float* residual) {
+               const void* b_data, DType b_type, void* c_data, const void* residual) {
   single_.resize(1);
   single_[0].view = b;  // (into the kept view: no allocation once it has the room)
   single_[0].data = b_data, single_[0].out = c_data, single_[0].residual = residual;
@@ -231,7 +231,6 @@ bool Gemv::run_shared(const ConcreteView& a, const void* a_data, DType a_type,
     if (reinterpret_cast<uintptr_t>(mats.w[i]) % 16 != 0) return false;
     mats.y[i] = bs[i].out;
     mats.r[i] = bs[i].residual;
-    if (bs[i].residual && a_type != DType::F32) return false;  // (added in f32, stored f32)
     mats.ldw_bytes[i] = ldw * b_size;
     n += b.dims[rank - 1];
     mats.end[i] = n;

@@ -43,12 +43,12 @@ std::string gemv_module_source(bool every_shape);
 constexpr size_t kGemvMatrices = 4;
 
 /// One of several products of the same row: its W operand's view and data, its y, and
-/// perhaps a residual added to y (f32, N values; where y is f32).
+/// perhaps a residual added to y (N values of y's type).
 struct GemvMatrix {
   ConcreteView view;
   const void* data;
   void* out;
-  const float* residual = nullptr;
+  const void* residual = nullptr;
 };
 
 class Gemv {
@@ -61,9 +61,9 @@ class Gemv {
   /// f32, f16 or bf16, or f32 a over f16 or bf16 b (a QMatMul's half-precision weights);
   /// when b is a matrix read along K with 16-byte aligned rows and a is contiguous.
   /// False otherwise: the caller uses the general product.
-  /// With `residual`, c = a b + residual (N f32 values; c f32).
+  /// With `residual`, c = a b + residual (N values of c's type).
   bool run(const ConcreteView& a, const void* a_data, DType a_type, const ConcreteView& b,
-           const void* b_data, DType b_type, void* c_data, const float* residual = nullptr);
+           const void* b_data, DType b_type, void* c_data, const void* residual = nullptr);
   /// The products of the same row `a` with up to kGemvMatrices matrices of `b_type` (a
   /// layer's query, key and value projections), as one launch that reads `a` once and
   /// keeps every SM busy across their rows. False, with nothing written, where `run`
