@@ -142,10 +142,39 @@ KernelPlan plan_kernels(const Graph& g, Fusion fusion, bool computed_masks) {
   // recomputation can multiply. (The CPU keeps StoreShared: there a stored value is
   // re-read from cache, and its JIT contracts a fused multiply-add where a stored
   // product would have been rounded, so recomputing changes its numbers.)
-  constexpr size_t kMaxRecomputedOps = 6, kMaxRecomputingConsumers = 4;
+  // A longer cone is recomputed too where that costs its readers less than storing it
+  // (one write, a read by each): the bytes an element reads from stored values
+  // (`streamed`, a broadcast read counted as none: it stays in cache) by each reader, and
+  // the ops it computes again in all but one (`work`, a transcendental as eight simple
+  // ops), against the stored value's bytes, at kOpsPerByte ops the time of a byte. A
+  // loss's one-hot over the vocabulary (an iota compared with the targets) streams
+  // nothing; a softmax's exponentials stream the logits, half their f32 bytes where the
+  // logits are bf16; eight sines read twice are stored.
+  constexpr size_t kMaxRecomputedOps = 6, kMaxRecomputedStreamingOps = 24,
+                   kMaxRecomputingConsumers = 4, kOpsPerByte = 10;
+  const auto op_work = [](Op op) -> size_t {
+    switch (op) {
+      case Op::Log2:
+      case Op::Exp2:
+      case Op::Sin:
+      case Op::Sqrt:
+      case Op::Recip:
+      case Op::Mod:
+        return 8;
+      case Op::Constant:
+        return 0;
+      default:
+        return 1;
+    }
+  };
   p.materialized.assign(count, false);
   std::vector<bool> stored_for_sharing(count, false);
-  std::vector<size_t> cone(count, 0);
+  std::vector<size_t> cone(count, 0), streamed(count, 0), work(count, 0);
+  const auto broadcasts = [](const View& v) {
+    for (size_t d = 0; d < v.rank(); ++d)
+      if (v.strides()[d] == Expr(0) && !(v.shape()[d] == Expr(1))) return true;
+    return false;
+  };
   for (uint32_t i = 0; i < count; ++i) {
     if (!p.needed[i] || p.canonical[i].value != i) continue;
     const NodeId id{i};
@@ -153,10 +182,22 @@ KernelPlan plan_kernels(const Graph& g, Fusion fusion, bool computed_masks) {
     const bool cheap_source = n.op == Op::Constant || n.op == Op::Iota;
     const bool elementwise = is_elementwise(n.op) || cheap_source;
     cone[i] = 1;
-    for (const Edge& e : n.inputs) cone[i] += cone[p.canon(e.source).value];
+    work[i] = op_work(n.op);
+    for (const Edge& e : n.inputs) {
+      const uint32_t s = p.canon(e.source).value;
+      const bool stored = p.materialized[s] || g.node(NodeId{s}).op == Op::Input;
+      cone[i] += cone[s];
+      work[i] += stored ? 0 : work[s];
+      if (!broadcasts(e.view))
+        streamed[i] += stored ? dtype_size(g.node(NodeId{s}).dtype) : streamed[s];
+    }
+    const size_t readers = consumers[i];
+    const bool costs_less = cone[i] <= kMaxRecomputedStreamingOps && readers > 0 &&
+                            readers * streamed[i] * kOpsPerByte + (readers - 1) * work[i] <
+                                (readers + 1) * dtype_size(n.dtype) * kOpsPerByte;
     const bool recompute =
-        cheap_source || (fusion == Fusion::RecomputeShared && cone[i] <= kMaxRecomputedOps &&
-                         consumers[i] <= kMaxRecomputingConsumers);
+        cheap_source || (fusion == Fusion::RecomputeShared && readers <= kMaxRecomputingConsumers &&
+                         (cone[i] <= kMaxRecomputedOps || costs_less));
     const bool must = n.op == Op::Input || g.is_output(id) || !elementwise || !fuse;
     stored_for_sharing[i] = !must && consumers[i] > 1 && !recompute;
     p.materialized[i] = must || stored_for_sharing[i];

@@ -15,6 +15,7 @@
 #include "luminal/compiler/plan.hpp"
 #include "luminal/luminal.hpp"
 #include "luminal/nn/attention.hpp"
+#include "luminal/train/autograd.hpp"
 #include "testing/attention_cases.hpp"
 #include "testing/expect_error.hpp"
 #include "testing/matmul_layouts.hpp"
@@ -194,6 +195,40 @@ TEST(Cpu, FusionLeavesOneKernelPerMaterialisedValue) {
   (long_chain * 2.0).retrieve();
   long_chain.exp2().retrieve();
   EXPECT_EQ(compiler::plan_kernels(cx, compiler::Fusion::RecomputeShared).kernels.size(), 6u);
+}
+
+// Under RecomputeShared a value read by several kernels is computed again by each where
+// that costs less than storing it, weighing the bytes its readers stream and the ops they
+// repeat against its own bytes written and read back. A language model's loss over bf16
+// logits: the log-softmax's exponentials (f32, streaming the logits' two bytes) and the
+// gather's one-hot gradient (an iota compared with the targets, streaming nothing) are
+// each read twice but not stored; over the vocabulary the plan stores only the logits and
+// their gradient, which the products read. (Eight sines read twice, which cost more
+// computed twice than stored, are stored: FusionLeavesOneKernelPerMaterialisedValue.)
+TEST(Cpu, ALossOverTheVocabularyStoresOnlyTheLogitsAndTheirGradient) {
+  const int64_t rows = 16, dim = 32, vocab = 1000;
+  Graph cx;
+  Tensor h = cx.named_tensor("h", {rows, dim}, DType::BF16);
+  Tensor w = cx.named_tensor("w", {dim, vocab}, DType::BF16);
+  Tensor targets = cx.named_tensor("targets", {rows}, DType::I32);
+  Tensor loss = -h.matmul(w)
+                     .cast(DType::F32)
+                     .log_softmax(-1)
+                     .gather_axis(1, targets.unsqueeze(1))
+                     .mean({0, 1});
+  loss.retrieve();
+  for (Tensor& g : train::gradients(loss, {w})) g.retrieve();
+  const compiler::Optimized opt = compiler::optimize(cx);
+  auto over_vocabulary = [&](compiler::Fusion fusion) {
+    size_t n = 0;
+    for (const compiler::Kernel& k : compiler::plan_kernels(*opt.graph, fusion).kernels) {
+      const Node& root = opt.graph->node(k.root);
+      n += !root.shape.empty() && root.shape.back() == Expr(vocab);
+    }
+    return n;
+  };
+  EXPECT_EQ(over_vocabulary(compiler::Fusion::RecomputeShared), 2u);
+  EXPECT_GT(over_vocabulary(compiler::Fusion::StoreShared), 2u);  // (the CPU's plan)
 }
 
 size_t count_ops(const Graph& g, Op op) {
