@@ -126,12 +126,20 @@ KernelPlan plan_kernels(const Graph& g, Fusion fusion, bool computed_masks) {
   p.needed.assign(count, false);
   std::vector<size_t> consumers(count, 0);
   for (NodeId o : g.outputs()) p.needed[p.canon(o).value] = true;
+  // A read through a view with a stride-0 dim reads each element several times.
+  const auto broadcasts = [](const View& v) {
+    for (size_t d = 0; d < v.rank(); ++d)
+      if (v.strides()[d] == Expr(0) && !(v.shape()[d] == Expr(1))) return true;
+    return false;
+  };
+  std::vector<bool> read_broadcast(count, false);
   for (uint32_t i = count; i-- > 0;) {
     if (!p.needed[i] || p.canonical[i].value != i) continue;
     for (const Edge& e : g.node(NodeId{i}).inputs) {
       const uint32_t s = p.canon(e.source).value;
       p.needed[s] = true;
       ++consumers[s];
+      if (broadcasts(e.view)) read_broadcast[s] = true;
     }
   }
   // Materialise: inputs, outputs, anything that is not elementwise, and shared values.
@@ -151,7 +159,7 @@ KernelPlan plan_kernels(const Graph& g, Fusion fusion, bool computed_masks) {
   // nothing; a softmax's exponentials stream the logits, half their f32 bytes where the
   // logits are bf16; eight sines read twice are stored.
   constexpr size_t kMaxRecomputedOps = 6, kMaxRecomputedStreamingOps = 24,
-                   kMaxRecomputingConsumers = 4, kOpsPerByte = 10;
+                   kMaxRecomputingConsumers = 4, kOpsPerByte = 10, kMinRepeatedWorkStored = 24;
   const auto op_work = [](Op op) -> size_t {
     switch (op) {
       case Op::Log2:
@@ -170,11 +178,6 @@ KernelPlan plan_kernels(const Graph& g, Fusion fusion, bool computed_masks) {
   p.materialized.assign(count, false);
   std::vector<bool> stored_for_sharing(count, false);
   std::vector<size_t> cone(count, 0), streamed(count, 0), work(count, 0);
-  const auto broadcasts = [](const View& v) {
-    for (size_t d = 0; d < v.rank(); ++d)
-      if (v.strides()[d] == Expr(0) && !(v.shape()[d] == Expr(1))) return true;
-    return false;
-  };
   for (uint32_t i = 0; i < count; ++i) {
     if (!p.needed[i] || p.canonical[i].value != i) continue;
     const NodeId id{i};
@@ -198,7 +201,16 @@ KernelPlan plan_kernels(const Graph& g, Fusion fusion, bool computed_masks) {
     const bool recompute =
         cheap_source || (fusion == Fusion::RecomputeShared && readers <= kMaxRecomputingConsumers &&
                          (cone[i] <= kMaxRecomputedOps || costs_less));
-    const bool must = n.op == Op::Input || g.is_output(id) || !elementwise || !fuse;
+    // Fused into a reader that reads it broadcast, a costly value is computed again for
+    // every element the broadcast repeats it into (a convolution's input gradient, nine
+    // shifted windows summed, read by max pooling's gradient once for each of a 2x2
+    // window's elements): on the CPU it is stored, once. (A value constant along a row
+    // costs nothing repeated there: the C++ compiler hoists it out of the row's loop. The
+    // GPU's row groups compute a row's values once too, and would be split by storing
+    // them; its elementwise kernels are left as they were.)
+    const bool repeated = fusion == Fusion::StoreShared && elementwise && !cheap_source &&
+                          read_broadcast[i] && work[i] >= kMinRepeatedWorkStored;
+    const bool must = n.op == Op::Input || g.is_output(id) || !elementwise || !fuse || repeated;
     stored_for_sharing[i] = !must && consumers[i] > 1 && !recompute;
     p.materialized[i] = must || stored_for_sharing[i];
     if (p.materialized[i]) cone[i] = 0;

@@ -250,6 +250,26 @@ void expect_cpu_matches_reference(Graph& cx, const Tensor& y, const std::string&
     ASSERT_NEAR(got[i], want[i], 1e-4 * (1 + std::fabs(want[i]))) << what << " element " << i;
 }
 
+// On the CPU a costly value that a single reader reads broadcast is stored once rather
+// than fused into that reader, which would compute it again for every element the
+// broadcast repeats it into (a convolution's input gradient read by max pooling's
+// gradient, four times); a cheap one is fused, and the values hold either way. (The GPU's
+// plan leaves it fused: storing would split its row groups.)
+TEST(Cpu, ACostlyValueReadBroadcastIsStoredOnce) {
+  for (const int sines : {1, 3}) {
+    Graph cx;
+    Tensor x = cx.named_tensor("x", {64});
+    std::mt19937 rng(4);
+    x.set(testing::uniform_floats(rng, 64));
+    Tensor v = x;
+    for (int i = 0; i < sines; ++i) v = v.sin();
+    Tensor y = (v.expand(1, 8) * 2.0).retrieve();
+    EXPECT_EQ(compiler::plan_kernels(cx).kernels.size(), sines == 1 ? 1u : 2u) << sines;
+    EXPECT_EQ(compiler::plan_kernels(cx, compiler::Fusion::RecomputeShared).kernels.size(), 1u);
+    expect_cpu_matches_reference(cx, y, std::to_string(sines) + " sines");
+  }
+}
+
 // Occurrences of `what` in the CPU source of cx's kernels.
 size_t count_in_source(const Graph& cx, const compiler::KernelPlan& plan, const std::string& what) {
   const std::string code = cpugen::generate_source(cx, plan).code;
