@@ -678,11 +678,11 @@ class CudaExecutable final : public Executable {
 
   // Library kernels: MatMul through the one-row kernel or cuBLASLt (MixedProducts where
   // one operand is f32 and the other half; MatMulAdd through the same two with its
-  // addends), QMatMul over half weights through the same
-  // two and over block formats through QuantProducts (QMatMulAdd, with its residual, the
-  // same; NormQMatMul through QuantProducts with its norm), Attention through its
-  // kernel; anything else (and one of those its kernels cannot read) by its reference
-  // semantics on the host, its operands copied over and back.
+  // addends), QMatMul over half weights through the same two and over block formats
+  // through QuantProducts (QMatMulAdd, with its residual, the same; NormQMatMul through
+  // QuantProducts with its norm), Attention through its kernel; anything else (and one
+  // of those its kernels cannot read) by its reference semantics on the host, its
+  // operands copied over and back.
   void run_library(const Graph& user, size_t k, void* out, size_t out_bytes) {
     const Node& n = program_.graph->node(plan_.kernels[k].root);
     const std::vector<ConcreteView>& views = views_[k].get(n, user.dims());
