@@ -96,7 +96,7 @@ static __device__ __forceinline__ T lum_gv_pick(const T (&a)[LUM_GV_MATS], int m
 
 // `vecs` counts W's 16-byte vectors per row; y has x's type. A shape's kernels are
 // named lum_gemv_<types>_w<warps>_s<split>_u<unroll>.
-#define LUM_GEMV(name, Y, dot, load, store, WARPS, SPLIT, UNROLL)                              \
+#define LUM_GEMV(name, Y, dot, load, store, WARPS, SPLIT, UNROLL)                       \
   extern "C" __global__ void __launch_bounds__(32 * WARPS)                              \
       name(const void* __restrict__ x, LumGvMats mats, long long vecs) {                \
     lum_after_prior_grids();                                                            \
