@@ -370,6 +370,12 @@ bool widens_f16(const eg::EGraph& e, const Lowering& low, ClassId c) {
   return false;
 }
 
+// The class of (View $v x), where the e-graph has that node.
+std::optional<ClassId> viewed(const eg::EGraph& e, const eg::Value& v, ClassId x) {
+  const ClassId of[] = {e.find(x)};
+  return e.lookup(Symbol::of("View"), AttrList::of({v.a}), of);
+}
+
 // The hlir-gemm-epilogues rules' predicates and appliers.
 void add_gemm_epilogue_functions(Lowering& low, eg::Functions& fns) {
   // The class of MatMul((View va a), (View vb b)), or of MatMulAdd of those and `added`,
@@ -378,11 +384,7 @@ void add_gemm_epilogue_functions(Lowering& low, eg::Functions& fns) {
   const auto product_read_once = [&low](const eg::EGraph& e, const eg::Value& va, ClassId a,
                                         const eg::Value& vb, ClassId b,
                                         std::optional<ClassId> added) -> std::optional<ClassId> {
-    const auto view_of = [&](const eg::Value& v, ClassId x) {
-      const ClassId of[] = {e.find(x)};
-      return e.lookup(Symbol::of("View"), AttrList::of({v.a}), of);
-    };
-    const std::optional<ClassId> a_view = view_of(va, a), b_view = view_of(vb, b);
+    const std::optional<ClassId> a_view = viewed(e, va, a), b_view = viewed(e, vb, b);
     if (!a_view || !b_view) return std::nullopt;
     std::vector<ClassId> operands = {e.find(*a_view), e.find(*b_view)};
     if (added) operands.push_back(e.find(*added));
@@ -435,10 +437,8 @@ void add_gemm_epilogue_functions(Lowering& low, eg::Functions& fns) {
     const std::optional<View> reshaped =
         (s_view ? *s_view : View::contiguous(vo.shape())).reshape(product_shape);
     if (!reshaped || (added && is_row(e, *added) == is_bias_row(*reshaped))) return std::nullopt;
-    const auto view_of = [&](const eg::Value& v, ClassId x) {
-      return e.add(Symbol::of("View"), AttrList::of({v.a}), std::vector<ClassId>{x});
-    };
-    std::vector<ClassId> children = {view_of(a[2], a[3].c), view_of(a[4], a[5].c)};
+    // (The operands' views exist: product_read_once found them.)
+    std::vector<ClassId> children = {*viewed(e, a[2], a[3].c), *viewed(e, a[4], a[5].c)};
     if (added) children.push_back(*added);
     children.push_back(e.add(Symbol::of("View"),
                              AttrList::of({Attr::of_int(low.view_id(*reshaped))}),
@@ -534,9 +534,7 @@ Optimized optimize(const Graph& g, const OptimizeOptions& options) {
   // twice, its weights streamed twice).
   fns.predicates["residual"] = [&low](const eg::EGraph& e, std::span<const eg::Value> a) {
     if (low.dtype(e, a[0]) != DType::F32 || low.quantized_input(e, a[0])) return false;
-    const ClassId x[] = {e.find(a[2].c)};
-    const std::optional<ClassId> view =
-        e.lookup(eg::Symbol::of("View"), eg::AttrList::of({a[1].a}), x);
+    const std::optional<ClassId> view = viewed(e, a[1], a[2].c);
     if (!view) return false;
     const ClassId operands[] = {e.find(*view), e.find(a[3].c)};
     const std::optional<ClassId> product = e.lookup(eg::Symbol::of("QMatMul"), {}, operands);

@@ -188,7 +188,7 @@ KernelPlan plan_kernels(const Graph& g, Fusion fusion, bool computed_masks) {
     work[i] = op_work(n.op);
     for (const Edge& e : n.inputs) {
       const uint32_t s = p.canon(e.source).value;
-      const bool stored = p.materialized[s] || g.node(NodeId{s}).op == Op::Input;
+      const bool stored = p.materialized[s];  // (inputs included)
       cone[i] += cone[s];
       work[i] += stored ? 0 : work[s];
       if (!broadcasts(e.view))
