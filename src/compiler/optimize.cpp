@@ -447,7 +447,29 @@ void add_gemm_epilogue_functions(Lowering& low, eg::Functions& fns) {
   };
 }
 
+// The fusion kinds `x` chose in classes that also hold a form of the value of another kind.
+std::vector<std::string> extraction_choices(const eg::EGraph& e, const eg::Extraction& x) {
+  std::set<std::string> kinds;
+  for (const auto& [cls, node] : x.choice) {
+    const std::string name(e.node_op(node).name());
+    const std::vector<std::string>& fused = fusion_kinds();
+    if (std::find(fused.begin(), fused.end(), name) == fused.end()) continue;
+    for (uint32_t other : e.node_ids(ClassId{cls}))
+      if (e.node_op(other).name() != name) kinds.insert(name);
+  }
+  return {kinds.begin(), kinds.end()};
+}
+
 }  // namespace
+
+const std::vector<std::string>& fusion_kinds() {
+  // (Softmax is no kernel of its own: a step towards Attention. MatMul and QMatMul have
+  // no fused form to undo; their alternatives, a library's algorithms or a kernel's
+  // shape, are searched per kernel.)
+  static const std::vector<std::string> kinds = {"Attention", "MatMulAdd", "NormQMatMul",
+                                                 "QMatMulAdd"};
+  return kinds;
+}
 
 std::string Optimized::summary() const {
   std::ostringstream os;
@@ -559,8 +581,17 @@ Optimized optimize(const Graph& g, const OptimizeOptions& options) {
   // networks (every layer reuses the stream) until a kernel's saving is below rounding.
   std::vector<ClassId> roots;
   for (NodeId o : g.outputs()) roots.push_back(low.class_of(o));
+  // An avoided kind costs more than any path without it, so it stays only where a value
+  // has no other form.
+  const auto cost = [&options](const eg::EGraph& e, uint32_t node) {
+    const std::string_view op = e.node_op(node).name();
+    for (const std::string& kind : options.avoid)
+      if (op == kind) return 1e15;
+    return kernel_cost(e, node);
+  };
   eg::Extraction x;
-  if (!roots.empty()) x = eg::extract_greedy(low.egraph, roots, kernel_cost, eg::CostCombine::Max);
+  if (!roots.empty()) x = eg::extract_greedy(low.egraph, roots, cost, eg::CostCombine::Max);
+  out.choices = extraction_choices(low.egraph, x);
   Rebuild rebuild(g, low, low.egraph, x, out);
   for (NodeId o : g.outputs()) {
     const NodeId n = rebuild.output(low.class_of(o));

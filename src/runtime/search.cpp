@@ -118,16 +118,16 @@ std::string output_mismatch(const float* got, const std::vector<float>& referenc
   return "";
 }
 
-Searcher::Searcher(std::string context, SearchSettings settings)
-    : context_(std::move(context)), settings_(settings) {}
+Searcher::Searcher(std::string context, SearchSettings settings, std::string subject)
+    : context_(std::move(context)), settings_(settings), subject_(std::move(subject)) {}
 
 Searcher::~Searcher() {
   if (progress_shown_) std::fputs("\r\033[K", stderr);
   if (env_has("LUMINAL_LOG", "info") && searched_ + cached_ > 0)
     std::fprintf(stderr,
-                 "luminal: search: %zu kernels timed in %.2f s (budget %.0f s), %zu winners "
+                 "luminal: search: %zu %s timed in %.2f s (budget %.0f s), %zu winners "
                  "read from the cache\n",
-                 searched_, spent_, settings_.budget_seconds, cached_);
+                 searched_, subject_.c_str(), spent_, settings_.budget_seconds, cached_);
 }
 
 SearchResult Searcher::choose(const SearchProblem& p) {

@@ -105,8 +105,9 @@ std::string output_mismatch(const float* got, const std::vector<float>& referenc
 class Searcher {
  public:
   /// `context`: what else fixes a winner (device name and architecture, driver or
-  /// compiler version); luminal's version is added.
-  Searcher(std::string context, SearchSettings settings);
+  /// compiler version); luminal's version is added. `subject`: what it searches, for its
+  /// summary line ("kernels").
+  Searcher(std::string context, SearchSettings settings, std::string subject = "kernels");
   ~Searcher();
   Searcher(const Searcher&) = delete;
   Searcher& operator=(const Searcher&) = delete;
@@ -126,6 +127,7 @@ class Searcher {
 
   std::string context_;
   SearchSettings settings_;
+  std::string subject_;
   double spent_ = 0;  // seconds timing so far
   size_t searched_ = 0, cached_ = 0;  // kernels timed, and winners read from the cache
   bool progress_shown_ = false;

@@ -18,6 +18,7 @@
 #include "testing/attention_cases.hpp"
 #include "testing/expect_error.hpp"
 #include "testing/expert_cases.hpp"
+#include "testing/extraction_search.hpp"
 #include "testing/map_groups.hpp"
 #include "testing/matmul_layouts.hpp"
 #include "testing/quant_blocks.hpp"
@@ -961,6 +962,14 @@ TEST(Cuda, ResidualAddsFoldedIntoTheProductsMatchTheReference) {
           }
       }
     }
+}
+
+// The programs that fold the bias into the product or not, and fuse the attention or
+// not, timed from the second run on: every candidate correct, every run right.
+TEST(Cuda, OtherExtractionsAreTimedWholeAndTheFastestRuns) {
+  SKIP_WITHOUT_GPU();
+  testing::expect_judged(testing::search_extractions_on(cuda()),
+                         {"as extracted", "without Attention", "without MatMulAdd"});
 }
 
 // Values added to a product of two operands of one type are added by the product as it

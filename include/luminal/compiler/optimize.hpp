@@ -18,6 +18,10 @@ struct Optimized {
   std::vector<std::pair<NodeId, NodeId>> outputs;  // (user output, rewritten node)
   size_t enodes = 0, eclasses = 0;
   eg::RunReport report;
+  /// The fused kernels the extraction chose where their e-class also offered the unfused
+  /// form (kinds such as "Attention" and "MatMulAdd", sorted): the places where another
+  /// extraction (OptimizeOptions::avoid) gives a different program worth timing.
+  std::vector<std::string> choices;
   std::string summary() const;
 };
 
@@ -32,7 +36,15 @@ struct OptimizeOptions {
   /// hlir-gemm-epilogues rules: for a backend whose library products add a bias row and a
   /// matrix as they store (cuBLASLt's bias epilogue and beta = 1).
   bool gemm_epilogues = false;
+  /// Kernel kinds (e-node names, as in Optimized::choices) the extraction takes only
+  /// where nothing else computes the value: one of the alternative programs a search
+  /// times (runtime/program_search.hpp).
+  std::vector<std::string> avoid = {};
 };
+
+/// The fused kernel kinds whose unfused form an extraction can take instead: what
+/// Optimized::choices may name.
+const std::vector<std::string>& fusion_kinds();
 
 Optimized optimize(const Graph& g, const OptimizeOptions& options = {});
 

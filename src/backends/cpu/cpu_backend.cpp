@@ -34,6 +34,7 @@
 #include "runtime/liveness.hpp"
 #include "runtime/product_rows.hpp"
 #include "runtime/program.hpp"
+#include "runtime/program_search.hpp"
 #include "runtime/resolved_views.hpp"
 #include "runtime/search.hpp"
 
@@ -728,17 +729,18 @@ class CpuExecutable final : public Executable {
   RunStats stats_;
 };
 
-}  // namespace
-
-std::unique_ptr<Executable> CpuBackend::compile(const Graph& graph) const {
-  cpugen::reread_simd_env();
-  cpugen::prefetch_tuner(0);  // a malformed LUMINAL_CPU_PREFETCH fails here, not mid-run
+// The program of an extraction avoiding the kernel kinds `avoid`.
+std::unique_ptr<Executable> compile_program(const Graph& graph, const CpuOptions& options,
+                                            const std::vector<std::string>& avoid,
+                                            std::vector<std::string>& choices) {
   // Kernels run on OpenMP's thread pool. Asking for its size here also makes this
   // library depend on the OpenMP runtime, so it is never unloaded together with a kernel
   // library while its worker threads are alive.
   const int threads = omp_get_max_threads();
   runtime::PlannedProgram p = runtime::optimize_and_plan(
-      graph, options_.fuse ? compiler::Fusion::StoreShared : compiler::Fusion::Off);
+      graph, options.fuse ? compiler::Fusion::StoreShared : compiler::Fusion::Off,
+      {.avoid = avoid});
+  choices = p.program.choices;
   const auto gen_start = std::chrono::steady_clock::now();
   cpugen::GeneratedSource src = cpugen::generate_source(*p.program.graph, p.plan);
   const double gen_s = seconds_since(gen_start);
@@ -749,7 +751,21 @@ std::unique_ptr<Executable> CpuBackend::compile(const Graph& graph) const {
                 jit.compile_seconds, jit.cache_hit ? "cache hit" : "compiled", threads);
   runtime::log_compile("cpu", graph, p, stages);
   return std::make_unique<CpuExecutable>(std::move(p.program), std::move(p.plan),
-                                         std::move(src.dims), std::move(jit), options_);
+                                         std::move(src.dims), std::move(jit), options);
+}
+
+}  // namespace
+
+std::unique_ptr<Executable> CpuBackend::compile(const Graph& graph) const {
+  cpugen::reread_simd_env();
+  cpugen::prefetch_tuner(0);  // a malformed LUMINAL_CPU_PREFETCH fails here, not mid-run
+  return runtime::compile_searching_extractions(
+      graph,
+      [options = options_](const Graph& g, const std::vector<std::string>& avoid,
+                           std::vector<std::string>& choices) {
+        return compile_program(g, options, avoid, choices);
+      },
+      cpugen::cpu_search_context());
 }
 
 }  // namespace luminal

@@ -22,9 +22,11 @@ struct CompiledProgram {
 };
 
 /// `library_in_background`: the library kernels the plan will load (library_sources) are
-/// compiled on threads of their own while NVRTC compiles the generated kernels.
+/// compiled on threads of their own while NVRTC compiles the generated kernels. `avoid`:
+/// kernel kinds the extraction takes only where it must (compiler::OptimizeOptions).
 CompiledProgram compile_program(const Graph& graph, const std::string& arch, bool fuse,
-                                bool library_in_background = false);
+                                bool library_in_background = false,
+                                const std::vector<std::string>& avoid = {});
 
 /// The sources of the library modules whose kernels the planned graph's ops run on (the
 /// one-row products, the quantised products of each block format, view copies); not the

@@ -44,6 +44,7 @@
 #include "runtime/liveness.hpp"
 #include "runtime/product_rows.hpp"
 #include "runtime/program.hpp"
+#include "runtime/program_search.hpp"
 #include "runtime/resolved_views.hpp"
 #include "runtime/search.hpp"
 
@@ -1322,10 +1323,10 @@ std::vector<std::string> library_sources(const Graph& g, const compiler::KernelP
 }
 
 CompiledProgram compile_program(const Graph& graph, const std::string& arch, bool fuse,
-                                bool library_in_background) {
+                                bool library_in_background, const std::vector<std::string>& avoid) {
   CompiledProgram c{runtime::optimize_and_plan(
                         graph, fuse ? compiler::Fusion::RecomputeShared : compiler::Fusion::Off,
-                        {.product_fusions = true, .gemm_epilogues = true},
+                        {.product_fusions = true, .gemm_epilogues = true, .avoid = avoid},
                         /*computed_masks=*/true),
                     {},
                     {},
@@ -1364,13 +1365,19 @@ CompiledProgram compile_program(const Graph& graph, const std::string& arch, boo
 }  // namespace cudagen
 
 std::unique_ptr<Executable> CudaBackend::compile(const Graph& graph) const {
-  auto device = std::make_unique<cudagen::Device>(options_.device);
-  cudagen::CompiledProgram c = cudagen::compile_program(graph, device->arch(), options_.fuse,
-                                                        /*library_in_background=*/true);
-  auto executable = std::make_unique<CudaExecutable>(std::move(device), std::move(c.planned),
-                                                     std::move(c.source), c.cubins);
-  executable->keep_compiling(std::move(c.library_compiles));
-  return executable;
+  const auto compile = [options = options_](const Graph& g, const std::vector<std::string>& avoid,
+                                            std::vector<std::string>& choices) {
+    auto device = std::make_unique<cudagen::Device>(options.device);
+    cudagen::CompiledProgram c = cudagen::compile_program(g, device->arch(), options.fuse,
+                                                          /*library_in_background=*/true, avoid);
+    choices = c.planned.program.choices;
+    auto executable = std::make_unique<CudaExecutable>(std::move(device), std::move(c.planned),
+                                                       std::move(c.source), c.cubins);
+    executable->keep_compiling(std::move(c.library_compiles));
+    return executable;
+  };
+  const cudagen::Device device(options_.device);
+  return runtime::compile_searching_extractions(graph, compile, cudagen::search_context(device));
 }
 
 }  // namespace luminal

@@ -1,0 +1,246 @@
+// Whole programs of other extractions, timed (see program_search.hpp).
+#include "runtime/program_search.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <exception>
+#include <set>
+#include <sstream>
+
+#include "luminal/collective.hpp"
+#include "luminal/device_data.hpp"
+#include "luminal/graph.hpp"
+#include "luminal/hash.hpp"
+#include "runtime/env.hpp"
+#include "runtime/program.hpp"
+
+namespace luminal::runtime {
+namespace {
+
+// The outputs of the last run, as f32 (empty for an output it did not store).
+std::vector<std::vector<float>> read_outputs(const Graph& g) {
+  std::vector<std::vector<float>> out;
+  for (NodeId o : g.outputs()) {
+    if (const Buffer* b = g.data(o)) {
+      out.push_back(b->to_f32());
+    } else if (const DeviceData* d = g.device_data(o)) {
+      out.push_back(d->to_host().to_f32());
+    } else {
+      out.emplace_back();
+    }
+  }
+  return out;
+}
+
+// How far an output may stray from the cost model's program's, relative to its largest
+// magnitude: fused and unfused kernels round differently, by as much as the graph's
+// narrowest float type allows (an f32 output computed from bf16 values is known to bf16's
+// precision). Integers and booleans (a token picked by argmax) must agree.
+double tolerance(const Graph& g, DType output) {
+  if (output != DType::F32 && output != DType::F16 && output != DType::BF16) return 0;
+  for (uint32_t i = 0; i < g.num_nodes(); ++i) {
+    const DType t = g.node(NodeId{i}).dtype;
+    if (t == DType::F16 || t == DType::BF16) return 3e-2;
+  }
+  return 1e-3;
+}
+
+std::string label(const std::vector<std::string>& avoid) {
+  if (avoid.empty()) return "as extracted";
+  std::string s = "without";
+  for (const std::string& kind : avoid) s += " " + kind;
+  return s;
+}
+
+// Why the graph's programs cannot be timed on its inputs ("" where they can).
+std::string unsearchable(const Graph& g) {
+  for (uint32_t i = 0; i < g.num_nodes(); ++i) {
+    const Node& n = g.node(NodeId{i});
+    if (n.op == Op::Input && g.is_donated(NodeId{i}))
+      return "input '" + n.name + "' is donated (a run consumes it)";
+    if (n.op == Op::Custom && dynamic_cast<const CollectiveOp*>(n.custom.get()))
+      return "it exchanges values with other ranks";
+  }
+  return "";
+}
+
+class ExtractionSearch final : public Executable {
+ public:
+  ExtractionSearch(std::unique_ptr<Executable> pick, std::vector<std::string> choices,
+                   CompileAvoiding compile, const std::string& context, SearchSettings settings)
+      : current_(std::move(pick)),
+        choices_(std::move(choices)),
+        compile_(std::move(compile)),
+        searcher_(context, settings, "extraction rounds") {}
+
+  void run(Graph& graph) override {
+    before_run(graph);
+    current_->run(graph);
+  }
+  void queue(Graph& graph) override {
+    before_run(graph);
+    current_->queue(graph);
+  }
+  void wait() override { current_->wait(); }
+  RunStats last_run() const override { return current_->last_run(); }
+  void prepare(const Graph& graph, const Bindings& dims) override {
+    current_->prepare(graph, dims);
+  }
+
+ private:
+  void before_run(Graph& graph) {
+    if (++runs_ != 2) return;
+    if (const std::string why = unsearchable(graph); !why.empty()) {
+      if (env_has("LUMINAL_LOG", "info"))
+        std::fprintf(stderr, "luminal: search: the program's extractions are not timed: %s\n",
+                     why.c_str());
+      return;
+    }
+    current_->wait();
+    search(graph);
+  }
+
+  // Greedy over the choices: each round times the best program so far against it with
+  // one more kind avoided, for every kind not yet avoided, and stops when none is faster.
+  void search(Graph& graph) {
+    const std::string signature = program_signature(graph);
+    std::vector<std::string> avoided, left = choices_;
+    while (!left.empty()) {
+      std::vector<std::vector<std::string>> genomes = {avoided};
+      for (const std::string& kind : left) {
+        genomes.push_back(avoided);
+        genomes.back().push_back(kind);
+      }
+      const size_t winner =
+          round(graph, avoided.empty() ? signature : signature + ", " + label(avoided), genomes);
+      if (winner == 0) break;
+      avoided = genomes[winner];
+      left.erase(left.begin() + static_cast<std::ptrdiff_t>(winner - 1));
+    }
+  }
+
+  // Times `genomes` (the first, current_'s, the reference), makes the winner current_
+  // and returns its index.
+  size_t round(Graph& graph, const std::string& signature,
+               const std::vector<std::vector<std::string>>& genomes) {
+    std::vector<std::unique_ptr<Executable>> built(genomes.size());
+    built[0] = std::move(current_);
+    std::vector<std::string> failed(genomes.size());
+    std::vector<std::vector<float>> reference;
+    size_t running = 0;  // the candidate whose run the graph's outputs hold
+    SearchProblem p;
+    p.signature = signature;
+    for (size_t i = 0; i < genomes.size(); ++i)
+      p.candidates.push_back({label(genomes[i]), [&, i] {
+                                running = i;
+                                if (i == 0) return built[0]->run(graph);  // fails as it would
+                                if (!failed[i].empty()) return;
+                                try {
+                                  if (!built[i]) {
+                                    // At most the reference and one other alive: each holds
+                                    // its own copy of the weights on a GPU.
+                                    for (size_t j = 1; j < built.size(); ++j) built[j].reset();
+                                    built[i] = compile(graph, genomes[i]);
+                                  }
+                                  built[i]->run(graph);
+                                } catch (const std::exception& e) {
+                                  failed[i] = e.what();
+                                }
+                              }});
+    p.keep_reference = [&] { reference = read_outputs(graph); };
+    p.mismatch = [&]() -> std::string {
+      if (!failed[running].empty()) return "failed: " + failed[running];
+      const std::vector<std::vector<float>> got = read_outputs(graph);
+      const std::vector<NodeId> outputs = graph.outputs();
+      for (size_t k = 0; k < outputs.size(); ++k) {
+        if (got[k].size() != reference[k].size())
+          return "output %" + std::to_string(outputs[k].value) + " has another size";
+        const std::string why = output_mismatch(got[k].data(), reference[k],
+                                                tolerance(graph, graph.node(outputs[k]).dtype));
+        if (!why.empty()) return "output %" + std::to_string(outputs[k].value) + ": " + why;
+      }
+      return "";
+    };
+    // A GPU program's time is its kernels' (device events): a run's wall time also holds
+    // the copies of its outputs to the host, as long for every candidate, which can
+    // drown what tells them apart.
+    p.time = [&](const SearchCandidate& c) {
+      const auto start = std::chrono::steady_clock::now();
+      c.run();
+      const double wall = seconds_since(start);
+      const double device = built[running] ? built[running]->last_run().device_seconds : 0;
+      return device > 0 ? device : wall;
+    };
+    SearchResult r;
+    try {
+      r = searcher_.choose(p);
+    } catch (...) {  // the reference failed: the error is the run's
+      current_ = std::move(built[0]);
+      throw;
+    }
+    if (r.searched && env_has("LUMINAL_LOG", "info")) {
+      std::string line;
+      for (const SearchTrial& t : r.trials) {
+        char ms[32];
+        std::snprintf(ms, sizeof ms, " %.3f ms", t.median * 1e3);
+        line += (line.empty() ? "" : "; ") + t.label + (t.median > 0 ? ms : "") + " (" +
+                t.verdict.substr(0, t.verdict.find(':')) + ")";
+      }
+      std::fprintf(stderr, "luminal: search %s: %s\n", signature.c_str(), line.c_str());
+    }
+    if (!built[r.winner]) {  // released while others were judged, or read from the cache
+      try {
+        built[r.winner] = compile(graph, genomes[r.winner]);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "luminal: warning: search %s: the winner %s no longer compiles (%s)\n",
+                     signature.c_str(), label(genomes[r.winner]).c_str(), e.what());
+        r.winner = 0;
+      }
+    }
+    current_ = std::move(built[r.winner]);
+    return r.winner;
+  }
+
+  std::unique_ptr<Executable> compile(const Graph& graph, const std::vector<std::string>& avoid) {
+    std::vector<std::string> unused;
+    return compile_(graph, avoid, unused);
+  }
+
+  std::unique_ptr<Executable> current_;
+  std::vector<std::string> choices_;
+  CompileAvoiding compile_;
+  Searcher searcher_;
+  size_t runs_ = 0;
+};
+
+}  // namespace
+
+std::string program_signature(const Graph& graph) {
+  std::ostringstream text;
+  text << graph.to_text();
+  std::set<std::string> dims;
+  for (uint32_t i = 0; i < graph.num_nodes(); ++i)
+    for (const Expr& d : graph.node(NodeId{i}).shape)
+      for (const std::string& v : d.variables()) dims.insert(v);
+  for (const std::string& d : dims) {
+    const std::optional<int64_t> v = graph.dims().get(d);
+    text << d << '=' << (v ? std::to_string(*v) : "?") << ';';
+  }
+  char name[64];
+  std::snprintf(name, sizeof name, "program %016llx (%zu nodes)",
+                static_cast<unsigned long long>(hash_bytes(text.str())), graph.num_nodes());
+  return name;
+}
+
+std::unique_ptr<Executable> compile_searching_extractions(const Graph& graph,
+                                                          const CompileAvoiding& compile,
+                                                          const std::string& context) {
+  std::vector<std::string> choices;
+  std::unique_ptr<Executable> pick = compile(graph, {}, choices);
+  const SearchSettings settings = search_settings_from_env();
+  if (choices.empty() || settings.mode == SearchMode::Off) return pick;
+  return std::make_unique<ExtractionSearch>(std::move(pick), std::move(choices), compile, context,
+                                            settings);
+}
+
+}  // namespace luminal::runtime

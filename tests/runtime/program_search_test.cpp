@@ -1,0 +1,198 @@
+// The search over extraction choices: planted programs (slow, wrong, failing to
+// compile, fast) through the compile callback, when a program is searched and when not,
+// the cache round trip; and on the CPU, the choices the e-graph offers and a searched
+// attention program against the reference interpreter.
+#include "runtime/program_search.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+#include <map>
+#include <random>
+#include <thread>
+
+#include "luminal/compiler/attention_op.hpp"
+#include "luminal/compiler/optimize.hpp"
+#include "luminal/luminal.hpp"
+#include "luminal/nn/attention.hpp"
+#include "testing/extraction_search.hpp"
+#include "testing/run_outputs.hpp"
+#include "testing/scoped_env.hpp"
+
+namespace luminal::runtime {
+namespace {
+
+// y = 2x written by hand: `factor` 3 plants a wrong program, `pause` a slow one.
+class Doubling final : public Executable {
+ public:
+  Doubling(NodeId x, NodeId y, double factor, std::chrono::milliseconds pause, int& runs)
+      : x_(x), y_(y), factor_(factor), pause_(pause), runs_(runs) {}
+  void run(Graph& g) override {
+    ++runs_;
+    std::this_thread::sleep_for(pause_);
+    std::vector<double> y;
+    for (float v : g.data(x_)->to_f32()) y.push_back(factor_ * v);
+    g.set_data(y_, Buffer::from_doubles(y, DType::F32));
+  }
+
+ private:
+  NodeId x_, y_;
+  double factor_;
+  std::chrono::milliseconds pause_;
+  int& runs_;
+};
+
+// Programs for y = 2x, one per extraction: as extracted 20 ms a run, without MatMulAdd
+// 2 ms, 5 ms otherwise; wrong without Attention; failing to compile without QMatMulAdd.
+struct Planted {
+  std::map<std::string, int> compiles, runs;  // by the kinds avoided, space-separated
+  std::vector<std::string> offered = {"Attention", "MatMulAdd", "QMatMulAdd"};
+
+  CompileAvoiding compile(NodeId x, NodeId y) {
+    return [this, x, y](const Graph&, const std::vector<std::string>& avoid,
+                        std::vector<std::string>& choices) -> std::unique_ptr<Executable> {
+      std::string key;
+      for (const std::string& kind : avoid) key += (key.empty() ? "" : " ") + kind;
+      const auto has = [&](const char* kind) {
+        return std::find(avoid.begin(), avoid.end(), kind) != avoid.end();
+      };
+      ++compiles[key];
+      choices = avoid.empty() ? offered : std::vector<std::string>{};
+      if (has("QMatMulAdd")) throw Error("planted: this program does not compile");
+      const auto pause = std::chrono::milliseconds(has("MatMulAdd") ? 2 : avoid.empty() ? 20 : 5);
+      return std::make_unique<Doubling>(x, y, has("Attention") ? 3 : 2, pause, runs[key]);
+    };
+  }
+};
+
+class ProgramSearchTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    x_ = g_.named_tensor("x", {4});
+    y_ = (x_ * 2.0).retrieve();
+    x_.set_buffer(Buffer::from_doubles({1, -2, 3, 0.5}, DType::F32));
+  }
+  // Compiles through the search and runs `runs` times, checking y = 2x each time.
+  void run(Planted& planted, int runs) {
+    std::unique_ptr<Executable> e =
+        compile_searching_extractions(g_, planted.compile(x_.id(), y_.id()), "test machine");
+    for (int i = 0; i < runs; ++i) {
+      e->run(g_);
+      EXPECT_EQ(y_.to_f32(), (std::vector<float>{2, -4, 6, 1})) << "run " << i;
+    }
+  }
+  luminal::testing::ScopedCacheDir cache_{"program-search"};
+  luminal::testing::ScopedEnv mode_{"LUMINAL_SEARCH", "fast"};
+  Graph g_;
+  Tensor x_, y_;
+};
+
+TEST_F(ProgramSearchTest, TheFastestCorrectProgramRunsFromTheSecondRunOn) {
+  Planted p;
+  run(p, 1);
+  EXPECT_EQ(p.compiles.size(), 1u) << "a program run once is not searched";
+  run(p, 5);  // (a fresh compile: its second run searches)
+  // The pick: the first runs of each compile, then one checked and five timed runs. The
+  // wrong programs and those that do not compile are judged once each, never timed. The
+  // first round's winner, without MatMulAdd, checked and timed 6 times, is the second
+  // round's reference (6 more) against itself also without Attention (wrong) or also
+  // without QMatMulAdd (no program); it stays, and makes the second run and the three
+  // after it.
+  EXPECT_EQ(p.runs[""], 1 + 1 + 6);
+  EXPECT_EQ(p.runs["Attention"], 1);
+  EXPECT_EQ(p.runs["MatMulAdd Attention"], 1);
+  EXPECT_EQ(p.compiles["QMatMulAdd"], 1);
+  EXPECT_EQ(p.compiles["MatMulAdd QMatMulAdd"], 1);
+  EXPECT_EQ(p.runs["MatMulAdd"], 6 + 6 + 4);
+
+  // Compiled again, the winner comes from the cache: only it and the pick are compiled.
+  Planted again;
+  run(again, 4);
+  EXPECT_EQ(again.compiles, (std::map<std::string, int>{{"", 1}, {"MatMulAdd", 1}}));
+  EXPECT_EQ(again.runs["MatMulAdd"], 3);
+}
+
+TEST_F(ProgramSearchTest, NotSearchedWhenOffOrWithDonatedInputs) {
+  {
+    luminal::testing::ScopedEnv off("LUMINAL_SEARCH", "off");
+    Planted p;
+    run(p, 3);
+    EXPECT_EQ(p.compiles, (std::map<std::string, int>{{"", 1}}));
+  }
+  {
+    Planted p;  // a run consumes a donated input: no trial runs
+    g_.donate(x_.id());
+    std::unique_ptr<Executable> e =
+        compile_searching_extractions(g_, p.compile(x_.id(), y_.id()), "test machine");
+    e->run(g_);
+    e->run(g_);
+    EXPECT_EQ(p.compiles, (std::map<std::string, int>{{"", 1}}));
+    EXPECT_EQ(p.runs[""], 2);
+  }
+}
+
+TEST_F(ProgramSearchTest, TheSignatureCoversTheGraphAndItsDims) {
+  const std::string before = program_signature(g_);
+  Graph other;
+  Tensor x = other.named_tensor("x", {4});
+  (x * 3.0).retrieve();
+  EXPECT_NE(program_signature(other), before);
+  Graph symbolic;
+  Tensor s = symbolic.named_tensor("x", {"n"});
+  (s * 2.0).retrieve();
+  symbolic.set_dim("n", 4);
+  const std::string four = program_signature(symbolic);
+  symbolic.set_dim("n", 5);
+  EXPECT_NE(program_signature(symbolic), four);
+}
+
+// Causal attention over [heads, seq, d] as nn::Attention writes it.
+struct AttentionGraph {
+  Graph cx;
+  Tensor q, k, v, y;
+  explicit AttentionGraph(int64_t seq) {
+    q = cx.named_tensor("q", {2, seq, 16});
+    k = cx.named_tensor("k", {2, seq, 16});
+    v = cx.named_tensor("v", {2, seq, 16});
+    const Tensor scores = where(nn::causal_mask(cx, seq, 0), q.matmul(k.transpose(-1, -2)) * 0.25,
+                                -std::numeric_limits<double>::infinity());
+    y = scores.softmax(-1).matmul(v).retrieve();
+    std::mt19937 rng(5);
+    for (Tensor* t : {&q, &k, &v}) {
+      const std::vector<float> r = luminal::testing::uniform_floats(rng, 2 * seq * 16);
+      t->set_buffer(Buffer::from_doubles(std::vector<double>(r.begin(), r.end()), DType::F32));
+    }
+  }
+};
+
+bool has_attention_kernel(const Graph& g) {
+  for (uint32_t i = 0; i < g.num_nodes(); ++i)
+    if (dynamic_cast<const compiler::AttentionOp*>(g.node(NodeId{i}).custom.get())) return true;
+  return false;
+}
+
+TEST(ExtractionChoices, FusedAttentionOrItsComposite) {
+  AttentionGraph a(24);
+  const compiler::Optimized fused = compiler::optimize(a.cx);
+  EXPECT_EQ(fused.choices, (std::vector<std::string>{"Attention"}));
+  EXPECT_TRUE(has_attention_kernel(*fused.graph));
+  const compiler::Optimized composite = compiler::optimize(a.cx, {.avoid = {"Attention"}});
+  EXPECT_TRUE(composite.choices.empty());
+  EXPECT_FALSE(has_attention_kernel(*composite.graph)) << composite.graph->to_text();
+  // A graph without a fused kernel offers nothing.
+  Graph plain;
+  Tensor x = plain.named_tensor("x", {3, 5});
+  x.softmax(-1).retrieve();
+  EXPECT_TRUE(compiler::optimize(plain).choices.empty());
+}
+
+TEST(ExtractionChoices, TheCpuTimesAttentionFusedAndUnfused) {
+  // (The CPU has no product epilogues: the bias is added by a kernel of its own.)
+  luminal::testing::expect_judged(luminal::testing::search_extractions_on(cpu()),
+                                  {"as extracted", "without Attention"});
+}
+
+}  // namespace
+}  // namespace luminal::runtime
