@@ -5,7 +5,10 @@ weights; nothing is downloaded).
     python3 bench/torch_compile_bench.py [--models block,resnet18,llama-tiny,llama-1b]
                                          [--batches 1,32] [--iters 50]
 
-Prints one line per model, batch and backend, and a Markdown table at the end.
+Prints one line per model, batch and backend, and a Markdown table at the end. Two
+steady-state times: the median of calls each waited for (a call's latency, the host's
+work before the GPU starts included), and calls queued back to back, waited for once
+(where the host prepares the next call while the GPU runs this one).
 """
 import argparse
 import pathlib
@@ -59,7 +62,13 @@ def timed(fn, x, iters):
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end))
-    return first, statistics.median(times), out
+    start.record()
+    with torch.no_grad():
+        for _ in range(iters):
+            fn(x)
+    end.record()
+    end.synchronize()
+    return first, statistics.median(times), start.elapsed_time(end) / iters, out
 
 
 def logits(out):
@@ -87,27 +96,32 @@ def main():
                 torch._dynamo.reset()
                 fn = model if backend == "eager" else torch.compile(model, backend=backend)
                 try:
-                    first, ms, out = timed(fn, x, args.iters)
+                    first, ms, queued, out = timed(fn, x, args.iters)
                 except Exception:
                     print(f"{name} b{batch} {backend}: FAILED\n{traceback.format_exc()[-3000:]}",
                           flush=True)
                     continue
-                results[backend] = (first, ms, logits(out).float())
+                results[backend] = (first, ms, logits(out).float(), queued)
                 err = ""
                 if "eager" in results and backend != "eager":
                     ref = results["eager"][2]
                     err = f"  max|diff|/max|eager| {((logits(out).float() - ref).abs().max() / ref.abs().max()).item():.3g}"
-                print(f"{name} b{batch} {backend}: first call {first:.2f} s, {ms:.3f} ms{err}",
-                      flush=True)
+                print(f"{name} b{batch} {backend}: first call {first:.2f} s, {ms:.3f} ms, "
+                      f"{queued:.3f} ms queued{err}", flush=True)
             rows.append((name, batch, results))
-    print("\n| model | batch | eager ms | inductor ms (compile s) | luminal ms (compile s) | luminal speed / inductor's |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("\n| model | batch | eager ms | inductor ms (compile s) | luminal ms (compile s) "
+          "| luminal speed / inductor's | queued: inductor ms, luminal ms, speed |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for name, batch, r in rows:
         def cell(b):
             return f"{r[b][1]:.3f} ({r[b][0]:.1f})" if b in r else "failed"
-        ratio = f"{r['inductor'][1] / r['luminal'][1]:.2f}x" if "inductor" in r and "luminal" in r else "-"
+        both = "inductor" in r and "luminal" in r
+        ratio = f"{r['inductor'][1] / r['luminal'][1]:.2f}x" if both else "-"
+        queued = (f"{r['inductor'][3]:.3f}, {r['luminal'][3]:.3f}, "
+                  f"{r['inductor'][3] / r['luminal'][3]:.2f}x") if both else "-"
         eager = f"{r['eager'][1]:.3f}" if "eager" in r else "-"
-        print(f"| {name} | {batch} | {eager} | {cell('inductor')} | {cell('luminal')} | {ratio} |")
+        print(f"| {name} | {batch} | {eager} | {cell('inductor')} | {cell('luminal')} | {ratio} "
+              f"| {queued} |")
 
 
 if __name__ == "__main__":

@@ -39,6 +39,14 @@ class Executable {
   /// settled (its device time counted, any error a kernel recorded raised) by the next
   /// call of run or queue, after that call has queued its own work. Others run.
   virtual void queue(Graph& graph) { run(graph); }
+  /// Like queue, in order with a GPU stream of the caller's (a cudaStream_t of the
+  /// executable's device, such as PyTorch's current stream): the run starts after the work
+  /// queued there so far, and the work queued there afterwards starts after the run,
+  /// without the host waiting for either. Others run (their work is done on return).
+  virtual void queue_on(Graph& graph, void* stream) {
+    (void)stream;
+    run(graph);
+  }
   /// Waits for a queued run and settles it (last_run() then gives its device time; an
   /// error a kernel recorded is raised). Nothing where none is queued.
   virtual void wait() {}

@@ -173,6 +173,11 @@ class Graph {
   /// Runs as execute does, but a GPU backend may return as soon as the work is queued
   /// (Executable::queue): a decoding loop queues its next step while the GPU runs this one.
   void execute_queued();
+  /// Runs as execute_queued does, in order with a GPU stream of the caller's
+  /// (Executable::queue_on): the run follows the work queued there and precedes the work
+  /// queued there afterwards, so a caller such as PyTorch need not synchronise its stream
+  /// before the run nor wait for it after.
+  void execute_on(void* stream);
   /// Waits for a run execute_queued left running (Executable::wait).
   void wait();
   /// Lets the backend prepare for runs with these dims and the current inputs

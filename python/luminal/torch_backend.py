@@ -130,9 +130,10 @@ class LuminalSubgraph(torch.nn.Module):
             self.compiled = True
         for i, t in self.inputs:
             self._set(i, t, args[i])
-        if self.on_gpu:  # luminal reads the inputs on its own stream: they must be written
-            torch.cuda.current_stream(self.device).synchronize()
-        self.graph.execute()
+        if self.on_gpu:  # in order with torch's stream, neither waiting on the host
+            self.graph.execute_on_stream(torch.cuda.current_stream(self.device).cuda_stream)
+        else:
+            self.graph.execute()
         outs = tuple(self._output(o, args) for o in self.outputs)
         return outs if self.tuple_out else outs[0]
 
@@ -151,8 +152,8 @@ class LuminalSubgraph(torch.nn.Module):
         kind, what, dtype = out
         if kind == "input":
             return args[what]
-        if self.on_gpu:  # a copy on the GPU: the next run reuses luminal's memory
-            return torch.from_dlpack(what.device_array()).clone()
+        if self.on_gpu:  # a copy on torch's stream, after the run; the next run reuses
+            return torch.from_dlpack(what.device_array()).clone()  # luminal's memory
         return torch.from_numpy(what.numpy()).to(dtype=dtype)
 
     def _build(self, args):

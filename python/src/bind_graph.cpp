@@ -65,6 +65,15 @@ void bind_graph(nb::module_& m) {
       .def("execute", &Graph::execute, nb::call_guard<nb::gil_scoped_release>(),
            "Runs the compiled graph on the inputs set; outputs are then read with "
            "Tensor.numpy().")
+      .def(
+          "execute_on_stream",
+          [](Graph& g, uintptr_t stream) { g.execute_on(reinterpret_cast<void*>(stream)); },
+          "stream"_a, nb::call_guard<nb::gil_scoped_release>(),
+          "Runs as execute() does, in order with a CUDA stream of the caller's (its handle, "
+          "such as torch.cuda.current_stream().cuda_stream): the run starts after the work "
+          "queued there so far and the work queued there afterwards starts after it, the "
+          "host waiting for neither. Outputs kept on the GPU are then read on that stream; "
+          "on a host backend this is execute().")
       .def("__str__", &Graph::to_text, "The graph's nodes, one a line.");
 }
 

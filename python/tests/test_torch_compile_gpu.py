@@ -55,3 +55,21 @@ def test_inputs_changed_between_calls_are_read_again():
     fast(a, b)
     a.mul_(3)  # in place, on torch's stream
     torch.testing.assert_close(fast(a, b), (a * b).sum(-1), rtol=1e-5, atol=1e-5)
+
+
+def test_calls_run_in_order_with_torchs_stream():
+    # Each input is written by a product still running on torch's stream when the call is
+    # made, and each output is changed in place on that stream right after: luminal's run
+    # must follow the first and precede the second, the host waiting for neither.
+    torch._dynamo.reset()
+    fast = torch.compile(lambda a: (a * 2.0).sum(-1), backend="luminal")
+    big = torch.randn(4096, 4096, device="cuda")
+    outs, wants = [], []
+    for i in range(6):
+        a = (big @ big)[:8] * 0.0 + float(i)
+        got = fast(a)
+        got.add_(1.0)
+        outs.append(got)
+        wants.append(torch.full((8,), 2.0 * 4096 * i + 1.0, device="cuda"))
+    for got, want in zip(outs, wants):
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-3)

@@ -350,6 +350,12 @@ void Graph::execute_queued() {
   for (const auto& hook : after_run_) hook();
 }
 
+void Graph::execute_on(void* stream) {
+  check_executable("execute_on");
+  executable_->queue_on(*this, stream);
+  for (const auto& hook : after_run_) hook();
+}
+
 void Graph::wait() {
   if (executable_) executable_->wait();
 }

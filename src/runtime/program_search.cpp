@@ -74,12 +74,26 @@ class ExtractionSearch final : public Executable {
         searcher_(context, settings, "extraction rounds") {}
 
   void run(Graph& graph) override {
-    before_run(graph);
+    if (search_now(graph)) {
+      current_->wait();
+      search(graph);
+    }
     current_->run(graph);
   }
   void queue(Graph& graph) override {
-    before_run(graph);
+    if (search_now(graph)) {
+      current_->wait();
+      search(graph);
+    }
     current_->queue(graph);
+  }
+  void queue_on(Graph& graph, void* stream) override {
+    if (search_now(graph)) {  // the inputs are written once the caller's work so far is done
+      current_->queue_on(graph, stream);
+      current_->wait();
+      search(graph);
+    }
+    current_->queue_on(graph, stream);
   }
   void wait() override { current_->wait(); }
   RunStats last_run() const override { return current_->last_run(); }
@@ -88,16 +102,14 @@ class ExtractionSearch final : public Executable {
   }
 
  private:
-  void before_run(Graph& graph) {
-    if (++runs_ != 2) return;
-    if (const std::string why = unsearchable(graph); !why.empty()) {
-      if (env_has("LUMINAL_LOG", "info"))
-        std::fprintf(stderr, "luminal: search: the program's extractions are not timed: %s\n",
-                     why.c_str());
-      return;
-    }
-    current_->wait();
-    search(graph);
+  // Whether this run, the second, is the one to search before.
+  bool search_now(const Graph& graph) {
+    if (++runs_ != 2) return false;
+    const std::string why = unsearchable(graph);
+    if (!why.empty() && env_has("LUMINAL_LOG", "info"))
+      std::fprintf(stderr, "luminal: search: the program's extractions are not timed: %s\n",
+                   why.c_str());
+    return why.empty();
   }
 
   // Greedy over the choices: each round times the best program so far against it with

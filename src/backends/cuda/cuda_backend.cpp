@@ -204,6 +204,18 @@ class CudaExecutable final : public Executable {
     run(user, !all_on_device || profiling_ || cudagen::tracing());
   }
 
+  // Queued between two events: one the caller's stream reaches before the run, the other
+  // this stream after it.
+  void queue_on(Graph& user, void* stream) override {
+    device_->make_current();
+    const auto theirs = static_cast<cudaStream_t>(stream);
+    check(cudaEventRecord(theirs_reached_.get(), theirs), "cudaEventRecord");
+    check(cudaStreamWaitEvent(device_->stream(), theirs_reached_.get(), 0), "cudaStreamWaitEvent");
+    queue(user);
+    check(cudaEventRecord(ours_reached_.get(), device_->stream()), "cudaEventRecord");
+    check(cudaStreamWaitEvent(theirs, ours_reached_.get(), 0), "cudaStreamWaitEvent");
+  }
+
   void wait() override {
     if (!records_[0].open && !records_[1].open) return;
     stats_.device_seconds = 0;
@@ -1239,6 +1251,7 @@ class CudaExecutable final : public Executable {
   void* dims_arg_ = nullptr;
   std::array<RunRecord, 2> records_;
   size_t record_ = 0;  // the last run's
+  cudagen::Event theirs_reached_, ours_reached_;  // (queue_on)
   const bool poison_ = runtime::env_has("LUMINAL_CPU_POISON", "1");
   RunStats stats_;
   // LUMINAL_PROFILE=1: each kernel's time between events recorded around it (a row
