@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <exception>
+#include <future>
 #include <set>
 #include <sstream>
 
@@ -142,18 +143,21 @@ class ExtractionSearch final : public Executable {
     size_t running = 0;  // the candidate whose run the graph's outputs hold
     SearchProblem p;
     p.signature = signature;
+    p.finish_once_begun = true;  // (the budget decides whether a round begins)
+    bool compiled = false;
     for (size_t i = 0; i < genomes.size(); ++i)
       p.candidates.push_back({label(genomes[i]), [&, i] {
                                 running = i;
                                 if (i == 0) return built[0]->run(graph);  // fails as it would
+                                if (!compiled) {  // (a round whose winner is cached compiles none)
+                                  compile_all(graph, signature, genomes, built, failed);
+                                  compiled = true;
+                                }
                                 if (!failed[i].empty()) return;
+                                // Those judged before go: each holds its own copy of the
+                                // weights on a GPU once run.
+                                for (size_t j = 1; j < i; ++j) built[j].reset();
                                 try {
-                                  if (!built[i]) {
-                                    // At most the reference and one other alive: each holds
-                                    // its own copy of the weights on a GPU.
-                                    for (size_t j = 1; j < built.size(); ++j) built[j].reset();
-                                    built[i] = compile(graph, genomes[i]);
-                                  }
                                   built[i]->run(graph);
                                 } catch (const std::exception& e) {
                                   failed[i] = e.what();
@@ -211,6 +215,36 @@ class ExtractionSearch final : public Executable {
     }
     current_ = std::move(built[r.winner]);
     return r.winner;
+  }
+
+  // Compiles the candidates after the first side by side (the e-graph, code generation and
+  // NVRTC or the C++ compiler are the time a round takes); a failure is that candidate's.
+  void compile_all(const Graph& graph, const std::string& signature,
+                   const std::vector<std::vector<std::string>>& genomes,
+                   std::vector<std::unique_ptr<Executable>>& built,
+                   std::vector<std::string>& failed) {
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<std::future<std::pair<std::unique_ptr<Executable>, double>>> compiling;
+    for (size_t i = 1; i < genomes.size(); ++i)
+      compiling.push_back(std::async(std::launch::async, [&, i] {
+        const auto begun = std::chrono::steady_clock::now();
+        std::unique_ptr<Executable> e = compile(graph, genomes[i]);
+        return std::pair{std::move(e), seconds_since(begun)};
+      }));
+    double busy = 0;
+    for (size_t i = 1; i < genomes.size(); ++i) {
+      try {
+        auto [e, seconds] = compiling[i - 1].get();
+        built[i] = std::move(e);
+        busy += seconds;
+      } catch (const std::exception& e) {
+        failed[i] = e.what();
+      }
+    }
+    if (env_has("LUMINAL_LOG", "info"))
+      std::fprintf(stderr,
+                   "luminal: search %s: %zu programs compiled in %.2f s (%.2f s of compiling)\n",
+                   signature.c_str(), genomes.size() - 1, seconds_since(start), busy);
   }
 
   std::unique_ptr<Executable> compile(const Graph& graph, const std::vector<std::string>& avoid) {

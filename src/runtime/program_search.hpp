@@ -4,7 +4,8 @@
 // Where it chose a fused kernel whose e-class also holds the unfused form (a product that
 // adds its bias as it stores, fused attention: compiler::Optimized::choices), other
 // extractions avoid such kinds (compiler::OptimizeOptions::avoid). They are compiled and
-// timed whole, on the program's own inputs, through the kernel search's Searcher, greedily:
+// timed whole (each round's compiled side by side), on the program's own inputs, through
+// the kernel search's Searcher, greedily:
 // each round times the best program so far (the cost model's, first) against it with one
 // more kind avoided, for each kind not yet avoided, and the search ends with a round the
 // reference wins. A candidate whose outputs differ from the reference's beyond the output

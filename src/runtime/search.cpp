@@ -181,7 +181,8 @@ SearchResult Searcher::search(const SearchProblem& p) {
     const SearchCandidate& c = p.candidates[i];
     SearchTrial t{c.label, {}, 0, ""};
     // The reference is always judged, so there is a winner however small the budget.
-    if (i > 0 && spent_ + seconds_since(start) >= settings_.budget_seconds) {
+    if (i > 0 && !p.finish_once_begun &&
+        spent_ + seconds_since(start) >= settings_.budget_seconds) {
       t.verdict = "skipped: budget";
       r.trials.push_back(t);
       continue;

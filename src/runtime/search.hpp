@@ -64,6 +64,11 @@ struct SearchProblem {
   /// One run of a candidate, timed in seconds; empty: a steady clock around run() (for
   /// a GPU, device events with the stream synchronised).
   std::function<double(const SearchCandidate&)> time;
+  /// Every candidate judged once the search has begun, past the budget too: where the
+  /// first judgement is most of the cost (whole programs, compiled when first run), a
+  /// search cut short would be paid again by every later process, since only a whole
+  /// search is cached.
+  bool finish_once_begun = false;
 };
 
 /// One candidate's judgement.

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <random>
 #include <thread>
 
@@ -48,6 +49,7 @@ class Doubling final : public Executable {
 // 2 ms, 5 ms otherwise; wrong without Attention; failing to compile without QMatMulAdd.
 struct Planted {
   std::map<std::string, int> compiles, runs;  // by the kinds avoided, space-separated
+  std::mutex mu;                              // (programs are compiled side by side)
   std::vector<std::string> offered = {"Attention", "MatMulAdd", "QMatMulAdd"};
 
   CompileAvoiding compile(NodeId x, NodeId y) {
@@ -58,6 +60,7 @@ struct Planted {
       const auto has = [&](const char* kind) {
         return std::find(avoid.begin(), avoid.end(), kind) != avoid.end();
       };
+      const std::lock_guard<std::mutex> lock(mu);
       ++compiles[key];
       choices = avoid.empty() ? offered : std::vector<std::string>{};
       if (has("QMatMulAdd")) throw Error("planted: this program does not compile");
@@ -112,6 +115,23 @@ TEST_F(ProgramSearchTest, TheFastestCorrectProgramRunsFromTheSecondRunOn) {
   run(again, 4);
   EXPECT_EQ(again.compiles, (std::map<std::string, int>{{"", 1}, {"MatMulAdd", 1}}));
   EXPECT_EQ(again.runs["MatMulAdd"], 3);
+}
+
+TEST_F(ProgramSearchTest, ARoundBegunIsFinishedPastTheBudgetAndNoneBeginsAfter) {
+  // 50 ms: less than the pick's six runs of 20 ms. The first round still judges every
+  // candidate (so it is cached whole); the second does not begin.
+  luminal::testing::ScopedEnv budget("LUMINAL_SEARCH_BUDGET", "0.05");
+  Planted p;
+  run(p, 3);
+  EXPECT_EQ(p.runs["MatMulAdd"], 6 + 2);  // judged, won, and made the second and third runs
+  EXPECT_EQ(p.compiles["QMatMulAdd"], 1);
+  EXPECT_EQ(p.compiles.count("MatMulAdd Attention"), 0u);
+  // The next process, its budget spent as soon as it begins: the first round comes from
+  // the cache, and the second is not begun.
+  luminal::testing::ScopedEnv none("LUMINAL_SEARCH_BUDGET", "0");
+  Planted again;
+  run(again, 2);
+  EXPECT_EQ(again.compiles, (std::map<std::string, int>{{"", 1}, {"MatMulAdd", 1}}));
 }
 
 TEST_F(ProgramSearchTest, NotSearchedWhenOffOrWithDonatedInputs) {
