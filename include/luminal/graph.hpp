@@ -144,6 +144,13 @@ class Graph {
   /// the host as usual.
   void keep_on_device(NodeId id);
   bool is_kept_on_device(NodeId id) const { return flag(on_device_, id); }
+  /// Keeps an output on the GPU as keep_on_device does, where the compiled program keeps
+  /// it: device_data() reads it there, and the next run may overwrite it. For a caller that
+  /// copies every output before the next run (the torch.compile backend): runs then write
+  /// the same memory each time, so a GPU backend launches them again as recorded rather
+  /// than recording each anew for new output buffers.
+  void lend_on_device(NodeId id);
+  bool is_lent_on_device(NodeId id) const { return flag(lent_, id); }
 
   /// Lets runs consume an input's buffer: an op that can update it in place
   /// (append_rows) takes it for its output, and the input holds no data after the run.
@@ -213,7 +220,7 @@ class Graph {
   std::deque<std::optional<Buffer>> data_;
   std::deque<std::optional<DeviceData>> device_data_;
   std::vector<uint64_t> data_versions_;  // 0: never set
-  std::vector<bool> outputs_, donated_, on_device_, gradient_stops_;
+  std::vector<bool> outputs_, donated_, on_device_, lent_, gradient_stops_;
   std::unique_ptr<Executable> executable_;
   std::vector<std::function<void()>> after_run_;
   size_t compiled_nodes_ = 0;  // nodes present when compiled; later additions need a recompile

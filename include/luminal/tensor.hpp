@@ -188,6 +188,9 @@ class Tensor {
   /// Marks this tensor to be left on the GPU after execute by a backend that runs on one
   /// (Graph::keep_on_device); data() still copies it to the host when asked.
   Tensor& keep_on_device();
+  /// The same where the program keeps it, overwritten by the next run
+  /// (Graph::lend_on_device).
+  Tensor& lend_on_device();
   /// The value where it lies on a GPU, or nullptr (host data, or none).
   const DeviceData* device_data() const;
   /// Keeps this node through optimisation and its value after execute.

@@ -184,8 +184,8 @@ class LuminalSubgraph(torch.nn.Module):
                         self.outputs.append(("input", index[o], None))
                     else:
                         out = env[o]
-                        if self.on_gpu:  # read back as the memory it lies in: no view
-                            out = out.contiguous().retrieve().keep_on_device()
+                        if self.on_gpu:  # read where it lies (no view), copied each call
+                            out = out.contiguous().retrieve().lend_on_device()
                         else:
                             out = out.retrieve()
                         self.outputs.append(("tensor", out, o.meta["val"].dtype))

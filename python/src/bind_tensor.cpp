@@ -77,6 +77,10 @@ void bind_tensor(nb::module_& m) {
       .def("keep_on_device", &Tensor::keep_on_device, nb::rv_policy::reference,
            "Marks an output to stay in the GPU's memory after execute() (read it with "
            "device_array()); on a host backend it is kept as retrieve() keeps it.")
+      .def("lend_on_device", &Tensor::lend_on_device, nb::rv_policy::reference,
+           "As keep_on_device(), in the memory the compiled program keeps it in, which the "
+           "next execute() overwrites: copy it before then. Runs that write the same memory "
+           "each time are launched again on the GPU as recorded.")
       .def(
           "device_array",
           [](const Tensor& x) {

@@ -169,6 +169,7 @@ void Graph::grow_state(NodeId id) {
   outputs_.resize(n, false);
   donated_.resize(n, false);
   on_device_.resize(n, false);
+  lent_.resize(n, false);
   gradient_stops_.resize(n, false);
 }
 
@@ -201,6 +202,11 @@ std::optional<DeviceData> Graph::take_device_data(NodeId id) {
 void Graph::keep_on_device(NodeId id) {
   mark_retrieve(id);
   on_device_[id.value] = true;
+}
+
+void Graph::lend_on_device(NodeId id) {
+  keep_on_device(id);
+  lent_[id.value] = true;
 }
 
 uint64_t Graph::data_version(NodeId id) const {

@@ -200,6 +200,11 @@ Tensor& Tensor::keep_on_device() {
   return *this;
 }
 
+Tensor& Tensor::lend_on_device() {
+  graph().lend_on_device(id_);
+  return *this;
+}
+
 const DeviceData* Tensor::device_data() const {
   return graph().device_data(id_);
 }

@@ -477,6 +477,49 @@ TEST(Cuda, RepeatedRunsReplayARecordedGraph) {
   }
 }
 
+// An output kept on the device is handed over, in a new buffer every run, so each run is
+// recorded again and its graph nodes given the new address; one lent stays where the
+// program keeps it, and from the fifth run on a run is the recorded graphs launched again
+// untouched. Either way every run's values are right, read where they lie.
+TEST(Cuda, LentOutputsLetRunsLaunchAgainAsRecorded) {
+  SKIP_WITHOUT_GPU();
+  for (const bool lent : {false, true}) {
+    Graph ref, gpu;
+    Tensor rx = ref.named_tensor("x", {4, 64}), rw = ref.named_tensor("w", {32, 64});
+    Tensor gx = gpu.named_tensor("x", {4, 64}), gw = gpu.named_tensor("w", {32, 64});
+    Tensor ry = (rx.matmul(rw.permute({1, 0})).softmax(1) * 2.0 + 1.0).retrieve();
+    Tensor gy = gx.matmul(gw.permute({1, 0})).softmax(1) * 2.0 + 1.0;
+    if (lent)
+      gy.lend_on_device();
+    else
+      gy.keep_on_device();
+    ref.compile(reference());
+    gpu.compile(cuda());
+    std::mt19937 rng(7);
+    const std::vector<float> w = testing::uniform_floats(rng, 32 * 64);
+    rw.set(w);
+    gw.set(w);
+    for (int i = 0; i < 8; ++i) {
+      const std::vector<float> x = testing::uniform_floats(rng, 4 * 64);
+      rx.set(x);
+      gx.set(x);
+      ref.execute();
+      gpu.execute();
+      const RunStats stats = gpu.last_run_stats();
+      ASSERT_NE(gy.device_data(), nullptr);
+      const std::vector<float> want = ry.to_f32(), got = gy.to_f32();
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t k = 0; k < got.size(); ++k)
+        ASSERT_NEAR(got[k], want[k], 1e-4 * (1 + std::fabs(want[k])))
+            << (lent ? "lent" : "kept") << " run " << i << " element " << k;
+      if (graphs_on() && i >= 4) {
+        EXPECT_TRUE(stats.replayed) << "run " << i;
+        EXPECT_EQ(stats.graph_nodes_updated == 0, lent) << (lent ? "lent" : "kept") << " run " << i;
+      }
+    }
+  }
+}
+
 // Values whose sizes follow a dim keep the places planned for them while they grow by
 // less than their headroom (a decoding step's), and are planned again when one outgrows
 // its place or the dim falls back: every run's values are right either way.

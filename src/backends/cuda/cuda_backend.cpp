@@ -235,10 +235,12 @@ class CudaExecutable final : public Executable {
     for (size_t i = 0; i < source_.dims.size(); ++i)
       dims[i] = runtime::bound_dim(user.dims(), source_.dims[i]);
     const bool inputs_moved = upload_inputs(user);
-    // Outputs left on the device are handed over, so their buffers are new every run.
+    // Outputs left on the device are handed over, so their buffers are new every run
+    // (those lent stay where the program keeps them).
     const bool hands_over =
-        std::any_of(program_.outputs.begin(), program_.outputs.end(),
-                    [&](const auto& o) { return user.is_kept_on_device(o.first); });
+        std::any_of(program_.outputs.begin(), program_.outputs.end(), [&](const auto& o) {
+          return user.is_kept_on_device(o.first) && !user.is_lent_on_device(o.first);
+        });
     cudagen::StreamRecorder& recorder = device_->recorder();
     // (A trace notes each run's launches as they are made: none are launched again unseen.)
     if (repeatable_ && dims == graph_dims_ && !inputs_moved && !hands_over && !cudagen::tracing()) {
@@ -350,7 +352,7 @@ class CudaExecutable final : public Executable {
       // An append whose rows their kernel already wrote into the cache: nothing to launch.
       const bool rows_written = prepared_cache_[k].data() != nullptr;
       if (sizes_[k] > 0) {
-        value_ptr_[k] = static_cast<char*>(arena_.data()) + arena_plan_.offsets[k];
+        value_ptr_[k] = static_cast<char*>(arena_->data()) + arena_plan_.offsets[k];
         if (const std::optional<size_t> j = append_of_rows_[k])  // rows written in the cache
           if (std::optional<GrownCache> cache = take_cache(user, *j, value_bytes_[*j])) {
             value_ptr_[k] = static_cast<char*>(cache->buffer.data()) + cache->old_bytes;
@@ -402,7 +404,7 @@ class CudaExecutable final : public Executable {
     std::vector<bool> handed(plan_.kernels.size(), false);
     for (const auto& [user_out, node] : program_.outputs)
       if (const int32_t slot = liveness_.slot_of[plan_.canon(node).value];
-          slot >= 0 && user.is_kept_on_device(user_out))
+          slot >= 0 && user.is_kept_on_device(user_out) && !user.is_lent_on_device(user_out))
         handed[static_cast<size_t>(slot)] = true;
     if (dims == placed_dims_ && handed == placed_handed_ && !value_bytes_.empty()) return;
     const Graph& g = *program_.graph;
@@ -429,11 +431,11 @@ class CudaExecutable final : public Executable {
       for (size_t k : sized_by_dims_) room_[k] = cudagen::with_headroom(sizes_[k]);
       arena_plan_ = cudagen::plan_arena(room_, releases_, liveness_.frees);
     }
-    if (arena_.bytes() < arena_plan_.bytes) {  // room to spare, for sizes that keep growing
-      arena_ = DeviceBuffer(arena_plan_.bytes + arena_plan_.bytes / 4);
+    if (arena_->bytes() < arena_plan_.bytes) {  // room to spare, for sizes that keep growing
+      arena_ = std::make_shared<DeviceBuffer>(arena_plan_.bytes + arena_plan_.bytes / 4);
       if (runtime::env_has("LUMINAL_LOG", "info"))
         std::fprintf(stderr, "luminal cuda: an arena of %.1f MiB for %zu values\n",
-                     static_cast<double>(arena_.bytes()) / (1 << 20), plan_.kernels.size());
+                     static_cast<double>(arena_->bytes()) / (1 << 20), plan_.kernels.size());
     }
     placed_dims_ = dims;
     placed_handed_ = std::move(handed);
@@ -652,7 +654,7 @@ class CudaExecutable final : public Executable {
       cudagen::GemvMatrix& w = weights[j - k];
       w.view = views[weight];
       w.data = operand(n.inputs[weight].source);
-      w.out = static_cast<char*>(arena_.data()) + arena_plan_.offsets[j];
+      w.out = static_cast<char*>(arena_->data()) + arena_plan_.offsets[j];
     }
     if (poison_)  // the later members' values are written now, not in their turn
       for (size_t j = k + 1; j < k + shared_runs_[k]; ++j)
@@ -963,7 +965,7 @@ class CudaExecutable final : public Executable {
     for (size_t j = k; j < last && j < plan_.kernels.size(); ++j) {
       // (A shared run's later members write into the arena: place_values put them there.)
       const char* out = j == k ? static_cast<const char*>(value_ptr_[k])
-                               : static_cast<const char*>(arena_.data()) + arena_plan_.offsets[j];
+                               : static_cast<const char*>(arena_->data()) + arena_plan_.offsets[j];
       const size_t bytes = j == k ? value_bytes_[k] : sizes_[j];
       for (const Beside& b : beside_) {
         for (NodeId r : plan_.kernels[j].reads)
@@ -1166,9 +1168,17 @@ class CudaExecutable final : public Executable {
         user.set_data(user_out, download(user, static_cast<size_t>(slot)));
         continue;
       }
+      const auto numel = static_cast<size_t>(numel_[static_cast<size_t>(slot)].eval(user.dims()));
+      if (user.is_lent_on_device(user_out)) {  // read where it lies, the arena kept alive
+        auto storage = std::make_shared<cudagen::CudaStorage>(value_ptr_[static_cast<size_t>(slot)],
+                                                              numel * dtype_size(g.node(c).dtype),
+                                                              device_->ordinal(), arena_);
+        storage->written_by(written, device_->stream());
+        user.set_device_data(user_out, DeviceData(storage, g.node(c).dtype, numel));
+        continue;
+      }
       auto it = handed.find(slot);
       if (it == handed.end()) {
-        const auto numel = static_cast<size_t>(numel_[static_cast<size_t>(slot)].eval(user.dims()));
         // Handed-over values have buffers of their own (place_values). One of a size that
         // stays (a step's logits, unlike a cache) comes back for a later run's when let go.
         DeviceBuffer& v = owned_[static_cast<size_t>(slot)];
@@ -1231,7 +1241,8 @@ class CudaExecutable final : public Executable {
   std::vector<DeviceBuffer> owned_;
   std::shared_ptr<cudagen::SpareBuffers> spares_;        // handed-over values' buffers, come back
   std::vector<std::pair<uint32_t, uint32_t>> releases_;  // by kernel, into liveness_.frees
-  DeviceBuffer arena_;
+  // (Shared with the outputs lent from it: a user holding one keeps it alive.)
+  std::shared_ptr<DeviceBuffer> arena_ = std::make_shared<DeviceBuffer>();
   cudagen::ArenaPlan arena_plan_;
   std::vector<size_t> room_;           // by kernel: the bytes arena_plan_ gives its value
   std::vector<size_t> sized_by_dims_;  // the kernels whose values' sizes follow the dims
