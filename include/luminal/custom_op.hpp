@@ -1,6 +1,8 @@
 // Custom: an op the compiler introduces (a library kernel such as a GEMM) or a user
 // extension. It states its reference semantics on host buffers so every backend,
-// including the interpreter, can run a graph that contains it.
+// including the interpreter, can run a graph that contains it. It must be a function of
+// its inputs: a search runs a program several times on the same inputs (other
+// extractions, timed whole) and keeps one run's outputs.
 #pragma once
 
 #include <string>
