@@ -117,6 +117,21 @@ TEST_F(ProgramSearchTest, TheFastestCorrectProgramRunsFromTheSecondRunOn) {
   EXPECT_EQ(again.runs["MatMulAdd"], 3);
 }
 
+TEST_F(ProgramSearchTest, CallsOrderedOnAStreamAreSearchedAfterTheirInputsAreReady) {
+  // A call in order with a caller's stream (torch.compile's) runs the pick first, so that
+  // the inputs the caller's stream writes are there, then searches.
+  Planted p;
+  std::unique_ptr<Executable> e =
+      compile_searching_extractions(g_, p.compile(x_.id(), y_.id()), "test machine");
+  for (int i = 0; i < 3; ++i) {
+    e->queue_on(g_, nullptr);  // (a host program: run)
+    e->wait();
+    EXPECT_EQ(y_.to_f32(), (std::vector<float>{2, -4, 6, 1})) << "call " << i;
+  }
+  EXPECT_EQ(p.runs[""], 1 + 1 + 6);
+  EXPECT_EQ(p.runs["MatMulAdd"], 6 + 6 + 2);
+}
+
 TEST_F(ProgramSearchTest, ARoundBegunIsFinishedPastTheBudgetAndNoneBeginsAfter) {
   // 50 ms: less than the pick's six runs of 20 ms. The first round still judges every
   // candidate (so it is cached whole); the second does not begin.
