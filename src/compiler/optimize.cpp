@@ -449,13 +449,15 @@ void add_gemm_epilogue_functions(Lowering& low, eg::Functions& fns) {
 
 // The fusion kinds `x` chose in classes that also hold a form of the value of another kind.
 std::vector<std::string> extraction_choices(const eg::EGraph& e, const eg::Extraction& x) {
-  std::set<std::string> kinds;
+  const std::vector<std::string>& fused = fusion_kinds();
+  std::set<std::string, std::less<>> kinds;
   for (const auto& [cls, node] : x.choice) {
-    const std::string name(e.node_op(node).name());
-    const std::vector<std::string>& fused = fusion_kinds();
+    const std::string_view name = e.node_op(node).name();
     if (std::find(fused.begin(), fused.end(), name) == fused.end()) continue;
-    for (uint32_t other : e.node_ids(ClassId{cls}))
-      if (e.node_op(other).name() != name) kinds.insert(name);
+    const std::span<const uint32_t> forms = e.node_ids(ClassId{cls});
+    if (std::any_of(forms.begin(), forms.end(),
+                    [&](uint32_t other) { return e.node_op(other).name() != name; }))
+      kinds.emplace(name);
   }
   return {kinds.begin(), kinds.end()};
 }

@@ -1,7 +1,7 @@
 // The search over extraction choices: planted programs (slow, wrong, failing to
 // compile, fast) through the compile callback, when a program is searched and when not,
-// the cache round trip; and on the CPU, the choices the e-graph offers and a searched
-// attention program against the reference interpreter.
+// the cache round trip, the budget; and on the CPU, the choices the e-graph offers and a
+// searched program against the reference interpreter.
 #include "runtime/program_search.hpp"
 
 #include <gtest/gtest.h>
@@ -11,7 +11,6 @@
 #include <limits>
 #include <map>
 #include <mutex>
-#include <random>
 #include <thread>
 
 #include "luminal/compiler/attention_op.hpp"
@@ -19,7 +18,6 @@
 #include "luminal/luminal.hpp"
 #include "luminal/nn/attention.hpp"
 #include "testing/extraction_search.hpp"
-#include "testing/run_outputs.hpp"
 #include "testing/scoped_env.hpp"
 
 namespace luminal::runtime {
@@ -183,25 +181,6 @@ TEST_F(ProgramSearchTest, TheSignatureCoversTheGraphAndItsDims) {
   EXPECT_NE(program_signature(symbolic), four);
 }
 
-// Causal attention over [heads, seq, d] as nn::Attention writes it.
-struct AttentionGraph {
-  Graph cx;
-  Tensor q, k, v, y;
-  explicit AttentionGraph(int64_t seq) {
-    q = cx.named_tensor("q", {2, seq, 16});
-    k = cx.named_tensor("k", {2, seq, 16});
-    v = cx.named_tensor("v", {2, seq, 16});
-    const Tensor scores = where(nn::causal_mask(cx, seq, 0), q.matmul(k.transpose(-1, -2)) * 0.25,
-                                -std::numeric_limits<double>::infinity());
-    y = scores.softmax(-1).matmul(v).retrieve();
-    std::mt19937 rng(5);
-    for (Tensor* t : {&q, &k, &v}) {
-      const std::vector<float> r = luminal::testing::uniform_floats(rng, 2 * seq * 16);
-      t->set_buffer(Buffer::from_doubles(std::vector<double>(r.begin(), r.end()), DType::F32));
-    }
-  }
-};
-
 bool has_attention_kernel(const Graph& g) {
   for (uint32_t i = 0; i < g.num_nodes(); ++i)
     if (dynamic_cast<const compiler::AttentionOp*>(g.node(NodeId{i}).custom.get())) return true;
@@ -209,11 +188,19 @@ bool has_attention_kernel(const Graph& g) {
 }
 
 TEST(ExtractionChoices, FusedAttentionOrItsComposite) {
-  AttentionGraph a(24);
-  const compiler::Optimized fused = compiler::optimize(a.cx);
+  // Causal attention as nn::Attention writes it.
+  Graph cx;
+  Tensor q = cx.named_tensor("q", {2, 24, 16}), k = cx.named_tensor("k", {2, 24, 16}),
+         v = cx.named_tensor("v", {2, 24, 16});
+  where(nn::causal_mask(cx, 24, 0), q.matmul(k.transpose(-1, -2)) * 0.25,
+        -std::numeric_limits<double>::infinity())
+      .softmax(-1)
+      .matmul(v)
+      .retrieve();
+  const compiler::Optimized fused = compiler::optimize(cx);
   EXPECT_EQ(fused.choices, (std::vector<std::string>{"Attention"}));
   EXPECT_TRUE(has_attention_kernel(*fused.graph));
-  const compiler::Optimized composite = compiler::optimize(a.cx, {.avoid = {"Attention"}});
+  const compiler::Optimized composite = compiler::optimize(cx, {.avoid = {"Attention"}});
   EXPECT_TRUE(composite.choices.empty());
   EXPECT_FALSE(has_attention_kernel(*composite.graph)) << composite.graph->to_text();
   // A graph without a fused kernel offers nothing.
