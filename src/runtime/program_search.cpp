@@ -33,17 +33,23 @@ std::vector<std::vector<float>> read_outputs(const Graph& g) {
   return out;
 }
 
-// How far an output may stray from the cost model's program's, relative to its largest
-// magnitude: fused and unfused kernels round differently, by as much as the graph's
-// narrowest float type allows (an f32 output computed from bf16 values is known to bf16's
-// precision). Integers and booleans (a token picked by argmax) must agree.
-double tolerance(const Graph& g, DType output) {
-  if (output != DType::F32 && output != DType::F16 && output != DType::BF16) return 0;
+// How far an output of `type` may stray from the cost model's program's, relative to its
+// largest magnitude, in a graph computing in `narrowest` (its narrowest float type):
+// fused and unfused kernels round differently, by as much as that type allows (an f32
+// output computed from bf16 values is known to bf16's precision). Integers and booleans
+// (a token picked by argmax) must agree.
+double tolerance(DType type, DType narrowest) {
+  if (type != DType::F32 && type != DType::F16 && type != DType::BF16) return 0;
+  return narrowest == DType::F32 ? 1e-3 : 3e-2;
+}
+
+// F16 or BF16 where any node of `g` is of one, else F32.
+DType narrowest_float(const Graph& g) {
   for (uint32_t i = 0; i < g.num_nodes(); ++i) {
     const DType t = g.node(NodeId{i}).dtype;
-    if (t == DType::F16 || t == DType::BF16) return 3e-2;
+    if (t == DType::F16 || t == DType::BF16) return t;
   }
-  return 1e-3;
+  return DType::F32;
 }
 
 std::string label(const std::vector<std::string>& avoid) {
@@ -164,6 +170,7 @@ class ExtractionSearch final : public Executable {
                                 }
                               }});
     p.keep_reference = [&] { reference = read_outputs(graph); };
+    const DType narrowest = narrowest_float(graph);
     p.mismatch = [&]() -> std::string {
       if (!failed[running].empty()) return "failed: " + failed[running];
       const std::vector<std::vector<float>> got = read_outputs(graph);
@@ -172,7 +179,7 @@ class ExtractionSearch final : public Executable {
         if (got[k].size() != reference[k].size())
           return "output %" + std::to_string(outputs[k].value) + " has another size";
         const std::string why = output_mismatch(got[k].data(), reference[k],
-                                                tolerance(graph, graph.node(outputs[k]).dtype));
+                                                tolerance(graph.node(outputs[k]).dtype, narrowest));
         if (!why.empty()) return "output %" + std::to_string(outputs[k].value) + ": " + why;
       }
       return "";
