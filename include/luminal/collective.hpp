@@ -22,6 +22,9 @@ class Communicator {
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  /// What carries the exchanges, for logs and tests ("NCCL; all-reduces of at most 512 KB
+  /// over peer memory").
+  virtual std::string transport() const { return "threads of one process"; }
   /// Replaces `data` (host memory, the same dtype and length on every rank) by its sum over
   /// the ranks; every rank gets the same values. Blocks until all ranks have called it.
   virtual void all_reduce(Buffer& data) = 0;

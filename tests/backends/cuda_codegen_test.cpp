@@ -21,6 +21,7 @@
 #include "backends/cuda/expert_products.hpp"
 #include "backends/cuda/gemv.hpp"
 #include "backends/cuda/nvrtc.hpp"
+#include "backends/cuda/peer_all_reduce.hpp"
 #include "backends/cuda/quant_products.hpp"
 #include "backends/cuda/top_k.hpp"
 #include "luminal/luminal.hpp"
@@ -127,6 +128,7 @@ TEST(CudaCodegen, OneRowProductAndViewCopyKernelsCompileForHopper) {
   EXPECT_FALSE(cudagen::compile_cubin(cudagen::copy_view_source(), "sm_90").code.empty());
   EXPECT_FALSE(cudagen::compile_cubin(cudagen::top_k_source(), "sm_90").code.empty());
   EXPECT_FALSE(cudagen::compile_cubin(cudagen::expert_products_source(), "sm_90").code.empty());
+  EXPECT_FALSE(cudagen::compile_cubin(cudagen::peer_all_reduce_source(), "sm_90").code.empty());
 }
 
 // Compiles of one source on several threads give one cubin (the later callers wait for
@@ -663,6 +665,7 @@ TEST(CudaCodegen, EveryKernelWaitsForTheKernelBeforeItFirst) {
   expect_every_kernel_waits_first(copy_view_source(), "view copies");
   expect_every_kernel_waits_first(top_k_source(), "top k");
   expect_every_kernel_waits_first(expert_products_source(), "expert products");
+  expect_every_kernel_waits_first(peer_all_reduce_source(), "all-reduce over peer memory");
   expect_every_kernel_waits_first(quant_products_source(static_cast<uint32_t>(GgmlType::Q4_K)),
                                   "quantised products");
   const DType f32 = DType::F32, f16 = DType::F16, bf16 = DType::BF16;

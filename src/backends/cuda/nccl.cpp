@@ -8,9 +8,11 @@
 #include <cstring>
 
 #include "backends/cuda/device.hpp"
+#include "backends/cuda/peer_all_reduce.hpp"
 #include "luminal/collective.hpp"
 #include "luminal/cuda.hpp"
 #include "luminal/error.hpp"
+#include "runtime/env.hpp"
 
 #if __has_include(<nccl.h>)
 #include <nccl.h>
@@ -90,31 +92,68 @@ class NcclCommunicator final : public Communicator {
       : rank_(rank), size_(size), device_(device) {
     cudagen::check(cudaSetDevice(device), "cudaSetDevice");
     nccl().check(nccl().comm_init_rank(&comm_, size, id, rank), "joining the ranks");
+    // A single GPU has no peers; LUMINAL_CUDA_ALL_REDUCE=nccl keeps every exchange in NCCL
+    // (set alike on every rank: the ranks must agree on each exchange's way).
+    if (size > 1 && !runtime::env_has("LUMINAL_CUDA_ALL_REDUCE", "nccl")) {
+      const auto gather = [this](const std::string& mine) {
+        Buffer one(DType::U8, mine.size()), all(DType::U8, mine.size() * size_);
+        std::memcpy(one.data(), mine.data(), mine.size());
+        all_gather(one, all);
+        std::vector<std::string> every;
+        for (int r = 0; r < size_; ++r)
+          every.emplace_back(static_cast<const char*>(all.data()) + r * mine.size(), mine.size());
+        return every;
+      };
+      peers_ = cudagen::PeerAllReduce::connect(rank, size, device, gather, &no_peers_);
+    }
+    if (runtime::env_has("LUMINAL_LOG", "info") && rank == 0)
+      std::fprintf(stderr, "luminal: %d ranks joined: %s\n", size, transport().c_str());
   }
-  ~NcclCommunicator() override { nccl().comm_destroy(comm_); }
+  ~NcclCommunicator() override {
+    peers_.reset();
+    nccl().comm_destroy(comm_);
+  }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  std::string transport() const override {
+    std::string t = "NCCL";
+    if (peers_)
+      t += "; all-reduces of at most " + std::to_string(cudagen::PeerAllReduce::kMostBytes / 1024) +
+           " KB over peer memory";
+    else if (!no_peers_.empty())
+      t += " (not over peer memory: " + no_peers_ + ")";
+    return t;
+  }
 
   bool on_device(DType dtype) const override { return nccl_type(dtype).has_value(); }
   void all_reduce_on_device(const void* src, void* dst, size_t count, DType dtype,
                             void* stream) override {
-    const std::optional<ncclDataType_t> type = nccl_type(dtype);
-    LUM_CHECK(type) << "NCCL cannot sum " << dtype_name(dtype) << " values";
-    nccl().check(nccl().all_reduce(src, dst, count, *type, ncclSum, comm_,
-                                   static_cast<cudaStream_t>(stream)),
-                 "all-reduce");
+    if (peers_ && peers_->takes(count, dtype)) {
+      peers_->run(src, dst, count, dtype, static_cast<cudaStream_t>(stream));
+      return;
+    }
+    nccl_all_reduce(src, dst, count, dtype, stream);
   }
 
+  // A bucket's parts (large: data-parallel gradients) as one NCCL group.
   void all_reduce_parts_on_device(std::span<const DevicePart> parts, DType dtype,
                                   void* stream) override {
     nccl().check(nccl().group_start(), "starting a group");
     try {
-      for (const DevicePart& p : parts) all_reduce_on_device(p.src, p.dst, p.count, dtype, stream);
+      for (const DevicePart& p : parts) nccl_all_reduce(p.src, p.dst, p.count, dtype, stream);
     } catch (...) {
       nccl().group_end();
       throw;
     }
     nccl().check(nccl().group_end(), "a group of all-reduces");
+  }
+
+  void nccl_all_reduce(const void* src, void* dst, size_t count, DType dtype, void* stream) {
+    const std::optional<ncclDataType_t> type = nccl_type(dtype);
+    LUM_CHECK(type) << "NCCL cannot sum " << dtype_name(dtype) << " values";
+    nccl().check(nccl().all_reduce(src, dst, count, *type, ncclSum, comm_,
+                                   static_cast<cudaStream_t>(stream)),
+                 "all-reduce");
   }
 
   void all_gather_on_device(const void* src, void* dst, size_t count, DType dtype,
@@ -153,6 +192,8 @@ class NcclCommunicator final : public Communicator {
   int rank_, size_, device_;
   ncclComm_t comm_ = nullptr;
   cudagen::DeviceBuffer scratch_;
+  std::unique_ptr<cudagen::PeerAllReduce> peers_;  // small all-reduces, where they reach
+  std::string no_peers_;                           // why not, where they cannot
 
   // Device memory for host collectives, kept for the next.
   void* scratch(size_t bytes) {
