@@ -39,6 +39,13 @@ SHAPES = {
         rope_scaling={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
                       "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                       "original_max_position_embeddings": 8192})),
+    "llama-3.1-70b": ("LlamaConfig", dict(
+        vocab_size=128256, hidden_size=8192, intermediate_size=28672, num_hidden_layers=80,
+        num_attention_heads=64, num_key_value_heads=8, head_dim=128, rms_norm_eps=1e-5,
+        max_position_embeddings=131072, tie_word_embeddings=False,
+        rope_scaling={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+                      "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                      "original_max_position_embeddings": 8192})),
     "qwen3-30b-a3b": ("Qwen3MoeConfig", dict(
         vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=48,
         num_attention_heads=32, num_key_value_heads=4, head_dim=128, rms_norm_eps=1e-6,
@@ -149,6 +156,16 @@ def write_hf_folder(folder, shape, seed=0):
     state = random_state(cfg, seed)
     save_file({k: v.cpu() for k, v in state.items()}, os.path.join(folder, "model.safetensors"),
               metadata={"format": "pt"})
+    write_tokenizer(os.path.join(folder, "tokenizer.json"), cfg.vocab_size)
+    return cfg
+
+
+def write_config_folder(folder, shape):
+    """config.json and tokenizer.json alone: a model for `luminal generate --random-weights`
+    (a shape too large to write to disk, 70B's 141 GB of bf16); returns the config."""
+    os.makedirs(folder, exist_ok=True)
+    cfg = config(shape)
+    cfg.save_pretrained(folder)
     write_tokenizer(os.path.join(folder, "tokenizer.json"), cfg.vocab_size)
     return cfg
 

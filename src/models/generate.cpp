@@ -199,7 +199,8 @@ struct TextGenerator::Impl {
 
 TextGenerator::TextGenerator(const std::string& path, const Backend& backend,
                              const std::function<void(const std::string&)>& progress,
-                             DType kv_cache, std::shared_ptr<Communicator> tensor_parallel)
+                             DType kv_cache, std::shared_ptr<Communicator> tensor_parallel,
+                             WeightsFrom weights)
     : impl_(std::make_unique<Impl>()) {
   auto say = [&](const std::string& s) {
     if (progress) progress(s);
@@ -207,7 +208,7 @@ TextGenerator::TextGenerator(const std::string& path, const Backend& backend,
   const auto start = Clock::now();
   Impl& m = *impl_;
   m.ranks = tensor_parallel;
-  m.lm = open_language_model(path, m.graph, kv_cache, std::move(tensor_parallel));
+  m.lm = open_language_model(path, m.graph, kv_cache, std::move(tensor_parallel), weights);
   say("loaded " + m.lm.summary);
   m.tokens = m.graph.named_tensor("tokens", {"seq"}, DType::I32);
   // Only the last position's logits are needed to pick the next token.

@@ -11,6 +11,7 @@
 #include "luminal/models/gemma.hpp"
 #include "luminal/models/gguf.hpp"
 #include "luminal/models/llama.hpp"
+#include "luminal/models/random_weights.hpp"
 #include "luminal/models/safetensors.hpp"
 #include "models/gguf_arrays.hpp"
 #include "models/json.hpp"
@@ -103,6 +104,14 @@ void check_hf_layers(const std::vector<std::string>& weights, const std::string&
       << present.size() << " layers";
 }
 
+// Every parameter random (random_weights), each rank taking its part where the model is
+// split.
+void load_random_weights(const nn::Module& model) {
+  const auto* llama = dynamic_cast<const Llama*>(&model);
+  nn::load_parameters(model, random_weights(0, llama && llama->tensor_parallel ? llama->sharding()
+                                                                               : nn::Sharding{}));
+}
+
 // eos_token_id in a config: an id or a list of them.
 void add_eos_ids(const Json& j, std::vector<int32_t>& stops) {
   const Json* eos = j.find("eos_token_id");
@@ -132,7 +141,8 @@ std::vector<std::string> weight_files(const fs::path& dir) {
 }
 
 LanguageModel open_hf_folder(const fs::path& dir, Graph& g, DType kv_cache,
-                             std::shared_ptr<Communicator> tensor_parallel) {
+                             std::shared_ptr<Communicator> tensor_parallel,
+                             WeightsFrom weights_from) {
   const fs::path config_path = dir / "config.json";
   LUM_CHECK(fs::exists(config_path)) << dir.string()
                                      << ": no config.json (a Hugging Face model "
@@ -149,10 +159,11 @@ LanguageModel open_hf_folder(const fs::path& dir, Graph& g, DType kv_cache,
   const fs::path tokenizer = dir / "tokenizer.json";
   LUM_CHECK(fs::exists(tokenizer)) << dir.string() << ": no tokenizer.json";
   lm.tokenizer = hf_text_tokenizer(tokenizer.string());
-  const std::vector<std::string> weights = weight_files(dir);
+  const bool random = weights_from == WeightsFrom::Random;
+  const std::vector<std::string> weights = random ? std::vector<std::string>{} : weight_files(dir);
   // The config's counts against what the folder holds, before a model of that size is built.
   const auto check_sizes = [&](int64_t layers, int64_t vocab) {
-    check_hf_layers(weights, config_path.string(), layers);
+    if (!random) check_hf_layers(weights, config_path.string(), layers);
     LUM_CHECK(static_cast<int64_t>(lm.tokenizer->vocab_size()) <= vocab)
         << tokenizer.string() << ": the tokenizer has " << lm.tokenizer->vocab_size()
         << " tokens, more than the model's vocab_size " << vocab << " (" << config_path.string() << ")";
@@ -171,8 +182,10 @@ LanguageModel open_hf_folder(const fs::path& dir, Graph& g, DType kv_cache,
     lm.summary = summary(lm.architecture, c.layers, c.hidden, c.vocab);
     lm.model = std::make_unique<Llama>(g, c, kv_cache, std::move(tensor_parallel));
   }
-  check_all_used(load_safetensors_weights(*lm.model, weights), dir.string(),
-                 lm.architecture);
+  if (random)
+    load_random_weights(*lm.model);
+  else
+    check_all_used(load_safetensors_weights(*lm.model, weights), dir.string(), lm.architecture);
   add_eos_ids(config, lm.stop_ids);
   if (const fs::path gen = dir / "generation_config.json"; fs::exists(gen))
     add_eos_ids(read_json_object(gen.string(), "generation config"), lm.stop_ids);
@@ -183,14 +196,17 @@ LanguageModel open_hf_folder(const fs::path& dir, Graph& g, DType kv_cache,
 }  // namespace
 
 LanguageModel open_language_model(const std::string& path, Graph& g, DType kv_cache,
-                                  std::shared_ptr<Communicator> tensor_parallel) {
+                                  std::shared_ptr<Communicator> tensor_parallel,
+                                  WeightsFrom weights) {
   std::error_code ec;
   const fs::file_status status = fs::status(path, ec);
   LUM_CHECK(fs::exists(status)) << path << ": no such file or folder";
   if (fs::is_directory(status))
-    return open_hf_folder(path, g, kv_cache, std::move(tensor_parallel));
+    return open_hf_folder(path, g, kv_cache, std::move(tensor_parallel), weights);
   LUM_CHECK(path.size() > 5 && path.substr(path.size() - 5) == ".gguf")
       << path << ": not a model (expected a .gguf file or a Hugging Face model folder)";
+  LUM_CHECK(weights == WeightsFrom::Files)
+      << path << ": random weights take a Hugging Face folder's config.json, not a GGUF file";
   return open_gguf(path, g, kv_cache, std::move(tensor_parallel));
 }
 

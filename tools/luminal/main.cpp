@@ -1,7 +1,7 @@
 // The `luminal` command-line program.
 //   luminal generate --model PATH [--prompt TEXT] [--max-tokens N] [--temperature T]
 //                    [--top-k K] [--top-p P] [--seed S] [--device cpu|reference|cuda]
-//                    [--threads N] [--kv-cache f32|f16] [--tp N]
+//                    [--threads N] [--kv-cache f32|f16] [--tp N] [--random-weights]
 //   luminal chat --model PATH [...]
 //   luminal perplexity --model PATH --file TEXT [...]
 #include <omp.h>
@@ -97,7 +97,11 @@ constexpr const char* kGenerateUsage =
     "                      then --max-tokens greedy ones (past end-of-sequence tokens)\n"
     "  --tp N              split the model over N GPUs (tensor parallelism; --device\n"
     "                      cuda, Llama-family models): one process a GPU, joined\n"
-    "                      through NCCL (default: 1)\n" LUMINAL_SHARED_OPTIONS;
+    "                      through NCCL (default: 1)\n"
+    "  --random-weights    random weights of the shapes in the folder's config.json,\n"
+    "                      which then needs only config.json and tokenizer.json (for\n"
+    "                      benchmarks of models one has no checkpoint of; the text is\n"
+    "                      noise)\n" LUMINAL_SHARED_OPTIONS;
 
 using luminal::cli::check_device;
 using luminal::cli::usage_error;
@@ -112,7 +116,8 @@ struct Options {
   std::string model, prompt = "The capital of France is", device = "cpu", system;
   int64_t max_tokens = 32;
   int tp = 1;
-  bool ignore_eos = false, warmup = false, print_ids = false, threads_set = false;
+  bool ignore_eos = false, warmup = false, print_ids = false, threads_set = false,
+       random_weights = false;
   luminal::models::SamplingOptions sampling;
   luminal::DType kv_cache = luminal::DType::F16;
   luminal::CpuOptions::Residual residual = luminal::CpuOptions{}.residual;
@@ -143,6 +148,8 @@ Options parse(int argc, char** argv, const char* usage, bool chat) {
       o.warmup = true;
     } else if (a == "--print-ids" && !chat) {
       o.print_ids = true;
+    } else if (a == "--random-weights" && !chat) {
+      o.random_weights = true;
     } else if (a == "--tp" && !chat) {
       const double n = number(value());
       if (n < 1 || n != static_cast<int>(n)) usage_error("--tp must be a positive integer");
@@ -254,7 +261,9 @@ int generate(int argc, char** argv, char** whole_argv) {
       say("tensor parallel over " + std::to_string(rank->size) + " GPUs: joining the ranks");
       ranks = luminal::join_ranks(*rank);
     }
-    luminal::models::TextGenerator gen(o.model, *backend, say, o.kv_cache, ranks);
+    luminal::models::TextGenerator gen(o.model, *backend, say, o.kv_cache, ranks,
+                                       o.random_weights ? luminal::models::WeightsFrom::Random
+                                                        : luminal::models::WeightsFrom::Files);
     if (o.print_ids) {  // the prompt's ids, then the generated ones, a line each
       const std::vector<int32_t> prompt = gen.encode(o.prompt);
       for (const auto& ids : {prompt, gen.greedy_ids(prompt, o.max_tokens)}) {

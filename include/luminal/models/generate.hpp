@@ -12,6 +12,7 @@
 #include "luminal/collective.hpp"
 #include "luminal/dtype.hpp"
 #include "luminal/models/chat_template.hpp"
+#include "luminal/models/language_model.hpp"
 #include "luminal/models/sampling.hpp"
 
 namespace luminal::models {
@@ -45,7 +46,8 @@ class TextGenerator {
   TextGenerator(const std::string& path, const Backend& backend,
                 const std::function<void(const std::string&)>& progress = {},
                 DType kv_cache = DType::F32,
-                std::shared_ptr<Communicator> tensor_parallel = nullptr);
+                std::shared_ptr<Communicator> tensor_parallel = nullptr,
+                WeightsFrom weights = WeightsFrom::Files);
   ~TextGenerator();
 
   /// Generates up to `max_tokens` after `prompt`, calling `on_text` with each piece as

@@ -25,6 +25,10 @@ struct LanguageModel {
   std::string summary;
 };
 
+/// Where a model's weights come from: its files, or random_weights (a Hugging Face folder
+/// then needs config.json and tokenizer.json alone).
+enum class WeightsFrom { Files, Random };
+
 /// `path`: a .gguf file, or a folder with config.json, model.safetensors (or shards
 /// listed in model.safetensors.index.json) and tokenizer.json. The model's parameters
 /// and KV-cache inputs are created in `g`. An unsupported architecture, a missing file
@@ -32,6 +36,7 @@ struct LanguageModel {
 /// KV cache's element type, f32 or f16. `tensor_parallel`: `g` is this rank's part of the
 /// model (Llama-family Hugging Face folders; see Llama).
 LanguageModel open_language_model(const std::string& path, Graph& g, DType kv_cache = DType::F32,
-                                  std::shared_ptr<Communicator> tensor_parallel = nullptr);
+                                  std::shared_ptr<Communicator> tensor_parallel = nullptr,
+                                  WeightsFrom weights = WeightsFrom::Files);
 
 }  // namespace luminal::models
