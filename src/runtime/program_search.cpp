@@ -63,13 +63,55 @@ std::string label(const std::vector<std::string>& avoid) {
 std::string unsearchable(const Graph& g) {
   for (uint32_t i = 0; i < g.num_nodes(); ++i) {
     const Node& n = g.node(NodeId{i});
-    if (n.op == Op::Input && g.is_donated(NodeId{i}))
-      return "input '" + n.name + "' is donated (a run consumes it)";
     if (n.op == Op::Custom && dynamic_cast<const CollectiveOp*>(n.custom.get()))
       return "it exchanges values with other ranks";
   }
   return "";
 }
+
+// The inputs a run consumes (donated: a decode step's KV cache, grown in place), kept
+// while a search runs the program many times: each trial is given them as they were, and
+// the run after the search the originals. Device memory is shared with the trials, which
+// only read it while this holds it too (a backend grows a cache in place only where it
+// is the memory's sole holder); host data is copied.
+class DonatedInputs {
+ public:
+  explicit DonatedInputs(const Graph& g) {
+    for (uint32_t i = 0; i < g.num_nodes(); ++i) {
+      const NodeId id{i};
+      if (g.node(id).op != Op::Input || !g.is_donated(id)) continue;
+      if (const DeviceData* d = g.device_data(id))
+        kept_.push_back({id, std::nullopt, *d});
+      else if (const Buffer* b = g.data(id))
+        kept_.push_back({id, *b, std::nullopt});
+    }
+  }
+  void lend(Graph& g) const {
+    for (const Kept& k : kept_) {
+      if (k.device)
+        g.set_device_data(k.id, *k.device);
+      else
+        g.set_data(k.id, *k.host);
+    }
+  }
+  void give_back(Graph& g) {
+    for (Kept& k : kept_) {
+      if (k.device)
+        g.set_device_data(k.id, std::move(*k.device));
+      else
+        g.set_data(k.id, std::move(*k.host));
+    }
+    kept_.clear();
+  }
+
+ private:
+  struct Kept {
+    NodeId id;
+    std::optional<Buffer> host;
+    std::optional<DeviceData> device;
+  };
+  std::vector<Kept> kept_;
+};
 
 class ExtractionSearch final : public Executable {
  public:
@@ -122,6 +164,20 @@ class ExtractionSearch final : public Executable {
   // Greedy over the choices: each round times the best program so far against it with
   // one more kind avoided, for every kind not yet avoided, and stops when none is faster.
   void search(Graph& graph) {
+    DonatedInputs donated(graph);
+    donated_ = &donated;
+    try {
+      search_rounds(graph);
+    } catch (...) {
+      donated_ = nullptr;
+      donated.give_back(graph);
+      throw;
+    }
+    donated_ = nullptr;
+    donated.give_back(graph);
+  }
+
+  void search_rounds(Graph& graph) {
     const std::string signature = program_signature(graph);
     std::vector<std::string> avoided, left = choices_;
     while (!left.empty()) {
@@ -154,6 +210,7 @@ class ExtractionSearch final : public Executable {
     for (size_t i = 0; i < genomes.size(); ++i)
       p.candidates.push_back({label(genomes[i]), [&, i] {
                                 running = i;
+                                donated_->lend(graph);
                                 if (i == 0) return built[0]->run(graph);  // fails as it would
                                 if (!compiled) {  // (a round whose winner is cached compiles none)
                                   compile_all(graph, signature, genomes, built, failed);
@@ -264,6 +321,7 @@ class ExtractionSearch final : public Executable {
   CompileAvoiding compile_;
   Searcher searcher_;
   size_t runs_ = 0;
+  const DonatedInputs* donated_ = nullptr;  // while searching
 };
 
 }  // namespace

@@ -15,8 +15,9 @@
 //
 // When: at the program's second run (a program run once gains nothing from a search of
 // its whole, and its first run settles its kernels' own searches), for a graph without
-// donated inputs (a run consumes them) and without collectives (every rank would have to
-// time the same candidates in step); not under LUMINAL_SEARCH=off.
+// collectives (every rank would have to time the same candidates in step); not under
+// LUMINAL_SEARCH=off. Donated inputs, which a run consumes (a decode step's KV cache),
+// are given to every trial run as the caller set them.
 #pragma once
 
 #include <functional>
