@@ -17,7 +17,9 @@
 // its whole, and its first run settles its kernels' own searches), for a graph without
 // collectives (every rank would have to time the same candidates in step); not under
 // LUMINAL_SEARCH=off. Donated inputs, which a run consumes (a decode step's KV cache),
-// are given to every trial run as the caller set them.
+// are given to every trial run as the caller set them; such graphs are searched only
+// under LUMINAL_SEARCH=full (a decode step's search and its winner's compile land
+// mid-generation, for every new prompt length).
 #pragma once
 
 #include <functional>

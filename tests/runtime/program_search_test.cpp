@@ -158,11 +158,23 @@ TEST_F(ProgramSearchTest, NotSearchedWhenOff) {
   EXPECT_EQ(p.compiles, (std::map<std::string, int>{{"", 1}}));
 }
 
-// A run consumes a donated input (a decode step's KV cache): every trial run of the search
-// gets it as the caller set it, and so does the run the search came before; the input is
-// consumed after that run, as without a search.
+// A run consumes a donated input (a decode step's KV cache): under LUMINAL_SEARCH=full
+// every trial run of the search gets it as the caller set it, and so does the run the
+// search came before; the input is consumed after that run, as without a search.
 TEST_F(ProgramSearchTest, EveryTrialGetsTheDonatedInputsAsTheCallerSetThem) {
   g_.donate(x_.id());
+  {
+    Planted p;  // by default not searched: no trial runs
+    std::unique_ptr<Executable> e =
+        compile_searching_extractions(g_, p.compile(x_.id(), y_.id()), "test machine");
+    for (int i = 0; i < 2; ++i) {
+      x_.set_buffer(Buffer::from_doubles({1, -2, 3, 0.5}, DType::F32));
+      e->run(g_);
+    }
+    EXPECT_EQ(p.compiles, (std::map<std::string, int>{{"", 1}}));
+    EXPECT_EQ(p.runs[""], 2);
+  }
+  luminal::testing::ScopedEnv full("LUMINAL_SEARCH", "full");
   Planted p;
   std::unique_ptr<Executable> e =
       compile_searching_extractions(g_, p.compile(x_.id(), y_.id()), "test machine");
@@ -172,8 +184,8 @@ TEST_F(ProgramSearchTest, EveryTrialGetsTheDonatedInputsAsTheCallerSetThem) {
     EXPECT_EQ(y_.to_f32(), (std::vector<float>{2, -4, 6, 1})) << "run " << i;
     EXPECT_EQ(g_.data(x_.id()), nullptr) << "run " << i;
   }
-  EXPECT_EQ(p.runs[""], 1 + 6);  // its first run, then one checked and five timed
-  EXPECT_EQ(p.runs["MatMulAdd"], 6 + 6 + 2);
+  EXPECT_EQ(p.runs[""], 1 + 16);  // its first run, then one checked and 15 timed (full)
+  EXPECT_EQ(p.runs["MatMulAdd"], 16 + 16 + 2);
 }
 
 TEST_F(ProgramSearchTest, TheSignatureCoversTheGraphAndItsDims) {
