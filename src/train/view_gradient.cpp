@@ -94,6 +94,71 @@ Tensor place(Strided s, Expr n, const ExprProbe& probe) {
   return u;
 }
 
+// Where each dim of the view steps one of the source's own dims (a convolution's windows
+// over an image: its rows and its window's rows both step a row), the transpose is pads
+// along the source's dims, reads with a bound check a dim; place's reshapes instead cost
+// a division and a remainder a dim for every element, nine times over for a 3x3 window.
+// Dims stepping the same source dim (overlapping windows) are taken one index of the
+// shorter at a time, the pieces added. Constant shapes only; nullopt where the view is
+// not so.
+std::optional<Tensor> place_along_dims(const Strided& s, const std::vector<int64_t>& shape,
+                                       int pieces_left = 64) {
+  const size_t rank = shape.size(), dims = s.dims.size();
+  std::vector<int64_t> step(rank, 1);  // the source's row-major strides
+  for (size_t j = rank; j-- > 1;) step[j - 1] = step[j] * shape[j];
+  const auto offset = s.offset.as_const();
+  if (!offset || *offset < 0) return std::nullopt;
+  std::vector<size_t> along(dims);  // the source dim each view dim steps
+  std::vector<int64_t> extent(dims);
+  std::vector<std::vector<size_t>> by_dim(rank);
+  for (size_t d = 0; d < dims; ++d) {
+    const auto stride = s.strides[d].as_const(), size = s.dims[d].as_const();
+    if (!stride || !size) return std::nullopt;
+    // The outermost source dim of that stride longer than one (dims of one share it).
+    size_t j = rank;
+    for (size_t k = 0; k < rank; ++k)
+      if (step[k] == *stride && (j == rank || shape[k] > shape[j])) j = k;
+    if (j == rank) return std::nullopt;
+    along[d] = j, extent[d] = *size;
+    by_dim[j].push_back(d);
+  }
+  for (size_t j = 0; j < rank; ++j) {
+    if (by_dim[j].size() < 2) continue;
+    // Overlapping along source dim j: the shorter of two dims one index at a time.
+    size_t pick = by_dim[j][0];
+    for (size_t d : by_dim[j])
+      if (extent[d] < extent[pick]) pick = d;
+    if (extent[pick] > pieces_left) return std::nullopt;
+    std::optional<Tensor> sum;
+    for (int64_t k = 0; k < extent[pick]; ++k) {
+      Strided piece = s;
+      piece.t = s.t.slice(static_cast<int>(pick), k, k + 1).squeeze(static_cast<int>(pick));
+      piece.offset = s.offset + s.strides[pick] * k;
+      piece.erase(pick);
+      std::optional<Tensor> part =
+          place_along_dims(piece, shape, pieces_left / static_cast<int>(extent[pick]));
+      if (!part) return std::nullopt;
+      sum = sum ? *sum + *part : *part;
+    }
+    return sum;
+  }
+  // One view dim at most a source dim: its start is the offset's digit there.
+  std::vector<int> order;  // view dims in source order
+  for (size_t j = 0; j < rank; ++j)
+    if (!by_dim[j].empty()) order.push_back(static_cast<int>(by_dim[j][0]));
+  Tensor u = dims > 1 ? s.t.permute(order) : s.t;
+  int axis = 0;
+  for (size_t j = 0; j < rank; ++j, ++axis) {
+    const int64_t start = *offset / step[j] % shape[j];
+    const int64_t length = by_dim[j].empty() ? 1 : extent[by_dim[j][0]];
+    if (start + length > shape[j]) return std::nullopt;  // rows that wrap into the next
+    if (by_dim[j].empty()) u = u.unsqueeze(axis);
+    if (start != 0 || length != shape[j]) u = u.pad(axis, start, shape[j] - start - length);
+  }
+  if (*offset >= step[0] * shape[0]) return std::nullopt;
+  return u;
+}
+
 }  // namespace
 
 Tensor view_gradient(const Tensor& g, const View& view, std::vector<Expr> source_shape) {
@@ -134,6 +199,11 @@ Tensor view_gradient(const Tensor& g, const View& view, std::vector<Expr> source
     s.offset = s.offset + (s.dims[d] - 1) * s.strides[d];
     s.strides[d] = -s.strides[d];
   }
+  std::vector<int64_t> sizes;
+  for (const Expr& d : source_shape)
+    if (const auto c = d.as_const()) sizes.push_back(*c);
+  if (sizes.size() == source_shape.size() && !sizes.empty())
+    if (std::optional<Tensor> along = place_along_dims(s, sizes)) return *along;
   return place(std::move(s), n, probe).reshape(source_shape);
 }
 
