@@ -302,6 +302,11 @@ TEST(Autograd, OverlappingWindowsAddUp) {
   EXPECT_EQ(check({{2, 6, 7}},
                   one([](const Tensor& x) { return x.pad(2, 1, 1).unfold(1, 3).unfold(2, 3, 2); })),
             "");
+  // A 3x3 window at stride 1 over a padded image: laid out as pads along its dims.
+  EXPECT_EQ(check({{2, 5, 6}}, one([](const Tensor& x) {
+                    return x.pad(1, 1, 1).pad(2, 1, 1).unfold(1, 3).unfold(2, 3);
+                  })),
+            "");
 }
 
 TEST(Autograd, SymbolicDimsStaySymbolic) {
