@@ -67,8 +67,8 @@ std::string unsearchable(const Graph& g, SearchMode mode) {
       return "it exchanges values with other ranks";
     // A decode step (its KV cache donated) is searched at its second run, mid-generation,
     // and again for every new prompt length (the signature holds the dims); its winner is
-    // compiled there too. On Gemma 3 270M's CPU decode that cost 0.1-0.6 s a process for
-    // 3% a step: asked for, not by default.
+    // compiled there too. On Gemma 3 270M's CPU decode that cost 0.1-0.6 s a process and
+    // gained nothing a step: asked for, not by default.
     if (n.op == Op::Input && g.is_donated(NodeId{i}) && mode != SearchMode::Full)
       return "input '" + n.name +
              "' is donated (a decode step): searched under LUMINAL_SEARCH=full";
