@@ -12,6 +12,7 @@
 #include "luminal/models/generate.hpp"
 #include "luminal/reference.hpp"
 #include "models/generate_cases.hpp"
+#include "testing/expect_error.hpp"
 
 namespace luminal::models {
 namespace {
@@ -112,14 +113,12 @@ TEST(RandomWeights, RanksSplitTheWholeModelsValues) {
 
 TEST(RandomWeights, GgufFilesAreRefused) {
   Graph g;
-  try {
-    open_language_model(kGenerateDir + "llama.gguf", g, DType::F32, nullptr, WeightsFrom::Random);
-    ADD_FAILURE() << "a GGUF file took random weights";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("random weights take a Hugging Face folder"),
-              std::string::npos)
-        << e.what();
-  }
+  luminal::testing::expect_error(
+      [&] {
+        open_language_model(kGenerateDir + "llama.gguf", g, DType::F32, nullptr,
+                            WeightsFrom::Random);
+      },
+      {"llama.gguf", "random weights take a Hugging Face folder"});
 }
 
 }  // namespace
