@@ -107,10 +107,9 @@ std::optional<Tensor> place_along_dims(const Strided& s, const std::vector<int64
   std::vector<int64_t> step(rank, 1);  // the source's row-major strides
   for (size_t j = rank; j-- > 1;) step[j - 1] = step[j] * shape[j];
   const auto offset = s.offset.as_const();
-  if (!offset || *offset < 0) return std::nullopt;
-  std::vector<size_t> along(dims);  // the source dim each view dim steps
+  if (!offset || *offset < 0 || *offset >= step[0] * shape[0]) return std::nullopt;
   std::vector<int64_t> extent(dims);
-  std::vector<std::vector<size_t>> by_dim(rank);
+  std::vector<std::vector<size_t>> by_dim(rank);  // the view dims stepping each source dim
   for (size_t d = 0; d < dims; ++d) {
     const auto stride = s.strides[d].as_const(), size = s.dims[d].as_const();
     if (!stride || !size) return std::nullopt;
@@ -119,7 +118,7 @@ std::optional<Tensor> place_along_dims(const Strided& s, const std::vector<int64
     for (size_t k = 0; k < rank; ++k)
       if (step[k] == *stride && (j == rank || shape[k] > shape[j])) j = k;
     if (j == rank) return std::nullopt;
-    along[d] = j, extent[d] = *size;
+    extent[d] = *size;
     by_dim[j].push_back(d);
   }
   for (size_t j = 0; j < rank; ++j) {
@@ -155,7 +154,6 @@ std::optional<Tensor> place_along_dims(const Strided& s, const std::vector<int64
     if (by_dim[j].empty()) u = u.unsqueeze(axis);
     if (start != 0 || length != shape[j]) u = u.pad(axis, start, shape[j] - start - length);
   }
-  if (*offset >= step[0] * shape[0]) return std::nullopt;
   return u;
 }
 
