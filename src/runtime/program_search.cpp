@@ -77,13 +77,14 @@ std::string unsearchable(const Graph& g, SearchMode mode) {
 }
 
 // The inputs a run consumes (donated: a decode step's KV cache, grown in place), kept
-// while a search runs the program many times: each trial is given them as they were, and
-// the run after the search the originals. Device memory is shared with the trials, which
-// only read it while this holds it too (a backend grows a cache in place only where it
-// is the memory's sole holder); host data is copied.
+// while a search runs the program many times: each trial is lent them as they were, and
+// they are given back for the run after the search when this goes (an error included).
+// Device memory is shared with the trials, which only read it while this holds it too (a
+// backend grows a cache in place only where it is the memory's sole holder); host data is
+// copied.
 class DonatedInputs {
  public:
-  explicit DonatedInputs(const Graph& g) {
+  explicit DonatedInputs(Graph& g) : graph_(g) {
     for (uint32_t i = 0; i < g.num_nodes(); ++i) {
       const NodeId id{i};
       if (g.node(id).op != Op::Input || !g.is_donated(id)) continue;
@@ -93,22 +94,24 @@ class DonatedInputs {
         kept_.push_back({id, *b, std::nullopt});
     }
   }
-  void lend(Graph& g) const {
-    for (const Kept& k : kept_) {
-      if (k.device)
-        g.set_device_data(k.id, *k.device);
-      else
-        g.set_data(k.id, *k.host);
-    }
-  }
-  void give_back(Graph& g) {
+  ~DonatedInputs() {
     for (Kept& k : kept_) {
       if (k.device)
-        g.set_device_data(k.id, std::move(*k.device));
+        graph_.set_device_data(k.id, std::move(*k.device));
       else
-        g.set_data(k.id, std::move(*k.host));
+        graph_.set_data(k.id, std::move(*k.host));
     }
-    kept_.clear();
+  }
+  DonatedInputs(const DonatedInputs&) = delete;
+  DonatedInputs& operator=(const DonatedInputs&) = delete;
+
+  void lend() const {
+    for (const Kept& k : kept_) {
+      if (k.device)
+        graph_.set_device_data(k.id, *k.device);
+      else
+        graph_.set_data(k.id, *k.host);
+    }
   }
 
  private:
@@ -117,6 +120,7 @@ class DonatedInputs {
     std::optional<Buffer> host;
     std::optional<DeviceData> device;
   };
+  Graph& graph_;
   std::vector<Kept> kept_;
 };
 
@@ -172,20 +176,7 @@ class ExtractionSearch final : public Executable {
   // Greedy over the choices: each round times the best program so far against it with
   // one more kind avoided, for every kind not yet avoided, and stops when none is faster.
   void search(Graph& graph) {
-    DonatedInputs donated(graph);
-    donated_ = &donated;
-    try {
-      search_rounds(graph);
-    } catch (...) {
-      donated_ = nullptr;
-      donated.give_back(graph);
-      throw;
-    }
-    donated_ = nullptr;
-    donated.give_back(graph);
-  }
-
-  void search_rounds(Graph& graph) {
+    const DonatedInputs donated(graph);
     const std::string signature = program_signature(graph);
     std::vector<std::string> avoided, left = choices_;
     while (!left.empty()) {
@@ -194,8 +185,8 @@ class ExtractionSearch final : public Executable {
         genomes.push_back(avoided);
         genomes.back().push_back(kind);
       }
-      const size_t winner =
-          round(graph, avoided.empty() ? signature : signature + ", " + label(avoided), genomes);
+      const size_t winner = round(
+          graph, donated, avoided.empty() ? signature : signature + ", " + label(avoided), genomes);
       if (winner == 0) break;
       avoided = genomes[winner];
       left.erase(left.begin() + static_cast<std::ptrdiff_t>(winner - 1));
@@ -204,7 +195,7 @@ class ExtractionSearch final : public Executable {
 
   // Times `genomes` (the first, current_'s, the reference), makes the winner current_
   // and returns its index.
-  size_t round(Graph& graph, const std::string& signature,
+  size_t round(Graph& graph, const DonatedInputs& donated, const std::string& signature,
                const std::vector<std::vector<std::string>>& genomes) {
     std::vector<std::unique_ptr<Executable>> built(genomes.size());
     built[0] = std::move(current_);
@@ -218,7 +209,7 @@ class ExtractionSearch final : public Executable {
     for (size_t i = 0; i < genomes.size(); ++i)
       p.candidates.push_back({label(genomes[i]), [&, i] {
                                 running = i;
-                                donated_->lend(graph);
+                                donated.lend();
                                 if (i == 0) return built[0]->run(graph);  // fails as it would
                                 if (!compiled) {  // (a round whose winner is cached compiles none)
                                   compile_all(graph, signature, genomes, built, failed);
@@ -330,7 +321,6 @@ class ExtractionSearch final : public Executable {
   Searcher searcher_;
   SearchMode mode_;
   size_t runs_ = 0;
-  const DonatedInputs* donated_ = nullptr;  // while searching
 };
 
 }  // namespace
