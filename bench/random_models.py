@@ -13,6 +13,18 @@ import sys
 
 import numpy as np
 
+
+def _llama3(rope_factor, **shape):
+    """A Llama 3 shape: what the family shares (vocabulary, 8 key-value heads, the llama3
+    RoPE scaling by `rope_factor`) and `shape`."""
+    return ("LlamaConfig", dict(
+        vocab_size=128256, num_key_value_heads=8, rms_norm_eps=1e-5,
+        max_position_embeddings=131072, **shape,
+        rope_scaling={"rope_type": "llama3", "rope_theta": 500000.0, "factor": rope_factor,
+                      "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                      "original_max_position_embeddings": 8192}))
+
+
 # name -> (transformers config class, its arguments); the tiny ones check the bench itself.
 SHAPES = {
     "tiny-llama": ("LlamaConfig", dict(
@@ -25,27 +37,12 @@ SHAPES = {
         num_attention_heads=4, num_key_value_heads=2, head_dim=64, rms_norm_eps=1e-6,
         max_position_embeddings=4096, tie_word_embeddings=True,
         rope_scaling={"rope_type": "default", "rope_theta": 1000000.0})),
-    "llama-3.2-1b": ("LlamaConfig", dict(
-        vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
-        num_attention_heads=32, num_key_value_heads=8, head_dim=64, rms_norm_eps=1e-5,
-        max_position_embeddings=131072, tie_word_embeddings=True,
-        rope_scaling={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0,
-                      "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                      "original_max_position_embeddings": 8192})),
-    "llama-3.1-8b": ("LlamaConfig", dict(
-        vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
-        num_attention_heads=32, num_key_value_heads=8, head_dim=128, rms_norm_eps=1e-5,
-        max_position_embeddings=131072, tie_word_embeddings=False,
-        rope_scaling={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
-                      "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                      "original_max_position_embeddings": 8192})),
-    "llama-3.1-70b": ("LlamaConfig", dict(
-        vocab_size=128256, hidden_size=8192, intermediate_size=28672, num_hidden_layers=80,
-        num_attention_heads=64, num_key_value_heads=8, head_dim=128, rms_norm_eps=1e-5,
-        max_position_embeddings=131072, tie_word_embeddings=False,
-        rope_scaling={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
-                      "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                      "original_max_position_embeddings": 8192})),
+    "llama-3.2-1b": _llama3(32.0, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+                            num_attention_heads=32, head_dim=64, tie_word_embeddings=True),
+    "llama-3.1-8b": _llama3(8.0, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                            num_attention_heads=32, head_dim=128, tie_word_embeddings=False),
+    "llama-3.1-70b": _llama3(8.0, hidden_size=8192, intermediate_size=28672, num_hidden_layers=80,
+                             num_attention_heads=64, head_dim=128, tie_word_embeddings=False),
     "qwen3-30b-a3b": ("Qwen3MoeConfig", dict(
         vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=48,
         num_attention_heads=32, num_key_value_heads=4, head_dim=128, rms_norm_eps=1e-6,
