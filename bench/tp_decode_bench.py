@@ -38,29 +38,29 @@ def model_folder(shape, work):
     return folder, []
 
 
-def run(binary, folder, extra, gpus, way, new):
-    env = dict(os.environ, LUMINAL_LOG="info", LUMINAL_CUDA_ALL_REDUCE=way)
+def generate(binary, folder, extra, gpus, way, flags, log=False):
+    """luminal generate's stdout and stderr for the 512-token prompt on `gpus` GPUs."""
+    env = dict(os.environ, LUMINAL_CUDA_ALL_REDUCE=way, **({"LUMINAL_LOG": "info"} if log else {}))
     out = subprocess.run([binary, "generate", "--model", folder, *extra, "--device", "cuda",
                           "--tp", str(gpus), "--prompt", random_models.prompt_text(512),
-                          "--max-tokens", str(new), "--ignore-eos", "--warmup"],
-                         capture_output=True, text=True, env=env)
+                          "--ignore-eos", *flags], capture_output=True, text=True, env=env)
     if out.returncode != 0:
         sys.exit(f"luminal failed ({out.returncode}) on {gpus} GPUs, {way}:\n{out.stderr[-2000:]}")
-    step, first = STEP.search(out.stderr), FIRST.search(out.stderr)
+    return out.stdout, out.stderr
+
+
+def run(binary, folder, extra, gpus, way, new):
+    _, err = generate(binary, folder, extra, gpus, way, ["--max-tokens", str(new), "--warmup"],
+                      log=True)
+    step, first = STEP.search(err), FIRST.search(err)
     if not step or not first:
-        sys.exit(f"no decode report in luminal's output:\n{out.stderr[-2000:]}")
+        sys.exit(f"no decode report in luminal's output:\n{err[-2000:]}")
     return [float(v) for v in step.groups()] + [float(first.group(1)) * 1e3]
 
 
 def greedy_ids(binary, folder, extra, gpus, way):
-    env = dict(os.environ, LUMINAL_CUDA_ALL_REDUCE=way)
-    out = subprocess.run([binary, "generate", "--model", folder, *extra, "--device", "cuda",
-                          "--tp", str(gpus), "--prompt", random_models.prompt_text(512),
-                          "--max-tokens", "64", "--ignore-eos", "--print-ids"],
-                         capture_output=True, text=True, env=env)
-    if out.returncode != 0:
-        sys.exit(f"luminal failed ({out.returncode}) on {gpus} GPUs, {way}:\n{out.stderr[-2000:]}")
-    return out.stdout.strip().splitlines()[-1]
+    out, _ = generate(binary, folder, extra, gpus, way, ["--max-tokens", "64", "--print-ids"])
+    return out.strip().splitlines()[-1]
 
 
 def main():
