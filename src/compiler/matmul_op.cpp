@@ -1,6 +1,7 @@
 // The MatMul kernel op: reference semantics and the pattern check.
 #include "luminal/compiler/matmul_op.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "luminal/quant.hpp"
@@ -143,22 +144,60 @@ bool is_bias_row(const View& v) {
   return true;
 }
 
-bool is_gemm(int axis, const View& a, const View& b, DType dtype) {
+bool is_gemm_of_copies(int axis, const View& a, const View& b, DType dtype) {
   const size_t r = a.rank();
   const bool blas_type = dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16;
-  if (!blas_type || r < 3 || b.rank() != r || axis != static_cast<int>(r) - 2)
-    return false;
-  if (a.has_mask() || b.has_mask()) return false;
+  if (!blas_type || r < 3 || b.rank() != r || axis != static_cast<int>(r) - 2) return false;
   const auto& sa = a.strides();
   const auto& sb = b.strides();
-  const Expr zero = 0, one = 1;
+  const Expr zero = 0;
   // a broadcast along N, b along M; both really vary along K.
-  if (sa[r - 1] != zero || sb[r - 3] != zero || sa[r - 2] == zero || sb[r - 2] == zero)
-    return false;
+  return sa[r - 1] == zero && sb[r - 3] == zero && sa[r - 2] != zero && sb[r - 2] != zero;
+}
+
+bool is_gemm(int axis, const View& a, const View& b, DType dtype) {
+  if (!is_gemm_of_copies(axis, a, b, dtype) || a.has_mask() || b.has_mask()) return false;
+  const size_t r = a.rank();
+  const auto& sa = a.strides();
+  const auto& sb = b.strides();
+  const Expr one = 1;
   // A(m, k) and B(k, n) each need a unit stride on one side for a BLAS leading dimension.
   const bool a_ok = sa[r - 2] == one || sa[r - 3] == one;
   const bool b_ok = sb[r - 1] == one || sb[r - 2] == one;
   return a_ok && b_ok;
+}
+
+std::optional<OperandCopy> gemm_operand_copy(const View& v, size_t broadcast_dim) {
+  if (v.is_masked(broadcast_dim)) return std::nullopt;
+  // The copy holds the dims the operand really varies along (masked ones included: they
+  // read zeros outside the mask); the read re-expands the others.
+  std::vector<Expr> dims, strides, lo, hi;
+  std::vector<size_t> kept;
+  for (size_t d = 0; d < v.rank(); ++d) {
+    if (d == broadcast_dim || (v.strides()[d] == Expr(0) && !v.is_masked(d))) continue;
+    kept.push_back(d);
+    dims.push_back(v.shape()[d]);
+    strides.push_back(v.strides()[d]);
+    lo.push_back(v.mask_lo(d));
+    hi.push_back(v.mask_hi(d));
+  }
+  View copy = View::from_parts(dims, strides, v.offset(), lo, hi);
+  // The matrix's two dims outermost first in the source, where their strides say so.
+  const size_t n = kept.size();
+  std::vector<int> order(n);
+  for (size_t i = 0; i < n; ++i) order[i] = static_cast<int>(i);
+  if (n >= 2) {
+    const auto inner = strides[n - 1].as_const(), outer = strides[n - 2].as_const();
+    if (inner && outer && *inner > *outer) std::swap(order[n - 2], order[n - 1]);
+  }
+  copy = copy.permute(order);
+  // Row-major over the copy's shape, permuted back (a swap is its own inverse), with the
+  // dropped dims broadcast again.
+  View read = View::contiguous(copy.shape()).permute(order);
+  for (size_t d = 0; d < v.rank(); ++d)
+    if (std::find(kept.begin(), kept.end(), d) == kept.end())
+      read = read.expand_dim(static_cast<int>(d), v.shape()[d]);
+  return OperandCopy{std::move(copy), std::move(read)};
 }
 
 }  // namespace luminal::compiler

@@ -501,6 +501,45 @@ Optimized optimize(const Graph& g, const OptimizeOptions& options) {
     if (!da || low.dtype(e, a[4]) != DType::F16 || low.quantized_input(e, a[4])) return false;
     return is_gemm(static_cast<int>(a[0].a.bits), low.view(a[1]), low.view(a[2]), *da);
   };
+  // (call product-of-copies $axis $va ?a $vb ?b): the product `gemm` declines for how an
+  // operand is read (zero padding, no unit stride), over a row-major copy of each such
+  // operand: a copy costs one pass over the operand, the multiply-and-reduce it replaces
+  // re-reads both operands for every output element. Declines where `gemm` or `gemm-f16-b`
+  // takes the product or a broadcast dim is masked.
+  fns.appliers["product-of-copies"] =
+      [&low](eg::EGraph& e, std::span<const eg::Value> a) -> std::optional<ClassId> {
+    const auto dt = low.dtype(e, a[2]);
+    if (!dt || low.dtype(e, a[4]) != dt || low.quantized_input(e, a[2]) ||
+        low.quantized_input(e, a[4]) || widens_f16(e, low, a[4].c))
+      return std::nullopt;
+    const int axis = static_cast<int>(a[0].a.bits);
+    // (Copies: adding views below may move low.views.)
+    const View va = low.view(a[1]), vb = low.view(a[3]);
+    if (!is_gemm_of_copies(axis, va, vb, *dt) || is_gemm(axis, va, vb, *dt)) return std::nullopt;
+    const size_t r = va.rank();
+    const std::optional<OperandCopy> ca = gemm_operand_copy(va, r - 1);
+    const std::optional<OperandCopy> cb = gemm_operand_copy(vb, r - 3);
+    if (!ca || !cb) return std::nullopt;
+    // Each operand as it is where BLAS reads it so (paired with the other's copy, which it
+    // does), else through its copy.
+    const bool copy_a = !is_gemm(axis, va, cb->read, *dt);
+    const bool copy_b = !is_gemm(axis, ca->read, vb, *dt);
+    const View &ra = copy_a ? ca->read : va, &rb = copy_b ? cb->read : vb;
+    if (!is_gemm(axis, ra, rb, *dt)) return std::nullopt;
+    const auto view_of = [&](const View& v, ClassId x) {
+      return e.add(Symbol::of("View"), AttrList::of({Attr::of_int(low.view_id(v))}),
+                   std::vector<ClassId>{e.find(x)});
+    };
+    const auto operand = [&](bool copy, const OperandCopy& c, const View& v, ClassId x) {
+      if (!copy) return view_of(v, x);
+      const ClassId copied =
+          e.add(Symbol::of("Contiguous"), {}, std::vector<ClassId>{view_of(c.copy, x)});
+      low.dtype_of[e.find(copied).v] = *dt;
+      return view_of(c.read, copied);
+    };
+    const ClassId children[] = {operand(copy_a, *ca, va, a[2].c), operand(copy_b, *cb, vb, a[4].c)};
+    return e.add(Symbol::of("MatMul"), {}, children);
+  };
   // (qgemm $axis $va $vb ?w): x W^T with W a block-stored input.
   fns.predicates["qgemm"] = [&low](const eg::EGraph& e, std::span<const eg::Value> a) {
     const Node* w = low.quantized_input(e, a[3]);

@@ -1,6 +1,7 @@
 // The backend-neutral stages of compile() (see program.hpp).
 #include "runtime/program.hpp"
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -20,12 +21,19 @@ std::filesystem::path dump_dir() {
   return dir;
 }
 
+namespace {
+// Compiles started in this process: the n-th's dumps are named stage.n (n > 1), so a
+// program that compiles several graphs (a training step, then sampling) keeps each.
+std::atomic<int> compiles{0};
+}  // namespace
+
 void dump(const std::string& stage, const std::string& text, const std::string& dot) {
   if (!env_has("LUMINAL_DUMP", stage.c_str()) && !env_has("LUMINAL_DUMP", "all")) return;
-  const std::filesystem::path dir = dump_dir();
-  std::ofstream(dir / (stage + ".txt")) << text;
-  if (!dot.empty()) std::ofstream(dir / (stage + ".dot")) << dot;
-  std::fprintf(stderr, "luminal: dumped %s to %s\n", stage.c_str(), (dir / stage).c_str());
+  const int n = compiles.load();
+  const std::filesystem::path path = dump_dir() / (n > 1 ? stage + "." + std::to_string(n) : stage);
+  std::ofstream(path.string() + ".txt") << text;
+  if (!dot.empty()) std::ofstream(path.string() + ".dot") << dot;
+  std::fprintf(stderr, "luminal: dumped %s to %s\n", stage.c_str(), path.c_str());
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
@@ -36,6 +44,7 @@ PlannedProgram optimize_and_plan(const Graph& graph, compiler::Fusion fusion,
                                  const compiler::OptimizeOptions& options, bool computed_masks) {
   PlannedProgram p;
   p.start = std::chrono::steady_clock::now();
+  ++compiles;
   dump("hlir", graph.to_text(), graph.to_dot());
   p.program = compiler::optimize(graph, options);
   p.optimize_seconds = seconds_since(p.start);

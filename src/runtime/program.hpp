@@ -27,7 +27,8 @@ struct PlannedProgram {
 std::filesystem::path dump_dir();
 
 /// LUMINAL_DUMP=hlir,egraph,optimized,kernels,source,search (or "all") writes each stage as
-/// text (and DOT where it is a graph) into $LUMINAL_DUMP_DIR (default ./luminal-dump).
+/// text (and DOT where it is a graph) into $LUMINAL_DUMP_DIR (default ./luminal-dump): the
+/// first compile of the process as `stage.txt`, the n-th as `stage.n.txt`.
 void dump(const std::string& stage, const std::string& text, const std::string& dot = "");
 
 double seconds_since(std::chrono::steady_clock::time_point t);

@@ -6,7 +6,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <random>
+#include <set>
 
 #include "backends/cpu/codegen.hpp"
 #include "luminal/compiler/attention_op.hpp"
@@ -590,15 +592,44 @@ TEST(Optimize, DeepResidualNetworksKeepEveryGemm) {
   EXPECT_EQ(count_ops(*compiler::optimize(cx).graph, Op::Custom), static_cast<size_t>(layers));
 }
 
-TEST(Optimize, StridedOrIntegerProductsStayReductions) {
+TEST(Optimize, IntegerProductsStayReductions) {
   Graph cx;
   Tensor a = cx.named_tensor("a", {4, 6}, DType::I32), b = cx.named_tensor("b", {6, 3}, DType::I32);
   a.matmul(b).retrieve();
   EXPECT_EQ(count_ops(*compiler::optimize(cx).graph, Op::Custom), 0u);
-  Graph cf;
-  Tensor p = cf.named_tensor("p", {6, 9}), q = cf.named_tensor("q", {6, 3});
-  p.slice(1, 0, 9).flip(1).slice(1, 0, 4).transpose(0, 1).matmul(q).retrieve();  // negative strides
-  EXPECT_EQ(count_ops(*compiler::optimize(cf).graph, Op::Custom), 0u);
+}
+
+TEST(Optimize, ProductsOverPaddedOrFlippedOperandsRunOverCopies) {
+  // BLAS reads neither zero padding nor negative strides: such an operand is copied
+  // row-major and the product runs as a GEMM over the copy. A padded value read by two
+  // products either way round (a logits gradient padded to an aligned vocabulary, read
+  // by the weight's and the input's gradient products) is copied once.
+  std::mt19937 rng(11);
+  const std::vector<float> gv = testing::uniform_floats(rng, 5 * 7);
+  const std::vector<float> xv = testing::uniform_floats(rng, 5 * 3);
+  const std::vector<float> wv = testing::uniform_floats(rng, 8 * 3);
+  const std::vector<float> pv = testing::uniform_floats(rng, 6 * 9);  // [4, 6] x [6, 3]
+  Graph cx;
+  Tensor g = cx.named_tensor("g", {5, 7}), x = cx.named_tensor("x", {5, 3});
+  Tensor w = cx.named_tensor("w", {8, 3}), p = cx.named_tensor("p", {6, 9});
+  g.set(gv);
+  x.set(xv);
+  w.set(wv);
+  p.set(pv);
+  const Tensor padded = (g * 2.0f).pad(1, 0, 1);                  // [5, 8]
+  const Tensor dw = padded.transpose(0, 1).matmul(x).retrieve();  // [8, 3]
+  const Tensor dx = padded.matmul(w).retrieve();                  // [5, 3]
+  const Tensor flipped =
+      p.flip(1).slice(1, 0, 4).transpose(0, 1).matmul(p.slice(1, 0, 3)).retrieve();
+  const compiler::Optimized opt = compiler::optimize(cx);
+  EXPECT_EQ(count_ops(*opt.graph, Op::SumReduce), 0u) << opt.graph->to_text();
+  EXPECT_EQ(count_ops(*opt.graph, Op::Custom), 3u) << opt.graph->to_text();
+  EXPECT_EQ(count_ops(*opt.graph, Op::Contiguous), 2u) << opt.graph->to_text();
+  const auto want = testing::run_outputs(cx, reference(), {dw, dx, flipped});
+  const auto got = testing::run_outputs(cx, cpu(), {dw, dx, flipped});
+  for (size_t o = 0; o < want.size(); ++o)
+    for (size_t i = 0; i < want[o].size(); ++i)
+      ASSERT_NEAR(got[o][i], want[o][i], 1e-5 * (1 + std::fabs(want[o][i]))) << "output " << o;
 }
 
 TEST(Cpu, RuntimeErrorsAreReported) {
@@ -632,6 +663,31 @@ size_t count_files(const fs::path& dir, const std::string& ext) {
   size_t n = 0;
   for (const auto& e : fs::directory_iterator(dir)) n += e.path().extension() == ext;
   return n;
+}
+
+TEST(Cpu, EachCompileDumpsToFilesOfItsOwn) {
+  // A process compiling several graphs (a training step, then sampling) keeps the dumps
+  // of each: the files of a later compile do not overwrite an earlier one's.
+  const fs::path dir = fs::path(::testing::TempDir()) / "luminal_dump_test";
+  fs::remove_all(dir);
+  const testing::ScopedEnv what("LUMINAL_DUMP", "kernels");
+  const testing::ScopedEnv where("LUMINAL_DUMP_DIR", dir.c_str());
+  std::set<fs::path> seen;
+  std::vector<std::string> texts;
+  for (const int width : {3, 5}) {
+    Graph cx;
+    (cx.named_tensor("x", {width}) * 2.0f).exp().retrieve();
+    cx.compile(cpu());
+    for (const auto& e : fs::directory_iterator(dir)) {
+      if (!seen.insert(e.path()).second) continue;
+      std::ifstream in(e.path());
+      texts.emplace_back(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    ASSERT_EQ(texts.size(), seen.size());
+  }
+  ASSERT_EQ(texts.size(), 2u);
+  EXPECT_NE(texts[0].find("f32[3]"), std::string::npos) << texts[0];
+  EXPECT_NE(texts[1].find("f32[5]"), std::string::npos) << texts[1];
 }
 
 TEST(Cpu, KernelsAreCachedAndDimsRebindWithoutRecompiling) {

@@ -4,6 +4,8 @@
 // edges unchanged, so its reference semantics are exactly the sum of products.
 #pragma once
 
+#include <optional>
+
 #include "luminal/custom_op.hpp"
 #include "luminal/graph.hpp"
 
@@ -83,5 +85,20 @@ bool is_bias_row(const View& v);
 /// f16 or bf16, rank >= 3 with the sum over dim rank-2, `a` broadcast along the last dim and `b`
 /// along dim rank-3, no padding, and unit stride along one dim of each matrix.
 bool is_gemm(int axis, const View& a, const View& b, DType dtype);
+
+/// is_gemm without its demands on how each operand is read (masks, unit strides): the
+/// product a BLAS could run over copies of its operands.
+bool is_gemm_of_copies(int axis, const View& a, const View& b, DType dtype);
+
+/// An operand of a [batch..., M, K, N] product copied row-major for a BLAS to read:
+/// `copy` is the copy's view of the operand's source (the operand's view less its
+/// broadcast dims, in the order the source lays its matrix out, so two products reading
+/// one value either way round share the copy) and `read` the product's view of the copy.
+struct OperandCopy {
+  View copy, read;
+};
+/// The copy of operand view `v` of a product, broadcast along `broadcast_dim` (N for the
+/// left operand, M for the right); nullopt where a masked dim is broadcast.
+std::optional<OperandCopy> gemm_operand_copy(const View& v, size_t broadcast_dim);
 
 }  // namespace luminal::compiler
