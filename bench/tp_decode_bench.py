@@ -4,8 +4,9 @@ NCCL alone), alternated in rounds, as one markdown table (bench/results/multigpu
 
 Models of real shapes with random weights (bench/random_models.py): by default the
 Llama-3.1-8B shape written as a Hugging Face folder, and with --shape llama-3.1-70b the
-70B shape as config.json and tokenizer.json alone, its weights drawn at load
-(`--random-weights`: 141 GB of bf16 need not fit on disk). Each run: a 512-token prompt,
+70B shape (or any shape, with --random-weights) as config.json and tokenizer.json alone,
+its weights drawn at load (`luminal generate --random-weights`: 141 GB of bf16 need not
+fit on disk). Each run: a 512-token prompt,
 --new tokens after `--warmup --ignore-eos`; the columns are luminal's own report
 (`LUMINAL_LOG=info`): the model's run of a decode step, its kernels' device time, a token
 in all, and the time to first token. Greedy ids of the first 64 tokens are compared
@@ -13,6 +14,7 @@ between every configuration and the first (`--print-ids`).
 
     python3 bench/tp_decode_bench.py --luminal build/tools/luminal [--shape llama-3.1-8b]
         [--gpus 1,2,4,8] [--ways peers,nccl] [--rounds 2] [--new 256] [--work /tmp/tp]
+        [--random-weights]
 """
 import argparse
 import os
@@ -27,9 +29,9 @@ STEP = re.compile(r"decode step: ([0-9.]+) ms in the model's run .* ([0-9.]+) ms
 FIRST = re.compile(r"time to first token: ([0-9.]+) s")
 
 
-def model_folder(shape, work):
+def model_folder(shape, work, random_weights):
     folder = os.path.join(work, shape)
-    if shape == "llama-3.1-70b":
+    if random_weights or shape == "llama-3.1-70b":
         if not os.path.exists(os.path.join(folder, "config.json")):
             random_models.write_config_folder(folder, shape)
         return folder, ["--random-weights"]
@@ -73,8 +75,10 @@ def main():
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--new", type=int, default=256, help="tokens generated a run")
     p.add_argument("--work", default="/tmp/tp_decode", help="where the model is written")
+    p.add_argument("--random-weights", action="store_true",
+                   help="draw the weights at load (always for the 70B shape), no folder of them")
     args = p.parse_args()
-    folder, extra = model_folder(args.shape, args.work)
+    folder, extra = model_folder(args.shape, args.work, args.random_weights)
     configs = []
     for n in (int(g) for g in args.gpus.split(",")):
         for way in (args.ways.split(",") if n > 1 else ["peers"]):
