@@ -34,6 +34,7 @@
 #include "testing/matmul_layouts.hpp"
 #include "testing/nvrtc_only.hpp"
 #include "testing/quant_blocks.hpp"
+#include "testing/reductions_across_rows.hpp"
 #include "testing/row_ops.hpp"
 #include "testing/scoped_env.hpp"
 
@@ -114,6 +115,23 @@ TEST(CudaCodegen, RowGroupsTakeAdjacentElementsWhereTheRowAllows) {
     ASSERT_NE(rows, src.launches.end()) << len;
     EXPECT_EQ(rows->row_threads.eval(), busy) << len << " " << dtype_name(t);
   }
+}
+
+// A sum across rows takes a lane an output, adjacent lanes adjacent outputs; a sum along
+// the innermost axis (or one that steps one element) a warp an output.
+TEST(CudaCodegen, ReductionsAcrossRowsTakeALaneAnOutput) {
+  Graph cx;
+  Tensor x = cx.named_tensor("x", {Expr::var("n"), 768});
+  x.sum({0}).retrieve();
+  EXPECT_NE(cudagen::compile_program(cx, "sm_90", true).source.code.find("lum_cols"),
+            std::string::npos);
+  Graph rows;
+  Tensor y = rows.named_tensor("y", {Expr::var("n"), 768});
+  y.sum({1}).retrieve();
+  y.transpose(0, 1).sum({1}).retrieve();  // the reduced axis steps one element
+  EXPECT_EQ(cudagen::compile_program(rows, "sm_90", true).source.code.find("lum_cols"),
+            std::string::npos);
+  testing::expect_reductions_across_rows_match_reference(testing::NvrtcOnly());
 }
 
 TEST(CudaCodegen, RowOpsCompileForHopper) {

@@ -23,6 +23,7 @@
 #include "testing/matmul_layouts.hpp"
 #include "testing/quant_blocks.hpp"
 #include "testing/random_graph.hpp"
+#include "testing/reductions_across_rows.hpp"
 #include "testing/row_ops.hpp"
 #include "testing/run_outputs.hpp"
 #include "testing/scoped_env.hpp"
@@ -88,6 +89,11 @@ TEST(Cuda, AttentionMatchesTheReference) {
 TEST(Cuda, RowOpsMatchTheReference) {
   SKIP_WITHOUT_GPU();
   testing::expect_row_ops_match_reference(cuda());
+}
+
+TEST(Cuda, ReductionsAcrossRowsMatchTheReference) {
+  SKIP_WITHOUT_GPU();
+  testing::expect_reductions_across_rows_match_reference(cuda());
 }
 
 // Values that are multiples of 1/64 in [-1, 1]: exact in bf16, their products exact in

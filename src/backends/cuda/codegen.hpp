@@ -56,7 +56,8 @@ struct KernelLaunch {
   std::string function;          // the __global__ function (identical kernels share one)
   std::string scatter_function;  // a Scatter's ordered second kernel
   // Map: output elements / 4 (a thread takes four a round); Reduce: output elements x 32
-  // (a warp each); Rows: rows (a block each); Maps: unused (see member_threads).
+  // (a warp each), or across rows kMaxBlock a group of eight outputs; Rows: rows (a
+  // block each); Maps: unused (see member_threads).
   Expr threads;
   size_t group_begin = 0;  // Rows, Maps: the group's first kernel (this one is its last)
   size_t launched_at = 0;  // InGroup: the kernel that launches its group
