@@ -562,6 +562,49 @@ TEST(Optimize, AttentionIsOneKernel) {
   unsetenv("LUMINAL_CPU_SIMD");
 }
 
+// A prompt's positions of one head share keys and values but not mask rows: they are
+// scored together, each row over the keys its own row keeps; a row that keeps none comes
+// out NaN, as the softmax of nothing does on the reference interpreter. Long enough that
+// the keys are split between threads, with AVX2 and without.
+TEST(Cpu, AttentionRowsOfOneHeadKeepTheirOwnKeys) {
+  std::mt19937 rng(3);
+  const int64_t d = 16;
+  // Two groups of rows; one group whose keys are split between threads.
+  for (const auto& [rows, keys] : std::vector<std::pair<int64_t, int64_t>>{{7, 300}, {3, 1200}})
+    for (const char* simd : {"", "off"}) {
+      std::vector<double> keep(static_cast<size_t>(rows * keys));
+      std::bernoulli_distribution kept(0.6);
+      for (size_t i = 0; i < keep.size(); ++i)
+        keep[i] = static_cast<int64_t>(i) / keys != 1 && kept(rng);  // row 1 keeps none
+      const testing::ScopedEnv mode("LUMINAL_CPU_SIMD", *simd ? simd : nullptr);
+      Graph cx;
+      Tensor q = cx.named_tensor("q", {1, rows, d}), k = cx.named_tensor("k", {1, keys, d});
+      Tensor v = cx.named_tensor("v", {1, keys, d});
+      Tensor mask = cx.named_tensor("mask", {rows, keys}, DType::Bool);
+      q.set(testing::uniform_floats(rng, static_cast<size_t>(rows * d)));
+      k.set(testing::uniform_floats(rng, static_cast<size_t>(keys * d)));
+      v.set(testing::uniform_floats(rng, static_cast<size_t>(keys * d)));
+      mask.set_buffer(Buffer::from_doubles(keep, DType::Bool));
+      // (The kernel takes a mask read through a view, as a model's broadcast masks are.)
+      const Tensor scores =
+          where(mask.unsqueeze(0), q.matmul(k.transpose(-1, -2)) * 0.25, -INFINITY);
+      const Tensor out = scores.softmax(-1).matmul(v).retrieve();
+      const compiler::Optimized opt = compiler::optimize(cx);
+      ASSERT_TRUE(dynamic_cast<const compiler::AttentionOp*>(
+          opt.graph->node(opt.outputs[0].second).custom.get()));
+      const auto want = testing::run_outputs(cx, reference(), {out});
+      const auto got = testing::run_outputs(cx, cpu(), {out});
+      for (size_t i = 0; i < want[0].size(); ++i) {
+        if (static_cast<int64_t>(i) / d == 1) {
+          EXPECT_TRUE(std::isnan(want[0][i]) && std::isnan(got[0][i])) << i;
+          continue;
+        }
+        ASSERT_NEAR(got[0][i], want[0][i], 1e-5)
+            << rows << " rows, row " << static_cast<int64_t>(i) / d << (*simd ? ", portable" : "");
+      }
+    }
+}
+
 TEST(Optimize, SoftmaxWithoutMaskedScoresStaysUnfused) {
   // No mask, or a softmax not along the last axis: not the attention the kernel computes.
   Graph cx;

@@ -1,14 +1,15 @@
 // The Attention kernel (see attention.hpp).
 //
-// Query rows that share their keys, values and mask row (the query heads of one key
-// head, at one position) form a group of up to four, so each key and value is read once
-// for all of them. A group's keys are split into one range per thread when there are
-// fewer groups than threads (decoding: one group per key head); each range yields its
-// rows' running max, sum of exponentials and unnormalised output, which are combined at
-// the end as in flash-decoding. Masked keys are skipped, so a causal prompt does half
-// the work. Decoding reads the key and value caches right after the weights evicted them:
-// one pass and one thread team per layer replace two products, five small kernels and
-// two thread teams, each of which stalled on memory anew.
+// Query rows that share their keys and values (the query heads of one key head, or a
+// prompt's positions of one head) form a group of up to four, so each key and value is
+// read once for all of them; each row keeps the keys its own mask row keeps. A group's
+// keys are split into one range per thread when there are fewer groups than threads
+// (decoding: one group per key head); each range yields its rows' running max, sum of
+// exponentials and unnormalised output, which are combined at the end as in
+// flash-decoding. Masked keys are skipped, so a causal prompt does half the work.
+// Decoding reads the key and value caches right after the weights evicted them: one pass
+// and one thread team per layer replace two products, five small kernels and two thread
+// teams, each of which stalled on memory anew.
 #include "backends/cpu/attention.hpp"
 
 #include <omp.h>
@@ -17,7 +18,6 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
-#include <map>
 #include <numbers>
 #include <tuple>
 #include <vector>
@@ -32,12 +32,18 @@ namespace {
 constexpr int kGroup = 4;         // query rows per group at most
 constexpr int64_t kMinKeys = 32;  // keys per thread at least when a group's keys are split
 
-// Where a group's data lies: its rows (of the output), and offsets into k, v and mask.
-// Its rows' scaled queries are rows kGroup * index.. of the scaled copy.
+// Where a group's data lies: its rows (of the output) with each one's mask row, and
+// offsets into k and v. Its rows' scaled queries are rows kGroup * index.. of the scaled
+// copy.
 struct Group {
   int64_t row[kGroup] = {};
+  int64_t mask[kGroup] = {};
   int rows = 0;
-  int64_t k = 0, v = 0, mask = 0;
+  int64_t k = 0, v = 0;
+
+  bool one_mask_row() const {
+    return std::all_of(mask, mask + rows, [&](int64_t m) { return m == mask[0]; });
+  }
 };
 
 struct Shape {
@@ -47,9 +53,9 @@ struct Shape {
 
 #if defined(__x86_64__)
 // 2^x for x <= 0 (a score less the row's max): Cephes' exp2f polynomial on the fraction,
-// relative error about 2e-7; below -126 the result is 2^-126 rather than smaller, which
-// next to the max's own term of 1 is nothing.
+// relative error about 2e-7; below -126 (a masked key's -inf among them) the result is 0.
 LUM_AVX2 inline __m256 exp2_nonpositive(__m256 x) {
+  const __m256 kept = _mm256_cmp_ps(x, _mm256_set1_ps(-126.0f), _CMP_GE_OQ);
   x = _mm256_max_ps(x, _mm256_set1_ps(-126.0f));
   const __m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m256 f = _mm256_sub_ps(x, n);
@@ -61,7 +67,7 @@ LUM_AVX2 inline __m256 exp2_nonpositive(__m256 x) {
   p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.931472028550421e-1f));
   p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
   const __m256i e = _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23);
-  return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), e));
+  return _mm256_and_ps(_mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), e)), kept);
 }
 
 // score = 2^(score - max) in place over `count` values; returns their sum.
@@ -112,7 +118,8 @@ float exponentiate_portable(float* score, int64_t count, float max) {
 
 // One group's rows against keys [t0, t1): o (rows x dv) gets the unnormalised output,
 // max and sum each row's largest score and sum of 2^(score - max); a row with no kept
-// key gets max -inf, sum 0 and o 0.
+// key gets max -inf, sum 0 and o 0. The keys scored are those any row keeps; a row's
+// others score -inf, which weighs 0.
 template <class KT, class VT>
 void attend(const Shape& s, const Group& g, const float* qg, const KT* k, const VT* v,
             const uint8_t* mask, int64_t t0, int64_t t1, bool avx2, float* o, float* max,
@@ -120,8 +127,13 @@ void attend(const Shape& s, const Group& g, const float* qg, const KT* k, const 
   thread_local std::vector<int32_t> kept;
   thread_local std::vector<float> score;
   kept.clear();
-  for (int64_t t = t0; t < t1; ++t)
-    if (mask[g.mask + t * s.mask_stride]) kept.push_back(static_cast<int32_t>(t));
+  const bool one_mask_row = g.one_mask_row();
+  for (int64_t t = t0; t < t1; ++t) {
+    bool keep = false;
+    for (int r = 0; r < (one_mask_row ? 1 : g.rows) && !keep; ++r)
+      keep = mask[g.mask[r] + t * s.mask_stride];
+    if (keep) kept.push_back(static_cast<int32_t>(t));
+  }
   const auto count = static_cast<int64_t>(kept.size());
   score.resize(static_cast<size_t>(g.rows * count));
   auto key = [&](int64_t i) { return k + g.k + kept[static_cast<size_t>(i)] * s.k_stride; };
@@ -133,16 +145,25 @@ void attend(const Shape& s, const Group& g, const float* qg, const KT* k, const 
     });
 #endif
   if (!avx2) scores_portable(qg, g.rows, s.d, key, count, score.data());
+  constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
   for (int r = 0; r < g.rows; ++r) {
     float* row = score.data() + r * count;
-    max[r] = count ? *std::max_element(row, row + count) : -std::numeric_limits<float>::infinity();
+    if (!one_mask_row)
+      for (int64_t i = 0; i < count; ++i)
+        if (!mask[g.mask[r] + kept[static_cast<size_t>(i)] * s.mask_stride]) row[i] = kMinusInf;
+    max[r] = count ? *std::max_element(row, row + count) : kMinusInf;
+    if (max[r] == kMinusInf) {  // none of the keys is this row's: it weighs them all 0
+      std::fill(row, row + count, 0.0f);
+      sum[r] = 0;
+      continue;
+    }
 #if defined(__x86_64__)
     if (avx2) {
-      sum[r] = count ? exponentiate_avx2(row, count, max[r]) : 0.0f;
+      sum[r] = exponentiate_avx2(row, count, max[r]);
       continue;
     }
 #endif
-    sum[r] = count ? exponentiate_portable(row, count, max[r]) : 0.0f;
+    sum[r] = exponentiate_portable(row, count, max[r]);
   }
 #if defined(__x86_64__)
   if (avx2) {
@@ -225,41 +246,48 @@ bool attention(const ConcreteView& q, const float* q_data, const ConcreteView& k
   Shape s{q.dims[r - 2],    v.dims[r - 1],    q.dims[r - 1],
           k.strides[r - 1], v.strides[r - 2], mask.strides[r - 2]};
   if ((s.d > 1 && k.strides[r - 2] != 1) || (s.dv > 1 && v.strides[r - 1] != 1)) return false;
-  // Every row ([batch..., M]) with its offsets; rows sharing keys, values and mask row
-  // are grouped, up to kGroup at a time.
+  // Every row ([batch..., M]) with its offsets. Rows sharing keys and values are grouped,
+  // up to kGroup at a time, those sharing a mask row as well first (the query heads of
+  // one key head at one position: their keys are one list), then neighbours in mask
+  // order (a prompt's positions of one head, whose kept keys differ by a few).
+  struct RowAt {
+    int64_t row, q, k, v, mask;
+  };
   int64_t rows = 1;
   for (size_t i = 0; i + 2 < r; ++i) rows *= q.dims[i];
-  std::vector<Group> groups;
-  std::map<std::tuple<int64_t, int64_t, int64_t>, size_t> open;  // offsets -> group
-  std::vector<float> scaled;                                     // kGroup rows of d per group
-  // Scores go through 2^x: scale by log2(e) as well.
-  const auto factor = static_cast<float>(scale * std::numbers::log2e);
+  std::vector<RowAt> all(static_cast<size_t>(rows));
   std::vector<int64_t> idx(r - 2, 0);
-  for (int64_t row = 0; row < rows; ++row) {
-    int64_t qo = q.offset, ko = k.offset, vo = v.offset, mo = mask.offset;
+  for (RowAt& at : all) {
+    at = {&at - all.data(), q.offset, k.offset, v.offset, mask.offset};
     for (size_t i = 0; i + 2 < r; ++i) {
-      qo += idx[i] * q.strides[i];
-      ko += idx[i] * k.strides[i];
-      vo += idx[i] * v.strides[i];
-      mo += idx[i] * mask.strides[i];
+      at.q += idx[i] * q.strides[i];
+      at.k += idx[i] * k.strides[i];
+      at.v += idx[i] * v.strides[i];
+      at.mask += idx[i] * mask.strides[i];
     }
-    auto [it, fresh] = open.try_emplace({ko, vo, mo}, groups.size());
-    if (!fresh && groups[it->second].rows == kGroup) {
-      fresh = true;
-      it->second = groups.size();
-    }
-    if (fresh) {
-      groups.push_back({{}, 0, ko, vo, mo});
-      scaled.resize(groups.size() * kGroup * static_cast<size_t>(s.d), 0.0f);
-    }
-    Group& g = groups[it->second];
-    float* dst = scaled.data() + (it->second * kGroup + static_cast<size_t>(g.rows)) * s.d;
-    for (int64_t p = 0; p < s.d; ++p) dst[p] = q_data[qo + p * q.strides[r - 2]] * factor;
-    g.row[g.rows++] = row;
     for (size_t i = idx.size(); i-- > 0;) {
       if (++idx[i] < q.dims[i]) break;
       idx[i] = 0;
     }
+  }
+  std::stable_sort(all.begin(), all.end(), [](const RowAt& a, const RowAt& b) {
+    return std::tie(a.k, a.v, a.mask) < std::tie(b.k, b.v, b.mask);
+  });
+  std::vector<Group> groups;
+  std::vector<float> scaled;  // kGroup rows of d per group
+  // Scores go through 2^x: scale by log2(e) as well.
+  const auto factor = static_cast<float>(scale * std::numbers::log2e);
+  for (const RowAt& at : all) {
+    if (groups.empty() || groups.back().rows == kGroup || groups.back().k != at.k ||
+        groups.back().v != at.v) {
+      groups.push_back({{}, {}, 0, at.k, at.v});
+      scaled.resize(groups.size() * kGroup * static_cast<size_t>(s.d), 0.0f);
+    }
+    Group& g = groups.back();
+    float* dst = scaled.data() + ((groups.size() - 1) * kGroup + static_cast<size_t>(g.rows)) * s.d;
+    for (int64_t p = 0; p < s.d; ++p) dst[p] = q_data[at.q + p * q.strides[r - 2]] * factor;
+    g.mask[g.rows] = at.mask;
+    g.row[g.rows++] = at.row;
   }
   auto dispatch = [&](auto* kd) {
     if (v_type == DType::F16)
