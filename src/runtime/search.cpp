@@ -15,6 +15,7 @@
 
 #include "luminal/error.hpp"
 #include "luminal/hash.hpp"
+#include "runtime/build_id.hpp"
 #include "runtime/env.hpp"
 #include "runtime/kernel_cache.hpp"
 #include "runtime/program.hpp"
@@ -45,8 +46,8 @@ std::string cache_path(const std::string& key) {
 
 std::string search_cache_key(const std::string& context, const std::string& signature,
                              const std::vector<std::string>& labels) {
-  std::string key =
-      std::string("luminal ") + LUMINAL_VERSION + "\n" + context + "\n" + signature + "\n";
+  std::string key = std::string("luminal ") + LUMINAL_VERSION + " " + std::string(build_id()) +
+                    "\n" + context + "\n" + signature + "\n";
   for (const std::string& label : labels) key += label + ";";
   return key;
 }

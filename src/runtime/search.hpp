@@ -87,7 +87,8 @@ struct SearchResult {
 };
 
 /// The search cache, shared by the Searcher and choices timed in place (the CPU's prefetch
-/// distance): a winner is remembered under a key of luminal's version, the `context`, the
+/// distance): a winner is remembered under a key of luminal's version and build (a hash of
+/// its sources: another build's measurements are not this one's), the `context`, the
 /// kernel's `signature` and every candidate's label, so a kernel whose candidates change
 /// is searched again.
 std::string search_cache_key(const std::string& context, const std::string& signature,

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "luminal/error.hpp"
+#include "runtime/build_id.hpp"
 #include "testing/scoped_env.hpp"
 
 namespace luminal::runtime {
@@ -177,6 +178,12 @@ TEST_F(SearchTest, TheCacheRemembersTheWinnerByContextAndSignature) {
   EXPECT_TRUE(again.choose(k.problem("sig2")).searched);
   k.seconds["slow"] = 9.0;
   EXPECT_TRUE(again.choose(k.problem("sig")).searched);
+  // So is a winner another build measured: the key holds this build's identity, a hash
+  // of the library's sources.
+  const std::string id(build_id());
+  EXPECT_EQ(id.size(), 16u);
+  EXPECT_EQ(id.find_first_not_of("0123456789abcdef"), std::string::npos) << id;
+  EXPECT_NE(search_cache_key("test device", "sig", {"pick"}).find(id), std::string::npos);
 }
 
 TEST_F(SearchTest, ACorruptOrStaleCacheEntryIsIgnoredAndReplaced) {
