@@ -23,10 +23,5 @@ std::string_view build_id() {
 
 }  // namespace luminal::runtime
 ")
-if(EXISTS "${OUTPUT}")
-  file(READ "${OUTPUT}" old)
-  if(old STREQUAL content)
-    return()
-  endif()
-endif()
-file(WRITE "${OUTPUT}" "${content}")
+# (Written only where the content changed, so an unchanged id recompiles nothing.)
+file(CONFIGURE OUTPUT "${OUTPUT}" CONTENT "${content}" @ONLY)
