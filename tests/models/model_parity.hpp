@@ -18,6 +18,7 @@
 #include "luminal/models/gguf.hpp"
 #include "luminal/models/llama.hpp"
 #include "luminal/models/safetensors.hpp"
+#include "testing/products_left_as_reductions.hpp"
 
 namespace luminal::models {
 
@@ -183,6 +184,7 @@ void run_parity(const std::string& arch, const Backend& backend, Weights weights
   for (const std::string& unused : load_safetensors_weights(model, weights_file))
     EXPECT_TRUE(tied && unused == "lm_head.weight") << arch << ": unused tensor " << unused;
   if (bf16) std::filesystem::remove(weights_file);
+  EXPECT_EQ(testing::products_left_as_reductions(cx), std::vector<std::string>{}) << arch;
   cx.compile(backend);
   expect_goldens(cx, model, tokens, out, arch, static_cast<size_t>(cfg.vocab), bf16);
 }

@@ -10,34 +10,16 @@
 #include <thread>
 
 #include "hlops/fixture.hpp"
-#include "luminal/compiler/matmul_op.hpp"
-#include "luminal/compiler/optimize.hpp"
 #include "luminal/luminal.hpp"
 #include "luminal/nn/gpt.hpp"
 #include "luminal/train/autograd.hpp"
 #include "luminal/train/data_parallel.hpp"
 #include "luminal/train/loss_scale.hpp"
 #include "luminal/train/optimizer.hpp"
+#include "testing/products_left_as_reductions.hpp"
 
 namespace luminal {
 namespace {
-
-// The products of `g` left as multiply-and-reduce after optimisation though a BLAS could
-// run them (over copies of their operands): a step that falls back to them runs hundreds
-// of times slower and gives the same losses.
-std::vector<std::string> products_left_as_reductions(const Graph& g) {
-  const compiler::Optimized opt = compiler::optimize(g);
-  std::vector<std::string> left;
-  for (uint32_t i = 0; i < opt.graph->num_nodes(); ++i) {
-    const Node& n = opt.graph->node(NodeId{i});
-    if (n.op != Op::SumReduce) continue;
-    const Node& mul = opt.graph->node(n.inputs[0].source);
-    if (mul.op == Op::Mul && n.inputs[0].view == View::contiguous(mul.shape) &&
-        compiler::is_gemm_of_copies(n.axis, mul.inputs[0].view, mul.inputs[1].view, mul.dtype))
-      left.push_back(to_string(mul.inputs[0].view.shape()));
-  }
-  return left;
-}
 
 // The 20 steps' losses of the fixture's model trained in `compute` on `backend`, checked
 // against PyTorch's (f32) at `tolerance` relative. With `comm`, this is one rank of
@@ -94,7 +76,7 @@ void train_and_compare(DType compute, const Backend& backend, double tolerance,
       weights, grads, train::constant_lr(p.f("lr")),
       {.weight_decay = p.f("weight_decay"), .apply_if = scaler ? scaler->finite() : Tensor()});
   loss.retrieve();
-  EXPECT_EQ(products_left_as_reductions(g), std::vector<std::string>{});
+  EXPECT_EQ(testing::products_left_as_reductions(g), std::vector<std::string>{});
   g.compile(backend);
   const std::vector<float> want = c.expected.data.to_f32();
   ASSERT_EQ(want.size(), static_cast<size_t>(steps));
