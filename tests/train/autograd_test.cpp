@@ -285,6 +285,12 @@ TEST(Autograd, ViewsTransposeBack) {
   EXPECT_EQ(check({{4, 5}}, one([](const Tensor& x) { return x.diagonal(1); })), "");
   EXPECT_EQ(check({{3, 4}}, one([](const Tensor& x) { return x.roll(2, 1); })), "");
   EXPECT_EQ(check({{2, 3}}, one([](const Tensor& x) { return x.repeat({2, 3}); })), "");
+  // Heads split out of a fused projection's columns (a view dim stepping inside a
+  // source dim: the gradient is laid out over the source's columns split 3 x 2 x 2).
+  EXPECT_EQ(check({{2, 3, 12}}, one([](const Tensor& x) {
+                    return x.slice(2, 4, 8).reshape({2, 3, 2, 2}).permute({0, 2, 1, 3});
+                  })),
+            "");
   // A padded slice read back through a reshape (a copy in between).
   EXPECT_EQ(check({{3, 4}},
                   one([](const Tensor& x) { return x.slice(1, 1, 3).pad(0, 1, 1).reshape({10}); })),
