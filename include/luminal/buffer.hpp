@@ -38,8 +38,9 @@ class Buffer {
   DType dtype() const { return dtype_; }
   size_t numel() const { return numel_; }
   /// Resizes to `numel` elements, keeping the first min(old, new) values; new ones are
-  /// unset. Growth past the allocation reallocates geometrically, so growing by a row
-  /// at a time (a KV cache) moves the data O(log n) times rather than every time.
+  /// unset. Growth past the allocation reallocates to 1.5x the new size, so growing by a
+  /// row at a time (a KV cache) moves the data O(log n) times rather than every time,
+  /// and not at the first row after a jump (a prompt's rows).
   void resize(size_t numel);
   size_t bytes() const { return numel_ * dtype_size(dtype_); }
   /// The same memory as a U8 buffer of bytes() elements, without a copy; this buffer is

@@ -72,7 +72,9 @@ Buffer Buffer::into_bytes() && {
 
 void Buffer::resize(size_t numel) {
   if (!data_ || numel > capacity_) {
-    const size_t capacity = data_ ? std::max(numel, capacity_ + capacity_ / 2) : numel;
+    // Half as much again as asked for: a KV cache filled by a prompt then grows by a row
+    // a step without moving (the pages past what is written are never touched).
+    const size_t capacity = numel + numel / 2;
     std::unique_ptr<std::byte[], Free> grown(allocate(capacity * dtype_size(dtype_), false));
     if (data_) std::memcpy(grown.get(), data_.get(), std::min(numel, numel_) * dtype_size(dtype_));
     data_ = std::move(grown);

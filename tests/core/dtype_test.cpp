@@ -129,5 +129,24 @@ TEST(Buffer, IntoBytesKeepsTheMemory) {
   EXPECT_EQ(std::memcmp(bytes.data(), copy.data(), 10), 0);
 }
 
+// Growth leaves room: a buffer grown by a prompt's rows takes the next rows where it lies,
+// and rows added one at a time move it a logarithmic number of times.
+TEST(Buffer, GrowthLeavesRoomForTheNextRows) {
+  Buffer b(DType::F32, 0);
+  b.resize(1101 * 256);
+  b.set_f64(0, 7.0);
+  const void* memory = b.data();
+  b.resize(1102 * 256);
+  EXPECT_EQ(b.data(), memory) << "the first row after the prompt moved the cache";
+  int moves = 0;
+  for (size_t rows = 1103; rows <= 100000; ++rows) {
+    const void* before = b.data();
+    b.resize(rows * 256);
+    moves += b.data() != before;
+  }
+  EXPECT_LE(moves, 12);
+  EXPECT_EQ(b.get_f64(0), 7.0);
+}
+
 }  // namespace
 }  // namespace luminal
