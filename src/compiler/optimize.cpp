@@ -78,9 +78,7 @@ class Lowering {
     std::vector<ClassId> children;
     for (const Edge& e : n.inputs) {
       ClassId c = lower(e.source);
-      if (!(e.view == View::contiguous(g_.node(e.source).shape)))
-        c = egraph.add(Symbol::of("View"), AttrList::of({Attr::of_int(view_id(e.view))}),
-                       std::vector<ClassId>{c});
+      if (!(e.view == View::contiguous(g_.node(e.source).shape))) c = view_node(egraph, e.view, c);
       children.push_back(c);
     }
     const bool reduce = n.op == Op::Custom && dynamic_cast<const AllReduceOp*>(n.custom.get());
@@ -136,6 +134,11 @@ class Lowering {
         for (const Edge& in : g_.node(NodeId{i}).inputs) count += is_c(in.source);
     for (NodeId o : g_.outputs()) count += is_c(o);
     return count;
+  }
+  // The class of (View $v x) in `e`, added where it is new.
+  ClassId view_node(eg::EGraph& e, const View& v, ClassId x) {
+    return e.add(Symbol::of("View"), AttrList::of({Attr::of_int(view_id(v))}),
+                 std::vector<ClassId>{e.find(x)});
   }
   // A $view attribute's value for `v` (views are numbered as they are first seen).
   int64_t view_id(const View& v) {
@@ -440,9 +443,7 @@ void add_gemm_epilogue_functions(Lowering& low, eg::Functions& fns) {
     // (The operands' views exist: product_read_once found them.)
     std::vector<ClassId> children = {*viewed(e, a[2], a[3].c), *viewed(e, a[4], a[5].c)};
     if (added) children.push_back(*added);
-    children.push_back(e.add(Symbol::of("View"),
-                             AttrList::of({Attr::of_int(low.view_id(*reshaped))}),
-                             std::vector<ClassId>{low.read_source(e, a[0].c)}));
+    children.push_back(low.view_node(e, *reshaped, low.read_source(e, a[0].c)));
     return e.add(Symbol::of("MatMulAdd"), {}, children);
   };
 }
@@ -526,16 +527,12 @@ Optimized optimize(const Graph& g, const OptimizeOptions& options) {
     const bool copy_b = !is_gemm(axis, ca->read, vb, *dt);
     const View &ra = copy_a ? ca->read : va, &rb = copy_b ? cb->read : vb;
     if (!is_gemm(axis, ra, rb, *dt)) return std::nullopt;
-    const auto view_of = [&](const View& v, ClassId x) {
-      return e.add(Symbol::of("View"), AttrList::of({Attr::of_int(low.view_id(v))}),
-                   std::vector<ClassId>{e.find(x)});
-    };
     const auto operand = [&](bool copy, const OperandCopy& c, const View& v, ClassId x) {
-      if (!copy) return view_of(v, x);
+      if (!copy) return low.view_node(e, v, x);
       const ClassId copied =
-          e.add(Symbol::of("Contiguous"), {}, std::vector<ClassId>{view_of(c.copy, x)});
+          e.add(Symbol::of("Contiguous"), {}, std::vector<ClassId>{low.view_node(e, c.copy, x)});
       low.dtype_of[e.find(copied).v] = *dt;
-      return view_of(c.read, copied);
+      return low.view_node(e, c.read, copied);
     };
     const ClassId children[] = {operand(copy_a, *ca, va, a[2].c), operand(copy_b, *cb, vb, a[4].c)};
     return e.add(Symbol::of("MatMul"), {}, children);
