@@ -24,10 +24,6 @@ uint64_t name_key(uint64_t seed, const std::string& name) {
   return h;
 }
 
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
 }  // namespace
 
 nn::WeightSource random_weights(uint64_t seed, nn::Sharding sharding) {
@@ -42,7 +38,7 @@ nn::WeightSource random_weights(uint64_t seed, nn::Sharding sharding) {
     const int64_t size = split ? s.size : 1, rank = split ? s.rank : 0;
     int64_t rows = 1, part = shape.empty() ? 1 : shape[dim], inner = 1;
     for (size_t d = 0; d < shape.size(); ++d) (d <= dim ? rows : inner) *= shape[d];
-    const bool norm = ends_with(name, "norm.weight");
+    const bool norm = name.ends_with("norm.weight");
     // Uniform on [-1, 1) scaled: sqrt(3) * 0.02 has standard deviation 0.02.
     const float center = norm ? 1.0f : 0.0f,
                 half_width = norm ? 0.1f : static_cast<float>(std::sqrt(3.0) * 0.02);

@@ -131,8 +131,7 @@ class ExtractionSearch final : public Executable {
       : current_(std::move(pick)),
         choices_(std::move(choices)),
         compile_(std::move(compile)),
-        searcher_(context, settings, "extraction rounds"),
-        mode_(settings.mode) {}
+        searcher_(context, settings, "extraction rounds") {}
 
   void run(Graph& graph) override {
     if (search_now(graph)) {
@@ -166,7 +165,7 @@ class ExtractionSearch final : public Executable {
   // Whether this run, the second, is the one to search before.
   bool search_now(const Graph& graph) {
     if (++runs_ != 2) return false;
-    const std::string why = unsearchable(graph, mode_);
+    const std::string why = unsearchable(graph, searcher_.settings().mode);
     if (!why.empty() && env_has("LUMINAL_LOG", "info"))
       std::fprintf(stderr, "luminal: search: the program's extractions are not timed: %s\n",
                    why.c_str());
@@ -319,7 +318,6 @@ class ExtractionSearch final : public Executable {
   std::vector<std::string> choices_;
   CompileAvoiding compile_;
   Searcher searcher_;
-  SearchMode mode_;
   size_t runs_ = 0;
 };
 
