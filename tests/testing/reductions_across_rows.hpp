@@ -14,6 +14,7 @@
 
 #include "luminal/luminal.hpp"
 #include "testing/run_outputs.hpp"
+#include "testing/symbolic_rows.hpp"
 
 namespace luminal::testing {
 
@@ -28,14 +29,7 @@ inline void expect_reductions_across_rows_match_reference(const Backend& backend
   std::uniform_int_distribution<int> quarter(-15, 15);
   for (const Case& c : cases) {
     Graph cx;
-    std::vector<Expr> shape = {Expr::var("lead")};
-    size_t n = static_cast<size_t>(c.shape[0]);
-    for (size_t d = 1; d < c.shape.size(); ++d) {
-      shape.emplace_back(c.shape[d]);
-      n *= static_cast<size_t>(c.shape[d]);
-    }
-    cx.set_dim("lead", c.shape[0]);
-    Tensor x = cx.named_tensor("x", shape);
+    auto [x, n] = symbolic_rows_input(cx, c.shape);
     std::vector<float> values(n);
     for (float& v : values) v = static_cast<float>(quarter(rng)) * 0.25f;
     x.set(values);
@@ -51,8 +45,8 @@ inline void expect_reductions_across_rows_match_reference(const Backend& backend
     for (size_t i = 0; i < outs.size(); ++i) {
       ASSERT_EQ(got[i].size(), want[i].size());
       for (size_t k = 0; k < got[i].size(); ++k)
-        ASSERT_EQ(got[i][k], want[i][k])
-            << names[i] << " over " << to_string(shape) << " axis " << c.axis << ", output " << k;
+        ASSERT_EQ(got[i][k], want[i][k]) << names[i] << " over " << to_string(x.shape()) << " axis "
+                                         << c.axis << ", output " << k;
     }
   }
 }

@@ -14,6 +14,7 @@
 
 #include "luminal/luminal.hpp"
 #include "testing/run_outputs.hpp"
+#include "testing/symbolic_rows.hpp"
 
 namespace luminal::testing {
 
@@ -35,15 +36,7 @@ inline void expect_row_ops_match_reference(const Backend& backend) {
   for (DType t : {DType::F32, DType::BF16})
     for (const Case& c : cases) {
       Graph cx;
-      // The leading dim is symbolic: the row count is a kernel argument.
-      std::vector<Expr> shape = {Expr::var("rows")};
-      size_t n = static_cast<size_t>(c.shape[0]);
-      for (size_t d = 1; d < c.shape.size(); ++d) {
-        shape.emplace_back(c.shape[d]);
-        n *= static_cast<size_t>(c.shape[d]);
-      }
-      cx.set_dim("rows", c.shape[0]);
-      Tensor x = cx.named_tensor("x", shape);
+      auto [x, n] = symbolic_rows_input(cx, c.shape);
       x.set(uniform_floats(rng, n, -3.0f, 3.0f));
       std::vector<Tensor> outs;
       for (const auto& [name, op] : ops)
@@ -57,8 +50,8 @@ inline void expect_row_ops_match_reference(const Backend& backend) {
         ASSERT_EQ(got.size(), want[i].size());
         for (size_t k = 0; k < got.size(); ++k)
           ASSERT_NEAR(got[k], want[i][k], tol * (1 + std::fabs(want[i][k])))
-              << ops[i].first << " " << dtype_name(t) << " over " << to_string(shape) << " axis "
-              << c.axis << ", element " << k;
+              << ops[i].first << " " << dtype_name(t) << " over " << to_string(x.shape())
+              << " axis " << c.axis << ", element " << k;
       }
     }
 }
