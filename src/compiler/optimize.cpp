@@ -31,6 +31,18 @@ Symbol sym(Op op) {
   return Symbol::of(op_name(op));
 }
 
+// Whether views `a` and `b` read the same elements in the same order: unmasked, one
+// shape, offset and strides (but along dims of size 1, where strides do not matter).
+bool same_reads(const View& a, const View& b) {
+  if (a.has_mask() || b.has_mask() || a.rank() != b.rank() || !(a.offset() == b.offset()))
+    return false;
+  for (size_t d = 0; d < a.rank(); ++d)
+    if (!(a.shape()[d] == b.shape()[d]) ||
+        (!(a.shape()[d] == Expr(1)) && !(a.strides()[d] == b.strides()[d])))
+      return false;
+  return true;
+}
+
 class Lowering {
  public:
   explicit Lowering(const Graph& g) : g_(g), cls_(g.num_nodes()) {}
@@ -78,7 +90,10 @@ class Lowering {
     std::vector<ClassId> children;
     for (const Edge& e : n.inputs) {
       ClassId c = lower(e.source);
-      if (!(e.view == View::contiguous(g_.node(e.source).shape))) c = view_node(egraph, e.view, c);
+      // (A view that differs from the source's layout only in the strides of dims of
+      // size 1 reads it as it lies: rules then see the source itself.)
+      if (!same_reads(e.view, View::contiguous(g_.node(e.source).shape)))
+        c = view_node(egraph, e.view, c);
       children.push_back(c);
     }
     const bool reduce = n.op == Op::Custom && dynamic_cast<const AllReduceOp*>(n.custom.get());
@@ -187,10 +202,16 @@ double kernel_cost(const eg::EGraph& g, uint32_t node) {
   if (op == "MatMul" || op == "QMatMul" || op == "NormQMatMul" || op == "QMatMulAdd" ||
       op == "Attention")
     return 1;
+  // Attention's gradients replace products over materialised [M, T] scores that read
+  // what they read: with the Stats they read, below the product, which the most
+  // expensive path alone does not tell from them.
+  if (op == "AttentionStats" || op == "AttentionGradQ" || op == "AttentionGradKV") return 0.4;
   // Below the Add it replaces even where the addend's path is the longest (an equal
   // cost would keep the first node found, the Add).
   if (op == "MatMulAdd") return 0.99;
-  if (op == "Softmax") return 1e9;  // only a step towards Attention, never a kernel
+  // Only steps towards Attention and its gradients, never kernels.
+  if (op == "Softmax" || op == "GuardedMul" || op == "SoftmaxGrad" || op == "AttentionScoreGrad")
+    return 1e9;
   if (op == "AllReduce") return 100;  // a wait on every rank: fewer of them first
   if (op == "SumReduce" || op == "MaxReduce") return 20;
   return 1;
@@ -278,6 +299,28 @@ class Rebuild {
       // value operand's, without its T, for Attention).
       n.shape = n.inputs[op == "Attention" ? 2 : 0].view.shape();
       n.shape.erase(n.shape.end() - 2);
+      id = g.add_node(std::move(n));
+    } else if (op == "AttentionStats" || op == "AttentionGradQ" || op == "AttentionGradKV") {
+      Node n;
+      n.op = Op::Custom;
+      for (ClassId ch : children) n.inputs.push_back(edge(ch));
+      const auto part = op == "AttentionStats"   ? AttentionGradPart::Stats
+                        : op == "AttentionGradQ" ? AttentionGradPart::Queries
+                                                 : AttentionGradPart::KeysValues;
+      n.custom = std::make_shared<AttentionGradOp>(attrs[0].as_float(), part);
+      // From q's [batch..., M, D, T] view: [batch..., M, 2], [batch..., M, D] or
+      // [batch..., T, D + Dv].
+      const std::vector<Expr>& q = n.inputs[0].view.shape();
+      const size_t r = q.size();
+      n.shape.assign(q.begin(), q.end() - 3);
+      if (part == AttentionGradPart::KeysValues)
+        n.shape.insert(n.shape.end(), {q[r - 1], q[r - 2] + n.inputs[2].view.shape()[r - 1]});
+      else
+        n.shape.insert(n.shape.end(),
+                       {q[r - 3], part == AttentionGradPart::Stats ? Expr(2) : q[r - 2]});
+      n.dtype = part == AttentionGradPart::Stats     ? DType::F32
+                : part == AttentionGradPart::Queries ? g.node(n.inputs[0].source).dtype
+                                                     : g.node(n.inputs[1].source).dtype;
       id = g.add_node(std::move(n));
     } else if (op == "AllReduce") {
       Node n;
@@ -448,6 +491,181 @@ void add_gemm_epilogue_functions(Lowering& low, eg::Functions& fns) {
   };
 }
 
+// The first node of kind `op` in class `c`, if any.
+std::optional<uint32_t> node_of(const eg::EGraph& e, ClassId c, std::string_view op) {
+  for (uint32_t n : e.node_ids(e.find(c)))
+    if (e.node_op(n).name() == op) return n;
+  return std::nullopt;
+}
+
+// `v` without its last dim, which it reads broadcast (stride 0).
+std::optional<View> without_broadcast_last(const View& v) {
+  const size_t r = v.rank();
+  if (r == 0 || !(v.strides()[r - 1] == Expr(0)) || v.is_masked(r - 1)) return std::nullopt;
+  auto cut = [&](const std::vector<Expr>& x) { return std::vector<Expr>(x.begin(), x.end() - 1); };
+  std::vector<Expr> lo, hi;
+  for (size_t d = 0; d + 1 < r; ++d) lo.push_back(v.mask_lo(d)), hi.push_back(v.mask_hi(d));
+  return View::from_parts(cut(v.shape()), cut(v.strides()), v.offset(), lo, hi);
+}
+
+// Axes 0 .. n - 1 in order, then `last` (a permutation of the remaining ones).
+std::vector<int> axes_then(size_t n, std::initializer_list<int> last) {
+  std::vector<int> axes(n);
+  for (size_t i = 0; i < n; ++i) axes[i] = static_cast<int>(i);
+  axes.insert(axes.end(), last);
+  return axes;
+}
+
+// The hlir-attention-gradients rules' predicate and appliers. The marker
+// (AttentionScoreGrad $scale q k v mask dout) holds the kernels' operands as View classes
+// in Attention's layout: q, k [batch..., M, D, T], v [batch..., M, T, Dv], mask
+// [batch..., M, T], dout [batch..., M, Dv]; it is the class of the scores' gradient,
+// [batch..., M, T].
+void add_attention_gradient_functions(
+    Lowering& low, eg::Functions& fns,
+    const std::function<bool(DType, int64_t, int64_t)>& supported) {
+  // (softmax-gradient $axis $vr $vs $vb $vq $vc $vln $ln2 $vl $log2e): along the last
+  // axis, the sums broadcast back along it, the constants unmasked and ln 2 and log2(e).
+  fns.predicates["softmax-gradient"] = [&low](const eg::EGraph&, std::span<const eg::Value> a) {
+    const View& full = low.view(a[1]);
+    if (a[0].a.bits != static_cast<int64_t>(full.rank()) - 1) return false;
+    if (std::abs(a[7].a.as_float() - std::numbers::ln2) > 1e-6 ||
+        std::abs(a[9].a.as_float() - std::numbers::log2e) > 1e-6)
+      return false;
+    return is_broadcast_along_last(full) && is_broadcast_along_last(low.view(a[2])) &&
+           is_broadcast_along_last(low.view(a[3])) && is_broadcast_along_last(low.view(a[4])) &&
+           !low.view(a[5]).has_mask() && !low.view(a[6]).has_mask() && !low.view(a[8]).has_mask();
+  };
+  // (call attention-score-gradient $scale $axis $vq ?q $vk ?k $vv ?v ?mask $vo ?do $vs $vi):
+  // the marker, where q, k, v and the output's gradient are of one type and head dims the
+  // backend's kernels take (`supported`), read unmasked, the mask bool, the softmax along
+  // the keys and the output gradient read broadcast along them.
+  fns.appliers["attention-score-gradient"] =
+      [&low, supported](eg::EGraph& e, std::span<const eg::Value> a) -> std::optional<ClassId> {
+    const auto t = low.dtype(e, a[3]);
+    if (!t) return std::nullopt;
+    for (size_t i : {5, 7, 10})
+      if (low.dtype(e, a[i]) != t || low.quantized_input(e, a[i])) return std::nullopt;
+    if (low.quantized_input(e, a[3]) || low.dtype(e, low.read_source(e, a[8].c)) != DType::Bool)
+      return std::nullopt;
+    // (Copies: adding views below may move low.views.)
+    const View vq = low.view(a[2]), vk = low.view(a[4]), vv = low.view(a[6]), vo = low.view(a[9]);
+    const size_t r = vq.rank();
+    if (r < 3 || a[1].a.bits != static_cast<int64_t>(r) - 2) return std::nullopt;
+    const std::optional<int64_t> d = vq.shape()[r - 2].as_const(),
+                                 dv = vv.shape()[r - 2].as_const();
+    if (!d || !dv || !supported(*t, *d, *dv)) return std::nullopt;
+    const View* vm = low.read_view(e, a[8].c);
+    if (vm && (vm->has_mask() || vm->rank() + 1 != r)) return std::nullopt;
+    for (const View* v : {&vq, &vk, &vv, &vo, &low.view(a[11]), &low.view(a[12])})
+      if (v->has_mask()) return std::nullopt;
+    const std::optional<View> dout = without_broadcast_last(vo);
+    if (!dout) return std::nullopt;
+    const ClassId children[] = {
+        low.view_node(e, vq, a[3].c), low.view_node(e, vk, a[5].c),
+        low.view_node(e, vv.permute(axes_then(r - 2, {int(r) - 1, int(r) - 2})), a[7].c),
+        e.find(a[8].c), low.view_node(e, *dout, a[10].c)};
+    return e.add(Symbol::of("AttentionScoreGrad"), AttrList::of({a[0].a}), children);
+  };
+  // The kernels' nodes for the marker's operands: Stats, then Queries or KeysValues.
+  const auto gradient = [&low](eg::EGraph& e, const Attr& scale, std::span<const ClassId> operands,
+                               const char* op) {
+    const ClassId stats = e.add(Symbol::of("AttentionStats"), AttrList::of({scale}), operands);
+    low.dtype_of[e.find(stats).v] = DType::F32;
+    std::vector<ClassId> children(operands.begin(), operands.end());
+    children.push_back(stats);
+    const ClassId c = e.add(Symbol::of(op), AttrList::of({scale}), children);
+    low.dtype_of[e.find(c).v] = *low.dtype(e, operands[0]);
+    return c;
+  };
+  // KeysValues' [batch..., T, D + Dv] output: its columns from `from` to `to`.
+  const auto columns = [](const View& q, const View& v, Expr from, Expr to) {
+    const size_t r = q.rank();
+    std::vector<Expr> shape(q.shape().begin(), q.shape().end() - 3);
+    shape.insert(shape.end(), {q.shape()[r - 1], q.shape()[r - 2] + v.shape()[r - 1]});
+    return View::contiguous(shape).slice(static_cast<int>(r) - 2, from, to);
+  };
+  // (call attention-input-gradient $va $vb ?x $scale ?q ?k ?v ?mask ?do): the product
+  // of the scores' gradient [batch..., M, T] with the keys, [batch..., M, D] (the
+  // queries' gradient), or read transposed with the queries, [batch..., T, D] (the
+  // keys').
+  fns.appliers["attention-input-gradient"] =
+      [&low, gradient, columns](eg::EGraph& e,
+                                std::span<const eg::Value> a) -> std::optional<ClassId> {
+    const View *q = low.read_view(e, a[4].c), *k = low.read_view(e, a[5].c),
+               *v = low.read_view(e, a[6].c);
+    if (!q || !k || !v) return std::nullopt;
+    const View vq = *q, vk = *k, vv = *v, va = low.view(a[0]), vb = low.view(a[1]);
+    const size_t r = vq.rank();
+    const int n = static_cast<int>(r);
+    std::vector<Expr> scores(vq.shape().begin(), vq.shape().end());
+    scores.erase(scores.end() - 2);  // [batch..., M, T]
+    const View ds = View::contiguous(scores);
+    const Expr d = vq.shape()[r - 2];
+    const ClassId operands[] = {a[4].c, a[5].c, a[6].c, a[7].c, a[8].c};
+    const ClassId x = e.find(a[2].c);
+    if (x == low.read_source(e, a[5].c) && same_reads(va, ds.expand_dim(n - 1, d)) &&
+        same_reads(vb, vk.permute(axes_then(r - 2, {n - 1, n - 2}))))
+      return gradient(e, a[3].a, operands, "AttentionGradQ");
+    if (x == low.read_source(e, a[4].c) &&
+        same_reads(va, ds.permute(axes_then(r - 3, {n - 2, n - 3})).expand_dim(n - 1, d)) &&
+        same_reads(vb, vq.permute(axes_then(r - 3, {n - 1, n - 3, n - 2})))) {
+      const ClassId kv = gradient(e, a[3].a, operands, "AttentionGradKV");
+      return low.view_node(e, columns(vq, vv, 0, d), kv);
+    }
+    return std::nullopt;
+  };
+  // (call attention-value-gradient $va ?do $vb ?w): the product of the output's gradient,
+  // read transposed, with the weights softmax(w), [batch..., Dv, T]: the values' gradient
+  // transposed, where a marker has w's queries, keys, mask and scale and this output
+  // gradient.
+  fns.appliers["attention-value-gradient"] =
+      [&low, gradient, columns](eg::EGraph& e,
+                                std::span<const eg::Value> a) -> std::optional<ClassId> {
+    // w = where(mask, (q k) * scale, -inf)
+    const std::optional<uint32_t> where = node_of(e, a[3].c, "Where");
+    if (!where) return std::nullopt;
+    const ClassId mask = e.find(e.node_children(*where)[0]);
+    const std::optional<uint32_t> scaled = node_of(e, e.node_children(*where)[1], "Mul");
+    if (!scaled) return std::nullopt;
+    const std::optional<uint32_t> product = node_of(e, e.node_children(*scaled)[0], "MatMul");
+    const std::optional<uint32_t> scale_view = node_of(e, e.node_children(*scaled)[1], "View");
+    if (!product || !scale_view) return std::nullopt;
+    const std::optional<uint32_t> scale = node_of(e, e.node_children(*scale_view)[0], "Constant");
+    if (!scale) return std::nullopt;
+    const ClassId q = e.find(e.node_children(*product)[0]),
+                  k = e.find(e.node_children(*product)[1]);
+    const Attr scale_attr = e.node_attrs(*scale).get()[0];
+    const ClassId dout_source = e.find(a[1].c);
+    for (ClassId c : e.classes())
+      for (uint32_t node : e.node_ids(c)) {
+        if (e.node_op(node).name() != "AttentionScoreGrad") continue;
+        const auto ch = e.node_children(node);
+        if (e.find(ch[0]) != q || e.find(ch[1]) != k || e.find(ch[3]) != mask ||
+            !(e.node_attrs(node).get()[0].as_float() == scale_attr.as_float()) ||
+            low.read_source(e, ch[4]) != dout_source)
+          continue;
+        const View vq = *low.read_view(e, ch[0]), vv = *low.read_view(e, ch[2]),
+                   vo = *low.read_view(e, ch[4]);
+        const size_t r = vq.rank();
+        const int n = static_cast<int>(r);
+        std::vector<Expr> weights(vq.shape().begin(), vq.shape().end());
+        weights.erase(weights.end() - 2);  // [batch..., M, T]
+        const Expr t = vq.shape()[r - 1], dv = vv.shape()[r - 1];
+        if (!same_reads(low.view(a[0]),
+                        vo.permute(axes_then(r - 3, {n - 2, n - 3})).expand_dim(n - 1, t)) ||
+            !same_reads(low.view(a[2]), View::contiguous(weights).expand_dim(n - 3, dv)))
+          return std::nullopt;
+        const ClassId operands[] = {ch[0], ch[1], ch[2], ch[3], ch[4]};
+        const ClassId kv = gradient(e, e.node_attrs(node).get()[0], operands, "AttentionGradKV");
+        const Expr d = vq.shape()[r - 2];
+        return low.view_node(
+            e, columns(vq, vv, d, d + dv).permute(axes_then(r - 3, {n - 2, n - 3})), kv);
+      }
+    return std::nullopt;
+  };
+}
+
 // The fusion kinds `x` chose in classes that also hold a form of the value of another kind.
 std::vector<std::string> extraction_choices(const eg::EGraph& e, const eg::Extraction& x) {
   const std::vector<std::string>& fused = fusion_kinds();
@@ -601,11 +819,14 @@ Optimized optimize(const Graph& g, const OptimizeOptions& options) {
     return product && low.readers(e, *product) == 1;
   };
   add_gemm_epilogue_functions(low, fns);
+  add_attention_gradient_functions(low, fns, options.attention_gradients);
   std::vector<eg::RuleSet> sets = without_disabled_rules(rule_sets(fns));
   if (!options.product_fusions)
     std::erase_if(sets, [](const eg::RuleSet& s) { return s.name == "hlir-product-fusions"; });
   if (!options.gemm_epilogues)
     std::erase_if(sets, [](const eg::RuleSet& s) { return s.name == "hlir-gemm-epilogues"; });
+  if (!options.attention_gradients)
+    std::erase_if(sets, [](const eg::RuleSet& s) { return s.name == "hlir-attention-gradients"; });
   std::vector<const eg::RuleSet*> active;
   for (const auto& s : sets) active.push_back(&s);
   Optimized out;

@@ -12,6 +12,7 @@
 
 #include "backends/cuda/arena.hpp"
 #include "backends/cuda/attention.hpp"
+#include "backends/cuda/attention_grad.hpp"
 #include "backends/cuda/attention_mma.hpp"
 #include "backends/cuda/attention_stream.hpp"
 #include "backends/cuda/attention_wgmma.hpp"
@@ -29,6 +30,7 @@
 #include "luminal/nn/attention.hpp"
 #include "luminal/reference.hpp"
 #include "runtime/program.hpp"
+#include "testing/attention_gradient_cases.hpp"
 #include "testing/expect_error.hpp"
 #include "testing/map_groups.hpp"
 #include "testing/matmul_layouts.hpp"
@@ -488,6 +490,46 @@ TEST(CudaCodegen, TensorCoreAttentionCompilesForAmpereAndHopper) {
   EXPECT_FALSE(cudagen::mma_attention_supports(DType::F16, DType::BF16, DType::BF16, 64, 64));
   EXPECT_FALSE(cudagen::mma_attention_supports(DType::F32, DType::F32, DType::F16, 64, 64));
   EXPECT_FALSE(cudagen::mma_attention_supports(DType::F32, DType::F16, DType::F16, 40, 64));
+}
+
+// Attention's backward kernels: bf16 and f16, head dims 16 to 128 (unequal too), for
+// Hopper and Ampere, over a mask in bytes and over a causal mask computed from indices.
+TEST(CudaCodegen, AttentionGradientKernelsCompile) {
+  using cudagen::AttentionGradKernel;
+  const std::string causal =
+      cudagen::ComputedMask(ge(Expr::var("lum_m"), Expr::var("lum_t"))).source;
+  for (const auto& [spec, arch] : std::vector<std::pair<AttentionGradKernel, const char*>>{
+           {{DType::BF16, 64, 64}, "sm_90"},
+           {{DType::F16, 128, 128}, "sm_90"},
+           {{DType::BF16, 16, 48}, "sm_80"},
+       })
+    for (const std::string& mask : {std::string(), causal})
+      EXPECT_FALSE(
+          cudagen::compile_cubin(mask + cudagen::attention_grad_source(spec), arch).code.empty())
+          << arch << " d " << spec.d << "/" << spec.dv << (mask.empty() ? "" : ", computed mask");
+}
+
+// The CUDA backend's program takes the backward kernels for attention over half types
+// and the head dims they take (the rules decline f32 and a head dim of 8: the
+// products over the scores run instead of a host fallback).
+TEST(CudaCodegen, AttentionGradientsAreChosenWhereTheKernelsRun) {
+  const auto cases = testing::attention_gradient_cases(true);
+  for (const auto& [d, t, parts] : std::vector<std::tuple<int64_t, DType, size_t>>{
+           {64, DType::BF16, 3}, {64, DType::F32, 0}, {8, DType::BF16, 0}}) {
+    testing::AttentionGradientCase c =
+        *std::find_if(cases.begin(), cases.end(), [&](const auto& x) { return x.d == d; });
+    c.dtype = t;
+    std::mt19937 rng(7);
+    Graph cx;
+    testing::attention_gradient_graph(cx, c, rng);
+    const cudagen::CompiledProgram p = cudagen::compile_program(cx, "sm_90", true);
+    size_t found = 0;
+    const Graph& g = *p.planned.program.graph;
+    for (uint32_t i = 0; i < g.num_nodes(); ++i)
+      found +=
+          dynamic_cast<const compiler::AttentionGradOp*>(g.node(NodeId{i}).custom.get()) != nullptr;
+    EXPECT_EQ(found, parts) << c.label();
+  }
 }
 
 // The warpgroup kernel's, for sm_90a: bf16 and f16, head dims 64 to 256 (the largest

@@ -16,6 +16,7 @@
 #include "luminal/luminal.hpp"
 #include "luminal/nn/attention.hpp"
 #include "testing/attention_cases.hpp"
+#include "testing/attention_gradient_cases.hpp"
 #include "testing/expect_error.hpp"
 #include "testing/expert_cases.hpp"
 #include "testing/extraction_search.hpp"
@@ -84,6 +85,38 @@ TEST(Cuda, AttentionMatchesTheReference) {
   SKIP_WITHOUT_GPU();
   const testing::ScopedEnv mode("LUMINAL_SEARCH", "off");
   testing::expect_attention_matches_reference(cuda(), "cuda");
+}
+
+// Attention's backward pass in half precision through its three tensor-core kernels (none
+// run on the host), against the reference interpreter over the f32 graph of the same
+// inputs (the reference would round a half graph op by op).
+TEST(Cuda, AttentionGradientsMatchTheReference) {
+  SKIP_WITHOUT_GPU();
+  for (const testing::AttentionGradientCase& c : testing::attention_gradient_cases(true)) {
+    std::mt19937 rng(7), same(7);
+    Graph cx, exact;
+    const std::vector<Tensor> grads = testing::attention_gradient_graph(cx, c, rng);
+    testing::AttentionGradientCase f32 = c;
+    f32.dtype = DType::F32;
+    const std::vector<Tensor> exact_grads = testing::attention_gradient_graph(exact, f32, same);
+    const auto got = testing::run_outputs(cx, cuda(), grads);
+    EXPECT_EQ(cx.last_run_stats().host_fallbacks, 0u) << c.label();
+    const auto want = testing::run_outputs(exact, reference(), exact_grads);
+    for (size_t o = 0; o < 3; ++o) {
+      ASSERT_EQ(got[o].size(), want[o].size());
+      double err = 0, norm = 0, top = 0, worst = 0;
+      for (size_t i = 0; i < got[o].size(); ++i) {
+        const double diff = double(got[o][i]) - want[o][i];
+        err += diff * diff, norm += double(want[o][i]) * want[o][i];
+        top = std::max(top, std::fabs(double(want[o][i])));
+        worst = std::max(worst, std::fabs(diff));
+      }
+      EXPECT_LT(std::sqrt(err / norm), 3e-2) << c.label() << ", gradient "
+                                             << "qkv"[o];
+      EXPECT_LT(worst, 0.1 * top) << c.label() << ", gradient "
+                                  << "qkv"[o];
+    }
+  }
 }
 
 TEST(Cuda, RowOpsMatchTheReference) {

@@ -4,8 +4,11 @@
 // HLIR graph in which selected kernels are Custom nodes.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
+
+#include "luminal/dtype.hpp"
 
 #include "luminal/egraph/scheduler.hpp"
 #include "luminal/graph.hpp"
@@ -36,6 +39,12 @@ struct OptimizeOptions {
   /// hlir-gemm-epilogues rules: for a backend whose library products add a bias row and a
   /// matrix as they store (cuBLASLt's bias epilogue and beta = 1).
   bool gemm_epilogues = false;
+  /// Attention's backward pass as three kernels over tiles of recomputed scores
+  /// (AttentionGradOp), the hlir-attention-gradients rules, where the backend's kernels
+  /// take queries, keys, values and the output's gradient of type t and head dims d
+  /// (queries, keys) and dv (values): attention_gradients(t, d, dv). Unset: the rules
+  /// are off.
+  std::function<bool(DType t, int64_t d, int64_t dv)> attention_gradients = {};
   /// Kernel kinds (e-node names, as in Optimized::choices) the extraction takes only
   /// where nothing else computes the value: one of the alternative programs a search
   /// times (runtime/program_search.hpp).

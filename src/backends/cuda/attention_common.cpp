@@ -247,6 +247,31 @@ LUM_FN void lum_fa_weights(const float (&s)[N][4], uint32_t (&pf)[N / 2][4], uin
     lum_fa_split<kBf16>(s[2 * kk + 1][2], s[2 * kk + 1][3], pf[kk][3], plf[lo][3]);
   }
 }
+// A tile's 64 rows (of keys, values, queries) of W halves, `stride` apart from `src`, copied to
+// `dst` (rows padded to W + 8), as one copy group: thread `tid` takes 16-byte pieces
+// tid, tid + threads, ... (W / 16 of them: a tile has W / 2 threads' worth); rows at or
+// past `valid` are zeros. Addresses advance by constants, no division in the loop.
+template <int W>
+LUM_FN void lum_fa_fetch(uint32_t dst, const uint16_t* src, long long stride, int valid, int tid) {
+  constexpr int kPieces = W / 8, kStep = LUM_AT_THREADS / kPieces, kCarry = LUM_AT_THREADS % kPieces;
+  int row = tid / kPieces, c = tid % kPieces;
+  const uint16_t* p = src + row * stride + c * 8;
+  uint32_t d = dst + (row * (W + 8) + c * 8) * 2;
+#pragma unroll
+  for (int i = 0; i < kPieces / 2; ++i) {
+    const bool in = row < valid;
+    lum_at_cp16(d, in ? p : src, in ? 16 : 0);
+    row += kStep, c += kCarry;
+    p += kStep * stride + kCarry * 8;
+    d += (kStep * (W + 8) + kCarry * 8) * 2;
+    if (kCarry != 0 && c >= kPieces) {
+      c -= kPieces, ++row;
+      p += stride - kPieces * 8;
+      d += (W + 8 - kPieces * 8) * 2;
+    }
+  }
+  lum_at_commit();
+}
 #endif
 
 // A row's offsets of q, mask and output, given its kv point's: the row decomposed over

@@ -27,33 +27,6 @@ constexpr int kFaMaskStride = LUM_FA_MASK_STRIDE;
 constexpr int kFaQs = LUM_AT_D + 8, kFaVs = LUM_AT_DV + 8;  // halves a row in shared memory
 constexpr int kFaNq = LUM_AT_D / 16, kFaNv = LUM_AT_DV / 8;  // k-steps of q.k, 8-wide tiles of out
 
-// A tile's 64 rows (keys or values) of W halves, `stride` apart from `src`, copied to
-// `dst` (rows padded to W + 8), as one copy group: thread `tid` takes 16-byte pieces
-// tid, tid + threads, ... (W / 16 of them: a tile has W / 2 threads' worth); rows at or
-// past `valid` are zeros. Addresses advance by constants, no division in the loop.
-template <int W>
-LUM_FN void lum_fa_fetch(uint32_t dst, const uint16_t* src, long long stride, int valid, int tid) {
-  constexpr int kPieces = W / 8, kStep = LUM_AT_THREADS / kPieces, kCarry = LUM_AT_THREADS % kPieces;
-  int row = tid / kPieces, c = tid % kPieces;
-  const uint16_t* p = src + row * stride + c * 8;
-  uint32_t d = dst + (row * (W + 8) + c * 8) * 2;
-#pragma unroll
-  for (int i = 0; i < kPieces / 2; ++i) {
-    const bool in = row < valid;
-    lum_at_cp16(d, in ? p : src, in ? 16 : 0);
-    row += kStep, c += kCarry;
-    p += kStep * stride + kCarry * 8;
-    d += (kStep * (W + 8) + kCarry * 8) * 2;
-    if (kCarry != 0 && c >= kPieces) {
-      c -= kPieces, ++row;
-      p += stride - kPieces * 8;
-      d += (W + 8 - kPieces * 8) * 2;
-    }
-  }
-  lum_at_commit();
-}
-
-
 extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_mma(const LumAttnArgs a) {
   lum_after_prior_grids();
   extern __shared__ __align__(16) unsigned char lum_fa_shared[];

@@ -12,6 +12,7 @@
 
 #include "backends/cuda/arena.hpp"
 #include "backends/cuda/attention.hpp"
+#include "backends/cuda/attention_grad.hpp"
 #include "backends/cuda/compile.hpp"
 #include "backends/cuda/copy_view.hpp"
 #include "backends/cuda/device.hpp"
@@ -691,6 +692,16 @@ class CudaExecutable final : public Executable {
                             static_cast<float>(op->eps)};
   }
 
+  // Kernel k's computed mask with the dims it reads bound for this run, or nullptr.
+  const cudagen::ComputedMask* bound_computed_mask(const Graph& user, size_t k) {
+    std::optional<cudagen::ComputedMask>& computed = computed_masks_[k];
+    if (!computed) return nullptr;
+    computed->values.clear();
+    for (const std::string& d : computed->dims)
+      computed->values.push_back(runtime::bound_dim(user.dims(), d));
+    return &*computed;
+  }
+
   // Library kernels: MatMul through the one-row kernel or cuBLASLt (MixedProducts where
   // one operand is f32 and the other half; MatMulAdd through the same two with its
   // addends), QMatMul over half weights through the same two and over block formats
@@ -752,18 +763,25 @@ class CudaExecutable final : public Executable {
         return;
     } else if (const auto* at = dynamic_cast<const compiler::AttentionOp*>(n.custom.get());
                at && source_dtype(n, 3) == DType::Bool) {
-      std::optional<cudagen::ComputedMask>& computed = computed_masks_[k];
-      if (computed) {
-        computed->values.clear();
-        for (const std::string& d : computed->dims)
-          computed->values.push_back(runtime::bound_dim(user.dims(), d));
-      }
+      const cudagen::ComputedMask* computed = bound_computed_mask(user, k);
       if (attention_.run(views[0], operand(n.inputs[0].source), source_dtype(n, 0), views[1],
                          operand(n.inputs[1].source), source_dtype(n, 1), views[2],
                          operand(n.inputs[2].source), source_dtype(n, 2), views[3],
-                         computed ? nullptr : operand(n.inputs[3].source),
-                         computed ? &*computed : nullptr, at->scale, out, n.dtype))
+                         computed ? nullptr : operand(n.inputs[3].source), computed, at->scale, out,
+                         n.dtype))
         return;
+    } else if (const auto* ag = dynamic_cast<const compiler::AttentionGradOp*>(n.custom.get());
+               ag && source_dtype(n, 3) == DType::Bool) {
+      // q, k, v and the output's gradient of one type, the stats f32.
+      const DType t = source_dtype(n, 0);
+      const cudagen::ComputedMask* computed = bound_computed_mask(user, k);
+      std::vector<const void*> data;
+      bool typed = n.dtype == (ag->part == compiler::AttentionGradPart::Stats ? DType::F32 : t);
+      for (size_t i = 0; i < n.inputs.size(); ++i) {
+        data.push_back(i == 3 && computed ? nullptr : operand(n.inputs[i].source));
+        if (i != 3) typed = typed && source_dtype(n, i) == (i == 5 ? DType::F32 : t);
+      }
+      if (typed && attention_grad_.run(ag->part, views, data, t, computed, ag->scale, out)) return;
     } else if (dynamic_cast<const ExpertMatMulOp*>(n.custom.get())) {
       if (run_experts(n, views, out)) return;
     } else if (dynamic_cast<const AppendRowsOp*>(n.custom.get())) {
@@ -1203,6 +1221,7 @@ class CudaExecutable final : public Executable {
   cudagen::Gemm gemm_;
   cudagen::Gemv gemv_;
   cudagen::Attention attention_;
+  cudagen::AttentionGrad attention_grad_{*device_};
   cudagen::ViewCopy copy_view_;
   cudagen::TopK top_k_{*device_};
   cudagen::MixedProducts mixed_;
@@ -1350,7 +1369,10 @@ CompiledProgram compile_program(const Graph& graph, const std::string& arch, boo
                                 bool library_in_background, const std::vector<std::string>& avoid) {
   CompiledProgram c{runtime::optimize_and_plan(
                         graph, fuse ? compiler::Fusion::RecomputeShared : compiler::Fusion::Off,
-                        {.product_fusions = true, .gemm_epilogues = true, .avoid = avoid},
+                        {.product_fusions = true,
+                         .gemm_epilogues = true,
+                         .attention_gradients = cudagen::attention_grad_supports,
+                         .avoid = avoid},
                         /*computed_masks=*/true),
                     {},
                     {},
