@@ -86,11 +86,13 @@ template <bool kStats>
 LUM_FN void lum_ag_rows(const LumAttnArgs& a, const uint16_t* dout, const float* stats, float scale) {
   lum_after_prior_grids();
   extern __shared__ __align__(16) unsigned char lum_ag_shared[];
+  // The query rows' tiles, then two buffers of a key tile's keys and values (the next
+  // kept tile's arrive while this one's products run).
   uint16_t* const qs = (uint16_t*)lum_ag_shared;
   uint16_t* const os = qs + kFaRows * kAgQs;
-  uint16_t* const ks = os + kFaRows * kAgVs;
-  uint16_t* const vs = ks + kFaKeys * kAgQs;
-  long long* const row_m = (long long*)(vs + kFaKeys * kAgVs);
+  uint16_t* const kv = os + kFaRows * kAgVs;
+  constexpr int kAgKv = kFaKeys * (kAgQs + kAgVs);  // halves a buffer
+  long long* const row_m = (long long*)(kv + 2 * kAgKv);
   const float kNegInf = __int_as_float(0xff800000);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t4 = lane % 4;
 
@@ -124,23 +126,37 @@ LUM_FN void lum_ag_rows(const LumAttnArgs& a, const uint16_t* dout, const float*
 #pragma unroll
   for (int j = 0; j < LUM_AT_D / 8; ++j) dq[j][0] = dq[j][1] = dq[j][2] = dq[j][3] = 0.0f;
 
-  const uint32_t k_lane = lum_ag_b_lane<LUM_AT_D>(ks), v_lane = lum_ag_b_lane<LUM_AT_DV>(vs);
-  const uint32_t kt_lane = lum_ag_bt_lane<LUM_AT_D>(ks);
+  // Buffer b's keys at kv + b kAgKv, its values after them: lanes' addresses in buffer 0.
+  const uint32_t k_lane = lum_ag_b_lane<LUM_AT_D>(kv), v_lane = lum_ag_b_lane<LUM_AT_DV>(kv + kFaKeys * kAgQs);
+  const uint32_t kt_lane = lum_ag_bt_lane<LUM_AT_D>(kv);
   const uint16_t* kp = (const uint16_t*)a.k + ko;
   const uint16_t* vp = (const uint16_t*)a.v + vo;
   const long long key_tiles = (a.keys + kFaKeys - 1) / kFaKeys;
-  LumFaTiles tiles(a, block.point, tile, key_tiles);
-  int flags = 0;
-  for (long long kt = tiles.next_kept(0, flags); kt < key_tiles; kt = tiles.next_kept(kt + 1, flags)) {
+  auto fetch = [&](long long kt, int buf) {  // two copy groups
     const int valid = (int)min((long long)kFaKeys, a.keys - kt * kFaKeys);
-    __syncthreads();  // every warp is past the last tile's keys and values
-    lum_fa_fetch<LUM_AT_D>(lum_at_smem(ks), kp + kt * kFaKeys * a.k_t, a.k_t, valid, tid);
-    lum_fa_fetch<LUM_AT_DV>(lum_at_smem(vs), vp + kt * kFaKeys * a.v_t, a.v_t, valid, tid);
-    lum_at_wait<0>();
-    __syncthreads();
+    uint16_t* const at = kv + buf * kAgKv;
+    lum_fa_fetch<LUM_AT_D>(lum_at_smem(at), kp + kt * kFaKeys * a.k_t, a.k_t, valid, tid);
+    lum_fa_fetch<LUM_AT_DV>(lum_at_smem(at + kFaKeys * kAgQs), vp + kt * kFaKeys * a.v_t, a.v_t, valid, tid);
+  };
+  LumFaTiles tiles(a, block.point, tile, key_tiles);
+  int flags = 0, buf = 0;
+  long long kt = tiles.next_kept(0, flags);
+  if (kt < key_tiles) fetch(kt, 0);
+  while (kt < key_tiles) {
+    int next_flags = 0;
+    const long long next = tiles.next_kept(kt + 1, next_flags);
+    if (next < key_tiles) {
+      fetch(next, buf ^ 1);
+      lum_at_wait<2>();
+    } else {
+      lum_at_wait<0>();
+    }
+    __syncthreads();  // this tile's keys and values are in
+    const int valid = (int)min((long long)kFaKeys, a.keys - kt * kFaKeys);
+    const uint32_t shift = buf * kAgKv * 2;  // bytes
     float s[8][4], dp[8][4];
-    lum_ag_scores<LUM_AT_D>(s, qf, k_lane);
-    lum_ag_scores<LUM_AT_DV>(dp, of, v_lane);
+    lum_ag_scores<LUM_AT_D>(s, qf, k_lane + shift);
+    lum_ag_scores<LUM_AT_DV>(dp, of, v_lane + shift);
     const bool whole = flags & 2;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -190,7 +206,9 @@ LUM_FN void lum_ag_rows(const LumAttnArgs& a, const uint16_t* dout, const float*
           }
       }
     }
-    if (!kStats) lum_ag_accumulate<LUM_AT_D>(dq, s, kt_lane);
+    if (!kStats) lum_ag_accumulate<LUM_AT_D>(dq, s, kt_lane + shift);
+    __syncthreads();  // every warp is past this buffer before the next tile but one fills it
+    kt = next, flags = next_flags, buf ^= 1;
   }
 
 #pragma unroll
@@ -232,13 +250,16 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS)
     lum_attention_grad_kv(const LumAttnArgs a, const uint16_t* dout, const float* stats, float scale) {
   lum_after_prior_grids();
   extern __shared__ __align__(16) unsigned char lum_ag_shared[];
-  uint16_t* const qs = (uint16_t*)lum_ag_shared;
-  uint16_t* const os = qs + kFaRows * kAgQs;
-  uint16_t* const ks = os + kFaRows * kAgVs;
+  // The keys' and values' tiles, then two buffers of a row tile's queries and output
+  // gradients (the next one's arrive while this one's products run), and each buffer's
+  // rows' mask offsets and stats.
+  uint16_t* const ks = (uint16_t*)lum_ag_shared;
   uint16_t* const vs = ks + kFaKeys * kAgQs;
-  long long* const row_m = (long long*)(vs + kFaKeys * kAgVs);
-  float* const row_lse = (float*)(row_m + kFaRows);
-  float* const row_delta = row_lse + kFaRows;
+  uint16_t* const qo_tiles = vs + kFaKeys * kAgVs;
+  constexpr int kAgQo = kFaRows * (kAgQs + kAgVs);  // halves a buffer
+  long long* const row_m = (long long*)(qo_tiles + 2 * kAgQo);  // [2][kFaRows]
+  float* const row_lse = (float*)(row_m + 2 * kFaRows);
+  float* const row_delta = row_lse + 2 * kFaRows;
   const float kNegInf = __int_as_float(0xff800000);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t4 = lane % 4;
 
@@ -261,30 +282,55 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS)
 #pragma unroll
   for (int j = 0; j < LUM_AT_DV / 8; ++j) dv[j][0] = dv[j][1] = dv[j][2] = dv[j][3] = 0.0f;
 
-  const uint32_t q_lane = lum_ag_b_lane<LUM_AT_D>(qs), o_lane = lum_ag_b_lane<LUM_AT_DV>(os);
-  const uint32_t qt_lane = lum_ag_bt_lane<LUM_AT_D>(qs), ot_lane = lum_ag_bt_lane<LUM_AT_DV>(os);
+  // Buffer b's queries at qo_tiles + b kAgQo, its output gradients after them: lanes'
+  // addresses in buffer 0.
+  uint16_t* const os = qo_tiles + kFaRows * kAgQs;
+  const uint32_t q_lane = lum_ag_b_lane<LUM_AT_D>(qo_tiles), o_lane = lum_ag_b_lane<LUM_AT_DV>(os);
+  const uint32_t qt_lane = lum_ag_bt_lane<LUM_AT_D>(qo_tiles), ot_lane = lum_ag_bt_lane<LUM_AT_DV>(os);
   const unsigned char* flags =
       a.tiles + (a.mask_points > 1 ? point : 0) * a.row_tiles * a.key_tiles + kt;
-  for (long long rt = 0; rt < a.row_tiles; ++rt) {
-    const int f = flags[rt * a.key_tiles];
-    if (!(f & 1)) continue;
+  // The first row tile from rt on that keeps any of these keys (a.row_tiles if none).
+  auto next_kept = [&](long long rt) {
+    while (rt < a.row_tiles && !(flags[rt * a.key_tiles] & 1)) ++rt;
+    return rt;
+  };
+  auto fetch = [&](long long rt, int buf) {  // two copy groups, and the rows' offsets and stats
     const int rows = (int)min((long long)kFaRows, a.shared_rows - rt * kFaRows);
     const long long first = point * a.shared_rows + rt * kFaRows;
-    __syncthreads();  // every warp is past the last tile's rows
-    lum_fa_fetch<LUM_AT_D>(lum_at_smem(qs), (const uint16_t*)a.q + qo + rt * kFaRows * a.sh_q[0],
+    uint16_t* const at = qo_tiles + buf * kAgQo;
+    lum_fa_fetch<LUM_AT_D>(lum_at_smem(at), (const uint16_t*)a.q + qo + rt * kFaRows * a.sh_q[0],
                            a.sh_q[0], rows, tid);
-    lum_fa_fetch<LUM_AT_DV>(lum_at_smem(os), dout + oo + rt * kFaRows * a.sh_o[0], a.sh_o[0], rows, tid);
+    lum_fa_fetch<LUM_AT_DV>(lum_at_smem(at + kFaRows * kAgQs), dout + oo + rt * kFaRows * a.sh_o[0],
+                            a.sh_o[0], rows, tid);
     if (tid < kFaRows) {
-      row_m[tid] = mo + (rt * kFaRows + min(tid, rows - 1)) * a.sh_m[0];
-      row_lse[tid] = tid < rows ? stats[(first + tid) * 2] : kNegInf;
-      row_delta[tid] = tid < rows ? stats[(first + tid) * 2 + 1] : 0.0f;
+      const int i = buf * kFaRows + tid;
+      row_m[i] = mo + (rt * kFaRows + min(tid, rows - 1)) * a.sh_m[0];
+      row_lse[i] = tid < rows ? stats[(first + tid) * 2] : kNegInf;
+      row_delta[i] = tid < rows ? stats[(first + tid) * 2 + 1] : 0.0f;
     }
-    lum_at_wait<0>();
-    __syncthreads();
+  };
+  int buf = 0;
+  long long rt = next_kept(0);
+  if (rt < a.row_tiles) fetch(rt, 0);
+  while (rt < a.row_tiles) {
+    const long long next = next_kept(rt + 1);
+    if (next < a.row_tiles) {
+      fetch(next, buf ^ 1);
+      lum_at_wait<2>();
+    } else {
+      lum_at_wait<0>();
+    }
+    __syncthreads();  // this tile's rows are in
+    const int f = flags[rt * a.key_tiles];
+    const int rows = (int)min((long long)kFaRows, a.shared_rows - rt * kFaRows);
+    const uint32_t shift = buf * kAgQo * 2;  // bytes
+    const long long* const m_rows = row_m + buf * kFaRows;
+    const float* const lse_rows = row_lse + buf * kFaRows;
+    const float* const delta_rows = row_delta + buf * kFaRows;
     // Transposed: rows are the warp's keys g and g + 8, columns the tile's query rows.
     float s[8][4], dp[8][4];
-    lum_ag_scores<LUM_AT_D>(s, kf, q_lane);
-    lum_ag_scores<LUM_AT_DV>(dp, vf, o_lane);
+    lum_ag_scores<LUM_AT_D>(s, kf, q_lane + shift);
+    lum_ag_scores<LUM_AT_DV>(dp, vf, o_lane + shift);
     const bool whole = f & 2;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -294,15 +340,17 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int r = 8 * n + 2 * t4 + e;
-          const bool keep = whole || (r < rows && key < valid && lum_at_keep(a, row_m[r], kt * kFaKeys + key));
-          const float lse = row_lse[r];
+          const bool keep = whole || (r < rows && key < valid && lum_at_keep(a, m_rows[r], kt * kFaKeys + key));
+          const float lse = lse_rows[r];
           const float p = keep && lse != kNegInf ? lum_at_exp2(fmaf(s[n][2 * h + e], a.scale, -lse)) : 0.0f;
           s[n][2 * h + e] = p;
-          dp[n][2 * h + e] = p * (dp[n][2 * h + e] - row_delta[r]);
+          dp[n][2 * h + e] = p * (dp[n][2 * h + e] - delta_rows[r]);
         }
     }
-    lum_ag_accumulate<LUM_AT_DV>(dv, s, ot_lane);
-    lum_ag_accumulate<LUM_AT_D>(dk, dp, qt_lane);
+    lum_ag_accumulate<LUM_AT_DV>(dv, s, ot_lane + shift);
+    lum_ag_accumulate<LUM_AT_D>(dk, dp, qt_lane + shift);
+    __syncthreads();  // every warp is past this buffer before the next tile but one fills it
+    rt = next, buf ^= 1;
   }
 
 #pragma unroll
@@ -320,10 +368,11 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS)
 }
 )ATTN";
 
-// Shared memory a block takes: a tile of queries, of output gradients, of keys and of
-// values, and a row's mask offset and stats.
+// Shared memory a block takes: three tiles each of queries (or keys) and output
+// gradients (or values), of 64 rows padded by 8 halves (one of the two kinds, two
+// buffers of the other), and two buffers of a row's mask offset and stats.
 size_t shared_bytes(const AttentionGradKernel& s) {
-  return static_cast<size_t>(kTile * 2 * (2 * (s.d + 8) + 2 * (s.dv + 8)) + kTile * (8 + 4 + 4));
+  return static_cast<size_t>(3 * kTile * 2 * ((s.d + 8) + (s.dv + 8)) + 2 * kTile * (8 + 4 + 4));
 }
 
 bool aligned(const void* p, int64_t offset, int64_t element_bytes) {
