@@ -623,26 +623,30 @@ void add_attention_gradient_functions(
       [&low, gradient, columns](eg::EGraph& e,
                                 std::span<const eg::Value> a) -> std::optional<ClassId> {
     // w = where(mask, (q k) * scale, -inf)
+    const auto constant = [&](ClassId c) -> std::optional<double> {
+      const std::optional<uint32_t> view = node_of(e, c, "View");
+      const std::optional<uint32_t> value =
+          view ? node_of(e, e.node_children(*view)[0], "Constant") : std::nullopt;
+      if (!value) return std::nullopt;
+      return e.node_attrs(*value).get()[0].as_float();
+    };
     const std::optional<uint32_t> where = node_of(e, a[3].c, "Where");
-    if (!where) return std::nullopt;
+    if (!where || constant(e.node_children(*where)[2]) != -HUGE_VAL) return std::nullopt;
     const ClassId mask = e.find(e.node_children(*where)[0]);
     const std::optional<uint32_t> scaled = node_of(e, e.node_children(*where)[1], "Mul");
     if (!scaled) return std::nullopt;
     const std::optional<uint32_t> product = node_of(e, e.node_children(*scaled)[0], "MatMul");
-    const std::optional<uint32_t> scale_view = node_of(e, e.node_children(*scaled)[1], "View");
-    if (!product || !scale_view) return std::nullopt;
-    const std::optional<uint32_t> scale = node_of(e, e.node_children(*scale_view)[0], "Constant");
-    if (!scale) return std::nullopt;
+    const std::optional<double> scale = constant(e.node_children(*scaled)[1]);
+    if (!product || !scale) return std::nullopt;
     const ClassId q = e.find(e.node_children(*product)[0]),
                   k = e.find(e.node_children(*product)[1]);
-    const Attr scale_attr = e.node_attrs(*scale).get()[0];
     const ClassId dout_source = e.find(a[1].c);
     for (ClassId c : e.classes())
       for (uint32_t node : e.node_ids(c)) {
         if (e.node_op(node).name() != "AttentionScoreGrad") continue;
         const auto ch = e.node_children(node);
         if (e.find(ch[0]) != q || e.find(ch[1]) != k || e.find(ch[3]) != mask ||
-            !(e.node_attrs(node).get()[0].as_float() == scale_attr.as_float()) ||
+            e.node_attrs(node).get()[0].as_float() != *scale ||
             low.read_source(e, ch[4]) != dout_source)
           continue;
         const View vq = *low.read_view(e, ch[0]), vv = *low.read_view(e, ch[2]),

@@ -19,7 +19,7 @@
 // LUMINAL_SEARCH=off. Donated inputs, which a run consumes (a decode step's KV cache),
 // are given to every trial run as the caller set them; such graphs are searched only
 // under LUMINAL_SEARCH=full (a decode step's search and its winner's compile land
-// mid-generation, for every new prompt length).
+// mid-generation, again where the prompt length passes a power of two).
 #pragma once
 
 #include <functional>
@@ -45,7 +45,11 @@ std::unique_ptr<Executable> compile_searching_extractions(const Graph& graph,
                                                           const std::string& context);
 
 /// The signature a program's winner is cached under: its nodes, views, types and outputs
-/// and the dims it runs with (not its inputs' data).
+/// and the dims it runs with, each as dim_bucket gives it (not its inputs' data).
 std::string program_signature(const Graph& graph);
+
+/// The least power of two at or above `value` (`value` itself below 1): the dims a
+/// program's signature tells apart.
+int64_t dim_bucket(int64_t value);
 
 }  // namespace luminal::runtime

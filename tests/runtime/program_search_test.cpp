@@ -188,7 +188,7 @@ TEST_F(ProgramSearchTest, EveryTrialGetsTheDonatedInputsAsTheCallerSetThem) {
   EXPECT_EQ(p.runs["MatMulAdd"], 16 + 16 + 2);
 }
 
-TEST_F(ProgramSearchTest, TheSignatureCoversTheGraphAndItsDims) {
+TEST_F(ProgramSearchTest, TheSignatureCoversTheGraphAndItsDimsByPowersOfTwo) {
   const std::string before = program_signature(g_);
   Graph other;
   Tensor x = other.named_tensor("x", {4});
@@ -200,7 +200,21 @@ TEST_F(ProgramSearchTest, TheSignatureCoversTheGraphAndItsDims) {
   symbolic.set_dim("n", 4);
   const std::string four = program_signature(symbolic);
   symbolic.set_dim("n", 5);
-  EXPECT_NE(program_signature(symbolic), four);
+  const std::string five = program_signature(symbolic);
+  EXPECT_NE(five, four);
+  // Dims within one power of two share a winner (a prompt a token longer is not searched
+  // again); the next power of two does not.
+  symbolic.set_dim("n", 8);
+  EXPECT_EQ(program_signature(symbolic), five);
+  symbolic.set_dim("n", 1101);
+  const std::string long_prompt = program_signature(symbolic);
+  symbolic.set_dim("n", 2048);
+  EXPECT_EQ(program_signature(symbolic), long_prompt);
+  symbolic.set_dim("n", 2049);
+  EXPECT_NE(program_signature(symbolic), long_prompt);
+  EXPECT_EQ(dim_bucket(0), 0);
+  EXPECT_EQ(dim_bucket(1), 1);
+  EXPECT_EQ(dim_bucket(3), 4);
 }
 
 bool has_attention_kernel(const Graph& g) {
