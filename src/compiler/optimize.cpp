@@ -585,19 +585,21 @@ void add_attention_gradient_functions(
     shape.insert(shape.end(), {q.shape()[r - 1], q.shape()[r - 2] + v.shape()[r - 1]});
     return View::contiguous(shape).slice(static_cast<int>(r) - 2, from, to);
   };
-  // (call attention-input-gradient $va $vb ?x $scale ?q ?k ?v ?mask ?do): the product
-  // of the scores' gradient [batch..., M, T] with the keys, [batch..., M, D] (the
-  // queries' gradient), or read transposed with the queries, [batch..., T, D] (the
-  // keys').
+  // (call attention-input-gradient $axis $va $vb ?x $scale ?q ?k ?v ?mask ?do): the
+  // product (summed along $axis) of the scores' gradient [batch..., M, T] with the keys,
+  // [batch..., M, D] (the queries' gradient), or read transposed with the queries,
+  // [batch..., T, D] (the keys').
   fns.appliers["attention-input-gradient"] =
       [&low, gradient, columns](eg::EGraph& e,
-                                std::span<const eg::Value> a) -> std::optional<ClassId> {
+                                std::span<const eg::Value> args) -> std::optional<ClassId> {
+    const std::span<const eg::Value> a = args.subspan(1);
     const View *q = low.read_view(e, a[4].c), *k = low.read_view(e, a[5].c),
                *v = low.read_view(e, a[6].c);
     if (!q || !k || !v) return std::nullopt;
     const View vq = *q, vk = *k, vv = *v, va = low.view(a[0]), vb = low.view(a[1]);
     const size_t r = vq.rank();
     const int n = static_cast<int>(r);
+    if (args[0].a.bits != n - 2) return std::nullopt;  // the product's inner dim
     std::vector<Expr> scores(vq.shape().begin(), vq.shape().end());
     scores.erase(scores.end() - 2);  // [batch..., M, T]
     const View ds = View::contiguous(scores);
@@ -615,13 +617,15 @@ void add_attention_gradient_functions(
     }
     return std::nullopt;
   };
-  // (call attention-value-gradient $va ?do $vb ?w): the product of the output's gradient,
-  // read transposed, with the weights softmax(w), [batch..., Dv, T]: the values' gradient
-  // transposed, where a marker has w's queries, keys, mask and scale and this output
-  // gradient.
+  // (call attention-value-gradient $axis $va ?do $vb ?w): the product (summed along
+  // $axis) of the output's gradient, read transposed, with the weights softmax(w),
+  // [batch..., Dv, T]: the values' gradient transposed, where a marker has w's queries,
+  // keys, mask and scale and this output gradient.
   fns.appliers["attention-value-gradient"] =
       [&low, gradient, columns](eg::EGraph& e,
-                                std::span<const eg::Value> a) -> std::optional<ClassId> {
+                                std::span<const eg::Value> args) -> std::optional<ClassId> {
+    const std::span<const eg::Value> a = args.subspan(1);
+    if (args[0].a.bits != static_cast<int64_t>(low.view(a[0]).rank()) - 2) return std::nullopt;
     // w = where(mask, (q k) * scale, -inf)
     const auto constant = [&](ClassId c) -> std::optional<double> {
       const std::optional<uint32_t> view = node_of(e, c, "View");
