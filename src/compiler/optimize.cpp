@@ -508,6 +508,33 @@ std::optional<View> without_broadcast_last(const View& v) {
   return View::from_parts(cut(v.shape()), cut(v.strides()), v.offset(), lo, hi);
 }
 
+// What `outer` reads of the source of a row-major copy of `inner` (the copy laid out in
+// inner's shape), where outer reads the copy through a permutation of its dims, some
+// broadcast (stride 0): inner's dims taken in that order. None for any other reading.
+std::optional<View> through_copy(const View& outer, const View& inner) {
+  if (outer.has_mask() || inner.has_mask() || !(outer.offset() == Expr(0))) return std::nullopt;
+  const View copy = View::contiguous(inner.shape());
+  std::vector<Expr> strides;
+  std::vector<bool> used(inner.rank(), false);
+  for (size_t d = 0; d < outer.rank(); ++d) {
+    if (outer.strides()[d] == Expr(0)) {
+      strides.push_back(0);
+      continue;
+    }
+    size_t j = 0;
+    while (j < inner.rank() && (used[j] || !(copy.strides()[j] == outer.strides()[d]) ||
+                                !(inner.shape()[j] == outer.shape()[d])))
+      ++j;
+    if (j == inner.rank()) return std::nullopt;
+    used[j] = true;
+    strides.push_back(inner.strides()[j]);
+  }
+  for (size_t j = 0; j < inner.rank(); ++j)
+    if (!used[j] && !(inner.shape()[j] == Expr(1))) return std::nullopt;
+  std::vector<Expr> lo(outer.rank(), Expr(0)), hi = outer.shape();
+  return View::from_parts(outer.shape(), strides, inner.offset(), lo, hi);
+}
+
 // Axes 0 .. n - 1 in order, then `last` (a permutation of the remaining ones).
 std::vector<int> axes_then(size_t n, std::initializer_list<int> last) {
   std::vector<int> axes(n);
@@ -605,13 +632,22 @@ void add_attention_gradient_functions(
     const View ds = View::contiguous(scores);
     const Expr d = vq.shape()[r - 2];
     const ClassId operands[] = {a[4].c, a[5].c, a[6].c, a[7].c, a[8].c};
-    const ClassId x = e.find(a[2].c);
+    ClassId x = e.find(a[2].c);
+    View read = vb;
+    // (Autograd may read the keys through a row-major copy of their transpose.)
+    if (x != low.read_source(e, a[5].c))
+      if (const std::optional<uint32_t> copy = node_of(e, x, "Contiguous")) {
+        const ClassId copied = e.node_children(*copy)[0];
+        const View* inner = low.read_view(e, copied);
+        if (const std::optional<View> through = inner ? through_copy(vb, *inner) : std::nullopt)
+          x = low.read_source(e, copied), read = *through;
+      }
     if (x == low.read_source(e, a[5].c) && same_reads(va, ds.expand_dim(n - 1, d)) &&
-        same_reads(vb, vk.permute(axes_then(r - 2, {n - 1, n - 2}))))
+        same_reads(read, vk.permute(axes_then(r - 2, {n - 1, n - 2}))))
       return gradient(e, a[3].a, operands, "AttentionGradQ");
     if (x == low.read_source(e, a[4].c) &&
         same_reads(va, ds.permute(axes_then(r - 3, {n - 2, n - 3})).expand_dim(n - 1, d)) &&
-        same_reads(vb, vq.permute(axes_then(r - 3, {n - 1, n - 3, n - 2})))) {
+        same_reads(read, vq.permute(axes_then(r - 3, {n - 1, n - 3, n - 2})))) {
       const ClassId kv = gradient(e, a[3].a, operands, "AttentionGradKV");
       return low.view_node(e, columns(vq, vv, 0, d), kv);
     }
