@@ -512,7 +512,17 @@ std::optional<View> without_broadcast_last(const View& v) {
 // inner's shape), where outer reads the copy through a permutation of its dims, some
 // broadcast (stride 0): inner's dims taken in that order. None for any other reading.
 std::optional<View> through_copy(const View& outer, const View& inner) {
-  if (outer.has_mask() || inner.has_mask() || !(outer.offset() == Expr(0))) return std::nullopt;
+  if (outer.has_mask() || !(outer.offset() == Expr(0))) return std::nullopt;
+  // A dim of size 1 masked to [0, min(n, 1)) (a broadcast over a symbolic length) reads
+  // its one element wherever the view reads anything: with every dim's variables at
+  // least 1 the bound is 1.
+  for (size_t j = 0; j < inner.rank(); ++j) {
+    if (!inner.is_masked(j)) continue;
+    Expr hi = inner.mask_hi(j);
+    for (const std::string& v : hi.variables()) hi = hi.substitute(v, Expr::var(v, 1));
+    if (!(inner.shape()[j] == Expr(1)) || !(inner.mask_lo(j) == Expr(0)) || !(hi == Expr(1)))
+      return std::nullopt;
+  }
   const View copy = View::contiguous(inner.shape());
   std::vector<Expr> strides;
   std::vector<bool> used(inner.rank(), false);
