@@ -793,6 +793,20 @@ class CudaExecutable final : public Executable {
       if (collective(*c, k, views, out, out_bytes)) return;
     }
     ++stats_.host_fallbacks;
+    // Said once a kernel: a host fallback is correct but copies its operands over and back
+    // every run, a cliff in a step's time nothing else would show.
+    warned_host_.resize(plan_.kernels.size(), false);
+    if (!warned_host_[k]) {
+      warned_host_[k] = true;
+      std::string shape;
+      for (const Expr& d : n.shape)
+        shape += (shape.empty() ? "" : ", ") + std::to_string(d.eval(user.dims()));
+      std::fprintf(stderr,
+                   "luminal: warning: cuda: %s [%s] runs on the host (no GPU kernel takes its "
+                   "operands as they are laid out); its operands are copied over and back every "
+                   "run\n",
+                   n.custom->name().c_str(), shape.c_str());
+    }
     std::vector<Buffer> in;
     std::vector<std::vector<int64_t>> shapes;
     for (size_t i = 0; i < n.inputs.size(); ++i) {
@@ -1256,6 +1270,7 @@ class CudaExecutable final : public Executable {
   };
   std::vector<Beside> beside_;
   std::vector<bool> collective_beside_;      // by kernel (find_collectives_beside)
+  std::vector<bool> warned_host_;            // by kernel: its host fallback was reported
   std::vector<size_t> value_bytes_, sizes_;  // sizes_: bytes in the arena, 0 for own buffers
   std::vector<DeviceBuffer> owned_;
   std::shared_ptr<cudagen::SpareBuffers> spares_;        // handed-over values' buffers, come back
