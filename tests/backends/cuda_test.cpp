@@ -756,7 +756,7 @@ TEST(Cuda, QueuedRunsFeedEachOtherOnTheDevice) {
 // router's 128 experts, rows that do not fill the warp kernel's block of four, a row of
 // exactly its most), in each float type, with ties, NaN, infinities and signed zeros, k
 // up to the kernel's most; past it, or over a view that is not dense, the op still runs
-// (on the host).
+// (on the host, which its first run reports on stderr).
 TEST(Cuda, TopKIsTheFirstKOfAStableSort) {
   SKIP_WITHOUT_GPU();
   for (DType t : {DType::F32, DType::F16, DType::BF16})
@@ -790,8 +790,19 @@ TEST(Cuda, TopKIsTheFirstKOfAStableSort) {
   Tensor strided = top_k(x.reshape({1000, 2}).transpose(0, 1), 3).retrieve();
   cx.compile(cuda());
   const std::vector<float> data = testing::top_k_rows(1, 2000, 9);
+  // Each of the two kernels the GPU does not take says so on its first run, once.
+  ::testing::internal::CaptureStderr();
   x.set(data);
   cx.execute();
+  x.set(data);
+  cx.execute();
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  size_t reports = 0;
+  for (size_t at = said.find("runs on the host"); at != std::string::npos;
+       at = said.find("runs on the host", at + 1))
+    ++reports;
+  EXPECT_EQ(reports, 2u) << said;
+  EXPECT_NE(said.find("TopK(1500) [1500] runs on the host"), std::string::npos) << said;
   const std::span<const int32_t> got = cx.data(ids.id())->span<int32_t>();
   EXPECT_EQ(std::vector<int32_t>(got.begin(), got.end()), testing::top_k_by_sort(data, 2000, 1500));
   std::vector<float> columns(2000);
