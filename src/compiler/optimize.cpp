@@ -91,8 +91,9 @@ class Lowering {
     for (const Edge& e : n.inputs) {
       ClassId c = lower(e.source);
       // (A view that differs from the source's layout only in the strides of dims of
-      // size 1 reads it as it lies: rules then see the source itself.)
-      if (!same_reads(e.view, View::contiguous(g_.node(e.source).shape)))
+      // size 1, which is_contiguous does not look at, reads it as it lies: rules then see
+      // the source itself.)
+      if (!e.view.is_contiguous() || e.view.shape() != g_.node(e.source).shape)
         c = view_node(egraph, e.view, c);
       children.push_back(c);
     }
