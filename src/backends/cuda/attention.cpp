@@ -264,18 +264,6 @@ bool supported(DType t) {
   return t == DType::F32 || t == DType::F16 || t == DType::BF16;
 }
 
-// 16 bytes' worth of elements when every row and dim offset allows 16-byte loads, else 1.
-int vector_width(const ConcreteView& view, size_t head_axis, int64_t head_dim, DType t,
-                 const void* data) {
-  const auto n = static_cast<int64_t>(16 / dtype_size(t));
-  if (view.strides[head_axis] != 1 || head_dim % n != 0 || view.offset % n != 0 ||
-      reinterpret_cast<uintptr_t>(data) % 16 != 0)
-    return 1;
-  for (size_t i = 0; i < view.dims.size(); ++i)
-    if (i != head_axis && view.dims[i] > 1 && view.strides[i] % n != 0) return 1;
-  return static_cast<int>(n);
-}
-
 // A compiled kernel's cache key: its specialisation's fields (not its source, which would
 // be written for every launch), the first telling the two kernels apart.
 std::string key_of(std::initializer_list<int64_t> fields) {

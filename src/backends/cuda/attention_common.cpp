@@ -543,6 +543,17 @@ const char* element(DType t) {
 
 }  // namespace
 
+int vector_width(const ConcreteView& view, size_t head_axis, int64_t head_dim, DType t,
+                 const void* data) {
+  const auto n = static_cast<int64_t>(16 / dtype_size(t));
+  if (view.strides[head_axis] != 1 || head_dim % n != 0 || view.offset % n != 0 ||
+      reinterpret_cast<uintptr_t>(data) % 16 != 0)
+    return 1;
+  for (size_t i = 0; i < view.dims.size(); ++i)
+    if (i != head_axis && view.dims[i] > 1 && view.strides[i] % n != 0) return 1;
+  return static_cast<int>(n);
+}
+
 std::string_view attention_tiles_source() {
   return kTilesSource;
 }

@@ -12,6 +12,7 @@
 
 #include "luminal/compiler/attention_op.hpp"
 #include "luminal/dtype.hpp"
+#include "luminal/view.hpp"
 
 namespace luminal::cudagen {
 
@@ -66,6 +67,12 @@ struct AttentionOperands {
   DType q, k, v, out;
   int64_t d, dv;  // query/key and value head dims
 };
+
+/// Elements of a view's rows read as one 16-byte load (16 bytes' worth of `t`) where the
+/// head dim (`head_axis`, `head_dim` long) is contiguous and every row and dim offset
+/// from `data` is 16-byte aligned, else 1.
+int vector_width(const ConcreteView& view, size_t head_axis, int64_t head_dim, DType t,
+                 const void* data);
 
 /// What the tensor-core kernels share, for tiles of LUM_FA_ROWS rows and LUM_FA_KEYS
 /// keys: their pass over the mask (kernel lum_attention_mask_tiles: flags a tile

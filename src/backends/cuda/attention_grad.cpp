@@ -375,11 +375,6 @@ size_t shared_bytes(const AttentionGradKernel& s) {
   return static_cast<size_t>(3 * kTile * 2 * ((s.d + 8) + (s.dv + 8)) + 2 * kTile * (8 + 4 + 4));
 }
 
-bool aligned(const void* p, int64_t offset, int64_t element_bytes) {
-  return (reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(offset * element_bytes)) % 16 ==
-         0;
-}
-
 }  // namespace
 
 bool attention_grad_supports(DType t, int64_t d, int64_t dv) {
@@ -439,15 +434,11 @@ bool AttentionGrad::run(compiler::AttentionGradPart part, const std::vector<Conc
   const int64_t m = q.dims[r - 3], d = q.dims[r - 2], keys = q.dims[r - 1], dv = v.dims[r - 1];
   if (!attention_grad_supports(type, d, dv) || m < 1 || keys < 1) return false;
   // Each row of q, k, v and the output's gradient read as 16-byte pieces.
-  const int64_t row_strides[] = {q.strides[r - 3], k.strides[r - 1], v.strides[r - 2],
-                                 dout.strides[r - 3]};
-  if (q.strides[r - 2] != 1 || k.strides[r - 2] != 1 || v.strides[r - 1] != 1 ||
-      dout.strides[r - 2] != 1 || !aligned(data[0], q.offset, 2) ||
-      !aligned(data[1], k.offset, 2) || !aligned(data[2], v.offset, 2) ||
-      !aligned(data[4], dout.offset, 2))
+  if (vector_width(q, r - 2, d, type, data[0]) != 8 ||
+      vector_width(k, r - 2, d, type, data[1]) != 8 ||
+      vector_width(v, r - 1, dv, type, data[2]) != 8 ||
+      vector_width(dout, r - 2, dv, type, data[4]) != 8)
     return false;
-  for (int64_t s : row_strides)
-    if (s % 8 != 0) return false;
   if (part != AttentionGradPart::Stats) {
     // The stats as Stats writes them: [batch..., M, 2], row-major.
     const ConcreteView& st = views[5];
