@@ -91,6 +91,22 @@ void linear_residual() {
   report("linear_residual_bf16_8192x4096x1024", median_ms(cx, 3, 20));
 }
 
+// A ResNet basic block's 3x3 convolution, bf16: x [32, 64, 56, 56] and w [64, 64, 3, 3],
+// padding 1, then ReLU (resnet18's first stage at batch 32, NCHW as torch lays it out).
+void conv3x3() {
+  const int64_t n = 32, c = 64, hw = 56;
+  Graph cx;
+  Tensor x = cx.named_tensor("x", {n, c, hw, hw}, DType::BF16);
+  Tensor w = cx.named_tensor("w", {c, c, 3, 3}, DType::BF16);
+  x.set(random_floats(static_cast<size_t>(n * c * hw * hw), 11));
+  w.set(random_floats(static_cast<size_t>(c * c * 9), 12));
+  ConvOptions o;
+  o.padding = 1;
+  conv2d(x, w, {}, o).relu().retrieve();
+  cx.compile(cuda());
+  report("conv3x3_relu_bf16_32x64x56x56", median_ms(cx, 3, 20));
+}
+
 // One row against a weight: y[1, N] = x[1, K] W^T, W [N, K] in bf16 (a decode step's
 // projection).
 void gemv(int64_t k, int64_t n, const char* name) {
@@ -303,6 +319,7 @@ int main(int argc, char** argv) {
   if (want("gemm_bf16_4096")) gemm(4096, DType::BF16, "gemm_bf16_4096");
   if (want("gemm_bf16_8192")) gemm(8192, DType::BF16, "gemm_bf16_8192");
   if (want("linear_residual_bf16_8192x4096x1024")) linear_residual();
+  if (want("conv3x3_relu_bf16_32x64x56x56")) conv3x3();
   if (want("gemv_bf16_4096x14336")) gemv(4096, 14336, "gemv_bf16_4096x14336");
   if (want("gemv_bf16_14336x4096")) gemv(14336, 4096, "gemv_bf16_14336x4096");
   if (want("qgemv_bf16_4096x14336")) qgemv(4096, 14336, "qgemv_bf16_4096x14336");

@@ -87,6 +87,20 @@ def main():
                        "compile": bench(lambda: compiled(h, w, bias, res))}
         flops[case] = 2 * 8192 * 4096 * 1024
         del h, w, bias, res
+    # ResNet's 3x3 convolution at batch 32 (64 channels, 56x56, padding 1) and a ReLU,
+    # bf16, NCHW: torch calls cuDNN.
+    case = "conv3x3_relu_bf16_32x64x56x56"
+    if want(case):
+        xc = torch.rand(32, 64, 56, 56, device=dev, dtype=torch.bfloat16)
+        wc = torch.rand(64, 64, 3, 3, device=dev, dtype=torch.bfloat16)
+
+        def conv_relu(x, w):
+            return torch.relu(torch.nn.functional.conv2d(x, w, padding=1))
+        compiled = torch.compile(conv_relu)
+        peers[case] = {"eager": bench(lambda: conv_relu(xc, wc)),
+                       "compile": bench(lambda: compiled(xc, wc))}
+        flops[case] = 2 * 32 * 64 * 56 * 56 * 64 * 9
+        del xc, wc
     # One row against bf16 weights; the qgemv cases are luminal's f32 activations over a
     # bf16 checkpoint's stored weights, against the same bf16 F.linear.
     for k, nn in [(4096, 14336), (14336, 4096)]:

@@ -269,6 +269,27 @@ std::string ElementWriter::operand(const Edge& e, const std::vector<Expr>& idx,
   note_vars(valid);
   if (valid == Expr(1)) return read(indent);
   const std::string t = compute_type(p.dtype), name = fresh();
+  // A stored value of a fixed, nonzero size is read without a branch: from element 0
+  // where the read falls in the padding, then zeroed. Behind a branch each read waits for
+  // the one before it (the compiler may not move a load out of one), so an im2col copy's
+  // four elements a thread were read one after another: 0.19 ms for a 3x3 convolution's
+  // 115 MB of columns at batch 32, its threads stalled on each load in turn.
+  const std::optional<int64_t> count = product(p.shape).as_const();
+  if (stored && p.quant == kPlainStorage && count && *count > 0) {
+    const VarRanges outside = ranges_;
+    narrow(e.view, idx);
+    const Expr flat = within(e.view.index(idx));
+    ranges_ = outside;
+    note_vars(flat);
+    const std::string keep = fresh(), raw = fresh();
+    os_ << indent << "const bool " << keep << " = " << valid.to_c() << ";\n";
+    os_ << indent << "const " << t << " " << raw << " = "
+        << load_expr(p.dtype, read_buffer(src) + "[" + keep + " ? (" + flat.to_c() + ") : 0]")
+        << ";\n";
+    os_ << indent << "const " << t << " " << name << " = " << keep << " ? " << raw << " : (" << t
+        << ")0;\n";
+    return name;
+  }
   os_ << indent << t << " " << name << " = 0;\n";
   os_ << indent << "if (" << valid.to_c() << ") {\n";
   const VarRanges outside = ranges_;

@@ -7,6 +7,7 @@
 #include <future>
 #include <map>
 #include <random>
+#include <regex>
 #include <set>
 #include <tuple>
 
@@ -82,6 +83,27 @@ TEST(CudaCodegen, ShortRowsAreReducedByOneThreadEach) {
   EXPECT_NE(p.source.code.find("for (int64_t lum_r = 0; lum_r < 3; ++lum_r)"), std::string::npos);
   EXPECT_NE(p.source.code.find("lum_r = threadIdx.x & 31"), std::string::npos)
       << "a row of 100 is a warp's";
+}
+
+// A padded read of a stored value of fixed size loads without a branch (from element 0
+// where it falls in the padding, then zeroed), so a thread's reads are in flight
+// together: an im2col copy's columns. Under a symbolic size the buffer may be empty, and
+// the read stays behind its branch.
+TEST(CudaCodegen, PaddedReadsOfStoredValuesLoadWithoutABranch) {
+  for (const bool fixed : {true, false}) {
+    Graph cx;
+    Tensor x = cx.named_tensor("x", {8, fixed ? Expr(64) : Expr::var("n"), 56, 56}, DType::BF16);
+    Tensor w = cx.named_tensor("w", {64, fixed ? Expr(64) : Expr::var("n"), 3, 3}, DType::BF16);
+    ConvOptions o;
+    o.padding = 1;
+    conv2d(x, w, {}, o).retrieve();
+    const cudagen::CompiledProgram p = cudagen::compile_program(cx, "sm_90", true);
+    const std::string& code = p.source.code;
+    const bool branch_free = std::regex_search(code, std::regex(R"(in1\[t\d+ \? \()"));
+    const bool guarded = std::regex_search(code, std::regex(R"(if \(lum_i\d+ \+ lum_i\d+ [<>])"));
+    EXPECT_EQ(branch_free, fixed) << code;
+    EXPECT_EQ(guarded, !fixed) << code;
+  }
 }
 
 // A later reduction that reads an earlier one's result at another row cannot share its
