@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <future>
 #include <numbers>
 #include <span>
 #include <string>
@@ -401,9 +402,29 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
   // whole block's rows share each key head.
   TensorMap key_map, value_map;
   const WgmmaAttentionKernel wgmma = wgmma_attention_kernel(q_type, k_type, out_type, d, dv);
-  if (device_.compute_capability() == 90 && a.shared_rows >= kWgmmaAttentionRows && scale > 0 &&
+  const bool takes_wgmma =
+      device_.compute_capability() == 90 && a.shared_rows >= kWgmmaAttentionRows && scale > 0 &&
       wgmma_attention_supports(q_type, k_type, v_type, d, dv) && key_vec == 8 && value_vec == 8 &&
-      wgmma_attention_maps(a, k_data, v_data, d, dv, wgmma.keys, key_map, value_map)) {
+      wgmma_attention_maps(a, k_data, v_data, d, dv, wgmma.keys, key_map, value_map);
+  const bool takes_mma = device_.compute_capability() >= 80 && a.shared_rows >= 16 && scale > 0 &&
+                         mma_attention_supports(q_type, k_type, v_type, d, dv) && key_vec == 8 &&
+                         value_vec == 8;
+  const MmaAttentionKernel mma{q_type, k_type, v_type, out_type, d, dv};
+  const std::string mma_key =
+      takes_mma
+          ? key_of({1, int64_t(q_type), int64_t(k_type), int64_t(v_type), int64_t(out_type), d, dv})
+          : "";
+  // Where both will be timed and the second is not loaded yet, it compiles while the
+  // first does (NVRTC takes a second or more a module, on one core; compiled() then finds
+  // it in the kernel cache or waits for it).
+  std::vector<std::future<void>> compiling;
+  if (takes_wgmma && takes_mma) {
+    const auto loaded = kernels_.find(computed ? mma_key + computed->keep : mma_key);
+    if (loaded == kernels_.end() || !loaded->second.module)
+      compiling = compile_in_background(
+          {(computed ? computed->source : "") + mma_attention_source(mma)}, device_.arch());
+  }
+  if (takes_wgmma) {
     const std::string key = key_of({3, int64_t(q_type), int64_t(k_type), int64_t(out_type), d, dv,
                                     wgmma.keys, wgmma.key_stages, wgmma.value_stages});
     kernels.emplace_back(
@@ -412,15 +433,11 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
             wgmma_attention_shared_bytes(wgmma), kWgmmaAttentionThreads, wgmma.keys),
         kWgmmaAttentionRows);
   }
-  if (device_.compute_capability() >= 80 && a.shared_rows >= 16 && scale > 0 &&
-      mma_attention_supports(q_type, k_type, v_type, d, dv) && key_vec == 8 && value_vec == 8) {
-    const MmaAttentionKernel spec{q_type, k_type, v_type, out_type, d, dv};
-    const std::string key =
-        key_of({1, int64_t(q_type), int64_t(k_type), int64_t(v_type), int64_t(out_type), d, dv});
+  if (takes_mma) {
     kernels.emplace_back(
         &compiled(
-            key, computed, "lum_attention_mma", [&] { return mma_attention_source(spec); },
-            mma_attention_shared_bytes(spec)),
+            mma_key, computed, "lum_attention_mma", [&] { return mma_attention_source(mma); },
+            mma_attention_shared_bytes(mma)),
         kMmaAttentionRows);
   }
   if (kernels.empty() && device_.compute_capability() >= 80 &&
