@@ -269,6 +269,8 @@ std::string ElementWriter::operand(const Edge& e, const std::vector<Expr>& idx,
   note_vars(valid);
   if (valid == Expr(1)) return read(indent);
   const std::string t = compute_type(p.dtype), name = fresh();
+  const VarRanges outside = ranges_;
+  narrow(e.view, idx);
   // A stored value of a fixed, nonzero size is read without a branch: from element 0
   // where the read falls in the padding, then zeroed. Behind a branch each read waits for
   // the one before it (the compiler may not move a load out of one), so an im2col copy's
@@ -276,8 +278,6 @@ std::string ElementWriter::operand(const Edge& e, const std::vector<Expr>& idx,
   // 115 MB of columns at batch 32, its threads stalled on each load in turn.
   const std::optional<int64_t> count = product(p.shape).as_const();
   if (stored && p.quant == kPlainStorage && count && *count > 0) {
-    const VarRanges outside = ranges_;
-    narrow(e.view, idx);
     const Expr flat = within(e.view.index(idx));
     ranges_ = outside;
     note_vars(flat);
@@ -292,8 +292,6 @@ std::string ElementWriter::operand(const Edge& e, const std::vector<Expr>& idx,
   }
   os_ << indent << t << " " << name << " = 0;\n";
   os_ << indent << "if (" << valid.to_c() << ") {\n";
-  const VarRanges outside = ranges_;
-  narrow(e.view, idx);
   {
     const Scope guarded(*this);
     const std::string inner = read(indent + "  ");
