@@ -57,6 +57,15 @@ Buffer MatMulAddOp::run(const std::vector<Buffer>& in,
   return out;
 }
 
+Buffer WindowMatMulOp::run(const std::vector<Buffer>& in,
+                           const std::vector<std::vector<int64_t>>& shapes,
+                           const std::vector<int64_t>& /*out_shape*/, DType out_dtype) const {
+  // The left operand's [batch..., R.., C.., N] elements lie in the order of the right
+  // operand's [batch..., M, K, N].
+  return sum_of_products(in[0], shapes[1], out_dtype,
+                         [&](size_t at, int64_t) { return in[1].get_f64(at); });
+}
+
 std::string QMatMulOp::name() const {
   return "QMatMul(" + ggml_type_name(format) + ")";
 }
@@ -198,6 +207,144 @@ std::optional<OperandCopy> gemm_operand_copy(const View& v, size_t broadcast_dim
     if (std::find(kept.begin(), kept.end(), d) == kept.end())
       read = read.expand_dim(static_cast<int>(d), v.shape()[d]);
   return OperandCopy{std::move(copy), std::move(read)};
+}
+
+std::optional<WindowOperand> window_operand(const View& va, const View& vw) {
+  const size_t r = va.rank();
+  if (r < 3 || va.has_mask() || vw.has_mask() || !(va.offset() == Expr(0)) ||
+      !(va.strides()[r - 1] == Expr(0)))
+    return std::nullopt;
+  // va: row-major over [batch..., M, K] (dims of size 1 at any stride).
+  Expr step = 1;
+  for (size_t d = r - 1; d-- > 0;) {
+    if (!(va.shape()[d] == Expr(1)) && !(va.strides()[d] == step)) return std::nullopt;
+    step = step * va.shape()[d];
+  }
+  // vw: the batch dims, then M's dims, then K's.
+  const size_t batch = r - 3;
+  const std::vector<Expr>& dims = vw.shape();
+  if (dims.size() < batch + 2) return std::nullopt;
+  for (size_t d = 0; d < batch; ++d)
+    if (!(dims[d] == va.shape()[d])) return std::nullopt;
+  Expr rows = 1;
+  size_t d = batch;
+  while (d < dims.size() && !(rows == va.shape()[r - 3])) rows = rows * dims[d++];
+  const size_t row_dims = d - batch;
+  Expr cols = 1;
+  for (; d < dims.size(); ++d) cols = cols * dims[d];
+  if (row_dims == 0 || row_dims + batch == dims.size() || !(rows == va.shape()[r - 3]) ||
+      !(cols == va.shape()[r - 2]))
+    return std::nullopt;
+  return WindowOperand{vw.expand_dim(static_cast<int>(dims.size()), va.shape()[r - 1]), row_dims};
+}
+
+std::optional<ChannelsLast> channels_last(const WindowOperand& w,
+                                          const std::vector<Expr>& source_shape, size_t batch) {
+  const View& v = w.view;
+  const size_t rank = v.rank(), rx = source_shape.size();
+  const size_t first_sum = batch + w.row_dims, end_sum = rank - 1;  // (N, broadcast, is last)
+  if (rx == 0 || !(v.offset() == Expr(0))) return std::nullopt;
+  std::vector<int64_t> size(rx), row(rx, 1);
+  for (size_t e = 0; e < rx; ++e) {
+    const std::optional<int64_t> s = source_shape[e].as_const();
+    if (!s || *s <= 0) return std::nullopt;
+    size[e] = *s;
+  }
+  for (size_t e = rx - 1; e-- > 0;) row[e] = row[e + 1] * size[e + 1];
+  // The source dim each window dim walks, and its step there: the outermost dim whose
+  // row stride divides the window dim's stride.
+  std::vector<int> walks(rank, -1);
+  std::vector<int64_t> step(rank, 0), dims(rank), reach(rx, 0);
+  for (size_t d = 0; d < rank; ++d) {
+    const std::optional<int64_t> n = v.shape()[d].as_const(), st = v.strides()[d].as_const();
+    if (!n || !st || *st < 0) return std::nullopt;
+    dims[d] = *n;
+    if (*n == 1 || *st == 0) continue;
+    size_t e = 0;
+    while (row[e] > *st || *st % row[e] != 0) ++e;  // (row[rx - 1] = 1 divides any)
+    walks[d] = static_cast<int>(e);
+    step[d] = *st / row[e];
+    reach[e] += step[d] * (*n - 1);
+  }
+  // Walks that stay inside their dim: then the index along each source dim is the sum of
+  // its walks, in any layout of the source.
+  for (size_t e = 0; e < rx; ++e)
+    if (reach[e] > size[e] - 1) return std::nullopt;
+  int inner = -1;
+  size_t inner_sum = 0;
+  for (size_t e = 0; e < rx; ++e) {
+    int sums = 0, rows = 0;
+    size_t by = 0;
+    for (size_t d = 0; d < rank; ++d) {
+      if (walks[d] != static_cast<int>(e)) continue;
+      if (d >= first_sum && d < end_sum) ++sums, by = d;
+      if (d >= batch && d < first_sum) ++rows;
+    }
+    if (sums != 1 || rows != 0 || step[by] != 1 || dims[by] % 8 != 0 || size[e] % 8 != 0) continue;
+    if (inner < 0 || size[e] > size[static_cast<size_t>(inner)])
+      inner = static_cast<int>(e), inner_sum = by;
+  }
+  if (inner < 0 || (inner == static_cast<int>(rx) - 1 && inner_sum == end_sum - 1))
+    return std::nullopt;
+  ChannelsLast out;
+  for (size_t e = 0; e < rx; ++e)
+    if (e != static_cast<size_t>(inner)) out.order.push_back(static_cast<int>(e));
+  out.order.push_back(inner);
+  std::vector<int64_t> new_row(rx, 1);  // row strides of the new copy, by source dim
+  for (size_t i = rx - 1; i-- > 0;)
+    new_row[static_cast<size_t>(out.order[i])] = new_row[static_cast<size_t>(out.order[i + 1])] *
+                                                 size[static_cast<size_t>(out.order[i + 1])];
+  std::vector<Expr> shape, strides, lo(rank, Expr(0));
+  for (size_t d = 0; d < rank; ++d) {
+    shape.push_back(v.shape()[d]);
+    strides.push_back(walks[d] < 0 ? Expr(0)
+                                   : Expr(step[d] * new_row[static_cast<size_t>(walks[d])]));
+  }
+  std::vector<int> perm;
+  for (size_t d = 0; d < rank; ++d)
+    if (d != inner_sum && d != end_sum) perm.push_back(static_cast<int>(d));
+  perm.insert(perm.begin() + static_cast<std::ptrdiff_t>(end_sum - 1), static_cast<int>(inner_sum));
+  perm.push_back(static_cast<int>(end_sum));
+  out.window = View::from_parts(shape, strides, 0, lo, shape).permute(perm);
+  for (size_t d = first_sum; d < end_sum; ++d)
+    out.sums.push_back(static_cast<int>(static_cast<size_t>(perm[d]) - first_sum));
+  return out;
+}
+
+std::optional<OperandCopy> reordered_sum_copy(const View& vb, const std::vector<Expr>& sum_dims,
+                                              const std::vector<int>& sums) {
+  const size_t r = vb.rank(), batch = r - 3, q = sum_dims.size();
+  if (r < 3 || sums.size() != q || !(vb.strides()[batch] == Expr(0)) || vb.is_masked(batch))
+    return std::nullopt;
+  std::vector<Expr> split(vb.shape().begin(), vb.shape().end());
+  split.erase(split.begin() + static_cast<std::ptrdiff_t>(batch + 1));
+  split.insert(split.begin() + static_cast<std::ptrdiff_t>(batch + 1), sum_dims.begin(),
+               sum_dims.end());
+  const std::optional<View> vs = vb.reshape(split);
+  if (!vs) return std::nullopt;
+  // The copy: the batch dims b varies along, then N, then the sum's dims in their new order.
+  std::vector<size_t> order, kept;
+  for (size_t d = 0; d < batch; ++d)
+    if (!(vs->strides()[d] == Expr(0)) || vs->is_masked(d)) order.push_back(d), kept.push_back(d);
+  order.push_back(batch + 1 + q);
+  for (int i : sums) order.push_back(batch + 1 + static_cast<size_t>(i));
+  std::vector<Expr> dims, strides, lo, hi;
+  for (size_t d : order) {
+    dims.push_back(vs->shape()[d]);
+    strides.push_back(vs->strides()[d]);
+    lo.push_back(vs->mask_lo(d));
+    hi.push_back(vs->mask_hi(d));
+  }
+  OperandCopy c{View::from_parts(dims, strides, vs->offset(), lo, hi), View()};
+  // The product's [batch..., M, K, N] view of the row-major copy.
+  const View packed = View::contiguous(dims);
+  const Expr k = product(sum_dims);
+  std::vector<Expr> rd(vb.shape().begin(), vb.shape().end()), rs(r, Expr(0));
+  for (size_t i = 0; i < kept.size(); ++i) rs[kept[i]] = packed.strides()[i];
+  rs[batch + 1] = 1;
+  rs[batch + 2] = k;
+  c.read = View::from_parts(rd, rs, 0, std::vector<Expr>(r, Expr(0)), rd);
+  return c;
 }
 
 }  // namespace luminal::compiler

@@ -201,7 +201,7 @@ double kernel_cost(const eg::EGraph& g, uint32_t node) {
   if (op == "View") return 0.001;
   if (op == "Input" || op == "Constant" || op == "Iota") return 0.01;
   if (op == "MatMul" || op == "QMatMul" || op == "NormQMatMul" || op == "QMatMulAdd" ||
-      op == "Attention")
+      op == "Attention" || op == "WindowMatMul")
     return 1;
   // Attention's gradients replace products over materialised [M, T] scores that read
   // what they read: with the Stats they read, below the product, which the most
@@ -299,6 +299,16 @@ class Rebuild {
       // [batch..., M, N]: the [batch..., M, K, N] product operand's shape without K (the
       // value operand's, without its T, for Attention).
       n.shape = n.inputs[op == "Attention" ? 2 : 0].view.shape();
+      n.shape.erase(n.shape.end() - 2);
+      id = g.add_node(std::move(n));
+    } else if (op == "WindowMatMul") {
+      Node n;
+      n.op = Op::Custom;
+      for (ClassId ch : children) n.inputs.push_back(edge(ch));
+      n.custom = std::make_shared<WindowMatMulOp>(static_cast<size_t>(attrs[0].bits));
+      n.dtype = g.node(n.inputs[0].source).dtype;
+      // [batch..., M, N]: the right operand's [batch..., M, K, N] without K.
+      n.shape = n.inputs[1].view.shape();
       n.shape.erase(n.shape.end() - 2);
       id = g.add_node(std::move(n));
     } else if (op == "AttentionStats" || op == "AttentionGradQ" || op == "AttentionGradKV") {
@@ -743,7 +753,7 @@ const std::vector<std::string>& fusion_kinds() {
   // no fused form to undo; their alternatives, a library's algorithms or a kernel's
   // shape, are searched per kernel.)
   static const std::vector<std::string> kinds = {"Attention", "MatMulAdd", "NormQMatMul",
-                                                 "QMatMulAdd"};
+                                                 "QMatMulAdd", "WindowMatMul"};
   return kinds;
 }
 
@@ -809,6 +819,50 @@ Optimized optimize(const Graph& g, const OptimizeOptions& options) {
     };
     const ClassId children[] = {operand(copy_a, *ca, va, a[2].c), operand(copy_b, *cb, vb, a[4].c)};
     return e.add(Symbol::of("MatMul"), {}, children);
+  };
+  // (call product-of-windows $va $vw ?x $vb ?b): MatMul((View $va (Contiguous (View $vw
+  // ?x))), (View $vb ?b)) reading x through $vw (compiler::window_operand), both operands
+  // f16 or both bf16 (the kernels that take it run on tensor cores).
+  fns.appliers["product-of-windows"] =
+      [&low](eg::EGraph& e, std::span<const eg::Value> a) -> std::optional<ClassId> {
+    const auto dt = low.dtype(e, a[2]);
+    if ((dt != DType::F16 && dt != DType::BF16) || low.dtype(e, a[4]) != dt ||
+        low.quantized_input(e, a[2]) || low.quantized_input(e, a[4]))
+      return std::nullopt;
+    // (Copies: adding views below may move low.views.)
+    const View va = low.view(a[0]), vw = low.view(a[1]), vb = low.view(a[3]);
+    const std::optional<WindowOperand> w = window_operand(va, vw);
+    if (!w) return std::nullopt;
+    const AttrList rows = AttrList::of({Attr::of_int(static_cast<int64_t>(w->row_dims))});
+    const auto copy = [&](const View& v, ClassId source) {
+      const ClassId c =
+          e.add(Symbol::of("Contiguous"), {}, std::vector<ClassId>{low.view_node(e, v, source)});
+      low.dtype_of[e.find(c).v] = *dt;
+      return c;
+    };
+    // Where x is itself a copy (of a view vp of y: the padded image), that copy laid out
+    // channels last instead, and b's sum reordered to match (compiler::channels_last).
+    if (const std::optional<uint32_t> x_copy = node_of(e, a[2].c, "Contiguous")) {
+      const ClassId inner = e.node_children(*x_copy)[0];
+      if (const std::optional<uint32_t> vp_node = node_of(e, inner, "View")) {
+        const View vp = low.views[static_cast<size_t>(e.node_attrs(*vp_node).get()[0].bits)];
+        const ClassId y = e.node_children(*vp_node)[0];
+        const size_t batch = vb.rank() - 3;
+        if (const std::optional<ChannelsLast> cl = channels_last(*w, vp.shape(), batch)) {
+          const std::vector<Expr> sum_dims(
+              w->view.shape().begin() + static_cast<std::ptrdiff_t>(batch + w->row_dims),
+              w->view.shape().end() - 1);
+          if (const std::optional<OperandCopy> bc = reordered_sum_copy(vb, sum_dims, cl->sums)) {
+            const ClassId children[] = {
+                low.view_node(e, cl->window, copy(vp.permute(cl->order), y)),
+                low.view_node(e, bc->read, copy(bc->copy, a[4].c))};
+            return e.add(Symbol::of("WindowMatMul"), rows, children);
+          }
+        }
+      }
+    }
+    const ClassId children[] = {low.view_node(e, w->view, a[2].c), low.view_node(e, vb, a[4].c)};
+    return e.add(Symbol::of("WindowMatMul"), rows, children);
   };
   // (qgemm $axis $va $vb ?w): x W^T with W a block-stored input.
   fns.predicates["qgemm"] = [&low](const eg::EGraph& e, std::span<const eg::Value> a) {
@@ -880,6 +934,8 @@ Optimized optimize(const Graph& g, const OptimizeOptions& options) {
     std::erase_if(sets, [](const eg::RuleSet& s) { return s.name == "hlir-product-fusions"; });
   if (!options.gemm_epilogues)
     std::erase_if(sets, [](const eg::RuleSet& s) { return s.name == "hlir-gemm-epilogues"; });
+  if (!options.window_products)
+    std::erase_if(sets, [](const eg::RuleSet& s) { return s.name == "hlir-window-products"; });
   if (!options.attention_gradients)
     std::erase_if(sets, [](const eg::RuleSet& s) { return s.name == "hlir-attention-gradients"; });
   std::vector<const eg::RuleSet*> active;

@@ -26,6 +26,7 @@
 #include "backends/cuda/peer_all_reduce.hpp"
 #include "backends/cuda/quant_products.hpp"
 #include "backends/cuda/top_k.hpp"
+#include "backends/cuda/window_products.hpp"
 #include "luminal/luminal.hpp"
 #include "luminal/models/llama.hpp"
 #include "luminal/nn/attention.hpp"
@@ -87,13 +88,14 @@ TEST(CudaCodegen, ShortRowsAreReducedByOneThreadEach) {
 
 // A padded read of a stored value of fixed size loads without a branch (from element 0
 // where it falls in the padding, then zeroed), so a thread's reads are in flight
-// together: an im2col copy's columns. Under a symbolic size the buffer may be empty, and
-// the read stays behind its branch.
+// together: an im2col copy's columns (an f32 convolution's: a half-precision one reads
+// its windows in place). Under a symbolic size the buffer may be empty, and the read
+// stays behind its branch.
 TEST(CudaCodegen, PaddedReadsOfStoredValuesLoadWithoutABranch) {
   for (const bool fixed : {true, false}) {
     Graph cx;
-    Tensor x = cx.named_tensor("x", {8, fixed ? Expr(64) : Expr::var("n"), 56, 56}, DType::BF16);
-    Tensor w = cx.named_tensor("w", {64, fixed ? Expr(64) : Expr::var("n"), 3, 3}, DType::BF16);
+    Tensor x = cx.named_tensor("x", {8, fixed ? Expr(64) : Expr::var("n"), 56, 56});
+    Tensor w = cx.named_tensor("w", {64, fixed ? Expr(64) : Expr::var("n"), 3, 3});
     ConvOptions o;
     o.padding = 1;
     conv2d(x, w, {}, o).retrieve();
@@ -171,6 +173,7 @@ TEST(CudaCodegen, OneRowProductAndViewCopyKernelsCompileForHopper) {
   EXPECT_FALSE(cudagen::compile_cubin(cudagen::top_k_source(), "sm_90").code.empty());
   EXPECT_FALSE(cudagen::compile_cubin(cudagen::expert_products_source(), "sm_90").code.empty());
   EXPECT_FALSE(cudagen::compile_cubin(cudagen::peer_all_reduce_source(), "sm_90").code.empty());
+  EXPECT_FALSE(cudagen::compile_cubin(cudagen::window_products_source(), "sm_90").code.empty());
 }
 
 // Compiles of one source on several threads give one cubin (the later callers wait for
@@ -746,6 +749,7 @@ TEST(CudaCodegen, EveryKernelWaitsForTheKernelBeforeItFirst) {
                                   "one-row products");
   expect_every_kernel_waits_first(copy_view_source(), "view copies");
   expect_every_kernel_waits_first(top_k_source(), "top k");
+  expect_every_kernel_waits_first(window_products_source(), "window products");
   expect_every_kernel_waits_first(expert_products_source(), "expert products");
   expect_every_kernel_waits_first(peer_all_reduce_source(), "all-reduce over peer memory");
   expect_every_kernel_waits_first(quant_products_source(static_cast<uint32_t>(GgmlType::Q4_K)),

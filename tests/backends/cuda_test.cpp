@@ -10,6 +10,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <random>
 #include <tuple>
 
@@ -188,6 +189,76 @@ TEST(Cuda, ProductsSearchTheLibrarysAlgorithmsAndRememberTheWinner) {
   SKIP_WITHOUT_GPU();
   expect_searched_product(512, 512, 512, DType::F32, "gemm f32->f32 m=512");
   expect_searched_product(512, 512, 512, DType::BF16, "gemm bf16->bf16 m=512");
+}
+
+// Convolutions in f16 and bf16 read their windows in place (WindowMatMul): the rows' and
+// the sum's ends inside tiles, strides, dilation, groups, one and two spatial dims. Each
+// case with the search on (every way timed, each checked against the cost model's pick,
+// a kernel: none wrong; the search's line shows the product ran as one) and off (that
+// kernel alone), against the reference interpreter.
+TEST(Cuda, ConvolutionsReadTheirWindowsInPlace) {
+  SKIP_WITHOUT_GPU();
+  struct Case {
+    std::vector<int64_t> x, w;
+    ConvOptions o;
+    DType t;
+    const char* kernel;  // the cost model's pick: runs of eight (channels last) or any strides
+  };
+  const std::vector<Case> cases = {
+      {{2, 16, 9, 11}, {24, 16, 3, 3}, {.padding = 1}, DType::BF16, "runs n64"},
+      {{2, 16, 9, 11}, {24, 16, 3, 3}, {.padding = 1}, DType::F16, "runs n64"},
+      {{3, 3, 20, 17}, {70, 3, 7, 7}, {.stride = 2, .padding = 3}, DType::BF16, "tiles n64"},
+      {{2, 32, 8, 8}, {64, 32, 1, 1}, {.stride = 2}, DType::BF16, "tiles n64"},
+      {{2, 8, 12, 12}, {16, 8, 3, 3}, {.padding = 2, .dilation = 2}, DType::F16, "runs n64"},
+      {{2, 16, 10, 10}, {32, 8, 3, 3}, {.padding = 1, .groups = 2}, DType::BF16, "runs n64"},
+      {{2, 12, 10, 10}, {24, 4, 3, 3}, {.padding = 1, .groups = 3}, DType::BF16, "tiles n64"},
+      {{2, 8, 33}, {12, 8, 5}, {.padding = 2}, DType::BF16, "runs n64"},
+      {{1, 64, 40, 40}, {192, 64, 3, 3}, {.padding = 1}, DType::BF16, "runs n64"},
+  };
+  std::mt19937 rng(3);
+  for (const Case& c : cases) {
+    const std::string what = to_string(std::vector<Expr>(c.x.begin(), c.x.end())) + " * " +
+                             to_string(std::vector<Expr>(c.w.begin(), c.w.end())) + " " +
+                             std::string(dtype_name(c.t));
+    const auto numel = [](const std::vector<int64_t>& s) {
+      return static_cast<size_t>(
+          std::accumulate(s.begin(), s.end(), int64_t{1}, std::multiplies<>()));
+    };
+    // Multiples of 1/8 up to 1: products exact in the half types, sums in f32, so the
+    // reference (which rounds each product to the half type) and the kernels, rounding
+    // once, agree exactly.
+    const auto eighths = [&](size_t n) {
+      std::vector<double> v(n);
+      for (double& e : v) e = std::uniform_int_distribution<int>(-8, 8)(rng) / 8.0;
+      return v;
+    };
+    const std::vector<double> xv = eighths(numel(c.x)), wv = eighths(numel(c.w));
+    for (const char* mode : {"fast", "off"}) {
+      const testing::ScopedCacheDir cache("window-products");
+      const testing::ScopedEnv log("LUMINAL_LOG", "info");
+      const testing::ScopedEnv search("LUMINAL_SEARCH", mode);
+      Graph cx;
+      Tensor x = cx.named_tensor("x", std::vector<Expr>(c.x.begin(), c.x.end()), c.t);
+      Tensor w = cx.named_tensor("w", std::vector<Expr>(c.w.begin(), c.w.end()), c.t);
+      x.set_buffer(Buffer::from_doubles(xv, c.t));
+      w.set_buffer(Buffer::from_doubles(wv, c.t));
+      Tensor y = (c.x.size() == 3 ? conv1d(x, w, {}, c.o) : conv2d(x, w, {}, c.o)).retrieve();
+      const std::vector<float> want = testing::run_outputs(cx, reference(), {y})[0];
+      ::testing::internal::CaptureStderr();
+      const std::vector<float> got = testing::run_outputs(cx, cuda(), {y})[0];
+      const std::string err = ::testing::internal::GetCapturedStderr();
+      EXPECT_EQ(cx.last_run_stats().host_fallbacks, 0u) << what;
+      if (std::string(mode) == "fast") {
+        EXPECT_NE(err.find("luminal: search window"), std::string::npos) << what << ":\n" << err;
+        EXPECT_NE(err.find(std::string("the cost model's pick ") + c.kernel), std::string::npos)
+            << what << ":\n"
+            << err;
+      }
+      EXPECT_EQ(err.find("is wrong"), std::string::npos) << what << ":\n" << err;
+      ASSERT_EQ(got.size(), want.size()) << what;
+      ASSERT_EQ(got, want) << what << " search " << mode;
+    }
+  }
 }
 
 // The error bound of a product whose activation row is quantised to int8 per 32

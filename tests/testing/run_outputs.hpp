@@ -5,7 +5,9 @@
 #include <random>
 #include <vector>
 
+#include "luminal/compiler/optimize.hpp"
 #include "luminal/luminal.hpp"
+#include "luminal/reference.hpp"
 
 namespace luminal::testing {
 
@@ -16,6 +18,27 @@ inline std::vector<std::vector<float>> run_outputs(Graph& cx, const Backend& bac
   cx.execute();
   std::vector<std::vector<float>> values;
   for (const Tensor& o : outs) values.push_back(o.to_f32());
+  return values;
+}
+
+/// An optimized graph's outputs for `outs` (tensors of `cx`, which it was optimized from),
+/// run on the reference interpreter with cx's inputs and `dims` bound: what the kernels
+/// the rules chose compute by their reference semantics. Each as f32.
+inline std::vector<std::vector<float>> run_optimized(
+    const Graph& cx, const compiler::Optimized& opt, const std::vector<Tensor>& outs,
+    const std::vector<std::pair<std::string, int64_t>>& dims = {}) {
+  Graph& g = *opt.graph;
+  for (const auto& [name, value] : dims) g.set_dim(name, value);
+  for (uint32_t i = 0; i < g.num_nodes(); ++i)
+    if (g.node(NodeId{i}).op == Op::Input) g.set_data(NodeId{i}, *cx.data(opt.source_of[i]));
+  reference().compile(g)->run(g);
+  std::vector<std::vector<float>> values;
+  for (const Tensor& o : outs)
+    for (const auto& [user, node] : opt.outputs)
+      if (user == o.id()) {
+        // (Read as the tensor reads its node: through its view.)
+        values.push_back(read_view(*g.data(node), o.view().resolve(g.dims())).to_f32());
+      }
   return values;
 }
 

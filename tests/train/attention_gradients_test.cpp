@@ -15,28 +15,6 @@ using namespace luminal;
 
 namespace {
 
-// The optimized graph's outputs for `outs`, run on the reference interpreter with the
-// user graph's inputs (and the case's length bound, where it is a dim).
-std::vector<std::vector<float>> run_optimized(const Graph& cx, const compiler::Optimized& opt,
-                                              const std::vector<Tensor>& outs,
-                                              const luminal::testing::AttentionGradientCase& c) {
-  Graph& g = *opt.graph;
-  if (c.symbolic) g.set_dim("seq", c.seq);
-  for (uint32_t i = 0; i < g.num_nodes(); ++i)
-    if (g.node(NodeId{i}).op == Op::Input) g.set_data(NodeId{i}, *cx.data(opt.source_of[i]));
-  reference().compile(g)->run(g);
-  std::vector<std::vector<float>> values;
-  for (const Tensor& o : outs)
-    for (const auto& [user, node] : opt.outputs)
-      if (user == o.id()) {
-        const Buffer& b = *g.data(node);
-        std::vector<float> v(b.numel());
-        for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(b.get_f64(i));
-        values.push_back(v);
-      }
-  return values;
-}
-
 size_t count_parts(const Graph& g, compiler::AttentionGradPart part) {
   size_t n = 0;
   for (uint32_t i = 0; i < g.num_nodes(); ++i)
@@ -70,7 +48,10 @@ TEST(AttentionGradients, ReplaceTheProductsOverScores) {
           << c.label() << ": " << opt.graph->to_text();
     }
     const auto want = luminal::testing::run_outputs(cx, reference(), grads);
-    const auto got = run_optimized(cx, opt, grads, c);
+    const auto got = luminal::testing::run_optimized(
+        cx, opt, grads,
+        c.symbolic ? std::vector<std::pair<std::string, int64_t>>{{"seq", c.seq}}
+                   : std::vector<std::pair<std::string, int64_t>>{});
     ASSERT_EQ(got.size(), 3u);
     for (size_t o = 0; o < 3; ++o) {
       ASSERT_EQ(got[o].size(), want[o].size());

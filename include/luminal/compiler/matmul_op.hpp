@@ -101,4 +101,55 @@ struct OperandCopy {
 /// left operand, M for the right); nullopt where a masked dim is broadcast.
 std::optional<OperandCopy> gemm_operand_copy(const View& v, size_t broadcast_dim);
 
+/// WindowMatMul: a MatMul whose left operand is read through a strided view of its
+/// source with the product's rows and its sum each spread over several dims, as a
+/// convolution reads its windows: [batch..., R_1..R_p, C_1..C_q, N] for the product's
+/// [batch..., M, K, N], M = R_1 ... R_p and K = C_1 ... C_q in row-major order (rows:
+/// image, output y, output x; sum: channel, kernel y, kernel x), broadcast along N. The
+/// right operand is MatMul's [batch..., M, K, N] view. It computes MatMul over a
+/// row-major copy of the left view without the copy (the im2col columns). Selected only
+/// where the backend asks (OptimizeOptions::window_products).
+class WindowMatMulOp final : public CustomOp {
+ public:
+  explicit WindowMatMulOp(size_t row_dims) : row_dims(row_dims) {}
+  std::string name() const override { return "WindowMatMul"; }
+  Buffer run(const std::vector<Buffer>& inputs, const std::vector<std::vector<int64_t>>& shapes,
+             const std::vector<int64_t>& out_shape, DType out_dtype) const override;
+  size_t row_dims;  // p
+};
+
+/// The left operand of a WindowMatMul and its p.
+struct WindowOperand {
+  View view;
+  size_t row_dims;
+};
+/// MatMul((View va (Contiguous (View vw x))), b) as a WindowMatMul reading x through the
+/// returned view: where va reads the copy row-major as [batch..., M, K, N] (broadcast along
+/// N), and vw, unpadded, has the product's batch dims first, then dims whose product is M,
+/// then dims whose product is K. nullopt otherwise.
+std::optional<WindowOperand> window_operand(const View& va, const View& vw);
+
+/// A window product's source laid out again so that the gathered tiles' rows are runs of
+/// memory: the source copied with one of its dims innermost (a convolution's channels:
+/// NCHW to NHWC), and the sum's dims reordered to walk that dim last, so eight
+/// consecutive elements of the sum are 16 contiguous bytes.
+struct ChannelsLast {
+  std::vector<int> order;  // the new copy's dims: the source's order[0], order[1], ...
+  View window;             // WindowOperand::view over the new copy, its sum's dims reordered
+  std::vector<int> sums;   // the sum's dims, new position i holding old position sums[i]
+};
+/// The relayout of `w` (over a row-major source of `source_shape`; `batch` batch dims):
+/// the source dim walked by one sum dim alone with step 1 (by no row dim), of a size that
+/// is a multiple of 8, goes last. nullopt where no dim qualifies, where the source is laid
+/// out so already, or where a stride or size is symbolic.
+std::optional<ChannelsLast> channels_last(const WindowOperand& w,
+                                          const std::vector<Expr>& source_shape, size_t batch);
+/// A right operand `vb` ([batch..., M, K, N]) copied to go with a relayout: K split into
+/// the sum's dims `sum_dims` (sizes, in their old order), reordered as `sums` says, and the
+/// copy laid out [batch..., N, K] (its broadcast dims dropped). `copy` is its view of the
+/// operand's source and `read` the product's [batch..., M, K, N] view of it; nullopt
+/// where K does not split so.
+std::optional<OperandCopy> reordered_sum_copy(const View& vb, const std::vector<Expr>& sum_dims,
+                                              const std::vector<int>& sums);
+
 }  // namespace luminal::compiler

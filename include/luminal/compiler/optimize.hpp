@@ -39,6 +39,10 @@ struct OptimizeOptions {
   /// hlir-gemm-epilogues rules: for a backend whose library products add a bias row and a
   /// matrix as they store (cuBLASLt's bias epilogue and beta = 1).
   bool gemm_epilogues = false;
+  /// A product whose left operand is a row-major copy of a strided view (a convolution's
+  /// im2col columns) reading the view itself (WindowMatMulOp), the hlir-window-products
+  /// rules: for a backend with a kernel that gathers such an operand's tiles.
+  bool window_products = false;
   /// Attention's backward pass as three kernels over tiles of recomputed scores
   /// (AttentionGradOp), the hlir-attention-gradients rules, where the backend's kernels
   /// take queries, keys, values and the output's gradient of type t and head dims d

@@ -2,6 +2,7 @@
 #include "backends/cuda/attention_common.hpp"
 
 #include "backends/cuda/codegen.hpp"
+#include "backends/cuda/tensor_cores.hpp"
 #include "runtime/element_writer.hpp"
 
 namespace luminal::cudagen {
@@ -75,12 +76,6 @@ LUM_FN float lum_at_exp2(float x) {
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
-// Shared memory's own (32-bit) address of a pointer into it.
-LUM_FN uint32_t lum_at_smem(const void* p) {
-  uint32_t r;
-  asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(r) : "l"(p));
-  return r;
-}
 #if __CUDA_ARCH__ >= 800
 // 16 bytes from global to shared memory without registers; zeros where `bytes` is 0.
 // The copies since the last commit make one group; wait<N> returns once at most N
@@ -91,52 +86,23 @@ LUM_FN void lum_at_cp16(uint32_t dst, const void* src, int bytes) {
 LUM_FN void lum_at_commit() { asm volatile("cp.async.commit_group;"); }
 template <int N> LUM_FN void lum_at_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
 
-// Tensor-core pieces (sm_80 on): matrix loads from shared memory, m16n8k16 products
-// with f32 accumulators, and the conversions between their fragments and floats.
-// A 16 x 16 operand (four 8 x 8 matrices) from shared memory, each lane naming one row.
-// (Addresses are shared memory's own, 32 bits.)
-LUM_FN void lum_fa_ldsm(uint32_t (&r)[4], uint32_t at) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(at));
-}
-LUM_FN void lum_fa_ldsm_t(uint32_t (&r)[4], uint32_t at) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(at));
-}
-// c += a b for a 16 x 16 A (row-major fragments) and a 16 x 8 B of bf16 or f16.
-template <bool kBf16>
-LUM_FN void lum_fa_mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  if constexpr (kBf16)
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  else
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+// (The tensor-core pieces: tensor_cores.hpp.)
 // c0, c1 += the A operand (hi, and lo when split) times the 16 x 16 B operand at `at`
 // in shared memory (rows of k, or with kTrans rows of n): two 8-wide tiles of columns.
 template <bool kBf16, bool kTrans>
 LUM_FN void lum_fa_product(float (&c0)[4], float (&c1)[4], const uint32_t (&hi)[4],
                            const uint32_t (&lo)[4], uint32_t at) {
   uint32_t b[4];
-  if constexpr (kTrans) lum_fa_ldsm_t(b, at);
-  else lum_fa_ldsm(b, at);
-  lum_fa_mma<kBf16>(c0, hi, b[0], b[1]);
-  lum_fa_mma<kBf16>(c1, hi, b[2], b[3]);
+  if constexpr (kTrans) lum_ldsm_t(b, at);
+  else lum_ldsm(b, at);
+  lum_mma<kBf16>(c0, hi, b[0], b[1]);
+  lum_mma<kBf16>(c1, hi, b[2], b[3]);
 #if LUM_FA_SPLIT
-  lum_fa_mma<kBf16>(c0, lo, b[0], b[1]);
-  lum_fa_mma<kBf16>(c1, lo, b[2], b[3]);
+  lum_mma<kBf16>(c0, lo, b[0], b[1]);
+  lum_mma<kBf16>(c1, lo, b[2], b[3]);
 #endif
 }
-// Two floats rounded into one register (the first in the low half), and back.
-template <bool kBf16> LUM_FN uint32_t lum_fa_pack(float lo, float hi) {
-  uint32_t r;
-  if constexpr (kBf16) asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  else asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
+// Two floats in one register (tensor_cores.hpp: lum_pack_half2), and back.
 template <bool kBf16> LUM_FN float lum_fa_low(uint32_t r) {
   return kBf16 ? __uint_as_float(r << 16) : lum_h2f((uint16_t)(r & 0xffffu));
 }
@@ -145,9 +111,9 @@ template <bool kBf16> LUM_FN float lum_fa_high(uint32_t r) {
 }
 // x0, x1 as a register of two halves and, split, the remainders as another.
 template <bool kBf16> LUM_FN void lum_fa_split(float x0, float x1, uint32_t& hi, uint32_t& lo) {
-  hi = lum_fa_pack<kBf16>(x0, x1);
+  hi = lum_pack_half2<kBf16>(x0, x1);
 #if LUM_FA_SPLIT
-  lo = lum_fa_pack<kBf16>(x0 - lum_fa_low<kBf16>(hi), x1 - lum_fa_high<kBf16>(hi));
+  lo = lum_pack_half2<kBf16>(x0 - lum_fa_low<kBf16>(hi), x1 - lum_fa_high<kBf16>(hi));
 #endif
 }
 // Query rows staged for the products by the whole block: `n` rows of LUM_AT_D + 8
@@ -180,9 +146,9 @@ LUM_FN void lum_fa_load_queries(uint32_t (&qf)[NQ][4], uint32_t (&qlf)[NL][4], c
   const int r = first + lane % 8 + (lane / 8 % 2) * 8, c = (lane / 16) * 8;
 #pragma unroll
   for (int kk = 0; kk < NQ; ++kk) {
-    lum_fa_ldsm(qf[kk], lum_at_smem(qs + r * kQs + kk * 16 + c));
+    lum_ldsm(qf[kk], lum_smem_addr(qs + r * kQs + kk * 16 + c));
 #if LUM_FA_SPLIT
-    lum_fa_ldsm(qlf[kk], lum_at_smem(ql + r * kQs + kk * 16 + c));
+    lum_ldsm(qlf[kk], lum_smem_addr(ql + r * kQs + kk * 16 + c));
 #endif
   }
 }
@@ -488,7 +454,7 @@ LUM_FN void lum_fa_store(const LumAttnArgs& a, const float (&o)[NV][4], const fl
       for (int j = 0; j < NV; ++j) {
         const long long at = row_o[r] * LUM_AT_DV + j * 8 + 2 * t4;  // (even)
 #if LUM_FA_PAIRED_OUT
-        *(uint32_t*)((uint16_t*)a.out + at) = lum_fa_pack<kBf16>(o[j][2 * h] * inv, o[j][2 * h + 1] * inv);
+        *(uint32_t*)((uint16_t*)a.out + at) = lum_pack_half2<kBf16>(o[j][2 * h] * inv, o[j][2 * h + 1] * inv);
 #else
         LUM_AT_O::put(a.out, at, o[j][2 * h] * inv);
         LUM_AT_O::put(a.out, at + 1, o[j][2 * h + 1] * inv);
@@ -578,7 +544,7 @@ std::string attention_program(const AttentionOperands& operands,
   define("LUM_FA_KBF16", operands.k == DType::BF16 ? "true" : "false");
   define("LUM_FA_VBF16", operands.v == DType::BF16 ? "true" : "false");
   for (const auto& [name, value] : defines) define(name, value);
-  return source + kCommonSource + std::string(kernel);
+  return source + std::string(tensor_core_source()) + kCommonSource + std::string(kernel);
 }
 
 }  // namespace luminal::cudagen

@@ -42,17 +42,17 @@ LUM_FN void lum_ag_load_a(uint32_t (&f)[N][4], const uint16_t* tile, int first) 
   const int lane = threadIdx.x % 32;
   const int r = first + lane % 8 + (lane / 8 % 2) * 8, c = (lane / 16) * 8;
 #pragma unroll
-  for (int kk = 0; kk < N; ++kk) lum_fa_ldsm(f[kk], lum_at_smem(tile + r * (W + 8) + kk * 16 + c));
+  for (int kk = 0; kk < N; ++kk) lum_ldsm(f[kk], lum_smem_addr(tile + r * (W + 8) + kk * 16 + c));
 }
 // Each lane's row of the matrix loads of a staged tile of W halves a row read as the B
 // operand: across its rows (n) and along them (k), or transposed (k across rows).
 template <int W> LUM_FN uint32_t lum_ag_b_lane(const uint16_t* tile) {
   const int lane = threadIdx.x % 32;
-  return lum_at_smem(tile + (lane % 8 + (lane / 16) * 8) * (W + 8) + (lane / 8 % 2) * 8);
+  return lum_smem_addr(tile + (lane % 8 + (lane / 16) * 8) * (W + 8) + (lane / 8 % 2) * 8);
 }
 template <int W> LUM_FN uint32_t lum_ag_bt_lane(const uint16_t* tile) {
   const int lane = threadIdx.x % 32;
-  return lum_at_smem(tile + (lane % 8 + (lane / 8 % 2) * 8) * (W + 8) + (lane / 16) * 8);
+  return lum_smem_addr(tile + (lane % 8 + (lane / 8 % 2) * 8) * (W + 8) + (lane / 16) * 8);
 }
 // c[8][4] (64 columns of the warp's 16 rows) = a (16 x K, fragments) times the staged
 // tile at b_lane (64 rows of K halves) transposed.
@@ -103,9 +103,9 @@ LUM_FN void lum_ag_rows(const LumAttnArgs& a, const uint16_t* dout, const float*
   const int rows = (int)min((long long)kFaRows, a.shared_rows - tile * kFaRows);
   const long long first = block.point * a.shared_rows + tile * kFaRows;  // the tile's first row
   if (tid < kFaRows) row_m[tid] = mo + (tile * kFaRows + min(tid, rows - 1)) * a.sh_m[0];
-  lum_fa_fetch<LUM_AT_D>(lum_at_smem(qs), (const uint16_t*)a.q + qo + tile * kFaRows * a.sh_q[0],
+  lum_fa_fetch<LUM_AT_D>(lum_smem_addr(qs), (const uint16_t*)a.q + qo + tile * kFaRows * a.sh_q[0],
                          a.sh_q[0], rows, tid);
-  lum_fa_fetch<LUM_AT_DV>(lum_at_smem(os), dout + oo + tile * kFaRows * a.sh_o[0], a.sh_o[0], rows, tid);
+  lum_fa_fetch<LUM_AT_DV>(lum_smem_addr(os), dout + oo + tile * kFaRows * a.sh_o[0], a.sh_o[0], rows, tid);
   lum_at_wait<0>();
   __syncthreads();
   uint32_t qf[kAgNd][4], of[kAgNv][4];
@@ -135,8 +135,8 @@ LUM_FN void lum_ag_rows(const LumAttnArgs& a, const uint16_t* dout, const float*
   auto fetch = [&](long long kt, int buf) {  // two copy groups
     const int valid = (int)min((long long)kFaKeys, a.keys - kt * kFaKeys);
     uint16_t* const at = kv + buf * kAgKv;
-    lum_fa_fetch<LUM_AT_D>(lum_at_smem(at), kp + kt * kFaKeys * a.k_t, a.k_t, valid, tid);
-    lum_fa_fetch<LUM_AT_DV>(lum_at_smem(at + kFaKeys * kAgQs), vp + kt * kFaKeys * a.v_t, a.v_t, valid, tid);
+    lum_fa_fetch<LUM_AT_D>(lum_smem_addr(at), kp + kt * kFaKeys * a.k_t, a.k_t, valid, tid);
+    lum_fa_fetch<LUM_AT_DV>(lum_smem_addr(at + kFaKeys * kAgQs), vp + kt * kFaKeys * a.v_t, a.v_t, valid, tid);
   };
   LumFaTiles tiles(a, block.point, tile, key_tiles);
   int flags = 0, buf = 0;
@@ -229,7 +229,7 @@ LUM_FN void lum_ag_rows(const LumAttnArgs& a, const uint16_t* dout, const float*
 #pragma unroll
       for (int j = 0; j < LUM_AT_D / 8; ++j) {
         const long long at = (first + r) * LUM_AT_D + j * 8 + 2 * t4;
-        *(uint32_t*)((uint16_t*)a.out + at) = lum_fa_pack<kAgBf16>(dq[j][2 * h] * scale, dq[j][2 * h + 1] * scale);
+        *(uint32_t*)((uint16_t*)a.out + at) = lum_pack_half2<kAgBf16>(dq[j][2 * h] * scale, dq[j][2 * h + 1] * scale);
       }
     }
   }
@@ -269,8 +269,8 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS)
   long long qo, ko, vo, mo, oo;
   lum_at_point(a, point, qo, ko, vo, mo, oo);
   const int valid = (int)min((long long)kFaKeys, a.keys - kt * kFaKeys);
-  lum_fa_fetch<LUM_AT_D>(lum_at_smem(ks), (const uint16_t*)a.k + ko + kt * kFaKeys * a.k_t, a.k_t, valid, tid);
-  lum_fa_fetch<LUM_AT_DV>(lum_at_smem(vs), (const uint16_t*)a.v + vo + kt * kFaKeys * a.v_t, a.v_t, valid, tid);
+  lum_fa_fetch<LUM_AT_D>(lum_smem_addr(ks), (const uint16_t*)a.k + ko + kt * kFaKeys * a.k_t, a.k_t, valid, tid);
+  lum_fa_fetch<LUM_AT_DV>(lum_smem_addr(vs), (const uint16_t*)a.v + vo + kt * kFaKeys * a.v_t, a.v_t, valid, tid);
   lum_at_wait<0>();
   __syncthreads();
   uint32_t kf[kAgNd][4], vf[kAgNv][4];
@@ -298,9 +298,9 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS)
     const int rows = (int)min((long long)kFaRows, a.shared_rows - rt * kFaRows);
     const long long first = point * a.shared_rows + rt * kFaRows;
     uint16_t* const at = qo_tiles + buf * kAgQo;
-    lum_fa_fetch<LUM_AT_D>(lum_at_smem(at), (const uint16_t*)a.q + qo + rt * kFaRows * a.sh_q[0],
+    lum_fa_fetch<LUM_AT_D>(lum_smem_addr(at), (const uint16_t*)a.q + qo + rt * kFaRows * a.sh_q[0],
                            a.sh_q[0], rows, tid);
-    lum_fa_fetch<LUM_AT_DV>(lum_at_smem(at + kFaRows * kAgQs), dout + oo + rt * kFaRows * a.sh_o[0],
+    lum_fa_fetch<LUM_AT_DV>(lum_smem_addr(at + kFaRows * kAgQs), dout + oo + rt * kFaRows * a.sh_o[0],
                             a.sh_o[0], rows, tid);
     if (tid < kFaRows) {
       const int i = buf * kFaRows + tid;
@@ -360,10 +360,10 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS)
     uint16_t* o = (uint16_t*)a.out + (point * a.keys + kt * kFaKeys + key) * (LUM_AT_D + LUM_AT_DV);
 #pragma unroll
     for (int j = 0; j < LUM_AT_D / 8; ++j)
-      *(uint32_t*)(o + j * 8 + 2 * t4) = lum_fa_pack<kAgBf16>(dk[j][2 * h] * scale, dk[j][2 * h + 1] * scale);
+      *(uint32_t*)(o + j * 8 + 2 * t4) = lum_pack_half2<kAgBf16>(dk[j][2 * h] * scale, dk[j][2 * h + 1] * scale);
 #pragma unroll
     for (int j = 0; j < LUM_AT_DV / 8; ++j)
-      *(uint32_t*)(o + LUM_AT_D + j * 8 + 2 * t4) = lum_fa_pack<kAgBf16>(dv[j][2 * h], dv[j][2 * h + 1]);
+      *(uint32_t*)(o + LUM_AT_D + j * 8 + 2 * t4) = lum_pack_half2<kAgBf16>(dv[j][2 * h], dv[j][2 * h + 1]);
   }
 }
 )ATTN";

@@ -57,15 +57,15 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_mma(c
   lum_fa_load_queries(qf, qlf, qs, ql, warp * 16);
   __syncthreads();  // every warp has its queries: keys may overwrite them
   // Each lane's row of the matrix loads, as shared-memory byte addresses.
-  const uint32_t k_lane = lum_at_smem(ks + (lane % 8 + (lane / 16) * 8) * kFaQs + (lane / 8 % 2) * 8);
-  const uint32_t v_lane = lum_at_smem(vs + (lane % 8 + (lane / 8 % 2) * 8) * kFaVs + (lane / 16) * 8);
+  const uint32_t k_lane = lum_smem_addr(ks + (lane % 8 + (lane / 16) * 8) * kFaQs + (lane / 8 % 2) * 8);
+  const uint32_t v_lane = lum_smem_addr(vs + (lane % 8 + (lane / 8 % 2) * 8) * kFaVs + (lane / 16) * 8);
 
   const uint16_t* kp = (const uint16_t*)a.k + ko;
   const uint16_t* vp = (const uint16_t*)a.v + vo;
   const long long t_begin = split * a.keys_per_split;
   const long long t_end = min(a.keys, t_begin + a.keys_per_split);
   const long long kt_end = (t_end + kFaKeys - 1) / kFaKeys;
-  const uint32_t ks_at = lum_at_smem(ks), vs_at = lum_at_smem(vs), ms_at = lum_at_smem(ms);
+  const uint32_t ks_at = lum_smem_addr(ks), vs_at = lum_smem_addr(vs), ms_at = lum_smem_addr(ms);
   constexpr uint32_t kKeysBytes = kFaKeys * kFaQs * 2, kMaskBytes = kFaRows * kFaMaskStride;
   auto fetch_keys = [&](long long kt, int buf) {
     lum_fa_fetch<LUM_AT_D>(ks_at + buf * kKeysBytes, kp + kt * kFaKeys * a.k_t, a.k_t,

@@ -62,7 +62,7 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_strea
   const char* const k_lane = k0 + piece * 16;
   const char* const v_lane = v0 + piece * 16;
   unsigned char* const buffer = lum_st_buffer + warp * kStStages * kStStage;
-  const uint32_t buffer_at = lum_at_smem(buffer);
+  const uint32_t buffer_at = lum_smem_addr(buffer);
   const uint32_t key_at = buffer_at + sub * kStKeyRow + piece * 16;
   const uint32_t value_at = buffer_at + kStKeys * kStKeyRow + sub * kStValueRow + piece * 16;
   auto first_key = [&](int j) { return t_begin + ((long long)j * kStWarps + warp) * kStKeys; };

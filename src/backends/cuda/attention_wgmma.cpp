@@ -117,7 +117,7 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS, 1)
                         const __grid_constant__ LumTensorMap value_map) {
   lum_after_prior_grids();
   extern __shared__ __align__(1024) unsigned char lum_wg_raw[];
-  const uint32_t raw = lum_at_smem(lum_wg_raw), qs = (raw + 1023u) & ~1023u;
+  const uint32_t raw = lum_smem_addr(lum_wg_raw), qs = (raw + 1023u) & ~1023u;
   unsigned char* const shared = lum_wg_raw + (qs - raw);
   const uint32_t ks = qs + kWgQTiles * kWgQBytes, vs = ks + kWgKStages * kWgKBytes;
   // Barriers, one a stage: keys arrived, values arrived, keys released, values released.

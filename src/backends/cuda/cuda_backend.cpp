@@ -28,6 +28,7 @@
 #include "backends/cuda/quant_products.hpp"
 #include "backends/cuda/shared_products.hpp"
 #include "backends/cuda/top_k.hpp"
+#include "backends/cuda/window_products.hpp"
 #include "luminal/append_rows_op.hpp"
 #include "luminal/collective.hpp"
 #include "luminal/compiler/attention_op.hpp"
@@ -704,11 +705,11 @@ class CudaExecutable final : public Executable {
 
   // Library kernels: MatMul through the one-row kernel or cuBLASLt (MixedProducts where
   // one operand is f32 and the other half; MatMulAdd through the same two with its
-  // addends), QMatMul over half weights through the same two and over block formats
-  // through QuantProducts (QMatMulAdd, with its residual, the same; NormQMatMul through
-  // QuantProducts with its norm), Attention through its kernel; anything else (and one
-  // of those its kernels cannot read) by its reference semantics on the host, its
-  // operands copied over and back.
+  // addends), WindowMatMul through WindowProducts, QMatMul over half weights through the same two
+  // and over block formats through QuantProducts (QMatMulAdd, with its residual, the same;
+  // NormQMatMul through QuantProducts with its norm), Attention through its kernel; anything else
+  // (and one of those its kernels cannot read) by its reference semantics on the host, its operands
+  // copied over and back.
   void run_library(const Graph& user, size_t k, void* out, size_t out_bytes) {
     const Node& n = program_.graph->node(plan_.kernels[k].root);
     const std::vector<ConcreteView>& views = views_[k].get(n, user.dims());
@@ -727,6 +728,12 @@ class CudaExecutable final : public Executable {
         return;
     } else if (dynamic_cast<const compiler::MatMulAddOp*>(n.custom.get())) {
       if (product_with_addends(n, views, out)) return;
+    } else if (const auto* w = dynamic_cast<const compiler::WindowMatMulOp*>(n.custom.get())) {
+      const DType t = source_dtype(n, 0);
+      if (source_dtype(n, 1) == t && n.dtype == t &&
+          windows_.run(views[0], operand(n.inputs[0].source), views[1], operand(n.inputs[1].source),
+                       t, w->row_dims, out))
+        return;
     } else if (const auto* q = dynamic_cast<const compiler::QMatMulOp*>(n.custom.get())) {
       if (source_dtype(n, 0) == DType::F32 &&
           (mixed_.qmatmul(q->format, views[0], operand(n.inputs[0].source), views[1],
@@ -1241,6 +1248,7 @@ class CudaExecutable final : public Executable {
   cudagen::MixedProducts mixed_;
   cudagen::QuantProducts quant_;
   cudagen::ExpertProducts experts_{*device_, quant_, copy_view_};
+  cudagen::WindowProducts windows_{*device_, searcher_, gemm_, copy_view_};
   std::vector<uint32_t> formats_;        // run_experts': each stack's format
   std::vector<const void*> stack_data_;  // and data, kept for their capacity
   runtime::Liveness liveness_;
@@ -1342,12 +1350,13 @@ namespace cudagen {
 std::vector<std::string> library_sources(const Graph& g, const compiler::KernelPlan& plan) {
   std::vector<std::string> sources;
   std::vector<uint32_t> formats;
-  bool products = false, custom = false, top_k = false, float_experts = false;
+  bool products = false, custom = false, top_k = false, float_experts = false, windows = false;
   for (const compiler::Kernel& k : plan.kernels) {
     const Node& n = g.node(k.root);
     if (n.op != Op::Custom) continue;
     custom = true;
     top_k |= dynamic_cast<const TopKOp*>(n.custom.get()) != nullptr;
+    windows |= dynamic_cast<const compiler::WindowMatMulOp*>(n.custom.get()) != nullptr;
     if (dynamic_cast<const ExpertMatMulOp*>(n.custom.get()))
       for (size_t i = 2; i < n.inputs.size(); ++i) {
         const uint32_t q = g.node(plan.canon(n.inputs[i].source)).quant;
@@ -1376,6 +1385,7 @@ std::vector<std::string> library_sources(const Graph& g, const compiler::KernelP
   }
   if (custom) sources.push_back(copy_view_source());
   if (top_k) sources.push_back(top_k_source());
+  if (windows) sources.push_back(window_products_source());
   if (float_experts) sources.push_back(expert_products_source());
   return sources;
 }
@@ -1386,6 +1396,7 @@ CompiledProgram compile_program(const Graph& graph, const std::string& arch, boo
                         graph, fuse ? compiler::Fusion::RecomputeShared : compiler::Fusion::Off,
                         {.product_fusions = true,
                          .gemm_epilogues = true,
+                         .window_products = true,
                          .attention_gradients = cudagen::attention_grad_supports,
                          .avoid = avoid},
                         /*computed_masks=*/true),
