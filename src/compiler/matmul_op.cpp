@@ -62,8 +62,19 @@ Buffer WindowMatMulOp::run(const std::vector<Buffer>& in,
                            const std::vector<int64_t>& /*out_shape*/, DType out_dtype) const {
   // The left operand's [batch..., R.., C.., N] elements lie in the order of the right
   // operand's [batch..., M, K, N].
-  return sum_of_products(in[0], shapes[1], out_dtype,
-                         [&](size_t at, int64_t) { return in[1].get_f64(at); });
+  const Buffer y = sum_of_products(in[0], shapes[1], out_dtype,
+                                   [&](size_t at, int64_t) { return in[1].get_f64(at); });
+  if (!transposed) return y;
+  const std::vector<int64_t>& s = shapes[1];
+  const size_t r = s.size();
+  const int64_t m = s[r - 3], n = s[r - 1];
+  Buffer out(out_dtype, y.numel());
+  for (int64_t b = 0; b < static_cast<int64_t>(y.numel()) / (m * n); ++b)
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j)
+        out.set_f64(static_cast<size_t>((b * n + j) * m + i),
+                    y.get_f64(static_cast<size_t>((b * m + i) * n + j)));
+  return out;
 }
 
 std::string QMatMulOp::name() const {
@@ -238,50 +249,82 @@ std::optional<WindowOperand> window_operand(const View& va, const View& vw) {
   return WindowOperand{vw.expand_dim(static_cast<int>(dims.size()), va.shape()[r - 1]), row_dims};
 }
 
+namespace {
+
+// How a strided view walks a row-major value: for each of the view's dims, the value's
+// dim it walks (-1: none, a dim of 1 or stride 0) and its step there (the outermost dim
+// whose row stride divides the view's stride). Walks that stay inside their dim: then
+// the index along each value dim is the sum of its walks, in any layout of the value.
+struct Walks {
+  std::vector<int> dim;
+  std::vector<int64_t> step, view_size, value_size;
+};
+std::optional<Walks> walks_of(const View& v, const std::vector<Expr>& shape) {
+  const size_t rank = v.rank(), rx = shape.size();
+  if (rx == 0 || !(v.offset() == Expr(0))) return std::nullopt;
+  Walks w{std::vector<int>(rank, -1), std::vector<int64_t>(rank, 0), std::vector<int64_t>(rank),
+          std::vector<int64_t>(rx)};
+  std::vector<int64_t> row(rx, 1), reach(rx, 0);
+  for (size_t e = 0; e < rx; ++e) {
+    const std::optional<int64_t> s = shape[e].as_const();
+    if (!s || *s <= 0) return std::nullopt;
+    w.value_size[e] = *s;
+  }
+  for (size_t e = rx - 1; e-- > 0;) row[e] = row[e + 1] * w.value_size[e + 1];
+  for (size_t d = 0; d < rank; ++d) {
+    const std::optional<int64_t> n = v.shape()[d].as_const(), st = v.strides()[d].as_const();
+    if (!n || !st || *st < 0) return std::nullopt;
+    w.view_size[d] = *n;
+    if (*n == 1 || *st == 0) continue;
+    size_t e = 0;
+    while (row[e] > *st || *st % row[e] != 0) ++e;  // (row[rx - 1] = 1 divides any)
+    w.dim[d] = static_cast<int>(e);
+    w.step[d] = *st / row[e];
+    reach[e] += w.step[d] * (*n - 1);
+  }
+  for (size_t e = 0; e < rx; ++e)
+    if (reach[e] > w.value_size[e] - 1) return std::nullopt;
+  return w;
+}
+
+// The view's strides over the value laid out with its dims in `order` (outermost first).
+std::vector<Expr> strides_over(const Walks& w, const std::vector<int>& order) {
+  std::vector<int64_t> row(w.value_size.size(), 1);  // by the value's dim
+  for (size_t i = order.size() - 1; i-- > 0;)
+    row[static_cast<size_t>(order[i])] =
+        row[static_cast<size_t>(order[i + 1])] * w.value_size[static_cast<size_t>(order[i + 1])];
+  std::vector<Expr> strides;
+  for (size_t d = 0; d < w.dim.size(); ++d)
+    strides.push_back(w.dim[d] < 0 ? Expr(0)
+                                   : Expr(w.step[d] * row[static_cast<size_t>(w.dim[d])]));
+  return strides;
+}
+
+}  // namespace
+
 std::optional<ChannelsLast> channels_last(const WindowOperand& w,
                                           const std::vector<Expr>& source_shape, size_t batch) {
   const View& v = w.view;
   const size_t rank = v.rank(), rx = source_shape.size();
   const size_t first_sum = batch + w.row_dims, end_sum = rank - 1;  // (N, broadcast, is last)
-  if (rx == 0 || !(v.offset() == Expr(0))) return std::nullopt;
-  std::vector<int64_t> size(rx), row(rx, 1);
-  for (size_t e = 0; e < rx; ++e) {
-    const std::optional<int64_t> s = source_shape[e].as_const();
-    if (!s || *s <= 0) return std::nullopt;
-    size[e] = *s;
-  }
-  for (size_t e = rx - 1; e-- > 0;) row[e] = row[e + 1] * size[e + 1];
-  // The source dim each window dim walks, and its step there: the outermost dim whose
-  // row stride divides the window dim's stride.
-  std::vector<int> walks(rank, -1);
-  std::vector<int64_t> step(rank, 0), dims(rank), reach(rx, 0);
-  for (size_t d = 0; d < rank; ++d) {
-    const std::optional<int64_t> n = v.shape()[d].as_const(), st = v.strides()[d].as_const();
-    if (!n || !st || *st < 0) return std::nullopt;
-    dims[d] = *n;
-    if (*n == 1 || *st == 0) continue;
-    size_t e = 0;
-    while (row[e] > *st || *st % row[e] != 0) ++e;  // (row[rx - 1] = 1 divides any)
-    walks[d] = static_cast<int>(e);
-    step[d] = *st / row[e];
-    reach[e] += step[d] * (*n - 1);
-  }
-  // Walks that stay inside their dim: then the index along each source dim is the sum of
-  // its walks, in any layout of the source.
-  for (size_t e = 0; e < rx; ++e)
-    if (reach[e] > size[e] - 1) return std::nullopt;
+  const std::optional<Walks> walks = walks_of(v, source_shape);
+  if (!walks) return std::nullopt;
+  // The source dim walked by one sum dim alone, step 1, by no row dim, in eights.
   int inner = -1;
   size_t inner_sum = 0;
   for (size_t e = 0; e < rx; ++e) {
     int sums = 0, rows = 0;
     size_t by = 0;
     for (size_t d = 0; d < rank; ++d) {
-      if (walks[d] != static_cast<int>(e)) continue;
+      if (walks->dim[d] != static_cast<int>(e)) continue;
       if (d >= first_sum && d < end_sum) ++sums, by = d;
       if (d >= batch && d < first_sum) ++rows;
     }
-    if (sums != 1 || rows != 0 || step[by] != 1 || dims[by] % 8 != 0 || size[e] % 8 != 0) continue;
-    if (inner < 0 || size[e] > size[static_cast<size_t>(inner)])
+    const int64_t size = walks->value_size[e];
+    if (sums != 1 || rows != 0 || walks->step[by] != 1 || walks->view_size[by] % 8 != 0 ||
+        size % 8 != 0)
+      continue;
+    if (inner < 0 || size > walks->value_size[static_cast<size_t>(inner)])
       inner = static_cast<int>(e), inner_sum = by;
   }
   if (inner < 0 || (inner == static_cast<int>(rx) - 1 && inner_sum == end_sum - 1))
@@ -290,25 +333,32 @@ std::optional<ChannelsLast> channels_last(const WindowOperand& w,
   for (size_t e = 0; e < rx; ++e)
     if (e != static_cast<size_t>(inner)) out.order.push_back(static_cast<int>(e));
   out.order.push_back(inner);
-  std::vector<int64_t> new_row(rx, 1);  // row strides of the new copy, by source dim
-  for (size_t i = rx - 1; i-- > 0;)
-    new_row[static_cast<size_t>(out.order[i])] = new_row[static_cast<size_t>(out.order[i + 1])] *
-                                                 size[static_cast<size_t>(out.order[i + 1])];
-  std::vector<Expr> shape, strides, lo(rank, Expr(0));
-  for (size_t d = 0; d < rank; ++d) {
-    shape.push_back(v.shape()[d]);
-    strides.push_back(walks[d] < 0 ? Expr(0)
-                                   : Expr(step[d] * new_row[static_cast<size_t>(walks[d])]));
-  }
-  std::vector<int> perm;
+  const std::vector<Expr> shape = v.shape(), lo(rank, Expr(0));
+  std::vector<int> perm;  // inner_sum moved to the end of the sum's dims
   for (size_t d = 0; d < rank; ++d)
     if (d != inner_sum && d != end_sum) perm.push_back(static_cast<int>(d));
   perm.insert(perm.begin() + static_cast<std::ptrdiff_t>(end_sum - 1), static_cast<int>(inner_sum));
   perm.push_back(static_cast<int>(end_sum));
-  out.window = View::from_parts(shape, strides, 0, lo, shape).permute(perm);
+  out.window = View::from_parts(shape, strides_over(*walks, out.order), 0, lo, shape).permute(perm);
   for (size_t d = first_sum; d < end_sum; ++d)
     out.sums.push_back(static_cast<int>(static_cast<size_t>(perm[d]) - first_sum));
   return out;
+}
+
+std::optional<View> transposed_read(const View& vo, const std::vector<Expr>& value_shape) {
+  const size_t r = value_shape.size();
+  const std::optional<Walks> walks = r >= 2 ? walks_of(vo, value_shape) : std::nullopt;
+  if (!walks) return std::nullopt;
+  int innermost = -1;
+  for (size_t d = 0; d < vo.rank(); ++d)
+    if (walks->dim[d] >= 0) innermost = walks->dim[d];
+  if (innermost != static_cast<int>(r) - 2) return std::nullopt;
+  std::vector<int> order(r);
+  for (size_t e = 0; e < r; ++e) order[e] = static_cast<int>(e);
+  std::swap(order[r - 2], order[r - 1]);
+  std::vector<Expr> lo, hi;
+  for (size_t d = 0; d < vo.rank(); ++d) lo.push_back(vo.mask_lo(d)), hi.push_back(vo.mask_hi(d));
+  return View::from_parts(vo.shape(), strides_over(*walks, order), 0, lo, hi);
 }
 
 std::optional<OperandCopy> reordered_sum_copy(const View& vb, const std::vector<Expr>& sum_dims,

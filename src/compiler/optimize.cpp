@@ -2,6 +2,7 @@
 #include "luminal/compiler/optimize.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <map>
@@ -151,6 +152,19 @@ class Lowering {
     for (NodeId o : g_.outputs()) count += is_c(o);
     return count;
   }
+  // Whether every edge that reads class `c` reads it through view `v` (and no output is
+  // it): as one reader would.
+  bool read_only_through(const eg::EGraph& e, ClassId c, const View& v) const {
+    c = e.find(c);
+    auto is_c = [&](NodeId n) { return cls_[n.value].valid() && e.find(cls_[n.value]) == c; };
+    for (uint32_t i = 0; i < g_.num_nodes(); ++i)
+      if (cls_[i].valid())
+        for (const Edge& in : g_.node(NodeId{i}).inputs)
+          if (is_c(in.source) && !(in.view == v)) return false;
+    for (NodeId o : g_.outputs())
+      if (is_c(o)) return false;
+    return true;
+  }
   // The class of (View $v x) in `e`, added where it is new.
   ClassId view_node(eg::EGraph& e, const View& v, ClassId x) {
     return e.add(Symbol::of("View"), AttrList::of({Attr::of_int(view_id(v))}),
@@ -201,8 +215,10 @@ double kernel_cost(const eg::EGraph& g, uint32_t node) {
   if (op == "View") return 0.001;
   if (op == "Input" || op == "Constant" || op == "Iota") return 0.01;
   if (op == "MatMul" || op == "QMatMul" || op == "NormQMatMul" || op == "QMatMulAdd" ||
-      op == "Attention" || op == "WindowMatMul")
+      op == "Attention")
     return 1;
+  // Stored transposed, below the form its reader would read across (as MatMulAdd below).
+  if (op == "WindowMatMul") return g.node_attrs(node).get()[1].bits ? 0.99 : 1;
   // Attention's gradients replace products over materialised [M, T] scores that read
   // what they read: with the Stats they read, below the product, which the most
   // expensive path alone does not tell from them.
@@ -305,11 +321,14 @@ class Rebuild {
       Node n;
       n.op = Op::Custom;
       for (ClassId ch : children) n.inputs.push_back(edge(ch));
-      n.custom = std::make_shared<WindowMatMulOp>(static_cast<size_t>(attrs[0].bits));
+      const bool transposed = attrs[1].bits != 0;
+      n.custom = std::make_shared<WindowMatMulOp>(static_cast<size_t>(attrs[0].bits), transposed);
       n.dtype = g.node(n.inputs[0].source).dtype;
-      // [batch..., M, N]: the right operand's [batch..., M, K, N] without K.
+      // [batch..., M, N] (transposed: [batch..., N, M]): the right operand's
+      // [batch..., M, K, N] without K.
       n.shape = n.inputs[1].view.shape();
       n.shape.erase(n.shape.end() - 2);
+      if (transposed) std::swap(n.shape[n.shape.size() - 2], n.shape.back());
       id = g.add_node(std::move(n));
     } else if (op == "AttentionStats" || op == "AttentionGradQ" || op == "AttentionGradKV") {
       Node n;
@@ -507,6 +526,58 @@ std::optional<uint32_t> node_of(const eg::EGraph& e, ClassId c, std::string_view
   for (uint32_t n : e.node_ids(e.find(c)))
     if (e.node_op(n).name() == op) return n;
   return std::nullopt;
+}
+
+// The operands of the WindowMatMul computing MatMul((View $va (Contiguous (View $vw ?x))),
+// (View $vb ?b)) for `a` = ($va $vw ?x $vb ?b): x read through $vw
+// (compiler::window_operand); where x is itself a copy (of a view vp of y: a padded
+// image), that copy laid out channels last instead and b's sum reordered to match
+// (compiler::channels_last). Both operands f16 or both bf16 (the kernels that take it
+// run on tensor cores); nullopt otherwise.
+struct WindowProduct {
+  std::array<ClassId, 2> children;
+  size_t rows;
+  bool channels_last;
+  AttrList attrs(bool transposed) const {
+    return AttrList::of({Attr::of_int(static_cast<int64_t>(rows)), Attr::of_int(transposed)});
+  }
+};
+std::optional<WindowProduct> window_product(Lowering& low, eg::EGraph& e,
+                                            std::span<const eg::Value> a) {
+  const auto dt = low.dtype(e, a[2]);
+  if ((dt != DType::F16 && dt != DType::BF16) || low.dtype(e, a[4]) != dt ||
+      low.quantized_input(e, a[2]) || low.quantized_input(e, a[4]))
+    return std::nullopt;
+  // (Copies: adding views below may move low.views.)
+  const View va = low.view(a[0]), vw = low.view(a[1]), vb = low.view(a[3]);
+  const std::optional<WindowOperand> w = window_operand(va, vw);
+  if (!w) return std::nullopt;
+  const auto copy = [&](const View& v, ClassId source) {
+    const ClassId c =
+        e.add(Symbol::of("Contiguous"), {}, std::vector<ClassId>{low.view_node(e, v, source)});
+    low.dtype_of[e.find(c).v] = *dt;
+    return c;
+  };
+  const std::optional<uint32_t> x_copy = node_of(e, a[2].c, "Contiguous");
+  const std::optional<uint32_t> vp_node =
+      x_copy ? node_of(e, e.node_children(*x_copy)[0], "View") : std::nullopt;
+  if (vp_node) {
+    const View vp = low.views[static_cast<size_t>(e.node_attrs(*vp_node).get()[0].bits)];
+    const ClassId y = e.node_children(*vp_node)[0];
+    const size_t batch = vb.rank() - 3;
+    if (const std::optional<ChannelsLast> cl = channels_last(*w, vp.shape(), batch)) {
+      const std::vector<Expr> sum_dims(
+          w->view.shape().begin() + static_cast<std::ptrdiff_t>(batch + w->row_dims),
+          w->view.shape().end() - 1);
+      if (const std::optional<OperandCopy> bc = reordered_sum_copy(vb, sum_dims, cl->sums))
+        return WindowProduct{{low.view_node(e, cl->window, copy(vp.permute(cl->order), y)),
+                              low.view_node(e, bc->read, copy(bc->copy, a[4].c))},
+                             w->row_dims,
+                             true};
+    }
+  }
+  return WindowProduct{
+      {low.view_node(e, w->view, a[2].c), low.view_node(e, vb, a[4].c)}, w->row_dims, false};
 }
 
 // `v` without its last dim, which it reads broadcast (stride 0).
@@ -820,49 +891,38 @@ Optimized optimize(const Graph& g, const OptimizeOptions& options) {
     const ClassId children[] = {operand(copy_a, *ca, va, a[2].c), operand(copy_b, *cb, vb, a[4].c)};
     return e.add(Symbol::of("MatMul"), {}, children);
   };
-  // (call product-of-windows $va $vw ?x $vb ?b): MatMul((View $va (Contiguous (View $vw
-  // ?x))), (View $vb ?b)) reading x through $vw (compiler::window_operand), both operands
-  // f16 or both bf16 (the kernels that take it run on tensor cores).
+  // (call product-of-windows $va $vw ?x $vb ?b): the product as a WindowMatMul
+  // (window_product).
   fns.appliers["product-of-windows"] =
       [&low](eg::EGraph& e, std::span<const eg::Value> a) -> std::optional<ClassId> {
-    const auto dt = low.dtype(e, a[2]);
-    if ((dt != DType::F16 && dt != DType::BF16) || low.dtype(e, a[4]) != dt ||
-        low.quantized_input(e, a[2]) || low.quantized_input(e, a[4]))
-      return std::nullopt;
-    // (Copies: adding views below may move low.views.)
-    const View va = low.view(a[0]), vw = low.view(a[1]), vb = low.view(a[3]);
-    const std::optional<WindowOperand> w = window_operand(va, vw);
+    const std::optional<WindowProduct> w = window_product(low, e, a);
     if (!w) return std::nullopt;
-    const AttrList rows = AttrList::of({Attr::of_int(static_cast<int64_t>(w->row_dims))});
-    const auto copy = [&](const View& v, ClassId source) {
-      const ClassId c =
-          e.add(Symbol::of("Contiguous"), {}, std::vector<ClassId>{low.view_node(e, v, source)});
-      low.dtype_of[e.find(c).v] = *dt;
-      return c;
-    };
-    // Where x is itself a copy (of a view vp of y: the padded image), that copy laid out
-    // channels last instead, and b's sum reordered to match (compiler::channels_last).
-    if (const std::optional<uint32_t> x_copy = node_of(e, a[2].c, "Contiguous")) {
-      const ClassId inner = e.node_children(*x_copy)[0];
-      if (const std::optional<uint32_t> vp_node = node_of(e, inner, "View")) {
-        const View vp = low.views[static_cast<size_t>(e.node_attrs(*vp_node).get()[0].bits)];
-        const ClassId y = e.node_children(*vp_node)[0];
-        const size_t batch = vb.rank() - 3;
-        if (const std::optional<ChannelsLast> cl = channels_last(*w, vp.shape(), batch)) {
-          const std::vector<Expr> sum_dims(
-              w->view.shape().begin() + static_cast<std::ptrdiff_t>(batch + w->row_dims),
-              w->view.shape().end() - 1);
-          if (const std::optional<OperandCopy> bc = reordered_sum_copy(vb, sum_dims, cl->sums)) {
-            const ClassId children[] = {
-                low.view_node(e, cl->window, copy(vp.permute(cl->order), y)),
-                low.view_node(e, bc->read, copy(bc->copy, a[4].c))};
-            return e.add(Symbol::of("WindowMatMul"), rows, children);
-          }
-        }
-      }
-    }
-    const ClassId children[] = {low.view_node(e, w->view, a[2].c), low.view_node(e, vb, a[4].c)};
-    return e.add(Symbol::of("WindowMatMul"), rows, children);
+    return e.add(Symbol::of("WindowMatMul"), w->attrs(false), w->children);
+  };
+  // (call product-of-windows-transposed $vo $va $vw ?x $vb ?b): the same product read
+  // through $vo alone, along its rows (a convolution's output read as NCHW):
+  // one that stores its output transposed, read through $vo over that (transposed_read).
+  fns.appliers["product-of-windows-transposed"] =
+      [&low](eg::EGraph& e, std::span<const eg::Value> a) -> std::optional<ClassId> {
+    const std::optional<WindowProduct> w = window_product(low, e, a.subspan(1));
+    if (!w) return std::nullopt;
+    const View vo = low.view(a[0]), va = low.view(a[1]), vb = low.view(a[4]);
+    const std::optional<ClassId> copy_read = viewed(e, a[2], a[3].c);
+    const std::optional<ClassId> copy =
+        copy_read ? e.lookup(Symbol::of("Contiguous"), {}, std::span(&*copy_read, 1))
+                  : std::nullopt;
+    const std::optional<ClassId> a_view = copy ? viewed(e, a[1], *copy) : std::nullopt;
+    const std::optional<ClassId> b_view = viewed(e, a[4], a[5].c);
+    if (!a_view || !b_view) return std::nullopt;
+    const ClassId operands[] = {e.find(*a_view), e.find(*b_view)};
+    const std::optional<ClassId> product = e.lookup(Symbol::of("MatMul"), {}, operands);
+    if (!product || !low.read_only_through(e, *product, vo)) return std::nullopt;
+    std::vector<Expr> out = vb.shape();
+    out[out.size() - 3] = va.shape()[va.rank() - 3];
+    out.erase(out.end() - 2);
+    const std::optional<View> read = transposed_read(vo, out);
+    if (!read) return std::nullopt;
+    return low.view_node(e, *read, e.add(Symbol::of("WindowMatMul"), w->attrs(true), w->children));
   };
   // (qgemm $axis $va $vb ?w): x W^T with W a block-stored input.
   fns.predicates["qgemm"] = [&low](const eg::EGraph& e, std::span<const eg::Value> a) {

@@ -202,18 +202,46 @@ TEST(Cuda, ConvolutionsReadTheirWindowsInPlace) {
     std::vector<int64_t> x, w;
     ConvOptions o;
     DType t;
-    const char* kernel;  // the cost model's pick: runs of eight (channels last) or any strides
+    // The cost model's pick: runs of eight (channels last) or any strides; and with a ReLU
+    // after, which reads the output as NCHW, for the output stored so.
+    const char* kernel;
+    const char* transposed;
   };
   const std::vector<Case> cases = {
-      {{2, 16, 9, 11}, {24, 16, 3, 3}, {.padding = 1}, DType::BF16, "runs n64"},
-      {{2, 16, 9, 11}, {24, 16, 3, 3}, {.padding = 1}, DType::F16, "runs n64"},
-      {{3, 3, 20, 17}, {70, 3, 7, 7}, {.stride = 2, .padding = 3}, DType::BF16, "tiles n64"},
-      {{2, 32, 8, 8}, {64, 32, 1, 1}, {.stride = 2}, DType::BF16, "tiles n64"},
-      {{2, 8, 12, 12}, {16, 8, 3, 3}, {.padding = 2, .dilation = 2}, DType::F16, "runs n64"},
-      {{2, 16, 10, 10}, {32, 8, 3, 3}, {.padding = 1, .groups = 2}, DType::BF16, "runs n64"},
-      {{2, 12, 10, 10}, {24, 4, 3, 3}, {.padding = 1, .groups = 3}, DType::BF16, "tiles n64"},
-      {{2, 8, 33}, {12, 8, 5}, {.padding = 2}, DType::BF16, "runs n64"},
-      {{1, 64, 40, 40}, {192, 64, 3, 3}, {.padding = 1}, DType::BF16, "runs n64"},
+      {{2, 16, 9, 11}, {24, 16, 3, 3}, {.padding = 1}, DType::BF16, "runs 128x64", "runs 64x128"},
+      {{2, 16, 9, 11}, {24, 16, 3, 3}, {.padding = 1}, DType::F16, "runs 128x64", "runs 64x128"},
+      {{3, 3, 20, 17},
+       {70, 3, 7, 7},
+       {.stride = 2, .padding = 3},
+       DType::BF16,
+       "tiles 128x64",
+       "tiles 128x64, transposed after"},
+      {{2, 32, 8, 8},
+       {64, 32, 1, 1},
+       {.stride = 2},
+       DType::BF16,
+       "tiles 128x64",
+       "tiles 128x64, transposed after"},
+      {{2, 8, 12, 12},
+       {16, 8, 3, 3},
+       {.padding = 2, .dilation = 2},
+       DType::F16,
+       "runs 128x64",
+       "runs 64x128"},
+      {{2, 16, 10, 10},
+       {32, 8, 3, 3},
+       {.padding = 1, .groups = 2},
+       DType::BF16,
+       "runs 128x64",
+       "runs 64x128"},
+      {{2, 12, 10, 10},
+       {24, 4, 3, 3},
+       {.padding = 1, .groups = 3},
+       DType::BF16,
+       "tiles 128x64",
+       "tiles 128x64, transposed after"},
+      {{2, 8, 33}, {12, 8, 5}, {.padding = 2}, DType::BF16, "runs 128x64", "runs 64x128"},
+      {{1, 64, 40, 40}, {192, 64, 3, 3}, {.padding = 1}, DType::BF16, "runs 128x64", "runs 128x64"},
   };
   std::mt19937 rng(3);
   for (const Case& c : cases) {
@@ -233,7 +261,8 @@ TEST(Cuda, ConvolutionsReadTheirWindowsInPlace) {
       return v;
     };
     const std::vector<double> xv = eighths(numel(c.x)), wv = eighths(numel(c.w));
-    for (const char* mode : {"fast", "off"}) {
+    for (const auto& [mode, relu] : {std::pair{"fast", false}, std::pair{"off", false},
+                                     std::pair{"fast", true}, std::pair{"off", true}}) {
       const testing::ScopedCacheDir cache("window-products");
       const testing::ScopedEnv log("LUMINAL_LOG", "info");
       const testing::ScopedEnv search("LUMINAL_SEARCH", mode);
@@ -242,7 +271,9 @@ TEST(Cuda, ConvolutionsReadTheirWindowsInPlace) {
       Tensor w = cx.named_tensor("w", std::vector<Expr>(c.w.begin(), c.w.end()), c.t);
       x.set_buffer(Buffer::from_doubles(xv, c.t));
       w.set_buffer(Buffer::from_doubles(wv, c.t));
-      Tensor y = (c.x.size() == 3 ? conv1d(x, w, {}, c.o) : conv2d(x, w, {}, c.o)).retrieve();
+      Tensor y = c.x.size() == 3 ? conv1d(x, w, {}, c.o) : conv2d(x, w, {}, c.o);
+      if (relu) y = y.relu();
+      y.retrieve();
       const std::vector<float> want = testing::run_outputs(cx, reference(), {y})[0];
       ::testing::internal::CaptureStderr();
       const std::vector<float> got = testing::run_outputs(cx, cuda(), {y})[0];
@@ -250,13 +281,17 @@ TEST(Cuda, ConvolutionsReadTheirWindowsInPlace) {
       EXPECT_EQ(cx.last_run_stats().host_fallbacks, 0u) << what;
       if (std::string(mode) == "fast") {
         EXPECT_NE(err.find("luminal: search window"), std::string::npos) << what << ":\n" << err;
-        EXPECT_NE(err.find(std::string("the cost model's pick ") + c.kernel), std::string::npos)
-            << what << ":\n"
-            << err;
+        // (A grouped convolution's output is copied to merge its groups, which reads it
+        // as NCHW too.)
+        const bool nchw = relu || c.o.groups > 1;
+        const std::string pick =
+            std::string("the cost model's pick ") + (nchw ? c.transposed : c.kernel);
+        EXPECT_NE(err.find(pick), std::string::npos) << what << ":\n" << err;
+        EXPECT_EQ(err.find(" transposed ") != std::string::npos, nchw) << what << ":\n" << err;
       }
       EXPECT_EQ(err.find("is wrong"), std::string::npos) << what << ":\n" << err;
       ASSERT_EQ(got.size(), want.size()) << what;
-      ASSERT_EQ(got, want) << what << " search " << mode;
+      ASSERT_EQ(got, want) << what << " search " << mode << (relu ? " relu" : "");
     }
   }
 }

@@ -1,7 +1,7 @@
 // Convolutions' products read their windows in place (rules hlir-window-products): the
 // MatMul over im2col columns becomes a WindowMatMul over the image (laid out channels
 // last where the channels split into 16-byte runs), whose reference semantics give what
-// the primitives give.
+// the primitives give; stored NCHW where the output is read so.
 #include <gtest/gtest.h>
 
 #include <numeric>
@@ -53,30 +53,41 @@ TEST(WindowProducts, ConvolutionsReadTheirWindowsAndMatchThePrimitives) {
   };
   std::mt19937 rng(7);
   for (const ConvCase& c : cases) {
-    Graph cx;
-    Tensor x = cx.named_tensor("x", std::vector<Expr>(c.x.begin(), c.x.end()), c.t);
-    Tensor w = cx.named_tensor("w", std::vector<Expr>(c.w.begin(), c.w.end()), c.t);
-    x.set_buffer(small_values(rng, c.x, c.t));
-    w.set_buffer(small_values(rng, c.w, c.t));
-    Tensor y = (c.x.size() == 3 ? conv1d(x, w, {}, c.o) : conv2d(x, w, {}, c.o)).retrieve();
-    const compiler::Optimized opt = compiler::optimize(cx, {.window_products = true});
-    const Node* product = nullptr;
-    for (uint32_t i = 0; i < opt.graph->num_nodes(); ++i) {
-      const Node& n = opt.graph->node(NodeId{i});
-      if (dynamic_cast<const compiler::WindowMatMulOp*>(n.custom.get())) product = &n;
-      EXPECT_FALSE(dynamic_cast<const compiler::MatMulOp*>(n.custom.get())) << label(c);
+    const Buffer xv = small_values(rng, c.x, c.t), wv = small_values(rng, c.w, c.t);
+    for (const bool relu : {false, true}) {
+      const std::string what = label(c) + (relu ? " relu" : "");
+      Graph cx;
+      Tensor x = cx.named_tensor("x", std::vector<Expr>(c.x.begin(), c.x.end()), c.t);
+      Tensor w = cx.named_tensor("w", std::vector<Expr>(c.w.begin(), c.w.end()), c.t);
+      x.set_buffer(xv);
+      w.set_buffer(wv);
+      Tensor y = c.x.size() == 3 ? conv1d(x, w, {}, c.o) : conv2d(x, w, {}, c.o);
+      if (relu) y = y.relu();
+      y.retrieve();
+      const compiler::Optimized opt = compiler::optimize(cx, {.window_products = true});
+      const Node* product = nullptr;
+      for (uint32_t i = 0; i < opt.graph->num_nodes(); ++i) {
+        const Node& n = opt.graph->node(NodeId{i});
+        if (dynamic_cast<const compiler::WindowMatMulOp*>(n.custom.get())) product = &n;
+        EXPECT_FALSE(dynamic_cast<const compiler::MatMulOp*>(n.custom.get())) << what;
+      }
+      ASSERT_NE(product, nullptr) << what << "\n" << opt.graph->to_text();
+      // The sum's last dim walks the channels, one by one, where the image was laid out
+      // again (not where the channels are too few, nor where the image is read as it is
+      // given: a convolution without padding).
+      const View& a = product->inputs[0].view;
+      const bool channels =
+          a.shape()[a.rank() - 2] == Expr(c.w[1]) && a.strides()[a.rank() - 2] == Expr(1);
+      EXPECT_EQ(channels, c.channels_last) << what << ": " << a.to_string();
+      // Stored NCHW where the ReLU reads it so.
+      const auto* op = static_cast<const compiler::WindowMatMulOp*>(product->custom.get());
+      if (relu) {
+        EXPECT_TRUE(op->transposed) << what;
+      }
+      const std::vector<float> want = luminal::testing::run_outputs(cx, reference(), {y})[0];
+      const std::vector<float> got = luminal::testing::run_optimized(cx, opt, {y})[0];
+      ASSERT_EQ(got, want) << what;
     }
-    ASSERT_NE(product, nullptr) << label(c) << "\n" << opt.graph->to_text();
-    // The sum's last dim walks the channels, one by one, where the image was laid out
-    // again (not where the channels are too few, nor where the image is read as it is
-    // given: a convolution without padding).
-    const View& a = product->inputs[0].view;
-    const bool channels =
-        a.shape()[a.rank() - 2] == Expr(c.w[1]) && a.strides()[a.rank() - 2] == Expr(1);
-    EXPECT_EQ(channels, c.channels_last) << label(c) << ": " << a.to_string();
-    const std::vector<float> want = luminal::testing::run_outputs(cx, reference(), {y})[0];
-    const std::vector<float> got = luminal::testing::run_optimized(cx, opt, {y})[0];
-    ASSERT_EQ(got, want) << label(c);
   }
 }
 

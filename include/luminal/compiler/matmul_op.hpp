@@ -107,15 +107,19 @@ std::optional<OperandCopy> gemm_operand_copy(const View& v, size_t broadcast_dim
 /// [batch..., M, K, N], M = R_1 ... R_p and K = C_1 ... C_q in row-major order (rows:
 /// image, output y, output x; sum: channel, kernel y, kernel x), broadcast along N. The
 /// right operand is MatMul's [batch..., M, K, N] view. It computes MatMul over a
-/// row-major copy of the left view without the copy (the im2col columns). Selected only
-/// where the backend asks (OptimizeOptions::window_products).
+/// row-major copy of the left view without the copy (the im2col columns); `transposed`,
+/// its output stored [batch..., N, M] (a convolution's NCHW: channels before pixels).
+/// Selected only where the backend asks (OptimizeOptions::window_products).
 class WindowMatMulOp final : public CustomOp {
  public:
-  explicit WindowMatMulOp(size_t row_dims) : row_dims(row_dims) {}
-  std::string name() const override { return "WindowMatMul"; }
+  WindowMatMulOp(size_t row_dims, bool transposed) : row_dims(row_dims), transposed(transposed) {}
+  std::string name() const override {
+    return transposed ? "WindowMatMul(transposed)" : "WindowMatMul";
+  }
   Buffer run(const std::vector<Buffer>& inputs, const std::vector<std::vector<int64_t>>& shapes,
              const std::vector<int64_t>& out_shape, DType out_dtype) const override;
   size_t row_dims;  // p
+  bool transposed;
 };
 
 /// The left operand of a WindowMatMul and its p.
@@ -151,5 +155,11 @@ std::optional<ChannelsLast> channels_last(const WindowOperand& w,
 /// where K does not split so.
 std::optional<OperandCopy> reordered_sum_copy(const View& vb, const std::vector<Expr>& sum_dims,
                                               const std::vector<int>& sums);
+
+/// `vo`, a view of a row-major [batch..., M, N] value, over the same value stored
+/// [batch..., N, M]: where each of vo's dims walks one dim of the value (within it), and
+/// its innermost dim walks M (a reader along the rows, whom the transposed value serves
+/// better). nullopt otherwise, or where a stride or size is symbolic.
+std::optional<View> transposed_read(const View& vo, const std::vector<Expr>& value_shape);
 
 }  // namespace luminal::compiler

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "backends/cuda/codegen.hpp"
+#include "luminal/error.hpp"
 
 namespace luminal::cudagen {
 namespace {
@@ -49,6 +50,27 @@ LUM_COPY_VIEW(lum_convert_view_f32_f16, float, unsigned short, lum_f2h)
 LUM_COPY_VIEW(lum_convert_view_f32_bf16, float, unsigned short, lum_f2bf)
 LUM_COPY_VIEW(lum_convert_view_f16_f32, unsigned short, float, lum_h2f)
 LUM_COPY_VIEW(lum_convert_view_bf16_f32, unsigned short, float, lum_bf2f)
+
+// dst[z][c][r] = src[z][r][c] for 2-byte elements, [rows, cols] matrices: a 32 x 32 tile
+// through shared memory a block (32 x 8 threads), so both sides move in rows.
+extern "C" __global__ void __launch_bounds__(256)
+    lum_transpose_2(const unsigned short* __restrict__ src, unsigned short* __restrict__ dst,
+                    long long rows, long long cols) {
+  lum_after_prior_grids();
+  __shared__ unsigned short tile[32][33];
+  const long long z = blockIdx.z, r0 = blockIdx.y * 32ll, c0 = blockIdx.x * 32ll;
+  src += z * rows * cols;
+  dst += z * rows * cols;
+  for (int i = threadIdx.y; i < 32; i += 8) {
+    const long long r = r0 + i, c = c0 + threadIdx.x;
+    if (r < rows && c < cols) tile[i][threadIdx.x] = src[r * cols + c];
+  }
+  __syncthreads();
+  for (int i = threadIdx.y; i < 32; i += 8) {
+    const long long c = c0 + i, r = r0 + threadIdx.x;
+    if (r < rows && c < cols) dst[c * rows + r] = tile[threadIdx.x][i];
+  }
+}
 
 // y += r, n f32 values.
 extern "C" __global__ void __launch_bounds__(256)
@@ -131,6 +153,22 @@ ConcreteView packed(const ConcreteView& view) {
     step *= v.dims[d];
   }
   return v;
+}
+
+void ViewCopy::transpose(const void* src, int64_t batches, int64_t rows, int64_t cols, void* dst) {
+  if (batches * rows * cols == 0) return;
+  LUM_CHECK(batches <= 65535 && (rows + 31) / 32 <= 65535)
+      << "internal: a transpose of " << batches << " x " << rows << " rows";
+  if (!module_)
+    module_ = std::make_unique<Module>(compile_cubin(copy_view_source(), device_.arch()).code);
+  long long rows_arg = rows, cols_arg = cols;
+  void* args[] = {&src, &dst, &rows_arg, &cols_arg};
+  check(
+      device_.launch(module_->kernel("lum_transpose_2"),
+                     dim3(static_cast<unsigned>((cols + 31) / 32),
+                          static_cast<unsigned>((rows + 31) / 32), static_cast<unsigned>(batches)),
+                     dim3(32, 8), args, 0),
+      "launching a transpose");
 }
 
 void ViewCopy::add(float* y, const float* r, int64_t n) {

@@ -29,6 +29,8 @@ class ViewCopy {
   /// The same, converting each element from `from` to `to` on the way: f32 to f16 or
   /// bf16 (rounded to nearest even), or back (exactly).
   bool run_converted(const ConcreteView& view, const void* src, DType from, DType to, void* dst);
+  /// dst[z][c][r] = src[z][r][c] for `batches` [rows, cols] matrices of 2-byte elements.
+  void transpose(const void* src, int64_t batches, int64_t rows, int64_t cols, void* dst);
   /// y[i] += r[i] for n f32 values: a product's residual, on its paths whose kernels do not
   /// add it as they store.
   void add(float* y, const float* r, int64_t n);

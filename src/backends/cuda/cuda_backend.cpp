@@ -732,7 +732,7 @@ class CudaExecutable final : public Executable {
       const DType t = source_dtype(n, 0);
       if (source_dtype(n, 1) == t && n.dtype == t &&
           windows_.run(views[0], operand(n.inputs[0].source), views[1], operand(n.inputs[1].source),
-                       t, w->row_dims, out))
+                       t, w->row_dims, w->transposed, out))
         return;
     } else if (const auto* q = dynamic_cast<const compiler::QMatMulOp*>(n.custom.get())) {
       if (source_dtype(n, 0) == DType::F32 &&
