@@ -286,20 +286,22 @@ LUM_FN void lum_window_product_runs(const LumWinArgs& p) {
   }
   lum_wp_store<kBf16, BM, BN>(p, acc, m0, n0);
 }
-#define LUM_WP_KERNEL(name, call)                                                     \
-  extern "C" __global__ void __launch_bounds__(128) name(const LumWinArgs p) {        \
-    lum_after_prior_grids();                                                          \
-    call(p);                                                                          \
+// (The runs kernels of 64 x 128 and 128 x 64 fit 128 registers a thread without spilling:
+// four blocks an SM, not three, to hide the latencies between their tensor-core steps.)
+#define LUM_WP_KERNEL(name, blocks, call)                                              \
+  extern "C" __global__ void __launch_bounds__(128, blocks) name(const LumWinArgs p) { \
+    lum_after_prior_grids();                                                           \
+    call(p);                                                                           \
   }
 #if __CUDA_ARCH__ >= 800
-LUM_WP_KERNEL(lum_window_product_f16_128x64, (lum_window_product<false, 64>))
-LUM_WP_KERNEL(lum_window_product_bf16_128x64, (lum_window_product<true, 64>))
-LUM_WP_KERNEL(lum_window_product_runs_f16_128x64, (lum_window_product_runs<false, 128, 64, 3>))
-LUM_WP_KERNEL(lum_window_product_runs_f16_64x128, (lum_window_product_runs<false, 64, 128, 3>))
-LUM_WP_KERNEL(lum_window_product_runs_f16_128x128, (lum_window_product_runs<false, 128, 128, 2>))
-LUM_WP_KERNEL(lum_window_product_runs_bf16_128x64, (lum_window_product_runs<true, 128, 64, 3>))
-LUM_WP_KERNEL(lum_window_product_runs_bf16_64x128, (lum_window_product_runs<true, 64, 128, 3>))
-LUM_WP_KERNEL(lum_window_product_runs_bf16_128x128, (lum_window_product_runs<true, 128, 128, 2>))
+LUM_WP_KERNEL(lum_window_product_f16_128x64, 1, (lum_window_product<false, 64>))
+LUM_WP_KERNEL(lum_window_product_bf16_128x64, 1, (lum_window_product<true, 64>))
+LUM_WP_KERNEL(lum_window_product_runs_f16_128x64, 4, (lum_window_product_runs<false, 128, 64, 3>))
+LUM_WP_KERNEL(lum_window_product_runs_f16_64x128, 4, (lum_window_product_runs<false, 64, 128, 3>))
+LUM_WP_KERNEL(lum_window_product_runs_f16_128x128, 1, (lum_window_product_runs<false, 128, 128, 2>))
+LUM_WP_KERNEL(lum_window_product_runs_bf16_128x64, 4, (lum_window_product_runs<true, 128, 64, 3>))
+LUM_WP_KERNEL(lum_window_product_runs_bf16_64x128, 4, (lum_window_product_runs<true, 64, 128, 3>))
+LUM_WP_KERNEL(lum_window_product_runs_bf16_128x128, 1, (lum_window_product_runs<true, 128, 128, 2>))
 #endif
 )WP";
 
