@@ -3,6 +3,7 @@
 //   BM_Chain/fused|unfused: 8 elementwise ops over 64M floats, fusion on and off
 //   BM_Sgemm/luminal|openblas: n x n x n single-precision GEMM
 //   BM_Softmax, BM_LayerNorm: over [4096, 4096] (PyTorch in bench/compare_torch.py)
+//   BM_MaxPool: 3x3 max pooling, stride 2, padding 1, over [8, 64, 112, 112]
 //   BM_CompileMlp/cold|warm: compile a 2-layer MLP with an empty and a warm cache
 // Bytes per second count the bytes that must move (input read + output written).
 #include <benchmark/benchmark.h>
@@ -97,6 +98,20 @@ void BM_Norm(benchmark::State& state) {
   state.SetLabel(state.range(0) == 0 ? "softmax" : "layer_norm");
 }
 BENCHMARK(BM_Norm)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// resnet's max pooling: 3x3 windows, stride 2, padding 1 (with -inf), over [8, 64, 112,
+// 112] f32.
+void BM_MaxPool(benchmark::State& state) {
+  Graph cx;
+  Tensor x = cx.named_tensor("x", {8, 64, 112, 112});
+  x.set(ramp(8 * 64 * 112 * 112));
+  max_pool2d(x, {.kernel = 3, .stride = 2, .padding = 1}).retrieve();
+  cx.compile(cpu());
+  cx.execute();  // warm-up: first-touch page faults and buffer allocation
+  for (auto _ : state) cx.execute();
+  state.SetBytesProcessed(state.iterations() * 8 * 64 * (112 * 112 + 56 * 56) * 4);
+}
+BENCHMARK(BM_MaxPool)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 void build_mlp(Graph& cx) {
   Tensor x = cx.named_tensor("x", {"batch", 256});

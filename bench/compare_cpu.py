@@ -40,6 +40,8 @@ def main():
     x = (torch.arange(n * n, dtype=torch.float32) % 1000 * 1e-3).reshape(n, n)
     t_softmax = torch_ms(lambda: torch.softmax(x, -1))
     t_layer_norm = torch_ms(lambda: torch.nn.functional.layer_norm(x, (n,)))
+    image = (torch.arange(8 * 64 * 112 * 112, dtype=torch.float32) % 1000 * 1e-3).reshape(8, 64, 112, 112)
+    t_max_pool = torch_ms(lambda: torch.nn.functional.max_pool2d(image, 3, 2, 1))
 
     def ms(name):
         return r[name]["real_time"]
@@ -57,7 +59,8 @@ def main():
         blas = r[f"BM_SgemmOpenBlas/{size}/real_time"]["GFLOPS"] / 1e9
         rows.append((f"SGEMM {size}^3", f"{ours:.0f} GFLOP/s", f"{ours / blas:.0%} of OpenBLAS ({blas:.0f} GFLOP/s)"))
     for label, name, peer in (("softmax [4096, 4096]", "BM_Norm/0/real_time", t_softmax),
-                              ("layer_norm [4096, 4096]", "BM_Norm/1/real_time", t_layer_norm)):
+                              ("layer_norm [4096, 4096]", "BM_Norm/1/real_time", t_layer_norm),
+                              ("max_pool2d 3x3/2 [8, 64, 112, 112]", "BM_MaxPool/real_time", t_max_pool)):
         rows.append((label, f"{ms(name):.1f} ms", f"{ms(name) / peer:.2f}x PyTorch's time ({peer:.1f} ms)"))
     rows.append(("compile 2-layer MLP, cold", f"{ms('BM_CompileMlp/0/min_time:2.000/real_time'):.0f} ms", ""))
     rows.append(("compile 2-layer MLP, warm (cache hit)",

@@ -537,7 +537,6 @@ std::optional<uint32_t> node_of(const eg::EGraph& e, ClassId c, std::string_view
 struct WindowProduct {
   std::array<ClassId, 2> children;
   size_t rows;
-  bool channels_last;
   AttrList attrs(bool transposed) const {
     return AttrList::of({Attr::of_int(static_cast<int64_t>(rows)), Attr::of_int(transposed)});
   }
@@ -572,12 +571,11 @@ std::optional<WindowProduct> window_product(Lowering& low, eg::EGraph& e,
       if (const std::optional<OperandCopy> bc = reordered_sum_copy(vb, sum_dims, cl->sums))
         return WindowProduct{{low.view_node(e, cl->window, copy(vp.permute(cl->order), y)),
                               low.view_node(e, bc->read, copy(bc->copy, a[4].c))},
-                             w->row_dims,
-                             true};
+                             w->row_dims};
     }
   }
-  return WindowProduct{
-      {low.view_node(e, w->view, a[2].c), low.view_node(e, vb, a[4].c)}, w->row_dims, false};
+  return WindowProduct{{low.view_node(e, w->view, a[2].c), low.view_node(e, vb, a[4].c)},
+                       w->row_dims};
 }
 
 // `v` without its last dim, which it reads broadcast (stride 0).
@@ -906,7 +904,7 @@ Optimized optimize(const Graph& g, const OptimizeOptions& options) {
       [&low](eg::EGraph& e, std::span<const eg::Value> a) -> std::optional<ClassId> {
     const std::optional<WindowProduct> w = window_product(low, e, a.subspan(1));
     if (!w) return std::nullopt;
-    const View vo = low.view(a[0]), va = low.view(a[1]), vb = low.view(a[4]);
+    const View vo = low.view(a[0]), vb = low.view(a[4]);
     const std::optional<ClassId> copy_read = viewed(e, a[2], a[3].c);
     const std::optional<ClassId> copy =
         copy_read ? e.lookup(Symbol::of("Contiguous"), {}, std::span(&*copy_read, 1))
@@ -917,8 +915,7 @@ Optimized optimize(const Graph& g, const OptimizeOptions& options) {
     const ClassId operands[] = {e.find(*a_view), e.find(*b_view)};
     const std::optional<ClassId> product = e.lookup(Symbol::of("MatMul"), {}, operands);
     if (!product || !low.read_only_through(e, *product, vo)) return std::nullopt;
-    std::vector<Expr> out = vb.shape();
-    out[out.size() - 3] = va.shape()[va.rank() - 3];
+    std::vector<Expr> out = vb.shape();  // [batch..., M, N]: b's [batch..., M, K, N] less K
     out.erase(out.end() - 2);
     const std::optional<View> read = transposed_read(vo, out);
     if (!read) return std::nullopt;

@@ -206,8 +206,18 @@ class Within {
       }
     }
     auto r = range(rem);
-    if (!r || !nonnegative(r->lo) || !nonnegative(d - 1 - r->hi)) return strided(e);
-    return e.op() == ExprOp::Div ? quot : rem;
+    if (!r) return strided(e);
+    if (nonnegative(r->lo) && nonnegative(d - 1 - r->hi)) return e.op() == ExprOp::Div ? quot : rem;
+    // What is left lies within one multiple's span, [q d, (q + 1) d), though not the first:
+    // (v + 111) / 112 with v in [1, 113) is 1 (a position in padding's coordinates, one
+    // past its start, taken back to the unpadded value's).
+    const auto lo = r->lo.as_const(), hi = r->hi.as_const(), dc = d.as_const();
+    if (lo && hi && dc && *dc > 0) {
+      const auto floor_div = [](int64_t x, int64_t y) { return x / y - (x % y != 0 && x < 0); };
+      const int64_t q = floor_div(*lo, *dc);
+      if (q == floor_div(*hi, *dc)) return e.op() == ExprOp::Div ? quot + q : rem - q * *dc;
+    }
+    return strided(e);
   }
 
   // a / D or a % D for a constant D = k m, where a = k x + r with r in [0, k): the

@@ -211,22 +211,41 @@ std::vector<Expr> ElementWriter::split_counter(const std::string& flat,
   return idx;
 }
 
-// Inside a padding guard, a masked dim's counter is known to lie within the mask.
-void ElementWriter::narrow(const View& view, const std::vector<Expr>& idx) {
+// Inside a padding guard, a masked dim's index is known to lie within the mask: where it
+// is one counter plus an offset, that counter's range narrows; where it is a sum of
+// several (a window's position in a padded image: 2 x + r), it is declared as a counter
+// of its own over the mask, so that the index arithmetic after it (the padded value's
+// own views, unflattened) simplifies as it would over a plain counter. Returns `idx`
+// with those replaced.
+std::vector<Expr> ElementWriter::narrow(const View& view, std::vector<Expr> idx,
+                                        const std::string& indent) {
   for (size_t d = 0; d < view.rank(); ++d) {
     if (!view.is_masked(d)) continue;
     std::vector<std::string> ranged;
     for (const std::string& name : idx[d].variables())
       if (ranges_.count(name)) ranged.push_back(name);
-    if (ranged.size() != 1) continue;
-    const Expr offset = idx[d] - counters_.at(ranged[0]);  // idx = counter + offset?
-    const std::vector<std::string> rest = offset.variables();
-    if (std::any_of(rest.begin(), rest.end(),
-                    [&](const std::string& n) { return ranges_.count(n) > 0; }))
-      continue;
-    VarRange& r = ranges_[ranged[0]];
-    r = {max(r.lo, view.mask_lo(d) - offset), min(r.hi, view.mask_hi(d) - offset)};
+    if (ranged.empty()) continue;
+    if (ranged.size() == 1) {
+      const Expr offset = idx[d] - counters_.at(ranged[0]);  // idx = counter + offset?
+      const std::vector<std::string> rest = offset.variables();
+      if (std::none_of(rest.begin(), rest.end(),
+                       [&](const std::string& n) { return ranges_.count(n) > 0; })) {
+        VarRange& r = ranges_[ranged[0]];
+        r = {max(r.lo, view.mask_lo(d) - offset), min(r.hi, view.mask_hi(d) - offset)};
+        continue;
+      }
+    }
+    const std::optional<int64_t> lo = view.mask_lo(d).as_const(), hi = view.mask_hi(d).as_const();
+    if (!lo || !hi || *hi <= *lo) continue;
+    const std::string name = "lum_i" + std::to_string(next_++);
+    note_vars(idx[d]);
+    os_ << indent << "const int64_t " << name << " = " << idx[d].to_c() << ";\n";
+    const Expr v = Expr::var(name, *lo, *hi - 1);
+    ranges_[name] = {Expr(*lo), Expr(*hi)};
+    counters_[name] = v;
+    idx[d] = v;
   }
+  return idx;
 }
 
 void ElementWriter::note_vars(Expr e) {
@@ -258,8 +277,9 @@ std::string ElementWriter::operand(const Edge& e, const std::vector<Expr>& idx,
   // A stored value is read at the flat offset itself; only a fused producer needs its
   // multi-index.
   const bool stored = src != k_.root && plan_.materialized[src.value];
+  std::vector<Expr> at = idx;  // (inside the padding guard: narrowed)
   const auto read = [&](const std::string& ind) {
-    const Expr flat = within(e.view.index(idx));
+    const Expr flat = within(e.view.index(at));
     if (stored) return load(src, flat);
     std::vector<Expr> pidx = contiguous.unflatten(flat);
     for (Expr& i : pidx) i = within(i);
@@ -270,7 +290,7 @@ std::string ElementWriter::operand(const Edge& e, const std::vector<Expr>& idx,
   if (valid == Expr(1)) return read(indent);
   const std::string t = compute_type(p.dtype), name = fresh();
   const VarRanges outside = ranges_;
-  narrow(e.view, idx);
+  at = narrow(e.view, idx, indent);
   // A stored value of a fixed, nonzero size is read without a branch: from element 0
   // where the read falls in the padding, then zeroed. Behind a branch each read waits for
   // the one before it (the compiler may not move a load out of one), so an im2col copy's
@@ -278,7 +298,7 @@ std::string ElementWriter::operand(const Edge& e, const std::vector<Expr>& idx,
   // 115 MB of columns at batch 32, its threads stalled on each load in turn.
   const std::optional<int64_t> count = product(p.shape).as_const();
   if (stored && p.quant == kPlainStorage && count && *count > 0) {
-    const Expr flat = within(e.view.index(idx));
+    const Expr flat = within(e.view.index(at));
     ranges_ = outside;
     note_vars(flat);
     const std::string keep = fresh(), raw = fresh();

@@ -108,7 +108,7 @@ class ElementWriter {
   std::string read_prefix_ = "in";  // read i's buffer is read_prefix_ + i (1-based)
 
  private:
-  void narrow(const View& view, const std::vector<Expr>& idx);
+  std::vector<Expr> narrow(const View& view, std::vector<Expr> idx, const std::string& indent);
   std::string fresh() { return "t" + std::to_string(next_++); }
   std::string load(NodeId n, Expr flat);
   std::string rounded(NodeId n, DType t, const std::string& v) const;

@@ -9,6 +9,7 @@
 #include <random>
 #include <regex>
 #include <set>
+#include <sstream>
 #include <tuple>
 
 #include "backends/cuda/arena.hpp"
@@ -106,6 +107,25 @@ TEST(CudaCodegen, PaddedReadsOfStoredValuesLoadWithoutABranch) {
     EXPECT_EQ(branch_free, fixed) << code;
     EXPECT_EQ(guarded, !fixed) << code;
   }
+}
+
+// Max pooling pads with -inf (a select over the image, one per padded dim) and reads its
+// windows through that: inside each padding guard the window's position is known to lie
+// within the padding's bounds, so the image is read at plain offsets, with no division
+// to take the position back through the selects' shapes.
+TEST(CudaCodegen, PoolingWindowsReadTheImageWithoutDivisions) {
+  Graph cx;
+  Tensor x = cx.named_tensor("x", {2, 8, 12, 12}, DType::BF16);
+  max_pool2d(x, {.kernel = 3, .stride = 2, .padding = 1}).retrieve();
+  const cudagen::CompiledProgram p = cudagen::compile_program(cx, "sm_90", true);
+  std::istringstream code(p.source.code);
+  size_t reads = 0;
+  for (std::string line; std::getline(code, line);) {
+    if (line.find("in1[") == std::string::npos) continue;
+    ++reads;
+    EXPECT_EQ(line.find_first_of("/%"), std::string::npos) << line;
+  }
+  EXPECT_GT(reads, 0u) << p.source.code;
 }
 
 // A later reduction that reads an earlier one's result at another row cannot share its

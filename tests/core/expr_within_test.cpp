@@ -37,6 +37,23 @@ TEST(ExprWithin, SplitsSumsOverSymbolicDivisors) {
   EXPECT_EQ(simplify_within((k * seq + i) / seq, {}), (k * seq + i) / seq);
 }
 
+TEST(ExprWithin, QuotientsWithinOneMultiplesSpan) {
+  // v in [1, 113): a position in a padded dim, one past its start.
+  const Expr v = Expr::var("cv", 1, 112), a = Expr::var("ca", 0, 55);
+  VarRanges r = counters();
+  r["cv"] = {Expr(1), Expr(113)};
+  r["ca"] = {Expr(0), Expr(56)};
+  EXPECT_EQ(simplify_within((v + 111) / 112, r), Expr(1));
+  EXPECT_EQ(simplify_within((v + 111) % 112, r), v - 1);
+  EXPECT_EQ(simplify_within((a * 112 + v - 1) / 112, r), a);
+  EXPECT_EQ(simplify_within((a * 112 + v - 1) % 112, r), v - 1);
+  // Below zero, floor semantics: k - 4 in [-4, 0) is -1 times 4 plus k.
+  EXPECT_EQ(simplify_within((k - 4) / 4, r), Expr(-1));
+  EXPECT_EQ(simplify_within((k - 4) % 4, r), k);
+  // Across two multiples' spans: left as it is.
+  EXPECT_EQ(simplify_within((k - 5) / 4, r), (k - 5) / 4);
+}
+
 TEST(ExprWithin, FlattenThenSplitIsTheIdentity) {
   // A multi-index over [4, seq, 256] flattened and split again over the same shape.
   const Expr c = Expr::var("cc", 0, 255);
