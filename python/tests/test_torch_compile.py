@@ -147,6 +147,22 @@ def test_dynamic_shapes_compile_once_for_every_length(monkeypatch):
     assert len(built) == 1
 
 
+def test_a_dynamic_batch_of_images_compiles_once(monkeypatch):
+    cnn = CNN()
+    built = []
+    original = torch_backend.LuminalSubgraph._build
+    monkeypatch.setattr(torch_backend.LuminalSubgraph, "_build",
+                        lambda self, args: built.append(1) or original(self, args))
+    torch._dynamo.reset()
+    fast = torch.compile(cnn.eval(), backend="luminal")
+    with torch.no_grad():
+        for batch in (2, 3, 5):
+            x = torch.randn(batch, 3, 16, 16)
+            torch._dynamo.mark_dynamic(x, 0)
+            close(fast(x), cnn(x))
+    assert len(built) == 1
+
+
 def test_parameters_changed_in_place_are_seen():
     mlp = MLP().eval()
     torch._dynamo.reset()

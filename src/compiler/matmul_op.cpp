@@ -255,6 +255,8 @@ namespace {
 // dim it walks (-1: none, a dim of 1 or stride 0) and its step there (the outermost dim
 // whose row stride divides the view's stride). Walks that stay inside their dim: then
 // the index along each value dim is the sum of its walks, in any layout of the value.
+// Sizes are constants but the value's outermost (a batch), which one view dim of that
+// size walks, step 1, alone; its size is recorded as -1.
 struct Walks {
   std::vector<int> dim;
   std::vector<int64_t> step, view_size, value_size;
@@ -267,13 +269,24 @@ std::optional<Walks> walks_of(const View& v, const std::vector<Expr>& shape) {
   std::vector<int64_t> row(rx, 1), reach(rx, 0);
   for (size_t e = 0; e < rx; ++e) {
     const std::optional<int64_t> s = shape[e].as_const();
-    if (!s || *s <= 0) return std::nullopt;
-    w.value_size[e] = *s;
+    if (s && *s <= 0) return std::nullopt;
+    if (!s && (e > 0 || rx < 2)) return std::nullopt;
+    w.value_size[e] = s ? *s : -1;
   }
   for (size_t e = rx - 1; e-- > 0;) row[e] = row[e + 1] * w.value_size[e + 1];
+  bool batch_walked = false;
   for (size_t d = 0; d < rank; ++d) {
     const std::optional<int64_t> n = v.shape()[d].as_const(), st = v.strides()[d].as_const();
-    if (!n || !st || *st < 0) return std::nullopt;
+    if (!st || *st < 0) return std::nullopt;
+    if (!n) {  // the symbolic batch, walked whole
+      if (w.value_size[0] >= 0 || *st != row[0] || !(v.shape()[d] == shape[0]) || batch_walked)
+        return std::nullopt;
+      batch_walked = true;
+      w.dim[d] = 0;
+      w.step[d] = 1;
+      w.view_size[d] = -1;
+      continue;
+    }
     w.view_size[d] = *n;
     if (*n == 1 || *st == 0) continue;
     size_t e = 0;
@@ -283,16 +296,19 @@ std::optional<Walks> walks_of(const View& v, const std::vector<Expr>& shape) {
     reach[e] += w.step[d] * (*n - 1);
   }
   for (size_t e = 0; e < rx; ++e)
-    if (reach[e] > w.value_size[e] - 1) return std::nullopt;
+    if (w.value_size[e] < 0 ? reach[e] > 0 : reach[e] > w.value_size[e] - 1) return std::nullopt;
   return w;
 }
 
-// The view's strides over the value laid out with its dims in `order` (outermost first).
-std::vector<Expr> strides_over(const Walks& w, const std::vector<int>& order) {
+// The view's strides over the value laid out with its dims in `order` (outermost first);
+// nullopt where a symbolic size would be a factor of a stride (it is not outermost).
+std::optional<std::vector<Expr>> strides_over(const Walks& w, const std::vector<int>& order) {
   std::vector<int64_t> row(w.value_size.size(), 1);  // by the value's dim
-  for (size_t i = order.size() - 1; i-- > 0;)
-    row[static_cast<size_t>(order[i])] =
-        row[static_cast<size_t>(order[i + 1])] * w.value_size[static_cast<size_t>(order[i + 1])];
+  for (size_t i = order.size() - 1; i-- > 0;) {
+    const int64_t inner = w.value_size[static_cast<size_t>(order[i + 1])];
+    if (inner < 0) return std::nullopt;
+    row[static_cast<size_t>(order[i])] = row[static_cast<size_t>(order[i + 1])] * inner;
+  }
   std::vector<Expr> strides;
   for (size_t d = 0; d < w.dim.size(); ++d)
     strides.push_back(w.dim[d] < 0 ? Expr(0)
@@ -339,7 +355,9 @@ std::optional<ChannelsLast> channels_last(const WindowOperand& w,
     if (d != inner_sum && d != end_sum) perm.push_back(static_cast<int>(d));
   perm.insert(perm.begin() + static_cast<std::ptrdiff_t>(end_sum - 1), static_cast<int>(inner_sum));
   perm.push_back(static_cast<int>(end_sum));
-  out.window = View::from_parts(shape, strides_over(*walks, out.order), 0, lo, shape).permute(perm);
+  const std::optional<std::vector<Expr>> strides = strides_over(*walks, out.order);
+  if (!strides) return std::nullopt;
+  out.window = View::from_parts(shape, *strides, 0, lo, shape).permute(perm);
   for (size_t d = first_sum; d < end_sum; ++d)
     out.sums.push_back(static_cast<int>(static_cast<size_t>(perm[d]) - first_sum));
   return out;
@@ -356,9 +374,11 @@ std::optional<View> transposed_read(const View& vo, const std::vector<Expr>& val
   std::vector<int> order(r);
   for (size_t e = 0; e < r; ++e) order[e] = static_cast<int>(e);
   std::swap(order[r - 2], order[r - 1]);
+  const std::optional<std::vector<Expr>> strides = strides_over(*walks, order);
+  if (!strides) return std::nullopt;
   std::vector<Expr> lo, hi;
   for (size_t d = 0; d < vo.rank(); ++d) lo.push_back(vo.mask_lo(d)), hi.push_back(vo.mask_hi(d));
-  return View::from_parts(vo.shape(), strides_over(*walks, order), 0, lo, hi);
+  return View::from_parts(vo.shape(), *strides, 0, lo, hi);
 }
 
 std::optional<OperandCopy> reordered_sum_copy(const View& vb, const std::vector<Expr>& sum_dims,

@@ -104,3 +104,29 @@ TEST(WindowProducts, StayProductsOfCopiesWhereNotAskedOrInF32) {
           << dtype_name(t);
   }
 }
+
+// A batch of symbolic size (torch.compile's dynamic shapes): the convolution builds (its
+// sum's length is spelled out, not inferred), runs on the CPU as the reference does, and
+// its product still reads the image channels last and stores NCHW for the ReLU.
+TEST(WindowProducts, ASymbolicBatchKeepsTheLayouts) {
+  Graph cx;
+  Tensor x = cx.named_tensor("x", {Expr("n"), 16, 9, 11}, DType::BF16);
+  Tensor w = cx.named_tensor("w", {24, 16, 3, 3}, DType::BF16);
+  cx.set_dim("n", 3);
+  std::mt19937 rng(9);
+  x.set_buffer(small_values(rng, {3, 16, 9, 11}, DType::BF16));
+  w.set_buffer(small_values(rng, {24, 16, 3, 3}, DType::BF16));
+  Tensor y = conv2d(x, w, {}, {.padding = 1}).relu().retrieve();
+  const compiler::Optimized opt = compiler::optimize(cx, {.window_products = true});
+  const Node* product = nullptr;
+  for (uint32_t i = 0; i < opt.graph->num_nodes(); ++i)
+    if (dynamic_cast<const compiler::WindowMatMulOp*>(opt.graph->node(NodeId{i}).custom.get()))
+      product = &opt.graph->node(NodeId{i});
+  ASSERT_NE(product, nullptr) << opt.graph->to_text();
+  const View& a = product->inputs[0].view;
+  EXPECT_EQ(a.strides()[a.rank() - 2], Expr(1)) << a.to_string();
+  EXPECT_TRUE(static_cast<const compiler::WindowMatMulOp*>(product->custom.get())->transposed);
+  const std::vector<float> want = luminal::testing::run_outputs(cx, reference(), {y})[0];
+  EXPECT_EQ(luminal::testing::run_optimized(cx, opt, {y}, {{"n", 3}})[0], want);
+  EXPECT_EQ(luminal::testing::run_outputs(cx, cpu(), {y})[0], want);
+}

@@ -51,8 +51,11 @@ Tensor conv(const Tensor& x, const Tensor& w, const Tensor& bias, const ConvOpti
   for (size_t s = 0; s < spatial; ++s) order.push_back(static_cast<int>(3 + s));
   order.push_back(2);
   for (size_t s = 0; s < spatial; ++s) order.push_back(static_cast<int>(3 + spatial + s));
-  Tensor patches = cols.reshape(grouped).permute(order).reshape({n, g, product(out_sizes), -1});
-  const Tensor weights = w.reshape({g, og, -1}).transpose(-1, -2);  // [g, Cg*K, Og]
+  // (The sum's length spelled out, not -1: with a symbolic batch the element count does
+  // not divide out.)
+  const Expr sum = cg * product(kernel);
+  Tensor patches = cols.reshape(grouped).permute(order).reshape({n, g, product(out_sizes), sum});
+  const Tensor weights = w.reshape({g, og, sum}).transpose(-1, -2);  // [g, Cg*K, Og]
   Tensor out = patches.matmul(weights);                             // [N, g, P, Og]
   std::vector<Expr> final_shape{n, out_ch};
   final_shape.insert(final_shape.end(), out_sizes.begin(), out_sizes.end());
