@@ -38,6 +38,9 @@ def dim_text(size):
 def _sympy_text(e):
     import sympy
     name = type(e).__name__
+    # (Torch's own subclasses count as their base: CleanDiv, a FloorDiv known to be exact,
+    # is how an image's size halved by a strided convolution comes.)
+    kinds = {c.__name__ for c in type(e).__mro__}
     if e.is_Integer:
         return str(int(e))
     if e.is_Symbol:
@@ -49,9 +52,9 @@ def _sympy_text(e):
         return "(" + "*".join(kids) + ")"
     if isinstance(e, sympy.Pow) and e.args[1].is_Integer and int(e.args[1]) > 0:
         return "(" + "*".join([kids[0]] * int(e.args[1])) + ")"
-    if name == "FloorDiv":
+    if "FloorDiv" in kinds:
         return f"({kids[0]} / {kids[1]})"
-    if name in ("Mod", "PythonMod"):
+    if kinds & {"Mod", "PythonMod"}:
         return f"({kids[0]} % {kids[1]})"
     if name in ("Max", "Min") and len(kids) == 2:
         return f"{name.lower()}({kids[0]}, {kids[1]})"

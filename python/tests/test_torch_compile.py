@@ -9,6 +9,7 @@ torch = pytest.importorskip("torch")
 nn = torch.nn
 F = torch.nn.functional
 
+import luminal.aten as aten  # noqa: E402
 import luminal.torch_backend as torch_backend  # noqa: E402
 from torch_models import CNN, MLP, Block  # noqa: E402
 
@@ -161,6 +162,17 @@ def test_a_dynamic_batch_of_images_compiles_once(monkeypatch):
             torch._dynamo.mark_dynamic(x, 0)
             close(fast(x), cnn(x))
     assert len(built) == 1
+
+
+def test_exact_symbolic_divisions_translate():
+    # An image's size halved by a strided convolution comes as CleanDiv, torch's FloorDiv
+    # known to be exact.
+    import sympy
+    from torch.utils._sympy.functions import CleanDiv, FloorDiv
+
+    s = sympy.Symbol("s53", integer=True, positive=True)
+    assert aten._sympy_text(CleanDiv(s, 2)) == "(s53 / 2)"
+    assert aten._sympy_text(FloorDiv(s - 1, 2)) == "((-1 + s53) / 2)"
 
 
 def test_parameters_changed_in_place_are_seen():
