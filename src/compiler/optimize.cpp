@@ -143,27 +143,25 @@ class Lowering {
   }
   // How many of the user graph's edges (and outputs) read a value of class `c`.
   int readers(const eg::EGraph& e, ClassId c) const {
+    return reads(e, c, [](const Edge*) { return true; });
+  }
+  // Whether every edge that reads class `c` reads it through view `v` (and no output is
+  // it): as one reader would.
+  bool read_only_through(const eg::EGraph& e, ClassId c, const View& v) const {
+    return reads(e, c, [&](const Edge* in) { return !in || !(in->view == v); }) == 0;
+  }
+  // How many of the user graph's reads of class `c` `counted` takes: its edges, and its
+  // outputs (as nullptr).
+  template <class Counted>
+  int reads(const eg::EGraph& e, ClassId c, Counted counted) const {
     c = e.find(c);
     auto is_c = [&](NodeId n) { return cls_[n.value].valid() && e.find(cls_[n.value]) == c; };
     int count = 0;
     for (uint32_t i = 0; i < g_.num_nodes(); ++i)
       if (cls_[i].valid())
-        for (const Edge& in : g_.node(NodeId{i}).inputs) count += is_c(in.source);
-    for (NodeId o : g_.outputs()) count += is_c(o);
+        for (const Edge& in : g_.node(NodeId{i}).inputs) count += is_c(in.source) && counted(&in);
+    for (NodeId o : g_.outputs()) count += is_c(o) && counted(nullptr);
     return count;
-  }
-  // Whether every edge that reads class `c` reads it through view `v` (and no output is
-  // it): as one reader would.
-  bool read_only_through(const eg::EGraph& e, ClassId c, const View& v) const {
-    c = e.find(c);
-    auto is_c = [&](NodeId n) { return cls_[n.value].valid() && e.find(cls_[n.value]) == c; };
-    for (uint32_t i = 0; i < g_.num_nodes(); ++i)
-      if (cls_[i].valid())
-        for (const Edge& in : g_.node(NodeId{i}).inputs)
-          if (is_c(in.source) && !(in.view == v)) return false;
-    for (NodeId o : g_.outputs())
-      if (is_c(o)) return false;
-    return true;
   }
   // The class of (View $v x) in `e`, added where it is new.
   ClassId view_node(eg::EGraph& e, const View& v, ClassId x) {
