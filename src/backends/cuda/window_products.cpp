@@ -348,6 +348,13 @@ constexpr const char* kWayLabels[] = {"runs 128x64", "runs 64x128", "runs 128x12
                                       "columns"};
 constexpr int kTileRows[] = {128, 64, 128, 128}, kTileColumns[] = {64, 128, 128, 64};
 
+// How many products (blockIdx.z) the kernels' arguments cover.
+long long products_of(const Args& p) {
+  long long count = 1;
+  for (int d = 0; d < p.batch_rank; ++d) count *= p.batch_dim[d];
+  return count;
+}
+
 std::string describe(const Operand& o) {
   std::string s = "rows";
   for (int d = 0; d < o.row_rank; ++d)
@@ -371,7 +378,6 @@ bool WindowProducts::run(const ConcreteView& a, const void* a_data, const Concre
       device_.compute_capability() < 80 || rb < 3 || ra < rb - 3 + row_dims + 2)
     return false;
   const size_t batch = rb - 3;
-  long long pixels = 1, products = 1;  // (of the output as asked)
   // The kernels' arguments for the output as asked (`flip`: transposed) or not. The image
   // (a, gathered) and the weight (b): the image's rows are its R dims, and, but where the
   // output is transposed, the batch dims outside them that b does not vary along (a
@@ -390,14 +396,13 @@ bool WindowProducts::run(const ConcreteView& a, const void* a_data, const Concre
     fits &= weight.add(true, b.dims[rb - 1], b.strides[rb - 1]);
     fits &= weight.add(false, b.dims[rb - 2], b.strides[rb - 2]);
     Args p;
-    long long count = 1, rows = 1;
+    long long rows = 1;
     for (size_t d = 0; d < folded; ++d) {
       if (b.dims[d] == 1) continue;
       if (p.batch_rank == static_cast<int>(kBatchDims)) return std::nullopt;
       image.batch_s[p.batch_rank] = a.strides[d];
       weight.batch_s[p.batch_rank] = b.strides[d];
       p.batch_dim[p.batch_rank++] = b.dims[d];
-      count *= b.dims[d];
     }
     for (int d = 0; d < image.row_rank; ++d) rows *= image.row_dim[d];
     p.k = b.dims[rb - 2];
@@ -406,16 +411,16 @@ bool WindowProducts::run(const ConcreteView& a, const void* a_data, const Concre
     p.b = flip ? image : weight;
     p.m = flip ? b.dims[rb - 1] : rows;
     p.n = flip ? rows : b.dims[rb - 1];
-    if (!fits || count > 65535 || (p.n + 63) / 64 > 65535 || p.m >= (int64_t{1} << 31) ||
-        p.n >= (int64_t{1} << 31) || p.k >= (int64_t{1} << 31))
+    if (!fits || products_of(p) > 65535 || (p.n + 63) / 64 > 65535 ||
+        p.m >= (int64_t{1} << 31) || p.n >= (int64_t{1} << 31) || p.k >= (int64_t{1} << 31))
       return std::nullopt;
-    if (flip == transposed) pixels = rows, products = count;
     return p;
   };
   std::optional<Args> asked = args_for(transposed);
   // (Transposed, the product can also be stored as it comes and transposed after.)
   std::optional<Args> plain = transposed ? args_for(false) : asked;
   if (!asked) return false;
+  const long long products = products_of(*asked);
   const int64_t numel = asked->m * asked->n * products;
   if (numel == 0) return true;
   const std::string type = t == DType::BF16 ? "bf16" : "f16";
@@ -428,12 +433,11 @@ bool WindowProducts::run(const ConcreteView& a, const void* a_data, const Concre
     const std::string name = std::string("lum_window_product_") +
                              (way <= kRuns128x128 ? "runs_" : "") + type + "_" +
                              std::to_string(bm) + "x" + std::to_string(bn);
-    long long count = 1;
-    for (int d = 0; d < p.batch_rank; ++d) count *= p.batch_dim[d];
     p.out = dst;
     void* args[] = {&p};
     const dim3 grid(static_cast<unsigned>((p.m + bm - 1) / bm),
-                    static_cast<unsigned>((p.n + bn - 1) / bn), static_cast<unsigned>(count));
+                    static_cast<unsigned>((p.n + bn - 1) / bn),
+                    static_cast<unsigned>(products_of(p)));
     check(device_.launch(module_->kernel(name), grid, dim3(128), args, 0),
           "launching a window product");
   };
