@@ -21,6 +21,7 @@
 #include "backends/cuda/codegen.hpp"
 #include "backends/cuda/compile.hpp"
 #include "backends/cuda/copy_view.hpp"
+#include "backends/cuda/cudnn_convolutions.hpp"
 #include "backends/cuda/expert_products.hpp"
 #include "backends/cuda/gemv.hpp"
 #include "backends/cuda/nvrtc.hpp"
@@ -796,6 +797,130 @@ TEST(CudaCodegen, EveryKernelWaitsForTheKernelBeforeItFirst) {
       runtime::optimize_and_plan(cx, compiler::Fusion::RecomputeShared);
   expect_every_kernel_waits_first(generate_cuda_source(*p.program.graph, p.plan).code,
                                   "generated kernels");
+}
+
+// A window product's views as the backend hands them over, built from a convolution's
+// definition (image x, channels last or first, stride, dilation, a strided 1x1 and a 1-D
+// one), read back as cuDNN's descriptors: every element of every window at the offset the
+// view reads it, every output where the product stores it, the filter packed as the
+// weight is, x no larger than its memory and (where x is a packed tensor) all of it.
+TEST(CudnnConvolutionOf, EveryWindowLiesWhereTheViewReadsIt) {
+  struct Case {
+    int64_t n, c, h, w, k, r, s, u, v, dh, dw;
+    bool channels_last, image_in_rows, transposed;
+  };
+  const std::vector<Case> cases = {
+      {2, 16, 11, 13, 24, 3, 3, 1, 1, 1, 1, true, false, false},
+      {2, 16, 11, 13, 24, 3, 3, 1, 1, 1, 1, true, false, true},
+      {3, 8, 12, 12, 16, 3, 3, 1, 1, 2, 2, true, true, false},
+      {2, 64, 58, 58, 128, 3, 3, 2, 2, 1, 1, true, true, false},
+      {2, 64, 56, 56, 128, 1, 1, 2, 2, 1, 1, true, false, true},
+      {3, 3, 230, 230, 64, 7, 7, 2, 2, 1, 1, false, false, false},
+      {3, 3, 230, 230, 64, 7, 7, 2, 2, 1, 1, false, true, true},
+      {2, 8, 1, 37, 12, 1, 5, 1, 1, 1, 1, true, false, true},
+      {1, 32, 9, 9, 8, 2, 3, 3, 2, 1, 2, false, false, true},
+  };
+  for (const Case& c : cases) {
+    const std::string what = "case " + std::to_string(&c - cases.data());
+    const int64_t p = (c.h - ((c.r - 1) * c.dh + 1)) / c.u + 1;
+    const int64_t q = (c.w - ((c.s - 1) * c.dw + 1)) / c.v + 1;
+    // x's strides: channels last [n, h, w, c], else [n, c, h, w].
+    const int64_t sc = c.channels_last ? 1 : c.h * c.w, sw = c.channels_last ? c.c : 1;
+    const int64_t sh = sw * c.w, sn = c.c * c.h * c.w;
+    // a: [n, p, q, sums..., k] (the images a batch dim, or the rows' first); the sums
+    // r, s, c channels last, else c, r, s. b: [n?, m, sum, k], the weight's rows packed.
+    ConcreteView a, b;
+    const auto add = [](ConcreteView& v, int64_t dim, int64_t stride) {
+      v.dims.push_back(dim);
+      v.strides.push_back(stride);
+      v.mask_lo.push_back(0);
+      v.mask_hi.push_back(dim);
+    };
+    const int64_t sum = c.c * c.r * c.s;
+    add(a, c.n, sn);
+    add(a, p, c.u * sh);
+    add(a, q, c.v * sw);
+    if (!c.channels_last) add(a, c.c, sc);
+    add(a, c.r, c.dh * sh);
+    add(a, c.s, c.dw * sw);
+    if (c.channels_last) add(a, c.c, sc);
+    add(a, c.k, 0);
+    if (!c.image_in_rows) add(b, c.n, 0);
+    add(b, c.image_in_rows ? c.n * p * q : p * q, 0);
+    add(b, sum, 1);
+    add(b, c.k, sum);
+    const size_t row_dims = c.image_in_rows ? 3 : 2;
+    const std::optional<cudagen::Convolution2d> conv =
+        cudagen::convolution_of(a, b, row_dims, c.transposed);
+    ASSERT_TRUE(conv) << what;
+    const std::string d = what + ": " + conv->describe();
+    EXPECT_EQ(conv->filter, (std::array<int, 4>{int(c.k), int(c.c), int(c.r), int(c.s)})) << d;
+    EXPECT_EQ(conv->filter_channels_last, c.channels_last) << d;
+    EXPECT_EQ(conv->y_dims, (std::array<int, 4>{int(c.n), int(c.k), int(p), int(q)})) << d;
+    // cuDNN's output size over x as described, with no padding.
+    for (int i = 0; i < 2; ++i) {
+      const int64_t span = (conv->filter[2 + i] - 1) * conv->dilation[i] + 1;
+      EXPECT_EQ((conv->x_dims[2 + i] - span) / conv->stride[i] + 1, conv->y_dims[2 + i]) << d;
+    }
+    // x as a packed tensor where it is one (all of these are).
+    EXPECT_EQ(conv->x_dims, (std::array<int, 4>{int(c.n), int(c.c), int(c.h), int(c.w)})) << d;
+    const auto& xs = conv->x_strides;
+    int64_t last = 0;
+    for (int i = 0; i < 4; ++i) last += int64_t{conv->x_dims[i] - 1} * xs[i];
+    EXPECT_LT(last, c.n * sn) << d;
+    for (int64_t n = 0; n < c.n; ++n)
+      for (int64_t y = 0; y < p; ++y)
+        for (int64_t x = 0; x < q; ++x)
+          for (int64_t i = 0; i < c.r; ++i)
+            for (int64_t j = 0; j < c.s; ++j)
+              for (int64_t ch = 0; ch < c.c; ++ch) {
+                const int64_t by_view =
+                    n * sn + y * c.u * sh + x * c.v * sw + i * c.dh * sh + j * c.dw * sw + ch * sc;
+                const int64_t by_conv =
+                    n * xs[0] + ch * xs[1] +
+                    (y * conv->stride[0] + i * conv->dilation[0]) * int64_t{xs[2]} +
+                    (x * conv->stride[1] + j * conv->dilation[1]) * int64_t{xs[3]};
+                ASSERT_EQ(by_conv, by_view) << d << " at " << n << " " << y << " " << x << " " << i
+                                            << " " << j << " " << ch;
+              }
+    // The weight: element (channel o, sum index) of b, which walks the sum's dims as a does.
+    for (int64_t o = 0; o < c.k; ++o)
+      for (int64_t i = 0; i < c.r; ++i)
+        for (int64_t j = 0; j < c.s; ++j)
+          for (int64_t ch = 0; ch < c.c; ++ch) {
+            const int64_t index =
+                c.channels_last ? (i * c.s + j) * c.c + ch : (ch * c.r + i) * c.s + j;
+            const int64_t packed = c.channels_last ? ((o * c.r + i) * c.s + j) * c.c + ch
+                                                   : ((o * c.c + ch) * c.r + i) * c.s + j;
+            ASSERT_EQ(packed, o * sum + index) << d;
+          }
+    // The output: [batch..., m, k] or [batch..., k, m], m over (n?, y, x).
+    const auto& ys = conv->y_strides;
+    const int64_t m = (c.image_in_rows ? c.n : 1) * p * q;
+    for (int64_t n = 0; n < c.n; ++n)
+      for (int64_t o = 0; o < c.k; ++o)
+        for (int64_t y = 0; y < p; ++y)
+          for (int64_t x = 0; x < q; ++x) {
+            const int64_t row = ((c.image_in_rows ? n : 0) * p + y) * q + x;
+            const int64_t z = c.image_in_rows ? 0 : n;
+            const int64_t want = c.transposed ? (z * c.k + o) * m + row : (z * m + row) * c.k + o;
+            ASSERT_EQ(n * ys[0] + o * ys[1] + y * ys[2] + x * ys[3], want) << d;
+          }
+  }
+  // Not a convolution cuDNN runs: a weight read across its rows, one varying by image.
+  ConcreteView a;
+  for (int64_t dim : {2, 5, 5, 3, 3, 8, 4}) {
+    a.dims.push_back(dim);
+    a.mask_lo.push_back(0);
+    a.mask_hi.push_back(dim);
+  }
+  a.strides = {392, 56, 8, 56, 8, 1, 0};
+  ConcreteView b{{2, 25, 72, 4}, {0, 0, 4, 1}, {0, 0, 0, 0}, {2, 25, 72, 4}};
+  EXPECT_FALSE(cudagen::convolution_of(a, b, 2, false));
+  b.strides = {288, 0, 1, 72};
+  EXPECT_FALSE(cudagen::convolution_of(a, b, 2, false));
+  b.strides = {0, 0, 1, 72};
+  EXPECT_TRUE(cudagen::convolution_of(a, b, 2, false));
 }
 
 TEST(CudaCodegen, ProductsCompileForHopper) {

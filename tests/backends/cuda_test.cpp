@@ -2,17 +2,21 @@
 // random graphs of primitives against the reference interpreter, products through
 // cuBLASLt, dims changing without a recompile, kernel-recorded errors, and the clear
 // error where no GPU can be used.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <limits>
 #include <map>
 #include <numeric>
 #include <random>
 #include <tuple>
+
+#include <nlohmann/json.hpp>
 
 #include "luminal/luminal.hpp"
 #include "luminal/nn/attention.hpp"
@@ -266,6 +270,8 @@ TEST(Cuda, ConvolutionsReadTheirWindowsInPlace) {
       const testing::ScopedCacheDir cache("window-products");
       const testing::ScopedEnv log("LUMINAL_LOG", "info");
       const testing::ScopedEnv search("LUMINAL_SEARCH", mode);
+      const testing::ScopedEnv dump("LUMINAL_DUMP", "search");
+      const testing::ScopedEnv dump_dir("LUMINAL_DUMP_DIR", cache.path().c_str());
       Graph cx;
       Tensor x = cx.named_tensor("x", std::vector<Expr>(c.x.begin(), c.x.end()), c.t);
       Tensor w = cx.named_tensor("w", std::vector<Expr>(c.w.begin(), c.w.end()), c.t);
@@ -290,6 +296,18 @@ TEST(Cuda, ConvolutionsReadTheirWindowsInPlace) {
         EXPECT_EQ(err.find(" transposed ") != std::string::npos, nchw) << what << ":\n" << err;
       }
       EXPECT_EQ(err.find("is wrong"), std::string::npos) << what << ":\n" << err;
+      // Where cuDNN was found (the run opens it), its convolutions were among the ways
+      // judged (a grouped convolution's weight varies by group: not one convolution).
+      if (std::string(mode) == "fast" && c.o.groups == 1 &&
+          dlopen("libcudnn.so.9", RTLD_NOW | RTLD_NOLOAD)) {
+        std::ifstream in(cache.path() / "search.json");
+        ASSERT_TRUE(in) << what;
+        bool cudnn = false;
+        for (const auto& entry : nlohmann::json::parse(in))
+          for (const auto& candidate : entry["candidates"])
+            cudnn |= candidate["label"].get<std::string>().rfind("cudnn", 0) == 0;
+        EXPECT_TRUE(cudnn) << what << ": no cuDNN way judged";
+      }
       ASSERT_EQ(got.size(), want.size()) << what;
       ASSERT_EQ(got, want) << what << " search " << mode << (relu ? " relu" : "");
     }

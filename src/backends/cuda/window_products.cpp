@@ -341,11 +341,13 @@ struct Args {
 };
 
 // The ways a product can run: a kernel (gathering runs of eight, or any strides of the
-// image) with its block's tile of the output, or the columns copied out and multiplied by
-// cuBLASLt.
-enum Way : size_t { kRuns128x64, kRuns64x128, kRuns128x128, kTiles128x64, kColumns };
-constexpr const char* kWayLabels[] = {"runs 128x64", "runs 64x128", "runs 128x128", "tiles 128x64",
-                                      "columns"};
+// image) with its block's tile of the output, the columns copied out and multiplied by
+// cuBLASLt, or cuDNN's convolution.
+enum Way : size_t { kRuns128x64, kRuns64x128, kRuns128x128, kTiles128x64, kColumns, kCudnn };
+constexpr const char* kWayLabels[] = {"runs 128x64",  "runs 64x128", "runs 128x128",
+                                      "tiles 128x64", "columns",     "cudnn"};
+// How many of cuDNN's algorithms for a convolution are timed (its heuristics' first).
+constexpr size_t kCudnnAlgorithms = 2;
 constexpr int kTileRows[] = {128, 64, 128, 128}, kTileColumns[] = {64, 128, 128, 64};
 
 // How many products (blockIdx.z) the kernels' arguments cover.
@@ -466,9 +468,21 @@ bool WindowProducts::run(const ConcreteView& a, const void* a_data, const Concre
   // Transposed after: [batch..., M, N] in scratch to [batch..., N, M].
   int64_t batches = 1;
   for (size_t d = 0; d < batch; ++d) batches *= b.dims[d];
+  // cuDNN's convolution storing the output as asked (`as_asked`), or as the product comes.
+  std::optional<Convolution2d> convolutions[2];
+  const auto convolution = [&](bool as_asked) -> const std::optional<Convolution2d>& {
+    std::optional<Convolution2d>& c = convolutions[as_asked];
+    if (!c) c = convolution_of(a, b, row_dims, as_asked && transposed);
+    return c;
+  };
   const auto run_choice = [&](Choice c) {
     void* dst = c.after ? grown(device_, unflipped_, static_cast<size_t>(numel) * 2) : out;
-    if (c.way == kColumns)
+    if (c.way == kCudnn) {
+      const std::optional<Convolution2d>& conv = convolution(!c.after);
+      LUM_CHECK(conv) << "internal: a window product chose cuDNN but is no convolution";
+      cudnn_.run(*conv, t, c.algorithm, static_cast<const uint16_t*>(a_data) + a.offset,
+                 static_cast<const uint16_t*>(b_data) + b.offset, dst);
+    } else if (c.way == kColumns)
       columns(dst);
     else
       kernel(c.way, c.after || !transposed ? *plain : *asked, dst);
@@ -501,13 +515,22 @@ bool WindowProducts::run(const ConcreteView& a, const void* a_data, const Concre
     }
     if (transposed && plain) ways.push_back({plain_runs ? kRuns128x64 : kTiles128x64, true});
     ways.push_back({kColumns, transposed});
+    if (searcher_.settings().mode != runtime::SearchMode::Off)
+      for (bool after : {false, true}) {
+        if (after && !transposed) continue;
+        if (const std::optional<Convolution2d>& conv = convolution(!after))
+          for (int algorithm : cudnn_.algorithms(*conv, t, kCudnnAlgorithms))
+            ways.push_back({kCudnn, after, algorithm});
+      }
     size_t pick = 0;
     if (ways.size() > 1 && searcher_.settings().mode != runtime::SearchMode::Off) {
       runtime::SearchProblem sp;
       sp.signature = signature;
       for (Choice c : ways)
         sp.candidates.push_back(
-            {std::string(kWayLabels[c.way]) + (c.after ? ", transposed after" : ""),
+            {std::string(kWayLabels[c.way]) +
+                 (c.way == kCudnn ? " " + CudnnConvolutions::algorithm_name(c.algorithm) : "") +
+                 (c.after ? ", transposed after" : ""),
              [&, c] { run_choice(c); }});
       DeviceTrials trials(device_);
       // The same sums in f32 in another order, rounded once to the half type.
