@@ -77,16 +77,7 @@ LUM_FN float lum_at_exp2(float x) {
   return y;
 }
 #if __CUDA_ARCH__ >= 800
-// 16 bytes from global to shared memory without registers; zeros where `bytes` is 0.
-// The copies since the last commit make one group; wait<N> returns once at most N
-// groups are still on their way.
-LUM_FN void lum_at_cp16(uint32_t dst, const void* src, int bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes));
-}
-LUM_FN void lum_at_commit() { asm volatile("cp.async.commit_group;"); }
-template <int N> LUM_FN void lum_at_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
-
-// (The tensor-core pieces: tensor_cores.hpp.)
+// (The tensor-core pieces and the asynchronous copies: tensor_cores.hpp.)
 // c0, c1 += the A operand (hi, and lo when split) times the 16 x 16 B operand at `at`
 // in shared memory (rows of k, or with kTrans rows of n): two 8-wide tiles of columns.
 template <bool kBf16, bool kTrans>
@@ -226,7 +217,7 @@ LUM_FN void lum_fa_fetch(uint32_t dst, const uint16_t* src, long long stride, in
 #pragma unroll
   for (int i = 0; i < kPieces / 2; ++i) {
     const bool in = row < valid;
-    lum_at_cp16(d, in ? p : src, in ? 16 : 0);
+    lum_cp16(d, in ? p : src, in ? 16 : 0);
     row += kStep, c += kCarry;
     p += kStep * stride + kCarry * 8;
     d += (kStep * (W + 8) + kCarry * 8) * 2;
@@ -236,7 +227,7 @@ LUM_FN void lum_fa_fetch(uint32_t dst, const uint16_t* src, long long stride, in
       d += (W + 8 - kPieces * 8) * 2;
     }
   }
-  lum_at_commit();
+  lum_cp_commit();
 }
 #endif
 

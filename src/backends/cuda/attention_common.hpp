@@ -91,10 +91,9 @@ std::string_view attention_tiles_source();
 /// structs lum_at_f32/f16/bf16 (get: to float; put: from float), lum_at_point and
 /// lum_at_row (the offsets of a kv point and of a row of it), lum_at_block (a block's
 /// split, tile and kv point where splits run fastest), lum_at_exp2 and
-/// lum_at_smem; from sm_80 on, the cp.async helpers lum_at_cp16/commit/wait and the
-/// tensor-core helpers lum_fa_* (mma.sync m16n8k16 and ldmatrix, query staging, the
-/// online softmax over score fragments; LUM_FA_SPLIT adds a second product for f32
-/// operands' remainders); and the combine kernel lum_attention_combine.
+/// lum_at_smem; from sm_80 on, the tensor-core helpers lum_fa_* (mma.sync m16n8k16 and ldmatrix,
+/// query staging, the online softmax over score fragments; LUM_FA_SPLIT adds a second product for
+/// f32 operands' remainders); and the combine kernel lum_attention_combine.
 std::string attention_program(const AttentionOperands& operands,
                               const std::vector<std::pair<std::string, std::string>>& defines,
                               std::string_view kernel, int threads = kAttentionThreads);

@@ -106,7 +106,7 @@ LUM_FN void lum_ag_rows(const LumAttnArgs& a, const uint16_t* dout, const float*
   lum_fa_fetch<LUM_AT_D>(lum_smem_addr(qs), (const uint16_t*)a.q + qo + tile * kFaRows * a.sh_q[0],
                          a.sh_q[0], rows, tid);
   lum_fa_fetch<LUM_AT_DV>(lum_smem_addr(os), dout + oo + tile * kFaRows * a.sh_o[0], a.sh_o[0], rows, tid);
-  lum_at_wait<0>();
+  lum_cp_wait<0>();
   __syncthreads();
   uint32_t qf[kAgNd][4], of[kAgNv][4];
   lum_ag_load_a<LUM_AT_D>(qf, qs, warp * 16);
@@ -147,9 +147,9 @@ LUM_FN void lum_ag_rows(const LumAttnArgs& a, const uint16_t* dout, const float*
     const long long next = tiles.next_kept(kt + 1, next_flags);
     if (next < key_tiles) {
       fetch(next, buf ^ 1);
-      lum_at_wait<2>();
+      lum_cp_wait<2>();
     } else {
-      lum_at_wait<0>();
+      lum_cp_wait<0>();
     }
     __syncthreads();  // this tile's keys and values are in
     const int valid = (int)min((long long)kFaKeys, a.keys - kt * kFaKeys);
@@ -271,7 +271,7 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS)
   const int valid = (int)min((long long)kFaKeys, a.keys - kt * kFaKeys);
   lum_fa_fetch<LUM_AT_D>(lum_smem_addr(ks), (const uint16_t*)a.k + ko + kt * kFaKeys * a.k_t, a.k_t, valid, tid);
   lum_fa_fetch<LUM_AT_DV>(lum_smem_addr(vs), (const uint16_t*)a.v + vo + kt * kFaKeys * a.v_t, a.v_t, valid, tid);
-  lum_at_wait<0>();
+  lum_cp_wait<0>();
   __syncthreads();
   uint32_t kf[kAgNd][4], vf[kAgNv][4];
   lum_ag_load_a<LUM_AT_D>(kf, ks, warp * 16);
@@ -316,9 +316,9 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS)
     const long long next = next_kept(rt + 1);
     if (next < a.row_tiles) {
       fetch(next, buf ^ 1);
-      lum_at_wait<2>();
+      lum_cp_wait<2>();
     } else {
-      lum_at_wait<0>();
+      lum_cp_wait<0>();
     }
     __syncthreads();  // this tile's rows are in
     const int f = flags[rt * a.key_tiles];

@@ -85,8 +85,8 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_mma(c
     const unsigned char* src = a.mask + row_m[r] + t0 * a.m_t;
     const uint32_t dst = ms_at + buf * kMaskBytes + r * kFaMaskStride + c0;
     if (LUM_AT_MASK_BYTES && a.m_t == 1 && ((unsigned long long)src % 16) == 0) {
-      lum_at_cp16(dst, n > 0 ? src : a.mask, min(n, 16));
-      lum_at_cp16(dst + 16, n > 16 ? src + 16 : a.mask, max(0, min(n - 16, 16)));
+      lum_cp16(dst, n > 0 ? src : a.mask, min(n, 16));
+      lum_cp16(dst + 16, n > 16 ? src + 16 : a.mask, max(0, min(n - 16, 16)));
     } else {
       for (int j = 0; j < 32; ++j)
         ms[buf * kMaskBytes + r * kFaMaskStride + c0 + j] = j < n && lum_at_keep(a, row_m[r], t0 + j);
@@ -110,7 +110,7 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_mma(c
   // buffer, so they arrive while this tile's products run.
   while (kt < kt_end) {
     const bool all_kept = flags & 2;
-    lum_at_wait<1>();
+    lum_cp_wait<1>();
     __syncthreads();
     int next_flags = 0;
     const long long next = tiles.next_kept(kt + 1, next_flags);
@@ -149,9 +149,9 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_mma(c
     lum_fa_weights<kVb>(s, pf, plf);
     // This tile's values (the next keys may still be on their way).
     if (next < kt_end)
-      lum_at_wait<1>();
+      lum_cp_wait<1>();
     else
-      lum_at_wait<0>();
+      lum_cp_wait<0>();
     __syncthreads();
 #pragma unroll
     for (int kk = 0; kk < kFaKeys / 16; ++kk)

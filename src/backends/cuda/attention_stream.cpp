@@ -77,12 +77,12 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_strea
 #pragma unroll
       for (int s = 0; s < kStSteps; ++s) {
         const bool in = t0 + s * kStKeysAStep < t_end;
-        lum_at_cp16(key_at + stage + s * kStKeysAStep * kStKeyRow, in ? kp : k0, in ? 16 : 0);
-        lum_at_cp16(value_at + stage + s * kStKeysAStep * kStValueRow, in ? vp : v0, in ? 16 : 0);
+        lum_cp16(key_at + stage + s * kStKeysAStep * kStKeyRow, in ? kp : k0, in ? 16 : 0);
+        lum_cp16(value_at + stage + s * kStKeysAStep * kStValueRow, in ? vp : v0, in ? 16 : 0);
         kp += kStKeysAStep * k_step, vp += kStKeysAStep * v_step;
       }
     }
-    lum_at_commit();
+    lum_cp_commit();
   };
   // The first stages set off before anything else. (With tensor cores the queries are
   // staged in the room of warp 0's later stages, so only its first stage goes now.)
@@ -169,7 +169,7 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_strea
     fetch(j + kStStages - 1);
     unsigned char next[kStPairs];
     mask_of(j + 1, next);
-    lum_at_wait<kStStages - 1>();
+    lum_cp_wait<kStStages - 1>();
     __syncwarp();
     const int stage = (j % kStStages) * kStStage;
 #if LUM_ST_MMA
@@ -268,7 +268,7 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_strea
   }
 
   // The warps' pieces meet in the (now idle) stage buffers: each row's output, max and sum.
-  lum_at_wait<0>();
+  lum_cp_wait<0>();
   __syncthreads();
   float* w_out = reinterpret_cast<float*>(lum_st_buffer);  // [warp][row][DV]
   float* w_max = w_out + kStWarps * kStRows * LUM_AT_DV;     // [warp][row]

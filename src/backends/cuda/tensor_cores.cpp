@@ -12,6 +12,14 @@ LUM_FN uint32_t lum_smem_addr(const void* p) {
   return r;
 }
 #if __CUDA_ARCH__ >= 800
+// 16 bytes from global to shared memory (its own address) without registers; zeros where
+// `bytes` is 0. The copies since the last commit make one group; wait<N> returns once at
+// most N groups are still on their way.
+LUM_FN void lum_cp16(uint32_t dst, const void* src, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes));
+}
+LUM_FN void lum_cp_commit() { asm volatile("cp.async.commit_group;"); }
+template <int N> LUM_FN void lum_cp_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
 // A 16 x 16 operand (four 8 x 8 matrices) from shared memory, each lane naming one row.
 // (Addresses are shared memory's own, 32 bits.)
 LUM_FN void lum_ldsm(uint32_t (&r)[4], uint32_t at) {

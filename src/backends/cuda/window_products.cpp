@@ -126,6 +126,19 @@ LUM_FN void lum_wp_store(const LumWinArgs& p, const float (&acc)[BM / 32][BN / 1
 // thread gathers one row of a's 128 x 32 slice, element by element, into registers while
 // the slice before is multiplied, then b's share.
 #define LUM_WP_ROWS 128
+// Thread t's share of b's 32 x BN slice: its element i at k = kk + i k_step, n = nn +
+// i n_step; along k where b's rows run along it (a convolution's weights), else along n,
+// so that a warp's loads lie side by side either way.
+struct LumWpShare {
+  int kk, nn, k_step, n_step;
+};
+template <int BN>
+LUM_FN LumWpShare lum_wp_share(const LumWinArgs& p) {
+  const int t = threadIdx.x;
+  const bool along_k = p.b.col_s[0] == 1;
+  return {along_k ? (t & 31) : t / BN, along_k ? (t >> 5) : (t % BN), along_k ? 0 : 128 / BN,
+          along_k ? 4 : 0};
+}
 template <int BN>
 LUM_FN void lum_wp_gather(const LumWinArgs& p, const uint16_t* a, const uint16_t* b, long long row,
                           bool valid, const long long* cols, long long s, long long n0,
@@ -144,18 +157,12 @@ LUM_FN void lum_wp_gather(const LumWinArgs& p, const uint16_t* a, const uint16_t
       ra[j / 2] = lo | hi << 16;
     }
   }
-  const int t = threadIdx.x;
   const long long b_n = p.b.row_rank ? p.b.row_s[0] : 0, b_k = p.b.col_s[0];
-  // Along k where b's rows run along it (a convolution's weights), else along n: the
-  // warp's loads side by side either way.
-  const bool along_k = b_k == 1;
-  const int kk = along_k ? (t & 31) : t / BN;
-  const int nn = along_k ? (t >> 5) : (t % BN);
-  const int k_step = along_k ? 0 : 128 / BN, n_step = along_k ? 4 : 0;
+  const LumWpShare my = lum_wp_share<BN>(p);
   const bool whole = whole_k && n0 + BN <= p.n;
 #pragma unroll
   for (int i = 0; i < BN / 4; ++i) {
-    const long long k = k0 + kk + i * k_step, n = n0 + nn + i * n_step;
+    const long long k = k0 + my.kk + i * my.k_step, n = n0 + my.nn + i * my.n_step;
     const uint32_t v = whole || (k < p.k && n < p.n) ? b[k * b_k + n * b_n] : 0;
     rb[i / 2] = i % 2 ? rb[i / 2] | v << 16 : v;
   }
@@ -168,13 +175,11 @@ LUM_FN void lum_wp_stage(const LumWinArgs& p, const uint32_t (&ra)[LUM_WP_BK / 2
 #pragma unroll
   for (int q = 0; q < LUM_WP_BK / 8; ++q)
     row[q] = make_uint4(ra[4 * q], ra[4 * q + 1], ra[4 * q + 2], ra[4 * q + 3]);
-  const bool along_k = p.b.col_s[0] == 1;
-  const int kk = along_k ? (t & 31) : t / BN;
-  const int nn = along_k ? (t >> 5) : (t % BN);
-  const int k_step = along_k ? 0 : 128 / BN, n_step = along_k ? 4 : 0;
+  const LumWpShare my = lum_wp_share<BN>(p);
 #pragma unroll
   for (int i = 0; i < BN / 4; ++i)
-    bs[(nn + i * n_step) * LUM_WP_PITCH + kk + i * k_step] = (uint16_t)(rb[i / 2] >> (16 * (i % 2)));
+    bs[(my.nn + i * my.n_step) * LUM_WP_PITCH + my.kk + i * my.k_step] =
+        (uint16_t)(rb[i / 2] >> (16 * (i % 2)));
 }
 template <bool kBf16, int BN>
 LUM_FN void lum_window_product(const LumWinArgs& p) {
@@ -220,10 +225,6 @@ LUM_FN void lum_window_product(const LumWinArgs& p) {
 // contiguous and a multiple of 8 long (a channels-last image; a weight read along k) and
 // every other offset a multiple of 8 elements, so a slice's rows are four 16-byte pieces
 // each, copied to shared memory without registers (cp.async), kStages slices in flight.
-LUM_FN void lum_wp_cp16(uint16_t* dst, const uint16_t* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(lum_smem_addr(dst)),
-               "l"(src), "r"(valid ? 16 : 0));
-}
 // A tile of R rows (this thread's: (t / 4) + 32 i, at offsets rows[i], valid where `valid`
 // has bit i) of slice s into shared memory.
 template <int R>
@@ -236,7 +237,8 @@ LUM_FN void lum_wp_fetch(const LumWinOperand& o, const uint16_t* x, const long l
 #pragma unroll
   for (int i = 0; i < R / 32; ++i) {
     const bool ok = valid_k && (valid >> i & 1);
-    lum_wp_cp16(tile + ((t >> 2) + 32 * i) * LUM_WP_PITCH + piece * 8, ok ? x + rows[i] + col : x, ok);
+    lum_cp16(lum_smem_addr(tile + ((t >> 2) + 32 * i) * LUM_WP_PITCH + piece * 8),
+             ok ? x + rows[i] + col : x, ok ? 16 : 0);
   }
 }
 // This thread's rows of a tile of R rows from r0 (of `count`): their offsets, and which exist.
@@ -269,11 +271,11 @@ LUM_FN void lum_window_product_runs(const LumWinArgs& p) {
       lum_wp_fetch<BM>(p.a, a, a_rows, a_valid, p.k, s, as[s]);
       lum_wp_fetch<BN>(p.b, b, b_rows, b_valid, p.k, s, bs[s]);
     }
-    asm volatile("cp.async.commit_group;");
+    lum_cp_commit();
   }
   float acc[BM / 32][BN / 16][4] = {};
   for (long long s = 0; s < slices; ++s) {
-    asm volatile("cp.async.wait_group %0;" ::"n"(kStages - 2));
+    lum_cp_wait<kStages - 2>();
     __syncthreads();
     // Into the buffer the slice before this one was multiplied from (every warp is past it).
     const long long next = s + kStages - 1;
@@ -281,7 +283,7 @@ LUM_FN void lum_window_product_runs(const LumWinArgs& p) {
       lum_wp_fetch<BM>(p.a, a, a_rows, a_valid, p.k, next, as[next % kStages]);
       lum_wp_fetch<BN>(p.b, b, b_rows, b_valid, p.k, next, bs[next % kStages]);
     }
-    asm volatile("cp.async.commit_group;");
+    lum_cp_commit();
     lum_wp_products<kBf16, BM, BN>(acc, as[s % kStages], bs[s % kStages]);
   }
   lum_wp_store<kBf16, BM, BN>(p, acc, m0, n0);
