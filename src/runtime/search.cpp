@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -243,13 +245,25 @@ void Searcher::dump(const SearchProblem& p, const SearchResult& r) {
                           {"verdict", t.verdict},
                           {"median_s", t.median},
                           {"runs_s", t.seconds}});
-  const std::string entry =
-      nlohmann::json{{"signature", p.signature}, {"candidates", candidates}}.dump();
-  const bool first = dumped_.empty();
-  dumped_ += (first ? "  " : ",\n  ") + entry;
+  // Every Searcher of the process adds to one file (a compiled program has one for its
+  // extractions and one for its kernels' library calls): entries already there are kept
+  // where this process wrote them, a file left by an earlier process is replaced.
+  static std::mutex mutex;
+  static std::set<std::filesystem::path> written;
+  const std::lock_guard<std::mutex> lock(mutex);
   const std::filesystem::path file = dump_dir() / "search.json";
-  std::ofstream(file) << "[\n" << dumped_ << "\n]\n";
-  if (first) std::fprintf(stderr, "luminal: dumping search to %s\n", file.c_str());
+  nlohmann::json entries = nlohmann::json::array();
+  if (std::ifstream in(file); in && written.count(file)) {
+    entries = nlohmann::json::parse(in, nullptr, false);
+    if (!entries.is_array()) entries = nlohmann::json::array();
+  }
+  if (entries.empty()) std::fprintf(stderr, "luminal: dumping search to %s\n", file.c_str());
+  written.insert(file);
+  entries.push_back({{"signature", p.signature}, {"candidates", candidates}});
+  std::ofstream out(file);
+  out << "[";
+  for (size_t i = 0; i < entries.size(); ++i) out << (i ? ",\n  " : "\n  ") << entries[i].dump();
+  out << "\n]\n";
 }
 
 }  // namespace luminal::runtime

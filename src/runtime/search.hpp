@@ -137,7 +137,6 @@ class Searcher {
   double spent_ = 0;  // seconds timing so far
   size_t searched_ = 0, cached_ = 0;  // kernels timed, and winners read from the cache
   bool progress_shown_ = false;
-  std::string dumped_;  // search.json's entries so far
 };
 
 }  // namespace luminal::runtime

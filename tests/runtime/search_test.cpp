@@ -129,6 +129,29 @@ TEST_F(SearchTest, TheDumpListsEveryCandidateWithItsVerdictAndTimes) {
   EXPECT_DOUBLE_EQ(c[3]["median_s"].get<double>(), 1.0);
 }
 
+// Several Searchers of one process (a program's extractions, its kernels' library calls)
+// add to the one file, and a dump left by an earlier process is replaced.
+TEST_F(SearchTest, EverySearcherOfAProcessAddsToTheDump) {
+  const fs::path dump = dir_ / "dump-several";
+  fs::create_directories(dump);
+  std::ofstream(dump / "search.json") << "[{\"signature\": \"from an earlier run\"}]\n";
+  const luminal::testing::ScopedEnv what("LUMINAL_DUMP", "search");
+  const luminal::testing::ScopedEnv where("LUMINAL_DUMP_DIR", dump.c_str());
+  Planted k;
+  k.seconds = {{"pick", 2.0}, {"fast", 1.0}};
+  Searcher programs("test device", fast()), kernels("test device", fast());
+  programs.choose(k.problem("program 1"));
+  kernels.choose(k.problem("window 1"));
+  programs.choose(k.problem("program 2"));
+  std::ifstream in(dump / "search.json");
+  const nlohmann::json j = nlohmann::json::parse(in);
+  ASSERT_EQ(j.size(), 3u);
+  EXPECT_EQ(j[0]["signature"], "program 1");
+  EXPECT_EQ(j[1]["signature"], "window 1");
+  EXPECT_EQ(j[2]["signature"], "program 2");
+  EXPECT_EQ(j[1]["candidates"][1]["verdict"], "winner");
+}
+
 TEST_F(SearchTest, TiesAndAWrongFastestKeepTheEarlierCorrectCandidate) {
   Planted k;
   k.seconds = {{"pick", 1.0}, {"wrong", 0.1}, {"also-fast", 1.0}};
