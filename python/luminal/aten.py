@@ -32,7 +32,34 @@ def dim_text(size):
     # The shape environment's own facts first: a symbol tracing settled (a cache's length
     # found to be 0) may live on in the expressions traced before.
     expr = size.node.shape_env.simplify(size.node.expr)
-    return int(expr) if expr.is_Integer else _sympy_text(expr)
+    if expr.is_Integer:
+        return int(expr)
+    # A size torch's guards pin to one value (an image pooled and flattened into a
+    # Linear, whose width is fixed): that value, as the graph runs only while they hold.
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+    if size.node.hint is not None and statically_known_true(size == size.node.hint):
+        return int(size.node.hint)
+    return _sympy_text(expr)
+
+
+def _view(n, x):
+    """aten.view as luminal's reshape; where the element counts are not equal as
+    expressions but torch's guards make them so (a pooled image of symbolic size
+    flattened into a Linear's fixed width), the flattened elements sliced to the count
+    the result has, which under those guards is all of them."""
+    try:
+        return x.reshape(n.shape)
+    except lm.Error:
+        # (Compared as traced, so that no guard is added here.)
+        def traced(v):
+            return v.node.hint if isinstance(v, torch.SymInt) else v
+        source = n.fx.args[0].meta.get("val")
+        if source is None or traced(source.numel()) != traced(n.val.numel()):
+            raise
+    count = 1
+    for d in n.shape:
+        count = count * d if isinstance(d, int) and isinstance(count, int) else f"{count}*{d}"
+    return x.flatten().slice(0, 0, count).reshape(n.shape)
 
 
 def _sympy_text(e):
@@ -556,7 +583,7 @@ TABLE = {
     aten.native_layer_norm.default: _layer_norm,
     aten._native_batch_norm_legit_no_training.default: _batch_norm_eval,
     aten.native_group_norm.default: _group_norm,
-    aten.view.default: lambda n, x, size: x.reshape(n.shape),
+    aten.view.default: lambda n, x, size: _view(n, x),
     aten.permute.default: lambda n, x, dims: x.permute(list(dims)),
     aten.expand.default: _expand,
     aten.unsqueeze.default: lambda n, x, dim: x.unsqueeze(axis=dim),

@@ -164,6 +164,25 @@ def test_a_dynamic_batch_of_images_compiles_once(monkeypatch):
     assert len(built) == 1
 
 
+def test_a_cnn_of_symbolic_image_size_compiles_once(monkeypatch):
+    # dynamic=True makes the images' size symbolic too: the pooled size flattened into the
+    # Linear (16 * f * f = 64) is fixed by torch's guards, not by its expressions.
+    cnn = CNN()
+    built = []
+    original = torch_backend.LuminalSubgraph._build
+    monkeypatch.setattr(torch_backend.LuminalSubgraph, "_build",
+                        lambda self, args: built.append(1) or original(self, args))
+    torch._dynamo.reset()
+    fast = torch.compile(cnn.eval(), backend="luminal", dynamic=True)
+    with torch.no_grad():
+        for i, shape in enumerate(((2, 3, 16, 16), (3, 3, 14, 14), (5, 3, 16, 16))):
+            x = torch.randn(*shape)
+            close(fast(x), cnn(x))
+            if i == 0:
+                first = len(built)
+    assert first >= 1 and len(built) == first
+
+
 def test_exact_symbolic_divisions_translate():
     # An image's size halved by a strided convolution comes as CleanDiv, torch's FloorDiv
     # known to be exact.
