@@ -20,6 +20,15 @@ def close(got, want):
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4 * max(scale, 1e-6))
 
 
+def counted_builds(monkeypatch):
+    """A list that grows by one each time a luminal subgraph is built (compiled)."""
+    built = []
+    original = torch_backend.LuminalSubgraph._build
+    monkeypatch.setattr(torch_backend.LuminalSubgraph, "_build",
+                        lambda self, args: built.append(1) or original(self, args))
+    return built
+
+
 def compiled_matches_eager(model, *inputs, whole=True, **compile_args):
     """The model compiled by luminal gives eager's answer; `whole`: with no op left to
     PyTorch (no graph-break warning)."""
@@ -134,10 +143,7 @@ def test_dynamic_shapes_compile_once_for_every_length(monkeypatch):
     config = t.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128,
                            num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=4)
     model = t.LlamaForCausalLM(config).eval()
-    built = []
-    original = torch_backend.LuminalSubgraph._build
-    monkeypatch.setattr(torch_backend.LuminalSubgraph, "_build",
-                        lambda self, args: built.append(1) or original(self, args))
+    built = counted_builds(monkeypatch)
     torch._dynamo.reset()
     fast = torch.compile(model, backend="luminal", dynamic=True)
     with torch.no_grad():
@@ -150,10 +156,7 @@ def test_dynamic_shapes_compile_once_for_every_length(monkeypatch):
 
 def test_a_dynamic_batch_of_images_compiles_once(monkeypatch):
     cnn = CNN()
-    built = []
-    original = torch_backend.LuminalSubgraph._build
-    monkeypatch.setattr(torch_backend.LuminalSubgraph, "_build",
-                        lambda self, args: built.append(1) or original(self, args))
+    built = counted_builds(monkeypatch)
     torch._dynamo.reset()
     fast = torch.compile(cnn.eval(), backend="luminal")
     with torch.no_grad():
@@ -168,10 +171,7 @@ def test_a_cnn_of_symbolic_image_size_compiles_once(monkeypatch):
     # dynamic=True makes the images' size symbolic too: the pooled size flattened into the
     # Linear (16 * f * f = 64) is fixed by torch's guards, not by its expressions.
     cnn = CNN()
-    built = []
-    original = torch_backend.LuminalSubgraph._build
-    monkeypatch.setattr(torch_backend.LuminalSubgraph, "_build",
-                        lambda self, args: built.append(1) or original(self, args))
+    built = counted_builds(monkeypatch)
     torch._dynamo.reset()
     fast = torch.compile(cnn.eval(), backend="luminal", dynamic=True)
     with torch.no_grad():
