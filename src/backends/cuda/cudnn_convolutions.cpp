@@ -175,8 +175,10 @@ std::optional<Convolution2d> convolution_of(const ConcreteView& a, const Concret
   for (size_t d = batch + row_dims; d + 1 < ra; ++d)
     if (a.dims[d] != 1) sums.push_back({a.dims[d], a.strides[d]});
   const bool image_in_rows = images.empty() && rows.size() == 3;
-  if (image_in_rows) images.push_back(rows.front());
-  if (image_in_rows) rows.erase(rows.begin());
+  if (image_in_rows) {
+    images.push_back(rows.front());
+    rows.erase(rows.begin());
+  }
   if (images.size() > 1 || rows.size() > 2 || sums.empty() || sums.size() > 3) return std::nullopt;
   const Dim image = images.empty() ? Dim{} : images[0];
   while (rows.size() < 2) rows.insert(rows.begin(), Dim{});
