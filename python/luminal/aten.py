@@ -424,11 +424,39 @@ def _copy(n, x, *_, **__):
     return x
 
 
-def _attention(n, q, k, v, bias=None, is_causal=False, scale=None):
+# Ops that keep every value of their input (a bias's 0 and -inf), looked through to find
+# where an attention bias was made.
+_VALUE_KEEPING = {aten._to_copy.default, aten.alias.default, aten.clone.default,
+                  aten.expand.default, aten.view.default, aten.unsqueeze.default}
+
+
+def _mask_as_bias(bias):
+    """Whether the FX node of an attention bias is a boolean mask made additive:
+    where(mask, 0, fill) with a fill that no score outweighs, as PyTorch makes a boolean
+    mask (Hugging Face models' causal mask) into the bias its fused kernels take (-inf,
+    or -65504 for cuDNN). Read as the mask, it gives the same weights; a query that the
+    mask leaves no key gets 0, as from PyTorch's other kernels (cuDNN's own, given the
+    finite fill, ignores the mask there)."""
+    while isinstance(bias, torch.fx.Node) and bias.target in _VALUE_KEEPING:
+        bias = bias.args[0]
+    if not isinstance(bias, torch.fx.Node) or bias.target is not aten.where.self:
+        return False
+    values = []
+    for a in bias.args[1:]:
+        if isinstance(a, torch.fx.Node) and a.target is aten.scalar_tensor.default:
+            a = a.args[0]
+        if not isinstance(a, (int, float)):
+            return False
+        values.append(float(a))
+    return sorted(values)[1] == 0.0 and sorted(values)[0] <= -65504.0
+
+
+def _attention(n, q, k, v, bias=None, is_causal=False, scale=None, fx_bias=None):
     """softmax(q k^T * scale + bias) v over [..., heads, length, head dim], as PyTorch's
     fused attention ops compute it (its causal mask aligned top-left); keys and values
     with fewer heads serve groups of query heads. luminal's compiler fuses it back into
-    one attention kernel."""
+    one attention kernel; a bias made from a boolean mask (`fx_bias`, its FX node, shows
+    it) is read as that mask, which the kernel takes."""
     heads, kv_heads = q.shape[-3], k.shape[-3]
     if heads != kv_heads:
         group = heads // kv_heads
@@ -441,6 +469,8 @@ def _attention(n, q, k, v, bias=None, is_causal=False, scale=None):
         scores = lm.where(keep, scores, -math.inf)
     if bias is None:
         return scores.softmax(axis=-1).matmul(v)
+    if bias.dtype != lm.bool_ and _mask_as_bias(fx_bias):
+        bias = bias.eq(0.0)
     boolean = bias.dtype == lm.bool_
     scores = lm.where(bias, scores, -math.inf) if boolean else scores + bias.cast(scores.dtype)
     out = scores.softmax(axis=-1).matmul(v)
@@ -453,7 +483,7 @@ def _attention(n, q, k, v, bias=None, is_causal=False, scale=None):
 
 def _sdpa_with_bias(n, q, k, v, bias, log_sumexp=False, dropout=0.0, is_causal=False,
                     return_debug_mask=False, scale=None):
-    return (_attention(n, q, k, v, bias, is_causal, scale),) + (None,) * 8
+    return (_attention(n, q, k, v, bias, is_causal, scale, n.fx.args[3]),) + (None,) * 8
 
 
 def _sdpa_flash(n, q, k, v, dropout=0.0, is_causal=False, return_debug_mask=False, scale=None):
@@ -461,7 +491,8 @@ def _sdpa_flash(n, q, k, v, dropout=0.0, is_causal=False, return_debug_mask=Fals
 
 
 def _sdpa_cpu(n, q, k, v, dropout=0.0, is_causal=False, attn_mask=None, scale=None):
-    return _attention(n, q, k, v, attn_mask, is_causal, scale), None
+    fx_mask = n.fx.kwargs.get("attn_mask")
+    return _attention(n, q, k, v, attn_mask, is_causal, scale, fx_mask), None
 
 
 def _getitem(n, values, i):

@@ -169,6 +169,12 @@ CASES = [
         A._scaled_dot_product_flash_attention_for_cpu(
             q, k, v, attn_mask=torch.zeros(m.shape).masked_fill(~m, -math.inf))[0]),
      (randn(2, 4, 6, 8), randn(2, 4, 6, 8), randn(2, 4, 6, 8), mask_without_row_0(6))),
+    # A boolean mask made a bias as PyTorch makes it for cuDNN (-65504 where masked): read
+    # as the mask (every query keeps a key, where the two agree).
+    ("attention_bias_of_a_mask", lambda q, k, v, m: A._scaled_dot_product_flash_attention_for_cpu(
+        q, k, v, attn_mask=torch.where(m, torch.scalar_tensor(0.0), torch.scalar_tensor(-65504.0))
+    )[0], (randn(2, 4, 6, 8), randn(2, 4, 6, 8), randn(2, 4, 6, 8),
+           (torch.rand(6, 6) > 0.5) | torch.eye(6, dtype=torch.bool))),
     ("scalar_tensor", lambda x: torch.where(x > 0, x, torch.tensor(-1.0)), (randn(5,),)),
 ]
 
