@@ -144,13 +144,18 @@ class Graph {
   /// the host as usual.
   void keep_on_device(NodeId id);
   bool is_kept_on_device(NodeId id) const { return flag(on_device_, id); }
-  /// Keeps an output on the GPU as keep_on_device does, where the compiled program keeps
-  /// it: device_data() reads it there, and the next run may overwrite it. For a caller that
-  /// copies every output before the next run (the torch.compile backend): runs then write
-  /// the same memory each time, so a GPU backend launches them again as recorded rather
-  /// than recording each anew for new output buffers.
-  void lend_on_device(NodeId id);
-  bool is_lent_on_device(NodeId id) const { return flag(lent_, id); }
+  /// Has the next run write output `id` (one when the graph was compiled) into `dest`,
+  /// memory of the caller's on the GPU the program runs on, of the output's dtype and
+  /// element count, rather than memory of the program's: the kernel computing it stores
+  /// there, so the caller has the result with no copy (the torch.compile backend writes
+  /// each output into a tensor of torch's). For one run: the run lets go of `dest` (the
+  /// caller reads its memory itself), and a later run not given memory again hands the
+  /// output over as keep_on_device does. Runs that write the same memory as the last
+  /// launch a GPU backend's recorded work again as it was. Host backends refuse it.
+  void write_into(NodeId id, DeviceData dest);
+  bool is_written_into(NodeId id) const { return flag(written_into_, id); }
+  /// The memory write_into gave, taken at the end of the run that wrote it (by backends).
+  std::optional<DeviceData> take_destination(NodeId id);
 
   /// Lets runs consume an input's buffer: an op that can update it in place
   /// (append_rows) takes it for its output, and the input holds no data after the run.
@@ -220,8 +225,9 @@ class Graph {
   std::deque<std::optional<Buffer>> data_;
   std::deque<std::optional<DeviceData>> device_data_;
   std::vector<uint64_t> data_versions_;  // 0: never set
-  std::vector<bool> outputs_, donated_, on_device_, lent_, gradient_stops_;
+  std::vector<bool> outputs_, donated_, on_device_, written_into_, gradient_stops_;
   std::unique_ptr<Executable> executable_;
+  bool device_memory_ = false;  // the backend compiled for keeps values in a GPU's memory
   std::vector<std::function<void()>> after_run_;
   size_t compiled_nodes_ = 0;  // nodes present when compiled; later additions need a recompile
 };

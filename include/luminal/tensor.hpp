@@ -188,9 +188,9 @@ class Tensor {
   /// Marks this tensor to be left on the GPU after execute by a backend that runs on one
   /// (Graph::keep_on_device); data() still copies it to the host when asked.
   Tensor& keep_on_device();
-  /// The same where the program keeps it, overwritten by the next run
-  /// (Graph::lend_on_device).
-  Tensor& lend_on_device();
+  /// Has the next run write this output into memory of the caller's on the GPU
+  /// (cuda_borrow), of its dtype and element count, without a copy (Graph::write_into).
+  Tensor& write_into(DeviceData dest);
   /// The value where it lies on a GPU, or nullptr (host data, or none).
   const DeviceData* device_data() const;
   /// Keeps this node through optimisation and its value after execute.

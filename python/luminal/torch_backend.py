@@ -130,12 +130,17 @@ class LuminalSubgraph(torch.nn.Module):
             self.compiled = True
         for i, t in self.inputs:
             self._set(i, t, args[i])
-        if self.on_gpu:  # in order with torch's stream, neither waiting on the host
+        if self.on_gpu:
+            # Each output is computed into a tensor of torch's (no copy), the run in order
+            # with torch's stream, neither waiting on the host.
+            outs = [self._destination(o, args) for o in self.outputs]
             self.graph.execute_on_stream(torch.cuda.current_stream(self.device).cuda_stream)
+            outs = [outs[o[1]].view(o[2].bound_shape).clone() if o[0] == "same" else r
+                    for o, r in zip(self.outputs, outs)]
         else:
             self.graph.execute()
-        outs = tuple(self._output(o, args) for o in self.outputs)
-        return outs if self.tuple_out else outs[0]
+            outs = [self._host_output(o, args) for o in self.outputs]
+        return tuple(outs) if self.tuple_out else outs[0]
 
     def _set(self, i, tensor, value):
         # An input whose tensor object and version are those set last time (a parameter,
@@ -148,12 +153,20 @@ class LuminalSubgraph(torch.nn.Module):
         tensor.set(value.detach().contiguous() if self.on_gpu else value.detach().cpu())
         self.last_set[i] = (weakref.ref(value), key)
 
-    def _output(self, out, args):
+    def _destination(self, out, args):
         kind, what, dtype = out
         if kind == "input":
             return args[what]
-        if self.on_gpu:  # a copy on torch's stream, after the run; the next run reuses
-            return torch.from_dlpack(what.device_array()).clone()  # luminal's memory
+        if kind == "same":  # filled from that output after the run
+            return None
+        t = torch.empty(what.bound_shape, dtype=dtype, device=self.device)
+        what.write_into(t)
+        return t
+
+    def _host_output(self, out, args):
+        kind, what, dtype = out
+        if kind == "input":
+            return args[what]
         return torch.from_numpy(what.numpy()).to(dtype=dtype)
 
     def _build(self, args):
@@ -179,16 +192,21 @@ class LuminalSubgraph(torch.nn.Module):
             elif n.op == "output":
                 index = {p: i for i, p in enumerate(placeholders)}
                 self.tuple_out = isinstance(n.args[0], (tuple, list))
+                written = {}  # on the GPU: the output each value is written into, by node
                 for o in n.args[0] if self.tuple_out else [n.args[0]]:
                     if o in index:
                         self.outputs.append(("input", index[o], None))
-                    else:
-                        out = env[o]
-                        if self.on_gpu:  # read where it lies (no view), copied each call
-                            out = out.contiguous().retrieve().lend_on_device()
-                        else:
-                            out = out.retrieve()
-                        self.outputs.append(("tensor", out, o.meta["val"].dtype))
+                        continue
+                    out = env[o]
+                    if not self.on_gpu:
+                        self.outputs.append(("tensor", out.retrieve(), o.meta["val"].dtype))
+                        continue
+                    out = out.contiguous().retrieve()  # (written as it lies: no view)
+                    if out.node in written:  # a value two outputs name: the second a copy
+                        self.outputs.append(("same", written[out.node], out))
+                        continue
+                    written[out.node] = len(self.outputs)
+                    self.outputs.append(("tensor", out, o.meta["val"].dtype))
 
     def _translate(self, n, env):
         args = torch.fx.node.map_arg(n.args, env.__getitem__)

@@ -57,13 +57,18 @@ void bind_tensor(nb::module_& m) {
          return nb::tuple(out);
        },
        "The shape: ints, and symbolic dims as their names (or expressions).")
+      .def_prop_ro("bound_shape", &concrete_shape,
+                   "The shape with the graph's dims as bound now (Graph.set_dim): ints.")
       .def_prop_ro("dtype", &Tensor::dtype)
       .def_prop_ro("ndim", &Tensor::rank)
+      .def_prop_ro(
+          "node", [](const Tensor& x) { return x.id().value; },
+          "The graph node whose value the tensor reads (views of one value share it).")
       .def(
           "set",
           [](Tensor& x, nb::ndarray<nb::c_contig> a) -> Tensor& {
             if (a.device_type() == nb::device::cuda::value)
-              return x.set_device(device_data_from_array(x, a));
+              return x.set_device(device_data_from_array(x, a, "set"));
             if (a.device_type() != nb::device::cpu::value)
               throw Error("set: arrays on this kind of device (DLPack device type " +
                           std::to_string(a.device_type()) + ") cannot be read");
@@ -77,10 +82,19 @@ void bind_tensor(nb::module_& m) {
       .def("keep_on_device", &Tensor::keep_on_device, nb::rv_policy::reference,
            "Marks an output to stay in the GPU's memory after execute() (read it with "
            "device_array()); on a host backend it is kept as retrieve() keeps it.")
-      .def("lend_on_device", &Tensor::lend_on_device, nb::rv_policy::reference,
-           "As keep_on_device(), in the memory the compiled program keeps it in, which the "
-           "next execute() overwrites: copy it before then. Runs that write the same memory "
-           "each time are launched again on the GPU as recorded.")
+      .def(
+          "write_into",
+          [](Tensor& x, nb::ndarray<nb::c_contig> a) -> Tensor& {
+            if (a.device_type() != nb::device::cuda::value)
+              throw Error("write_into: the array is not in a GPU's memory (DLPack device type " +
+                          std::to_string(a.device_type()) + ")");
+            return x.write_into(device_data_from_array(x, a, "write_into"));
+          },
+          "array"_a, nb::rv_policy::reference,
+          "Has the next execute() write this output into `array` (a CUDA torch tensor, of its "
+          "shape and dtype, contiguous) instead of memory of luminal's: no copy. For one run; "
+          "a run writing the same memory as the last is launched again as recorded. The CUDA "
+          "backend only.")
       .def(
           "device_array",
           [](const Tensor& x) {

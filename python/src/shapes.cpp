@@ -81,7 +81,7 @@ nb::dlpack::dtype dlpack_dtype(DType dtype) {
 
 }  // namespace
 
-void check_array_shape(const Tensor& t, const nb::ndarray<nb::c_contig>& a) {
+void check_array_shape(const Tensor& t, const nb::ndarray<nb::c_contig>& a, const char* what) {
   const std::vector<Expr>& shape = t.shape();
   const Bindings& dims = t.graph().dims();
   std::string want = "(", got = "(";
@@ -95,28 +95,31 @@ void check_array_shape(const Tensor& t, const nb::ndarray<nb::c_contig>& a) {
       bool bound = true;
       for (const std::string& v : shape[i].variables()) bound &= dims.get(v).has_value();
       if (!bound)
-        throw Error("set: the tensor's shape " + want + " has dims not bound yet; bind them with " +
+        throw Error(std::string(what) + ": the tensor's shape " + want +
+                    " has dims not bound yet; bind them with " +
                     "Graph.set_dim before setting its data");
       n = shape[i].eval(dims);
     }
     same = *n == static_cast<int64_t>(a.shape(i));
   }
-  if (!same) throw Error("set: an array of shape " + got + " for a tensor of shape " + want);
+  if (!same)
+    throw Error(std::string(what) + ": an array of shape " + got + " for a tensor of shape " +
+                want);
 }
 
 Buffer buffer_from_array(const Tensor& t, nb::ndarray<nb::c_contig> a) {
-  check_array_shape(t, a);
+  check_array_shape(t, a, "set");
   Buffer out(dtype_of_array(a.dtype()), a.size());
   if (a.size() > 0) std::memcpy(out.data(), a.data(), out.bytes());
   return out;
 }
 
-DeviceData device_data_from_array(const Tensor& t, nb::ndarray<nb::c_contig> a) {
-  check_array_shape(t, a);
+DeviceData device_data_from_array(const Tensor& t, nb::ndarray<nb::c_contig> a, const char* what) {
+  check_array_shape(t, a, what);
   const DType dtype = dtype_of_array(a.dtype());
   if (dtype != t.dtype())
-    throw Error("set: a device array of " + std::string(dtype_name(dtype)) + " for a tensor of " +
-                std::string(dtype_name(t.dtype())) +
+    throw Error(std::string(what) + ": a device array of " + std::string(dtype_name(dtype)) +
+                " for a tensor of " + std::string(dtype_name(t.dtype())) +
                 " (device arrays are read where they lie, unconverted)");
   // luminal may hold the array past this call: it keeps the producer's tensor alive, and
   // lets it go under the GIL, as any Python reference.

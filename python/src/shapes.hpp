@@ -34,8 +34,9 @@ nanobind::list tensors_kept_by(nanobind::handle owner, std::vector<Tensor> tenso
 Buffer buffer_from_array(const Tensor& t, nanobind::ndarray<nanobind::c_contig> a);
 /// A GPU array (a CUDA torch tensor's DLPack export) as DeviceData borrowed where it
 /// lies, after the same shape check; its dtype must be `t`'s. The array stays alive while
-/// luminal holds it.
-DeviceData device_data_from_array(const Tensor& t, nanobind::ndarray<nanobind::c_contig> a);
+/// luminal holds it. Errors begin with `what` (the method called).
+DeviceData device_data_from_array(const Tensor& t, nanobind::ndarray<nanobind::c_contig> a,
+                                  const char* what);
 /// An output kept on the GPU as a DLPack array over the same memory (no copy).
 nanobind::object device_array(const DeviceData& data, const std::vector<int64_t>& shape);
 /// `data` as a NumPy array of `shape` (bf16, which NumPy lacks, as float32).

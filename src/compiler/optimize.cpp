@@ -395,10 +395,14 @@ class Rebuild {
   }
 
   // A graph output's node. A class extracted as a plain reshape of another value (a
-  // product viewed back as [B, T, N], where the gemm-epilogue rules leave an Add) is that
-  // value: outputs are handed over as flat data, so its bytes need no copy.
+  // product viewed back as [B, T, N], where the gemm-epilogue rules leave an Add), or as
+  // a copy of such a reshape (contiguous() of it), is that value: outputs are handed over
+  // as flat data, so its bytes need no copy.
   NodeId output(ClassId c) {
-    const uint32_t node = x_.node_for(eg_.find(c));
+    uint32_t node = x_.node_for(eg_.find(c));
+    if (eg_.node_op(node).name() == "Contiguous" &&
+        eg_.node_op(x_.node_for(eg_.find(eg_.node_children(node)[0]))).name() == "View")
+      node = x_.node_for(eg_.find(eg_.node_children(node)[0]));
     if (eg_.node_op(node).name() == "View") {
       const View& v = low_.views[static_cast<size_t>(eg_.node_attrs(node).get()[0].bits)];
       const NodeId source = value(eg_.node_children(node)[0]);

@@ -169,7 +169,7 @@ void Graph::grow_state(NodeId id) {
   outputs_.resize(n, false);
   donated_.resize(n, false);
   on_device_.resize(n, false);
-  lent_.resize(n, false);
+  written_into_.resize(n, false);
   gradient_stops_.resize(n, false);
 }
 
@@ -204,9 +204,23 @@ void Graph::keep_on_device(NodeId id) {
   on_device_[id.value] = true;
 }
 
-void Graph::lend_on_device(NodeId id) {
+void Graph::write_into(NodeId id, DeviceData dest) {
+  const Node& n = node(id);
+  LUM_CHECK(n.op != Op::Input) << "write_into: '" << n.name
+                               << "' is an input; give it GPU memory with set_device";
+  LUM_CHECK(!executable_ || is_output(id))
+      << "write_into: %" << id.value
+      << " was not an output when the graph was compiled; mark it (retrieve, keep_on_device) "
+         "before compiling";
   keep_on_device(id);
-  lent_[id.value] = true;
+  set_device_data(id, std::move(dest));
+  written_into_[id.value] = true;
+}
+
+std::optional<DeviceData> Graph::take_destination(NodeId id) {
+  if (!is_written_into(id)) return std::nullopt;
+  written_into_[id.value] = false;
+  return take_device_data(id);
 }
 
 uint64_t Graph::data_version(NodeId id) const {
@@ -341,6 +355,7 @@ std::vector<NodeId> Graph::outputs() const {
 
 void Graph::compile(const Backend& backend) {
   executable_ = backend.compile(*this);
+  device_memory_ = backend.device_memory();
   compiled_nodes_ = nodes_.size();
 }
 
@@ -372,6 +387,12 @@ void Graph::check_executable(const char* what) const {
                             "or another backend first";
   LUM_CHECK(compiled_nodes_ == nodes_.size()) << what << ": " << nodes_.size() - compiled_nodes_
                                               << " nodes were added after compile; compile again";
+  if (device_memory_) return;
+  const auto given = std::find(written_into_.begin(), written_into_.end(), true);
+  LUM_CHECK(given == written_into_.end())
+      << what << ": output %" << given - written_into_.begin()
+      << " was given GPU memory to be written into (write_into), and the graph is compiled for "
+         "a backend that keeps its outputs in host memory";
 }
 
 void Graph::prepare(const Bindings& dims) {

@@ -200,8 +200,12 @@ Tensor& Tensor::keep_on_device() {
   return *this;
 }
 
-Tensor& Tensor::lend_on_device() {
-  graph().lend_on_device(id_);
+Tensor& Tensor::write_into(DeviceData dest) {
+  // The run writes the node's elements in order: this tensor must read them so.
+  LUM_CHECK(view_.is_contiguous() && view_.numel() == product(graph().node(id_).shape))
+      << "write_into: the tensor is a view of another order or extent than its value's "
+         "(a transpose, a slice); write contiguous() of it instead";
+  graph().write_into(id_, std::move(dest));
   return *this;
 }
 

@@ -366,6 +366,24 @@ TEST(Optimize, RulesSelectGemmAndSimplify) {
   expect_cpu_matches_reference(cx, y, "x W");
 }
 
+// An output that is contiguous() of a reshape of a value laid out as the reshape reads it
+// (torch's [B*T, N] product viewed back as [B, T, N]) is that value: no copy is planned,
+// and the output's elements are the product's, in order.
+TEST(Optimize, AContiguousOutputOfAReshapedValueIsThatValue) {
+  Graph cx;
+  Tensor a = cx.named_tensor("a", {6, 8}), w = cx.named_tensor("w", {8, 10});
+  Tensor y = a.matmul(w).reshape({2, 3, 10}).contiguous().retrieve();
+  const compiler::Optimized opt = compiler::optimize(cx);
+  EXPECT_EQ(count_ops(*opt.graph, Op::Contiguous), 0u) << opt.graph->to_text();
+  EXPECT_EQ(compiler::plan_kernels(*opt.graph).kernels.size(), 1u);
+  std::vector<float> av(6 * 8), wv(8 * 10);
+  for (size_t i = 0; i < av.size(); ++i) av[i] = std::sin(static_cast<float>(i));
+  for (size_t i = 0; i < wv.size(); ++i) wv[i] = std::cos(static_cast<float>(i));
+  a.set(av);
+  w.set(wv);
+  expect_cpu_matches_reference(cx, y, "contiguous reshape of a product");
+}
+
 // State grown every run, as a KV cache: the output replaces the input after each run.
 // Donated, the input's buffer grows in place (its address changes only when the
 // geometric growth reallocates); not donated, the input is left as it was. Both give

@@ -640,45 +640,129 @@ TEST(Cuda, RepeatedRunsReplayARecordedGraph) {
   }
 }
 
-// An output kept on the device is handed over, in a new buffer every run, so each run is
-// recorded again and its graph nodes given the new address; one lent stays where the
-// program keeps it, and from the fifth run on a run is the recorded graphs launched again
-// untouched. Either way every run's values are right, read where they lie.
-TEST(Cuda, LentOutputsLetRunsLaunchAgainAsRecorded) {
+// An output written into memory of the caller's (write_into) is computed there. From the
+// fifth run on, a run that writes where the last one did is the recorded graphs launched
+// again untouched; one writing elsewhere gives their nodes the new address, as does an
+// output not given memory, handed over in a new buffer. Outputs whose values lie elsewhere
+// are copied into the memory given: an input passed through, and a value that another
+// output is written into or handed over. Every run's values are right, read where they
+// were written.
+TEST(Cuda, OutputsAreWrittenIntoTheCallersMemory) {
   SKIP_WITHOUT_GPU();
-  for (const bool lent : {false, true}) {
-    Graph ref, gpu;
-    Tensor rx = ref.named_tensor("x", {4, 64}), rw = ref.named_tensor("w", {32, 64});
-    Tensor gx = gpu.named_tensor("x", {4, 64}), gw = gpu.named_tensor("w", {32, 64});
-    Tensor ry = (rx.matmul(rw.permute({1, 0})).softmax(1) * 2.0 + 1.0).retrieve();
-    Tensor gy = gx.matmul(gw.permute({1, 0})).softmax(1) * 2.0 + 1.0;
-    if (lent)
-      gy.lend_on_device();
-    else
-      gy.keep_on_device();
-    ref.compile(reference());
-    gpu.compile(cuda());
-    std::mt19937 rng(7);
-    const std::vector<float> w = testing::uniform_floats(rng, 32 * 64);
-    rw.set(w);
-    gw.set(w);
-    for (int i = 0; i < 8; ++i) {
-      const std::vector<float> x = testing::uniform_floats(rng, 4 * 64);
-      rx.set(x);
-      gx.set(x);
-      ref.execute();
-      gpu.execute();
-      const RunStats stats = gpu.last_run_stats();
-      ASSERT_NE(gy.device_data(), nullptr);
-      const std::vector<float> want = ry.to_f32(), got = gy.to_f32();
-      ASSERT_EQ(got.size(), want.size());
+  Graph ref, gpu;
+  Tensor rx = ref.named_tensor("x", {4, 64}), rw = ref.named_tensor("w", {32, 64});
+  Tensor gx = gpu.named_tensor("x", {4, 64}), gw = gpu.named_tensor("w", {32, 64});
+  Tensor ry = (rx.matmul(rw.permute({1, 0})).softmax(1) * 2.0 + 1.0).retrieve();
+  // Outputs (marked before compiling): a value, its reshape (the value itself, as it lies)
+  // and a reshape of the input (the input itself).
+  Tensor gv = (gx.matmul(gw.permute({1, 0})).softmax(1) * 2.0 + 1.0).keep_on_device();
+  Tensor gy = gv.reshape({2, 2, 32}).contiguous().keep_on_device();
+  Tensor passed = gx.reshape({64, 4}).contiguous().keep_on_device();
+  ref.compile(reference());
+  gpu.compile(cuda());
+  std::mt19937 rng(7);
+  const std::vector<float> w = testing::uniform_floats(rng, 32 * 64);
+  rw.set(w);
+  gw.set(w);
+  const auto memory = [] { return to_cuda(Buffer(DType::F32, 128)); };
+  // Two places for the value's two outputs (one computed there, the other a copy).
+  const std::pair<DeviceData, DeviceData> places[2] = {{memory(), memory()}, {memory(), memory()}};
+  const DeviceData input_memory = to_cuda(Buffer(DType::F32, 256));
+  // Run by run, the place the value's outputs are written into (-1: y is given none, so
+  // it is handed over, and v is copied out of its buffer).
+  const int runs[] = {0, 0, 0, 0, 0, 0, 1, 0, -1, 0, 0, 0};
+  for (size_t i = 0; i < std::size(runs); ++i) {
+    const std::vector<float> x = testing::uniform_floats(rng, 4 * 64);
+    rx.set(x);
+    gx.set(x);
+    const auto& [y_memory, v_memory] = places[std::max(runs[i], 0)];
+    if (runs[i] >= 0) gy.write_into(y_memory);
+    gv.write_into(v_memory);
+    passed.write_into(input_memory);
+    ref.execute();
+    gpu.execute();
+    const RunStats stats = gpu.last_run_stats();
+    const std::vector<float> want = ry.to_f32();
+    for (const auto& [what, got] :
+         {std::pair{"y", runs[i] >= 0 ? y_memory.to_host().to_f32() : gy.to_f32()},
+          std::pair{"the value y reshapes", v_memory.to_host().to_f32()}}) {
+      ASSERT_EQ(got.size(), want.size()) << what;
       for (size_t k = 0; k < got.size(); ++k)
         ASSERT_NEAR(got[k], want[k], 1e-4 * (1 + std::fabs(want[k])))
-            << (lent ? "lent" : "kept") << " run " << i << " element " << k;
-      if (graphs_on() && i >= 4) {
-        EXPECT_TRUE(stats.replayed) << "run " << i;
-        EXPECT_EQ(stats.graph_nodes_updated == 0, lent) << (lent ? "lent" : "kept") << " run " << i;
-      }
+            << what << ", run " << i << " element " << k;
+    }
+    EXPECT_EQ(input_memory.to_host().to_f32(), x) << "run " << i;
+    EXPECT_EQ(gv.device_data(), nullptr) << "run " << i << ": the memory given is let go";
+    const bool as_before = i >= 1 && runs[i] >= 0 && runs[i] == runs[i - 1];
+    if (graphs_on() && i >= 4) {
+      EXPECT_TRUE(stats.replayed) << "run " << i;
+      EXPECT_EQ(stats.graph_nodes_updated == 0, as_before) << "run " << i;
+    }
+  }
+}
+
+// The attentions of a run over one mask read the tiles the one before worked out (a
+// model's layers sharing a causal mask); one over another mask of the same shape works
+// them out again, and so does the next run's first, the masks' values having changed.
+// Every output equals the reference interpreter's.
+TEST(Cuda, AttentionsOverOneMaskShareItsTiles) {
+  SKIP_WITHOUT_GPU();
+  const int64_t heads = 4, rows = 192, d = 64;
+  struct Model {
+    Graph cx;
+    Tensor q, k, v, m1, m2;
+    std::vector<Tensor> outs;
+  };
+  auto build = [&](Model& m) {
+    m.q = m.cx.named_tensor("q", {2, heads, rows, d}, DType::BF16);
+    m.k = m.cx.named_tensor("k", {2, heads, rows, d}, DType::BF16);
+    m.v = m.cx.named_tensor("v", {2, heads, rows, d}, DType::BF16);
+    m.m1 = m.cx.named_tensor("m1", {rows, rows}, DType::Bool);
+    m.m2 = m.cx.named_tensor("m2", {rows, rows}, DType::Bool);
+    auto attend = [&](const Tensor& x, const Tensor& mask) {
+      const Tensor scores = x.matmul(m.k.transpose(-1, -2)) * 0.125;
+      return where(mask, scores, -std::numeric_limits<double>::infinity()).softmax(-1).matmul(m.v);
+    };
+    // The second reads the first's tiles; the third and fourth work theirs out.
+    const Tensor a = attend(m.q, m.m1), b = attend(a, m.m1), c = attend(b, m.m2),
+                 e = attend(c, m.m1);
+    for (Tensor t : {a, b, c, e}) m.outs.push_back(t.retrieve());
+  };
+  Model ref, gpu;
+  build(ref);
+  build(gpu);
+  ref.cx.compile(reference());
+  gpu.cx.compile(cuda());
+  std::mt19937 rng(5);
+  auto random = [&](int64_t n) {
+    const std::vector<float> x = testing::uniform_floats(rng, static_cast<size_t>(n), -2.0f, 2.0f);
+    return Buffer::from_doubles(std::vector<double>(x.begin(), x.end()), DType::BF16);
+  };
+  for (int run = 0; run < 3; ++run) {
+    // Masks keeping three keys in four, and each row its own key.
+    std::bernoulli_distribution kept(0.75);
+    std::vector<double> m1(rows * rows), m2(rows * rows);
+    for (size_t i = 0; i < m1.size(); ++i) {
+      const bool diagonal = i / rows == i % rows;
+      m1[i] = diagonal || kept(rng);
+      m2[i] = diagonal || kept(rng);
+    }
+    const Buffer q = random(2 * heads * rows * d), k = random(2 * heads * rows * d),
+                 v = random(2 * heads * rows * d);
+    for (Model* m : {&ref, &gpu}) {
+      m->q.set_buffer(q);
+      m->k.set_buffer(k);
+      m->v.set_buffer(v);
+      m->m1.set_buffer(Buffer::from_doubles(m1, DType::Bool));
+      m->m2.set_buffer(Buffer::from_doubles(m2, DType::Bool));
+      m->cx.execute();
+    }
+    for (size_t o = 0; o < ref.outs.size(); ++o) {
+      const std::vector<float> want = ref.outs[o].to_f32(), got = gpu.outs[o].to_f32();
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i)
+        ASSERT_NEAR(got[i], want[i], 0.05 * (1 + std::fabs(want[i])))
+            << "run " << run << ", attention " << o << ", element " << i;
     }
   }
 }

@@ -104,6 +104,31 @@ TEST(Errors, DataOnAGpuForAHostBackend) {
       {"does not fit its storage of 12 bytes"});
 }
 
+// Memory on a GPU given for an output to be written into is refused by a host backend,
+// naming the output; an input, or a view that reads its value in another order, cannot
+// be given it at all.
+TEST(Errors, OutputMemoryOnAGpuForAHostBackend) {
+  const auto memory = [](size_t n) {
+    return DeviceData(std::make_shared<HostBackedStorage>(Buffer(DType::F32, n)), DType::F32, n);
+  };
+  Graph cx;
+  Tensor x = cx.named_tensor("x", {2, 3});
+  Tensor y = (x + 1.0).retrieve();
+  x.set(std::vector<float>(6, 1.0f));
+  const auto refused = [&](const Backend& backend) {
+    cx.compile(backend);
+    y.write_into(memory(6));
+    expect_error([&] { cx.execute(); }, {"output %", "write_into", "host memory"});
+    expect_error([&] { cx.execute_queued(); }, {"output %", "write_into", "host memory"});
+  };
+  refused(reference());
+  refused(cpu());
+  expect_error([&] { x.write_into(memory(6)); }, {"write_into", "'x' is an input"});
+  expect_error([&] { (x * 2.0).write_into(memory(6)); },
+               {"write_into", "not an output when the graph was compiled"});
+  expect_error([&] { y.permute({1, 0}).write_into(memory(6)); }, {"write_into", "contiguous()"});
+}
+
 TEST(Errors, OutOfRangeIndices) {
   Graph cx;
   Tensor table = cx.named_tensor("t", {3});

@@ -261,6 +261,28 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention(const
 
 )ATTN";
 
+// What a pass over the mask (lum_attention_mask_tiles, `pass`) reads and writes: the mask
+// and its strides, the rows, keys and tiles it is laid over, and where the tiles go.
+std::vector<int64_t> mask_pass_of(const AttentionArgs& a, const void* pass) {
+  std::vector<int64_t> out = {reinterpret_cast<int64_t>(pass),
+                              reinterpret_cast<int64_t>(a.mask),
+                              reinterpret_cast<int64_t>(a.tiles),
+                              reinterpret_cast<int64_t>(a.tile_bits),
+                              a.m_off,
+                              a.m_t,
+                              a.keys,
+                              a.shared_rows,
+                              a.row_tiles,
+                              a.key_tiles,
+                              a.mask_points,
+                              a.kv_rank,
+                              a.sh_rank};
+  for (const int64_t* dims : {a.kv_dim, a.kv_m, a.sh_dim, a.sh_m})
+    out.insert(out.end(), dims, dims + kAttentionMaxDims);
+  out.insert(out.end(), a.mask_dims, a.mask_dims + compiler::kMaxComputedMaskDims);
+  return out;
+}
+
 bool supported(DType t) {
   return t == DType::F32 || t == DType::F16 || t == DType::BF16;
 }
@@ -522,10 +544,14 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
       const int64_t groups =
           a.mask_points * a.row_tiles * ((a.key_tiles + kMaskTileChunk - 1) / kMaskTileChunk);
       const int64_t per_block = kernel->threads / rows;
-      check(device_.launch(kernel->mask_tiles,
-                           dim3(static_cast<unsigned>((groups + per_block - 1) / per_block)),
-                           dim3(static_cast<unsigned>(kernel->threads)), args, 0),
-            "launching attention's pass over the mask");
+      std::vector<int64_t> pass = mask_pass_of(a, kernel->mask_tiles);
+      if (pass != last_mask_pass_) {
+        check(device_.launch(kernel->mask_tiles,
+                             dim3(static_cast<unsigned>((groups + per_block - 1) / per_block)),
+                             dim3(static_cast<unsigned>(kernel->threads)), args, 0),
+              "launching attention's pass over the mask");
+        last_mask_pass_ = std::move(pass);
+      }
     }
     check(device_.launch(kernel->kernel, dim3(static_cast<unsigned>(pairs * a.splits)),
                          dim3(static_cast<unsigned>(kernel->threads)),
@@ -560,7 +586,10 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
       for (const auto& c : kernels)
         p.candidates.push_back({c.second == kWgmmaAttentionRows ? "wgmma, 128 rows a block"
                                                                 : "mma.sync, 64 rows a block",
-                                [&, c] { launch(c, a); }});
+                                [&, c] {
+                                  last_mask_pass_.clear();  // (each trial's time has its pass)
+                                  launch(c, a);
+                                }});
       DeviceTrials trials(device_);
       trials.judge(p, out, static_cast<size_t>(out_rows * dv), out_type,
                    out_type == DType::F32 ? 1e-3 : 2e-2);

@@ -65,6 +65,11 @@ class Attention {
            DType v_type, const ConcreteView& mask, const void* mask_data,
            const ComputedMask* computed, double scale, void* out, DType out_type);
 
+  /// A run of a program starts: its first attention works out its mask's tiles again (the
+  /// mask's values may differ from the last run's); the run's later attentions over the
+  /// same mask, shapes and tiles read those (a model's layers share one mask).
+  void begin_run() { last_mask_pass_.clear(); }
+
  private:
   struct Compiled {
     std::unique_ptr<Module> module;
@@ -99,6 +104,7 @@ class Attention {
   // Split rows' partial results, the mask tiles' flags and keep bits, and the split
   // blocks' arrival counts (zero between launches), kept while a CUDA graph may read them.
   DeviceBuffer partials_, tiles_, tile_bits_, arrivals_;
+  std::vector<int64_t> last_mask_pass_;  // what the last pass over a mask read and wrote
 };
 
 }  // namespace luminal::cudagen

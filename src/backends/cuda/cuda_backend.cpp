@@ -114,6 +114,7 @@ class CudaExecutable final : public Executable {
       if (plan_.kernels[k].computed_mask)
         computed_masks_[k].emplace(*plan_.kernels[k].computed_mask);
     value_ptr_.assign(plan_.kernels.size(), nullptr);
+    destination_.assign(plan_.kernels.size(), nullptr);
     owned_.resize(plan_.kernels.size());
     // What is released after each kernel: a group's members' reads stay till its last.
     releases_.assign(plan_.kernels.size(), {0, 0});
@@ -237,20 +238,23 @@ class CudaExecutable final : public Executable {
     for (size_t i = 0; i < source_.dims.size(); ++i)
       dims[i] = runtime::bound_dim(user.dims(), source_.dims[i]);
     const bool inputs_moved = upload_inputs(user);
+    const bool outputs_moved = find_destinations(user);
     // Outputs left on the device are handed over, so their buffers are new every run
-    // (those lent stay where the program keeps them).
+    // (those written into the caller's memory are where the caller put them).
     const bool hands_over =
         std::any_of(program_.outputs.begin(), program_.outputs.end(), [&](const auto& o) {
-          return user.is_kept_on_device(o.first) && !user.is_lent_on_device(o.first);
+          return user.is_kept_on_device(o.first) && !user.is_written_into(o.first);
         });
     cudagen::StreamRecorder& recorder = device_->recorder();
     // (A trace notes each run's launches as they are made: none are launched again unseen.)
-    if (repeatable_ && dims == graph_dims_ && !inputs_moved && !hands_over && !cudagen::tracing()) {
+    if (repeatable_ && dims == graph_dims_ && !inputs_moved && !outputs_moved && !hands_over &&
+        !cudagen::tracing()) {
       stats_ = graph_stats_;
       stats_.graph_nodes_updated = 0;
       ++runs_, ++graph_runs_;
       check(cudaEventRecord(rec.started.get(), device_->stream()), "cudaEventRecord");
       recorder.launch_again();
+      copy_to_destinations(user);
       close(rec);
       stats_.issue_seconds = runtime::seconds_since(run_start);
       finish(user, wait);
@@ -295,6 +299,7 @@ class CudaExecutable final : public Executable {
     }
     ++runs_;
     graph_runs_ += stats_.replayed;
+    copy_to_destinations(user);
     close(rec);
     stats_.issue_seconds = runtime::seconds_since(run_start);
     if (cudagen::tracing()) cudagen::trace_run_end();
@@ -346,6 +351,7 @@ class CudaExecutable final : public Executable {
     size_t live = 0;
     launches_ = 0;
     beside_.clear();
+    attention_.begin_run();
     size_t shared_until = 0;  // kernels before it ran with the first of their run
     for (size_t k = 0; k < plan_.kernels.size(); ++k) {
       if (profiling_) check(cudaEventRecord(marks_[k].get(), device_->stream()), "cudaEventRecord");
@@ -354,7 +360,7 @@ class CudaExecutable final : public Executable {
       // An append whose rows their kernel already wrote into the cache: nothing to launch.
       const bool rows_written = prepared_cache_[k].data() != nullptr;
       if (sizes_[k] > 0) {
-        value_ptr_[k] = static_cast<char*>(arena_->data()) + arena_plan_.offsets[k];
+        value_ptr_[k] = static_cast<char*>(arena_.data()) + arena_plan_.offsets[k];
         if (const std::optional<size_t> j = append_of_rows_[k])  // rows written in the cache
           if (std::optional<GrownCache> cache = take_cache(user, *j, value_bytes_[*j])) {
             value_ptr_[k] = static_cast<char*>(cache->buffer.data()) + cache->old_bytes;
@@ -364,6 +370,8 @@ class CudaExecutable final : public Executable {
         owned_[k] = std::move(*in_place);
         value_ptr_[k] = owned_[k].data();
         grown = true;
+      } else if (destination_[k]) {
+        value_ptr_[k] = destination_[k];
       } else {
         if (owned_[k].bytes() != bytes) owned_[k] = spares_->take(bytes);
         value_ptr_[k] = owned_[k].data();
@@ -396,17 +404,18 @@ class CudaExecutable final : public Executable {
       check(cudaEventRecord(marks_.back().get(), device_->stream()), "cudaEventRecord");
   }
 
-  // Each value's size under the bound dims and its place: a range of the arena, or a
-  // buffer of its own for a value the run may take from an input (a cache grown in place)
-  // or hands over (an output kept on the device). The arena is planned again only where a
-  // value outgrows its range: a value whose size follows the dims gets up to an eighth
-  // more room, so a decoding step's growing values (a mask over the keys) keep their
-  // places, and the step spends no host time planning or giving graph nodes new addresses.
+  // Each value's size under the bound dims and its place: a range of the arena, or
+  // memory of its own for a value the run may take from an input (a cache grown in
+  // place), hands over or writes into the caller's memory (an output kept on the
+  // device). The arena is planned again only where a value outgrows its range: a value
+  // whose size follows the dims gets up to an eighth more room, so a decoding step's
+  // growing values (a mask over the keys) keep their places, and the step spends no host
+  // time planning or giving graph nodes new addresses.
   void place_values(const Graph& user, const std::vector<int64_t>& dims) {
     std::vector<bool> handed(plan_.kernels.size(), false);
     for (const auto& [user_out, node] : program_.outputs)
       if (const int32_t slot = liveness_.slot_of[plan_.canon(node).value];
-          slot >= 0 && user.is_kept_on_device(user_out) && !user.is_lent_on_device(user_out))
+          slot >= 0 && user.is_kept_on_device(user_out))
         handed[static_cast<size_t>(slot)] = true;
     if (dims == placed_dims_ && handed == placed_handed_ && !value_bytes_.empty()) return;
     const Graph& g = *program_.graph;
@@ -433,11 +442,11 @@ class CudaExecutable final : public Executable {
       for (size_t k : sized_by_dims_) room_[k] = cudagen::with_headroom(sizes_[k]);
       arena_plan_ = cudagen::plan_arena(room_, releases_, liveness_.frees);
     }
-    if (arena_->bytes() < arena_plan_.bytes) {  // room to spare, for sizes that keep growing
-      arena_ = std::make_shared<DeviceBuffer>(arena_plan_.bytes + arena_plan_.bytes / 4);
+    if (arena_.bytes() < arena_plan_.bytes) {  // room to spare, for sizes that keep growing
+      arena_ = DeviceBuffer(arena_plan_.bytes + arena_plan_.bytes / 4);
       if (runtime::env_has("LUMINAL_LOG", "info"))
         std::fprintf(stderr, "luminal cuda: an arena of %.1f MiB for %zu values\n",
-                     static_cast<double>(arena_->bytes()) / (1 << 20), plan_.kernels.size());
+                     static_cast<double>(arena_.bytes()) / (1 << 20), plan_.kernels.size());
     }
     placed_dims_ = dims;
     placed_handed_ = std::move(handed);
@@ -505,6 +514,68 @@ class CudaExecutable final : public Executable {
       it->second = address;
     }
     return moved;
+  }
+
+  // Where each value an output written into the caller's memory names is computed: in
+  // that memory, unless another output naming it is handed over (then it is copied there,
+  // as for an output that names an input, copy_to_destinations). Returns whether any
+  // value's place differs from the last run's (a captured graph would write the old one).
+  bool find_destinations(const Graph& user) {
+    const std::vector<void*> before = destination_;
+    std::fill(destination_.begin(), destination_.end(), nullptr);
+    for (const auto& [user_out, node] : program_.outputs) {
+      if (!user.is_written_into(user_out)) continue;
+      const DeviceData& dest = *user.device_data(user_out);
+      const Node& n = user.node(user_out);
+      size_t numel = 1;
+      for (Expr d : n.shape) numel *= static_cast<size_t>(d.eval(user.dims()));
+      LUM_CHECK(dest.dtype() == n.dtype && dest.numel() == numel &&
+                dest.device() == device_->ordinal())
+          << "write_into: output %" << user_out.value << " is " << numel << " "
+          << dtype_name(n.dtype) << " elements on GPU " << device_->ordinal()
+          << ", and the memory given holds " << dest.numel() << " " << dtype_name(dest.dtype())
+          << " on GPU " << dest.device();
+      const int32_t slot = liveness_.slot_of[plan_.canon(node).value];
+      if (slot < 0 || destination_[static_cast<size_t>(slot)]) continue;
+      const bool also_handed =
+          std::any_of(program_.outputs.begin(), program_.outputs.end(), [&](const auto& o) {
+            return liveness_.slot_of[plan_.canon(o.second).value] == slot &&
+                   user.is_kept_on_device(o.first) && !user.is_written_into(o.first);
+          });
+      if (!also_handed) destination_[static_cast<size_t>(slot)] = dest.data();
+    }
+    return destination_ != before;
+  }
+
+  // Outputs written into the caller's memory whose values lie elsewhere (an input, a
+  // value another output names): copied there, as part of the run.
+  void copy_to_destinations(const Graph& user) {
+    for (const auto& [user_out, node] : program_.outputs) {
+      if (!user.is_written_into(user_out)) continue;
+      const DeviceData& dest = *user.device_data(user_out);
+      const NodeId c = plan_.canon(node);
+      const int32_t slot = liveness_.slot_of[c.value];
+      if (slot >= 0) {
+        const void* at = value_ptr_[static_cast<size_t>(slot)];
+        if (at != dest.data())
+          check(cudaMemcpyAsync(dest.data(), at, dest.bytes(), cudaMemcpyDeviceToDevice,
+                                device_->stream()),
+                "copying an output into the memory given for it");
+        continue;
+      }
+      const NodeId source = program_.source_of[c.value];
+      if (const DeviceData* d = user.device_data(source)) {
+        check(cudaMemcpyAsync(dest.data(), d->data(), dest.bytes(), cudaMemcpyDeviceToDevice,
+                              device_->stream()),
+              "copying an input into the memory given for an output");
+      } else {
+        const Buffer* host = checked_input(user, c);
+        check(cudaMemcpyAsync(dest.data(), host->data(), dest.bytes(), cudaMemcpyHostToDevice,
+                              device_->stream()),
+              "copying an input into the memory given for an output");
+        device_->synchronize();  // (pageable memory the caller may change next)
+      }
+    }
   }
 
   // The host data about to be uploaded for the first time (or at a new size) must fit
@@ -656,7 +727,7 @@ class CudaExecutable final : public Executable {
       cudagen::GemvMatrix& w = weights[j - k];
       w.view = views[weight];
       w.data = operand(n.inputs[weight].source);
-      w.out = static_cast<char*>(arena_->data()) + arena_plan_.offsets[j];
+      w.out = static_cast<char*>(arena_.data()) + arena_plan_.offsets[j];
     }
     if (poison_)  // the later members' values are written now, not in their turn
       for (size_t j = k + 1; j < k + shared_runs_[k]; ++j)
@@ -1004,7 +1075,7 @@ class CudaExecutable final : public Executable {
     for (size_t j = k; j < last && j < plan_.kernels.size(); ++j) {
       // (A shared run's later members write into the arena: place_values put them there.)
       const char* out = j == k ? static_cast<const char*>(value_ptr_[k])
-                               : static_cast<const char*>(arena_->data()) + arena_plan_.offsets[j];
+                               : static_cast<const char*>(arena_.data()) + arena_plan_.offsets[j];
       const size_t bytes = j == k ? value_bytes_[k] : sizes_[j];
       for (const Beside& b : beside_) {
         for (NodeId r : plan_.kernels[j].reads)
@@ -1185,11 +1256,13 @@ class CudaExecutable final : public Executable {
 
   // Outputs into the user's graph: copied to the host, or, for those kept on the device,
   // handed over (the buffer becomes theirs; outputs naming one value share it), with the
-  // event that marks the run's end, which host reads of them wait for.
+  // event that marks the run's end, which host reads of them wait for. Memory given to
+  // write outputs into is let go: the caller reads it.
   void store_outputs(Graph& user, const std::shared_ptr<cudagen::Event>& written) {
     const Graph& g = *program_.graph;
     std::unordered_map<int32_t, DeviceData> handed;  // by slot
     for (const auto& [user_out, node] : program_.outputs) {
+      if (user.take_destination(user_out)) continue;
       const NodeId c = plan_.canon(node);
       const int32_t slot = liveness_.slot_of[c.value];
       const bool on_device = user.is_kept_on_device(user_out);
@@ -1208,14 +1281,6 @@ class CudaExecutable final : public Executable {
         continue;
       }
       const auto numel = static_cast<size_t>(numel_[static_cast<size_t>(slot)].eval(user.dims()));
-      if (user.is_lent_on_device(user_out)) {  // read where it lies, the arena kept alive
-        auto storage = std::make_shared<cudagen::CudaStorage>(value_ptr_[static_cast<size_t>(slot)],
-                                                              numel * dtype_size(g.node(c).dtype),
-                                                              device_->ordinal(), arena_);
-        storage->written_by(written, device_->stream());
-        user.set_device_data(user_out, DeviceData(storage, g.node(c).dtype, numel));
-        continue;
-      }
       auto it = handed.find(slot);
       if (it == handed.end()) {
         // Handed-over values have buffers of their own (place_values). One of a size that
@@ -1270,6 +1335,7 @@ class CudaExecutable final : public Executable {
   // Each kernel's value: its address this run, its bytes, and its own buffer where it is
   // not in the arena (place_values).
   std::vector<void*> value_ptr_;
+  std::vector<void*> destination_;  // by kernel: the caller's memory it is written into, this run
   // The collectives queued this run that later work has not waited for yet: each one's
   // node, and the memory it reads and writes.
   struct Beside {
@@ -1283,8 +1349,7 @@ class CudaExecutable final : public Executable {
   std::vector<DeviceBuffer> owned_;
   std::shared_ptr<cudagen::SpareBuffers> spares_;        // handed-over values' buffers, come back
   std::vector<std::pair<uint32_t, uint32_t>> releases_;  // by kernel, into liveness_.frees
-  // (Shared with the outputs lent from it: a user holding one keeps it alive.)
-  std::shared_ptr<DeviceBuffer> arena_ = std::make_shared<DeviceBuffer>();
+  DeviceBuffer arena_;
   cudagen::ArenaPlan arena_plan_;
   std::vector<size_t> room_;           // by kernel: the bytes arena_plan_ gives its value
   std::vector<size_t> sized_by_dims_;  // the kernels whose values' sizes follow the dims
