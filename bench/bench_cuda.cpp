@@ -189,6 +189,26 @@ void attention(int64_t seq, int64_t past, const char* name, DType compute = DTyp
   report(name, median_ms(cx, 3, 20));
 }
 
+// Prefill attention over many short sequences, as the transformer block of
+// bench/torch_compile_bench.py runs it at batch 32: 32 x 16 heads of 64 dims over 256
+// tokens each, causal, bf16, queries, keys and values [batch, heads, tokens, 64].
+void attention_short_sequences() {
+  const int64_t batch = 32, heads = 16, seq = 256, d = 64;
+  Graph cx;
+  std::vector<Tensor> qkv;
+  for (const char* name : {"q", "k", "v"}) {
+    Tensor t = cx.named_tensor(name, {batch, heads, seq, d}, DType::BF16);
+    const std::vector<float> x = random_floats(static_cast<size_t>(batch * heads * seq * d), 9);
+    t.set_buffer(Buffer::from_doubles(std::vector<double>(x.begin(), x.end()), DType::BF16));
+    qkv.push_back(t);
+  }
+  Tensor scores = qkv[0].matmul(qkv[1].transpose(-1, -2)) * (1.0 / std::sqrt(double(d)));
+  scores = where(nn::causal_mask(cx, seq, 0), scores, -std::numeric_limits<double>::infinity());
+  scores.softmax(-1).matmul(qkv[2]).retrieve();
+  cx.compile(cuda());
+  report("attention_prefill_32x256_bf16", median_ms(cx, 3, 50));
+}
+
 // One training step of a GPT-2-small-shaped model (nn::Gpt: 12 layers of 768, 12 heads,
 // vocabulary 50257, context 1024) on a batch of 8 x 1024 random tokens: forward pass,
 // gradients and AdamW, products and activations in bf16 with f32 master weights. Prints
@@ -349,6 +369,7 @@ int main(int argc, char** argv) {
   if (want("attention_prefill_4k")) attention(4096, 0, "attention_prefill_4k");
   if (want("attention_prefill_4k_bf16"))
     attention(4096, 0, "attention_prefill_4k_bf16", DType::BF16);
+  if (want("attention_prefill_32x256_bf16")) attention_short_sequences();
   for (DType t : {DType::F32, DType::BF16}) {
     const std::string suffix = "_" + std::string(dtype_name(t)) + "_8192x8192";
     auto row = [&](const char* op, const std::function<Tensor(Tensor)>& f) {
