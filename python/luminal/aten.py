@@ -499,6 +499,27 @@ def _getitem(n, values, i):
     return values[i]
 
 
+# Sizes worked out from symbolic sizes (a dynamic shape's flattened width): the size an
+# op asks for, and Python's arithmetic on sizes, which traced graphs keep as operators.
+SIZE_OPS = (aten.sym_size.int, operator.add, operator.sub, operator.mul, operator.floordiv)
+
+
+def _size(n, *_, **__):
+    """A size: its expression, as shapes spell it (what the ops reading it take)."""
+    return dim_text(n.val)
+
+
+def expressible_size(val):
+    """Whether a traced size has a luminal expression."""
+    if not isinstance(val, (int, torch.SymInt)):
+        return False
+    try:
+        dim_text(val)
+    except NotImplementedError:
+        return False
+    return True
+
+
 # One line per op. Where an ATen op has a composite form in luminal's hlops, the hlop is
 # used: the compiler fuses them back (softmax, norms, attention).
 TABLE = {
@@ -649,6 +670,7 @@ TABLE = {
     aten.alias.default: _copy,
     aten.lift_fresh_copy.default: _copy,
     operator.getitem: _getitem,
+    **{op: _size for op in SIZE_OPS},
 }
 
 

@@ -22,7 +22,8 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupport
 
 from . import _luminal as lm
-from .aten import DTYPES, MISSING_OUTPUTS, SUPPORTED_IF, TABLE, Node, dim_text
+from .aten import (DTYPES, MISSING_OUTPUTS, SIZE_OPS, SUPPORTED_IF, TABLE, Node, dim_text,
+                   expressible_size)
 
 OPTIONS = {"strict": "raise luminal.Error naming an op without a translation (default: "
                      "run it in PyTorch with a warning)"}
@@ -91,6 +92,8 @@ def _supported(n):
         src = n.args[0]
         return _supported(src) and n.args[1] not in MISSING_OUTPUTS.get(src.target, ())
     val = n.meta.get("val")
+    if n.target in SIZE_OPS:
+        return expressible_size(val)
     missing = MISSING_OUTPUTS.get(n.target, ())
     vals = [v for i, v in enumerate(val) if i not in missing] if isinstance(
         val, (tuple, list)) else [val]
@@ -155,8 +158,8 @@ class LuminalSubgraph(torch.nn.Module):
 
     def _destination(self, out, args):
         kind, what, dtype = out
-        if kind == "input":
-            return args[what]
+        if kind in ("input", "size"):
+            return self._host_output(out, args)
         if kind == "same":  # filled from that output after the run
             return None
         t = torch.empty(what.bound_shape, dtype=dtype, device=self.device)
@@ -167,6 +170,11 @@ class LuminalSubgraph(torch.nn.Module):
         kind, what, dtype = out
         if kind == "input":
             return args[what]
+        if kind == "size":  # a traced size, under this call's sizes
+            if isinstance(what, int):
+                return what
+            expr = what.node.expr
+            return int(expr.subs({s: self.dims[s.name] for s in expr.free_symbols}))
         return torch.from_numpy(what.numpy()).to(dtype=dtype)
 
     def _build(self, args):
@@ -198,6 +206,9 @@ class LuminalSubgraph(torch.nn.Module):
                         self.outputs.append(("input", index[o], None))
                         continue
                     out = env[o]
+                    if not isinstance(out, lm.Tensor):  # a size another subgraph reads
+                        self.outputs.append(("size", o.meta["val"], None))
+                        continue
                     if not self.on_gpu:
                         self.outputs.append(("tensor", out.retrieve(), o.meta["val"].dtype))
                         continue
