@@ -76,6 +76,13 @@ def test_dims_may_be_expressions_over_names():
     np.testing.assert_array_equal(y.numpy(), 3 * np.arange(2) + 2)
 
 
+def test_writing_an_output_into_host_memory_is_an_error():
+    g = luminal.Graph()
+    y = (g.tensor((2, 3)) * 2.0).retrieve()
+    with pytest.raises(luminal.Error, match="write_into: the array is not in a GPU's memory"):
+        y.write_into(np.zeros((2, 3), np.float32))
+
+
 def test_bad_dims_and_shapes_are_errors():
     g = luminal.Graph()
     with pytest.raises(luminal.Error, match="a dim is an int, a name or an expression"):
