@@ -91,9 +91,10 @@ def _sympy_text(e):
 class Node:
     """An FX node being translated: the luminal graph it goes into, and its traced result."""
 
-    def __init__(self, graph, fx_node):
+    def __init__(self, graph, fx_node, env=None):
         self.g = graph
         self.fx = fx_node
+        self.env = env or {}  # the luminal values of the subgraph's nodes translated so far
         val = fx_node.meta.get("val")
         self.val = val[0] if isinstance(val, (tuple, list)) else val
 
@@ -451,29 +452,68 @@ def _mask_as_bias(bias):
     return sorted(values)[1] == 0.0 and sorted(values)[0] <= -65504.0
 
 
-def _attention(n, q, k, v, bias=None, is_causal=False, scale=None, fx_bias=None):
+def _heads_served(n, fx):
+    """The keys or values that the FX node `fx` copies each head of to the query heads
+    it serves, as Hugging Face's repeat_kv does (view(clone(expand(unsqueeze(x, 2))))):
+    x's luminal value, or None where `fx` is no such copy (or x is not in this subgraph)."""
+    def node(a, *targets):
+        return a if isinstance(a, torch.fx.Node) and a.target in targets else None
+    def traced(size):  # (compared as traced: no guard is added)
+        return size.node.hint if isinstance(size, torch.SymInt) else size
+    x = node(fx, aten.view.default, aten._unsafe_view.default)
+    x = x and (node(x.args[0], aten.clone.default) or x)
+    x = x and node(x.args[0], aten.expand.default)
+    x = x and node(x.args[0], aten.unsqueeze.default)
+    if x is None or x.args[1] not in (2, -3) or x.args[0].meta["val"].dim() != 4:
+        return None
+    # [b, kv, s, d] -> [b, kv, group, s, d] -> [b, kv * group, s, d]
+    before = [traced(d) for d in x.args[0].meta["val"].shape]
+    after = [traced(d) for d in fx.meta["val"].shape]
+    if len(after) != 4 or after[:1] + after[2:] != before[:1] + before[2:] or \
+            after[1] % before[1]:
+        return None
+    return n.env.get(x.args[0])
+
+
+def _attention(n, q, k, v, bias=None, is_causal=False, scale=None, fx_bias=None,
+               fx_kv=(None, None)):
     """softmax(q k^T * scale + bias) v over [..., heads, length, head dim], as PyTorch's
     fused attention ops compute it (its causal mask aligned top-left); keys and values
     with fewer heads serve groups of query heads. luminal's compiler fuses it back into
     one attention kernel; a bias made from a boolean mask (`fx_bias`, its FX node, shows
-    it) is read as that mask, which the kernel takes."""
+    it) is read as that mask, which the kernel takes, and keys and values whose heads
+    were copied for each query head they serve (`fx_kv`, their FX nodes, show it) are
+    read before the copy."""
+    served = [_heads_served(n, fx) for fx in fx_kv]
+    if all(s is not None for s in served):
+        k, v = served
+    if bias is not None and bias.dtype != lm.bool_ and _mask_as_bias(fx_bias):
+        bias = bias.eq(0.0)
     heads, kv_heads = q.shape[-3], k.shape[-3]
-    if heads != kv_heads:
+    lead = tuple(q.shape[:-3])
+    grouped = heads != kv_heads
+    mask = bias
+    if grouped:  # query heads in groups, one a key head, which is read where it lies
         group = heads // kv_heads
-        k, v = (t.unsqueeze(axis=-3).expand(tuple(t.shape[:-2]) + (group,) + tuple(t.shape[-2:]))
-                .reshape(tuple(t.shape[:-3]) + (heads,) + tuple(t.shape[-2:])) for t in (k, v))
+        q = q.reshape(lead + (kv_heads, group) + tuple(q.shape[-2:]))
+        k, v = k.unsqueeze(axis=-3), v.unsqueeze(axis=-3)
+        if bias is not None and bias.ndim >= 3:
+            mask = bias.unsqueeze(axis=-3) if bias.shape[-3] == 1 else bias.reshape(
+                tuple(bias.shape[:-3]) + (kv_heads, group) + tuple(bias.shape[-2:]))
     scores = q.matmul(k.transpose(-2, -1)) * (scale or 1.0 / math.sqrt(q.shape[-1]))
     if is_causal:  # one iota of bools, which the GPU's attention kernels compute in place
         queries, keys = q.shape[-2], k.shape[-2]
         keep = n.g.iota(f"(z / ({keys})) >= (z % ({keys}))", (queries, keys), lm.bool_)
         scores = lm.where(keep, scores, -math.inf)
-    if bias is None:
-        return scores.softmax(axis=-1).matmul(v)
-    if bias.dtype != lm.bool_ and _mask_as_bias(fx_bias):
-        bias = bias.eq(0.0)
-    boolean = bias.dtype == lm.bool_
-    scores = lm.where(bias, scores, -math.inf) if boolean else scores + bias.cast(scores.dtype)
+    boolean = bias is not None and bias.dtype == lm.bool_
+    if bias is not None:
+        scores = lm.where(mask, scores, -math.inf) if boolean else \
+            scores + mask.cast(scores.dtype)
     out = scores.softmax(axis=-1).matmul(v)
+    if grouped:
+        out = out.reshape(lead + (heads,) + tuple(out.shape[-2:]))
+    if bias is None:
+        return out
     # A query the mask leaves no key is 0, as PyTorch's kernels give it (softmax alone gives
     # 0 / 0); chosen after the product, so the product keeps the attention pattern.
     seen = bias.cast(lm.float32).sum(axis=-1, keepdim=True) > 0.0 if boolean else \
@@ -483,16 +523,17 @@ def _attention(n, q, k, v, bias=None, is_causal=False, scale=None, fx_bias=None)
 
 def _sdpa_with_bias(n, q, k, v, bias, log_sumexp=False, dropout=0.0, is_causal=False,
                     return_debug_mask=False, scale=None):
-    return (_attention(n, q, k, v, bias, is_causal, scale, n.fx.args[3]),) + (None,) * 8
+    return (_attention(n, q, k, v, bias, is_causal, scale, n.fx.args[3], n.fx.args[1:3]),) + \
+        (None,) * 8
 
 
 def _sdpa_flash(n, q, k, v, dropout=0.0, is_causal=False, return_debug_mask=False, scale=None):
-    return (_attention(n, q, k, v, None, is_causal, scale),) + (None,) * 8
+    return (_attention(n, q, k, v, None, is_causal, scale, None, n.fx.args[1:3]),) + (None,) * 8
 
 
 def _sdpa_cpu(n, q, k, v, dropout=0.0, is_causal=False, attn_mask=None, scale=None):
     fx_mask = n.fx.kwargs.get("attn_mask")
-    return _attention(n, q, k, v, attn_mask, is_causal, scale, fx_mask), None
+    return _attention(n, q, k, v, attn_mask, is_causal, scale, fx_mask, n.fx.args[1:3]), None
 
 
 def _getitem(n, values, i):

@@ -225,7 +225,7 @@ class LuminalSubgraph(torch.nn.Module):
         kwargs = {k: v for k, v in torch.fx.node.map_arg(n.kwargs, env.__getitem__).items()
                   if k not in ("device", "layout", "pin_memory", "memory_format")}
         try:
-            out = TABLE[n.target](Node(self.graph, n), *args, **kwargs)
+            out = TABLE[n.target](Node(self.graph, n, env), *args, **kwargs)
         except lm.Error as e:
             raise lm.Error(f"{n.target} ({n.name}): {e}") from e
         val = n.meta.get("val")

@@ -49,6 +49,12 @@ def mask_without_row_0(n):
     return mask
 
 
+def repeat_heads(x, n):
+    """Each head of [b, heads, s, d] n times in a row, as Hugging Face's repeat_kv."""
+    b, heads, s, d = x.shape
+    return x[:, :, None, :, :].expand(b, heads, n, s, d).reshape(b, heads * n, s, d)
+
+
 def ints(*shape, high=7):
     return torch.randint(-high, high, shape)
 
@@ -175,6 +181,13 @@ CASES = [
         q, k, v, attn_mask=torch.where(m, torch.scalar_tensor(0.0), torch.scalar_tensor(-65504.0))
     )[0], (randn(2, 4, 6, 8), randn(2, 4, 6, 8), randn(2, 4, 6, 8),
            (torch.rand(6, 6) > 0.5) | torch.eye(6, dtype=torch.bool))),
+    # Key heads serving groups of query heads: given as such, and copied per query head as
+    # Hugging Face's repeat_kv does (read before the copy).
+    ("attention_grouped_heads", lambda q, k, v, m: (
+        F.scaled_dot_product_attention(q, k, v, attn_mask=m, enable_gqa=True),
+        F.scaled_dot_product_attention(q, repeat_heads(k, 3), repeat_heads(v, 3), attn_mask=m),
+        F.scaled_dot_product_attention(q, repeat_heads(k, 3), repeat_heads(v, 3), is_causal=True)),
+     (randn(2, 6, 5, 8), randn(2, 2, 5, 8), randn(2, 2, 5, 8), mask_without_row_0(5))),
     ("scalar_tensor", lambda x: torch.where(x > 0, x, torch.tensor(-1.0)), (randn(5,),)),
 ]
 

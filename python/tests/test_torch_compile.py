@@ -186,6 +186,30 @@ def test_a_cnn_of_symbolic_image_size_compiles_once(monkeypatch):
     assert len(built) == 1
 
 
+def test_key_heads_copied_per_query_head_are_read_before_the_copy(monkeypatch):
+    # Hugging Face's repeat_kv copies each key and value head for the query heads it
+    # serves (expand, clone, view); the attention reads the heads before the copy, in
+    # groups of query heads, and gives eager's answer.
+    found = []
+    original = aten._heads_served
+    monkeypatch.setattr(aten, "_heads_served",
+                        lambda n, fx: found.append(original(n, fx)) or found[-1])
+
+    def repeat(x, n):
+        b, heads, s, d = x.shape
+        return x[:, :, None, :, :].expand(b, heads, n, s, d).reshape(b, heads * n, s, d)
+
+    def attend(q, k, v):
+        return F.scaled_dot_product_attention(q, repeat(k, 2), repeat(v, 2), is_causal=True)
+
+    torch._dynamo.reset()
+    fast = torch.compile(attend, backend="luminal", options={"strict": True})
+    q, k, v = torch.randn(2, 4, 7, 8), torch.randn(2, 2, 7, 8), torch.randn(2, 2, 7, 8)
+    with torch.no_grad():
+        close(fast(q, k, v), attend(q, k, v))
+    assert len(found) == 2 and all(f is not None for f in found)
+
+
 def test_exact_symbolic_divisions_translate():
     # An image's size halved by a strided convolution comes as CleanDiv, torch's FloorDiv
     # known to be exact.
