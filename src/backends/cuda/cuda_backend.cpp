@@ -553,6 +553,7 @@ class CudaExecutable final : public Executable {
     for (const auto& [user_out, node] : program_.outputs) {
       if (!user.is_written_into(user_out)) continue;
       const DeviceData& dest = *user.device_data(user_out);
+      if (dest.bytes() == 0) continue;  // (an empty tensor's memory may be no address at all)
       const NodeId c = plan_.canon(node);
       const int32_t slot = liveness_.slot_of[c.value];
       if (slot >= 0) {
