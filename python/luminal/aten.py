@@ -42,6 +42,12 @@ def dim_text(size):
     return _sympy_text(expr)
 
 
+def _traced(size):
+    """A size as traced (a SymInt's value in the traced call): comparing these adds no
+    guard to the graph."""
+    return size.node.hint if isinstance(size, torch.SymInt) else size
+
+
 def _view(n, x):
     """aten.view as luminal's reshape; where the element counts are not equal as
     expressions but torch's guards make them so (a pooled image of symbolic size
@@ -50,11 +56,8 @@ def _view(n, x):
     try:
         return x.reshape(n.shape)
     except lm.Error:
-        # (Compared as traced, so that no guard is added here.)
-        def traced(v):
-            return v.node.hint if isinstance(v, torch.SymInt) else v
         source = n.fx.args[0].meta.get("val")
-        if source is None or traced(source.numel()) != traced(n.val.numel()):
+        if source is None or _traced(source.numel()) != _traced(n.val.numel()):
             raise
     count = 1
     for d in n.shape:
@@ -458,8 +461,6 @@ def _heads_served(n, fx):
     x's luminal value, or None where `fx` is no such copy (or x is not in this subgraph)."""
     def node(a, *targets):
         return a if isinstance(a, torch.fx.Node) and a.target in targets else None
-    def traced(size):  # (compared as traced: no guard is added)
-        return size.node.hint if isinstance(size, torch.SymInt) else size
     x = node(fx, aten.view.default, aten._unsafe_view.default)
     x = x and (node(x.args[0], aten.clone.default) or x)
     x = x and node(x.args[0], aten.expand.default)
@@ -467,8 +468,8 @@ def _heads_served(n, fx):
     if x is None or x.args[1] not in (2, -3) or x.args[0].meta["val"].dim() != 4:
         return None
     # [b, kv, s, d] -> [b, kv, group, s, d] -> [b, kv * group, s, d]
-    before = [traced(d) for d in x.args[0].meta["val"].shape]
-    after = [traced(d) for d in fx.meta["val"].shape]
+    before = [_traced(d) for d in x.args[0].meta["val"].shape]
+    after = [_traced(d) for d in fx.meta["val"].shape]
     if len(after) != 4 or after[:1] + after[2:] != before[:1] + before[2:] or \
             after[1] % before[1]:
         return None

@@ -400,9 +400,10 @@ class Rebuild {
   // as flat data, so its bytes need no copy.
   NodeId output(ClassId c) {
     uint32_t node = x_.node_for(eg_.find(c));
-    if (eg_.node_op(node).name() == "Contiguous" &&
-        eg_.node_op(x_.node_for(eg_.find(eg_.node_children(node)[0]))).name() == "View")
-      node = x_.node_for(eg_.find(eg_.node_children(node)[0]));
+    if (eg_.node_op(node).name() == "Contiguous") {
+      const uint32_t copied = x_.node_for(eg_.find(eg_.node_children(node)[0]));
+      if (eg_.node_op(copied).name() == "View") node = copied;
+    }
     if (eg_.node_op(node).name() == "View") {
       const View& v = low_.views[static_cast<size_t>(eg_.node_attrs(node).get()[0].bits)];
       const NodeId source = value(eg_.node_children(node)[0]);

@@ -9,8 +9,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <mutex>
-#include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -246,19 +246,15 @@ void Searcher::dump(const SearchProblem& p, const SearchResult& r) {
                           {"median_s", t.median},
                           {"runs_s", t.seconds}});
   // Every Searcher of the process adds to one file (a compiled program has one for its
-  // extractions and one for its kernels' library calls): entries already there are kept
-  // where this process wrote them, a file left by an earlier process is replaced.
+  // extractions and one for its kernels' library calls): the entries this process wrote
+  // there, kept here, are written again with the new one, so a file left by an earlier
+  // process is replaced.
   static std::mutex mutex;
-  static std::set<std::filesystem::path> written;
+  static std::map<std::filesystem::path, nlohmann::json> written;
   const std::lock_guard<std::mutex> lock(mutex);
   const std::filesystem::path file = dump_dir() / "search.json";
-  nlohmann::json entries = nlohmann::json::array();
-  if (std::ifstream in(file); in && written.count(file)) {
-    entries = nlohmann::json::parse(in, nullptr, false);
-    if (!entries.is_array()) entries = nlohmann::json::array();
-  }
+  nlohmann::json& entries = written.try_emplace(file, nlohmann::json::array()).first->second;
   if (entries.empty()) std::fprintf(stderr, "luminal: dumping search to %s\n", file.c_str());
-  written.insert(file);
   entries.push_back({{"signature", p.signature}, {"candidates", candidates}});
   std::ofstream out(file);
   out << "[";
