@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "compiler/walks.hpp"
 #include "luminal/quant.hpp"
 
 namespace luminal::compiler {
@@ -249,75 +250,6 @@ std::optional<WindowOperand> window_operand(const View& va, const View& vw) {
   return WindowOperand{vw.expand_dim(static_cast<int>(dims.size()), va.shape()[r - 1]), row_dims};
 }
 
-namespace {
-
-// How a strided view walks a row-major value: for each of the view's dims, the value's
-// dim it walks (-1: none, a dim of 1 or stride 0) and its step there (the outermost dim
-// whose row stride divides the view's stride). Walks that stay inside their dim: then
-// the index along each value dim is the sum of its walks, in any layout of the value.
-// Sizes are constants but the value's outermost (a batch), which one view dim of that
-// size walks, step 1, alone; its size is recorded as -1.
-struct Walks {
-  std::vector<int> dim;
-  std::vector<int64_t> step, view_size, value_size;
-};
-std::optional<Walks> walks_of(const View& v, const std::vector<Expr>& shape) {
-  const size_t rank = v.rank(), rx = shape.size();
-  if (rx == 0 || !(v.offset() == Expr(0))) return std::nullopt;
-  Walks w{std::vector<int>(rank, -1), std::vector<int64_t>(rank, 0), std::vector<int64_t>(rank),
-          std::vector<int64_t>(rx)};
-  std::vector<int64_t> row(rx, 1), reach(rx, 0);
-  for (size_t e = 0; e < rx; ++e) {
-    const std::optional<int64_t> s = shape[e].as_const();
-    if (s && *s <= 0) return std::nullopt;
-    if (!s && (e > 0 || rx < 2)) return std::nullopt;
-    w.value_size[e] = s ? *s : -1;
-  }
-  for (size_t e = rx - 1; e-- > 0;) row[e] = row[e + 1] * w.value_size[e + 1];
-  bool batch_walked = false;
-  for (size_t d = 0; d < rank; ++d) {
-    const std::optional<int64_t> n = v.shape()[d].as_const(), st = v.strides()[d].as_const();
-    if (!st || *st < 0) return std::nullopt;
-    if (!n) {  // the symbolic batch, walked whole
-      if (w.value_size[0] >= 0 || *st != row[0] || !(v.shape()[d] == shape[0]) || batch_walked)
-        return std::nullopt;
-      batch_walked = true;
-      w.dim[d] = 0;
-      w.step[d] = 1;
-      w.view_size[d] = -1;
-      continue;
-    }
-    w.view_size[d] = *n;
-    if (*n == 1 || *st == 0) continue;
-    size_t e = 0;
-    while (row[e] > *st || *st % row[e] != 0) ++e;  // (row[rx - 1] = 1 divides any)
-    w.dim[d] = static_cast<int>(e);
-    w.step[d] = *st / row[e];
-    reach[e] += w.step[d] * (*n - 1);
-  }
-  for (size_t e = 0; e < rx; ++e)
-    if (w.value_size[e] < 0 ? reach[e] > 0 : reach[e] > w.value_size[e] - 1) return std::nullopt;
-  return w;
-}
-
-// The view's strides over the value laid out with its dims in `order` (outermost first);
-// nullopt where a symbolic size would be a factor of a stride (it is not outermost).
-std::optional<std::vector<Expr>> strides_over(const Walks& w, const std::vector<int>& order) {
-  std::vector<int64_t> row(w.value_size.size(), 1);  // by the value's dim
-  for (size_t i = order.size() - 1; i-- > 0;) {
-    const int64_t inner = w.value_size[static_cast<size_t>(order[i + 1])];
-    if (inner < 0) return std::nullopt;
-    row[static_cast<size_t>(order[i])] = row[static_cast<size_t>(order[i + 1])] * inner;
-  }
-  std::vector<Expr> strides;
-  for (size_t d = 0; d < w.dim.size(); ++d)
-    strides.push_back(w.dim[d] < 0 ? Expr(0)
-                                   : Expr(w.step[d] * row[static_cast<size_t>(w.dim[d])]));
-  return strides;
-}
-
-}  // namespace
-
 std::optional<ChannelsLast> channels_last(const WindowOperand& w,
                                           const std::vector<Expr>& source_shape, size_t batch) {
   const View& v = w.view;
@@ -355,9 +287,9 @@ std::optional<ChannelsLast> channels_last(const WindowOperand& w,
     if (d != inner_sum && d != end_sum) perm.push_back(static_cast<int>(d));
   perm.insert(perm.begin() + static_cast<std::ptrdiff_t>(end_sum - 1), static_cast<int>(inner_sum));
   perm.push_back(static_cast<int>(end_sum));
-  const std::optional<std::vector<Expr>> strides = strides_over(*walks, out.order);
-  if (!strides) return std::nullopt;
-  out.window = View::from_parts(shape, *strides, 0, lo, shape).permute(perm);
+  const std::optional<Restrided> over = strides_over(*walks, out.order);
+  if (!over) return std::nullopt;
+  out.window = View::from_parts(shape, over->strides, over->offset, lo, shape).permute(perm);
   for (size_t d = first_sum; d < end_sum; ++d)
     out.sums.push_back(static_cast<int>(static_cast<size_t>(perm[d]) - first_sum));
   return out;
@@ -374,11 +306,7 @@ std::optional<View> transposed_read(const View& vo, const std::vector<Expr>& val
   std::vector<int> order(r);
   for (size_t e = 0; e < r; ++e) order[e] = static_cast<int>(e);
   std::swap(order[r - 2], order[r - 1]);
-  const std::optional<std::vector<Expr>> strides = strides_over(*walks, order);
-  if (!strides) return std::nullopt;
-  std::vector<Expr> lo, hi;
-  for (size_t d = 0; d < vo.rank(); ++d) lo.push_back(vo.mask_lo(d)), hi.push_back(vo.mask_hi(d));
-  return View::from_parts(vo.shape(), *strides, 0, lo, hi);
+  return over_order(vo, value_shape, order);
 }
 
 std::optional<OperandCopy> reordered_sum_copy(const View& vb, const std::vector<Expr>& sum_dims,

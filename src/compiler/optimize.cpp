@@ -11,6 +11,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "compiler/storage_order.hpp"
 #include "luminal/collective.hpp"
 #include "luminal/compiler/attention_op.hpp"
 #include "luminal/compiler/matmul_op.hpp"
@@ -46,7 +47,9 @@ bool same_reads(const View& a, const View& b) {
 
 class Lowering {
  public:
-  explicit Lowering(const Graph& g) : g_(g), cls_(g.num_nodes()) {}
+  // `nodes`: g's nodes as lowered (storage_ordered's, or g's own).
+  Lowering(const Graph& g, std::vector<Node> nodes)
+      : g_(g), nodes_(std::move(nodes)), cls_(nodes_.size()) {}
 
   eg::EGraph egraph;
   std::vector<View> views;
@@ -57,7 +60,7 @@ class Lowering {
 
   ClassId lower(NodeId id) {
     if (cls_[id.value].valid()) return cls_[id.value];
-    const Node& n = g_.node(id);
+    const Node& n = nodes_[id.value];
     std::vector<Attr> attrs;
     switch (n.op) {
       case Op::Input:
@@ -94,7 +97,7 @@ class Lowering {
       // (A view that differs from the source's layout only in the strides of dims of
       // size 1, which is_contiguous does not look at, reads it as it lies: rules then see
       // the source itself.)
-      if (!e.view.is_contiguous() || e.view.shape() != g_.node(e.source).shape)
+      if (!e.view.is_contiguous() || e.view.shape() != nodes_[e.source.value].shape)
         c = view_node(egraph, e.view, c);
       children.push_back(c);
     }
@@ -157,9 +160,9 @@ class Lowering {
     c = e.find(c);
     auto is_c = [&](NodeId n) { return cls_[n.value].valid() && e.find(cls_[n.value]) == c; };
     int count = 0;
-    for (uint32_t i = 0; i < g_.num_nodes(); ++i)
+    for (uint32_t i = 0; i < nodes_.size(); ++i)
       if (cls_[i].valid())
-        for (const Edge& in : g_.node(NodeId{i}).inputs) count += is_c(in.source) && counted(&in);
+        for (const Edge& in : nodes_[i].inputs) count += is_c(in.source) && counted(&in);
     for (NodeId o : g_.outputs()) count += is_c(o) && counted(nullptr);
     return count;
   }
@@ -191,6 +194,7 @@ class Lowering {
   }
 
   const Graph& g_;
+  std::vector<Node> nodes_;
   std::vector<ClassId> cls_;
   std::map<std::string, int64_t> view_ids_, shape_ids_;
 };
@@ -215,8 +219,11 @@ double kernel_cost(const eg::EGraph& g, uint32_t node) {
   if (op == "MatMul" || op == "QMatMul" || op == "NormQMatMul" || op == "QMatMulAdd" ||
       op == "Attention")
     return 1;
-  // Stored transposed, below the form its reader would read across (as MatMulAdd below).
-  if (op == "WindowMatMul") return g.node_attrs(node).get()[1].bits ? 0.99 : 1;
+  // Below a MatMulAdd over the im2col columns it would read (0.99 and the copy's 1 on the
+  // path, against the Add's 1 and this): a copy of the columns costs more than the add
+  // (where a BatchNorm reads the product in order, a per-channel shift is a bias row).
+  // Stored transposed, below the form its reader would read across.
+  if (op == "WindowMatMul") return g.node_attrs(node).get()[1].bits ? 0.97 : 0.98;
   // Attention's gradients replace products over materialised [M, T] scores that read
   // what they read: with the Stats they read, below the product, which the most
   // expensive path alone does not tell from them.
@@ -837,7 +844,14 @@ std::string Optimized::summary() const {
 }
 
 Optimized optimize(const Graph& g, const OptimizeOptions& options) {
-  Lowering low(g);
+  std::vector<Node> nodes;
+  if (options.storage_orders) {
+    nodes = storage_ordered(g);
+  } else {
+    nodes.reserve(g.num_nodes());
+    for (uint32_t i = 0; i < g.num_nodes(); ++i) nodes.push_back(g.node(NodeId{i}));
+  }
+  Lowering low(g, std::move(nodes));
   for (NodeId o : g.outputs()) low.lower(o);
   eg::Functions fns;
   // (gemm $axis $va $vb ?a ?b): an f32, f16 or bf16 product BLAS can run, both operands

@@ -43,6 +43,13 @@ struct OptimizeOptions {
   /// im2col columns) reading the view itself (WindowMatMulOp), the hlir-window-products
   /// rules: for a backend with a kernel that gathers such an operand's tiles.
   bool window_products = false;
+  /// Each elementwise op, copy and reduction that would read its operand across its
+  /// memory (the operand's innermost run not along the value's last dim: a convolution's
+  /// [images, pixels, channels] product read as NCHW) computed in the operand's order and
+  /// stored so, its readers' views re-expressed over that order (compiler::storage_ordered,
+  /// before the rules run): a convolutional network kept channels last from one product
+  /// to the next. For a backend whose kernels read views of any strides.
+  bool storage_orders = false;
   /// Attention's backward pass as three kernels over tiles of recomputed scores
   /// (AttentionGradOp), the hlir-attention-gradients rules, where the backend's kernels
   /// take queries, keys, values and the output's gradient of type t and head dims d

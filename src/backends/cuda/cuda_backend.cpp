@@ -1463,6 +1463,7 @@ CompiledProgram compile_program(const Graph& graph, const std::string& arch, boo
                         {.product_fusions = true,
                          .gemm_epilogues = true,
                          .window_products = true,
+                         .storage_orders = true,
                          .attention_gradients = cudagen::attention_grad_supports,
                          .avoid = avoid},
                         /*computed_masks=*/true),
