@@ -3,11 +3,13 @@
 // network's elementwise ops read the products' [pixels, channels] rows in order.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <random>
 
 #include "compiler/storage_order.hpp"
+#include "compiler/walks.hpp"
 #include "luminal/compiler/matmul_op.hpp"
 #include "luminal/compiler/optimize.hpp"
 #include "testing/random_graph.hpp"
@@ -166,4 +168,83 @@ TEST(StorageOrders, ProductsStayProducts) {
     ASSERT_EQ(got.size(), want.size());
     for (size_t k = 0; k < got.size(); ++k) EXPECT_NEAR(got[k], want[k], 1e-5) << k;
   }
+}
+
+// over_order against brute force: random views (slices, pads, flips, permutes, windows,
+// broadcasts, reshapes) of a row-major value, re-expressed over the value stored in a
+// random order of its dims, read the same element at every valid index, or decline.
+TEST(StorageOrders, ViewsOverAnotherOrderReadTheSameElements) {
+  std::mt19937 rng(11);
+  const auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  int restrided = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    std::vector<Expr> shape;
+    std::vector<int64_t> size;
+    for (int d = pick(1, 4); d > 0; --d) size.push_back(pick(1, 5)), shape.push_back(size.back());
+    View v = View::contiguous(shape);
+    for (int step = pick(0, 4); step > 0; --step) {
+      const int axis = pick(0, static_cast<int>(v.rank()) - 1);
+      const int64_t n = *v.shape()[static_cast<size_t>(axis)].as_const();
+      switch (pick(0, 6)) {
+        case 0:
+          v = v.slice(axis, n > 1 ? 1 : 0, n);
+          break;
+        case 1:
+          v = v.pad(axis, pick(0, 2), pick(0, 2));
+          break;
+        case 2:
+          v = v.flip(axis);
+          break;
+        case 3: {
+          std::vector<int> axes(v.rank());
+          std::iota(axes.begin(), axes.end(), 0);
+          std::shuffle(axes.begin(), axes.end(), rng);
+          v = v.permute(axes);
+          break;
+        }
+        case 4:
+          if (const auto w = v.unfold(axis, std::min<int64_t>(n, 2), 1)) v = *w;
+          break;
+        case 5:
+          v = v.expand_dim(axis, pick(1, 3));
+          break;
+        default: {
+          std::vector<Expr> merged;  // the first two dims as one
+          if (v.rank() < 2) break;
+          merged.push_back(v.shape()[0] * v.shape()[1]);
+          merged.insert(merged.end(), v.shape().begin() + 2, v.shape().end());
+          if (const auto r = v.reshape(merged)) v = *r;
+        }
+      }
+    }
+    std::vector<int> order(shape.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    const std::optional<View> over = compiler::over_order(v, shape, order);
+    if (!over) continue;
+    ++restrided;
+    // Row strides of the value as it was and as it is stored in `order`.
+    std::vector<int64_t> row(size.size(), 1), stored(size.size(), 1);
+    for (size_t e = size.size() - 1; e-- > 0;) row[e] = row[e + 1] * size[e + 1];
+    for (size_t i = order.size() - 1; i-- > 0;)
+      stored[static_cast<size_t>(order[i])] =
+          stored[static_cast<size_t>(order[i + 1])] * size[static_cast<size_t>(order[i + 1])];
+    const ConcreteView a = v.resolve({}), b = over->resolve({});
+    std::vector<int64_t> idx(a.dims.size(), 0);
+    for (int64_t flat = 0; flat < a.numel(); ++flat) {
+      int64_t rest = flat, at = a.offset, at_b = b.offset;
+      bool valid = true;
+      for (size_t d = a.dims.size(); d-- > 0;) {
+        idx[d] = rest % a.dims[d], rest /= a.dims[d];
+        valid = valid && idx[d] >= a.mask_lo[d] && idx[d] < a.mask_hi[d];
+        at += idx[d] * a.strides[d], at_b += idx[d] * b.strides[d];
+      }
+      if (!valid) continue;
+      int64_t want = 0;  // the element's offset in the stored order
+      for (size_t e = 0; e < size.size(); ++e) want += (at / row[e] % size[e]) * stored[e];
+      ASSERT_EQ(at_b, want) << v.to_string() << " over order of " << to_string(shape) << ": "
+                            << over->to_string();
+    }
+  }
+  EXPECT_GT(restrided, 1000);
 }
