@@ -180,6 +180,33 @@ def _arg_with_values(method, arg):
     return translate
 
 
+def _topk(n, x, k, dim=-1, largest=True, sorted=True):
+    """The k largest (or smallest) values along `dim` and their positions, largest (or
+    smallest) first: luminal's top_k runs along the last axis, so another axis is moved
+    there and back. (With `sorted=False` the order is PyTorch's to choose; this one is
+    sorted too.)"""
+    x = n.operands(x)[0]
+    last = len(x.shape) - 1
+    dim = dim % len(x.shape)
+    order = [a for a in range(last + 1) if a != dim] + [dim]
+    moved = x.permute(order) if dim != last else x
+    picks = lm.top_k(moved if largest else -moved, int(k))
+    values = moved.gather_axis(last, picks)
+    if dim != last:
+        back = [order.index(a) for a in range(last + 1)]
+        values, picks = values.permute(back), picks.permute(back)
+    return values, picks.cast(lm.int64)
+
+
+def _scatter(n, x, dim, index, src):
+    """A copy of x with src written where index points along dim (torch.scatter; src a
+    tensor, read over index's shape, or a number)."""
+    x = n.operands(x)[0]
+    src = n.operands(src)[0] if isinstance(src, lm.Tensor) else n.g.full(
+        tuple(index.shape), float(src), DTYPES[n.dtype])
+    return x.scatter_axis(dim, index, src)
+
+
 def _clamp(n, x, lo=None, hi=None):
     x = n.operands(x)[0]
     x = x if lo is None else x.maximum(n.operands(lo)[0])
@@ -652,6 +679,7 @@ TABLE = {
     aten.amin.default: _reduce("min"),
     aten.max.dim: _arg_with_values("max", "argmax"),
     aten.min.dim: _arg_with_values("min", "argmin"),
+    aten.topk.default: _topk,
     aten.argmax.default: lambda n, x, dim, keepdim=False: x.argmax(dim, keepdim),
     aten.argmin.default: lambda n, x, dim, keepdim=False: x.argmin(dim, keepdim),
     aten.var.correction: _var,
@@ -698,6 +726,8 @@ TABLE = {
     aten.index_select.default: lambda n, x, dim, idx: x.index_select(axis=dim, indices=idx),
     aten.index.Tensor: _index,
     aten.gather.default: lambda n, x, dim, idx, **_: x.gather_axis(axis=dim, indices=idx),
+    aten.scatter.src: _scatter,
+    aten.scatter.value: _scatter,
     aten.full.default: lambda n, size, value, **_: n.full(value),
     aten.full_like.default: lambda n, x, value, **_: n.full(value),
     aten.scalar_tensor.default: lambda n, value, **_: n.full(value),
@@ -764,6 +794,10 @@ SUPPORTED_IF = {
        for op in (aten._scaled_dot_product_flash_attention.default,
                   aten._scaled_dot_product_flash_attention_for_cpu.default)},
     aten.slice_scatter.default: lambda x, src, dim=0, start=None, end=None, step=1: step == 1,
+    # (luminal's top_k picks among floats, k of a known length at most.)
+    aten.topk.default: lambda x, k, dim=-1, largest=True, sorted=True: x.dim() > 0 and x.dtype in (
+        torch.float32, torch.float16, torch.bfloat16) and isinstance(k, int) and isinstance(
+        x.shape[dim], int) and 1 <= k <= x.shape[dim],
     aten.diagonal.default: lambda x, offset=0, dim1=0, dim2=1: x.dim() == 2 and (dim1, dim2) in (
         (0, 1), (-2, -1)),
     **{op: lambda a, b: _meta_dtype(a) == torch.bool and _meta_dtype(b) in (torch.bool, bool)

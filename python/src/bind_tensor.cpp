@@ -396,6 +396,10 @@ void bind_tensor(nb::module_& m) {
   pool("avg_pool2d", avg_pool2d);
 
   m.def(
+      "top_k", [](const Tensor& x, int64_t k) { return top_k(x, k); }, "x"_a, "k"_a, kKeep,
+      "Positions (int32) of the k largest values along the last axis, largest first, the "
+      "lower position first among equal values, NaN last (float values only).");
+  m.def(
       "logical_and", [](const Tensor& a, const Tensor& b) { return logical_and(a, b); }, "a"_a,
       "b"_a, kKeep, "Elementwise and of two bool tensors.");
   m.def(

@@ -188,6 +188,15 @@ def test_gather_and_scatter_along_an_axis(rng):
     np.testing.assert_array_equal(got[1], want)
 
 
+def test_top_k_picks_the_largest_first_lower_positions_first_among_equals(rng):
+    x = rng.normal(size=(4, 9)).astype(np.float32)
+    x[1, [2, 6]] = x[1].max() + 1  # a tie among the picks: the lower position first
+    got = run(lambda g, t: luminal.top_k(t, 3), x)
+    assert got.dtype == np.int32
+    # A stable sort of the negated values puts equal values in position order.
+    np.testing.assert_array_equal(got, np.argsort(-x, axis=1, kind="stable")[:, :3])
+
+
 def test_cummax_norms_dot_outer_and_logic(rng):
     x = rng.normal(size=(3, 7)).astype(np.float32)
     v = rng.normal(size=(5,)).astype(np.float32)
