@@ -283,14 +283,18 @@ struct ConvOptions {
 };
 Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, ConvOptions o = {});
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, ConvOptions o = {});
-/// Pooling over the last one / two dims; stride defaults to the kernel size.
+/// Over [N, C, D, H, W] (a video's frames, a scan's slices), weight [O, C / groups, kd, kh, kw].
+Tensor conv3d(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, ConvOptions o = {});
+/// Pooling over the last one / two / three dims; stride defaults to the kernel size.
 struct PoolOptions {
   int64_t kernel = 2, stride = 0, padding = 0;
 };
 Tensor max_pool1d(const Tensor& x, PoolOptions o);
 Tensor max_pool2d(const Tensor& x, PoolOptions o);
+Tensor max_pool3d(const Tensor& x, PoolOptions o);
 /// Average pooling counts padded zeros, as torch's count_include_pad=True.
 Tensor avg_pool1d(const Tensor& x, PoolOptions o);
 Tensor avg_pool2d(const Tensor& x, PoolOptions o);
+Tensor avg_pool3d(const Tensor& x, PoolOptions o);
 
 }  // namespace luminal

@@ -219,8 +219,14 @@ def _addmm(n, bias, a, b, beta=1, alpha=1):
     return (prod if alpha == 1 else prod * float(alpha)) + (bias if beta == 1 else bias * float(beta))
 
 
+# Convolutions and pools by their input's rank: [N, C, L], [N, C, H, W], [N, C, D, H, W].
+CONVS = {3: lm.conv1d, 4: lm.conv2d, 5: lm.conv3d}
+MAX_POOLS = {3: lm.max_pool1d, 4: lm.max_pool2d, 5: lm.max_pool3d}
+AVG_POOLS = {3: lm.avg_pool1d, 4: lm.avg_pool2d, 5: lm.avg_pool3d}
+
+
 def _convolution(n, x, w, b, stride, padding, dilation, transposed, output_padding, groups):
-    conv = lm.conv1d if len(x.shape) == 3 else lm.conv2d
+    conv = CONVS[len(x.shape)]
     return conv(x, w, b, stride=stride[0], padding=padding[0], dilation=dilation[0], groups=groups)
 
 
@@ -229,14 +235,12 @@ def _pool_args(kernel, stride, padding):
 
 
 def _max_pool(n, x, kernel, stride=(), padding=(0,), dilation=(1,), ceil_mode=False):
-    pool = lm.max_pool1d if len(x.shape) == 3 else lm.max_pool2d
-    return pool(x, **_pool_args(kernel, stride, padding)), None
+    return MAX_POOLS[len(x.shape)](x, **_pool_args(kernel, stride, padding)), None
 
 
 def _avg_pool(n, x, kernel, stride=(), padding=(0,), ceil_mode=False, count_include_pad=True,
               divisor_override=None):
-    pool = lm.avg_pool1d if len(x.shape) == 3 else lm.avg_pool2d
-    return pool(x, **_pool_args(kernel, stride, padding))
+    return AVG_POOLS[len(x.shape)](x, **_pool_args(kernel, stride, padding))
 
 
 def _adaptive_avg_pool(n, x, size):
@@ -244,7 +248,7 @@ def _adaptive_avg_pool(n, x, size):
     if all(s == 1 for s in size):
         return x.mean(axis=list(range(-spatial, 0)), keepdim=True)
     k = x.shape[-1] // size[-1]
-    return (lm.avg_pool1d if spatial == 1 else lm.avg_pool2d)(x, kernel_size=k, stride=k)
+    return AVG_POOLS[spatial + 2](x, kernel_size=k, stride=k)
 
 
 def _layer_norm(n, x, shape, w=None, b=None, eps=1e-5):
@@ -700,8 +704,11 @@ TABLE = {
     aten._scaled_dot_product_flash_attention_for_cpu.default: _sdpa_cpu,
     aten.convolution.default: _convolution,
     aten.max_pool2d_with_indices.default: _max_pool,
+    aten.max_pool3d_with_indices.default: _max_pool,
     aten.avg_pool2d.default: _avg_pool,
+    aten.avg_pool3d.default: _avg_pool,
     aten._adaptive_avg_pool2d.default: _adaptive_avg_pool,
+    aten._adaptive_avg_pool3d.default: _adaptive_avg_pool,
     aten.native_layer_norm.default: _layer_norm,
     aten._native_batch_norm_legit_no_training.default: _batch_norm_eval,
     aten.native_group_norm.default: _group_norm,
@@ -755,6 +762,7 @@ def _flip(x, dims):
 # Outputs of multi-output ops that luminal does not compute (max pooling's indices): a node
 # reading one stays in PyTorch, and so does the op.
 MISSING_OUTPUTS = {aten.max_pool2d_with_indices.default: {1},
+                   aten.max_pool3d_with_indices.default: {1},
                    aten._scaled_dot_product_efficient_attention.default: set(range(1, 4)),
                    aten._scaled_dot_product_cudnn_attention.default: set(range(1, 9)),
                    aten._scaled_dot_product_flash_attention.default: set(range(1, 9)),
@@ -773,16 +781,19 @@ def _ints_equal(*lists):
 SUPPORTED_IF = {
     aten.slice.Tensor: lambda x, dim=0, start=None, end=None, step=1: step == 1,
     aten.convolution.default: lambda x, w, b, stride, padding, dilation, transposed, output_padding,
-    groups: not transposed and len(stride) in (1, 2) and _ints_equal(stride, padding, dilation),
-    aten.max_pool2d_with_indices.default: lambda x, kernel, stride=(), padding=(0,),
-    dilation=(1,), ceil_mode=False: not ceil_mode and all(d == 1 for d in dilation) and
-    _ints_equal(kernel, stride, padding),
-    aten.avg_pool2d.default: lambda x, kernel, stride=(), padding=(0,), ceil_mode=False,
-    count_include_pad=True, divisor_override=None: not ceil_mode and divisor_override is None and
-    (count_include_pad or not any(padding)) and _ints_equal(kernel, stride, padding),
-    aten._adaptive_avg_pool2d.default: lambda x, size: all(s == 1 for s in size) or (
-        _ints_equal(size) and all(isinstance(d, int) and d % size[0] == 0 for d in x.shape[-2:])
-        and x.shape[-1] == x.shape[-2]),
+    groups: not transposed and len(stride) in (1, 2, 3) and _ints_equal(stride, padding, dilation),
+    **{op: lambda x, kernel, stride=(), padding=(0,), dilation=(1,), ceil_mode=False:
+       not ceil_mode and all(d == 1 for d in dilation) and _ints_equal(kernel, stride, padding)
+       for op in (aten.max_pool2d_with_indices.default, aten.max_pool3d_with_indices.default)},
+    **{op: lambda x, kernel, stride=(), padding=(0,), ceil_mode=False, count_include_pad=True,
+       divisor_override=None: not ceil_mode and divisor_override is None and
+       (count_include_pad or not any(padding)) and _ints_equal(kernel, stride, padding)
+       for op in (aten.avg_pool2d.default, aten.avg_pool3d.default)},
+    # (One window for every spatial dim: equal sizes, each a multiple of the output's.)
+    **{op: lambda x, size: all(s == 1 for s in size) or (
+        all(isinstance(d, int) for d in x.shape[-len(size):]) and
+        _ints_equal(size, x.shape[-len(size):]) and x.shape[-1] % size[0] == 0)
+       for op in (aten._adaptive_avg_pool2d.default, aten._adaptive_avg_pool3d.default)},
     aten.index.Tensor: lambda x, indices: all(
         i is None or i.dtype in (torch.int64, torch.int32) for i in indices) and all(
         isinstance(x.shape[a], int) and (i is None or _static(i.shape))

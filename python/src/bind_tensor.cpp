@@ -360,7 +360,8 @@ void bind_tensor(nb::module_& m) {
   m.def(
       "where", [](const Tensor& c, double a, const Tensor& b) { return where(c, a, b); }, "cond"_a,
       "a"_a, "b"_a, kKeep);
-  // Convolutions and pooling (PyTorch's conv1d/conv2d and pools: [N, C, L] / [N, C, H, W]).
+  // Convolutions and pooling (PyTorch's conv1d/2d/3d and pools: [N, C, L] / [N, C, H, W] /
+  // [N, C, D, H, W]).
   auto conv = [&m](const char* name, auto fn) {
     m.def(
         name,
@@ -380,6 +381,9 @@ void bind_tensor(nb::module_& m) {
   conv("conv2d", [](const Tensor& x, const Tensor& w, const Tensor& b, ConvOptions o) {
     return conv2d(x, w, b, o);
   });
+  conv("conv3d", [](const Tensor& x, const Tensor& w, const Tensor& b, ConvOptions o) {
+    return conv3d(x, w, b, o);
+  });
   auto pool = [&m](const char* name, Tensor (*fn)(const Tensor&, PoolOptions)) {
     m.def(
         name,
@@ -394,6 +398,8 @@ void bind_tensor(nb::module_& m) {
   pool("max_pool2d", max_pool2d);
   pool("avg_pool1d", avg_pool1d);
   pool("avg_pool2d", avg_pool2d);
+  pool("max_pool3d", max_pool3d);
+  pool("avg_pool3d", avg_pool3d);
 
   m.def(
       "top_k", [](const Tensor& x, int64_t k) { return top_k(x, k); }, "x"_a, "k"_a, kKeep,

@@ -9,9 +9,11 @@ namespace {
 
 void check_conv(const Tensor& x, const Tensor& w, size_t spatial, const ConvOptions& o,
                 const char* op) {
-  LUM_CHECK(x.rank() == spatial + 2)
-      << op << ": input must be [N, C, " << (spatial == 1 ? "L" : "H, W") << "], got "
-      << to_string(x.shape());
+  LUM_CHECK(x.rank() == spatial + 2) << op << ": input must be [N, C, "
+                                     << (spatial == 1   ? "L"
+                                         : spatial == 2 ? "H, W"
+                                                        : "D, H, W")
+                                     << "], got " << to_string(x.shape());
   LUM_CHECK(w.rank() == spatial + 2)
       << op << ": weight must have rank " << spatial + 2 << ", got " << to_string(w.shape());
   LUM_CHECK(o.stride > 0 && o.dilation > 0 && o.groups > 0 && o.padding >= 0)
@@ -93,17 +95,26 @@ Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias, ConvOpt
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, ConvOptions o) {
   return conv(x, weight, bias, o, 2, "conv2d");
 }
+Tensor conv3d(const Tensor& x, const Tensor& weight, const Tensor& bias, ConvOptions o) {
+  return conv(x, weight, bias, o, 3, "conv3d");
+}
 Tensor max_pool1d(const Tensor& x, PoolOptions o) {
   return pool(x, o, 1, true, "max_pool1d");
 }
 Tensor max_pool2d(const Tensor& x, PoolOptions o) {
   return pool(x, o, 2, true, "max_pool2d");
 }
+Tensor max_pool3d(const Tensor& x, PoolOptions o) {
+  return pool(x, o, 3, true, "max_pool3d");
+}
 Tensor avg_pool1d(const Tensor& x, PoolOptions o) {
   return pool(x, o, 1, false, "avg_pool1d");
 }
 Tensor avg_pool2d(const Tensor& x, PoolOptions o) {
   return pool(x, o, 2, false, "avg_pool2d");
+}
+Tensor avg_pool3d(const Tensor& x, PoolOptions o) {
+  return pool(x, o, 3, false, "avg_pool3d");
 }
 
 }  // namespace luminal
