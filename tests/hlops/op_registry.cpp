@@ -207,6 +207,12 @@ const std::unordered_map<std::string, Builder>& registry() {
       {"max_pool2d", [](Graph&, const In& x, const Params& p) { return max_pool2d(x[0], pool_options(p)); }},
       {"avg_pool1d", [](Graph&, const In& x, const Params& p) { return avg_pool1d(x[0], pool_options(p)); }},
       {"avg_pool2d", [](Graph&, const In& x, const Params& p) { return avg_pool2d(x[0], pool_options(p)); }},
+      {"conv3d",
+       [](Graph&, const In& x, const Params& p) {
+         return conv3d(x[0], x[1], x.size() > 2 ? x[2] : Tensor(), conv_options(p));
+       }},
+      {"max_pool3d", [](Graph&, const In& x, const Params& p) { return max_pool3d(x[0], pool_options(p)); }},
+      {"avg_pool3d", [](Graph&, const In& x, const Params& p) { return avg_pool3d(x[0], pool_options(p)); }},
   };
   return ops;
 }
