@@ -1,6 +1,8 @@
 // Views re-expressed over another layout of the value they read (see walks.hpp).
 #include "compiler/walks.hpp"
 
+#include <algorithm>
+
 namespace luminal::compiler {
 
 std::optional<Walks> walks_of(const View& v, const std::vector<Expr>& shape) {
