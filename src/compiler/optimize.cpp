@@ -47,9 +47,9 @@ bool same_reads(const View& a, const View& b) {
 
 class Lowering {
  public:
-  // `nodes`: g's nodes as lowered (storage_ordered's, or g's own).
-  Lowering(const Graph& g, std::vector<Node> nodes)
-      : g_(g), nodes_(std::move(nodes)), cls_(nodes_.size()) {}
+  // `relaid`: g's nodes as storage_ordered gives them; empty: g's own.
+  Lowering(const Graph& g, std::vector<Node> relaid)
+      : g_(g), relaid_(std::move(relaid)), cls_(g.num_nodes()) {}
 
   eg::EGraph egraph;
   std::vector<View> views;
@@ -60,7 +60,7 @@ class Lowering {
 
   ClassId lower(NodeId id) {
     if (cls_[id.value].valid()) return cls_[id.value];
-    const Node& n = nodes_[id.value];
+    const Node& n = node(id.value);
     std::vector<Attr> attrs;
     switch (n.op) {
       case Op::Input:
@@ -97,7 +97,7 @@ class Lowering {
       // (A view that differs from the source's layout only in the strides of dims of
       // size 1, which is_contiguous does not look at, reads it as it lies: rules then see
       // the source itself.)
-      if (!e.view.is_contiguous() || e.view.shape() != nodes_[e.source.value].shape)
+      if (!e.view.is_contiguous() || e.view.shape() != node(e.source.value).shape)
         c = view_node(egraph, e.view, c);
       children.push_back(c);
     }
@@ -160,9 +160,9 @@ class Lowering {
     c = e.find(c);
     auto is_c = [&](NodeId n) { return cls_[n.value].valid() && e.find(cls_[n.value]) == c; };
     int count = 0;
-    for (uint32_t i = 0; i < nodes_.size(); ++i)
+    for (uint32_t i = 0; i < g_.num_nodes(); ++i)
       if (cls_[i].valid())
-        for (const Edge& in : nodes_[i].inputs) count += is_c(in.source) && counted(&in);
+        for (const Edge& in : node(i).inputs) count += is_c(in.source) && counted(&in);
     for (NodeId o : g_.outputs()) count += is_c(o) && counted(nullptr);
     return count;
   }
@@ -193,8 +193,10 @@ class Lowering {
     return it->second;
   }
 
+  const Node& node(uint32_t i) const { return relaid_.empty() ? g_.node(NodeId{i}) : relaid_[i]; }
+
   const Graph& g_;
-  std::vector<Node> nodes_;
+  std::vector<Node> relaid_;
   std::vector<ClassId> cls_;
   std::map<std::string, int64_t> view_ids_, shape_ids_;
 };
@@ -844,14 +846,7 @@ std::string Optimized::summary() const {
 }
 
 Optimized optimize(const Graph& g, const OptimizeOptions& options) {
-  std::vector<Node> nodes;
-  if (options.storage_orders) {
-    nodes = storage_ordered(g);
-  } else {
-    nodes.reserve(g.num_nodes());
-    for (uint32_t i = 0; i < g.num_nodes(); ++i) nodes.push_back(g.node(NodeId{i}));
-  }
-  Lowering low(g, std::move(nodes));
+  Lowering low(g, options.storage_orders ? storage_ordered(g) : std::vector<Node>{});
   for (NodeId o : g.outputs()) low.lower(o);
   eg::Functions fns;
   // (gemm $axis $va $vb ?a ?b): an f32, f16 or bf16 product BLAS can run, both operands
