@@ -64,6 +64,9 @@ class View {
   /// Row-major over its own shape (a dim of size 1 at any stride: an unsqueeze), offset
   /// 0, unmasked: reading it is a plain copy.
   bool is_contiguous() const;
+  /// Whether it reads some element more than once: a dim of size other than 1 at stride 0
+  /// (a broadcast).
+  bool repeats() const;
 
   View permute(const std::vector<int>& axes) const;
   /// Inserts a new dimension of size `size` and stride 0 at `axis` (0..rank).

@@ -106,6 +106,14 @@ void fuse_shared_within_one_kernel(const Graph& g, KernelPlan& p,
   }
 }
 
+// A reduction over a row of at most 16 elements (a pooling window's), known when planned.
+bool short_reduction(const Node& n) {
+  if (n.op != Op::SumReduce && n.op != Op::MaxReduce) return false;
+  const std::optional<int64_t> len =
+      n.inputs[0].view.shape()[static_cast<size_t>(n.axis)].as_const();
+  return len && *len <= 16;
+}
+
 }  // namespace
 
 KernelPlan plan_kernels(const Graph& g, Fusion fusion, bool computed_masks) {
@@ -126,20 +134,16 @@ KernelPlan plan_kernels(const Graph& g, Fusion fusion, bool computed_masks) {
   p.needed.assign(count, false);
   std::vector<size_t> consumers(count, 0);
   for (NodeId o : g.outputs()) p.needed[p.canon(o).value] = true;
-  // A read through a view with a stride-0 dim reads each element several times.
-  const auto broadcasts = [](const View& v) {
-    for (size_t d = 0; d < v.rank(); ++d)
-      if (v.strides()[d] == Expr(0) && !(v.shape()[d] == Expr(1))) return true;
-    return false;
-  };
   std::vector<bool> read_broadcast(count, false);
+  std::vector<uint32_t> a_reader(count, 0);  // (the only one where consumers is 1)
   for (uint32_t i = count; i-- > 0;) {
     if (!p.needed[i] || p.canonical[i].value != i) continue;
     for (const Edge& e : g.node(NodeId{i}).inputs) {
       const uint32_t s = p.canon(e.source).value;
       p.needed[s] = true;
       ++consumers[s];
-      if (broadcasts(e.view)) read_broadcast[s] = true;
+      a_reader[s] = i;
+      if (e.view.repeats()) read_broadcast[s] = true;
     }
   }
   // Materialise: inputs, outputs, anything that is not elementwise, and shared values.
@@ -191,7 +195,7 @@ KernelPlan plan_kernels(const Graph& g, Fusion fusion, bool computed_masks) {
       const bool stored = p.materialized[s];  // (inputs included)
       cone[i] += cone[s];
       work[i] += stored ? 0 : work[s];
-      if (!broadcasts(e.view))
+      if (!e.view.repeats())
         streamed[i] += stored ? dtype_size(g.node(NodeId{s}).dtype) : streamed[s];
     }
     const size_t readers = consumers[i];
@@ -210,7 +214,14 @@ KernelPlan plan_kernels(const Graph& g, Fusion fusion, bool computed_masks) {
     // them; its elementwise kernels are left as they were.)
     const bool repeated = fusion == Fusion::StoreShared && elementwise && !cheap_source &&
                           read_broadcast[i] && work[i] >= kMinRepeatedWorkStored;
-    const bool must = n.op == Op::Input || g.is_output(id) || !elementwise || !fuse || repeated;
+    // A short reduction (a pooling window's row) read only by another is computed inside
+    // that one's loop under RecomputeShared: a 3x3 max pooling is one kernel, not one over
+    // each window row's maximum (three times the output's size, written and read back)
+    // and another over those.
+    const bool nested = fusion == Fusion::RecomputeShared && short_reduction(n) &&
+                        consumers[i] == 1 && short_reduction(g.node(NodeId{a_reader[i]}));
+    const bool must =
+        n.op == Op::Input || g.is_output(id) || (!elementwise && !nested) || !fuse || repeated;
     stored_for_sharing[i] = !must && consumers[i] > 1 && !recompute;
     p.materialized[i] = must || stored_for_sharing[i];
     if (p.materialized[i]) cone[i] = 0;

@@ -128,6 +128,12 @@ bool View::is_contiguous() const {
   return true;
 }
 
+bool View::repeats() const {
+  for (size_t d = 0; d < rank(); ++d)
+    if (strides_[d] == Expr(0) && !(dims_[d] == Expr(1))) return true;
+  return false;
+}
+
 View View::substitute(const std::vector<std::pair<std::string, Expr>>& map) const {
   View v = *this;
   for (auto* part : {&v.dims_, &v.strides_, &v.mask_lo_, &v.mask_hi_})

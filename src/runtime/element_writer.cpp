@@ -145,6 +145,12 @@ std::string reduction_identity(Op op, DType t) {
   return is_float(t) ? literal(-INFINITY, t) : std::to_string(lowest_int(t)) + "LL";
 }
 
+std::string reduction_step(const Node& r, const std::string& acc, const std::string& v) {
+  if (r.op == Op::MaxReduce)
+    return "lum_max<" + compute_type(r.dtype) + ">(" + acc + ", " + v + ")";
+  return is_float(r.dtype) ? acc + " + " + v : "lum_wrap_add(" + acc + ", " + v + ")";
+}
+
 // Row-major flat index of a multi-index in `shape`.
 Expr flatten(const std::vector<Expr>& idx, const std::vector<Expr>& shape) {
   Expr f = 0;
@@ -195,8 +201,11 @@ Expr ElementWriter::counter(const std::string& name, Expr size) {
 // their (symbolic) ranges, so index math over them simplifies without divisions.
 std::vector<Expr> ElementWriter::split_counter(const std::string& flat,
                                                const std::vector<Expr>& shape,
-                                               const std::string& indent) {
+                                               const std::string& indent, const std::string& step) {
   const std::vector<Expr> parts = View::contiguous(shape).unflatten(Expr::var(flat));
+  size_t innermost = shape.size();
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (!(shape[d] == Expr(1))) innermost = d;
   std::vector<Expr> idx;
   for (size_t d = 0; d < shape.size(); ++d) {
     if (shape[d] == Expr(1)) {
@@ -205,7 +214,8 @@ std::vector<Expr> ElementWriter::split_counter(const std::string& flat,
     }
     const std::string name = "lum_i" + std::to_string(next_++);
     note_vars(parts[d]);
-    os_ << indent << "const int64_t " << name << " = " << parts[d].to_c() << ";\n";
+    os_ << indent << "const int64_t " << name << " = " << parts[d].to_c()
+        << (d == innermost && !step.empty() ? " + " + step : "") << ";\n";
     idx.push_back(counter(name, shape[d]));
   }
   return idx;
@@ -257,6 +267,7 @@ void ElementWriter::note_vars(Expr e) {
 std::string ElementWriter::load(NodeId n, Expr flat) {
   const Node& node = g_.node(n);
   flat = within(flat);
+  if (std::optional<std::string> v = precomputed(n, flat)) return *v;
   if (std::optional<std::string> v = held(n, flat)) return *v;
   note_vars(flat);
   const std::string buf = read_buffer(n);
@@ -353,6 +364,8 @@ std::string ElementWriter::compute(NodeId n, const std::vector<Expr>& idx,
   const Node& node = g_.node(n);
   const std::string t = compute_type(node.dtype);
   if (n != k_.root && plan_.materialized[n.value]) return load(n, flatten(idx, node.shape));
+  if (n != k_.root)
+    if (std::optional<std::string> v = precomputed(n, within(flatten(idx, node.shape)))) return *v;
   auto bind = [&](const std::string& expr) {
     const std::string name = fresh();
     if (hoisting_ && invariant(expr)) {
@@ -416,6 +429,9 @@ std::string ElementWriter::compute(NodeId n, const std::vector<Expr>& idx,
     }
     case Op::Gather:
       return gather(node, idx, indent);
+    case Op::SumReduce:
+    case Op::MaxReduce:
+      return nested_reduction(n, idx, indent);
     default:
       break;
   }
@@ -488,6 +504,35 @@ std::string ElementWriter::cast(NodeId n, const Edge& e, const std::string& v, D
         "lum_f2i(" + v + ", " + literal(lo, DType::F64) + ", " + literal(hi, DType::F64) + ")");
   }
   return rounded(n, to, v);
+}
+
+// A fused reduction (a pooling window's row, planned into its reader: plan_kernels) at
+// idx: a loop over its axis, in order, as the kernel of its own would run it; its value
+// rounded as that kernel would store it.
+std::string ElementWriter::nested_reduction(NodeId n, const std::vector<Expr>& idx,
+                                            const std::string& indent) {
+  const Node& node = g_.node(n);
+  const Edge& e = node.inputs[0];
+  const auto axis = static_cast<size_t>(node.axis);
+  const Expr len = e.view.shape()[axis];
+  note_vars(len);
+  const std::string acc = fresh(), r = "lum_r" + std::to_string(next_++);
+  os_ << indent << compute_type(node.dtype) << " " << acc << " = "
+      << reduction_identity(node.op, node.dtype) << ";\n"
+      << indent << "for (int64_t " << r << " = 0; " << r << " < " << len.to_c() << "; ++" << r
+      << ") {\n";
+  std::vector<Expr> in_idx = idx;
+  in_idx.insert(in_idx.begin() + static_cast<std::ptrdiff_t>(axis), counter(r, len));
+  {
+    const Scope looped(*this);  // (what the loop binds depends on its counter)
+    const std::string v = operand(e, in_idx, indent + "  ");
+    os_ << indent << "  " << acc << " = " << reduction_step(node, acc, v) << ";\n";
+  }
+  os_ << indent << "}\n";
+  const std::string out = fresh();
+  os_ << indent << "const " << compute_type(node.dtype) << " " << out << " = "
+      << rounded(n, node.dtype, acc) << ";\n";
+  return out;
 }
 
 std::string ElementWriter::gather(const Node& node, const std::vector<Expr>& idx,

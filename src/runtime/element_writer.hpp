@@ -34,6 +34,8 @@ std::string literal(double v, DType t);
 /// The value a SumReduce or MaxReduce of dtype `t` starts from: 0, or the lowest value
 /// (-inf for floats).
 std::string reduction_identity(Op op, DType t);
+/// Reduction `r`'s partial `acc` combined with `v`, as C (NaN wins a max, as in PyTorch).
+std::string reduction_step(const Node& r, const std::string& acc, const std::string& v);
 /// Row-major flat index of a multi-index in `shape`.
 Expr flatten(const std::vector<Expr>& idx, const std::vector<Expr>& shape);
 
@@ -59,9 +61,11 @@ class ElementWriter {
   Expr counter(const std::string& name, Expr size);
   /// Splits the flat counter `flat` (a C variable) into one counter per dim of `shape`,
   /// declared where it is called; dims of size 1 get index 0. The counters carry their
-  /// ranges, so index math over them simplifies without divisions.
+  /// ranges, so index math over them simplifies without divisions. `step`, where given,
+  /// is added to the innermost counter: the caller knows `flat` + `step` stays within that
+  /// dim (`flat` a multiple of a number that divides the dim, `step` below it).
   std::vector<Expr> split_counter(const std::string& flat, const std::vector<Expr>& shape,
-                                  const std::string& indent);
+                                  const std::string& indent, const std::string& step = "");
   /// `e` simplified over the ranges of the loop counters in scope.
   Expr within(Expr e) const { return simplify_within(e, ranges_); }
   /// Records the symbolic dims `e` mentions.
@@ -94,6 +98,12 @@ class ElementWriter {
   virtual std::optional<std::string> held(NodeId /*n*/, const Expr& /*flat*/) {
     return std::nullopt;
   }
+  /// A value, stored or fused, that the kernel computed for all its elements before its
+  /// loop, at flat element `flat` (simplified over the loop counters): the C expression
+  /// to read it by, or nothing to compute or load it as usual.
+  virtual std::optional<std::string> precomputed(NodeId /*n*/, const Expr& /*flat*/) {
+    return std::nullopt;
+  }
   /// Which of the kernel's reads stored value `n` is (0-based), and the C name of its
   /// buffer.
   size_t read_index(NodeId n) const { return slot_.at(n.value) - 1; }
@@ -114,6 +124,7 @@ class ElementWriter {
   std::string rounded(NodeId n, DType t, const std::string& v) const;
   std::string cast(NodeId n, const Edge& e, const std::string& v, DType to);
   std::string gather(const Node& node, const std::vector<Expr>& idx, const std::string& indent);
+  std::string nested_reduction(NodeId n, const std::vector<Expr>& idx, const std::string& indent);
 
   bool invariant(const std::string& expr) const;
   std::string compute(NodeId n, const std::vector<Expr>& idx, const std::string& indent);

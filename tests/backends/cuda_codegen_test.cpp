@@ -927,6 +927,84 @@ TEST(CudaCodegen, ProductsCompileForHopper) {
   testing::expect_matmuls_match_reference(testing::NvrtcOnly());
 }
 
+// A BatchNorm in eval mode over NHWC-stored products (a ResNet layer's, bf16): the
+// per-channel values it reads broadcast (mean, 1/sqrt(var + eps), weight, bias) are put
+// in shared memory by each block before the loop, so the loop takes no square root and
+// loads no parameter, also where the kernel shares its function with another (a map
+// group). A broadcast repeated only a few times (a bias added to two rows) is read in the
+// loop as before.
+TEST(CudaCodegen, BroadcastValuesAreHeldInSharedMemory) {
+  for (const bool symbolic : {false, true}) {
+    Graph cx;
+    const DType bf = DType::BF16;
+    const Expr n = symbolic ? Expr::var("n") : Expr(8);
+    Tensor x = cx.named_tensor("x", {n, 28, 28, 64}, bf).permute({0, 3, 1, 2});
+    const auto channel = [&](const char* name) {
+      return cx.named_tensor(name, {64}, bf).reshape({1, 64, 1, 1});
+    };
+    Tensor w = cx.named_tensor("w", {64, 64, 3, 3}, bf);
+    Tensor y = conv2d(x, w, {}, {.padding = 1});
+    ((y - channel("mean")) * (channel("var") + 1e-5).rsqrt() * channel("scale") + channel("shift"))
+        .relu()
+        .retrieve();
+    (cx.named_tensor("other", {1000}) * 2.0).retrieve();  // (joins the norm's map group)
+    const std::string code = cudagen::compile_program(cx, "sm_90", true).source.code;
+    size_t norms = 0;
+    for (size_t at = code.find("__global__"); at != std::string::npos;) {
+      const size_t next = code.find("__global__", at + 1);
+      const std::string kernel = code.substr(at, next - at);
+      at = next;
+      if (kernel.find("sqrtf") == std::string::npos) continue;
+      ++norms;
+      EXPECT_NE(kernel.find("__syncthreads();"), std::string::npos) << kernel;
+      std::istringstream lines(kernel);
+      std::string loop;
+      for (std::string line; std::getline(lines, line);) {
+        if (line.find("for (") != std::string::npos) loop = line;
+        if (line.find("sqrtf") != std::string::npos ||
+            std::regex_search(line, std::regex(R"(in\d+\[lum_i\d+\])"))) {
+          EXPECT_NE(loop.find("lum_j"), std::string::npos)
+              << "computed or loaded for every element: " << line << "\n"
+              << kernel;
+        }
+      }
+    }
+    EXPECT_EQ(norms, 1u) << code;
+  }
+  Graph cx;
+  (cx.named_tensor("rows", {2, 64}) + cx.named_tensor("bias", {64})).retrieve();
+  const std::string code = cudagen::compile_program(cx, "sm_90", true).source.code;
+  EXPECT_EQ(code.find("__shared__"), std::string::npos) << code;
+}
+
+// Pooling over a 2-D window is one kernel: the reduction over each window row runs inside
+// the one over the rows, a nested loop, rather than a kernel of its own writing every
+// row's result (three times the output, for a 3x3 window) for another to read back. A
+// 3-D window nests three deep.
+TEST(CudaCodegen, PoolingWindowsAreOneKernel) {
+  const auto kernels = [](const std::function<Tensor(Tensor)>& pool, size_t rank) {
+    Graph cx;
+    std::vector<Expr> shape = {Expr::var("n"), 16, 12, 12, 12};
+    shape.resize(rank);
+    pool(cx.named_tensor("x", shape, DType::BF16).relu()).retrieve();
+    const std::string code = cudagen::compile_program(cx, "sm_90", true).source.code;
+    return std::make_pair(launches(cx), code);
+  };
+  const auto [max2, max2_code] =
+      kernels([](Tensor x) { return max_pool2d(x, {.kernel = 3, .stride = 2, .padding = 1}); }, 4);
+  EXPECT_EQ(max2, std::vector<KernelShape>{KernelShape::Reduce}) << max2_code;
+  EXPECT_TRUE(
+      std::regex_search(max2_code, std::regex(R"(for \(int64_t lum_r\d+ = 0; lum_r\d+ < 3;)")))
+      << max2_code;
+  const auto [max3, max3_code] =
+      kernels([](Tensor x) { return max_pool3d(x, {.kernel = 2, .stride = 2}); }, 5);
+  EXPECT_EQ(max3, std::vector<KernelShape>{KernelShape::Reduce}) << max3_code;
+  // Average pooling: the window's sum, then the division by its size.
+  const auto [avg2, avg2_code] =
+      kernels([](Tensor x) { return avg_pool2d(x, {.kernel = 2, .stride = 2}); }, 4);
+  EXPECT_EQ(avg2, (std::vector<KernelShape>{KernelShape::Reduce, KernelShape::Map})) << avg2_code;
+}
+
 }  // namespace
 }  // namespace luminal
 

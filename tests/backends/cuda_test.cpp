@@ -129,6 +129,49 @@ TEST(Cuda, RowOpsMatchTheReference) {
   testing::expect_row_ops_match_reference(cuda());
 }
 
+// Rounding to bf16 and f16 in a kernel, both where a value is stored and where it stays in
+// a register for the next op, gives the reference's bits: every sign and exponent of f32
+// with the mantissas at and around each format's halfway points, and random ones.
+TEST(Cuda, HalfRoundingGivesTheReferencesBits) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(7);
+  std::vector<float> values;
+  for (uint32_t sign_exponent = 0; sign_exponent < 512; ++sign_exponent) {
+    std::vector<uint32_t> mantissas = {0,       1,      0x7fff,   0x8000,   0x8001, 0x17fff,
+                                       0x18000, 0xffff, 0x7fffff, 0x400000, 0xfff,  0x1000,
+                                       0x1001,  0x2fff, 0x3000,   0x3001};
+    for (int i = 0; i < 48; ++i) mantissas.push_back(rng() & 0x7fffffu);
+    for (uint32_t m : mantissas) {
+      const uint32_t bits = sign_exponent << 23 | m;
+      float f;
+      std::memcpy(&f, &bits, sizeof f);
+      values.push_back(f);
+    }
+  }
+  const auto run = [&](const Backend& backend) {
+    Graph cx;
+    Tensor x = cx.named_tensor("x", {static_cast<int64_t>(values.size())});
+    x.set(values);
+    std::vector<Tensor> outs;
+    for (DType t : {DType::BF16, DType::F16}) {
+      outs.push_back(x.cast(t).retrieve());
+      outs.push_back(x.cast(t).cast(DType::F32).retrieve());
+    }
+    return testing::run_outputs(cx, backend, outs);
+  };
+  const auto want = run(reference()), got = run(cuda());
+  for (size_t o = 0; o < want.size(); ++o)
+    for (size_t i = 0; i < values.size(); ++i) {
+      const float w = want[o][i], g = got[o][i];
+      if (std::isnan(w) ? std::isnan(g) : std::memcmp(&w, &g, sizeof w) == 0) continue;
+      uint32_t bits;
+      std::memcpy(&bits, &values[i], sizeof bits);
+      ADD_FAILURE() << "output " << o << ", input bits 0x" << std::hex << bits << ": got " << g
+                    << ", want " << w;
+      break;
+    }
+}
+
 TEST(Cuda, ReductionsAcrossRowsMatchTheReference) {
   SKIP_WITHOUT_GPU();
   testing::expect_reductions_across_rows_match_reference(cuda());

@@ -17,19 +17,14 @@ namespace luminal::cudagen {
 namespace {
 
 using runtime::compute_type;
+using runtime::reduction_step;
 using runtime::store_expr;
-
-// Two partial results of reduction `r` combined, as C.
-std::string combined(const Node& r, const std::string& a, const std::string& b) {
-  if (r.op == Op::MaxReduce) return "lum_max<" + compute_type(r.dtype) + ">(" + a + ", " + b + ")";
-  return is_float(r.dtype) ? a + " + " + b : "lum_wrap_add(" + a + ", " + b + ")";
-}
 
 // Statements leaving in every lane of a warp its lanes' partials `acc` of reduction `r`
 // combined, through shuffles.
 std::string warp_combine(const Node& r, const std::string& indent) {
   return indent + "for (int lum_s = 16; lum_s > 0; lum_s >>= 1)\n" + indent +
-         "  acc = " + combined(r, "acc", "__shfl_xor_sync(0xffffffffu, acc, lum_s)") + ";\n";
+         "  acc = " + reduction_step(r, "acc", "__shfl_xor_sync(0xffffffffu, acc, lum_s)") + ";\n";
 }
 
 // Whether a reduction over `axis` of what edge `e` reads sums across rows: the axis is not
@@ -39,9 +34,23 @@ bool reduces_across_rows(const Edge& e, size_t axis) {
   return axis + 1 < e.view.rank() && e.view.strides()[axis] != Expr(1);
 }
 
+// The most values (floats) a generated function holds in shared memory: 8 KiB (a
+// ResNet's last BatchNorm holds four values of 512 channels), which leaves room for 16
+// blocks of 256 threads on an SM.
+constexpr int64_t kMaxSharedValues = 2048;
+
 class KernelWriter : public runtime::ElementWriter {
  public:
   using ElementWriter::ElementWriter;
+
+  /// At most `floats` values in shared memory (a map group's members share one budget).
+  void limit_shared_values(int64_t floats) { shared_budget_ = floats; }
+  /// The values the kernel holds in shared memory, in floats.
+  int64_t shared_values_held() const {
+    int64_t n = 0;
+    for (const auto& [node, elements] : shared_values_) n += elements;
+    return n;
+  }
 
   // The kernel body (without the dims declarations, which need every kernel's vars);
   // `threads` is set to the threads a launch needs (its grid-stride loop takes any fewer).
@@ -122,17 +131,32 @@ class KernelWriter : public runtime::ElementWriter {
   void write_map(const Node& root, Expr& threads) {
     const Expr elements = product(root.shape);
     note_vars(elements);
-    const std::string before = os_.str();
-    os_.str("");
-    const std::vector<Expr> idx = split_counter("lum_o", root.shape, "      ");
-    own_element_ = within(runtime::flatten(idx, root.shape));
-    own_numel_ = elements;
-    const std::string v = value(k_.root, idx, "      ");
-    const std::string body = os_.str();
-    os_.str(before);
-    os_.seekp(0, std::ios_base::end);
-    own_element_.reset();
-    const std::string store = store_expr(root.dtype, v);
+    write_shared_values(elements);
+    // The body at element `flat` (+ `step` along the innermost dim), and its value stored.
+    const auto render = [&](const std::string& flat, const std::string& step) {
+      const std::string before = os_.str();
+      os_.str("");
+      const std::vector<Expr> idx = split_counter(flat, root.shape, "      ", step);
+      own_element_ = within(runtime::flatten(idx, root.shape));
+      own_numel_ = elements;
+      const std::string v = value(k_.root, idx, "      ");
+      std::pair<std::string, std::string> out{os_.str(), store_expr(root.dtype, v)};
+      os_.str(before);
+      os_.seekp(0, std::ios_base::end);
+      own_element_.reset();
+      return out;
+    };
+    const auto [body, store] = render("lum_o", "");
+    // Where the innermost dim is a multiple of kMapElements, a thread's adjacent elements
+    // differ only along it: their indices are split once, from the first, and what
+    // depends on the outer dims alone (a padded copy's guard, its row's offset) is
+    // computed once for the four.
+    std::optional<int64_t> innermost;
+    for (const Expr& d : root.shape)
+      if (!(d == Expr(1))) innermost = d.as_const();
+    const auto [vector_body, vector_store] = innermost && *innermost % kMapElements == 0
+                                                 ? render("lum_o0", "lum_u")
+                                                 : std::pair{body, store};
     const std::string vec = "lum_vec<" + output_type() + ", " + std::to_string(kMapElements) + ">";
     // A thread takes kMapElements elements a round: the launch needs no more threads.
     threads = ceil_div(elements, Expr::constant(kMapElements));
@@ -159,7 +183,7 @@ class KernelWriter : public runtime::ElementWriter {
     os_ << "      " << vec << " lum_r;\n"
         << "#pragma unroll\n      for (int lum_u = 0; lum_u < " << kMapElements << "; ++lum_u) {\n"
         << "      const int64_t lum_o = lum_o0 + lum_u;\n"
-        << body << "      lum_r.v[lum_u] = " << store << ";\n      }\n"
+        << vector_body << "      lum_r.v[lum_u] = " << vector_store << ";\n      }\n"
         << "      lum_store_vec(out + lum_o0, lum_r, lum_stream);\n    }\n"
         << "    for (int64_t lum_o = lum_whole + lum_t; lum_o < lum_n; lum_o += lum_step) {\n"
         << "      const int lum_u = 0;\n      (void)lum_u;\n";
@@ -180,6 +204,90 @@ class KernelWriter : public runtime::ElementWriter {
         << "      if (lum_o >= lum_n) break;\n"
         << body << "      out[lum_o] = " << store << ";\n    }\n  }\n";
   }
+
+  // A value of a few elements that the kernel reads broadcast (a BatchNorm's 1/sqrt(var +
+  // eps) a channel, its mean, weight and bias, read once for every pixel) is computed or
+  // loaded into shared memory by each block, once an element, before the loop, which
+  // reads it there: the loop would otherwise compute it again for every element (a
+  // square root and a division) or load it from global memory (a 64-bit address each).
+  void write_shared_values(const Expr& elements) {
+    int64_t total = 0;
+    std::set<uint32_t> seen;
+    std::vector<NodeId> stack{k_.root};
+    while (!stack.empty()) {
+      const Node& n = g_.node(stack.back());
+      stack.pop_back();
+      for (const Edge& e : n.inputs) {
+        const NodeId s = plan_.canon(e.source);
+        if (!seen.insert(s.value).second) continue;
+        const bool stored = plan_.materialized[s.value];
+        const std::optional<int64_t> m = shareable(s, e.view, stored, elements);
+        if (m && total + *m <= shared_budget_) {
+          shared_values_.emplace(s.value, *m);
+          total += *m;
+        } else if (!stored) {
+          stack.push_back(s);
+        }
+      }
+    }
+    if (shared_values_.empty()) return;
+    filling_shared_ = true;
+    for (const auto& [s, m] : shared_values_) {
+      const std::string name = "lum_s" + std::to_string(s);
+      os_ << "  __shared__ float " << name << "[" << m << "];\n"
+          << "  for (int lum_j = threadIdx.x; lum_j < " << m << "; lum_j += blockDim.x) {\n";
+      const std::string v =
+          value(NodeId{s}, split_counter("lum_j", g_.node(NodeId{s}).shape, "    "), "    ");
+      os_ << "    " << name << "[lum_j] = " << v << ";\n  }\n";
+    }
+    os_ << "  __syncthreads();\n";
+    filling_shared_ = false;
+  }
+
+  // The elements of value `s` if the kernel should hold it in shared memory where `view`
+  // reads it: read broadcast, a float of at most kMaxSharedValues elements that the
+  // kernel's `elements` repeat at least kMinRepeats times (or a symbolic number of
+  // times), stored or computed from a stored value (one computed from constants alone is
+  // folded by the compiler).
+  std::optional<int64_t> shareable(NodeId s, const View& view, bool stored,
+                                   const Expr& elements) const {
+    const Node& n = g_.node(s);
+    if (!view.repeats() || runtime::compute_type(n.dtype) != "float" ||
+        (stored ? n.quant != kPlainStorage : !reads_memory(s)))
+      return std::nullopt;
+    const std::optional<int64_t> m = product(n.shape).as_const();
+    if (!m || *m < 1 || *m > kMaxSharedValues) return std::nullopt;
+    if (const std::optional<int64_t> e = elements.as_const(); e && *e < kMinRepeats * *m)
+      return std::nullopt;
+    return m;
+  }
+
+  // Whether fused value `s` reads a stored value.
+  bool reads_memory(NodeId s) const {
+    std::set<uint32_t> seen;
+    std::vector<NodeId> stack{s};
+    while (!stack.empty()) {
+      const Node& n = g_.node(stack.back());
+      stack.pop_back();
+      for (const Edge& e : n.inputs) {
+        const NodeId in = plan_.canon(e.source);
+        if (plan_.materialized[in.value]) return true;
+        if (seen.insert(in.value).second) stack.push_back(in);
+      }
+    }
+    return false;
+  }
+
+  std::optional<std::string> precomputed(NodeId n, const Expr& flat) override {
+    if (filling_shared_ || shared_values_.count(n.value) == 0) return std::nullopt;
+    note_vars(flat);
+    return "lum_s" + std::to_string(n.value) + "[" + flat.to_c() + "]";
+  }
+
+  static constexpr int64_t kMinRepeats = 8;
+  std::map<uint32_t, int64_t> shared_values_;  // node -> its elements
+  int64_t shared_budget_ = kMaxSharedValues;
+  bool filling_shared_ = false;  // while write_shared_values fills them
 
   // The preloaded inputs' element holders, filled one element at a time.
   void declare_preloaded(const std::string& indent) {
@@ -251,17 +359,17 @@ class KernelWriter : public runtime::ElementWriter {
     os_ << "      for (int64_t lum_r = lum_slice; lum_r < " << len.to_c() << "; lum_r += " << slices
         << ") {\n";
     const std::string v = operand(e, in_idx, "        ");
-    os_ << "        acc = " << combined(root, "acc", v) << ";\n      }\n    }\n";
+    os_ << "        acc = " << reduction_step(root, "acc", v) << ";\n      }\n    }\n";
     // The warp's slices of each column (lanes kColumns apart), then the warps'.
     os_ << "    for (int lum_s = 16; lum_s >= " << kColumns << "; lum_s >>= 1)\n"
-        << "      acc = " << combined(root, "acc", "__shfl_xor_sync(0xffffffffu, acc, lum_s)")
+        << "      acc = " << reduction_step(root, "acc", "__shfl_xor_sync(0xffffffffu, acc, lum_s)")
         << ";\n"
         << "    if ((threadIdx.x & 31) < " << kColumns
         << ") lum_cols[threadIdx.x >> 5][lum_col] = acc;\n"
         << "    __syncthreads();\n"
         << "    if (threadIdx.x < " << kColumns << " && lum_o < lum_n) {\n"
         << "      for (int lum_w = 1; lum_w < " << warps << "; ++lum_w)\n"
-        << "        acc = " << combined(root, "acc", "lum_cols[lum_w][lum_col]") << ";\n"
+        << "        acc = " << reduction_step(root, "acc", "lum_cols[lum_w][lum_col]") << ";\n"
         << "      out[lum_o] = " << store_expr(root.dtype, "acc") << ";\n    }\n"
         << "    __syncthreads();  // lum_cols is rewritten by the next group\n  }\n";
   }
@@ -296,7 +404,7 @@ class KernelWriter : public runtime::ElementWriter {
       os_ << "    for (int64_t lum_r = threadIdx.x & 31; lum_r < " << len.to_c()
           << "; lum_r += 32) {\n";
     const std::string v = operand(e, in_idx, "      ");
-    os_ << "      acc = " << combined(root, "acc", v) << ";\n    }\n";
+    os_ << "      acc = " << reduction_step(root, "acc", v) << ";\n    }\n";
     if (by_thread) {
       os_ << "    out[lum_o] = " << store_expr(root.dtype, "acc") << ";\n  }\n";
       return;
@@ -390,14 +498,14 @@ class RowMemberWriter : public runtime::ElementWriter {
           << ";\n";
       element_loop([&] {
         const std::string v = operand(root.inputs[0], idx, "          ");
-        os_ << "          acc = " << combined(root, "acc", v) << ";\n";
+        os_ << "          acc = " << reduction_step(root, "acc", v) << ";\n";
       });
       os_ << warp_combine(root, "      ") << "      if ((threadIdx.x & 31) == 0) " << part
           << "[threadIdx.x >> 5] = acc;\n"
           << "      __syncthreads();\n"
           << "      acc = " << part << "[0];\n"
           << "      for (int lum_w = 1; lum_w < (" << block() << " >> 5); ++lum_w)\n"
-          << "        acc = " << combined(root, "acc", part + "[lum_w]") << ";\n"
+          << "        acc = " << reduction_step(root, "acc", part + "[lum_w]") << ";\n"
           << "      __syncthreads();  // the partials are rewritten by the next reduction\n";
       const std::string stored = store_expr(root.dtype, "acc");
       os_ << "      " << held_name(member_) << " = " << runtime::load_expr(root.dtype, stored)
@@ -714,10 +822,13 @@ MapGroup write_map_group(const Graph& g, const compiler::KernelPlan& plan, size_
                          size_t last) {
   MapGroup out;
   out.body = "  int64_t lum_bx = blockIdx.x;\n";
+  int64_t shared_left = kMaxSharedValues;  // the members' arrays all take the function's
   for (size_t k = first; k <= last; ++k) {
     KernelWriter w(g, plan, plan.kernels[k]);
+    w.limit_shared_values(shared_left);
     Expr threads;
     std::string body = w.write(threads);
+    shared_left -= w.shared_values_held();
     for (const auto& [from, to] :
          {std::pair<std::string, std::string>{"blockIdx.x", "lum_bx"}, {"gridDim.x", "lum_gx"}})
       for (size_t at = body.find(from); at != std::string::npos; at = body.find(from, at))

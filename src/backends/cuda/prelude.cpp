@@ -51,15 +51,21 @@ LUM_FN void lum_after_prior_grids() {
 #endif
 }
 // Half-precision conversions by the hardware's instructions (one each, where the
-// portable versions take a dozen): round to nearest even, as those do. bf16's needs
-// sm_80; older GPUs keep the portable one.
+// portable versions take a dozen): round to nearest even, as those do. From sm_80 a
+// rounding is the pair's instruction (cvt.rn.f16x2.f32, F2FP) with the other half
+// dropped: twice the rate of the single one (cvt.rn.f16.f32, F2F, 16 a clock on an SM),
+// which bounded the bf16 BatchNorm kernels that round after every op (8.4 against 4.0 T
+// roundings a second on an H200, bench/results/cuda.md). bf16's needs sm_80; older GPUs
+// keep the portable one.
 #define LUM_NATIVE_HALF 1
 LUM_FN float lum_h2f(uint16_t h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
-LUM_FN uint16_t lum_f2h(float f) { uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
 #if __CUDA_ARCH__ >= 800
+LUM_FN uint16_t lum_f2h(float f) { uint32_t p; asm("cvt.rn.f16x2.f32 %0, %1, %1;" : "=r"(p) : "f"(f)); return (uint16_t)p; }
 #define LUM_NATIVE_BF16 1
 LUM_FN float lum_bf2f(uint16_t b) { return __uint_as_float((uint32_t)b << 16); }
-LUM_FN uint16_t lum_f2bf(float f) { uint16_t h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
+LUM_FN uint16_t lum_f2bf(float f) { uint32_t p; asm("cvt.rn.bf16x2.f32 %0, %1, %1;" : "=r"(p) : "f"(f)); return (uint16_t)p; }
+#else
+LUM_FN uint16_t lum_f2h(float f) { uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
 #endif
 // N adjacent elements (2 to 32 bytes of them) moved by one load or store (two of 32):
 // through an integer vector of their size, since a copy of the array itself is split
