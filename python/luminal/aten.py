@@ -198,6 +198,121 @@ def _topk(n, x, k, dim=-1, largest=True, sorted=True):
     return values, picks.cast(lm.int64)
 
 
+def _sort(n, x, dim=-1, descending=False, stable=False):
+    """All of `dim` in order, with the positions it came from: a top-k of all of it.
+    (Among equal values the lower position comes first, a stable order.)"""
+    return _topk(n, x, n.operands(x)[0].shape[dim], dim, largest=descending)
+
+
+def _in_f32(fn):
+    """A unary op composed of several steps: half precision computed in f32 and rounded
+    once, as PyTorch's kernels do."""
+    def translate(n, x):
+        x = n.operands(x)[0]
+        if x.dtype in (lm.float32, lm.float64):
+            return fn(x)
+        return fn(x.cast(lm.float32)).cast(x.dtype)
+    return translate
+
+
+# Abramowitz & Stegun 4.4.49: atan(t) for t in [0, 1] as t times a polynomial in t^2,
+# within 2e-8; beyond 1, pi/2 - atan(1/t).
+ATAN_COEFFICIENTS = (1.0, -0.3333314528, 0.1999355085, -0.1420889944, 0.1065626393,
+                     -0.0752896400, 0.0429096138, -0.0161657367, 0.0028662257)
+
+
+def _atan(x):
+    a = x.abs()
+    big = a > 1.0
+    t = lm.where(big, 1.0 / a, a)
+    t2 = t * t
+    poly = t2 * ATAN_COEFFICIENTS[-1]
+    for c in reversed(ATAN_COEFFICIENTS[1:-1]):
+        poly = (poly + c) * t2
+    r = (poly + 1.0) * t
+    r = lm.where(big, math.pi / 2 - r, r)
+    return lm.where(x < 0.0, -r, r)  # (a NaN stays one)
+
+
+def _asin(x):
+    return _atan(x / ((1.0 - x) * (1.0 + x)).sqrt())  # +-inf at +-1: +-pi/2
+
+
+def _acos(x):
+    return _atan(((1.0 - x) / (1.0 + x)).sqrt()) * 2.0  # (no cancellation near 1)
+
+
+def _atan2(n, y, x):
+    y, x = n.operands(y, x, dtype=n.promoted())
+    wide = lm.float32 if x.dtype not in (lm.float32, lm.float64) else x.dtype
+    y, x = y.cast(wide), x.cast(wide)
+    r = _atan(y / x)
+    r = lm.where(x < 0.0, lm.where(y < 0.0, r - math.pi, r + math.pi), r)
+    on_axis = lm.where(y > 0.0, math.pi / 2, lm.where(y < 0.0, -math.pi / 2, 0.0 * y))
+    return lm.where(_eq(x, x * 0.0), on_axis, r)  # (eq: NaN and inf are no zero)
+
+
+# Near 0 the logarithms below lose the small result to rounding (1 + 1e-8 is 1 in f32):
+# there a series, to x^5. Far out, x^2 overflows: there log(2|x|).
+def _asinh(x):
+    a = x.abs()
+    r = lm.where(a < 0.01, a - a * a * a / 6.0 + a * a * a * a * a * 0.075,
+                 lm.where(a > 1e10, a.log() + math.log(2.0), (a + (a * a + 1.0).sqrt()).log()))
+    return lm.where(x < 0.0, -r, r)
+
+
+def _acosh(x):
+    return lm.where(x > 1e10, x.log() + math.log(2.0),
+                    (x + ((x - 1.0) * (x + 1.0)).sqrt()).log())
+
+
+def _atanh(x):
+    return lm.where(x.abs() < 0.01, x + x * x * x / 3.0 + x * x * x * x * x * 0.2,
+                    ((1.0 + x) / (1.0 - x)).log() * 0.5)
+
+
+def _scatter_reduce(n, x, dim, index, src, reduce="sum", include_self=True):
+    """torch.scatter_reduce (scatter_add: "sum"): each of x's positions along `dim`
+    combined with every src element whose index names it. For each output position, the
+    index is compared with it over all of the index's positions along `dim` and the
+    matching src elements reduced: work of index's size times x's length along `dim`, no
+    memory beyond the output (the comparison is fused into the reduction)."""
+    x, src = n.operands(x, src)
+    last, d = len(x.shape) - 1, dim % len(x.shape)
+    order = [a for a in range(last + 1) if a != d] + [d]
+    for a, size in enumerate(index.shape):  # src read over index's shape
+        if src.shape[a] != size:
+            src = src.slice(axis=a, start=0, end=size)
+    moved_x, moved_i, moved_s = (t.permute(order) for t in (x, index, src))
+    length = x.shape[d]
+    rest = tuple(index.shape[a] for a in order[:-1])
+    positions = n.g.iota("z", (1,) * len(rest) + (1, length), index.dtype)
+    hit = moved_i.unsqueeze(axis=last + 1).eq(positions)  # [rest..., index's length, length]
+    s = moved_s.unsqueeze(axis=last + 1)
+    identity = {"sum": 0.0, "mean": 0.0, "prod": 1.0, "amax": -math.inf, "amin": math.inf}[reduce]
+    picked = lm.where(hit, s, identity)
+    method = {"sum": "sum", "mean": "sum", "prod": "prod", "amax": "max", "amin": "min"}[reduce]
+    got = getattr(picked, method)(axis=[last], keepdim=False)  # [rest..., length]
+    count = hit.cast(lm.float32).sum(axis=[last], keepdim=False)
+    for a, size in enumerate(moved_x.shape[:-1]):  # index may cover less of x than x
+        if size != rest[a]:
+            got = got.pad(axis=a, before=0, after=size - rest[a], value=identity)
+            count = count.pad(axis=a, before=0, after=size - rest[a], value=0.0)
+    touched = count > 0.0
+    if reduce == "mean":
+        count = count.cast(x.dtype)
+        combined = (moved_x + got) / (count + 1.0) if include_self else got / count
+    elif include_self:
+        combined = {"sum": lambda: moved_x + got, "prod": lambda: moved_x * got,
+                    "amax": lambda: moved_x.maximum(got),
+                    "amin": lambda: moved_x.minimum(got)}[reduce]()
+    else:
+        combined = got
+    out = lm.where(touched, combined, moved_x) if reduce != "sum" or not include_self else combined
+    back = [order.index(a) for a in range(last + 1)]
+    return out.permute(back)
+
+
 def _scatter(n, x, dim, index, src):
     """A copy of x with src written where index points along dim (torch.scatter; src a
     tensor, read over index's shape, or a number)."""
@@ -658,6 +773,13 @@ TABLE = {
     aten.cos.default: _unary(lambda x: x.cos()),
     aten.tan.default: _unary(lambda x: x.sin() / x.cos()),
     aten.tanh.default: _unary(lambda x: x.tanh()),
+    aten.atan.default: _in_f32(_atan),
+    aten.asin.default: _in_f32(_asin),
+    aten.acos.default: _in_f32(_acos),
+    aten.atan2.default: _atan2,
+    aten.asinh.default: _in_f32(_asinh),
+    aten.acosh.default: _in_f32(_acosh),
+    aten.atanh.default: _in_f32(_atanh),
     aten.sinh.default: _unary(lambda x: (x.exp() - (-x).exp()) * 0.5),
     aten.cosh.default: _unary(lambda x: (x.exp() + (-x).exp()) * 0.5),
     aten.sigmoid.default: _unary(lambda x: x.sigmoid()),
@@ -684,6 +806,9 @@ TABLE = {
     aten.max.dim: _arg_with_values("max", "argmax"),
     aten.min.dim: _arg_with_values("min", "argmin"),
     aten.topk.default: _topk,
+    aten.sort.default: _sort,
+    aten.sort.stable: lambda n, x, stable=False, dim=-1, descending=False: _sort(
+        n, x, dim, descending),
     aten.argmax.default: lambda n, x, dim, keepdim=False: x.argmax(dim, keepdim),
     aten.argmin.default: lambda n, x, dim, keepdim=False: x.argmin(dim, keepdim),
     aten.var.correction: _var,
@@ -735,6 +860,8 @@ TABLE = {
     aten.gather.default: lambda n, x, dim, idx, **_: x.gather_axis(axis=dim, indices=idx),
     aten.scatter.src: _scatter,
     aten.scatter.value: _scatter,
+    aten.scatter_add.default: _scatter_reduce,
+    aten.scatter_reduce.two: _scatter_reduce,
     aten.full.default: lambda n, size, value, **_: n.full(value),
     aten.full_like.default: lambda n, x, value, **_: n.full(value),
     aten.scalar_tensor.default: lambda n, value, **_: n.full(value),
@@ -809,6 +936,15 @@ SUPPORTED_IF = {
     aten.topk.default: lambda x, k, dim=-1, largest=True, sorted=True: x.dim() > 0 and x.dtype in (
         torch.float32, torch.float16, torch.bfloat16) and isinstance(k, int) and isinstance(
         x.shape[dim], int) and 1 <= k <= x.shape[dim],
+    **{op: lambda x, *args, stable=False, dim=-1, descending=False: x.dim() > 0 and x.dtype in (
+        torch.float32, torch.float16, torch.bfloat16) and isinstance(
+        x.shape[args[0] if args else dim], int)
+       for op in (aten.sort.default, aten.sort.stable)},
+    # (Shapes known; a mean of floats.)
+    **{op: lambda x, dim, index, src, reduce="sum", include_self=True: _static(x.shape) and
+       _static(index.shape) and x.dtype != torch.bool and (
+           reduce != "mean" or x.dtype in (torch.float32, torch.float16, torch.bfloat16))
+       for op in (aten.scatter_add.default, aten.scatter_reduce.two)},
     aten.diagonal.default: lambda x, offset=0, dim1=0, dim2=1: x.dim() == 2 and (dim1, dim2) in (
         (0, 1), (-2, -1)),
     **{op: lambda a, b: _meta_dtype(a) == torch.bool and _meta_dtype(b) in (torch.bool, bool)
