@@ -272,12 +272,16 @@ def _atanh(x):
 
 
 def _scatter_reduce(n, x, dim, index, src, reduce="sum", include_self=True):
+    x, src = n.operands(x, src)
+    return _reduced_into(n.g, x, dim, index, src, reduce, include_self)
+
+
+def _reduced_into(g, x, dim, index, src, reduce="sum", include_self=True):
     """torch.scatter_reduce (scatter_add: "sum"): each of x's positions along `dim`
     combined with every src element whose index names it. For each output position, the
     index is compared with it over all of the index's positions along `dim` and the
     matching src elements reduced: work of index's size times x's length along `dim`, no
     memory beyond the output (the comparison is fused into the reduction)."""
-    x, src = n.operands(x, src)
     last, d = len(x.shape) - 1, dim % len(x.shape)
     order = [a for a in range(last + 1) if a != d] + [d]
     for a, size in enumerate(index.shape):  # src read over index's shape
@@ -286,7 +290,7 @@ def _scatter_reduce(n, x, dim, index, src, reduce="sum", include_self=True):
     moved_x, moved_i, moved_s = (t.permute(order) for t in (x, index, src))
     length = x.shape[d]
     rest = tuple(index.shape[a] for a in order[:-1])
-    positions = n.g.iota("z", (1,) * len(rest) + (1, length), index.dtype)
+    positions = g.iota("z", (1,) * len(rest) + (1, length), index.dtype)
     hit = moved_i.unsqueeze(axis=last + 1).eq(positions)  # [rest..., index's length, length]
     s = moved_s.unsqueeze(axis=last + 1)
     identity = {"sum": 0.0, "mean": 0.0, "prod": 1.0, "amax": -math.inf, "amin": math.inf}[reduce]
@@ -504,6 +508,45 @@ def _index(n, x, indices):
             range(width + lead, len(out.shape)))
         out = out.permute(order)
     return out
+
+
+def _index_put(n, x, indices, values, accumulate=False):
+    """x[..., i, j, ...] = values (+= with `accumulate`): as _index picks rows, the
+    indexed axes made one and the values scattered along it at the index tensors' flat
+    positions (where two name one position, the last written stays, as on PyTorch's
+    CPU)."""
+    x, values = n.operands(x, values)
+    indices = list(indices) + [None] * (len(x.shape) - len(indices))
+    picked = [a for a, t in enumerate(indices) if t is not None]
+    rest = [a for a, t in enumerate(indices) if t is None]
+    sizes = [x.shape[a] for a in picked]
+    rest_shape = tuple(x.shape[a] for a in rest)
+    flat = None
+    for k, a in enumerate(picked):
+        idx = indices[a]
+        idx = lm.where(idx < 0, idx + sizes[k], idx)
+        term = idx * math.prod(sizes[k + 1:])
+        flat = term if flat is None else flat + term
+    picked_shape = tuple(flat.shape)
+    count = math.prod(picked_shape)
+    # The values as x[indices] would be laid out (see _index), then as rows: picked first.
+    adjacent = picked == list(range(picked[0], picked[-1] + 1)) and picked[0] > 0
+    width = len(picked_shape)
+    if adjacent:
+        lead = picked[0]
+        shape = rest_shape[:lead] + picked_shape + rest_shape[lead:]
+        values = values.expand(shape).permute(
+            list(range(lead, lead + width)) + list(range(lead)) +
+            list(range(lead + width, len(shape))))
+    else:
+        values = values.expand(picked_shape + rest_shape)
+    values = values.reshape((count,) + rest_shape)
+    rows = x.permute(picked + rest).reshape((math.prod(sizes),) + rest_shape)
+    at = flat.reshape((count,) + (1,) * len(rest_shape)).expand((count,) + rest_shape)
+    rows = (_reduced_into(n.g, rows, 0, at, values) if accumulate else
+            rows.scatter_axis(0, at, values))
+    back = [(picked + rest).index(a) for a in range(len(x.shape))]
+    return rows.reshape(tuple(sizes) + rest_shape).permute(back)
 
 
 def _arange(n, start, end=None, step=1, **_):
@@ -861,6 +904,7 @@ TABLE = {
     aten.scatter.src: _scatter,
     aten.scatter.value: _scatter,
     aten.scatter_add.default: _scatter_reduce,
+    aten.index_put.default: _index_put,
     aten.scatter_reduce.two: _scatter_reduce,
     aten.full.default: lambda n, size, value, **_: n.full(value),
     aten.full_like.default: lambda n, x, value, **_: n.full(value),
@@ -921,6 +965,9 @@ SUPPORTED_IF = {
         all(isinstance(d, int) for d in x.shape[-len(size):]) and
         _ints_equal(size, x.shape[-len(size):]) and x.shape[-1] % size[0] == 0)
        for op in (aten._adaptive_avg_pool2d.default, aten._adaptive_avg_pool3d.default)},
+    aten.index_put.default: lambda x, indices, values, accumulate=False: _static(x.shape) and all(
+        i is None or (i.dtype in (torch.int64, torch.int32) and _static(i.shape))
+        for i in indices) and any(i is not None for i in indices),
     aten.index.Tensor: lambda x, indices: all(
         i is None or i.dtype in (torch.int64, torch.int32) for i in indices) and all(
         isinstance(x.shape[a], int) and (i is None or _static(i.shape))

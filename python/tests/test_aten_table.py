@@ -172,6 +172,13 @@ CASES = [
     ("advanced_index", lambda x, i, j: (x[i], x[:, i], x[i, :, j[0]], x[:, i[:, None], j[0]],
                                         x[..., -1 - i], x[i[:2, None], j]),
      (randn(4, 5, 6), torch.randint(0, 4, (3,)), torch.randint(-4, 4, (2, 3)))),
+    # Writes through advanced indexing: rows, middle axes, axes apart (their positions in
+    # front), a broadcast value, repeated positions accumulated.
+    ("index_put", lambda x, i, j, v: (x.index_put((i,), v), x.index_put((i,), torch.tensor(7.0)),
+                                      A.index_put(x, [None, j[:, 0]], v[:1, :2]),
+                                      A.index_put(x, [i[:2], None, j], v[0, :2, :5]),
+                                      x.index_put((i[[0, 0, 1]],), v, accumulate=True)),
+     (randn(4, 5, 6), torch.tensor([0, 2, -1]), torch.tensor([[1], [3]]), randn(3, 5, 6))),
     # Lowered by PyTorch into advanced indexing.
     ("upsample", lambda x: (F.interpolate(x, scale_factor=2, mode="nearest"),
                             F.interpolate(x, size=(5, 7), mode="nearest"),
