@@ -406,6 +406,30 @@ def _batch_norm_eval(n, x, w, b, mean, var, momentum, eps):
     return y, empty, empty
 
 
+def _batch_norm_batch_stats(n, x, w, b, running_mean, running_var, training, momentum, eps):
+    """BatchNorm in training mode: normalised by the batch's statistics over every dim but
+    the channels, the running statistics moved towards them by `momentum` (the variance's
+    unbiased); with the statistics used, and the running ones new, as its outputs."""
+    nd = len(x.shape)
+    axes = [0] + list(range(2, nd))
+    wide = x.cast(lm.float32) if x.dtype in (lm.float16, lm.bfloat16) else x
+    mean = wide.mean(axis=axes, keepdim=True)
+    centred = wide - mean
+    var = centred.square().mean(axis=axes, keepdim=True)
+    rstd = (var + eps).rsqrt()
+    y = (centred * rstd).cast(x.dtype)
+    y = y if w is None else y * _channel(w, nd)
+    y = y if b is None else y + _channel(b, nd)
+    count = math.prod(x.shape[a] for a in axes)
+    mean, var, rstd = (t.reshape((x.shape[1],)) for t in (mean, var, rstd))
+    new_mean = new_var = None
+    if running_mean is not None:
+        new_mean = running_mean * (1.0 - momentum) + mean.cast(running_mean.dtype) * momentum
+        new_var = running_var * (1.0 - momentum) + (
+            var * (count / max(count - 1, 1))).cast(running_var.dtype) * momentum
+    return y, mean, rstd, new_mean, new_var
+
+
 def _slice(n, x, dim=0, start=None, end=None, step=1):
     # The traced result's length settles the end however it was given (past the size,
     # negative, symbolic): only the start is worked out here.
@@ -879,6 +903,9 @@ TABLE = {
     aten._adaptive_avg_pool3d.default: _adaptive_avg_pool,
     aten.native_layer_norm.default: _layer_norm,
     aten._native_batch_norm_legit_no_training.default: _batch_norm_eval,
+    aten._native_batch_norm_legit_functional.default: _batch_norm_batch_stats,
+    aten._native_batch_norm_legit.no_stats: lambda n, x, w, b, training, momentum, eps: \
+        _batch_norm_batch_stats(n, x, w, b, None, None, training, momentum, eps)[:3],
     aten.native_group_norm.default: _group_norm,
     aten.view.default: lambda n, x, size: _view(n, x),
     aten.permute.default: lambda n, x, dims: x.permute(list(dims)),
@@ -965,6 +992,9 @@ SUPPORTED_IF = {
         all(isinstance(d, int) for d in x.shape[-len(size):]) and
         _ints_equal(size, x.shape[-len(size):]) and x.shape[-1] % size[0] == 0)
        for op in (aten._adaptive_avg_pool2d.default, aten._adaptive_avg_pool3d.default)},
+    # (Training mode: the running statistics' form in eval mode is another op.)
+    aten._native_batch_norm_legit_functional.default: lambda x, w, b, rm, rv, training, *_: training,
+    aten._native_batch_norm_legit.no_stats: lambda x, w, b, training, *_: training,
     aten.index_put.default: lambda x, indices, values, accumulate=False: _static(x.shape) and all(
         i is None or (i.dtype in (torch.int64, torch.int32) and _static(i.shape))
         for i in indices) and any(i is not None for i in indices),

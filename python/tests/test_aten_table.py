@@ -122,6 +122,13 @@ CASES = [
                                F.batch_norm(x.reshape(2, 4, 6), b[:4], w[:4].abs() + 0.1,
                                             w[:4], b[:4])),
      (randn(2, 4, 6), randn(6), randn(6))),
+    # Training mode: the batch's statistics, the running ones updated (returned, as the
+    # module's buffers would be written).
+    ("batch_norm_training", lambda x, rm, rv, w, b: (
+        lambda m, v: (F.batch_norm(x, m, v, w, b, training=True, momentum=0.2), m, v))(
+            rm.clone(), rv.clone()) + (F.batch_norm(x[:, :, 0], None, None, w, None, True,
+                                                    eps=1e-3),),
+     (randn(3, 4, 5, 6) * 2 + 1, randn(4), torch.rand(4) + 0.5, randn(4), randn(4))),
     ("views", lambda x: (x.view(6, 4), x.reshape(2, 12).t(), x.permute(2, 0, 1),
                          x.unsqueeze(1).expand(2, 5, 3, 4), x[:, None].squeeze(1),
                          x.transpose(0, 2).contiguous(), x.flatten(), x.flip(0, 2)),
