@@ -1015,7 +1015,7 @@ SUPPORTED_IF = {
         x.shape[dim], int) and 1 <= k <= x.shape[dim],
     **{op: lambda x, *args, stable=False, dim=-1, descending=False: x.dim() > 0 and x.dtype in (
         torch.float32, torch.float16, torch.bfloat16) and isinstance(
-        x.shape[args[0] if args else dim], int)
+        x.shape[args[0] if args else dim], int) and x.shape[args[0] if args else dim] >= 1
        for op in (aten.sort.default, aten.sort.stable)},
     # (Shapes known; a mean of floats.)
     **{op: lambda x, dim, index, src, reduce="sum", include_self=True: _static(x.shape) and
