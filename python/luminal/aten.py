@@ -201,7 +201,7 @@ def _topk(n, x, k, dim=-1, largest=True, sorted=True):
 def _sort(n, x, dim=-1, descending=False, stable=False):
     """All of `dim` in order, with the positions it came from: a top-k of all of it.
     (Among equal values the lower position comes first, a stable order.)"""
-    return _topk(n, x, n.operands(x)[0].shape[dim], dim, largest=descending)
+    return _topk(n, x, x.shape[dim], dim, largest=descending)
 
 
 def _in_f32(fn):
@@ -417,9 +417,9 @@ def _batch_norm_batch_stats(n, x, w, b, running_mean, running_var, training, mom
     centred = wide - mean
     var = centred.square().mean(axis=axes, keepdim=True)
     rstd = (var + eps).rsqrt()
-    y = (centred * rstd).cast(x.dtype)
-    y = y if w is None else y * _channel(w, nd)
-    y = y if b is None else y + _channel(b, nd)
+    y = centred * rstd
+    y = y if w is None else y * _channel(w.cast(wide.dtype), nd)
+    y = (y if b is None else y + _channel(b.cast(wide.dtype), nd)).cast(x.dtype)
     count = math.prod(x.shape[a] for a in axes)
     mean, var, rstd = (t.reshape((x.shape[1],)) for t in (mean, var, rstd))
     new_mean = new_var = None
@@ -512,6 +512,21 @@ def _index(n, x, indices):
     multiplied, the index tensors combined into flat positions, broadcast together) and
     rows are picked along it. As in NumPy, the broadcast index dims stand where the indexed
     axes stood when those are adjacent, else in front."""
+    picked, rest, rows, flat = _indexed_rows(x, indices)
+    picked_shape = tuple(flat.shape)
+    out = rows.index_select(axis=0, indices=flat.reshape((math.prod(picked_shape),)))
+    out = out.reshape(picked_shape + tuple(x.shape[a] for a in rest))
+    if _index_dims_in_place(picked):
+        lead, width = picked[0], len(picked_shape)
+        order = list(range(width, width + lead)) + list(range(width)) + list(
+            range(width + lead, len(out.shape)))
+        out = out.permute(order)
+    return out
+
+
+def _indexed_rows(x, indices):
+    """x with its indexed axes (`picked`) made one, in front of the others (`rest`), and
+    the index tensors combined into flat positions along it (broadcast together)."""
     indices = list(indices) + [None] * (len(x.shape) - len(indices))
     picked = [a for a, t in enumerate(indices) if t is not None]
     rest = [a for a, t in enumerate(indices) if t is None]
@@ -523,15 +538,13 @@ def _index(n, x, indices):
         term = idx * math.prod(sizes[k + 1:])
         flat = term if flat is None else flat + term
     rows = x.permute(picked + rest).reshape((math.prod(sizes),) + tuple(x.shape[a] for a in rest))
-    picked_shape = tuple(flat.shape)
-    out = rows.index_select(axis=0, indices=flat.reshape((math.prod(picked_shape),)))
-    out = out.reshape(picked_shape + tuple(x.shape[a] for a in rest))
-    if picked == list(range(picked[0], picked[-1] + 1)) and picked[0] > 0:
-        lead, width = picked[0], len(picked_shape)
-        order = list(range(width, width + lead)) + list(range(width)) + list(
-            range(width + lead, len(out.shape)))
-        out = out.permute(order)
-    return out
+    return picked, rest, rows, flat
+
+
+def _index_dims_in_place(picked):
+    """Whether x[indices] has the index tensors' dims where the indexed axes stood (they
+    are adjacent, after the first axis), not in front."""
+    return picked == list(range(picked[0], picked[-1] + 1)) and picked[0] > 0
 
 
 def _index_put(n, x, indices, values, accumulate=False):
@@ -540,23 +553,13 @@ def _index_put(n, x, indices, values, accumulate=False):
     positions (where two name one position, the last written stays, as on PyTorch's
     CPU)."""
     x, values = n.operands(x, values)
-    indices = list(indices) + [None] * (len(x.shape) - len(indices))
-    picked = [a for a, t in enumerate(indices) if t is not None]
-    rest = [a for a, t in enumerate(indices) if t is None]
-    sizes = [x.shape[a] for a in picked]
+    picked, rest, rows, flat = _indexed_rows(x, indices)
     rest_shape = tuple(x.shape[a] for a in rest)
-    flat = None
-    for k, a in enumerate(picked):
-        idx = indices[a]
-        idx = lm.where(idx < 0, idx + sizes[k], idx)
-        term = idx * math.prod(sizes[k + 1:])
-        flat = term if flat is None else flat + term
     picked_shape = tuple(flat.shape)
     count = math.prod(picked_shape)
     # The values as x[indices] would be laid out (see _index), then as rows: picked first.
-    adjacent = picked == list(range(picked[0], picked[-1] + 1)) and picked[0] > 0
     width = len(picked_shape)
-    if adjacent:
+    if _index_dims_in_place(picked):
         lead = picked[0]
         shape = rest_shape[:lead] + picked_shape + rest_shape[lead:]
         values = values.expand(shape).permute(
@@ -565,12 +568,11 @@ def _index_put(n, x, indices, values, accumulate=False):
     else:
         values = values.expand(picked_shape + rest_shape)
     values = values.reshape((count,) + rest_shape)
-    rows = x.permute(picked + rest).reshape((math.prod(sizes),) + rest_shape)
     at = flat.reshape((count,) + (1,) * len(rest_shape)).expand((count,) + rest_shape)
     rows = (_reduced_into(n.g, rows, 0, at, values) if accumulate else
             rows.scatter_axis(0, at, values))
     back = [(picked + rest).index(a) for a in range(len(x.shape))]
-    return rows.reshape(tuple(sizes) + rest_shape).permute(back)
+    return rows.reshape(tuple(x.shape[a] for a in picked) + rest_shape).permute(back)
 
 
 def _arange(n, start, end=None, step=1, **_):
@@ -931,8 +933,8 @@ TABLE = {
     aten.scatter.src: _scatter,
     aten.scatter.value: _scatter,
     aten.scatter_add.default: _scatter_reduce,
-    aten.index_put.default: _index_put,
     aten.scatter_reduce.two: _scatter_reduce,
+    aten.index_put.default: _index_put,
     aten.full.default: lambda n, size, value, **_: n.full(value),
     aten.full_like.default: lambda n, x, value, **_: n.full(value),
     aten.scalar_tensor.default: lambda n, value, **_: n.full(value),
