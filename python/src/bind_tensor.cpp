@@ -1,4 +1,7 @@
 // Tensor in Python (see bindings.hpp): PyTorch's names and broadcasting, NumPy in and out.
+#include <cmath>
+#include <cstdint>
+
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
@@ -156,6 +159,39 @@ void bind_tensor(nb::module_& m) {
   LUM_PY_COMPARE("eq", eq)
   LUM_PY_COMPARE("ne", ne)
 #undef LUM_PY_COMPARE
+  // == and != elementwise as in NumPy and PyTorch, where a NaN equals nothing, itself
+  // included (eq() above answers as if NaNs compared equal); so a tensor has no truth
+  // value (`if x == y:` would test nothing) and hashes by identity.
+  const auto ordered = [](const Tensor& x) {
+    return logical_or(lt(x, INFINITY), gt(x, -INFINITY));
+  };
+  const auto equal = [ordered](const Tensor& a, const Tensor& b) {
+    Tensor same = eq(a, b);
+    if (is_float(a.dtype())) same = logical_and(same, ordered(a));
+    if (is_float(b.dtype())) same = logical_and(same, ordered(b));
+    return same;
+  };
+  const auto equal_number = [ordered](const Tensor& a, double b) {
+    if (std::isnan(b)) return lt(a, a);  // (false everywhere)
+    return is_float(a.dtype()) ? logical_and(eq(a, b), ordered(a)) : eq(a, b);
+  };
+  t.def("__eq__", equal, kKeep, "Elementwise a == b (a NaN equals nothing), as a bool tensor.");
+  t.def("__eq__", equal_number, kKeep);
+  t.def(
+      "__ne__", [equal](const Tensor& a, const Tensor& b) { return equal(a, b).logical_not(); },
+      kKeep, "Elementwise a != b (a NaN differs from everything), as a bool tensor.");
+  t.def(
+      "__ne__",
+      [equal_number](const Tensor& a, double b) { return equal_number(a, b).logical_not(); },
+      kKeep);
+  t.def("__hash__", [](nb::handle self) {
+    return static_cast<Py_ssize_t>(reinterpret_cast<std::uintptr_t>(self.ptr()) >> 4);
+  });
+  t.def("__bool__", [](const Tensor&) -> bool {
+    throw nb::type_error(
+        "a luminal Tensor has no truth value: it is computed lazily (select elementwise with "
+        "luminal.where, or read values with numpy() after execute())");
+  });
 
   // Elementwise hlops, no arguments.
 #define LUM_PY_UNARY(name) t.def(#name, &Tensor::name, kKeep, "Elementwise " #name ".");

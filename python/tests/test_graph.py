@@ -135,3 +135,22 @@ def test_strided_arrays_are_read_in_their_logical_order(rng):
     g.execute()
     np.testing.assert_array_equal(y.numpy(), got)
     np.testing.assert_array_equal(y.numpy(), a.T)
+
+
+def test_equality_is_elementwise_as_in_numpy():
+    a = np.array([[1.0, np.nan, 2.0, -0.0], [np.inf, 3.0, np.nan, 5.0]], np.float32)
+    b = np.array([[1.0, np.nan, 7.0, 0.0], [np.inf, 4.0, 1.0, 5.0]], np.float32)
+    got = run(lambda g, x, y: (x == y, x != y, x == 2.0, x != 5.0, x == float("nan"),
+                               x != float("nan"), x.cast(luminal.int32) == 5), a, b)
+    want = (a == b, a != b, a == 2.0, a != 5.0, a == np.nan, a != np.nan,
+            np.nan_to_num(a, posinf=0).astype(np.int32) == 5)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_a_tensor_has_no_truth_value_and_hashes_by_identity():
+    g = luminal.Graph()
+    x, y = g.tensor((3,)), g.tensor((3,))
+    with pytest.raises(TypeError, match="no truth value"):
+        bool(x == y)
+    assert {x: 1, y: 2}[x] == 1 and len({x, y, x}) == 2
