@@ -354,7 +354,18 @@ def _pool_args(kernel, stride, padding):
 
 
 def _max_pool(n, x, kernel, stride=(), padding=(0,), dilation=(1,), ceil_mode=False):
-    return MAX_POOLS[len(x.shape)](x, **_pool_args(kernel, stride, padding)), None
+    args = _pool_args(kernel, stride, padding)
+    if ceil_mode:  # the windows that start in the image: -inf past its end for the last
+        k, s, p = args["kernel_size"], args["stride"], args["padding"]
+        for axis in range(2, len(x.shape)):
+            size = x.shape[axis]
+            windows = -(-(size + 2 * p - k) // s) + 1
+            if (windows - 1) * s >= size + p:  # (one starting in the right padding: dropped)
+                windows -= 1
+            extra = (windows - 1) * s + k - (size + 2 * p)
+            if extra > 0:
+                x = x.pad(axis=axis, before=0, after=extra, value=-math.inf)
+    return MAX_POOLS[len(x.shape)](x, **args), None
 
 
 def _avg_pool(n, x, kernel, stride=(), padding=(0,), ceil_mode=False, count_include_pad=True,
@@ -437,7 +448,38 @@ def _slice(n, x, dim=0, start=None, end=None, step=1):
     if isinstance(start, int) and start < 0:
         size = x.shape[dim]
         start = max(size + start, 0) if isinstance(size, int) else f"max({size} + {start}, 0)"
-    return x.slice(axis=dim, start=start, end=_add(start, n.shape[dim]))
+    if step == 1:
+        return x.slice(axis=dim, start=start, end=_add(start, n.shape[dim]))
+    # Every step-th row (sizes known): the rows from start, padded to a whole number of
+    # steps, split into [length, step], and the first of each step kept.
+    dim, length = dim % len(x.shape), n.shape[dim]
+    span = length * step
+    x = x.slice(axis=dim, start=start, end=min(start + span, x.shape[dim]))
+    if x.shape[dim] < span:
+        x = x.pad(axis=dim, before=0, after=span - x.shape[dim])  # (never read)
+    shape = tuple(x.shape)
+    x = x.reshape(shape[:dim] + (length, step) + shape[dim + 1:])
+    return x.slice(axis=dim + 1, start=0, end=1).squeeze(axis=dim + 1)
+
+
+def _as_strided(n, x, size, stride, storage_offset=None):
+    """The elements of x's storage (x contiguous) at offset + sum(i_k * stride_k): a
+    reshape where the strides lay `size` out row-major (strides of dims of size 1 do not
+    matter), else a gather at those positions."""
+    offset, size, stride = storage_offset or 0, list(size), list(stride)
+    expected, row_major = 1, True
+    for d in reversed(range(len(size))):
+        if size[d] != 1:
+            row_major = row_major and stride[d] == expected
+            expected *= size[d]
+    count = math.prod(size)
+    if row_major and offset == 0 and count == math.prod(x.shape):
+        return x.reshape(tuple(size))
+    terms = [str(offset)] + [f"((z / {math.prod(size[d + 1:])}) % {size[d]}) * {stride[d]}"
+                             for d in range(len(size)) if size[d] != 1]
+    positions = n.g.iota(" + ".join(terms), (count,), lm.int64)
+    return x.reshape((math.prod(x.shape),)).index_select(axis=0, indices=positions).reshape(
+        tuple(size))
 
 
 def _select(n, x, dim, index):
@@ -916,6 +958,7 @@ TABLE = {
     aten.squeeze.dim: _squeeze,
     aten.squeeze.dims: _squeeze,
     aten.slice.Tensor: _slice,
+    aten.as_strided.default: _as_strided,
     aten.select.int: _select,
     aten.slice_scatter.default: _slice_scatter,
     aten.select_scatter.default: _select_scatter,
@@ -979,11 +1022,18 @@ def _ints_equal(*lists):
 
 # Arguments luminal's ops cannot express: such nodes stay in PyTorch.
 SUPPORTED_IF = {
-    aten.slice.Tensor: lambda x, dim=0, start=None, end=None, step=1: step == 1,
+    # (A step over rows of known number.)
+    aten.slice.Tensor: lambda x, dim=0, start=None, end=None, step=1: step == 1 or (
+        isinstance(x.shape[dim], int) and isinstance(start or 0, int)),
+    # (Over x's own storage, sizes known.)
+    aten.as_strided.default: lambda x, size, stride, storage_offset=None: x.is_contiguous() and (
+        x.storage_offset() == 0) and _static(x.shape) and _static(size) and _static(stride) and (
+        isinstance(storage_offset or 0, int)),
     aten.convolution.default: lambda x, w, b, stride, padding, dilation, transposed, output_padding,
     groups: not transposed and len(stride) in (1, 2, 3) and _ints_equal(stride, padding, dilation),
     **{op: lambda x, kernel, stride=(), padding=(0,), dilation=(1,), ceil_mode=False:
-       not ceil_mode and all(d == 1 for d in dilation) and _ints_equal(kernel, stride, padding)
+       (not ceil_mode or _static(x.shape[2:])) and all(d == 1 for d in dilation) and
+       _ints_equal(kernel, stride, padding)
        for op in (aten.max_pool2d_with_indices.default, aten.max_pool3d_with_indices.default)},
     **{op: lambda x, kernel, stride=(), padding=(0,), ceil_mode=False, count_include_pad=True,
        divisor_override=None: not ceil_mode and divisor_override is None and

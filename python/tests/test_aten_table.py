@@ -133,6 +133,16 @@ CASES = [
                          x.unsqueeze(1).expand(2, 5, 3, 4), x[:, None].squeeze(1),
                          x.transpose(0, 2).contiguous(), x.flatten(), x.flip(0, 2)),
      (randn(2, 3, 4),)),
+    # Steps over rows, and as_strided over a contiguous value: a gather, or a reshape where
+    # the strides lay the sizes out row-major (those of dims of size 1 aside).
+    ("strided_views", lambda x: (x[:, ::2], x[..., 1:4:2], x[:, 1::3, 0::2],
+                                 torch.as_strided(x + 1.0, (2, 3, 2), (12, 1, 5), 1),
+                                 x.mean(2, keepdim=True).as_strided((2, 3, 1), (3, 1, 3))),
+     (randn(2, 5, 4),)),
+    # Windows of max pooling rounding up: those starting in the image count.
+    ("pooling_ceil_mode", lambda x: (F.max_pool2d(x, 3, 2, ceil_mode=True),
+                                     F.max_pool2d(x, 2, 2, 1, ceil_mode=True),
+                                     F.max_pool2d(x, 3, 3, ceil_mode=True)), (randn(2, 3, 11, 13),)),
     ("squeeze", lambda x: (x.squeeze(), x.squeeze(0), x.squeeze((0, 2))), (randn(1, 3, 1, 2),)),
     ("slicing", lambda x: (x[1:3], x[:, -2:], x[..., 1], x[-1], x[:, 1:-1, :2], x.narrow(2, 1, 2),
                            x.split(2, dim=1), x.split([1, 3], dim=1), x.chunk(2, -1)),

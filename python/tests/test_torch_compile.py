@@ -111,6 +111,15 @@ def test_resnet18():
     compiled_matches_eager(net, torch.randn(2, 3, 64, 64))
 
 
+# Vision models beyond ResNet whose graphs reach other ops: ConvNeXt's restrided pooled
+# features, Swin's strided patch merging and shifted windows, SqueezeNet's pooling
+# rounding up.
+@pytest.mark.parametrize("name", ["convnext_tiny", "swin_t", "squeezenet1_0"])
+def test_torchvision_models(name):
+    torchvision = pytest.importorskip("torchvision")
+    compiled_matches_eager(getattr(torchvision.models, name)(num_classes=10), torch.randn(1, 3, 64, 64))
+
+
 class Distances(nn.Module):
     """An op luminal has no translation for (torch.cdist) between ops it has."""
 
