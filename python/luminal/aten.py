@@ -346,6 +346,10 @@ AVG_POOLS = {3: lm.avg_pool1d, 4: lm.avg_pool2d, 5: lm.avg_pool3d}
 
 def _convolution(n, x, w, b, stride, padding, dilation, transposed, output_padding, groups):
     conv = CONVS[len(x.shape)]
+    if len(set(padding)) > 1:  # padded apart per dim (Inception's 1x7 and 7x1 kernels)
+        for axis, p in enumerate(padding, start=2):
+            x = x.pad(axis=axis, before=p, after=p) if p else x
+        padding = [0]
     return conv(x, w, b, stride=stride[0], padding=padding[0], dilation=dilation[0], groups=groups)
 
 
@@ -377,8 +381,28 @@ def _adaptive_avg_pool(n, x, size):
     spatial = len(size)
     if all(s == 1 for s in size):
         return x.mean(axis=list(range(-spatial, 0)), keepdim=True)
-    k = x.shape[-1] // size[-1]
-    return AVG_POOLS[spatial + 2](x, kernel_size=k, stride=k)
+    sizes = tuple(x.shape[-spatial:])
+    if len(set(sizes)) == 1 and len(set(size)) == 1 and sizes[0] % size[0] == 0:
+        k = sizes[0] // size[0]
+        return AVG_POOLS[spatial + 2](x, kernel_size=k, stride=k)
+    # Otherwise each output averages its own span of the input, [floor(i L / O),
+    # ceil((i + 1) L / O)), spans overlapping or repeating where O does not divide L: a
+    # product with an [L, O] matrix of 1/span inside the spans, one spatial dim at a time
+    # (in f32 for half precision, rounded once).
+    dtype = x.dtype
+    x = x.cast(lm.float32) if dtype in (lm.float16, lm.bfloat16) else x
+    for k, (length, out) in enumerate(zip(sizes, size)):
+        axis = len(x.shape) - spatial + k
+        begin, end = f"((z % {out}) * {length}) / {out}", \
+            f"((z % {out}) * {length} + {length} + {out} - 1) / {out}"
+        inside = n.g.iota(f"((z / {out}) >= {begin}) * ((z / {out}) < {end})", (length, out),
+                          x.dtype)
+        weights = inside / n.g.iota(f"{end} - {begin}", (length, out), x.dtype)
+        last = len(x.shape) - 1
+        order = [a for a in range(last + 1) if a != axis] + [axis]
+        x = x.permute(order).matmul(weights).permute(
+            [order.index(a) for a in range(last + 1)])
+    return x.cast(dtype)
 
 
 def _layer_norm(n, x, shape, w=None, b=None, eps=1e-5):
@@ -1030,7 +1054,7 @@ SUPPORTED_IF = {
         x.storage_offset() == 0) and _static(x.shape) and _static(size) and _static(stride) and (
         isinstance(storage_offset or 0, int)),
     aten.convolution.default: lambda x, w, b, stride, padding, dilation, transposed, output_padding,
-    groups: not transposed and len(stride) in (1, 2, 3) and _ints_equal(stride, padding, dilation),
+    groups: not transposed and len(stride) in (1, 2, 3) and _ints_equal(stride, dilation),
     **{op: lambda x, kernel, stride=(), padding=(0,), dilation=(1,), ceil_mode=False:
        (not ceil_mode or _static(x.shape[2:])) and all(d == 1 for d in dilation) and
        _ints_equal(kernel, stride, padding)
@@ -1039,10 +1063,8 @@ SUPPORTED_IF = {
        divisor_override=None: not ceil_mode and divisor_override is None and
        (count_include_pad or not any(padding)) and _ints_equal(kernel, stride, padding)
        for op in (aten.avg_pool2d.default, aten.avg_pool3d.default)},
-    # (One window for every spatial dim: equal sizes, each a multiple of the output's.)
-    **{op: lambda x, size: all(s == 1 for s in size) or (
-        all(isinstance(d, int) for d in x.shape[-len(size):]) and
-        _ints_equal(size, x.shape[-len(size):]) and x.shape[-1] % size[0] == 0)
+    # (Spatial sizes known, unless the output is one element.)
+    **{op: lambda x, size: all(s == 1 for s in size) or _static(x.shape[-len(size):])
        for op in (aten._adaptive_avg_pool2d.default, aten._adaptive_avg_pool3d.default)},
     # (Training mode: the running statistics' form in eval mode is another op.)
     aten._native_batch_norm_legit_functional.default: lambda x, w, b, rm, rv, training, *_: training,

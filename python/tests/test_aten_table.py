@@ -117,6 +117,15 @@ CASES = [
     ("pooling", lambda x: (F.max_pool2d(x, 3, 2, 1), F.avg_pool2d(x, 2),
                            F.adaptive_avg_pool2d(x, 1), F.adaptive_avg_pool2d(x, 4)),
      (randn(2, 3, 8, 8),)),
+    # Adaptive pooling to sizes that do not divide the input's (spans overlap, or repeat
+    # where the output is larger), and a convolution padded apart per dim.
+    ("uneven_pooling_and_padding", lambda x, w: (F.adaptive_avg_pool2d(x, (3, 4)),
+                                                 F.adaptive_avg_pool2d(x, (7, 9)),
+                                                 F.adaptive_avg_pool1d(x[:, :, 0], 3),
+                                                 F.adaptive_avg_pool2d(x.half(), (3, 4)),
+                                                 F.conv2d(x, w, padding=(0, 1)),
+                                                 F.conv2d(x, w, padding=(2, 0), stride=2)),
+     (randn(2, 3, 5, 7), randn(4, 3, 1, 3))),
     ("norms", lambda x, w, b: (F.layer_norm(x, (6,), w, b), F.layer_norm(x, (4, 6)),
                                F.group_norm(x.reshape(2, 4, 3, 2), 2, torch.ones(4), b[:4]),
                                F.batch_norm(x.reshape(2, 4, 6), b[:4], w[:4].abs() + 0.1,

@@ -113,11 +113,15 @@ def test_resnet18():
 
 # Vision models beyond ResNet whose graphs reach other ops: ConvNeXt's restrided pooled
 # features, Swin's strided patch merging and shifted windows, SqueezeNet's pooling
-# rounding up.
-@pytest.mark.parametrize("name", ["convnext_tiny", "swin_t", "squeezenet1_0"])
+# rounding up, AlexNet's adaptive pooling to more outputs than inputs, Inception's 1x7
+# and 7x1 convolutions padded apart.
+@pytest.mark.parametrize("name", ["convnext_tiny", "swin_t", "squeezenet1_0", "alexnet",
+                                  "inception_v3"])
 def test_torchvision_models(name):
     torchvision = pytest.importorskip("torchvision")
-    compiled_matches_eager(getattr(torchvision.models, name)(num_classes=10), torch.randn(1, 3, 64, 64))
+    extra = dict(aux_logits=False, init_weights=True) if name == "inception_v3" else {}
+    net = getattr(torchvision.models, name)(num_classes=10, **extra)
+    compiled_matches_eager(net, torch.randn(1, 3, 80, 80))
 
 
 class Distances(nn.Module):
