@@ -641,6 +641,42 @@ def _index_put(n, x, indices, values, accumulate=False):
     return rows.reshape(tuple(x.shape[a] for a in picked) + rest_shape).permute(back)
 
 
+def _embedding_bag(n, weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False,
+                   per_sample_weights=None, include_last_offset=False, padding_idx=-1):
+    """nn.EmbeddingBag: the rows of `weight` that `indices` name, summed (mode 0, each
+    scaled by its per-sample weight if given), averaged (1) or maxed (2) within each bag,
+    bag b holding positions offsets[b] up to the next offset (the end of indices after
+    the last, but with `include_last_offset`, where the last offset is that end). A bag
+    with no rows gives zeros; rows named `padding_idx` do not count."""
+    weight = n.operands(weight)[0]
+    count = indices.shape[0]
+    rows = weight.index_select(axis=0, indices=indices)  # [N, D]
+    if per_sample_weights is not None:
+        rows = rows * n.operands(per_sample_weights)[0].unsqueeze(axis=1)
+    if include_last_offset:
+        starts, ends = offsets.slice(axis=0, start=0, end=offsets.shape[0] - 1), \
+            offsets.slice(axis=0, start=1, end=offsets.shape[0])
+    else:
+        starts = offsets
+        ends = lm.concat([offsets.slice(axis=0, start=1, end=offsets.shape[0]),
+                          n.g.full((1,), float(count), offsets.dtype)], 0)
+    position = n.g.iota("z", (1, count), offsets.dtype)
+    member = lm.logical_and(position >= starts.unsqueeze(axis=1),
+                            position < ends.unsqueeze(axis=1))  # [B, N]
+    if padding_idx is not None and padding_idx >= 0:
+        member = lm.logical_and(member, (indices != padding_idx).unsqueeze(axis=0))
+    if mode == 2:
+        picked = lm.where(member.unsqueeze(axis=2), rows.unsqueeze(axis=0), -math.inf)
+        out = picked.max(axis=[1], keepdim=False)
+        out = lm.where(member.cast(lm.float32).sum(axis=[1], keepdim=True) > 0.0, out, 0.0)
+    else:
+        out = member.cast(rows.dtype).matmul(rows)
+        if mode == 1:
+            sizes = member.cast(rows.dtype).sum(axis=[1], keepdim=True)
+            out = out / sizes.maximum(n.g.full((1, 1), 1.0, rows.dtype))
+    return out, None, None, None
+
+
 def _arange(n, start, end=None, step=1, **_):
     start, end = (0, start) if end is None else (start, end)
     if all(isinstance(v, (int, float)) for v in (start, end, step)):
@@ -1002,6 +1038,8 @@ TABLE = {
     aten.scatter_add.default: _scatter_reduce,
     aten.scatter_reduce.two: _scatter_reduce,
     aten.index_put.default: _index_put,
+    **{op: _embedding_bag for op in (aten._embedding_bag.default,
+                                     aten._embedding_bag_forward_only.default)},
     aten.full.default: lambda n, size, value, **_: n.full(value),
     aten.full_like.default: lambda n, x, value, **_: n.full(value),
     aten.scalar_tensor.default: lambda n, value, **_: n.full(value),
@@ -1029,6 +1067,8 @@ def _flip(x, dims):
 # Outputs of multi-output ops that luminal does not compute (max pooling's indices): a node
 # reading one stays in PyTorch, and so does the op.
 MISSING_OUTPUTS = {aten.max_pool2d_with_indices.default: {1},
+                   aten._embedding_bag.default: {1, 2, 3},
+                   aten._embedding_bag_forward_only.default: {1, 2, 3},
                    aten.max_pool3d_with_indices.default: {1},
                    aten._scaled_dot_product_efficient_attention.default: set(range(1, 4)),
                    aten._scaled_dot_product_cudnn_attention.default: set(range(1, 9)),
@@ -1069,6 +1109,10 @@ SUPPORTED_IF = {
     # (Training mode: the running statistics' form in eval mode is another op.)
     aten._native_batch_norm_legit_functional.default: lambda x, w, b, rm, rv, training, *_: training,
     aten._native_batch_norm_legit.no_stats: lambda x, w, b, training, *_: training,
+    # (Indices and offsets of known numbers; per-sample weights only where they sum.)
+    **{op: lambda w, i, o, scale=False, mode=0, sparse=False, psw=None, last=False, pad=-1:
+       i.dim() == 1 and _static(i.shape) and _static(o.shape) and (psw is None or mode == 0)
+       for op in (aten._embedding_bag.default, aten._embedding_bag_forward_only.default)},
     aten.index_put.default: lambda x, indices, values, accumulate=False: _static(x.shape) and all(
         i is None or (i.dtype in (torch.int64, torch.int32) and _static(i.shape))
         for i in indices) and any(i is not None for i in indices),

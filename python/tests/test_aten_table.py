@@ -198,6 +198,15 @@ CASES = [
     ("advanced_index", lambda x, i, j: (x[i], x[:, i], x[i, :, j[0]], x[:, i[:, None], j[0]],
                                         x[..., -1 - i], x[i[:2, None], j]),
      (randn(4, 5, 6), torch.randint(0, 4, (3,)), torch.randint(-4, 4, (2, 3)))),
+    # Bags of embedding rows: summed with per-sample weights, averaged, maxed; an empty
+    # bag, the last offset as the end, a padding row left out, and the op itself.
+    ("embedding_bag", lambda w, i, o, q, p: (
+        F.embedding_bag(i, w, o, mode="sum", per_sample_weights=p),
+        F.embedding_bag(i, w, o, mode="mean"), F.embedding_bag(i, w, o, mode="max"),
+        F.embedding_bag(i, w, q, mode="mean", padding_idx=4, include_last_offset=True),
+        F.embedding_bag(i.reshape(2, 4), w, mode="max"), A._embedding_bag(w, i, o, False, 1)[0]),
+     (randn(10, 4), torch.tensor([1, 2, 4, 5, 4, 3, 2, 9]), torch.tensor([0, 4, 4, 6]),
+      torch.tensor([0, 3, 3, 8]), torch.rand(8))),
     # Writes through advanced indexing: rows, middle axes, axes apart (their positions in
     # front), a broadcast value, repeated positions accumulated.
     ("index_put", lambda x, i, j, v: (x.index_put((i,), v), x.index_put((i,), torch.tensor(7.0)),
