@@ -264,10 +264,15 @@ void ElementWriter::note_vars(Expr e) {
 }
 
 // Loads element `flat` of a stored value (decoding it if the input is block-stored).
+std::string ElementWriter::element_of(const std::string& array, const Expr& flat) {
+  note_vars(flat);
+  return array + "[" + flat.to_c() + "]";
+}
+
 std::string ElementWriter::load(NodeId n, Expr flat) {
   const Node& node = g_.node(n);
   flat = within(flat);
-  if (std::optional<std::string> v = precomputed(n, flat)) return *v;
+  if (std::optional<std::string> array = precomputed(n)) return element_of(*array, flat);
   if (std::optional<std::string> v = held(n, flat)) return *v;
   note_vars(flat);
   const std::string buf = read_buffer(n);
@@ -365,7 +370,8 @@ std::string ElementWriter::compute(NodeId n, const std::vector<Expr>& idx,
   const std::string t = compute_type(node.dtype);
   if (n != k_.root && plan_.materialized[n.value]) return load(n, flatten(idx, node.shape));
   if (n != k_.root)
-    if (std::optional<std::string> v = precomputed(n, within(flatten(idx, node.shape)))) return *v;
+    if (std::optional<std::string> array = precomputed(n))
+      return element_of(*array, within(flatten(idx, node.shape)));
   auto bind = [&](const std::string& expr) {
     const std::string name = fresh();
     if (hoisting_ && invariant(expr)) {

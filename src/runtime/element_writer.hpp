@@ -99,11 +99,9 @@ class ElementWriter {
     return std::nullopt;
   }
   /// A value, stored or fused, that the kernel computed for all its elements before its
-  /// loop, at flat element `flat` (simplified over the loop counters): the C expression
-  /// to read it by, or nothing to compute or load it as usual.
-  virtual std::optional<std::string> precomputed(NodeId /*n*/, const Expr& /*flat*/) {
-    return std::nullopt;
-  }
+  /// loop: the C array holding them in row-major order, read at the flat element instead
+  /// of computing or loading it; nothing to do as usual.
+  virtual std::optional<std::string> precomputed(NodeId /*n*/) { return std::nullopt; }
   /// Which of the kernel's reads stored value `n` is (0-based), and the C name of its
   /// buffer.
   size_t read_index(NodeId n) const { return slot_.at(n.value) - 1; }
@@ -121,6 +119,7 @@ class ElementWriter {
   std::vector<Expr> narrow(const View& view, std::vector<Expr> idx, const std::string& indent);
   std::string fresh() { return "t" + std::to_string(next_++); }
   std::string load(NodeId n, Expr flat);
+  std::string element_of(const std::string& array, const Expr& flat);  // (precomputed)
   std::string rounded(NodeId n, DType t, const std::string& v) const;
   std::string cast(NodeId n, const Edge& e, const std::string& v, DType to);
   std::string gather(const Node& node, const std::vector<Expr>& idx, const std::string& indent);

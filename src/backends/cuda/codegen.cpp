@@ -278,10 +278,9 @@ class KernelWriter : public runtime::ElementWriter {
     return false;
   }
 
-  std::optional<std::string> precomputed(NodeId n, const Expr& flat) override {
+  std::optional<std::string> precomputed(NodeId n) override {
     if (filling_shared_ || shared_values_.count(n.value) == 0) return std::nullopt;
-    note_vars(flat);
-    return "lum_s" + std::to_string(n.value) + "[" + flat.to_c() + "]";
+    return "lum_s" + std::to_string(n.value);
   }
 
   static constexpr int64_t kMinRepeats = 8;
