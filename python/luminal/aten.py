@@ -249,7 +249,7 @@ def _atan2(n, y, x):
     r = _atan(y / x)
     r = lm.where(x < 0.0, lm.where(y < 0.0, r - math.pi, r + math.pi), r)
     on_axis = lm.where(y > 0.0, math.pi / 2, lm.where(y < 0.0, -math.pi / 2, 0.0 * y))
-    return lm.where(_eq(x, x * 0.0), on_axis, r)  # (eq: NaN and inf are no zero)
+    return lm.where(x == 0.0, on_axis, r)
 
 
 # Near 0 the logarithms below lose the small result to rounding (1 + 1e-8 is 1 in f32):
@@ -720,21 +720,9 @@ def _trunc(x):
     return x.sign() * x.abs().floor()
 
 
-# With `<` the only comparison primitive, x == x holds for NaN too: NaN is told apart as
-# the value that is neither below +inf nor above -inf.
+# (== and != on luminal tensors are IEEE's: a NaN equals nothing, itself included.)
 def _isnan(n, x):
-    return _ordered(x).logical_not()
-
-
-def _ordered(x):
-    return lm.logical_or(x < math.inf, x > -math.inf)
-
-
-def _eq(a, b):
-    same = lm.logical_and((a < b).logical_not(), (b < a).logical_not())
-    if a.dtype in (lm.float32, lm.float16, lm.bfloat16, lm.float64):
-        same = lm.logical_and(same, lm.logical_and(_ordered(a), _ordered(b)))
-    return same
+    return x != x
 
 
 def _isinf(n, x):
@@ -901,10 +889,10 @@ TABLE = {
     aten.pow.Scalar: _arith(lambda a, b: a.pow(b)),
     aten.maximum.default: _arith(lambda a, b: a.maximum(b)),
     aten.minimum.default: _arith(lambda a, b: a.minimum(b)),
-    aten.eq.Tensor: _compare(_eq),
-    aten.eq.Scalar: _compare(_eq),
-    aten.ne.Tensor: _compare(lambda a, b: _eq(a, b).logical_not()),
-    aten.ne.Scalar: _compare(lambda a, b: _eq(a, b).logical_not()),
+    aten.eq.Tensor: _compare(operator.eq),
+    aten.eq.Scalar: _compare(operator.eq),
+    aten.ne.Tensor: _compare(operator.ne),
+    aten.ne.Scalar: _compare(operator.ne),
     aten.lt.Tensor: _compare(operator.lt),
     aten.lt.Scalar: _compare(operator.lt),
     aten.le.Tensor: _compare(operator.le),
