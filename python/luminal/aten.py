@@ -180,6 +180,12 @@ def _arg_with_values(method, arg):
     return translate
 
 
+def _axis_last(rank, axis):
+    """The permutation moving `axis` last (the others in order), and the one back."""
+    order = [a for a in range(rank) if a != axis] + [axis]
+    return order, [order.index(a) for a in range(rank)]
+
+
 def _topk(n, x, k, dim=-1, largest=True, sorted=True):
     """The k largest (or smallest) values along `dim` and their positions, largest (or
     smallest) first: luminal's top_k runs along the last axis, so another axis is moved
@@ -188,12 +194,11 @@ def _topk(n, x, k, dim=-1, largest=True, sorted=True):
     x = n.operands(x)[0]
     last = len(x.shape) - 1
     dim = dim % len(x.shape)
-    order = [a for a in range(last + 1) if a != dim] + [dim]
+    order, back = _axis_last(last + 1, dim)
     moved = x.permute(order) if dim != last else x
     picks = lm.top_k(moved if largest else -moved, int(k))
     values = moved.gather_axis(last, picks)
     if dim != last:
-        back = [order.index(a) for a in range(last + 1)]
         values, picks = values.permute(back), picks.permute(back)
     return values, picks.cast(lm.int64)
 
@@ -283,7 +288,7 @@ def _reduced_into(g, x, dim, index, src, reduce="sum", include_self=True):
     matching src elements reduced: work of index's size times x's length along `dim`, no
     memory beyond the output (the comparison is fused into the reduction)."""
     last, d = len(x.shape) - 1, dim % len(x.shape)
-    order = [a for a in range(last + 1) if a != d] + [d]
+    order, back = _axis_last(last + 1, d)
     for a, size in enumerate(index.shape):  # src read over index's shape
         if src.shape[a] != size:
             src = src.slice(axis=a, start=0, end=size)
@@ -313,7 +318,6 @@ def _reduced_into(g, x, dim, index, src, reduce="sum", include_self=True):
     else:
         combined = got
     out = lm.where(touched, combined, moved_x) if reduce != "sum" or not include_self else combined
-    back = [order.index(a) for a in range(last + 1)]
     return out.permute(back)
 
 
@@ -399,9 +403,8 @@ def _adaptive_avg_pool(n, x, size):
                           x.dtype)
         weights = inside / n.g.iota(f"{end} - {begin}", (length, out), x.dtype)
         last = len(x.shape) - 1
-        order = [a for a in range(last + 1) if a != axis] + [axis]
-        x = x.permute(order).matmul(weights).permute(
-            [order.index(a) for a in range(last + 1)])
+        order, back = _axis_last(last + 1, axis)
+        x = x.permute(order).matmul(weights).permute(back)
     return x.cast(dtype)
 
 
