@@ -51,6 +51,11 @@ class Executable {
   /// error a kernel recorded is raised). Nothing where none is queued.
   virtual void wait() {}
   virtual RunStats last_run() const { return {}; }
+  /// While on, a GPU backend's device starts a run only once the host has queued all of
+  /// it, so last_run().device_seconds is the device's time alone, without its waits for
+  /// the host between kernels (what a search comparing programs wants; a run that is not
+  /// compared is better started as soon as its first kernels are queued).
+  virtual void time_device_alone(bool on) { (void)on; }
   /// Does ahead of time whatever a run of `graph` with these dim values would first have
   /// to do (compile kernels specialised for them, re-lay out weights). Optional.
   virtual void prepare(const Graph& graph, const Bindings& dims) { (void)graph, (void)dims; }

@@ -1,6 +1,7 @@
 // Whole programs of other extractions, timed (see program_search.hpp).
 #include "runtime/program_search.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <exception>
@@ -209,7 +210,10 @@ class ExtractionSearch final : public Executable {
       p.candidates.push_back({label(genomes[i]), [&, i] {
                                 running = i;
                                 donated.lend();
-                                if (i == 0) return built[0]->run(graph);  // fails as it would
+                                if (i == 0) {
+                                  built[0]->time_device_alone(true);
+                                  return built[0]->run(graph);  // fails as it would
+                                }
                                 if (!compiled) {  // (a round whose winner is cached compiles none)
                                   compile_all(graph, signature, genomes, built, failed);
                                   compiled = true;
@@ -219,6 +223,7 @@ class ExtractionSearch final : public Executable {
                                 // weights on a GPU once run.
                                 for (size_t j = 1; j < i; ++j) built[j].reset();
                                 try {
+                                  built[i]->time_device_alone(true);
                                   built[i]->run(graph);
                                 } catch (const std::exception& e) {
                                   failed[i] = e.what();
@@ -239,29 +244,40 @@ class ExtractionSearch final : public Executable {
       }
       return "";
     };
-    // A GPU program's time is its kernels' (device events): a run's wall time also holds
-    // the copies of its outputs to the host, as long for every candidate, which can
-    // drown what tells them apart.
+    // A GPU program's time is the longer of its kernels' (device events, the device held
+    // until the run is queued) and the host's queuing them: runs called one after another
+    // go at the pace of the slower. A run's wall time also holds the copies of its outputs
+    // to the host, as long for every candidate, which can drown what tells them apart;
+    // and the device's time from the run's start holds its waits for the host (a
+    // recording, a library's host work) as if they were the device's own.
+    std::vector<RunStats> last(genomes.size());  // each candidate's last timed run, for the log
     p.time = [&](const SearchCandidate& c) {
       const auto start = std::chrono::steady_clock::now();
       c.run();
       const double wall = seconds_since(start);
-      const double device = built[running] ? built[running]->last_run().device_seconds : 0;
-      return device > 0 ? device : wall;
+      if (!built[running]) return wall;
+      const RunStats s = last[running] = built[running]->last_run();
+      return s.device_seconds > 0 ? std::max(s.device_seconds, s.issue_seconds) : wall;
     };
     SearchResult r;
     try {
       r = searcher_.choose(p);
     } catch (...) {  // the reference failed: the error is the run's
       current_ = std::move(built[0]);
+      current_->time_device_alone(false);
       throw;
     }
     if (r.searched && env_has("LUMINAL_LOG", "info")) {
       std::string line;
-      for (const SearchTrial& t : r.trials) {
-        char ms[32];
-        std::snprintf(ms, sizeof ms, " %.3f ms", t.median * 1e3);
-        line += (line.empty() ? "" : "; ") + t.label + (t.median > 0 ? ms : "") + " (" +
+      for (size_t i = 0; i < r.trials.size(); ++i) {
+        const SearchTrial& t = r.trials[i];
+        char ms[96] = "";
+        if (t.median > 0 && last[i].device_seconds > 0)
+          std::snprintf(ms, sizeof ms, " %.3f ms (the last run: the device %.3f, queuing %.3f)",
+                        t.median * 1e3, last[i].device_seconds * 1e3, last[i].issue_seconds * 1e3);
+        else if (t.median > 0)
+          std::snprintf(ms, sizeof ms, " %.3f ms", t.median * 1e3);
+        line += (line.empty() ? "" : "; ") + t.label + ms + " (" +
                 t.verdict.substr(0, t.verdict.find(':')) + ")";
       }
       std::fprintf(stderr, "luminal: search %s: %s\n", signature.c_str(), line.c_str());
@@ -276,6 +292,7 @@ class ExtractionSearch final : public Executable {
       }
     }
     current_ = std::move(built[r.winner]);
+    current_->time_device_alone(false);
     return r.winner;
   }
 

@@ -252,6 +252,7 @@ class CudaExecutable final : public Executable {
       stats_ = graph_stats_;
       stats_.graph_nodes_updated = 0;
       ++runs_, ++graph_runs_;
+      if (alone_) device_->hold_stream();
       check(cudaEventRecord(rec.started.get(), device_->stream()), "cudaEventRecord");
       recorder.launch_again();
       copy_to_destinations(user);
@@ -272,6 +273,7 @@ class CudaExecutable final : public Executable {
     phase_end(&HostPhases::place);
     stats_ = RunStats{};
     grew_ = false;
+    if (alone_) device_->hold_stream();
     check(cudaEventRecord(rec.started.get(), device_->stream()), "cudaEventRecord");
     if (dims != uploaded_dims_) {  // (pageable memory: the copy has read it on return)
       check(cudaMemcpyAsync(dims_.data(), dims.data(), dims.size() * sizeof(int64_t),
@@ -286,6 +288,7 @@ class CudaExecutable final : public Executable {
       run_kernels(user);
     } catch (...) {
       recorder.flush();  // what was recorded is queued, as it would have been launched
+      device_->release_stream();
       throw;
     }
     ran_ = true;
@@ -324,6 +327,7 @@ class CudaExecutable final : public Executable {
   }
 
   RunStats last_run() const override { return stats_; }
+  void time_device_alone(bool on) override { alone_ = on; }
 
   /// The library modules compiling in the background: waited for on destruction.
   void keep_compiling(std::vector<std::future<void>> tasks) {
@@ -460,6 +464,7 @@ class CudaExecutable final : public Executable {
                           cudaMemcpyDeviceToHost, device_->stream()),
           "copying kernel errors back");
     check(cudaEventRecord(rec.copied.get(), device_->stream()), "cudaEventRecord");
+    device_->release_stream();  // (held where timed alone)
     rec.open = true;
   }
 
@@ -1384,6 +1389,7 @@ class CudaExecutable final : public Executable {
   const bool graphs_ = !runtime::env_has("LUMINAL_CUDA_GRAPHS", "0") && !profiling_;
   bool ran_ = false;         // a run has loaded the modules (the first is not recorded)
   bool grew_ = false;        // this run grew a donated input in place
+  bool alone_ = false;       // runs held back until queued (time_device_alone)
   bool repeatable_ = false;  // the graphs may be launched again as they are (see run)
   std::vector<int64_t> graph_dims_;
   RunStats graph_stats_;

@@ -377,13 +377,21 @@ void CudnnConvolutions::run(const Convolution2d& c, DType t, int algorithm, cons
       << "internal: cuDNN algorithm " << algorithm << " was not offered for " << c.describe();
   const size_t bytes = p->workspace.at(algorithm);
   void* scratch = bytes ? grown(device_, workspace_, bytes) : nullptr;
-  const float one = 1, zero = 0;
-  const auto h = static_cast<cudnnHandle_t>(handle_);
-  p->lib.check(p->lib.set_stream(h, device_.library_stream()), "setting the stream");
-  p->lib.check(p->lib.forward(h, &one, p->x, x, p->w, w, p->conv,
-                              static_cast<cudnnConvolutionFwdAlgo_t>(algorithm), scratch, bytes,
-                              &zero, p->y, y),
-               "a convolution");
+  // What the call's kernels follow from: the convolution, the algorithm, the addresses.
+  std::string call = c.describe() + " " + std::string(dtype_name(t)) + " algorithm " +
+                     std::to_string(algorithm) + " scratch " + std::to_string(bytes);
+  for (const void* at : std::initializer_list<const void*>{x, w, y, scratch})
+    call.append(reinterpret_cast<const char*>(&at), sizeof at);
+  device_.library_call(
+      std::move(call), [this, p, algorithm, x, w, y, scratch, bytes](cudaStream_t stream) {
+        const float one = 1, zero = 0;
+        const auto h = static_cast<cudnnHandle_t>(handle_);
+        p->lib.check(p->lib.set_stream(h, stream), "setting the stream");
+        p->lib.check(p->lib.forward(h, &one, p->x, x, p->w, w, p->conv,
+                                    static_cast<cudnnConvolutionFwdAlgo_t>(algorithm), scratch,
+                                    bytes, &zero, p->y, y),
+                     "a convolution");
+      });
 }
 
 #else  // no cuDNN headers at build time: no cuDNN way

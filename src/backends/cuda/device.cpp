@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <string>
 
@@ -68,9 +69,11 @@ cudaStream_t Device::stream() const {
   return stream_;
 }
 
-cudaStream_t Device::library_stream() const {
-  if (recorder_->recording()) recorder_->begin_library_work();
-  return stream_;
+void Device::library_call(std::string key, std::function<void(cudaStream_t)> enqueue) const {
+  if (recorder_->recording())
+    recorder_->library_call(std::move(key), std::move(enqueue));
+  else
+    enqueue(stream_);
 }
 
 cudaError_t Device::launch(const void* function, dim3 grid, dim3 block, std::span<void* const> args,
@@ -116,6 +119,7 @@ void Device::make_current() const {
 }
 
 void Device::synchronize() const {
+  release_stream();
   check(cudaStreamSynchronize(stream()), "a CUDA kernel failed");
 }
 
@@ -228,6 +232,29 @@ Event::Event() {
 
 Event::~Event() {
   if (event_) cudaEventDestroy(event_);
+}
+
+namespace {
+
+// Run by the driver in stream order: returns once the flag it is given is set, or after
+// 20 ms.
+void CUDART_CB hold_until_released(void* flag) {
+  const std::unique_ptr<std::shared_ptr<std::atomic<bool>>> released(
+      static_cast<std::shared_ptr<std::atomic<bool>>*>(flag));
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
+  while (!(*released)->load(std::memory_order_acquire) &&
+         std::chrono::steady_clock::now() < until) {
+  }
+}
+
+}  // namespace
+
+void StreamHold::hold(cudaStream_t stream) {
+  release();
+  released_ = std::make_shared<std::atomic<bool>>(false);
+  auto flag = std::make_unique<std::shared_ptr<std::atomic<bool>>>(released_);
+  check(cudaLaunchHostFunc(stream, hold_until_released, flag.get()), "holding a stream");
+  flag.release();
 }
 
 }  // namespace luminal::cudagen

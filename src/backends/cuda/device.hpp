@@ -4,6 +4,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cstddef>
 #include <functional>
 #include <memory>
@@ -16,6 +17,27 @@ namespace luminal::cudagen {
 
 /// Raises luminal::Error "<what>: <CUDA's message>" unless `e` is cudaSuccess.
 void check(cudaError_t e, const char* what);
+
+/// Holds a stream back where hold() queues it until release(), so that work queued
+/// meanwhile runs as one piece, and events around it time the device's work alone, not
+/// its waits for the host between kernels (a library's host work, a recording's). The
+/// hold gives way by itself after 20 ms: something queued behind it that waits for the
+/// stream (a synchronising call) is slowed, not deadlocked.
+class StreamHold {
+ public:
+  StreamHold() = default;
+  ~StreamHold() { release(); }
+  StreamHold(const StreamHold&) = delete;
+  StreamHold& operator=(const StreamHold&) = delete;
+  void hold(cudaStream_t stream);
+  void release() {
+    if (released_) released_->store(true, std::memory_order_release);
+  }
+
+ private:
+  // Shared with the host function holding the stream, which may outlive the handle.
+  std::shared_ptr<std::atomic<bool>> released_;
+};
 
 /// The device a backend runs on, set current for the calling thread, with its own stream.
 class Device {
@@ -30,8 +52,10 @@ class Device {
   /// The stream, for work queued by hand (events, a wait, copies to or from the host): a
   /// recording in progress is queued first, and stops (StreamRecorder::flush).
   cudaStream_t stream() const;
-  /// The stream for a library's work (cuBLASLt), captured into a recording in progress.
-  cudaStream_t library_stream() const;
+  /// A library's call (cuBLASLt's, cuDNN's): `enqueue` queues it on the stream it is
+  /// given, now or, where a recording is in progress, as StreamRecorder::library_call
+  /// says (`key`: the call and all its arguments).
+  void library_call(std::string key, std::function<void(cudaStream_t)> enqueue) const;
   /// Kernel `function` queued on the stream, or recorded where a recording is in progress
   /// (every kernel a run launches goes through here, and the two below). `args`: the
   /// address of each of its parameters' values, as many as it takes.
@@ -57,8 +81,12 @@ class Device {
   const std::string& name() const { return name_; }
   /// Makes this device current on the calling thread.
   void make_current() const;
-  /// Waits for the stream, raising any error a kernel hit.
+  /// Waits for the stream, raising any error a kernel hit (a hold given up first).
   void synchronize() const;
+  /// Holds the stream back from the work queued next until release_stream() (see
+  /// StreamHold): a new hold gives up the last.
+  void hold_stream() const { hold_.hold(stream()); }
+  void release_stream() const { hold_.release(); }
   /// Device memory free now, capped by LUMINAL_CUDA_MEMORY_LIMIT (bytes, or a number
   /// with K, M or G: binary units), which bounds what luminal may count on; a malformed
   /// value is an Error naming the variable.
@@ -70,6 +98,7 @@ class Device {
   int ordinal_;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<StreamRecorder> recorder_;
+  mutable StreamHold hold_;
   bool programmatic_ = false;  // launches (see launch_kernel)
   std::string arch_;
   int compute_capability_ = 0;

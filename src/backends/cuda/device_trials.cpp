@@ -43,9 +43,19 @@ double DeviceTrials::time(const runtime::SearchCandidate& c) {
     flush_ = DeviceBuffer(2 * static_cast<size_t>(std::max(l2, 1 << 20)));
   }
   check(cudaMemsetAsync(flush_.data(), 0, flush_.bytes(), device_.stream()), "emptying the L2");
+  // The stream waits until the candidate is queued: cuDNN's host work between its
+  // kernels outlasted the flush and was timed as the device's (resnet18's 3x3
+  // convolutions took 3.5 times their replayed time, and lost to slower kernels).
+  device_.hold_stream();
   check(cudaEventRecord(start_, device_.stream()), "cudaEventRecord");
-  c.run();
+  try {
+    c.run();
+  } catch (...) {
+    device_.release_stream();
+    throw;
+  }
   check(cudaEventRecord(stop_, device_.stream()), "cudaEventRecord");
+  device_.release_stream();
   check(cudaEventSynchronize(stop_), "timing a candidate");
   float ms = 0;
   check(cudaEventElapsedTime(&ms, start_, stop_), "cudaEventElapsedTime");

@@ -28,7 +28,9 @@ class DeviceTrials {
   /// `type` at device address `out`: a candidate matches where no element is further
   /// from the reference's than `tolerance` times the reference's largest magnitude (NaN
   /// only where the reference has NaN). Each timed run follows a write of twice the L2
-  /// cache, so what the kernel reads comes from memory, as in a model's run.
+  /// cache, so what the kernel reads comes from memory, as in a model's run, and is held
+  /// back until the host has queued all of it, so the time is the device's alone, as in
+  /// a recorded graph's replay (a library's host work between its kernels not counted).
   void judge(runtime::SearchProblem& p, const void* out, size_t numel, DType type,
              double tolerance);
 

@@ -261,15 +261,10 @@ bool Gemm::run(const ConcreteView& a, const void* a_data, const ConcreteView& b,
     }
     plan = p.release();
   }
-  if (add.bias)  // (the plan is shared by every product of its shape and alignments)
-    check_lt(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                            &add.bias, sizeof add.bias),
-             "bias");
   // Outer batch dims that did not merge into the strided batch: one call each.
   const size_t outer_dims = count.empty() ? 0 : count.size() - 1;
   int64_t outer = 1;
   for (size_t i = 0; i < outer_dims; ++i) outer *= count[i];
-  const float one = 1, zero = 0;
   for (int64_t o = 0; o < outer; ++o) {
     int64_t oa = a.offset, ob = b.offset, orr = r ? r->offset : 0, oc = 0, rest = o;
     for (size_t i = outer_dims; i-- > 0;) {
@@ -282,10 +277,24 @@ bool Gemm::run(const ConcreteView& a, const void* a_data, const ConcreteView& b,
     auto* pc = static_cast<char*>(c_data) + oc * static_cast<int64_t>(c_size);
     const void* pr =
         r ? static_cast<const char*>(add.c_data) + orr * static_cast<int64_t>(c_size) : pc;
-    check_lt(cublasLtMatmul(handle_, plan->desc, &one, pb, plan->first, pa, plan->second,
-                            r ? &one : &zero, pr, plan->c(), pc, plan->out, &plan->algo,
-                            workspace_.data(), workspace_.bytes(), device_.library_stream()),
-             "matmul");
+    void* const scratch = workspace_.data();
+    const size_t scratch_bytes = workspace_.bytes();
+    // What the call's kernels follow from: the plan, its algorithm, the addresses, beta.
+    std::string call = key + (r ? ":beta 1" : ":beta 0");
+    call.append(reinterpret_cast<const char*>(&plan->algo), sizeof plan->algo);
+    for (const void* at : std::initializer_list<const void*>{pa, pb, pr, pc, add.bias, scratch})
+      call.append(reinterpret_cast<const char*>(&at), sizeof at);
+    device_.library_call(std::move(call), [this, plan, pa, pb, pr, pc, bias = add.bias, scratch,
+                                           scratch_bytes, beta = r ? 1.0f : 0.0f](cudaStream_t s) {
+      const float one = 1;
+      if (bias)  // (the plan is shared by every product of its shape and alignments)
+        check_lt(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                &bias, sizeof bias),
+                 "bias");
+      check_lt(cublasLtMatmul(handle_, plan->desc, &one, pb, plan->first, pa, plan->second, &beta,
+                              pr, plan->c(), pc, plan->out, &plan->algo, scratch, scratch_bytes, s),
+               "matmul");
+    });
   }
   return true;
 }

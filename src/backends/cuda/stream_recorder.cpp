@@ -26,11 +26,6 @@ cudaError_t launch_kernel(const void* function, dim3 grid, dim3 block, void** ar
 }
 
 StreamRecorder::~StreamRecorder() {
-  if (library_work_) {
-    cudaGraph_t partial = nullptr;
-    cudaStreamEndCapture(stream_, &partial);
-    if (partial) cudaGraphDestroy(partial);
-  }
   now_.clear();
   drop();
   if (ready_) cudaEventDestroy(ready_);
@@ -130,7 +125,6 @@ void StreamRecorder::collective(const void* which, std::span<const void* const> 
 }
 
 void StreamRecorder::collective_beside(std::function<void(cudaStream_t)> enqueue) {
-  end_library_work();
   if (!now_.ops.empty()) launch_segment();
   queue_beside(enqueue);
   steps_.push_back({Step::What::Beside, 0, std::move(enqueue)});
@@ -139,7 +133,6 @@ void StreamRecorder::collective_beside(std::function<void(cudaStream_t)> enqueue
 void StreamRecorder::join_collectives() {
   if (!outstanding_) return;
   if (recording_) {
-    end_library_work();
     if (!now_.ops.empty()) launch_segment();
     steps_.push_back({Step::What::Join, 0, {}});
   }
@@ -165,40 +158,50 @@ void StreamRecorder::wait_beside() {
 }
 
 void StreamRecorder::add(const Op& op) {
-  end_library_work();  // (library work queued before this operation comes first)
   now_.ops.push_back(op);
   // A full segment is launched now, so the GPU starts on it.
   const size_t most = size_t{16} << std::min<size_t>(launched_, 3);
   if (now_.ops.size() >= most) launch_segment();
 }
 
-void StreamRecorder::begin_library_work() {
-  if (library_work_) return;
-  // Captured only where the last runs did library work at this point too: instantiating
-  // a captured call to queue it alone costs more than the call.
+void StreamRecorder::library_call(std::string key, std::function<void(cudaStream_t)> enqueue) {
   if (launched_ == segments_.size()) segments_.emplace_back();
-  Segment& segment = segments_[launched_];
+  const Segment& segment = segments_[launched_];
   const size_t at = now_.ops.size();
   const std::vector<Op>& graphed = segment.graphed.ops;
-  if (!(at < graphed.size() && graphed[at].kind == Kind::Library) &&
-      !(at < segment.last_work.size() && segment.last_work[at].kind == Kind::Library)) {
-    segment.last_work = work();
-    segment.last_work.push_back({Kind::Library, nullptr});
-    flush();
-    return;
-  }
-  check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture");
-  library_work_ = true;
-}
-
-void StreamRecorder::end_library_work() {
-  if (!library_work_) return;
   Op op;
   op.kind = Kind::Library;
-  const cudaError_t e = cudaStreamEndCapture(stream_, &op.library);
-  library_work_ = false;
-  check(e, "capturing a library's kernels");
-  now_.ops.push_back(op);
+  op.key = std::move(key);
+  op.enqueue = std::move(enqueue);
+  // Captured now only where the segment's graph holds a call here with other arguments
+  // (its node takes the new capture); a call like the graph's keeps its node (see update
+  // and launch_segment), and one the graph lacks is captured if its segment is
+  // instantiated, or called as the segment is queued.
+  if (segment.exec && at < graphed.size() && graphed[at].kind == Kind::Library &&
+      graphed[at].key != op.key)
+    capture(op);
+  add(op);
+}
+
+void StreamRecorder::capture(Op& op) {
+  check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture");
+  try {
+    op.enqueue(stream_);
+  } catch (...) {
+    cudaGraph_t partial = nullptr;
+    cudaStreamEndCapture(stream_, &partial);
+    if (partial) cudaGraphDestroy(partial);
+    throw;
+  }
+  check(cudaStreamEndCapture(stream_, &op.library), "capturing a library's kernels");
+}
+
+void StreamRecorder::enqueue(const Op& op) {
+  if (!op.library) return op.enqueue(stream_);
+  cudaGraphExec_t e = nullptr;
+  check(cudaGraphInstantiate(&e, op.library, 0), "instantiating a library's kernels");
+  flushed_libraries_.push_back(e);
+  check(cudaGraphLaunch(e, stream_), "launching a library's kernels");
 }
 
 void** StreamRecorder::arguments(const Recording& r, const Op& op) {
@@ -212,7 +215,6 @@ void** StreamRecorder::arguments(const Recording& r, const Op& op) {
 void StreamRecorder::flush() {
   if (!recording_) return;
   recording_ = false;
-  end_library_work();
   queue();
   if (outstanding_) wait_beside();  // (what is queued directly from now on comes after)
 }
@@ -232,15 +234,9 @@ void StreamRecorder::queue() {
         check(cudaMemcpyAsync(op.dst, op.src, op.bytes, cudaMemcpyDeviceToDevice, stream_),
               "cudaMemcpyAsync");
         break;
-      case Kind::Library: {
-        cudaGraphExec_t e = nullptr;
-        check(cudaGraphInstantiate(&e, op.library, 0), "instantiating a library's kernels");
-        flushed_libraries_.push_back(e);
-        check(cudaGraphLaunch(e, stream_), "launching a library's kernels");
-        break;
-      }
+      case Kind::Library:
       case Kind::Collective:
-        op.enqueue(stream_);
+        enqueue(op);
         break;
     }
   now_.clear();
@@ -310,7 +306,8 @@ bool StreamRecorder::update(Segment& segment) {
         e = cudaGraphExecMemcpyNodeSetParams1D(exec, segment.nodes[i], op.dst, op.src, op.bytes,
                                                cudaMemcpyDeviceToDevice);
         break;
-      case Kind::Library:  // its kernels' parameters are the library's: always set
+      case Kind::Library:  // the same call as the graph's where none was captured
+        if (!op.library) continue;
         e = cudaGraphExecChildGraphNodeSetParams(exec, segment.nodes[i], op.library);
         break;
       case Kind::Collective:  // kept as captured, or captured anew with the segment
@@ -374,25 +371,11 @@ void StreamRecorder::instantiate(Segment& segment) {
               "adding a copy node");
         break;
       case Kind::Library:
+      case Kind::Collective:  // (a collective, or a call kept as the graph had it: captured now)
+        if (!op.library) capture(op);
         check(cudaGraphAddChildGraphNode(&nodes[i], segment.graph, after, n, op.library),
               "adding a library's kernels");
         break;
-      case Kind::Collective: {
-        check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed),
-              "cudaStreamBeginCapture");
-        try {
-          op.enqueue(stream_);
-        } catch (...) {
-          cudaGraph_t partial = nullptr;
-          cudaStreamEndCapture(stream_, &partial);
-          if (partial) cudaGraphDestroy(partial);
-          throw;
-        }
-        check(cudaStreamEndCapture(stream_, &op.library), "capturing a collective");
-        check(cudaGraphAddChildGraphNode(&nodes[i], segment.graph, after, n, op.library),
-              "adding a collective");
-        break;
-      }
     }
   }
   check(cudaGraphInstantiate(&segment.exec, segment.graph, 0), "cudaGraphInstantiate");
@@ -415,9 +398,11 @@ void StreamRecorder::launch_segment() {
     instantiate(segment);
   }
   stats_.nodes += now_.ops.size();
-  // An updated segment's collectives are its captures still: they stay with it.
+  // An updated segment's collectives, and its library calls made again as they were, are
+  // its captures still: they stay with it.
   for (size_t i = 0; i < now_.ops.size(); ++i)
-    if (now_.ops[i].kind == Kind::Collective && !now_.ops[i].library)
+    if (!now_.ops[i].library &&
+        (now_.ops[i].kind == Kind::Collective || now_.ops[i].kind == Kind::Library))
       std::swap(now_.ops[i].library, segment.graphed.ops[i].library);
   std::swap(now_, segment.graphed);
   now_.clear();
@@ -427,7 +412,6 @@ void StreamRecorder::launch_segment() {
 
 StreamRecorder::Replay StreamRecorder::replay() {
   LUM_ASSERT(recording_) << "replaying a run that was not recorded";
-  end_library_work();
   if (!now_.ops.empty() || launched_ == 0) launch_segment();
   if (outstanding_) {
     wait_beside();

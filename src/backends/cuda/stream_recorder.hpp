@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -70,10 +71,14 @@ class StreamRecorder {
   /// so far is launched first); nothing where none is outstanding. Also outside a
   /// recording, for collectives launch_again() queued.
   void join_collectives();
-  /// Work a library (cuBLASLt) queues on the stream until the next recorded operation is
-  /// captured as a graph of its own, run as one node of the run's graph: where the last
-  /// runs did library work here too; elsewhere the recording is flushed.
-  void begin_library_work();
+  /// A library's call (cuBLASLt's, cuDNN's): `enqueue` queues it on the stream it is
+  /// given. Recorded like a kernel: captured as a graph of its own where its segment is
+  /// instantiated (one node of it), called where the segment is queued op by op. `key`
+  /// names the call and every argument it is given (what the library queues follows
+  /// from it): where the segment's graph holds a call of the same key here, its captured
+  /// kernels stand and the library is not called at all (a cuDNN convolution's host work
+  /// outlasts its kernels). `enqueue` is called later in the run, if at all.
+  void library_call(std::string key, std::function<void(cudaStream_t)> enqueue);
 
   /// Someone needs the stream itself (a search's timed runs, a wait, a copy to the host):
   /// what was recorded is queued as ordinary launches, and recording stops for the rest of
@@ -115,8 +120,9 @@ class StreamRecorder {
     int value = 0;                            // Memset
     cudaGraph_t library = nullptr;            // Library, Collective (once graphed): owned by
                                               // the recording
-    std::function<void(cudaStream_t)> enqueue;  // Collective
+    std::function<void(cudaStream_t)> enqueue;  // Library, Collective
     std::vector<const void*> sources;           // Collective
+    std::string key;                            // Library (see library_call)
   };
   // What an operation is, apart from its parameters: a graph node is updated only to an
   // operation of the same work (a kernel node keeps its function).
@@ -144,7 +150,10 @@ class StreamRecorder {
   std::vector<Work> work() const;  // of the operations recorded in this segment
   // The sizes of `function`'s first `count` parameters (the driver's, asked once).
   const std::vector<size_t>& parameter_sizes(const void* function, size_t count);
-  void end_library_work();
+  // Queues op's library call or collective on the stream (a graph of it where captured).
+  void enqueue(const Op& op);
+  // op's call or collective captured as a graph, into op.library.
+  void capture(Op& op);
   // Records `op` after any library work before it; launches the segment once it is full.
   void add(const Op& op);
   // The recorded segment run: as the next segment's graph, updated or instantiated, or
@@ -165,7 +174,6 @@ class StreamRecorder {
   const bool programmatic_;
   bool recording_ = false;
   cudaStream_t stream_ = nullptr;  // the one recorded (begin)
-  bool library_work_ = false;      // the stream is being captured (begin_library_work)
   Recording now_;                  // the segment being recorded
   std::vector<Segment> segments_;  // the graphs, in the order a run launches them
   size_t launched_ = 0;            // segments launched by this run
