@@ -468,6 +468,33 @@ def _batch_norm_batch_stats(n, x, w, b, running_mean, running_var, training, mom
     return y, mean, rstd, new_mean, new_var
 
 
+def _cdist(n, x1, x2, p=2.0, compute_mode=None):
+    """torch.cdist: the p-norm distance of each row of x1 [..., P, M] to each row of x2
+    [..., R, M], summed over the differences broadcast to [..., P, R, M] (the subtraction
+    is fused into the reduction: nothing of that size is stored). Computed directly for
+    every p, where PyTorch takes |a|^2 + |b|^2 - 2 a.b for p = 2 past 25 rows, which loses
+    the precision of distances small against the norms. Half precision in f32."""
+    a, b = n.operands(x1, x2)
+    half = a.dtype not in (lm.float32, lm.float64)
+    if half:
+        a, b = a.cast(lm.float32), b.cast(lm.float32)
+    rank = len(a.shape)
+    d = a.unsqueeze(axis=rank - 1) - b.unsqueeze(axis=rank - 2)
+    last = [rank]
+    p = float(p)
+    if p == 0.0:
+        out = (d != 0.0).cast(d.dtype).sum(axis=last, keepdim=False)
+    elif p == 1.0:
+        out = d.abs().sum(axis=last, keepdim=False)
+    elif p == 2.0:
+        out = (d * d).sum(axis=last, keepdim=False).sqrt()
+    elif math.isinf(p):
+        out = d.abs().max(axis=last, keepdim=False)
+    else:
+        out = d.abs().pow(p).sum(axis=last, keepdim=False).pow(1.0 / p)
+    return out.cast(DTYPES[n.dtype]) if half else out
+
+
 def _slice(n, x, dim=0, start=None, end=None, step=1):
     # The traced result's length settles the end however it was given (past the size,
     # negative, symbolic): only the start is worked out here.
@@ -968,6 +995,7 @@ TABLE = {
     aten.max.dim: _arg_with_values("max", "argmax"),
     aten.min.dim: _arg_with_values("min", "argmin"),
     aten.topk.default: _topk,
+    aten._cdist_forward.default: _cdist,
     aten.sort.default: _sort,
     aten.sort.stable: lambda n, x, stable=False, dim=-1, descending=False: _sort(
         n, x, dim, descending),

@@ -175,6 +175,16 @@ CASES = [
                     0.9, 0.99, 0.99999, 1.0, 1.5]),
       torch.tensor([0.0, 2.0, -3.0, 0.0, -0.7, 1.0, -5.0, 4.0, 0.0, -1.0, 2.0, -0.1, 3.0, 0.0,
                     1.0, 1.0]))),
+    # Every p the translation tells apart, batched, rows repeated (distance 0, and zero
+    # differences for p = 0).
+    ("cdist", lambda x, y, b, c: (torch.cdist(x, y), torch.cdist(x, y, p=1.0),
+                                  torch.cdist(x, y, p=0.0), torch.cdist(x, y, p=float("inf")),
+                                  torch.cdist(x, y, p=3.0), torch.cdist(b, c, p=2.0),
+                                  torch.cdist(b, c, p=0.5)),
+     (torch.tensor([[0.0, 1.0, 2.0], [3.0, -1.0, 0.5], [0.0, 1.0, 2.0], [4.0, 4.0, -2.0],
+                    [1.0, 0.0, 0.0]]),
+      torch.tensor([[0.0, 1.0, 2.0], [3.0, 1.0, 0.5], [-1.0, 0.0, 7.0], [1.0, 0.0, 0.0]]),
+      randn(2, 5, 6), randn(2, 4, 6))),
     ("inverse_trig_half", lambda x: (torch.atan(x), torch.asinh(x)), (randn(4, 5).half(),)),
     ("sort", lambda x: (torch.sort(x), torch.sort(x, dim=0, descending=True), x.argsort(1),
                         torch.sort(x, stable=True, descending=True)), (randn(5, 7),)),
