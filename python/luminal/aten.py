@@ -495,6 +495,67 @@ def _cdist(n, x1, x2, p=2.0, compute_mode=None):
     return out.cast(DTYPES[n.dtype]) if half else out
 
 
+def _reflected(x, twice_low, twice_high):
+    """PyTorch's reflect_coordinates: x folded back and forth into [low, high] (given
+    twice, so that half steps stay integers)."""
+    if twice_low == twice_high:
+        return x * 0.0
+    low, span = twice_low / 2.0, (twice_high - twice_low) / 2.0
+    x = (x - low).abs()
+    flips = (x / span).floor()
+    extra = x - flips * span
+    even = (flips - (flips / 2.0).floor() * 2.0) == 0.0
+    return lm.where(even, extra + low, span - extra + low)
+
+
+def _sample_coordinate(g, size, padding_mode, align_corners):
+    """A grid coordinate in [-1, 1] as a position among `size` pixels, padded as asked
+    (0 zeros: left as is, 1 border: clipped, 2 reflection: folded back, then clipped)."""
+    x = (g + 1.0) * ((size - 1) / 2.0) if align_corners else ((g + 1.0) * size - 1.0) / 2.0
+    if padding_mode == 2:
+        x = _reflected(x, 0, 2 * (size - 1)) if align_corners else _reflected(x, -1, 2 * size - 1)
+    if padding_mode in (1, 2):
+        x = x.clamp(0.0, float(size - 1))
+    return x
+
+
+def _grid_sampler_2d(n, x, grid, interpolation_mode, padding_mode, align_corners):
+    """F.grid_sample over NCHW images, bilinear (0) or nearest (1): each output pixel's
+    taps are rows picked from the images laid out [N*H*W, C], their weights zero where a
+    tap falls outside (padding by zeros) and the position clamped in."""
+    x, grid = n.operands(x, grid)
+    half = x.dtype not in (lm.float32, lm.float64)
+    if half:
+        x, grid = x.cast(lm.float32), grid.cast(lm.float32)
+    batch, channels, height, width = x.shape
+    _, out_h, out_w, _ = grid.shape
+    rows = x.permute([0, 2, 3, 1]).reshape((batch * height * width, channels))
+    gx = grid.slice(axis=3, start=0, end=1).reshape((batch, out_h, out_w))
+    gy = grid.slice(axis=3, start=1, end=2).reshape((batch, out_h, out_w))
+    px = _sample_coordinate(gx, width, padding_mode, align_corners)
+    py = _sample_coordinate(gy, height, padding_mode, align_corners)
+    image = n.g.iota(f"z / {out_h * out_w} * {height * width}", (batch, out_h, out_w), lm.int64)
+
+    def tap(ix, iy, weight):
+        inside = lm.logical_and(lm.logical_and(ix >= 0.0, ix <= float(width - 1)),
+                                lm.logical_and(iy >= 0.0, iy <= float(height - 1)))
+        at = (iy.clamp(0.0, float(height - 1)) * float(width) +
+              ix.clamp(0.0, float(width - 1))).cast(lm.int64) + image
+        picked = rows.index_select(axis=0, indices=at.reshape((batch * out_h * out_w,)))
+        picked = picked.reshape((batch, out_h, out_w, channels))
+        return picked * lm.where(inside, weight, 0.0).unsqueeze(axis=3)
+
+    if interpolation_mode == 1:
+        out = tap(px.round(), py.round(), px * 0.0 + 1.0)
+    else:
+        x0, y0 = px.floor(), py.floor()
+        x1, y1 = x0 + 1.0, y0 + 1.0
+        out = (tap(x0, y0, (x1 - px) * (y1 - py)) + tap(x1, y0, (px - x0) * (y1 - py)) +
+               tap(x0, y1, (x1 - px) * (py - y0)) + tap(x1, y1, (px - x0) * (py - y0)))
+    out = out.permute([0, 3, 1, 2])
+    return out.cast(DTYPES[n.dtype]) if half else out
+
+
 def _slice(n, x, dim=0, start=None, end=None, step=1):
     # The traced result's length settles the end however it was given (past the size,
     # negative, symbolic): only the start is worked out here.
@@ -996,6 +1057,7 @@ TABLE = {
     aten.min.dim: _arg_with_values("min", "argmin"),
     aten.topk.default: _topk,
     aten._cdist_forward.default: _cdist,
+    aten.grid_sampler_2d.default: _grid_sampler_2d,
     aten.sort.default: _sort,
     aten.sort.stable: lambda n, x, stable=False, dim=-1, descending=False: _sort(
         n, x, dim, descending),
@@ -1105,6 +1167,9 @@ def _ints_equal(*lists):
 
 # Arguments luminal's ops cannot express: such nodes stay in PyTorch.
 SUPPORTED_IF = {
+    # (Bilinear or nearest, sizes known; bicubic stays in PyTorch.)
+    aten.grid_sampler_2d.default: lambda x, grid, interpolation_mode, padding_mode,
+    align_corners: interpolation_mode in (0, 1) and _static(x.shape) and _static(grid.shape),
     # (A step over rows of known number.)
     aten.slice.Tensor: lambda x, dim=0, start=None, end=None, step=1: step == 1 or (
         isinstance(x.shape[dim], int) and isinstance(start or 0, int)),

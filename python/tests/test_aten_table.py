@@ -185,6 +185,13 @@ CASES = [
                     [1.0, 0.0, 0.0]]),
       torch.tensor([[0.0, 1.0, 2.0], [3.0, 1.0, 0.5], [-1.0, 0.0, 7.0], [1.0, 0.0, 0.0]]),
       randn(2, 5, 6), randn(2, 4, 6))),
+    # Both modes the translation takes, every padding, either corner alignment; the grid
+    # reaching past the images on every side.
+    ("grid_sample", lambda x, g: tuple(
+        F.grid_sample(x, g, mode=m, padding_mode=p, align_corners=a)
+        for m in ("bilinear", "nearest") for p in ("zeros", "border", "reflection")
+        for a in (False, True)),
+     (randn(2, 3, 5, 7), torch.rand(2, 4, 6, 2) * 3.2 - 1.6)),
     ("inverse_trig_half", lambda x: (torch.atan(x), torch.asinh(x)), (randn(4, 5).half(),)),
     ("sort", lambda x: (torch.sort(x), torch.sort(x, dim=0, descending=True), x.argsort(1),
                         torch.sort(x, stable=True, descending=True)), (randn(5, 7),)),
