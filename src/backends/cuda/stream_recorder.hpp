@@ -154,7 +154,7 @@ class StreamRecorder {
   void enqueue(const Op& op);
   // op's call or collective captured as a graph, into op.library.
   void capture(Op& op);
-  // Records `op` after any library work before it; launches the segment once it is full.
+  // Records `op`; launches the segment once it is full.
   void add(const Op& op);
   // The recorded segment run: as the next segment's graph, updated or instantiated, or
   // queued.
