@@ -357,6 +357,71 @@ def _convolution(n, x, w, b, stride, padding, dilation, transposed, output_paddi
     return conv(x, w, b, stride=stride[0], padding=padding[0], dilation=dilation[0], groups=groups)
 
 
+def _padded(x, axis, before, after):
+    """x with `before`/`after` zeros around `axis`, or that many elements cut where negative."""
+    if before < 0 or after < 0:
+        x = x.slice(axis=axis, start=max(-before, 0), end=x.shape[axis] - max(-after, 0))
+    if before > 0 or after > 0:
+        x = x.pad(axis=axis, before=max(before, 0), after=max(after, 0))
+    return x
+
+
+def _convolution_backward(n, grad, x, w, bias_sizes, stride, padding, dilation, transposed,
+                          output_padding, groups, output_mask):
+    """The gradients of a convolution (stride s, padding p, dilation d the same along every
+    spatial dim) as convolutions. The input's: the output's gradient spread out by s (s - 1
+    zeros between its elements), padded by d (K - 1) - p (and, at the end, by the input
+    positions past the last window), correlated with the weight flipped along its spatial
+    dims and its two channel dims swapped within each group. The weight's: the input,
+    padded by p, with its images taken as channels and its channels as images, correlated
+    with the output's gradient as the weight (its images as channels), stride d and
+    dilation s, grouped so that each group's output channels read its own input channels;
+    the windows past the kernel cut off. The bias's: the output's gradient summed over
+    images and positions."""
+    x, w = (v if v.dtype == grad.dtype else v.cast(grad.dtype) for v in (x, w))
+    conv = CONVS[len(x.shape)]
+    spatial = list(range(2, len(x.shape)))
+    s, p, d, g = stride[0], padding[0], dilation[0], groups
+    batch, c_in = x.shape[0], x.shape[1]
+    c_out, kernel = w.shape[0], w.shape[2:]
+    out = [None, None, None]
+    if output_mask[0]:
+        spread = grad
+        for axis in spatial:
+            if s > 1:  # (each element followed by s - 1 zeros, the last ones cut)
+                length = spread.shape[axis]
+                spread = spread.unsqueeze(axis=axis + 1).pad(axis=axis + 1, before=0, after=s - 1)
+                shape = list(spread.shape)
+                spread = spread.reshape(tuple(shape[:axis]) + (length * s,) + tuple(shape[axis + 2:]))
+                spread = spread.slice(axis=axis, start=0, end=(length - 1) * s + 1)
+            k, size = kernel[axis - 2], x.shape[axis]
+            reach = d * (k - 1) - p
+            past = size + 2 * p - d * (k - 1) - 1 - (grad.shape[axis] - 1) * s
+            spread = _padded(spread, axis, reach, reach + past)
+        flipped = w
+        for axis in spatial:
+            flipped = flipped.flip(axis=axis)
+        per = c_out // g
+        swapped = flipped.reshape((g, per, c_in // g) + tuple(kernel)).permute(
+            [0, 2, 1] + [a + 1 for a in spatial]).reshape((c_in, per) + tuple(kernel))
+        out[0] = conv(spread, swapped, None, stride=1, padding=0, dilation=d, groups=g)
+    if output_mask[1]:
+        padded = x
+        for axis in spatial:
+            padded = _padded(padded, axis, p, p)
+        rest = tuple(padded.shape[2:])
+        images = padded.reshape((batch, g, c_in // g) + rest).permute(
+            [2, 1, 0] + [a + 1 for a in spatial]).reshape((c_in // g, g * batch) + rest)
+        weights = grad.permute([1, 0] + spatial)  # [c_out, batch, positions...]
+        full = conv(images, weights, None, stride=d, padding=0, dilation=s, groups=g)
+        for axis in spatial:
+            full = full.slice(axis=axis, start=0, end=kernel[axis - 2])
+        out[1] = full.permute([1, 0] + spatial)
+    if output_mask[2] and bias_sizes is not None:
+        out[2] = grad.sum(axis=[0] + spatial, keepdim=False)
+    return tuple(out)
+
+
 def _pool_args(kernel, stride, padding):
     return dict(kernel_size=kernel[0], stride=(stride or kernel)[0], padding=(padding or [0])[0])
 
@@ -1080,6 +1145,7 @@ TABLE = {
     aten._scaled_dot_product_flash_attention.default: _sdpa_flash,
     aten._scaled_dot_product_flash_attention_for_cpu.default: _sdpa_cpu,
     aten.convolution.default: _convolution,
+    aten.convolution_backward.default: _convolution_backward,
     aten.max_pool2d_with_indices.default: _max_pool,
     aten.max_pool3d_with_indices.default: _max_pool,
     aten.avg_pool2d.default: _avg_pool,
@@ -1177,6 +1243,9 @@ SUPPORTED_IF = {
     aten.as_strided.default: lambda x, size, stride, storage_offset=None: x.is_contiguous() and (
         x.storage_offset() == 0) and _static(x.shape) and _static(size) and _static(stride) and (
         isinstance(storage_offset or 0, int)),
+    aten.convolution_backward.default: lambda grad, x, w, bias_sizes, stride, padding, dilation,
+    transposed, output_padding, groups, output_mask: not transposed and len(stride) in (1, 2, 3) and
+    _ints_equal(stride, padding, dilation) and _static(x.shape) and _static(grad.shape),
     aten.convolution.default: lambda x, w, b, stride, padding, dilation, transposed, output_padding,
     groups: not transposed and len(stride) in (1, 2, 3) and _ints_equal(stride, dilation),
     **{op: lambda x, kernel, stride=(), padding=(0,), dilation=(1,), ceil_mode=False:

@@ -259,6 +259,41 @@ def test_gradients_match_eager():
         close(p.grad, w)
 
 
+# Convolutions whose backward pass the table translates: strides leaving input positions
+# past the last window, groups with dilation, depthwise, a 7x7 stem, 1-D and 3-D, padding
+# past the kernel's reach.
+CONV_GRADIENT_CASES = [
+    ((2, 3, 9, 11), (4, 3, 3, 3), dict(stride=2, padding=1)),
+    ((2, 4, 10, 10), (6, 2, 3, 3), dict(stride=2, dilation=2, groups=2)),
+    ((2, 6, 8, 7), (6, 1, 3, 3), dict(padding=1, groups=6)),
+    ((2, 3, 20, 17), (5, 3, 7, 7), dict(stride=2, padding=3)),
+    ((2, 3, 13), (4, 3, 5), dict(stride=3, padding=2)),
+    ((1, 2, 5, 6, 7), (3, 2, 3, 3, 3), dict(stride=2, padding=1)),
+    ((2, 3, 5, 5), (4, 3, 3, 3), dict(padding=3)),
+]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,options", CONV_GRADIENT_CASES)
+def test_convolution_gradients_match_eager(x_shape, w_shape, options):
+    """The backward graph's convolution_backward runs in luminal (strict: nothing left to
+    PyTorch), and the input's, weight's and bias's gradients are eager's."""
+    conv = {3: F.conv1d, 4: F.conv2d, 5: F.conv3d}[len(x_shape)]
+
+    def loss(x, w, b):
+        return conv(x, w, b, **options).sin().sum()
+
+    leaves = [torch.randn(*x_shape, requires_grad=True), torch.randn(*w_shape, requires_grad=True),
+              torch.randn(w_shape[0], requires_grad=True)]
+    loss(*leaves).backward()
+    want = [t.grad.clone() for t in leaves]
+    for t in leaves:
+        t.grad = None
+    torch._dynamo.reset()
+    torch.compile(loss, backend="luminal", options={"strict": True})(*leaves).backward()
+    for t, w in zip(leaves, want):
+        close(t.grad, w)
+
+
 def test_backend_is_found_without_importing_luminal():
     # The entry point names the backend; the child never imports luminal itself.
     code = ("import torch\n"
