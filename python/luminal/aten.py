@@ -366,45 +366,64 @@ def _padded(x, axis, before, after):
     return x
 
 
+def _correlation_input_gradient(grad, w, x_shape, s, p, d, g):
+    """The gradient of a convolution's input x (of `x_shape`; weight w, stride s, padding
+    p, dilation d, g groups) from its output's: the output's gradient spread out by s
+    (s - 1 zeros between its elements), padded by d (K - 1) - p (and, at the end, by the
+    input positions past the last window), correlated with the weight flipped along its
+    spatial dims and its two channel dims swapped within each group."""
+    spatial = list(range(2, len(x_shape)))
+    c_in, c_out, kernel = x_shape[1], w.shape[0], w.shape[2:]
+    spread = grad
+    for axis in spatial:
+        if s > 1:  # (each element followed by s - 1 zeros, the last ones cut)
+            length = spread.shape[axis]
+            spread = spread.unsqueeze(axis=axis + 1).pad(axis=axis + 1, before=0, after=s - 1)
+            shape = list(spread.shape)
+            spread = spread.reshape(tuple(shape[:axis]) + (length * s,) + tuple(shape[axis + 2:]))
+            spread = spread.slice(axis=axis, start=0, end=(length - 1) * s + 1)
+        k, size = kernel[axis - 2], x_shape[axis]
+        reach = d * (k - 1) - p
+        past = size + 2 * p - d * (k - 1) - 1 - (grad.shape[axis] - 1) * s
+        spread = _padded(spread, axis, reach, reach + past)
+    flipped = w
+    for axis in spatial:
+        flipped = flipped.flip(axis=axis)
+    per = c_out // g
+    swapped = flipped.reshape((g, per, c_in // g) + tuple(kernel)).permute(
+        [0, 2, 1] + [a + 1 for a in spatial]).reshape((c_in, per) + tuple(kernel))
+    return CONVS[len(x_shape)](spread, swapped, None, stride=1, padding=0, dilation=d, groups=g)
+
+
+def _avg_pool_backward(n, grad, x, kernel, stride=(), padding=(0,), ceil_mode=False,
+                       count_include_pad=True, divisor_override=None):
+    """Average pooling's input gradient: a depthwise convolution's, the weight 1 / the
+    window's size everywhere (padded zeros counted, as the forward translation has it)."""
+    k, p = kernel[0], (padding or [0])[0]
+    s = (stride or kernel)[0]
+    channels, spatial = x.shape[1], len(x.shape) - 2
+    w = n.g.full((channels, 1) + (k,) * spatial, 1.0 / k ** spatial, grad.dtype)
+    return _correlation_input_gradient(grad, w, x.shape, s, p, 1, channels)
+
+
 def _convolution_backward(n, grad, x, w, bias_sizes, stride, padding, dilation, transposed,
                           output_padding, groups, output_mask):
     """The gradients of a convolution (stride s, padding p, dilation d the same along every
-    spatial dim) as convolutions. The input's: the output's gradient spread out by s (s - 1
-    zeros between its elements), padded by d (K - 1) - p (and, at the end, by the input
-    positions past the last window), correlated with the weight flipped along its spatial
-    dims and its two channel dims swapped within each group. The weight's: the input,
-    padded by p, with its images taken as channels and its channels as images, correlated
-    with the output's gradient as the weight (its images as channels), stride d and
-    dilation s, grouped so that each group's output channels read its own input channels;
-    the windows past the kernel cut off. The bias's: the output's gradient summed over
-    images and positions."""
+    spatial dim) as convolutions. The input's: _correlation_input_gradient. The weight's:
+    the input, padded by p, with its images taken as channels and its channels as images,
+    correlated with the output's gradient as the weight (its images as channels), stride
+    d and dilation s, grouped so that each group's output channels read its own input
+    channels; the windows past the kernel cut off. The bias's: the output's gradient
+    summed over images and positions."""
     x, w = (v if v.dtype == grad.dtype else v.cast(grad.dtype) for v in (x, w))
     conv = CONVS[len(x.shape)]
     spatial = list(range(2, len(x.shape)))
     s, p, d, g = stride[0], padding[0], dilation[0], groups
     batch, c_in = x.shape[0], x.shape[1]
-    c_out, kernel = w.shape[0], w.shape[2:]
+    kernel = w.shape[2:]
     out = [None, None, None]
     if output_mask[0]:
-        spread = grad
-        for axis in spatial:
-            if s > 1:  # (each element followed by s - 1 zeros, the last ones cut)
-                length = spread.shape[axis]
-                spread = spread.unsqueeze(axis=axis + 1).pad(axis=axis + 1, before=0, after=s - 1)
-                shape = list(spread.shape)
-                spread = spread.reshape(tuple(shape[:axis]) + (length * s,) + tuple(shape[axis + 2:]))
-                spread = spread.slice(axis=axis, start=0, end=(length - 1) * s + 1)
-            k, size = kernel[axis - 2], x.shape[axis]
-            reach = d * (k - 1) - p
-            past = size + 2 * p - d * (k - 1) - 1 - (grad.shape[axis] - 1) * s
-            spread = _padded(spread, axis, reach, reach + past)
-        flipped = w
-        for axis in spatial:
-            flipped = flipped.flip(axis=axis)
-        per = c_out // g
-        swapped = flipped.reshape((g, per, c_in // g) + tuple(kernel)).permute(
-            [0, 2, 1] + [a + 1 for a in spatial]).reshape((c_in, per) + tuple(kernel))
-        out[0] = conv(spread, swapped, None, stride=1, padding=0, dilation=d, groups=g)
+        out[0] = _correlation_input_gradient(grad, w, x.shape, s, p, d, g)
     if output_mask[1]:
         padded = x
         for axis in spatial:
@@ -458,19 +477,37 @@ def _adaptive_avg_pool(n, x, size):
     # ceil((i + 1) L / O)), spans overlapping or repeating where O does not divide L: a
     # product with an [L, O] matrix of 1/span inside the spans, one spatial dim at a time
     # (in f32 for half precision, rounded once).
+    return _span_products(n, x, [(length, out) for length, out in zip(sizes, size)])
+
+
+def _span_weights(n, length, out, dtype):
+    """[length, out]: 1 / the span of output i where input position j lies in it,
+    [floor(i L / O), ceil((i + 1) L / O)), else 0."""
+    begin, end = f"((z % {out}) * {length}) / {out}", \
+        f"((z % {out}) * {length} + {length} + {out} - 1) / {out}"
+    inside = n.g.iota(f"((z / {out}) >= {begin}) * ((z / {out}) < {end})", (length, out), dtype)
+    return inside / n.g.iota(f"{end} - {begin}", (length, out), dtype)
+
+
+def _span_products(n, x, spans, transposed=False):
+    """x's last len(spans) dims each multiplied by its (length, out) span weights (their
+    transpose: an adaptive pooling's gradient), in f32 for half precision, rounded once."""
     dtype = x.dtype
     x = x.cast(lm.float32) if dtype in (lm.float16, lm.bfloat16) else x
-    for k, (length, out) in enumerate(zip(sizes, size)):
-        axis = len(x.shape) - spatial + k
-        begin, end = f"((z % {out}) * {length}) / {out}", \
-            f"((z % {out}) * {length} + {length} + {out} - 1) / {out}"
-        inside = n.g.iota(f"((z / {out}) >= {begin}) * ((z / {out}) < {end})", (length, out),
-                          x.dtype)
-        weights = inside / n.g.iota(f"{end} - {begin}", (length, out), x.dtype)
-        last = len(x.shape) - 1
-        order, back = _axis_last(last + 1, axis)
-        x = x.permute(order).matmul(weights).permute(back)
+    for k, (length, out) in enumerate(spans):
+        axis = len(x.shape) - len(spans) + k
+        weights = _span_weights(n, length, out, x.dtype)
+        order, back = _axis_last(len(x.shape), axis)
+        x = x.permute(order).matmul(weights.permute([1, 0]) if transposed else weights)
+        x = x.permute(back)
     return x.cast(dtype)
+
+
+def _adaptive_avg_pool_backward(n, grad, x):
+    """An adaptive average pooling's input gradient: the output's gradient multiplied by
+    each spatial dim's span weights transposed (as the forward, whatever its sizes)."""
+    return _span_products(n, grad, [(length, out) for length, out in
+                                    zip(x.shape[2:], grad.shape[2:])], transposed=True)
 
 
 def _layer_norm(n, x, shape, w=None, b=None, eps=1e-5):
@@ -1146,6 +1183,8 @@ TABLE = {
     aten._scaled_dot_product_flash_attention_for_cpu.default: _sdpa_cpu,
     aten.convolution.default: _convolution,
     aten.convolution_backward.default: _convolution_backward,
+    aten.avg_pool2d_backward.default: _avg_pool_backward,
+    aten._adaptive_avg_pool2d_backward.default: _adaptive_avg_pool_backward,
     aten.max_pool2d_with_indices.default: _max_pool,
     aten.max_pool3d_with_indices.default: _max_pool,
     aten.avg_pool2d.default: _avg_pool,
@@ -1243,6 +1282,13 @@ SUPPORTED_IF = {
     aten.as_strided.default: lambda x, size, stride, storage_offset=None: x.is_contiguous() and (
         x.storage_offset() == 0) and _static(x.shape) and _static(size) and _static(stride) and (
         isinstance(storage_offset or 0, int)),
+    # (As the forward translations take them.)
+    aten.avg_pool2d_backward.default: lambda grad, x, kernel, stride=(), padding=(0,),
+    ceil_mode=False, count_include_pad=True, divisor_override=None: not ceil_mode and
+    divisor_override is None and (count_include_pad or not any(padding)) and
+    _ints_equal(kernel, stride, padding) and _static(x.shape) and _static(grad.shape),
+    aten._adaptive_avg_pool2d_backward.default: lambda grad, x: _static(x.shape) and
+    _static(grad.shape),
     aten.convolution_backward.default: lambda grad, x, w, bias_sizes, stride, padding, dilation,
     transposed, output_padding, groups, output_mask: not transposed and len(stride) in (1, 2, 3) and
     _ints_equal(stride, padding, dilation) and _static(x.shape) and _static(grad.shape),

@@ -308,8 +308,10 @@ NOT_REACHED_HERE = {A.lift_fresh_copy.default, A.alias.default, operator.getitem
                     # sizes of symbolic shapes: test_torch_compile.py's dynamic CNN
                     A.sym_size.int, operator.add, operator.sub, operator.mul,
                     operator.floordiv,
-                    # backward passes: test_torch_compile.py's convolution gradients
-                    A.convolution_backward.default,
+                    # backward passes: test_torch_compile.py's convolution and pooling
+                    # gradients
+                    A.convolution_backward.default, A.avg_pool2d_backward.default,
+                    A._adaptive_avg_pool2d_backward.default,
                     # the GPU's dispatch: test_torch_compile_gpu.py
                     A._scaled_dot_product_efficient_attention.default,
                     A._scaled_dot_product_cudnn_attention.default,

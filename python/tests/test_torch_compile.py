@@ -294,6 +294,27 @@ def test_convolution_gradients_match_eager(x_shape, w_shape, options):
         close(t.grad, w)
 
 
+@pytest.mark.parametrize("pool", [
+    lambda x: F.avg_pool2d(x, 2),
+    lambda x: F.avg_pool2d(x, 3, stride=2, padding=1),
+    lambda x: F.avg_pool2d(x, 3, stride=1, padding=1),
+    lambda x: F.adaptive_avg_pool2d(x, (3, 5)),
+    lambda x: F.adaptive_avg_pool2d(x, (4, 4)),
+], ids=["2x2", "3x3_stride_2_padded", "3x3_stride_1_padded", "adaptive_uneven", "adaptive_even"])
+def test_average_pooling_gradients_match_eager(pool):
+    """The backward graph's avg_pool2d_backward and _adaptive_avg_pool2d_backward run in
+    luminal (strict), the input's gradient eager's."""
+    def loss(x):
+        return pool(x).sin().sum()
+
+    x = torch.randn(2, 3, 8, 11, requires_grad=True)
+    loss(x).backward()
+    want, x.grad = x.grad.clone(), None
+    torch._dynamo.reset()
+    torch.compile(loss, backend="luminal", options={"strict": True})(x).backward()
+    close(x.grad, want)
+
+
 def test_backend_is_found_without_importing_luminal():
     # The entry point names the backend; the child never imports luminal itself.
     code = ("import torch\n"
