@@ -209,15 +209,18 @@ def _sort(n, x, dim=-1, descending=False, stable=False):
     return _topk(n, x, x.shape[dim], dim, largest=descending)
 
 
+def _half_in_f32(fn, *xs):
+    """fn over xs, which are of one type: computed in f32 where that is a half-precision
+    type and rounded once back to it, as PyTorch's kernels do."""
+    dtype = xs[0].dtype
+    if dtype in (lm.float32, lm.float64):
+        return fn(*xs)
+    return fn(*(x.cast(lm.float32) for x in xs)).cast(dtype)
+
+
 def _in_f32(fn):
-    """A unary op composed of several steps: half precision computed in f32 and rounded
-    once, as PyTorch's kernels do."""
-    def translate(n, x):
-        x = n.operands(x)[0]
-        if x.dtype in (lm.float32, lm.float64):
-            return fn(x)
-        return fn(x.cast(lm.float32)).cast(x.dtype)
-    return translate
+    """A unary op composed of several steps, half precision computed in f32."""
+    return lambda n, x: _half_in_f32(fn, n.operands(x)[0])
 
 
 # Abramowitz & Stegun 4.4.49: atan(t) for t in [0, 1] as t times a polynomial in t^2,
@@ -492,15 +495,15 @@ def _span_weights(n, length, out, dtype):
 def _span_products(n, x, spans, transposed=False):
     """x's last len(spans) dims each multiplied by its (length, out) span weights (their
     transpose: an adaptive pooling's gradient), in f32 for half precision, rounded once."""
-    dtype = x.dtype
-    x = x.cast(lm.float32) if dtype in (lm.float16, lm.bfloat16) else x
-    for k, (length, out) in enumerate(spans):
-        axis = len(x.shape) - len(spans) + k
-        weights = _span_weights(n, length, out, x.dtype)
-        order, back = _axis_last(len(x.shape), axis)
-        x = x.permute(order).matmul(weights.permute([1, 0]) if transposed else weights)
-        x = x.permute(back)
-    return x.cast(dtype)
+    def products(x):
+        for k, (length, out) in enumerate(spans):
+            axis = len(x.shape) - len(spans) + k
+            weights = _span_weights(n, length, out, x.dtype)
+            order, back = _axis_last(len(x.shape), axis)
+            x = x.permute(order).matmul(weights.permute([1, 0]) if transposed else weights)
+            x = x.permute(back)
+        return x
+    return _half_in_f32(products, x)
 
 
 def _adaptive_avg_pool_backward(n, grad, x):
@@ -576,25 +579,22 @@ def _cdist(n, x1, x2, p=2.0, compute_mode=None):
     is fused into the reduction: nothing of that size is stored). Computed directly for
     every p, where PyTorch takes |a|^2 + |b|^2 - 2 a.b for p = 2 past 25 rows, which loses
     the precision of distances small against the norms. Half precision in f32."""
-    a, b = n.operands(x1, x2)
-    half = a.dtype not in (lm.float32, lm.float64)
-    if half:
-        a, b = a.cast(lm.float32), b.cast(lm.float32)
-    rank = len(a.shape)
-    d = a.unsqueeze(axis=rank - 1) - b.unsqueeze(axis=rank - 2)
-    last = [rank]
     p = float(p)
-    if p == 0.0:
-        out = (d != 0.0).cast(d.dtype).sum(axis=last, keepdim=False)
-    elif p == 1.0:
-        out = d.abs().sum(axis=last, keepdim=False)
-    elif p == 2.0:
-        out = (d * d).sum(axis=last, keepdim=False).sqrt()
-    elif math.isinf(p):
-        out = d.abs().max(axis=last, keepdim=False)
-    else:
-        out = d.abs().pow(p).sum(axis=last, keepdim=False).pow(1.0 / p)
-    return out.cast(DTYPES[n.dtype]) if half else out
+
+    def distances(a, b):
+        rank = len(a.shape)
+        d = a.unsqueeze(axis=rank - 1) - b.unsqueeze(axis=rank - 2)
+        last = [rank]
+        if p == 0.0:
+            return (d != 0.0).cast(d.dtype).sum(axis=last, keepdim=False)
+        if p == 1.0:
+            return d.abs().sum(axis=last, keepdim=False)
+        if p == 2.0:
+            return (d * d).sum(axis=last, keepdim=False).sqrt()
+        if math.isinf(p):
+            return d.abs().max(axis=last, keepdim=False)
+        return d.abs().pow(p).sum(axis=last, keepdim=False).pow(1.0 / p)
+    return _half_in_f32(distances, *n.operands(x1, x2))
 
 
 def _reflected(x, twice_low, twice_high):
@@ -625,10 +625,12 @@ def _grid_sampler_2d(n, x, grid, interpolation_mode, padding_mode, align_corners
     """F.grid_sample over NCHW images, bilinear (0) or nearest (1): each output pixel's
     taps are rows picked from the images laid out [N*H*W, C], their weights zero where a
     tap falls outside (padding by zeros) and the position clamped in."""
-    x, grid = n.operands(x, grid)
-    half = x.dtype not in (lm.float32, lm.float64)
-    if half:
-        x, grid = x.cast(lm.float32), grid.cast(lm.float32)
+    return _half_in_f32(lambda x, grid: _sampled(n, x, grid, interpolation_mode, padding_mode,
+                                                 align_corners), *n.operands(x, grid))
+
+
+def _sampled(n, x, grid, interpolation_mode, padding_mode, align_corners):
+    """_grid_sampler_2d's result, in x's type."""
     batch, channels, height, width = x.shape
     _, out_h, out_w, _ = grid.shape
     rows = x.permute([0, 2, 3, 1]).reshape((batch * height * width, channels))
@@ -654,8 +656,7 @@ def _grid_sampler_2d(n, x, grid, interpolation_mode, padding_mode, align_corners
         x1, y1 = x0 + 1.0, y0 + 1.0
         out = (tap(x0, y0, (x1 - px) * (y1 - py)) + tap(x1, y0, (px - x0) * (y1 - py)) +
                tap(x0, y1, (x1 - px) * (py - y0)) + tap(x1, y1, (px - x0) * (py - y0)))
-    out = out.permute([0, 3, 1, 2])
-    return out.cast(DTYPES[n.dtype]) if half else out
+    return out.permute([0, 3, 1, 2])
 
 
 def _slice(n, x, dim=0, start=None, end=None, step=1):
