@@ -151,6 +151,14 @@ def main():
         else:
             bytes_moved[case] = 2 * kc.numel() * 2
         del q, kc, vc
+    # Many short prompts, as the transformer block of torch_compile_bench.py at batch 32:
+    # 32 x 16 heads of 64 dims over 256 tokens, causal, bf16.
+    case = "attention_prefill_32x256_bf16"
+    if want(case):
+        q, kc, vc = (torch.rand(32, 16, 256, 64, device=dev, dtype=torch.bfloat16) for _ in range(3))
+        peers[case] = {"sdpa": bench(lambda: sdpa(q, kc, vc, is_causal=True))}
+        flops[case] = 2 * 2 * 32 * 16 * 64 * 256 * 257 / 2
+        del q, kc, vc
     row_ops = {"softmax": lambda t: torch.softmax(t, 1), "rmsnorm": rmsnorm,
                "layernorm": lambda t: torch.nn.functional.layer_norm(t, (t.shape[1],), eps=1e-5)}
     for dtype, name in [(torch.float32, "f32"), (torch.bfloat16, "bf16")]:

@@ -19,7 +19,9 @@
 // searching, a progress line on stderr (a terminal); LUMINAL_LOG=info prints each
 // kernel's winner against the cost model's pick, and when the Searcher goes (with its
 // executable) how many kernels it timed, in how long; LUMINAL_DUMP=search writes every
-// candidate's times and verdict to search.json.
+// candidate's times and verdict to search.json. LUMINAL_SEARCH_PICK=TEXT runs, among a
+// kernel's candidates, the first whose label contains TEXT, untimed and not remembered (to
+// try or test one way; kernels without such a candidate search as before).
 #pragma once
 
 #include <chrono>
@@ -37,10 +39,11 @@ struct SearchSettings {
   SearchMode mode = SearchMode::Fast;
   double budget_seconds = 10;  // timing a Searcher may do in all
   bool use_cache = true;       // read and write winners in cache_dir()
+  std::string pick;            // a candidate whose label contains it wins untimed
 };
 
-/// The settings LUMINAL_SEARCH and LUMINAL_SEARCH_BUDGET ask for; a malformed value is an
-/// Error naming the variable and what it takes.
+/// The settings LUMINAL_SEARCH, LUMINAL_SEARCH_BUDGET and LUMINAL_SEARCH_PICK ask for; a
+/// malformed value is an Error naming the variable and what it takes.
 SearchSettings search_settings_from_env();
 
 /// "off", "fast" or "full" as a mode; anything else an Error naming `what`.

@@ -578,29 +578,41 @@ TEST(CudaCodegen, AttentionGradientsAreChosenWhereTheKernelsRun) {
   }
 }
 
-// The warpgroup kernel's, for sm_90a: bf16 and f16, head dims 64 to 256 (the largest
-// with tiles of 64 keys), outputs of another type, f32 queries split over a half cache;
-// what it does not take.
+// The warpgroup kernels', for sm_90a: bf16 and f16, head dims 64 to 256 (the largest
+// with tiles of 64 keys), outputs of another type, f32 queries split over a half cache,
+// with one consumer a block (two and three blocks an SM) and two; what they do not take.
 TEST(CudaCodegen, WarpgroupAttentionCompilesForHopper) {
   using cudagen::WgmmaAttentionKernel;
-  for (const auto& [q, type, out, d, dv] :
-       std::vector<std::tuple<DType, DType, DType, int64_t, int64_t>>{
-           {DType::BF16, DType::BF16, DType::BF16, 128, 128},
-           {DType::F16, DType::F16, DType::F32, 64, 64},
-           {DType::BF16, DType::BF16, DType::F16, 256, 128},
-           {DType::F32, DType::F16, DType::F32, 128, 128},
-           {DType::F32, DType::BF16, DType::F32, 64, 128},
+  for (const auto& [q, type, out, d, dv, keys] :
+       std::vector<std::tuple<DType, DType, DType, int64_t, int64_t, int64_t>>{
+           {DType::BF16, DType::BF16, DType::BF16, 128, 128, 4096},
+           {DType::F16, DType::F16, DType::F32, 64, 64, 256},
+           {DType::BF16, DType::BF16, DType::F16, 256, 128, 4096},
+           {DType::F32, DType::F16, DType::F32, 128, 128, 512},
+           {DType::F32, DType::BF16, DType::F32, 64, 128, 4096},
        }) {
     ASSERT_TRUE(cudagen::wgmma_attention_supports(q, type, type, d, dv));
-    const WgmmaAttentionKernel spec = cudagen::wgmma_attention_kernel(q, type, out, d, dv);
-    EXPECT_LE(cudagen::wgmma_attention_shared_bytes(spec), 227u * 1024) << "d " << d;
-    EXPECT_FALSE(
-        cudagen::compile_cubin(cudagen::wgmma_attention_source(spec), "sm_90a").code.empty())
+    const std::vector<WgmmaAttentionKernel> kernels =
+        cudagen::wgmma_attention_kernels(q, type, out, d, dv, keys);
+    // Short prompts (a block's rows see few tiles) take one consumer a block first.
+    EXPECT_EQ(kernels.front().consumers, keys <= 1024 && kernels.size() > 1 ? 1 : 2) << "d " << d;
+    for (const WgmmaAttentionKernel& spec : kernels) {
+      EXPECT_LE(spec.blocks_per_sm * (cudagen::wgmma_attention_shared_bytes(spec) + 1024),
+                228u * 1024)
+          << spec.describe() << ", d " << d;
+      EXPECT_FALSE(
+          cudagen::compile_cubin(cudagen::wgmma_attention_source(spec), "sm_90a").code.empty())
+          << spec.describe() << ", d " << d;
+    }
+    // Three blocks an SM at head dims of 64 only (their outputs' registers).
+    EXPECT_EQ(std::count_if(kernels.begin(), kernels.end(),
+                            [](const WgmmaAttentionKernel& k) { return k.blocks_per_sm == 3; }),
+              q != DType::F32 && d == 64 && dv == 64 ? 1 : 0)
         << "d " << d;
   }
   const auto bf16 = DType::BF16;
-  EXPECT_EQ(cudagen::wgmma_attention_kernel(bf16, bf16, bf16, 128, 128).keys, 128);
-  EXPECT_EQ(cudagen::wgmma_attention_kernel(bf16, bf16, bf16, 256, 128).keys, 64);
+  EXPECT_EQ(cudagen::wgmma_attention_kernels(bf16, bf16, bf16, 128, 128, 4096).front().keys, 128);
+  EXPECT_EQ(cudagen::wgmma_attention_kernels(bf16, bf16, bf16, 256, 128, 4096).front().keys, 64);
   EXPECT_FALSE(cudagen::wgmma_attention_supports(DType::F16, bf16, bf16, 128, 128));
   EXPECT_FALSE(cudagen::wgmma_attention_supports(DType::F32, DType::F16, bf16, 128, 128));
   EXPECT_FALSE(cudagen::wgmma_attention_supports(DType::F32, bf16, bf16, 256, 128));
@@ -707,10 +719,12 @@ TEST(CudaCodegen, CausalMasksAreComputedInsideTheAttentionKernels) {
         compile_cubin(prefix + mma_attention_source({bf16, bf16, bf16, bf16, 128, 128}), "sm_90")
             .code.empty())
         << what;
-    EXPECT_FALSE(compile_cubin(prefix + wgmma_attention_source(
-                                            wgmma_attention_kernel(bf16, bf16, bf16, 128, 128)),
-                               "sm_90a")
-                     .code.empty())
+    EXPECT_FALSE(
+        compile_cubin(
+            prefix + wgmma_attention_source(
+                         wgmma_attention_kernels(bf16, bf16, bf16, 128, 128, 4096).front()),
+            "sm_90a")
+            .code.empty())
         << what;
     EXPECT_FALSE(compile_cubin(prefix + stream_attention_source(StreamAttentionKernel{
                                             f32, f16, f16, f32, 128, 128, 4, true}),
@@ -782,7 +796,7 @@ TEST(CudaCodegen, EveryKernelWaitsForTheKernelBeforeItFirst) {
       mma_attention_source(MmaAttentionKernel{bf16, bf16, bf16, bf16, 128, 128}),
       "tensor-core attention");
   expect_every_kernel_waits_first(
-      wgmma_attention_source(wgmma_attention_kernel(bf16, bf16, bf16, 128, 128)),
+      wgmma_attention_source(wgmma_attention_kernels(bf16, bf16, bf16, 128, 128, 4096).front()),
       "warpgroup attention");
   expect_every_kernel_waits_first(
       stream_attention_source(StreamAttentionKernel{f32, f16, f16, f32, 128, 128, 4}),

@@ -92,6 +92,19 @@ TEST(Cuda, AttentionMatchesTheReference) {
   testing::expect_attention_matches_reference(cuda(), "cuda");
 }
 
+// Each of the prompts' tensor-core kernels that the search may pick, picked: the
+// warpgroup kernels of one consumer a block (two and three blocks an SM) and of two, and
+// the sm_80 one (cases without such a kernel search as usual).
+TEST(Cuda, EachPromptAttentionKernelMatchesTheReference) {
+  SKIP_WITHOUT_GPU();
+  for (const char* kernel :
+       {"64 rows a block, 128 keys a tile", "3 blocks an SM", "128 rows a block", "mma.sync"}) {
+    SCOPED_TRACE(kernel);
+    const testing::ScopedEnv pick("LUMINAL_SEARCH_PICK", kernel);
+    testing::expect_attention_matches_reference(cuda(), "cuda");
+  }
+}
+
 // Attention's backward pass in half precision through its three tensor-core kernels (none
 // run on the host), against the reference interpreter over the f32 graph of the same
 // inputs (the reference would round a half graph op by op).

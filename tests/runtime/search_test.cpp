@@ -73,7 +73,7 @@ class SearchTest : public ::testing::Test {
 };
 
 SearchSettings fast(double budget = 10) {
-  return {SearchMode::Fast, budget, true};
+  return {SearchMode::Fast, budget, true, ""};
 }
 
 TEST_F(SearchTest, PicksTheFastestCorrectCandidate) {
@@ -96,6 +96,25 @@ TEST_F(SearchTest, PicksTheFastestCorrectCandidate) {
   EXPECT_EQ(k.runs["slow"], 1 + 3);
   EXPECT_EQ(k.runs["fast"], 1 + 5);
   EXPECT_DOUBLE_EQ(r.trials[r.winner].median, 1.0);
+}
+
+// LUMINAL_SEARCH_PICK names a way to run: the first candidate whose label holds it wins
+// without a run or a cache entry; a kernel without one searches as before.
+TEST_F(SearchTest, APickedCandidateWinsUntimedAndUnremembered) {
+  const luminal::testing::ScopedEnv pick("LUMINAL_SEARCH_PICK", "slo");
+  Planted k;
+  k.seconds = {{"pick", 2.0}, {"slow", 9.0}, {"fast", 1.0}};
+  Searcher s("test device", search_settings_from_env());
+  const SearchProblem p = k.problem("matmul 64x64x64 f32");
+  const SearchResult r = s.choose(p);
+  EXPECT_EQ(p.candidates[r.winner].label, "slow");
+  EXPECT_FALSE(r.searched);
+  EXPECT_TRUE(k.runs.empty());
+  EXPECT_TRUE(entries().empty());
+  Planted other;
+  other.seconds = {{"pick", 2.0}, {"fast", 1.0}};
+  const SearchProblem q = other.problem("matmul 32x32x32 f32");
+  EXPECT_EQ(q.candidates[s.choose(q).winner].label, "fast");
 }
 
 // LUMINAL_DUMP=search writes every searched kernel to search.json, valid JSON read here
@@ -166,7 +185,7 @@ TEST_F(SearchTest, TiesAndAWrongFastestKeepTheEarlierCorrectCandidate) {
 TEST_F(SearchTest, OffRunsNothingAndAOneCandidateKernelIsNotTimed) {
   Planted k;
   k.seconds = {{"pick", 2.0}, {"fast", 1.0}};
-  Searcher off("test device", {SearchMode::Off, 10, true});
+  Searcher off("test device", {SearchMode::Off, 10, true, ""});
   EXPECT_EQ(off.choose(k.problem("off")).winner, 0u);
   EXPECT_TRUE(k.runs.empty());
   Planted one;

@@ -328,8 +328,8 @@ ComputedMask::ComputedMask(Expr keep_expr) : keep(keep_expr.to_c()) {
 const Attention::Compiled& Attention::compiled(const std::string& key, const ComputedMask* mask,
                                                const std::string& kernel,
                                                const std::function<std::string()>& source,
-                                               size_t shared_bytes, int threads,
-                                               int64_t tile_keys) {
+                                               size_t shared_bytes, int threads, int64_t tile_keys,
+                                               int64_t tile_bit_rows) {
   Compiled& c = kernels_[mask ? key + mask->keep : key];
   if (!c.module) {
     // Warpgroup products exist only on the architecture-specific target (sm_90a).
@@ -345,7 +345,7 @@ const Attention::Compiled& Attention::compiled(const std::string& key, const Com
     c.shared_bytes = shared_bytes;
     c.threads = threads;
     c.tile_keys = tile_keys;
-    if (wgmma) c.tile_bit_rows = kWgmmaAttentionRows, c.kernel_params = 3;
+    if (wgmma) c.tile_bit_rows = tile_bit_rows, c.kernel_params = 3;
     if (shared_bytes > 0)  // (with its static arrays, it may pass the default 48 KiB)
       check(cudaKernelSetAttributeForDevice(
                 reinterpret_cast<cudaKernel_t>(const_cast<void*>(c.kernel)),
@@ -415,52 +415,76 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
 
   const int key_vec = vector_width(k, r - 2, d, k_type, k_data);
   const int value_vec = vector_width(v, r - 1, dv, v_type, v_data);
-  // The kernels that can run this op, each with its query rows a block; the first is the
-  // cost model's pick, and where there are two (prompts on Hopper) the search times them.
-  std::vector<std::pair<const Compiled*, int64_t>> kernels;
+  // The kernels that can run this op; the first is the cost model's pick, and where there
+  // are several (prompts on tensor cores) the search times them.
+  struct Candidate {
+    const Compiled* kernel;
+    int64_t rows;                            // query rows a block
+    std::string name;                        // in the search's log
+    TensorMap key_map = {}, value_map = {};  // the warpgroup kernels' copies' (by tile)
+  };
+  std::vector<Candidate> kernels;
   // Tensor cores where a tile of their rows shares each key head and they take the
   // types; each key and value row read in one 16-byte piece or more, and the scale
   // positive (it is applied after the max). On Hopper, warpgroup products first, where a
   // whole block's rows share each key head.
-  TensorMap key_map, value_map;
-  const WgmmaAttentionKernel wgmma = wgmma_attention_kernel(q_type, k_type, out_type, d, dv);
-  const bool takes_wgmma =
-      device_.compute_capability() == 90 && a.shared_rows >= kWgmmaAttentionRows && scale > 0 &&
-      wgmma_attention_supports(q_type, k_type, v_type, d, dv) && key_vec == 8 && value_vec == 8 &&
-      wgmma_attention_maps(a, k_data, v_data, d, dv, wgmma.keys, key_map, value_map);
-  const bool takes_mma = device_.compute_capability() >= 80 && a.shared_rows >= 16 && scale > 0 &&
-                         mma_attention_supports(q_type, k_type, v_type, d, dv) && key_vec == 8 &&
-                         value_vec == 8;
+  const bool tensor_rows = scale > 0 && key_vec == 8 && value_vec == 8;
+  std::vector<WgmmaAttentionKernel> wgmma;
+  if (device_.compute_capability() == 90 && tensor_rows &&
+      wgmma_attention_supports(q_type, k_type, v_type, d, dv))
+    for (const WgmmaAttentionKernel& w :
+         wgmma_attention_kernels(q_type, k_type, out_type, d, dv, keys))
+      if (a.shared_rows >= w.rows()) wgmma.push_back(w);
+  // (With the search off only the cost model's pick is compiled.)
+  const bool searching = searcher_.settings().mode != runtime::SearchMode::Off;
+  if (!searching && wgmma.size() > 1) wgmma.resize(1);
+  const bool takes_mma = device_.compute_capability() >= 80 && a.shared_rows >= 16 && tensor_rows &&
+                         mma_attention_supports(q_type, k_type, v_type, d, dv) &&
+                         (searching || wgmma.empty());
   const MmaAttentionKernel mma{q_type, k_type, v_type, out_type, d, dv};
   const std::string mma_key =
       takes_mma
           ? key_of({1, int64_t(q_type), int64_t(k_type), int64_t(v_type), int64_t(out_type), d, dv})
           : "";
-  // Where both will be timed and the second is not loaded yet, it compiles while the
-  // first does (NVRTC takes a second or more a module, on one core; compiled() then finds
-  // it in the kernel cache or waits for it).
+  auto wgmma_key = [&](const WgmmaAttentionKernel& w) {
+    return key_of({3, int64_t(q_type), int64_t(k_type), int64_t(out_type), d, dv, w.keys,
+                   w.key_stages, w.value_stages, w.consumers, w.blocks_per_sm});
+  };
+  // Where several will be timed, those after the first compile while it does (NVRTC
+  // takes a second or more a module, on one core; compiled() then finds them in the
+  // kernel cache or waits for them).
   std::vector<std::future<void>> compiling;
-  if (takes_wgmma && takes_mma) {
-    const auto loaded = kernels_.find(computed ? mma_key + computed->keep : mma_key);
-    if (loaded == kernels_.end() || !loaded->second.module)
-      compiling = compile_in_background(
-          {(computed ? computed->source : "") + mma_attention_source(mma)}, device_.arch());
+  if (wgmma.size() + (takes_mma ? 1 : 0) > 1) {
+    auto unloaded = [&](const std::string& key) {
+      const auto loaded = kernels_.find(computed ? key + computed->keep : key);
+      return loaded == kernels_.end() || !loaded->second.module;
+    };
+    const std::string mask_source = computed ? computed->source : "";
+    std::vector<std::string> sources;
+    for (size_t i = 1; i < wgmma.size(); ++i)
+      if (unloaded(wgmma_key(wgmma[i])))
+        sources.push_back(mask_source + wgmma_attention_source(wgmma[i]));
+    for (auto& f : compile_in_background(std::move(sources), device_.arch() + "a"))
+      compiling.push_back(std::move(f));
+    if (takes_mma && !wgmma.empty() && unloaded(mma_key))
+      for (auto& f :
+           compile_in_background({mask_source + mma_attention_source(mma)}, device_.arch()))
+        compiling.push_back(std::move(f));
   }
-  if (takes_wgmma) {
-    const std::string key = key_of({3, int64_t(q_type), int64_t(k_type), int64_t(out_type), d, dv,
-                                    wgmma.keys, wgmma.key_stages, wgmma.value_stages});
-    kernels.emplace_back(
-        &compiled(
-            key, computed, "lum_attention_wgmma", [&] { return wgmma_attention_source(wgmma); },
-            wgmma_attention_shared_bytes(wgmma), kWgmmaAttentionThreads, wgmma.keys),
-        kWgmmaAttentionRows);
+  for (const WgmmaAttentionKernel& w : wgmma) {
+    Candidate c{nullptr, w.rows(), w.describe()};
+    if (!wgmma_attention_maps(a, k_data, v_data, d, dv, w.keys, c.key_map, c.value_map)) continue;
+    c.kernel = &compiled(
+        wgmma_key(w), computed, "lum_attention_wgmma", [&] { return wgmma_attention_source(w); },
+        wgmma_attention_shared_bytes(w), w.threads(), w.keys, w.rows());
+    kernels.push_back(std::move(c));
   }
   if (takes_mma) {
-    kernels.emplace_back(
-        &compiled(
-            mma_key, computed, "lum_attention_mma", [&] { return mma_attention_source(mma); },
-            mma_attention_shared_bytes(mma)),
-        kMmaAttentionRows);
+    kernels.push_back(
+        {&compiled(
+             mma_key, computed, "lum_attention_mma", [&] { return mma_attention_source(mma); },
+             mma_attention_shared_bytes(mma)),
+         kMmaAttentionRows, "mma.sync, 64 rows a block"});
   }
   if (kernels.empty() && device_.compute_capability() >= 80 &&
       key_vec * static_cast<int>(dtype_size(k_type)) == 16 &&
@@ -472,12 +496,12 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
         q_type, k_type, v_type, out_type, d, dv, static_cast<int>(rows), tensor_cores};
     const std::string key = key_of({2, int64_t(q_type), int64_t(k_type), int64_t(v_type),
                                     int64_t(out_type), d, dv, rows, tensor_cores});
-    kernels.emplace_back(
-        &compiled(
-            key, computed, "lum_attention_stream", [&] { return stream_attention_source(spec); },
-            stream_attention_shared_bytes(spec), kAttentionThreads,
-            stream_attention_stage_keys(spec)),
-        rows);
+    kernels.push_back(
+        {&compiled(
+             key, computed, "lum_attention_stream", [&] { return stream_attention_source(spec); },
+             stream_attention_shared_bytes(spec), kAttentionThreads,
+             stream_attention_stage_keys(spec)),
+         rows, "streaming"});
   } else if (kernels.empty()) {
     AttentionKernel spec{q_type, k_type, v_type, out_type, d, dv, key_vec, value_vec, 1, 1};
     const int64_t key_vecs = d / spec.key_vec;
@@ -494,16 +518,16 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
     const std::string key =
         key_of({0, int64_t(q_type), int64_t(k_type), int64_t(v_type), int64_t(out_type), d, dv,
                 key_vec, value_vec, spec.lanes, rows});
-    kernels.emplace_back(&compiled(
-                             key, computed, "lum_attention", [&] { return attention_source(spec); },
-                             0, kAttentionThreads, kChunk),
-                         rows);
+    kernels.push_back({&compiled(
+                           key, computed, "lum_attention", [&] { return attention_source(spec); },
+                           0, kAttentionThreads, kChunk),
+                       rows, "CUDA cores"});
   }
   // One launch of kernel `c` (its mask pass and combine included), on a copy of the
   // arguments, which each kernel's rows complete.
-  auto launch = [&](const std::pair<const Compiled*, int64_t>& c, Args a) {
-    const Compiled* kernel = c.first;
-    const int64_t rows = c.second;
+  auto launch = [&](Candidate& c, Args a) {
+    const Compiled* kernel = c.kernel;
+    const int64_t rows = c.rows;
     a.row_tiles = (a.shared_rows + rows - 1) / rows;
 
     // Split the keys where (kv point, tile) pairs alone would leave SMs idle, into as many
@@ -528,7 +552,7 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
       a.arrivals = static_cast<unsigned*>(arrivals_.data());
     }
 
-    void* params[] = {&a, &key_map, &value_map};
+    void* params[] = {&a, &c.key_map, &c.value_map};
     const std::span<void*> args(params, 1);
     if (kernel->mask_tiles) {
       a.key_tiles = (keys + kernel->tile_keys - 1) / kernel->tile_keys;
@@ -567,10 +591,10 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
     }
   };
 
-  // Two kernels for a new shape: both are timed, the faster correct one kept (the cost
+  // Several kernels for a new shape: all are timed, the fastest correct one kept (the cost
   // model's pick, the first, unless the search is off).
   size_t pick = 0;
-  if (kernels.size() > 1 && searcher_.settings().mode != runtime::SearchMode::Off) {
+  if (kernels.size() > 1) {
     const ShapeKey shape{q_type, k_type, v_type,        out_type,  d,
                          dv,     keys,   a.shared_rows, kv_points, computed ? computed->keep : ""};
     if (const auto found = choice_.find(shape); found != choice_.end()) {
@@ -583,10 +607,8 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
       for (int64_t x : {d, dv, keys, a.shared_rows, kv_points})
         p.signature += " " + std::to_string(x);
       if (computed) p.signature += " computed-mask";
-      for (const auto& c : kernels)
-        p.candidates.push_back({c.second == kWgmmaAttentionRows ? "wgmma, 128 rows a block"
-                                                                : "mma.sync, 64 rows a block",
-                                [&, c] {
+      for (Candidate& c : kernels)
+        p.candidates.push_back({c.name, [&] {
                                   last_mask_pass_.clear();  // (each trial's time has its pass)
                                   launch(c, a);
                                 }});

@@ -91,7 +91,7 @@ class Attention {
   const Compiled& compiled(const std::string& key, const ComputedMask* mask,
                            const std::string& kernel, const std::function<std::string()>& source,
                            size_t shared_bytes, int threads = kAttentionThreads,
-                           int64_t tile_keys = kMmaAttentionKeys);
+                           int64_t tile_keys = kMmaAttentionKeys, int64_t tile_bit_rows = 0);
 
   const Device& device_;
   runtime::Searcher& searcher_;  // between the two tensor-core kernels of Hopper's prompts

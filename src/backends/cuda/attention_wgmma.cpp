@@ -5,7 +5,7 @@
 // the data moves and the products run, as flash-attention 3 lays out its forward pass.
 // Warpgroup 0 is the producer: one of its warps asks the TMA for each kept tile's keys
 // and values (64 or 128 rows) into rings of two stages, each stage with an mbarrier its
-// copies complete and one its consumers release it by. Warpgroups 1 and 2 consume, 64
+// copies complete and one its consumers release it by. Warpgroups 1 (and 2) consume, 64
 // query rows each, staged once into shared memory. Every tile is stored as panels of
 // 64 elements (128 bytes) a row, swizzled in 16-byte pieces (piece j of row r at
 // j ^ (r % 8)): what the TMA writes and the products' 128-byte swizzle mode reads, so
@@ -13,10 +13,12 @@
 // 64 x keys accumulator (queries and keys both read along the head dim); the weights go
 // back as the value product's A operand from registers, the values read across the
 // head dim (the instruction's transposed B). A consumer issues one tile's scores with
-// the previous tile's value product, and finds this tile's weights while they run; the
-// two consumers take turns issuing, so one's softmax overlaps the other's products.
+// the previous tile's value product, and finds this tile's weights while they run; two
+// consumers take turns issuing, so one's softmax overlaps the other's products. A block
+// of one consumer leaves that overlap to the other blocks on its SM.
 #include "backends/cuda/attention_wgmma.hpp"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -26,9 +28,14 @@ namespace luminal::cudagen {
 namespace {
 
 // Shared memory a block takes besides its tiles: the barriers (128 bytes), three offsets
-// a row, and 1 KiB to align the tiles to the swizzle pattern's 1024-byte period.
+// a row, and 1 KiB to align the tiles to the swizzle pattern's 1024-byte period; what an
+// SM has, and what it keeps of that for each block.
 constexpr int64_t kExtraBytes = 128 + 3 * kWgmmaAttentionRows * 8 + 1024;
-constexpr int64_t kMaxSharedBytes = 227 * 1024;
+constexpr int64_t kMaxSharedBytes = 227 * 1024, kSmSharedBytes = 228 * 1024,
+                  kBlockReservedBytes = 1024;
+// Registers: an SM's, and the producer warpgroup's a thread once it has given back the
+// rest to the consumers (setmaxnreg).
+constexpr int64_t kSmRegisters = 65536, kProducerRegisters = 24;
 
 constexpr const char* kSource = R"ATTN(
 constexpr int kWgQBytes = kFaRows * LUM_AT_D * 2;   // a tile of queries
@@ -39,7 +46,8 @@ constexpr int kWgQTiles = kWgSplit ? 2 : 1;
 constexpr int kWgKBytes = kFaKeys * LUM_AT_D * 2;   // a stage of keys
 constexpr int kWgVBytes = kFaKeys * LUM_AT_DV * 2;  // a stage of values
 constexpr int kWgKStages = LUM_WG_KEY_STAGES, kWgVStages = LUM_WG_VALUE_STAGES;
-constexpr int kWgConsumers = 256;                   // two warpgroups, the products'
+constexpr int kWgConsumers = 128 * LUM_WG_CONSUMERS;  // the products' threads
+constexpr bool kWgTurns = LUM_WG_CONSUMERS == 2;     // two consumers take turns issuing
 constexpr bool kWgBf16 = LUM_FA_KBF16;
 
 // Where the 16-byte piece `piece` of row r of a swizzled tile of `rows` rows lies, in
@@ -112,7 +120,7 @@ LUM_FN void lum_tma_load(uint32_t dst, const LumTensorMap& map, int c0, int c1, 
 
 // Barrier ids: 0 the block's, 1 and 2 each consumer warpgroup's turn to issue products,
 // 3 the consumers' own.
-extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS, 1)
+extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS, LUM_WG_BLOCKS)
     lum_attention_wgmma(const LumAttnArgs a, const __grid_constant__ LumTensorMap key_map,
                         const __grid_constant__ LumTensorMap value_map) {
   lum_after_prior_grids();
@@ -150,8 +158,8 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS, 1)
 
   if (warp < 4) {
     // The producer warpgroup: one warp asks for the kept tiles' keys and values, each
-    // into a stage once both consumer warpgroups have released it; the others leave.
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 24;");
+    // into a stage once its consumer warpgroups have released it; the others leave.
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(LUM_WG_PRODUCER_REGS));
     if (warp != 0) return;
     // The kv point in the maps' outer dims, innermost first.
     int c2 = 0, c3 = 0, c4 = 0;
@@ -192,7 +200,7 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS, 1)
     return;
   }
 
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 240;");
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(LUM_WG_CONSUMER_REGS));
   const int ctid = tid - 128, cw = ctid / 32, cwg = ctid / 128, g = lane / 4, t4 = lane % 4;
   long long qo, ko, vo, mo, oo;
   lum_at_point(a, point, qo, ko, vo, mo, oo);
@@ -285,18 +293,18 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS, 1)
   // last turn has nothing but the last one. The two warpgroups take turns issuing
   // products, so that one's softmax runs while the other's products do: warpgroup 0
   // goes first, and a warpgroup passes the turn on except after its last one
-  // (warpgroup 0 has none left then).
+  // (warpgroup 0 has none left then). A lone consumer issues whenever it is ready.
   // Keys are released as soon as their scores are in, values once their product is.
   int flags = 0;
   long long kt = tiles.next_kept(t_begin / kFaKeys, flags);
   if (kt < kt_end) {
-    if (cwg == 1) lum_bar_arrive(1, kWgConsumers);
+    if (kWgTurns && cwg == 1) lum_bar_arrive(1, kWgConsumers);
     LumWgStage k, v;  // this tile's keys, the tile before's values
     float alpha[2];
     lum_mb_wait(keys_in, 0);
-    lum_bar_sync(1 + cwg, kWgConsumers);
+    if (kWgTurns) lum_bar_sync(1 + cwg, kWgConsumers);
     scores(0);
-    lum_bar_arrive(2 - cwg, kWgConsumers);
+    if (kWgTurns) lum_bar_arrive(2 - cwg, kWgConsumers);
     lum_wg_wait<0>();
     lum_wg_hold(sc);
     if (lane == 0) lum_mb_arrive(keys_free);
@@ -307,10 +315,10 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS, 1)
     for (; kt < kt_end; kt = tiles.next_kept(kt + 1, flags)) {
       lum_mb_wait(keys_in + 8 * k.index, k.phase);
       lum_mb_wait(values_in + 8 * v.index, v.phase);
-      lum_bar_sync(1 + cwg, kWgConsumers);
+      if (kWgTurns) lum_bar_sync(1 + cwg, kWgConsumers);
       scores(k.index);
       values(v.index);
-      lum_bar_arrive(2 - cwg, kWgConsumers);
+      if (kWgTurns) lum_bar_arrive(2 - cwg, kWgConsumers);
       lum_wg_wait<1>();  // the scores (the values product may still run)
       lum_wg_hold(sc);
       if (lane == 0) lum_mb_arrive(keys_free + 8 * k.index);
@@ -324,9 +332,9 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS, 1)
     }
     // The last tile's values product.
     lum_mb_wait(values_in + 8 * v.index, v.phase);
-    lum_bar_sync(1 + cwg, kWgConsumers);
+    if (kWgTurns) lum_bar_sync(1 + cwg, kWgConsumers);
     values(v.index);
-    if (cwg == 0) lum_bar_arrive(2, kWgConsumers);
+    if (kWgTurns && cwg == 0) lum_bar_arrive(2, kWgConsumers);
     lum_wg_wait<0>();
     lum_wg_hold(o);
     if (lane == 0) lum_mb_arrive(values_free + 8 * v.index);
@@ -372,8 +380,25 @@ std::string wgmma_function(const std::string& name, int64_t n, bool a_in_registe
 
 int64_t tile_bytes(const WgmmaAttentionKernel& s) {
   const int64_t query_tiles = s.q == DType::F32 ? 2 : 1;
-  return 2 * (query_tiles * kWgmmaAttentionRows * s.d +
-              s.keys * (s.key_stages * s.d + s.value_stages * s.dv));
+  return 2 * (query_tiles * s.rows() * s.d + s.keys * (s.key_stages * s.d + s.value_stages * s.dv));
+}
+
+// Whether blocks_per_sm blocks of s fit on an SM's shared memory.
+bool fits(const WgmmaAttentionKernel& s) {
+  const int64_t block = tile_bytes(s) + kExtraBytes;
+  return block <= kMaxSharedBytes &&
+         s.blocks_per_sm * (block + kBlockReservedBytes) <= kSmSharedBytes;
+}
+
+// Registers a thread: at launch (as __launch_bounds__ lets ptxas use: the SM's share of a
+// block, in the allocation's steps of 8, at most 255), and each consumer's once the
+// producer has given back its own (at most 240, setmaxnreg's steps of 8).
+int64_t launch_registers(const WgmmaAttentionKernel& s) {
+  return std::min<int64_t>(kSmRegisters / (s.threads() * s.blocks_per_sm) / 8 * 8, 255);
+}
+int64_t consumer_registers(const WgmmaAttentionKernel& s) {
+  const int64_t pool = s.threads() * launch_registers(s) - 128 * kProducerRegisters;
+  return std::min<int64_t>(pool / (128 * s.consumers) / 8 * 8, 240);
 }
 
 }  // namespace
@@ -390,27 +415,51 @@ std::string wgmma_attention_source(const WgmmaAttentionKernel& s) {
                                wgmma_function("lum_wg_scores", s.keys, false, type) +
                                wgmma_function("lum_wg_values", s.dv, true, type);
   return attention_program({s.q, s.type, s.type, s.out, s.d, s.dv},
-                           {{"LUM_FA_ROWS", std::to_string(kWgmmaAttentionRows)},
+                           {{"LUM_FA_ROWS", std::to_string(s.rows())},
                             {"LUM_FA_KEYS", std::to_string(s.keys)},
                             {"LUM_FA_SPLIT", s.q == DType::F32 ? "1" : "0"},
                             {"LUM_FA_TILE_BITS", "1"},
                             {"LUM_WG_KEY_STAGES", std::to_string(s.key_stages)},
                             {"LUM_WG_VALUE_STAGES", std::to_string(s.value_stages)},
+                            {"LUM_WG_CONSUMERS", std::to_string(s.consumers)},
+                            {"LUM_WG_BLOCKS", std::to_string(s.blocks_per_sm)},
+                            {"LUM_WG_PRODUCER_REGS", std::to_string(kProducerRegisters)},
+                            {"LUM_WG_CONSUMER_REGS", std::to_string(consumer_registers(s))},
                             {"LUM_FA_PAIRED_OUT", s.out == s.type ? "1" : "0"}},
                            std::string(attention_tiles_source()) + products + kSource + "#endif\n",
-                           kWgmmaAttentionThreads);
+                           s.threads());
 }
 
 size_t wgmma_attention_shared_bytes(const WgmmaAttentionKernel& s) {
   return static_cast<size_t>(tile_bytes(s) + kExtraBytes);
 }
 
-WgmmaAttentionKernel wgmma_attention_kernel(DType q, DType type, DType out, int64_t d, int64_t dv) {
+std::string WgmmaAttentionKernel::describe() const {
+  return "wgmma, " + std::to_string(rows()) + " rows a block, " + std::to_string(keys) +
+         " keys a tile, " + std::to_string(blocks_per_sm) + " block" +
+         (blocks_per_sm > 1 ? "s" : "") + " an SM";
+}
+
+std::vector<WgmmaAttentionKernel> wgmma_attention_kernels(DType q, DType type, DType out, int64_t d,
+                                                          int64_t dv, int64_t keys) {
+  std::vector<WgmmaAttentionKernel> kernels;
   WgmmaAttentionKernel s{q, type, out, d, dv};
   // Split queries' second weights take the registers of half a tile of scores: ptxas
   // spilled 268 bytes at 128 keys.
-  if (q == DType::F32 || tile_bytes(s) + kExtraBytes > kMaxSharedBytes) s.keys = 64;
-  return s;
+  if (q == DType::F32 || !fits(s)) s.keys = 64;
+  kernels.push_back(s);
+  // One consumer: its scores, weights and outputs take (keys / 2 + keys / 4 + dv / 2)
+  // registers a thread (and split queries' second weights keys / 4), in the 232 of two
+  // blocks an SM, or in the 136 of three at 64 keys a tile and head dims of 64.
+  s.consumers = 1, s.blocks_per_sm = 2;
+  if (s.q != DType::F32) s.keys = 128;
+  if (!fits(s)) s.keys = 64;
+  if (fits(s)) kernels.push_back(s);
+  s.blocks_per_sm = 3, s.keys = 64;
+  if (q != DType::F32 && d <= 64 && dv <= 64 && fits(s)) kernels.push_back(s);
+  if (keys <= 1024 && kernels.size() > 1)
+    std::rotate(kernels.begin(), kernels.begin() + 1, kernels.end());
+  return kernels;
 }
 
 bool wgmma_attention_maps(const AttentionArgs& a, const void* k, const void* v, int64_t d,
