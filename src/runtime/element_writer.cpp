@@ -199,13 +199,17 @@ Expr ElementWriter::counter(const std::string& name, Expr size) {
 // Splits the flat counter `flat` (a C variable) into one counter per dim of `shape`,
 // declared once where it is called; dims of size 1 get index 0. The counters carry
 // their (symbolic) ranges, so index math over them simplifies without divisions.
+std::optional<size_t> innermost_dim(const std::vector<Expr>& shape) {
+  for (size_t d = shape.size(); d-- > 0;)
+    if (!(shape[d] == Expr(1))) return d;
+  return std::nullopt;
+}
+
 std::vector<Expr> ElementWriter::split_counter(const std::string& flat,
                                                const std::vector<Expr>& shape,
                                                const std::string& indent, const std::string& step) {
   const std::vector<Expr> parts = View::contiguous(shape).unflatten(Expr::var(flat));
-  size_t innermost = shape.size();
-  for (size_t d = 0; d < shape.size(); ++d)
-    if (!(shape[d] == Expr(1))) innermost = d;
+  const std::optional<size_t> innermost = innermost_dim(shape);
   std::vector<Expr> idx;
   for (size_t d = 0; d < shape.size(); ++d) {
     if (shape[d] == Expr(1)) {

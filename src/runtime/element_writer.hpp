@@ -38,6 +38,8 @@ std::string reduction_identity(Op op, DType t);
 std::string reduction_step(const Node& r, const std::string& acc, const std::string& v);
 /// Row-major flat index of a multi-index in `shape`.
 Expr flatten(const std::vector<Expr>& idx, const std::vector<Expr>& shape);
+/// The last dim of `shape` not of size 1 (adjacent flat indices step along it), or none.
+std::optional<size_t> innermost_dim(const std::vector<Expr>& shape);
 
 /// Scalar helpers both backends' kernels call, written in the C subset that g++ and
 /// NVRTC share. It expects each backend to have defined, before it: LUM_FN (how a helper

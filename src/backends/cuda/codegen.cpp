@@ -151,9 +151,8 @@ class KernelWriter : public runtime::ElementWriter {
     // differ only along it: their indices are split once, from the first, and what
     // depends on the outer dims alone (a padded copy's guard, its row's offset) is
     // computed once for the four.
-    std::optional<int64_t> innermost;
-    for (const Expr& d : root.shape)
-      if (!(d == Expr(1))) innermost = d.as_const();
+    const std::optional<size_t> inner = runtime::innermost_dim(root.shape);
+    const std::optional<int64_t> innermost = inner ? root.shape[*inner].as_const() : std::nullopt;
     const auto [vector_body, vector_store] = innermost && *innermost % kMapElements == 0
                                                  ? render("lum_o0", "lum_u")
                                                  : std::pair{body, store};

@@ -378,10 +378,10 @@ void CudnnConvolutions::run(const Convolution2d& c, DType t, int algorithm, cons
   const size_t bytes = p->workspace.at(algorithm);
   void* scratch = bytes ? grown(device_, workspace_, bytes) : nullptr;
   // What the call's kernels follow from: the convolution, the algorithm, the addresses.
-  std::string call = c.describe() + " " + std::string(dtype_name(t)) + " algorithm " +
-                     std::to_string(algorithm) + " scratch " + std::to_string(bytes);
-  for (const void* at : std::initializer_list<const void*>{x, w, y, scratch})
-    call.append(reinterpret_cast<const char*>(&at), sizeof at);
+  std::string call =
+      with_addresses(c.describe() + " " + std::string(dtype_name(t)) + " algorithm " +
+                         std::to_string(algorithm) + " scratch " + std::to_string(bytes),
+                     {x, w, y, scratch});
   device_.library_call(
       std::move(call), [this, p, algorithm, x, w, y, scratch, bytes](cudaStream_t stream) {
         const float one = 1, zero = 0;

@@ -69,6 +69,11 @@ cudaStream_t Device::stream() const {
   return stream_;
 }
 
+std::string with_addresses(std::string key, std::initializer_list<const void*> addresses) {
+  for (const void* at : addresses) key.append(reinterpret_cast<const char*>(&at), sizeof at);
+  return key;
+}
+
 void Device::library_call(std::string key, std::function<void(cudaStream_t)> enqueue) const {
   if (recorder_->recording())
     recorder_->library_call(std::move(key), std::move(enqueue));

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstddef>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <span>
 #include <string>
@@ -108,6 +109,9 @@ class Device {
 
 /// Why no device can be used, or "" when one can.
 std::string why_unavailable(int ordinal);
+
+/// `key` (a library call's, Device::library_call) followed by each address's bytes.
+std::string with_addresses(std::string key, std::initializer_list<const void*> addresses);
 
 /// The most device memory luminal's DeviceBuffers held at once in this process (weights,
 /// arenas, caches and scratch; not the CUDA context's own).

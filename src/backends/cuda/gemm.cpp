@@ -282,8 +282,7 @@ bool Gemm::run(const ConcreteView& a, const void* a_data, const ConcreteView& b,
     // What the call's kernels follow from: the plan, its algorithm, the addresses, beta.
     std::string call = key + (r ? ":beta 1" : ":beta 0");
     call.append(reinterpret_cast<const char*>(&plan->algo), sizeof plan->algo);
-    for (const void* at : std::initializer_list<const void*>{pa, pb, pr, pc, add.bias, scratch})
-      call.append(reinterpret_cast<const char*>(&at), sizeof at);
+    call = with_addresses(std::move(call), {pa, pb, pr, pc, add.bias, scratch});
     device_.library_call(std::move(call), [this, plan, pa, pb, pr, pc, bias = add.bias, scratch,
                                            scratch_bytes, beta = r ? 1.0f : 0.0f](cudaStream_t s) {
       const float one = 1;
