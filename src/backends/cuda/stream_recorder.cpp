@@ -165,10 +165,9 @@ void StreamRecorder::add(const Op& op) {
 }
 
 void StreamRecorder::library_call(std::string key, std::function<void(cudaStream_t)> enqueue) {
-  if (launched_ == segments_.size()) segments_.emplace_back();
-  const Segment& segment = segments_[launched_];
+  // (The segment this op goes into, where one was launched here before.)
+  const Segment* segment = launched_ < segments_.size() ? &segments_[launched_] : nullptr;
   const size_t at = now_.ops.size();
-  const std::vector<Op>& graphed = segment.graphed.ops;
   Op op;
   op.kind = Kind::Library;
   op.key = std::move(key);
@@ -177,8 +176,8 @@ void StreamRecorder::library_call(std::string key, std::function<void(cudaStream
   // (its node takes the new capture); a call like the graph's keeps its node (see update
   // and launch_segment), and one the graph lacks is captured if its segment is
   // instantiated, or called as the segment is queued.
-  if (segment.exec && at < graphed.size() && graphed[at].kind == Kind::Library &&
-      graphed[at].key != op.key)
+  if (segment && segment->exec && at < segment->graphed.ops.size() &&
+      segment->graphed.ops[at].kind == Kind::Library && segment->graphed.ops[at].key != op.key)
     capture(op);
   add(op);
 }
