@@ -360,12 +360,17 @@ def _convolution(n, x, w, b, stride, padding, dilation, transposed, output_paddi
     return conv(x, w, b, stride=stride[0], padding=padding[0], dilation=dilation[0], groups=groups)
 
 
-def _padded(x, axis, before, after):
-    """x with `before`/`after` zeros around `axis`, or that many elements cut where negative."""
-    if before < 0 or after < 0:
-        x = x.slice(axis=axis, start=max(-before, 0), end=x.shape[axis] - max(-after, 0))
-    if before > 0 or after > 0:
-        x = x.pad(axis=axis, before=max(before, 0), after=max(after, 0))
+def _padded(x, axis, before, after, value=0.0):
+    """x with `before`/`after` elements of `value` around `axis`, or that many elements cut
+    where negative (a symbolic amount pads)."""
+    cut = [-n if isinstance(n, int) and n < 0 else 0 for n in (before, after)]
+    if cut != [0, 0]:
+        size = x.shape[axis]
+        x = x.slice(axis=axis, start=cut[0],
+                    end=size - cut[1] if isinstance(size, int) else f"({size} - {cut[1]})")
+        before, after = (n + c if c else n for n, c in zip((before, after), cut))
+    if (before, after) != (0, 0):
+        x = x.pad(axis=axis, before=before, after=after, value=float(value))
     return x
 
 
@@ -753,9 +758,9 @@ def _expand(n, x, sizes, implicit=False):
 
 
 def _pad(n, x, pad, value=0.0):
+    """constant_pad_nd: pairs from the last axis back; a negative amount crops."""
     for i in range(len(pad) // 2):
-        x = x.pad(axis=len(x.shape) - 1 - i, before=pad[2 * i], after=pad[2 * i + 1],
-                  value=float(value))
+        x = _padded(x, len(x.shape) - 1 - i, pad[2 * i], pad[2 * i + 1], value)
     return x
 
 

@@ -156,8 +156,11 @@ CASES = [
     ("slicing", lambda x: (x[1:3], x[:, -2:], x[..., 1], x[-1], x[:, 1:-1, :2], x.narrow(2, 1, 2),
                            x.split(2, dim=1), x.split([1, 3], dim=1), x.chunk(2, -1)),
      (randn(4, 4, 4),)),
+    # Negative amounts crop (one side or both, alone or with padding on the other side).
     ("cat_pad", lambda x, y: (torch.cat([x, y], 1), torch.cat([x, x, y], -1),
-                              torch.stack([x, y]), F.pad(x, (1, 2)), F.pad(x, (0, 1, 2, 0), value=3.0)),
+                              torch.stack([x, y]), F.pad(x, (1, 2)), F.pad(x, (0, 1, 2, 0), value=3.0),
+                              F.pad(x, (-1, 2)), F.pad(x, (1, -1, -1, 0), value=2.0),
+                              F.pad(y, (-1, -1))),
      (randn(2, 3), randn(2, 3))),
     ("scatter_slices", lambda x, y: (torch.slice_scatter(x, y, 1, 1, 3),
                                      torch.select_scatter(x, y[:, 0], 1, -1)), (randn(3, 4), randn(3, 2))),
