@@ -429,12 +429,18 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
   // positive (it is applied after the max). On Hopper, warpgroup products first, where a
   // whole block's rows share each key head.
   const bool tensor_rows = scale > 0 && key_vec == 8 && value_vec == 8;
+  // (Those whose copies' tensor maps encode, by their tiles of keys, each with its maps.)
   std::vector<WgmmaAttentionKernel> wgmma;
+  std::vector<std::pair<TensorMap, TensorMap>> wgmma_maps;
   if (device_.compute_capability() == 90 && tensor_rows &&
       wgmma_attention_supports(q_type, k_type, v_type, d, dv))
     for (const WgmmaAttentionKernel& w :
-         wgmma_attention_kernels(q_type, k_type, out_type, d, dv, keys))
-      if (a.shared_rows >= w.rows()) wgmma.push_back(w);
+         wgmma_attention_kernels(q_type, k_type, out_type, d, dv, keys)) {
+      std::pair<TensorMap, TensorMap> maps;
+      if (a.shared_rows >= w.rows() &&
+          wgmma_attention_maps(a, k_data, v_data, d, dv, w.keys, maps.first, maps.second))
+        wgmma.push_back(w), wgmma_maps.push_back(maps);
+    }
   // (With the search off only the cost model's pick is compiled.)
   const bool searching = searcher_.settings().mode != runtime::SearchMode::Off;
   if (!searching && wgmma.size() > 1) wgmma.resize(1);
@@ -471,13 +477,13 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
            compile_in_background({mask_source + mma_attention_source(mma)}, device_.arch()))
         compiling.push_back(std::move(f));
   }
-  for (const WgmmaAttentionKernel& w : wgmma) {
-    Candidate c{nullptr, w.rows(), w.describe()};
-    if (!wgmma_attention_maps(a, k_data, v_data, d, dv, w.keys, c.key_map, c.value_map)) continue;
-    c.kernel = &compiled(
-        wgmma_key(w), computed, "lum_attention_wgmma", [&] { return wgmma_attention_source(w); },
-        wgmma_attention_shared_bytes(w), w.threads(), w.keys, w.rows());
-    kernels.push_back(std::move(c));
+  for (size_t i = 0; i < wgmma.size(); ++i) {
+    const WgmmaAttentionKernel& w = wgmma[i];
+    kernels.push_back({&compiled(
+                           wgmma_key(w), computed, "lum_attention_wgmma",
+                           [&] { return wgmma_attention_source(w); },
+                           wgmma_attention_shared_bytes(w), w.threads(), w.keys, w.rows()),
+                       w.rows(), w.describe(), wgmma_maps[i].first, wgmma_maps[i].second});
   }
   if (takes_mma) {
     kernels.push_back(
