@@ -374,6 +374,17 @@ def _padded(x, axis, before, after, value=0.0):
     return x
 
 
+def _spread(x, axis, s):
+    """x with s - 1 zeros after each element along `axis` but the last (a stride undone)."""
+    if s == 1:
+        return x
+    length = x.shape[axis]
+    x = x.unsqueeze(axis=axis + 1).pad(axis=axis + 1, before=0, after=s - 1)
+    shape = list(x.shape)
+    x = x.reshape(tuple(shape[:axis]) + (length * s,) + tuple(shape[axis + 2:]))
+    return x.slice(axis=axis, start=0, end=(length - 1) * s + 1)
+
+
 def _correlation_input_gradient(grad, w, x_shape, s, p, d, g):
     """The gradient of a convolution's input x (of `x_shape`; weight w, stride s, padding
     p, dilation d, g groups) from its output's: the output's gradient spread out by s
@@ -384,12 +395,7 @@ def _correlation_input_gradient(grad, w, x_shape, s, p, d, g):
     c_in, c_out, kernel = x_shape[1], w.shape[0], w.shape[2:]
     spread = grad
     for axis in spatial:
-        if s > 1:  # (each element followed by s - 1 zeros, the last ones cut)
-            length = spread.shape[axis]
-            spread = spread.unsqueeze(axis=axis + 1).pad(axis=axis + 1, before=0, after=s - 1)
-            shape = list(spread.shape)
-            spread = spread.reshape(tuple(shape[:axis]) + (length * s,) + tuple(shape[axis + 2:]))
-            spread = spread.slice(axis=axis, start=0, end=(length - 1) * s + 1)
+        spread = _spread(spread, axis, s)
         k, size = kernel[axis - 2], x_shape[axis]
         reach = d * (k - 1) - p
         past = size + 2 * p - d * (k - 1) - 1 - (grad.shape[axis] - 1) * s
@@ -455,6 +461,7 @@ def _pool_args(kernel, stride, padding):
 
 def _max_pool(n, x, kernel, stride=(), padding=(0,), dilation=(1,), ceil_mode=False):
     args = _pool_args(kernel, stride, padding)
+    image = x
     if ceil_mode:  # the windows that start in the image: -inf past its end for the last
         k, s, p = args["kernel_size"], args["stride"], args["padding"]
         for axis in range(2, len(x.shape)):
@@ -465,7 +472,59 @@ def _max_pool(n, x, kernel, stride=(), padding=(0,), dilation=(1,), ceil_mode=Fa
             extra = (windows - 1) * s + k - (size + 2 * p)
             if extra > 0:
                 x = x.pad(axis=axis, before=0, after=extra, value=-math.inf)
-    return MAX_POOLS[len(x.shape)](x, **args), None
+    values = MAX_POOLS[len(x.shape)](x, **args)
+    wanted = any(u.target is operator.getitem and u.args[1] == 1 for u in n.fx.users)
+    return values, _max_positions(n, x, values, image.shape[3], **args) if wanted else None
+
+
+def _pool_taps(k, s, p, out_h, out_w, width):
+    """A 2-D pooling's k x k taps, the last first: (i, j, where tap (i, j) of each of the
+    out_h x out_w windows lies in an image plane `width` wide, as the flat h * width + w
+    of an iota expression)."""
+    for i in reversed(range(k)):
+        for j in reversed(range(k)):
+            yield i, j, f"(z / {out_w} * {s} + {i - p}) * {width} + z % {out_w} * {s} + {j - p}"
+
+
+def _max_positions(n, x, values, width, kernel_size, stride, padding):
+    """Max pooling's indices (2-D): where each window's maximum lies in its image plane,
+    h * width + w, the first of equal maxima in the window's row-major order as PyTorch
+    picks it. Each tap of the windows is compared with their maxima, the last taps first,
+    so that an earlier one's match replaces a later one's."""
+    k, s, p = kernel_size, stride, padding
+    out_h, out_w = values.shape[2], values.shape[3]
+    padded = x
+    for axis in (2, 3):
+        padded = padded.pad(axis=axis, before=p, after=p, value=-math.inf)
+    found = None
+    for i, j, at in _pool_taps(k, s, p, out_h, out_w, width):
+        tap = _every(_every(padded, 2, i, out_h, s), 3, j, out_w, s)
+        position = n.g.iota(at, (out_h, out_w), lm.int64)
+        found = position.expand(*values.shape) if found is None else lm.where(
+            tap == values, position, found)
+    return found
+
+
+def _max_pool_backward(n, grad, x, kernel, stride=(), padding=(0,), dilation=(1,),
+                       ceil_mode=False, indices=None):
+    """max_pool2d_with_indices_backward: each window's gradient to where its maximum lay
+    (the forward's indices). Tap by tap, the windows whose maximum is that tap give their
+    gradient, spread out by the stride and shifted to the tap's place in the padded image;
+    the taps' sum, cut back to the image, is the input's gradient (windows overlapping
+    where the stride is below the kernel add up, as PyTorch's scatter-add does)."""
+    args = _pool_args(kernel, stride, padding)
+    k, s, p = args["kernel_size"], args["stride"], args["padding"]
+    (height, width), (out_h, out_w) = x.shape[2:], grad.shape[2:]
+    span = [max(size + 2 * p, (o - 1) * s + k) for size, o in ((height, out_h), (width, out_w))]
+    total = None
+    for i, j, at in _pool_taps(k, s, p, out_h, out_w, width):
+        hit = indices == n.g.iota(at, (out_h, out_w), indices.dtype)
+        part = lm.where(hit, grad, 0.0)
+        for axis, start, size in ((2, i, span[0]), (3, j, span[1])):
+            part = _spread(part, axis, s)
+            part = part.pad(axis=axis, before=start, after=size - start - part.shape[axis])
+        total = part if total is None else total + part
+    return total.slice(axis=2, start=p, end=p + height).slice(axis=3, start=p, end=p + width)
 
 
 def _avg_pool(n, x, kernel, stride=(), padding=(0,), ceil_mode=False, count_include_pad=True,
@@ -673,16 +732,20 @@ def _slice(n, x, dim=0, start=None, end=None, step=1):
         start = max(size + start, 0) if isinstance(size, int) else f"max({size} + {start}, 0)"
     if step == 1:
         return x.slice(axis=dim, start=start, end=_add(start, n.shape[dim]))
-    # Every step-th row (sizes known): the rows from start, padded to a whole number of
-    # steps, split into [length, step], and the first of each step kept.
-    dim, length = dim % len(x.shape), n.shape[dim]
+    return _every(x, dim % len(x.shape), start, n.shape[dim], step)
+
+
+def _every(x, axis, start, length, step):
+    """`length` rows of x along `axis` from `start`, `step` apart (sizes known): the rows
+    from start, padded to a whole number of steps, split into [length, step], and the
+    first of each step kept."""
     span = length * step
-    x = x.slice(axis=dim, start=start, end=min(start + span, x.shape[dim]))
-    if x.shape[dim] < span:
-        x = x.pad(axis=dim, before=0, after=span - x.shape[dim])  # (never read)
+    x = x.slice(axis=axis, start=start, end=min(start + span, x.shape[axis]))
+    if x.shape[axis] < span:
+        x = x.pad(axis=axis, before=0, after=span - x.shape[axis])  # (never read)
     shape = tuple(x.shape)
-    x = x.reshape(shape[:dim] + (length, step) + shape[dim + 1:])
-    return x.slice(axis=dim + 1, start=0, end=1).squeeze(axis=dim + 1)
+    x = x.reshape(shape[:axis] + (length, step) + shape[axis + 1:])
+    return x.slice(axis=axis + 1, start=0, end=1).squeeze(axis=axis + 1)
 
 
 def _as_strided(n, x, size, stride, storage_offset=None):
@@ -1192,6 +1255,7 @@ TABLE = {
     aten.avg_pool2d_backward.default: _avg_pool_backward,
     aten._adaptive_avg_pool2d_backward.default: _adaptive_avg_pool_backward,
     aten.max_pool2d_with_indices.default: _max_pool,
+    aten.max_pool2d_with_indices_backward.default: _max_pool_backward,
     aten.max_pool3d_with_indices.default: _max_pool,
     aten.avg_pool2d.default: _avg_pool,
     aten.avg_pool3d.default: _avg_pool,
@@ -1256,16 +1320,28 @@ def _flip(x, dims):
     return x
 
 
-# Outputs of multi-output ops that luminal does not compute (max pooling's indices): a node
-# reading one stays in PyTorch, and so does the op.
-MISSING_OUTPUTS = {aten.max_pool2d_with_indices.default: {1},
-                   aten._embedding_bag.default: {1, 2, 3},
+# Outputs of multi-output ops that luminal does not compute (3-D max pooling's indices; 2-D
+# ones over image planes of symbolic size): a node reading one stays in PyTorch, and so does
+# the op. An entry is the outputs, or a function of the op's traced arguments giving them.
+MISSING_OUTPUTS = {aten._embedding_bag.default: {1, 2, 3},
                    aten._embedding_bag_forward_only.default: {1, 2, 3},
                    aten.max_pool3d_with_indices.default: {1},
+                   aten.max_pool2d_with_indices.default: lambda x, *_: set() if _static(
+                       x.shape[2:]) else {1},
                    aten._scaled_dot_product_efficient_attention.default: set(range(1, 4)),
                    aten._scaled_dot_product_cudnn_attention.default: set(range(1, 9)),
                    aten._scaled_dot_product_flash_attention.default: set(range(1, 9)),
                    aten._scaled_dot_product_flash_attention_for_cpu.default: {1}}
+
+
+def missing_outputs(node):
+    """The outputs of FX node `node` (an op's call) that luminal does not compute."""
+    missing = MISSING_OUTPUTS.get(node.target, set())
+    if callable(missing):
+        meta = torch.fx.node.map_aggregate(
+            node.args, lambda a: a.meta.get("val") if isinstance(a, torch.fx.Node) else a)
+        missing = missing(*meta)
+    return missing
 
 
 def _meta_dtype(v):
@@ -1300,10 +1376,15 @@ SUPPORTED_IF = {
     _ints_equal(stride, padding, dilation) and _static(x.shape) and _static(grad.shape),
     aten.convolution.default: lambda x, w, b, stride, padding, dilation, transposed, output_padding,
     groups: not transposed and len(stride) in (1, 2, 3) and _ints_equal(stride, dilation),
-    **{op: lambda x, kernel, stride=(), padding=(0,), dilation=(1,), ceil_mode=False:
-       (not ceil_mode or _static(x.shape[2:])) and all(d == 1 for d in dilation) and
-       _ints_equal(kernel, stride, padding)
-       for op in (aten.max_pool2d_with_indices.default, aten.max_pool3d_with_indices.default)},
+    aten.max_pool2d_with_indices.default: lambda x, kernel, stride=(), padding=(0,),
+    dilation=(1,), ceil_mode=False: len(x.shape) == 4 and (not ceil_mode or _static(
+        x.shape[2:])) and all(d == 1 for d in dilation) and _ints_equal(kernel, stride, padding),
+    aten.max_pool3d_with_indices.default: lambda x, kernel, stride=(), padding=(0,),
+    dilation=(1,), ceil_mode=False: (not ceil_mode or _static(x.shape[2:])) and
+    all(d == 1 for d in dilation) and _ints_equal(kernel, stride, padding),
+    aten.max_pool2d_with_indices_backward.default: lambda grad, x, kernel, stride, padding,
+    dilation, ceil_mode, indices: len(x.shape) == 4 and _static(x.shape) and _static(grad.shape) and
+    all(d == 1 for d in dilation) and _ints_equal(kernel, stride, padding),
     **{op: lambda x, kernel, stride=(), padding=(0,), ceil_mode=False, count_include_pad=True,
        divisor_override=None: not ceil_mode and divisor_override is None and
        (count_include_pad or not any(padding)) and _ints_equal(kernel, stride, padding)

@@ -22,8 +22,8 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupport
 
 from . import _luminal as lm
-from .aten import (DTYPES, MISSING_OUTPUTS, SIZE_OPS, SUPPORTED_IF, TABLE, Node, dim_text,
-                   expressible_size)
+from .aten import (DTYPES, SIZE_OPS, SUPPORTED_IF, TABLE, Node, dim_text, expressible_size,
+                   missing_outputs)
 
 OPTIONS = {"strict": "raise luminal.Error naming an op without a translation (default: "
                      "run it in PyTorch with a warning)"}
@@ -90,17 +90,17 @@ def _supported(n):
         return False
     if n.target is operator.getitem:
         src = n.args[0]
-        return _supported(src) and n.args[1] not in MISSING_OUTPUTS.get(src.target, ())
+        return _supported(src) and n.args[1] not in missing_outputs(src)
     val = n.meta.get("val")
     if n.target in SIZE_OPS:
         return expressible_size(val)
-    missing = MISSING_OUTPUTS.get(n.target, ())
+    missing = missing_outputs(n)
     vals = [v for i, v in enumerate(val) if i not in missing] if isinstance(
         val, (tuple, list)) else [val]
     if not all(isinstance(v, torch.Tensor) and v.dtype in DTYPES for v in vals if v is not None):
         return False
     if any(u.target is operator.getitem and
-           u.args[1] in MISSING_OUTPUTS.get(n.target, ()) for u in n.users):
+           u.args[1] in missing for u in n.users):
         return False
     check = SUPPORTED_IF.get(n.target)
     args = torch.fx.node.map_aggregate(n.args, _meta)

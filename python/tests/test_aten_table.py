@@ -149,6 +149,13 @@ CASES = [
                                  x.mean(2, keepdim=True).as_strided((2, 3, 1), (3, 1, 3))),
      (randn(2, 5, 4),)),
     # Windows of max pooling rounding up: those starting in the image count.
+    # Max pooling's indices (the first of equal maxima: the rounded, ReLU'd image has many),
+    # padded, overlapping, with ceil mode.
+    ("max_pool_indices", lambda x: (F.max_pool2d(x, 3, 2, 1, return_indices=True),
+                                    F.max_pool2d(x.round().relu(), 3, 1, 1, return_indices=True),
+                                    F.max_pool2d(x, 2, return_indices=True),
+                                    F.max_pool2d(x, 3, 2, ceil_mode=True, return_indices=True)),
+     (randn(2, 3, 11, 13),)),
     ("pooling_ceil_mode", lambda x: (F.max_pool2d(x, 3, 2, ceil_mode=True),
                                      F.max_pool2d(x, 2, 2, 1, ceil_mode=True),
                                      F.max_pool2d(x, 3, 3, ceil_mode=True)), (randn(2, 3, 11, 13),)),
@@ -315,6 +322,7 @@ NOT_REACHED_HERE = {A.lift_fresh_copy.default, A.alias.default, operator.getitem
                     # gradients
                     A.convolution_backward.default, A.avg_pool2d_backward.default,
                     A._adaptive_avg_pool2d_backward.default,
+                    A.max_pool2d_with_indices_backward.default,
                     # the GPU's dispatch: test_torch_compile_gpu.py
                     A._scaled_dot_product_efficient_attention.default,
                     A._scaled_dot_product_cudnn_attention.default,

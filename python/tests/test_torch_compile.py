@@ -300,10 +300,18 @@ def test_convolution_gradients_match_eager(x_shape, w_shape, options):
     lambda x: F.avg_pool2d(x, 3, stride=1, padding=1),
     lambda x: F.adaptive_avg_pool2d(x, (3, 5)),
     lambda x: F.adaptive_avg_pool2d(x, (4, 4)),
-], ids=["2x2", "3x3_stride_2_padded", "3x3_stride_1_padded", "adaptive_uneven", "adaptive_even"])
-def test_average_pooling_gradients_match_eager(pool):
-    """The backward graph's avg_pool2d_backward and _adaptive_avg_pool2d_backward run in
-    luminal (strict), the input's gradient eager's."""
+    lambda x: F.max_pool2d(x, 2),
+    lambda x: F.max_pool2d(x, 3, stride=2, padding=1),
+    lambda x: F.max_pool2d(x.round().relu(), 3, stride=1, padding=1),
+    lambda x: F.max_pool2d(x, 3, stride=2, ceil_mode=True),
+], ids=["avg_2x2", "avg_3x3_stride_2_padded", "avg_3x3_stride_1_padded", "adaptive_uneven",
+        "adaptive_even", "max_2x2", "max_3x3_stride_2_padded", "max_3x3_stride_1_ties",
+        "max_3x3_ceil_mode"])
+def test_pooling_gradients_match_eager(pool):
+    """The backward graph's avg_pool2d_backward, _adaptive_avg_pool2d_backward and
+    max_pool2d_with_indices_backward (with the forward's indices) run in luminal (strict),
+    the input's gradient eager's: a max pool's windows give theirs where eager's do,
+    overlapping windows' added, equal maxima (a rounded, ReLU'd image) to the first."""
     def loss(x):
         return pool(x).sin().sum()
 
