@@ -91,6 +91,11 @@ def _sympy_text(e):
     raise NotImplementedError(f"the symbolic size {e} has no luminal expression")
 
 
+def traced(a):
+    """An FX node's value as traced (its meta's "val"); anything else as it is."""
+    return a.meta.get("val") if isinstance(a, torch.fx.Node) else a
+
+
 class Node:
     """An FX node being translated: the luminal graph it goes into, and its traced result."""
 
@@ -112,7 +117,7 @@ class Node:
     def promoted(self):
         """The dtype PyTorch computes a binary op's two arguments in (torch.result_type)."""
         def stand_in(v):  # an empty tensor of the dtype, 0-d where the argument is
-            v = v.meta.get("val") if isinstance(v, torch.fx.Node) else v
+            v = traced(v)
             return torch.empty((1,) * min(v.dim(), 1), dtype=v.dtype) if isinstance(
                 v, torch.Tensor) else v
         return torch.result_type(stand_in(self.fx.args[0]), stand_in(self.fx.args[1]))
@@ -1338,9 +1343,7 @@ def missing_outputs(node):
     """The outputs of FX node `node` (an op's call) that luminal does not compute."""
     missing = MISSING_OUTPUTS.get(node.target, set())
     if callable(missing):
-        meta = torch.fx.node.map_aggregate(
-            node.args, lambda a: a.meta.get("val") if isinstance(a, torch.fx.Node) else a)
-        missing = missing(*meta)
+        missing = missing(*torch.fx.node.map_aggregate(node.args, traced))
     return missing
 
 

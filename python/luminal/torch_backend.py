@@ -23,7 +23,7 @@ from torch.fx.passes.operator_support import OperatorSupport
 
 from . import _luminal as lm
 from .aten import (DTYPES, SIZE_OPS, SUPPORTED_IF, TABLE, Node, dim_text, expressible_size,
-                   missing_outputs)
+                   missing_outputs, traced)
 
 OPTIONS = {"strict": "raise luminal.Error naming an op without a translation (default: "
                      "run it in PyTorch with a warning)"}
@@ -81,10 +81,6 @@ def _compile(gm, example_inputs, strict):
     return make_boxed_func(run)
 
 
-def _meta(a):
-    return a.meta.get("val") if isinstance(a, torch.fx.Node) else a
-
-
 def _supported(n):
     if n.op != "call_function" or n.target not in TABLE:
         return False
@@ -103,8 +99,8 @@ def _supported(n):
            u.args[1] in missing for u in n.users):
         return False
     check = SUPPORTED_IF.get(n.target)
-    args = torch.fx.node.map_aggregate(n.args, _meta)
-    kwargs = torch.fx.node.map_aggregate(n.kwargs, _meta)
+    args = torch.fx.node.map_aggregate(n.args, traced)
+    kwargs = torch.fx.node.map_aggregate(n.kwargs, traced)
     return check is None or bool(check(*args, **kwargs))
 
 
