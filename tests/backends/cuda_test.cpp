@@ -887,6 +887,58 @@ TEST(Cuda, AttentionsOverOneMaskShareItsTiles) {
   }
 }
 
+// A computed (causal) mask's tiles follow from its dims: a run over the dims of the run
+// before reads the tiles that run's pass wrote, a run over other dims works them out
+// again (past 0, 64, then 0 again), and every output equals the reference interpreter's.
+TEST(Cuda, ComputedMasksKeepTheirTilesAcrossRunsOverTheSameDims) {
+  SKIP_WITHOUT_GPU();
+  const testing::ScopedEnv mode("LUMINAL_SEARCH", "off");  // no trials in the first run
+  const int64_t heads = 4, seq = 128, d = 64;
+  const Expr past = Expr::var("past");
+  struct Model {
+    Graph cx;
+    Tensor q, k, v, y;
+  };
+  auto build = [&](Model& m) {
+    m.q = m.cx.named_tensor("q", {heads, seq, d}, DType::BF16);
+    m.k = m.cx.named_tensor("k", {heads, past + seq, d}, DType::BF16);
+    m.v = m.cx.named_tensor("v", {heads, past + seq, d}, DType::BF16);
+    const Tensor scores = m.q.matmul(m.k.transpose(-1, -2)) * 0.125;
+    m.y = where(nn::causal_mask(m.cx, seq, past), scores, -std::numeric_limits<double>::infinity())
+              .softmax(-1)
+              .matmul(m.v)
+              .retrieve();
+  };
+  Model ref, gpu;
+  build(ref);
+  build(gpu);
+  ref.cx.compile(reference());
+  gpu.cx.compile(cuda());
+  std::mt19937 rng(12);
+  auto random = [&](int64_t n) {
+    const std::vector<float> x = testing::uniform_floats(rng, static_cast<size_t>(n), -2.0f, 2.0f);
+    return Buffer::from_doubles(std::vector<double>(x.begin(), x.end()), DType::BF16);
+  };
+  const std::vector<int64_t> pasts = {0, 0, 64, 64, 64, 0, 0};
+  for (size_t run = 0; run < pasts.size(); ++run) {
+    const int64_t total = pasts[run] + seq;
+    const Buffer q = random(heads * seq * d), k = random(heads * total * d),
+                 v = random(heads * total * d);
+    for (Model* m : {&ref, &gpu}) {
+      m->cx.set_dim("past", pasts[run]);
+      m->q.set_buffer(q);
+      m->k.set_buffer(k);
+      m->v.set_buffer(v);
+      m->cx.execute();
+    }
+    const std::vector<float> want = ref.y.to_f32(), got = gpu.y.to_f32();
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_NEAR(got[i], want[i], 0.05 * (1 + std::fabs(want[i])))
+          << "run " << run << " (past " << pasts[run] << "), element " << i;
+  }
+}
+
 // Values whose sizes follow a dim keep the places planned for them while they grow by
 // less than their headroom (a decoding step's), and are planned again when one outgrows
 // its place or the dim falls back: every run's values are right either way.

@@ -422,75 +422,99 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
     int64_t rows;                            // query rows a block
     std::string name;                        // in the search's log
     TensorMap key_map = {}, value_map = {};  // the warpgroup kernels' copies' (by tile)
+    size_t option = 0;                       // its index among the shape's options (choice_)
   };
   std::vector<Candidate> kernels;
   // Tensor cores where a tile of their rows shares each key head and they take the
   // types; each key and value row read in one 16-byte piece or more, and the scale
   // positive (it is applied after the max). On Hopper, warpgroup products first, where a
-  // whole block's rows share each key head.
+  // whole block's rows share each key head. The options, in the cost model's order: the
+  // warpgroup kernels, then the sm_80 one (which hold for a shape does not depend on
+  // where its tensors are, so a shape's choice names one by its index).
   const bool tensor_rows = scale > 0 && key_vec == 8 && value_vec == 8;
-  // (Those whose copies' tensor maps encode, by their tiles of keys, each with its maps.)
   std::vector<WgmmaAttentionKernel> wgmma;
-  std::vector<std::pair<TensorMap, TensorMap>> wgmma_maps;
   if (device_.compute_capability() == 90 && tensor_rows &&
       wgmma_attention_supports(q_type, k_type, v_type, d, dv))
     for (const WgmmaAttentionKernel& w :
-         wgmma_attention_kernels(q_type, k_type, out_type, d, dv, keys)) {
-      std::pair<TensorMap, TensorMap> maps;
-      if (a.shared_rows >= w.rows() &&
-          wgmma_attention_maps(a, k_data, v_data, d, dv, w.keys, maps.first, maps.second))
-        wgmma.push_back(w), wgmma_maps.push_back(maps);
-    }
-  // (With the search off only the cost model's pick is compiled.)
-  const bool searching = searcher_.settings().mode != runtime::SearchMode::Off;
-  if (!searching && wgmma.size() > 1) wgmma.resize(1);
-  const bool takes_mma = device_.compute_capability() >= 80 && a.shared_rows >= 16 && tensor_rows &&
-                         mma_attention_supports(q_type, k_type, v_type, d, dv) &&
-                         (searching || wgmma.empty());
+         wgmma_attention_kernels(q_type, k_type, out_type, d, dv, keys))
+      if (a.shared_rows >= w.rows()) wgmma.push_back(w);
+  const bool mma_fits = device_.compute_capability() >= 80 && a.shared_rows >= 16 && tensor_rows &&
+                        mma_attention_supports(q_type, k_type, v_type, d, dv);
   const MmaAttentionKernel mma{q_type, k_type, v_type, out_type, d, dv};
   const std::string mma_key =
-      takes_mma
+      mma_fits
           ? key_of({1, int64_t(q_type), int64_t(k_type), int64_t(v_type), int64_t(out_type), d, dv})
           : "";
   auto wgmma_key = [&](const WgmmaAttentionKernel& w) {
     return key_of({3, int64_t(q_type), int64_t(k_type), int64_t(out_type), d, dv, w.keys,
                    w.key_stages, w.value_stages, w.consumers, w.blocks_per_sm});
   };
+  // Option i (the warpgroup kernel's) holds where its copies' tensor maps encode for these
+  // tensors (their addresses' alignment counts); the last (the sm_80 kernel) always.
+  struct Option {
+    size_t index;
+    TensorMap key_map = {}, value_map = {};
+  };
+  auto encodes = [&](Option& o) {
+    if (o.index == wgmma.size()) return mma_fits;
+    return o.index < wgmma.size() &&
+           wgmma_attention_maps(a, k_data, v_data, d, dv, wgmma[o.index].keys, o.key_map,
+                                o.value_map);
+  };
+  const ShapeKey shape{q_type, k_type, v_type,        out_type,  d,
+                       dv,     keys,   a.shared_rows, kv_points, computed ? computed->keep : ""};
+  const auto chosen = choice_.find(shape);
+  const bool searching = searcher_.settings().mode != runtime::SearchMode::Off;
+  std::vector<Option> options;
+  if (chosen != choice_.end())  // a shape the search has seen runs its winner alone
+    if (Option o{chosen->second}; encodes(o)) options.push_back(o);
+  if (options.empty()) {
+    for (size_t i = 0; i < wgmma.size(); ++i)
+      // (With the search off only the cost model's pick is compiled.)
+      if (Option o{i}; encodes(o)) {
+        options.push_back(o);
+        if (!searching) break;
+      }
+    if (mma_fits && (searching || options.empty())) options.push_back({wgmma.size()});
+  }
   // Where several will be timed, those after the first compile while it does (NVRTC
   // takes a second or more a module, on one core; compiled() then finds them in the
   // kernel cache or waits for them).
   std::vector<std::future<void>> compiling;
-  if (wgmma.size() + (takes_mma ? 1 : 0) > 1) {
-    auto unloaded = [&](const std::string& key) {
-      const auto loaded = kernels_.find(computed ? key + computed->keep : key);
-      return loaded == kernels_.end() || !loaded->second.module;
-    };
+  if (options.size() > 1) {
     const std::string mask_source = computed ? computed->source : "";
-    std::vector<std::string> sources;
-    for (size_t i = 1; i < wgmma.size(); ++i)
-      if (unloaded(wgmma_key(wgmma[i])))
-        sources.push_back(mask_source + wgmma_attention_source(wgmma[i]));
-    for (auto& f : compile_in_background(std::move(sources), device_.arch() + "a"))
-      compiling.push_back(std::move(f));
-    if (takes_mma && !wgmma.empty() && unloaded(mma_key))
-      for (auto& f :
-           compile_in_background({mask_source + mma_attention_source(mma)}, device_.arch()))
+    std::vector<std::string> wgmma_sources, mma_sources;
+    for (size_t i = 1; i < options.size(); ++i) {
+      const bool is_mma = options[i].index == wgmma.size();
+      const std::string key = is_mma ? mma_key : wgmma_key(wgmma[options[i].index]);
+      const auto loaded = kernels_.find(computed ? key + computed->keep : key);
+      if (loaded != kernels_.end() && loaded->second.module) continue;
+      if (is_mma)
+        mma_sources.push_back(mask_source + mma_attention_source(mma));
+      else
+        wgmma_sources.push_back(mask_source + wgmma_attention_source(wgmma[options[i].index]));
+    }
+    for (auto [sources, arch] :
+         {std::pair{&wgmma_sources, device_.arch() + "a"}, std::pair{&mma_sources, device_.arch()}})
+      for (auto& f : compile_in_background(std::move(*sources), arch))
         compiling.push_back(std::move(f));
   }
-  for (size_t i = 0; i < wgmma.size(); ++i) {
-    const WgmmaAttentionKernel& w = wgmma[i];
+  for (const Option& o : options) {
+    if (o.index == wgmma.size()) {
+      Candidate c{&compiled(
+                      mma_key, computed, "lum_attention_mma",
+                      [&] { return mma_attention_source(mma); }, mma_attention_shared_bytes(mma)),
+                  kMmaAttentionRows, "mma.sync, 64 rows a block"};
+      c.option = o.index;
+      kernels.push_back(std::move(c));
+      continue;
+    }
+    const WgmmaAttentionKernel& w = wgmma[o.index];
     kernels.push_back({&compiled(
                            wgmma_key(w), computed, "lum_attention_wgmma",
                            [&] { return wgmma_attention_source(w); },
                            wgmma_attention_shared_bytes(w), w.threads(), w.keys, w.rows()),
-                       w.rows(), w.describe(), wgmma_maps[i].first, wgmma_maps[i].second});
-  }
-  if (takes_mma) {
-    kernels.push_back(
-        {&compiled(
-             mma_key, computed, "lum_attention_mma", [&] { return mma_attention_source(mma); },
-             mma_attention_shared_bytes(mma)),
-         kMmaAttentionRows, "mma.sync, 64 rows a block"});
+                       w.rows(), w.describe(), o.key_map, o.value_map, o.index});
   }
   if (kernels.empty() && device_.compute_capability() >= 80 &&
       key_vec * static_cast<int>(dtype_size(k_type)) == 16 &&
@@ -581,6 +605,7 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
                              dim3(static_cast<unsigned>(kernel->threads)), args, 0),
               "launching attention's pass over the mask");
         last_mask_pass_ = std::move(pass);
+        last_pass_read_values_ = a.mask != nullptr;
       }
     }
     check(device_.launch(kernel->kernel, dim3(static_cast<unsigned>(pairs * a.splits)),
@@ -598,31 +623,27 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
   };
 
   // Several kernels for a new shape: all are timed, the fastest correct one kept (the cost
-  // model's pick, the first, unless the search is off).
+  // model's pick, the first, unless the search is off). (Where a shape's winner cannot read
+  // these tensors, the others run untimed: the first.)
   size_t pick = 0;
-  if (kernels.size() > 1) {
-    const ShapeKey shape{q_type, k_type, v_type,        out_type,  d,
-                         dv,     keys,   a.shared_rows, kv_points, computed ? computed->keep : ""};
-    if (const auto found = choice_.find(shape); found != choice_.end()) {
-      pick = found->second;
-    } else {
-      runtime::SearchProblem p;
-      p.signature = "attention";
-      for (DType t : {q_type, k_type, v_type, out_type})
-        p.signature += " " + std::string(dtype_name(t));
-      for (int64_t x : {d, dv, keys, a.shared_rows, kv_points})
-        p.signature += " " + std::to_string(x);
-      if (computed) p.signature += " computed-mask";
-      for (Candidate& c : kernels)
-        p.candidates.push_back({c.name, [&] {
-                                  last_mask_pass_.clear();  // (each trial's time has its pass)
-                                  launch(c, a);
-                                }});
-      DeviceTrials trials(device_);
-      trials.judge(p, out, static_cast<size_t>(out_rows * dv), out_type,
-                   out_type == DType::F32 ? 1e-3 : 2e-2);
-      pick = choice_.emplace(shape, searcher_.choose(p).winner).first->second;
-    }
+  if (kernels.size() > 1 && chosen == choice_.end()) {
+    runtime::SearchProblem p;
+    p.signature = "attention";
+    for (DType t : {q_type, k_type, v_type, out_type})
+      p.signature += " " + std::string(dtype_name(t));
+    for (int64_t x : {d, dv, keys, a.shared_rows, kv_points})
+      p.signature += " " + std::to_string(x);
+    if (computed) p.signature += " computed-mask";
+    for (Candidate& c : kernels)
+      p.candidates.push_back({c.name, [&] {
+                                last_mask_pass_.clear();  // (each trial's time has its pass)
+                                launch(c, a);
+                              }});
+    DeviceTrials trials(device_);
+    trials.judge(p, out, static_cast<size_t>(out_rows * dv), out_type,
+                 out_type == DType::F32 ? 1e-3 : 2e-2);
+    pick = searcher_.choose(p).winner;
+    choice_.emplace(shape, kernels[pick].option);
   }
   launch(kernels[pick], a);
   return true;

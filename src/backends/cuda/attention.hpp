@@ -65,10 +65,14 @@ class Attention {
            DType v_type, const ConcreteView& mask, const void* mask_data,
            const ComputedMask* computed, double scale, void* out, DType out_type);
 
-  /// A run of a program starts: its first attention works out its mask's tiles again (the
-  /// mask's values may differ from the last run's); the run's later attentions over the
-  /// same mask, shapes and tiles read those (a model's layers share one mask).
-  void begin_run() { last_mask_pass_.clear(); }
+  /// A run of a program starts: its first attention works out its mask's tiles again where
+  /// the last pass read a mask's values (they may differ from the last run's); the run's
+  /// later attentions over the same mask, shapes and tiles read those (a model's layers
+  /// share one mask). A computed mask's tiles follow from its dims alone, which the pass's
+  /// record holds: runs over the same dims keep them.
+  void begin_run() {
+    if (last_pass_read_values_) last_mask_pass_.clear();
+  }
 
  private:
   struct Compiled {
@@ -96,8 +100,9 @@ class Attention {
   const Device& device_;
   runtime::Searcher& searcher_;  // between the two tensor-core kernels of Hopper's prompts
   std::map<std::string, Compiled> kernels_;  // by specialisation
-  // The searched kernel's index by the op's shape: types (q, k, v, out), head dims, keys,
-  // shared rows, kv points and a computed mask's expression (ComputedMask::keep, or "").
+  // The searched kernel's option (in run's order: the warpgroup kernels, then the sm_80 one)
+  // by the op's shape: types (q, k, v, out), head dims, keys, shared rows, kv points and a
+  // computed mask's expression (ComputedMask::keep, or "").
   using ShapeKey = std::tuple<DType, DType, DType, DType, int64_t, int64_t, int64_t, int64_t,
                               int64_t, std::string>;
   std::map<ShapeKey, size_t> choice_;
@@ -105,6 +110,7 @@ class Attention {
   // blocks' arrival counts (zero between launches), kept while a CUDA graph may read them.
   DeviceBuffer partials_, tiles_, tile_bits_, arrivals_;
   std::vector<int64_t> last_mask_pass_;  // what the last pass over a mask read and wrote
+  bool last_pass_read_values_ = false;   // a mask's (not a computed one)
 };
 
 }  // namespace luminal::cudagen
