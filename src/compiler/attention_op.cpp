@@ -7,6 +7,18 @@
 
 namespace luminal::compiler {
 
+std::vector<int64_t> AttentionOp::row_strides(const std::vector<int64_t>& dims) const {
+  const size_t n = dims.size();
+  std::vector<int64_t> strides(n);
+  int64_t stride = 1;
+  for (size_t i = n; i-- > 0;) {  // stored dim i (its order's, or dim i)
+    const size_t dim = out_order.empty() ? i : static_cast<size_t>(out_order[i]);
+    strides[dim] = stride;
+    stride *= dims[dim];
+  }
+  return strides;
+}
+
 Buffer AttentionOp::run(const std::vector<Buffer>& in, const std::vector<std::vector<int64_t>>& s,
                         const std::vector<int64_t>& /*out_shape*/, DType out_dtype) const {
   // q, k: [batch..., M, D, T]; v: [batch..., M, T, Dv]; mask: [batch..., M, T]; all
@@ -17,6 +29,13 @@ Buffer AttentionOp::run(const std::vector<Buffer>& in, const std::vector<std::ve
   int64_t rows = 1;
   for (size_t i = 0; i + 2 < r; ++i) rows *= s[0][i];
   Buffer out(out_dtype, static_cast<size_t>(rows * dv));
+  // Where each row is stored.
+  const std::vector<int64_t> dims(s[0].begin(), s[0].end() - 2), strides = row_strides(dims);
+  auto stored = [&](int64_t row) {
+    int64_t at = 0;
+    for (size_t i = dims.size(); i-- > 0; row /= dims[i]) at += row % dims[i] * strides[i];
+    return at;
+  };
   std::vector<double> score(static_cast<size_t>(t_len));
   for (int64_t row = 0; row < rows; ++row) {
     double top = -std::numeric_limits<double>::infinity();
@@ -36,7 +55,7 @@ Buffer AttentionOp::run(const std::vector<Buffer>& in, const std::vector<std::ve
       double acc = 0;
       for (int64_t t = 0; t < t_len; ++t)
         acc += score[t] / sum * in[2].get_f64(static_cast<size_t>((row * t_len + t) * dv + j));
-      out.set_f64(static_cast<size_t>(row * dv + j), acc);
+      out.set_f64(static_cast<size_t>(stored(row) * dv + j), acc);
     }
   }
   return out;

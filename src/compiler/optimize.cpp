@@ -266,15 +266,71 @@ std::vector<eg::RuleSet> without_disabled_rules(const std::vector<eg::RuleSet>& 
   return out;
 }
 
+// Attention outputs stored in the order the one copy that reads them writes (an
+// attention's [batch, heads, tokens, dv] rows copied to [batch, tokens, heads, dv] for
+// the output projection): the kernel writes its rows there itself and the copy goes.
+struct AttentionOrders {
+  std::unordered_map<uint32_t, std::vector<int64_t>> order;  // Attention class -> out_order
+  std::unordered_map<uint32_t, uint32_t> copy_of;            // copy's class -> Attention's
+};
+
+// The extracted program's Contiguous(View(Attention)) chains whose view permutes the
+// attention's dims, its value dim staying last, where the copy is the view's one reader,
+// the view the attention's, and the attention not an output.
+AttentionOrders attention_orders(const eg::EGraph& e, const eg::Extraction& x, const Lowering& low,
+                                 const std::vector<ClassId>& roots) {
+  std::unordered_map<uint32_t, int> readers;
+  for (const auto& [c, node] : x.choice)
+    for (ClassId ch : e.node_children(node)) ++readers[e.find(ch).v];
+  for (ClassId r : roots) ++readers[e.find(r).v];
+  AttentionOrders out;
+  for (const auto& [c, node] : x.choice) {
+    if (e.node_op(node).name() != "Contiguous") continue;
+    const ClassId view_class = e.find(e.node_children(node)[0]);
+    const uint32_t view_node = x.node_for(view_class);
+    if (e.node_op(view_node).name() != "View" || readers[view_class.v] != 1) continue;
+    const ClassId attention = e.find(e.node_children(view_node)[0]);
+    if (e.node_op(x.node_for(attention)).name() != "Attention" || readers[attention.v] != 1)
+      continue;
+    const View& v = low.views[static_cast<size_t>(e.node_attrs(view_node).get()[0].bits)];
+    // The permutation: dims by their (constant) strides, largest first, if v is then the
+    // attention's own shape, contiguous, so permuted.
+    const size_t r = v.rank();
+    std::vector<std::pair<int64_t, int>> by_stride;
+    for (size_t i = 0; i < r; ++i) {
+      const std::optional<int64_t> stride = v.strides()[i].as_const();
+      if (!stride) break;
+      by_stride.emplace_back(*stride, static_cast<int>(i));
+    }
+    if (by_stride.size() != r || r < 3) continue;
+    std::sort(by_stride.begin(), by_stride.end(), std::greater<>());
+    std::vector<Expr> natural(r);  // the attention's own shape
+    std::vector<int> order(r);     // v's dim i is natural dim order[i]
+    for (size_t j = 0; j < r; ++j) {
+      const auto i = static_cast<size_t>(by_stride[j].second);
+      natural[j] = v.shape()[i];
+      order[i] = static_cast<int>(j);
+    }
+    if (order[r - 1] != static_cast<int>(r - 1) || View::contiguous(natural).permute(order) != v ||
+        std::is_sorted(order.begin(), order.end()))
+      continue;
+    out.order[attention.v] = std::vector<int64_t>(order.begin(), order.end());
+    out.copy_of[e.find(ClassId{c}).v] = attention.v;
+  }
+  return out;
+}
+
 class Rebuild {
  public:
   Rebuild(const Graph& src, const Lowering& low, const eg::EGraph& eg, const eg::Extraction& x,
-          Optimized& out)
-      : src_(src), low_(low), eg_(eg), x_(x), out_(out) {}
+          Optimized& out, AttentionOrders orders)
+      : src_(src), low_(low), eg_(eg), x_(x), out_(out), orders_(std::move(orders)) {}
 
   NodeId value(ClassId c) {
     c = eg_.find(c);
     if (auto it = done_.find(c.v); it != done_.end()) return it->second;
+    if (auto it = orders_.copy_of.find(c.v); it != orders_.copy_of.end())
+      return done_[c.v] = value(ClassId{it->second});
     const uint32_t node = x_.node_for(c);
     const std::string op(eg_.node_op(node).name());
     const auto& attrs = eg_.node_attrs(node).get();
@@ -323,6 +379,15 @@ class Rebuild {
       // value operand's, without its T, for Attention).
       n.shape = n.inputs[op == "Attention" ? 2 : 0].view.shape();
       n.shape.erase(n.shape.end() - 2);
+      if (const auto reordered = orders_.order.find(c.v); reordered != orders_.order.end()) {
+        const std::vector<int64_t>& order = reordered->second;
+        std::vector<Expr> stored;
+        for (int64_t i : order) stored.push_back(n.shape[static_cast<size_t>(i)]);
+        n.shape = std::move(stored);
+        auto attention = std::make_shared<AttentionOp>(attrs[0].as_float());
+        attention->out_order = order;
+        n.custom = std::move(attention);
+      }
       id = g.add_node(std::move(n));
     } else if (op == "WindowMatMul") {
       Node n;
@@ -445,6 +510,7 @@ class Rebuild {
   const eg::EGraph& eg_;
   const eg::Extraction& x_;
   Optimized& out_;
+  AttentionOrders orders_;
   std::unordered_map<uint32_t, NodeId> done_;
 };
 
@@ -1031,7 +1097,9 @@ Optimized optimize(const Graph& g, const OptimizeOptions& options) {
   eg::Extraction x;
   if (!roots.empty()) x = eg::extract_greedy(low.egraph, roots, cost, eg::CostCombine::Max);
   out.choices = extraction_choices(low.egraph, x);
-  Rebuild rebuild(g, low, low.egraph, x, out);
+  Rebuild rebuild(g, low, low.egraph, x, out,
+                  options.attention_output_orders ? attention_orders(low.egraph, x, low, roots)
+                                                  : AttentionOrders{});
   for (NodeId o : g.outputs()) {
     const NodeId n = rebuild.output(low.class_of(o));
     out.outputs.emplace_back(o, n);

@@ -15,7 +15,9 @@ namespace luminal::compiler {
 /// Inputs, read through the two products' views: q and k as the score product's operands,
 /// both [batch..., M, D, T]; v as the value product's, [batch..., M, T, Dv]; the mask,
 /// [batch..., M, T] (bool; false drops the key). Output [batch..., M, Dv], of the
-/// queries' type (the scores' and so the weights').
+/// queries' type (the scores' and so the weights'), stored with its dims in `out_order`
+/// where that is set (stored dim i is dim out_order[i]; Dv stays last): the node's shape
+/// is the stored one (OptimizeOptions::attention_output_orders).
 class AttentionOp final : public CustomOp {
  public:
   explicit AttentionOp(double scale) : scale(scale) {}
@@ -23,6 +25,11 @@ class AttentionOp final : public CustomOp {
   Buffer run(const std::vector<Buffer>& inputs, const std::vector<std::vector<int64_t>>& shapes,
              const std::vector<int64_t>& out_shape, DType out_dtype) const override;
   double scale;
+  std::vector<int64_t> out_order;  // empty: [batch..., M, Dv]
+
+  /// Each of the dims [batch..., M]'s stride in rows of Dv where the output is stored in
+  /// out_order, for those dims' sizes `dims` (row-major where out_order is empty).
+  std::vector<int64_t> row_strides(const std::vector<int64_t>& dims) const;
 };
 
 /// Attention's backward pass, in three kernels the compiler selects for the products

@@ -50,6 +50,11 @@ struct OptimizeOptions {
   /// before the rules run): a convolutional network kept channels last from one product
   /// to the next. For a backend whose kernels read views of any strides.
   bool storage_orders = false;
+  /// An Attention whose one reader is a copy of it in another order (its rows [batch,
+  /// heads, tokens] copied to [batch, tokens, heads] for the output projection) writing
+  /// its rows in that order itself (AttentionOp::out_order), the copy gone: for a backend
+  /// whose attention kernels write rows at any strides.
+  bool attention_output_orders = false;
   /// Attention's backward pass as three kernels over tiles of recomputed scores
   /// (AttentionGradOp), the hlir-attention-gradients rules, where the backend's kernels
   /// take queries, keys, values and the output's gradient of type t and head dims d

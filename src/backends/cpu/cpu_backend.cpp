@@ -603,10 +603,12 @@ class CpuExecutable final : public Executable {
     }
     if (dynamic_cast<const ExpertMatMulOp*>(n.custom.get())) return run_experts(n, views, out);
     // Attention over f32 or f16 keys and values; half-precision queries are widened and
-    // the result rounded back, as for the products above.
+    // the result rounded back, as for the products above. (Rows in their own order: one
+    // stored in another goes by the op's reference semantics.)
     auto f32_or_f16 = [](DType t) { return t == DType::F32 || t == DType::F16; };
-    if (step.attention && bufs[3]->dtype() == DType::Bool && f32_or_f16(bufs[1]->dtype()) &&
-        f32_or_f16(bufs[2]->dtype()) && bufs[0]->dtype() == n.dtype) {
+    if (step.attention && step.attention->out_order.empty() && bufs[3]->dtype() == DType::Bool &&
+        f32_or_f16(bufs[1]->dtype()) && f32_or_f16(bufs[2]->dtype()) &&
+        bufs[0]->dtype() == n.dtype) {
       const bool wide = n.dtype == DType::F32;
       const std::vector<float> q = wide ? std::vector<float>{} : bufs[0]->to_f32();
       std::vector<float> result(wide ? 0 : out.numel());

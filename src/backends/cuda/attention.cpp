@@ -362,7 +362,8 @@ const Attention::Compiled& Attention::compiled(const std::string& key, const Com
 bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, const ConcreteView& k,
                     const void* k_data, DType k_type, const ConcreteView& v, const void* v_data,
                     DType v_type, const ConcreteView& mask, const void* mask_data,
-                    const ComputedMask* computed, double scale, void* out, DType out_type) {
+                    const ComputedMask* computed, double scale, void* out, DType out_type,
+                    const std::vector<int64_t>& row_strides) {
   const size_t r = q.dims.size();
   if (r < 3 || k.dims.size() != r || v.dims.size() != r || mask.dims.size() + 1 != r) return false;
   if (q.has_mask() || k.has_mask() || v.has_mask() || mask.has_mask()) return false;
@@ -387,11 +388,12 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
   a.keys = keys;
   a.scale = static_cast<float>(scale * std::numbers::log2e);  // scores go through 2^x
   // The batch dims ([batch..., M]), by whether keys and values vary along them; output
-  // rows are row-major over all of them.
+  // rows where row_strides puts them.
+  if (row_strides.size() + 2 != r) return false;
   int64_t kv_points = 1, out_rows = 1;
   a.shared_rows = 1;
   for (size_t i = r - 2; i-- > 0;) {
-    const int64_t n = q.dims[i], row_stride = out_rows;
+    const int64_t n = q.dims[i], row_stride = row_strides[i];
     out_rows *= n;
     if (n == 1) continue;
     if (k.strides[i] == 0 && v.strides[i] == 0) {

@@ -52,7 +52,8 @@ class Attention {
       : device_(device), searcher_(searcher) {}
 
   /// out[batch..., M, Dv] = softmax over T of (q . k * scale, or -inf where the mask is
-  /// false) times v, for AttentionOp operand views q, k ([batch..., M, D, T]), v
+  /// false) times v, its rows stored at `row_strides` (each of [batch..., M]'s, in rows:
+  /// AttentionOp::row_strides), for AttentionOp operand views q, k ([batch..., M, D, T]), v
   /// ([batch..., M, T, Dv]) and mask ([batch..., M, T], bool) over device buffers; where
   /// `computed` is given, the mask's view only names its dims and nothing is read.
   /// Queries, keys, values and the output may each be f32, f16 or bf16. Prompts over
@@ -63,7 +64,8 @@ class Attention {
   bool run(const ConcreteView& q, const void* q_data, DType q_type, const ConcreteView& k,
            const void* k_data, DType k_type, const ConcreteView& v, const void* v_data,
            DType v_type, const ConcreteView& mask, const void* mask_data,
-           const ComputedMask* computed, double scale, void* out, DType out_type);
+           const ComputedMask* computed, double scale, void* out, DType out_type,
+           const std::vector<int64_t>& row_strides);
 
   /// A run of a program starts: its first attention works out its mask's tiles again where
   /// the last pass read a mask's values (they may differ from the last run's); the run's

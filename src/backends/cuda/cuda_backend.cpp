@@ -848,11 +848,12 @@ class CudaExecutable final : public Executable {
     } else if (const auto* at = dynamic_cast<const compiler::AttentionOp*>(n.custom.get());
                at && source_dtype(n, 3) == DType::Bool) {
       const cudagen::ComputedMask* computed = bound_computed_mask(user, k);
+      const std::vector<int64_t> rows(views[0].dims.begin(), views[0].dims.end() - 2);
       if (attention_.run(views[0], operand(n.inputs[0].source), source_dtype(n, 0), views[1],
                          operand(n.inputs[1].source), source_dtype(n, 1), views[2],
                          operand(n.inputs[2].source), source_dtype(n, 2), views[3],
                          computed ? nullptr : operand(n.inputs[3].source), computed, at->scale, out,
-                         n.dtype))
+                         n.dtype, at->row_strides(rows)))
         return;
     } else if (const auto* ag = dynamic_cast<const compiler::AttentionGradOp*>(n.custom.get());
                ag && source_dtype(n, 3) == DType::Bool) {
@@ -1470,6 +1471,7 @@ CompiledProgram compile_program(const Graph& graph, const std::string& arch, boo
                          .gemm_epilogues = true,
                          .window_products = true,
                          .storage_orders = true,
+                         .attention_output_orders = true,
                          .attention_gradients = cudagen::attention_grad_supports,
                          .avoid = avoid},
                         /*computed_masks=*/true),
