@@ -119,7 +119,7 @@ LUM_FN void lum_tma_load(uint32_t dst, const LumTensorMap& map, int c0, int c1, 
 }
 
 // Barrier ids: 0 the block's, 1 and 2 each consumer warpgroup's turn to issue products,
-// 3 the consumers' own.
+// 3 the consumers' own, 4 and 5 each consumer warpgroup's alone.
 extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS, LUM_WG_BLOCKS)
     lum_attention_wgmma(const LumAttnArgs a, const __grid_constant__ LumTensorMap key_map,
                         const __grid_constant__ LumTensorMap value_map) {
@@ -340,6 +340,38 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS, LUM_WG_BLOCKS)
     if (lane == 0) lum_mb_arrive(values_free + 8 * v.index);
   }
 
+#if LUM_FA_PAIRED_OUT
+  // A half-precision output (not split) goes through the warpgroup's rows of the queries'
+  // tile, idle once its products have run, swizzled as the tiles are: then each row's
+  // 16-byte pieces are stored whole, eight lanes a 128-byte row, where a quad's 4-byte
+  // stores would write every 32-byte sector in two halves.
+  if (LUM_AT_DV <= LUM_AT_D && a.splits == 1 && ((unsigned long long)a.out & 15) == 0) {
+    constexpr int kPieces = LUM_AT_DV / 8;
+    const int t4 = lane % 4;
+    // (Constant barrier ids: a computed one reserves all sixteen.)
+    auto warpgroup_sync = [&] { cwg == 0 ? lum_bar_sync(4, 128) : lum_bar_sync(5, 128); };
+    warpgroup_sync();  // the warpgroup's last products have read its queries
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+      l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+      const float inv = 1.0f / l[h];
+      const int r = r0 + 8 * h;
+#pragma unroll
+      for (int j = 0; j < kPieces; ++j)
+        *(uint32_t*)(shared + lum_wg_at(kFaRows, r, j) + 4 * t4) =
+            lum_pack_half2<kWgBf16>(o[j][2 * h] * inv, o[j][2 * h + 1] * inv);
+    }
+    warpgroup_sync();
+    for (int i = ctid % 128; i < 64 * kPieces; i += 128) {
+      const int r = cwg * 64 + i / kPieces, piece = i % kPieces;
+      if (r < rows)
+        *(uint4*)((uint16_t*)a.out + row_o[r] * LUM_AT_DV + piece * 8) =
+            *(const uint4*)(shared + lum_wg_at(kFaRows, r, piece));
+    }
+    return;
+  }
+#endif
   lum_fa_store<kWgBf16>(a, o, m, l, r0, rows, row_o, split);
 }
 )ATTN";
