@@ -151,6 +151,10 @@ def main():
         else:
             bytes_moved[case] = 2 * kc.numel() * 2
         del q, kc, vc
+    # The same decoding, 16 layers' attentions one after another in one replayed program
+    # (the time a layer): no peer, the share of copy bandwidth a layer's cache takes.
+    for past in (4096, 32768):
+        bytes_moved[f"attention_decode_{past // 1024}k_bf16_16_layers"] = 2 * 2 * 8 * (past + 1) * 128
     # Many short prompts, as the transformer block of torch_compile_bench.py at batch 32:
     # 32 x 16 heads of 64 dims over 256 tokens, causal, bf16.
     case = "attention_prefill_32x256_bf16"
