@@ -357,6 +357,9 @@ class Rebuild {
       for (ClassId ch : children) n.inputs.push_back(edge(ch));
       // (The weights: QMatMul's and QMatMulAdd's input 1, NormQMatMul's input 2.)
       const auto format = [&](size_t i) { return g.node(n.inputs[i].source).quant; };
+      // (An Attention stored in its one reader's order: attention_orders.)
+      const auto order = orders_.order.find(c.v);
+      const bool reordered = order != orders_.order.end();
       if (op == "MatMul")
         n.custom = std::make_shared<MatMulOp>();
       else if (op == "MatMulAdd")
@@ -367,8 +370,11 @@ class Rebuild {
         n.custom = std::make_shared<NormQMatMulOp>(format(2), attrs[0].as_float());
       else if (op == "QMatMulAdd")
         n.custom = std::make_shared<QMatMulAddOp>(format(1));
-      else
-        n.custom = std::make_shared<AttentionOp>(attrs[0].as_float());
+      else {
+        auto attention = std::make_shared<AttentionOp>(attrs[0].as_float());
+        if (reordered) attention->out_order = order->second;
+        n.custom = std::move(attention);
+      }
       // A product has its left operand's type (the reduction it replaces had it), and
       // Attention its queries' (the scores' product's left operand); the products over
       // block-stored weights are f32.
@@ -379,14 +385,10 @@ class Rebuild {
       // value operand's, without its T, for Attention).
       n.shape = n.inputs[op == "Attention" ? 2 : 0].view.shape();
       n.shape.erase(n.shape.end() - 2);
-      if (const auto reordered = orders_.order.find(c.v); reordered != orders_.order.end()) {
-        const std::vector<int64_t>& order = reordered->second;
+      if (reordered) {
         std::vector<Expr> stored;
-        for (int64_t i : order) stored.push_back(n.shape[static_cast<size_t>(i)]);
+        for (int64_t i : order->second) stored.push_back(n.shape[static_cast<size_t>(i)]);
         n.shape = std::move(stored);
-        auto attention = std::make_shared<AttentionOp>(attrs[0].as_float());
-        attention->out_order = order;
-        n.custom = std::move(attention);
       }
       id = g.add_node(std::move(n));
     } else if (op == "WindowMatMul") {
