@@ -11,6 +11,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "compiler/index_folding.hpp"
 #include "compiler/storage_order.hpp"
 #include "luminal/collective.hpp"
 #include "luminal/compiler/attention_op.hpp"
@@ -47,7 +48,7 @@ bool same_reads(const View& a, const View& b) {
 
 class Lowering {
  public:
-  // `relaid`: g's nodes as storage_ordered gives them; empty: g's own.
+  // `relaid`: g's nodes as storage_ordered and folded_index_values give them.
   Lowering(const Graph& g, std::vector<Node> relaid)
       : g_(g), relaid_(std::move(relaid)), cls_(g.num_nodes()) {}
 
@@ -914,7 +915,13 @@ std::string Optimized::summary() const {
 }
 
 Optimized optimize(const Graph& g, const OptimizeOptions& options) {
-  Lowering low(g, options.storage_orders ? storage_ordered(g) : std::vector<Node>{});
+  std::vector<Node> nodes;
+  if (options.storage_orders) {
+    nodes = storage_ordered(g);
+  } else {
+    for (uint32_t i = 0; i < g.num_nodes(); ++i) nodes.push_back(g.node(NodeId{i}));
+  }
+  Lowering low(g, folded_index_values(std::move(nodes), g.outputs()));
   for (NodeId o : g.outputs()) low.lower(o);
   eg::Functions fns;
   // (gemm $axis $va $vb ?a ?b): an f32, f16 or bf16 product BLAS can run, both operands

@@ -207,7 +207,12 @@ class Within {
     }
     auto r = range(rem);
     if (!r) return strided(e);
-    if (nonnegative(r->lo) && nonnegative(d - 1 - r->hi)) return e.op() == ExprOp::Div ? quot : rem;
+    // (Below the divisor: below d - 1, or at most 0, the divisor being taken as positive.)
+    if (nonnegative(r->lo) && (nonnegative(d - 1 - r->hi) || nonnegative(-r->hi)))
+      return e.op() == ExprOp::Div ? quot : rem;
+    // ... or in [-d, 0): one multiple too many was peeled ((c s + s - 1) / s is c).
+    if (nonnegative(-1 - r->hi) && (nonnegative(r->lo + d) || nonnegative(r->lo + 1)))
+      return e.op() == ExprOp::Div ? quot - 1 : rem + d;
     // What is left lies within one multiple's span, [q d, (q + 1) d), though not the first:
     // (v + 111) / 112 with v in [1, 113) is 1 (a position in padding's coordinates, one
     // past its start, taken back to the unpadded value's).

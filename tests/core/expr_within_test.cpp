@@ -31,6 +31,12 @@ TEST(ExprWithin, SplitsSumsOverSymbolicDivisors) {
   EXPECT_EQ(simplify_within(ge(j, past), r), Expr(1));
   // Not provable: j may reach seq + past - 1 >= seq.
   EXPECT_NE(simplify_within(j % seq, r), j);
+  // Exact multiples, and the last position of a multiple's span (the divisor taken as
+  // positive: i's range is empty otherwise).
+  EXPECT_EQ(simplify_within((i * seq) / seq, r), i);
+  EXPECT_EQ(simplify_within((i * seq) % seq, r), Expr(0));
+  EXPECT_EQ(simplify_within((i * seq + seq - 1) / seq, r), i);
+  EXPECT_EQ(simplify_within((i * seq + seq - 1) % seq, r), seq - 1);
   // A divisor that is a sum.
   EXPECT_EQ(simplify_within((i * (seq + past) + j) / (seq + past), r), i);
   // Without ranges nothing changes.

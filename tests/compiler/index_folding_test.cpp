@@ -1,0 +1,271 @@
+// Values computed from indices alone folded into Iotas (compiler::folded_index_values,
+// run by optimize): a mask spelled out elementwise, as torch's front end writes it,
+// becomes one the attention computes; the optimized graphs compute what the reference
+// interpreter computes over the user's graph, for hand-written and random chains.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "luminal/compiler/attention_op.hpp"
+#include "luminal/compiler/optimize.hpp"
+#include "testing/run_outputs.hpp"
+
+using namespace luminal;
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+int count_ops(const Graph& g, Op op) {
+  int n = 0;
+  for (uint32_t i = 0; i < g.num_nodes(); ++i) n += g.node(NodeId{i}).op == op;
+  return n;
+}
+
+const Node* attention_node(const Graph& g) {
+  for (uint32_t i = 0; i < g.num_nodes(); ++i)
+    if (dynamic_cast<const compiler::AttentionOp*>(g.node(NodeId{i}).custom.get()))
+      return &g.node(NodeId{i});
+  return nullptr;
+}
+
+void expect_reference_values(Graph& cx, const compiler::Optimized& opt, const Tensor& y,
+                             const std::vector<std::pair<std::string, int64_t>>& dims = {}) {
+  const std::vector<float> got = luminal::testing::run_optimized(cx, opt, {y}, dims)[0];
+  const std::vector<float> want = luminal::testing::run_outputs(cx, reference(), {y})[0];
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!std::isfinite(want[i])) {
+      ASSERT_TRUE(std::isnan(want[i]) ? std::isnan(got[i]) : got[i] == want[i])
+          << i << ": " << got[i];
+      continue;
+    }
+    ASSERT_NEAR(got[i], want[i], 1e-4 * (1 + std::fabs(want[i]))) << i;
+  }
+}
+
+// Causal attention over [1, heads, t, d] as torch's front end hands it over: the mask
+// from one arange compared across (a key after the query is masked), turned into a
+// float mask of 0 and -inf, compared back into bool, and rows that keep no key zeroed
+// (the count of kept keys compared with 0).
+Tensor torch_style_causal_attention(Graph& cx, const Tensor& q, const Tensor& k, const Tensor& v,
+                                    Expr t) {
+  const Tensor pos = cx.iota(Expr("z"), {t}, DType::I64);
+  const Tensor future =
+      lt(pos.reshape({t, 1}).broadcast_to({t, t}), pos.reshape({1, t}).broadcast_to({t, t}));
+  const Tensor zero = cx.constant(0.0).broadcast_to({1, 1, t, t});
+  const Tensor float_mask = where(future.logical_not().reshape({1, 1, t, t}), zero,
+                                  cx.constant(-kInf).broadcast_to({1, 1, t, t}));
+  const Tensor keep =
+      logical_and(gt(float_mask, 0.0).logical_not(), lt(float_mask, 0.0).logical_not());
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.shape().back().eval()));
+  const Tensor scores = q.matmul(k.transpose(-1, -2)) * scale;
+  const Tensor out = where(keep.broadcast_to(scores.shape()), scores, -kInf).softmax(-1).matmul(v);
+  const Tensor any_kept = gt(keep.cast(DType::F32).sum({3}, true), 0.0);
+  return where(any_kept.broadcast_to(out.shape()), out, 0.0);
+}
+
+// The heads side by side, through an output projection (what reads attention in a block).
+Tensor projected(Graph& cx, const Tensor& heads, std::mt19937& rng) {
+  const std::vector<Expr>& s = heads.shape();
+  const int64_t width = s[1].eval() * s[3].eval();
+  Tensor w = cx.named_tensor("w", {width, 5});
+  w.set(luminal::testing::uniform_floats(rng, static_cast<size_t>(width * 5)));
+  return heads.transpose(1, 2).reshape({s[0], s[2], width}).matmul(w);
+}
+
+}  // namespace
+
+TEST(IndexFolding, TorchsCausalMaskBecomesOneTheAttentionComputes) {
+  const int64_t h = 2, t = 7, d = 8;
+  Graph cx;
+  std::mt19937 rng(3);
+  auto input = [&](const char* name) {
+    Tensor x = cx.named_tensor(name, {1, h, t, d});
+    x.set(luminal::testing::uniform_floats(rng, static_cast<size_t>(h * t * d)));
+    return x;
+  };
+  const Tensor q = input("q"), k = input("k"), v = input("v");
+  Tensor y = projected(cx, torch_style_causal_attention(cx, q, k, v, t), rng).retrieve();
+  const compiler::Optimized opt = compiler::optimize(cx);
+  const Node* attention = attention_node(*opt.graph);
+  ASSERT_NE(attention, nullptr) << opt.graph->to_text();
+  const std::optional<Expr> mask = compiler::computed_mask(*opt.graph, *attention);
+  ASSERT_TRUE(mask.has_value()) << opt.graph->to_text();
+  // The guard went with the count it compared: no Where, no reduction is left.
+  EXPECT_EQ(count_ops(*opt.graph, Op::Where), 0) << opt.graph->to_text();
+  EXPECT_EQ(count_ops(*opt.graph, Op::SumReduce), 0) << opt.graph->to_text();
+  // The mask keeps exactly the keys up to the query's position.
+  for (int64_t m = 0; m < t; ++m)
+    for (int64_t key = 0; key < t; ++key) {
+      Bindings b;
+      b.set("lum_m", m);
+      b.set("lum_t", key);
+      EXPECT_EQ(mask->eval(b) != 0, key <= m) << *mask << " at " << m << ", " << key;
+    }
+  expect_reference_values(cx, opt, y);
+}
+
+// The same over a symbolic number of tokens, compiled once and run at two lengths.
+TEST(IndexFolding, ASymbolicLengthsMaskFoldsToo) {
+  const int64_t h = 2, d = 8;
+  const Expr t("s");
+  Graph cx;
+  Tensor q = cx.named_tensor("q", {1, h, t, d});
+  Tensor k = cx.named_tensor("k", {1, h, t, d});
+  Tensor v = cx.named_tensor("v", {1, h, t, d});
+  std::mt19937 rng(5);
+  Tensor y = projected(cx, torch_style_causal_attention(cx, q, k, v, t), rng).retrieve();
+  const compiler::Optimized opt = compiler::optimize(cx);
+  const Node* attention = attention_node(*opt.graph);
+  ASSERT_NE(attention, nullptr) << opt.graph->to_text();
+  EXPECT_TRUE(compiler::computed_mask(*opt.graph, *attention).has_value()) << opt.graph->to_text();
+  EXPECT_EQ(count_ops(*opt.graph, Op::Where), 0) << opt.graph->to_text();
+  for (int64_t len : {1, 5, 9}) {
+    cx.set_dim("s", len);
+    for (Tensor* x : {&q, &k, &v})
+      x->set(luminal::testing::uniform_floats(rng, static_cast<size_t>(h * len * d)));
+    expect_reference_values(cx, opt, y, {{"s", len}});
+  }
+}
+
+// A mask that leaves some rows without a key keeps its guard (its count is 0 there), and
+// the rows come out 0, as the user's graph says.
+TEST(IndexFolding, RowsThatKeepNoKeyKeepTheirGuard) {
+  const int64_t t = 6, d = 4;
+  Graph cx;
+  std::mt19937 rng(7);
+  auto input = [&](const char* name) {
+    Tensor x = cx.named_tensor(name, {1, 1, t, d});
+    x.set(luminal::testing::uniform_floats(rng, static_cast<size_t>(t * d)));
+    return x;
+  };
+  const Tensor q = input("q"), k = input("k"), v = input("v");
+  // Keys strictly before the query: row 0 keeps none.
+  const Tensor pos = cx.iota(Expr("z"), {t}, DType::I32);
+  const Tensor keep =
+      lt(pos.reshape({1, t}).broadcast_to({t, t}), pos.reshape({t, 1}).broadcast_to({t, t}))
+          .reshape({1, 1, t, t});
+  const Tensor scores = q.matmul(k.transpose(-1, -2)) * 0.5;
+  const Tensor out = where(keep, scores, -kInf).softmax(-1).matmul(v);
+  Tensor y =
+      where(gt(keep.cast(DType::F32).sum({3}, true), 0.0).broadcast_to(out.shape()), out, 0.0)
+          .retrieve();
+  const compiler::Optimized opt = compiler::optimize(cx);
+  EXPECT_EQ(count_ops(*opt.graph, Op::Where), 1) << opt.graph->to_text();
+  expect_reference_values(cx, opt, y);
+  EXPECT_EQ(luminal::testing::run_optimized(cx, opt, {y})[0][0], 0.0f);
+}
+
+// A value that reads an input is not folded, however much of it is indices.
+TEST(IndexFolding, ValuesThatReadInputsStay) {
+  Graph cx;
+  Tensor x = cx.named_tensor("x", {5}, DType::I32);
+  x.set(std::vector<float>{3, 1, 4, 1, 5});
+  const Tensor pos = cx.iota(Expr("z"), {5}, DType::I32);
+  Tensor y = where(lt(pos, x), pos + 1, pos * 2).cast(DType::F32).retrieve();
+  const compiler::Optimized opt = compiler::optimize(cx);
+  EXPECT_EQ(count_ops(*opt.graph, Op::Where), 1) << opt.graph->to_text();
+  expect_reference_values(cx, opt, y);
+}
+
+// Random chains over iotas and constants read through broadcasts, permutations, slices
+// and padding: comparisons, logic, integer arithmetic, Where between integers and
+// between float constants, casts, and counts along an axis compared with constants.
+// Each optimized graph against the reference over the user's graph; those built of
+// integers and of 0 / -inf alone fold to one Iota.
+TEST(IndexFolding, RandomIndexChainsComputeTheReferencesValues) {
+  std::mt19937 rng(11);
+  int folded = 0, foldable = 0;
+  for (int trial = 0; trial < 150; ++trial) {
+    Graph cx;
+    auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<unsigned>(n)); };
+    // Chains that may keep nodes: a float constant that rounds, a count along an axis
+    // (folded only where it is decided).
+    bool may_stay = false;
+    // A [4, 6] value from an iota or constant, through a random view.
+    auto leaf = [&]() -> Tensor {
+      const Expr z("z");
+      const Expr exprs[] = {z, z % 3, z / 2, (z * 7) % 5, z - 3, lt(z, 4), Expr(2)};
+      switch (pick(5)) {
+        case 0:
+          return cx.iota(exprs[pick(7)], {4, 6}, pick(2) ? DType::I32 : DType::I64);
+        case 1:
+          return cx.iota(exprs[pick(7)], {6}, DType::I32).reshape({1, 6}).broadcast_to({4, 6});
+        case 2:
+          return cx.iota(exprs[pick(7)], {6, 4}, DType::I32).transpose(0, 1);
+        case 3:
+          return cx.iota(exprs[pick(7)], {4, 3}, DType::Bool).pad(1, 2, 1);
+        default: {
+          const double values[] = {0.0, 1.0, -kInf, kInf, 2.0, 2.5};
+          const double c = values[pick(6)];
+          may_stay = may_stay || c == 2.5;
+          return cx.constant(c).broadcast_to({4, 6});
+        }
+      }
+    };
+    std::vector<Tensor> pool = {leaf(), leaf(), leaf()};
+    for (int step = 0; step < 6; ++step) {
+      const Tensor a = pool[static_cast<size_t>(pick(static_cast<int>(pool.size())))];
+      const Tensor b = pool[static_cast<size_t>(pick(static_cast<int>(pool.size())))];
+      auto as_int = [](const Tensor& x) { return is_float(x.dtype()) ? x : x.cast(DType::I32); };
+      // (A float cast to an integer type is not followed: -inf has no integer.)
+      const bool float_to_int = is_float(b.dtype()) && !is_float(a.dtype());
+      switch (pick(9)) {
+        case 0:
+          if (float_to_int) continue;
+          pool.push_back(lt(a, b.cast(a.dtype())));
+          break;
+        case 1:
+          if (float_to_int) continue;
+          pool.push_back(eq(a, b.cast(a.dtype())));
+          break;
+        case 2:
+          pool.push_back(logical_and(a, b));
+          break;
+        case 3:
+          pool.push_back(a.logical_not());
+          break;
+        case 4:
+          if (is_float(a.dtype()) || is_float(b.dtype())) continue;
+          pool.push_back(as_int(a) + as_int(b) * 3);
+          break;
+        case 5:
+          if (is_float(pool[0].dtype()) != is_float(b.dtype())) continue;
+          pool.push_back(where(a, b, pool[0].cast(b.dtype())));
+          break;
+        case 6: {
+          const double values[] = {0.0, -kInf};
+          pool.push_back(where(a, cx.constant(values[pick(2)]).broadcast_to({4, 6}),
+                               cx.constant(values[pick(2)]).broadcast_to({4, 6})));
+          break;
+        }
+        case 7:
+          pool.push_back(a.cast(a.dtype() == DType::Bool ? DType::F32 : DType::Bool));
+          break;
+        default:  // a count along an axis, compared with a constant
+          may_stay = true;
+          pool.push_back(gt(ne(a, 0.0).cast(DType::F32).sum({pick(2)}, true), pick(2) ? 0.0 : 1.0)
+                             .broadcast_to({4, 6}));
+      }
+    }
+    Tensor y = pool.back().cast(DType::F32).retrieve();
+    const compiler::Optimized opt = compiler::optimize(cx);
+    SCOPED_TRACE(::testing::Message() << "trial " << trial << "\n" << opt.graph->to_text());
+    expect_reference_values(cx, opt, y);
+    if (may_stay) continue;
+    // Folded whole: one Iota, or a choice between two float constants by one.
+    ++foldable;
+    const Node& out = opt.graph->node(opt.outputs[0].second);
+    bool sources = out.op == Op::Where;
+    for (const Edge& e : out.inputs)
+      sources = sources && traits(opt.graph->node(e.source).op).category == OpCategory::Source;
+    folded += out.op == Op::Iota || out.op == Op::Constant || sources;
+  }
+  // (Some mixes are not followed: a choice between float constants against an integer
+  // that is not one, integers an iota rounds to floats.)
+  EXPECT_GE(folded * 10, foldable * 9) << folded << " of " << foldable;
+  EXPECT_GT(foldable, 40);
+}
