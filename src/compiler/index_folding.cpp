@@ -20,6 +20,8 @@
 #include <optional>
 #include <unordered_set>
 
+#include "luminal/buffer.hpp"
+
 namespace luminal::compiler {
 namespace {
 
@@ -105,9 +107,19 @@ Known exact(Expr e) {
   return {Known::Exact, e};
 }
 
-// A float constant kept exactly by every float type (and so by any cast between them).
-bool exact_in_floats(double v) {
-  return std::isinf(v) || (v == std::floor(v) && std::fabs(v) <= 256);
+// `v` as a value of float type `t` holds it (rounded to its precision).
+double stored(double v, DType t) {
+  Buffer b(t, 1);
+  b.set_f64(0, v);
+  return b.get_f64(0);
+}
+
+// A float value `v` (as stored): exactly, where it is an integer, else as a constant.
+std::optional<Known> float_constant(double v) {
+  if (std::isnan(v)) return std::nullopt;
+  if (v == std::floor(v) && std::fabs(v) <= kLargestCompared)
+    return exact(Expr(static_cast<int64_t>(v)));
+  return Known{Known::Choice, Expr(1), v, v};
 }
 
 // A source node's value, where it is known.
@@ -120,9 +132,7 @@ std::optional<Known> source(const Node& n) {
   const double v = n.value.as_double();
   if (n.dtype == DType::Bool) return exact(Expr(v != 0 ? 1 : 0));
   if (!is_float(n.dtype)) return exact(Expr(n.value.is_int ? n.value.i : static_cast<int64_t>(v)));
-  if (std::isinf(v)) return Known{Known::Choice, Expr(1), v, v};
-  if (exact_in_floats(v)) return exact(Expr(static_cast<int64_t>(v)));
-  return std::nullopt;
+  return float_constant(stored(v, n.dtype));
 }
 
 // An input's known value as node `n` reads it through `view` (at n's flat index z).
@@ -134,8 +144,16 @@ std::optional<Known> read(const Known& k, const View& view, const std::vector<Ex
   Known r = k;
   r.e = k.e.substitute("z", view.index(idx));
   if (valid == Expr(1)) return r;
-  if (k.kind != Known::Exact) return std::nullopt;
-  r.e = is_boolean(r.e) ? logical_and(valid, r.e) : valid * r.e;
+  // Masked elements read 0 (a bias padded to an aligned length).
+  if (k.kind == Known::Exact) {
+    r.e = is_boolean(r.e) ? logical_and(valid, r.e) : valid * r.e;
+  } else if (k.yes == 0) {
+    r.e = logical_or(negation(valid), r.e);
+  } else if (k.no == 0) {
+    r.e = logical_and(valid, r.e);
+  } else {
+    return std::nullopt;
+  }
   return r;
 }
 
@@ -193,12 +211,17 @@ std::optional<Known> cast(const Node& n, DType from, const Known& x) {
                        logical_and(c.when, c.exact ? truth(*c.exact) : Expr(c.value != 0 ? 1 : 0)));
     return exact(any);
   }
+  // Float constants to a float type: rounded to it.
   if (x.kind == Known::Choice) {
-    if (is_float(n.dtype) && exact_in_floats(x.yes) && exact_in_floats(x.no)) return x;
-    return std::nullopt;
+    if (!is_float(n.dtype)) return std::nullopt;
+    Known y = x;
+    y.yes = stored(x.yes, n.dtype), y.no = stored(x.no, n.dtype);
+    return y;
   }
   if (!is_float(n.dtype)) return x;  // integers and bools, and floats known exactly
-  if (is_boolean(x.e) || (x.e.is_const() && exact_in_floats(static_cast<double>(*x.e.as_const()))))
+  if (x.e.is_const()) return float_constant(stored(static_cast<double>(*x.e.as_const()), n.dtype));
+  // (f32 holds every f16 and bf16 value.)
+  if (is_boolean(x.e) || (n.dtype == DType::F32 && (from == DType::F16 || from == DType::BF16)))
     return x;
   // Integers converted to floats, as a float Iota converts its values, but rounded
   // beyond the type's precision: an Iota, followed no further.

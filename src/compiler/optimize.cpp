@@ -172,6 +172,14 @@ class Lowering {
     return e.add(Symbol::of("View"), AttrList::of({Attr::of_int(view_id(v))}),
                  std::vector<ClassId>{e.find(x)});
   }
+  // The class of an Iota of `expr` over `shape`, added where it is new.
+  ClassId iota_node(eg::EGraph& e, Expr expr, DType t, const std::vector<Expr>& shape) {
+    const ClassId c = e.add(
+        Symbol::of("Iota"),
+        AttrList::of({Attr::of_expr(expr), Attr::of_dtype(t), Attr::of_int(shape_id(shape))}), {});
+    dtype_of[e.find(c).v] = t;
+    return c;
+  }
   // A $view attribute's value for `v` (views are numbered as they are first seen).
   int64_t view_id(const View& v) {
     const std::string key = v.to_string();
@@ -1027,15 +1035,35 @@ Optimized optimize(const Graph& g, const OptimizeOptions& options) {
   // (attention $vp $vmask $vscale $vinf ?q ?k ?v ?mask): the probabilities are the
   // value product's left operand as they are, the mask is bool, the constants unmasked,
   // and queries, keys and values plain floats.
-  fns.predicates["attention"] = [&low](const eg::EGraph& e, std::span<const eg::Value> a) {
-    auto plain_float = [&](const eg::Value& v) {
-      const auto t = low.dtype(e, v);
-      return (t == DType::F32 || t == DType::F16 || t == DType::BF16) && !low.quantized_input(e, v);
-    };
-    return plain_float(a[4]) && plain_float(a[5]) && plain_float(a[6]) &&
+  const auto plain_float = [&low](const eg::EGraph& e, const eg::Value& v) {
+    const auto t = low.dtype(e, v);
+    return (t == DType::F32 || t == DType::F16 || t == DType::BF16) && !low.quantized_input(e, v);
+  };
+  fns.predicates["attention"] = [&low, plain_float](const eg::EGraph& e,
+                                                    std::span<const eg::Value> a) {
+    return plain_float(e, a[4]) && plain_float(e, a[5]) && plain_float(e, a[6]) &&
            low.dtype(e, a[7]) == DType::Bool && is_broadcast_along_last(low.view(a[0])) &&
            !low.view(a[1]).has_mask() && !low.view(a[2]).has_mask() && !low.view(a[3]).has_mask() &&
            low.view(a[1]).rank() + 1 == low.view(a[0]).rank();
+  };
+  // (call attention-without-mask $scale $vp $vscale $vq ?q $vk ?k $vv ?v): the same
+  // without a mask, as an Attention whose mask keeps every key (one true broadcast, which
+  // the kernels compute).
+  fns.appliers["attention-without-mask"] =
+      [&low, plain_float](eg::EGraph& e, std::span<const eg::Value> a) -> std::optional<ClassId> {
+    // (Copies: adding views below may move low.views.)
+    const View vp = low.view(a[1]), vscale = low.view(a[2]);
+    const View vq = low.view(a[3]), vk = low.view(a[5]), vv = low.view(a[7]);
+    if (!plain_float(e, a[4]) || !plain_float(e, a[6]) || !plain_float(e, a[8]) ||
+        !is_broadcast_along_last(vp) || vscale.has_mask() || vp.rank() < 3)
+      return std::nullopt;
+    std::vector<Expr> scores = vp.shape();
+    scores.pop_back();
+    const ClassId keep = low.iota_node(e, Expr(1), DType::Bool, {});
+    const ClassId children[] = {low.view_node(e, vq, a[4].c), low.view_node(e, vk, a[6].c),
+                                low.view_node(e, vv, a[8].c),
+                                low.view_node(e, View::contiguous({}).broadcast_to(scores), keep)};
+    return e.add(Symbol::of("Attention"), AttrList::of({a[0].a}), children);
   };
   // (rmsnorm-qmatmul $axis $len $va $vr $vs $vn $ve $vg ?x ?w): the matched norm is
   // along x's last axis (its length the mean's count), its scale and weight broadcast

@@ -10,6 +10,7 @@
 
 #include "luminal/compiler/attention_op.hpp"
 #include "luminal/compiler/optimize.hpp"
+#include "luminal/nn/attention.hpp"
 #include "testing/run_outputs.hpp"
 
 using namespace luminal;
@@ -22,6 +23,14 @@ int count_ops(const Graph& g, Op op) {
   int n = 0;
   for (uint32_t i = 0; i < g.num_nodes(); ++i) n += g.node(NodeId{i}).op == op;
   return n;
+}
+
+// An input of `shape` (static) holding uniform random values.
+Tensor random_input(Graph& cx, std::mt19937& rng, const char* name,
+                    const std::vector<Expr>& shape) {
+  Tensor x = cx.named_tensor(name, shape);
+  x.set(luminal::testing::uniform_floats(rng, static_cast<size_t>(product(shape).eval())));
+  return x;
 }
 
 const Node* attention_node(const Graph& g) {
@@ -82,11 +91,7 @@ TEST(IndexFolding, TorchsCausalMaskBecomesOneTheAttentionComputes) {
   const int64_t h = 2, t = 7, d = 8;
   Graph cx;
   std::mt19937 rng(3);
-  auto input = [&](const char* name) {
-    Tensor x = cx.named_tensor(name, {1, h, t, d});
-    x.set(luminal::testing::uniform_floats(rng, static_cast<size_t>(h * t * d)));
-    return x;
-  };
+  auto input = [&](const char* name) { return random_input(cx, rng, name, {1, h, t, d}); };
   const Tensor q = input("q"), k = input("k"), v = input("v");
   Tensor y = projected(cx, torch_style_causal_attention(cx, q, k, v, t), rng).retrieve();
   const compiler::Optimized opt = compiler::optimize(cx);
@@ -137,11 +142,7 @@ TEST(IndexFolding, RowsThatKeepNoKeyKeepTheirGuard) {
   const int64_t t = 6, d = 4;
   Graph cx;
   std::mt19937 rng(7);
-  auto input = [&](const char* name) {
-    Tensor x = cx.named_tensor(name, {1, 1, t, d});
-    x.set(luminal::testing::uniform_floats(rng, static_cast<size_t>(t * d)));
-    return x;
-  };
+  auto input = [&](const char* name) { return random_input(cx, rng, name, {1, 1, t, d}); };
   const Tensor q = input("q"), k = input("k"), v = input("v");
   // Keys strictly before the query: row 0 keeps none.
   const Tensor pos = cx.iota(Expr("z"), {t}, DType::I32);
@@ -171,10 +172,41 @@ TEST(IndexFolding, ValuesThatReadInputsStay) {
   expect_reference_values(cx, opt, y);
 }
 
+// A float mask of 0 and -inf (or the type's lowest value, as transformers writes it in
+// half precision) read through padding (0 past its end, as a bias padded to an aligned
+// length is read) and compared back into bool.
+TEST(IndexFolding, AFloatMaskReadThroughPaddingFolds) {
+  struct Mask {
+    double kept, other;
+    DType dtype;
+  };
+  for (const Mask& m : {Mask{0.0, -kInf, DType::F32}, Mask{-kInf, 0.0, DType::F32},
+                        Mask{0.0, -3.3895313892515355e38, DType::BF16},
+                        Mask{0.0, -65504.0, DType::F16}, Mask{0.0, -65504.0, DType::BF16}}) {
+    Graph cx;
+    const Tensor pos = cx.iota(Expr("z"), {5}, DType::I32);
+    const Tensor c =
+        lt(pos.reshape({5, 1}).broadcast_to({5, 5}), pos.reshape({1, 5}).broadcast_to({5, 5}));
+    const Tensor mask = where(c, cx.constant(m.kept, m.dtype).broadcast_to({5, 5}),
+                              cx.constant(m.other, m.dtype).broadcast_to({5, 5}));
+    // (-65504 as a bf16 is -65536: compared in f32 with -65520 it is below.)
+    Tensor y =
+        logical_and(lt(mask.pad(1, 0, 3), 0.0), lt(mask.pad(1, 0, 3).cast(DType::F32), -65520.0))
+            .cast(DType::F32)
+            .retrieve();
+    Tensor z = lt(mask.pad(1, 0, 3), 0.0).cast(DType::F32).retrieve();
+    const compiler::Optimized opt = compiler::optimize(cx);
+    for (const auto& [user, node] : opt.outputs)
+      EXPECT_EQ(opt.graph->node(node).op, Op::Iota) << opt.graph->to_text();
+    expect_reference_values(cx, opt, y);
+    expect_reference_values(cx, opt, z);
+  }
+}
+
 // Random chains over iotas and constants read through broadcasts, permutations, slices
-// and padding: comparisons, logic, integer arithmetic, Where between integers and
-// between float constants, casts, and counts along an axis compared with constants.
-// Each optimized graph against the reference over the user's graph; those built of
+// and padding (of any value, float masks too): comparisons, logic, integer arithmetic, Where
+// between integers and between float constants, casts, and counts along an axis compared with
+// constants. Each optimized graph against the reference over the user's graph; those built of
 // integers and of 0 / -inf alone fold to one Iota.
 TEST(IndexFolding, RandomIndexChainsComputeTheReferencesValues) {
   std::mt19937 rng(11);
@@ -182,8 +214,7 @@ TEST(IndexFolding, RandomIndexChainsComputeTheReferencesValues) {
   for (int trial = 0; trial < 150; ++trial) {
     Graph cx;
     auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<unsigned>(n)); };
-    // Chains that may keep nodes: a float constant that rounds, a count along an axis
-    // (folded only where it is decided).
+    // Chains that may keep nodes: a count along an axis (folded only where it is decided).
     bool may_stay = false;
     // A [4, 6] value from an iota or constant, through a random view.
     auto leaf = [&]() -> Tensor {
@@ -201,7 +232,6 @@ TEST(IndexFolding, RandomIndexChainsComputeTheReferencesValues) {
         default: {
           const double values[] = {0.0, 1.0, -kInf, kInf, 2.0, 2.5};
           const double c = values[pick(6)];
-          may_stay = may_stay || c == 2.5;
           return cx.constant(c).broadcast_to({4, 6});
         }
       }
@@ -213,7 +243,7 @@ TEST(IndexFolding, RandomIndexChainsComputeTheReferencesValues) {
       auto as_int = [](const Tensor& x) { return is_float(x.dtype()) ? x : x.cast(DType::I32); };
       // (A float cast to an integer type is not followed: -inf has no integer.)
       const bool float_to_int = is_float(b.dtype()) && !is_float(a.dtype());
-      switch (pick(9)) {
+      switch (pick(10)) {
         case 0:
           if (float_to_int) continue;
           pool.push_back(lt(a, b.cast(a.dtype())));
@@ -245,6 +275,9 @@ TEST(IndexFolding, RandomIndexChainsComputeTheReferencesValues) {
         case 7:
           pool.push_back(a.cast(a.dtype() == DType::Bool ? DType::F32 : DType::Bool));
           break;
+        case 8:  // read as 0 past column 4
+          pool.push_back(a.slice(1, 0, 4).pad(1, 0, 2));
+          break;
         default:  // a count along an axis, compared with a constant
           may_stay = true;
           pool.push_back(gt(ne(a, 0.0).cast(DType::F32).sum({pick(2)}, true), pick(2) ? 0.0 : 1.0)
@@ -268,4 +301,41 @@ TEST(IndexFolding, RandomIndexChainsComputeTheReferencesValues) {
   // that is not one, integers an iota rounds to floats.)
   EXPECT_GE(folded * 10, foldable * 9) << folded << " of " << foldable;
   EXPECT_GT(foldable, 40);
+}
+
+// A decoding step's causal mask keeps every cached key (past + 1 keys, one query): the
+// Where it was read through goes, and the attention without a mask is still one
+// Attention, whose mask keeps every key.
+TEST(IndexFolding, ADecodingStepsMaskThatKeepsEveryKeyStillMakesAnAttention) {
+  const int64_t h = 2, past = 9, d = 8;
+  Graph cx;
+  std::mt19937 rng(13);
+  auto input = [&](const char* name, int64_t rows) {
+    return random_input(cx, rng, name, {1, h, rows, d});
+  };
+  const Tensor q = input("q", 1), k = input("k", past + 1), v = input("v", past + 1);
+  const Tensor scores = q.matmul(k.transpose(-1, -2)) * 0.35;
+  const Tensor keep = nn::causal_mask(cx, 1, past).reshape({1, 1, 1, past + 1});
+  Tensor y =
+      where(keep.broadcast_to(scores.shape()), scores, -kInf).softmax(-1).matmul(v).retrieve();
+  const compiler::Optimized opt = compiler::optimize(cx);
+  const Node* attention = attention_node(*opt.graph);
+  ASSERT_NE(attention, nullptr) << opt.graph->to_text();
+  const std::optional<Expr> mask = compiler::computed_mask(*opt.graph, *attention);
+  ASSERT_TRUE(mask.has_value()) << opt.graph->to_text();
+  EXPECT_EQ(*mask, Expr(1));
+  expect_reference_values(cx, opt, y);
+}
+
+// Attention over a whole sequence without a mask (an encoder's) is one Attention too.
+TEST(IndexFolding, AttentionWithoutAMaskIsOneAttention) {
+  const int64_t h = 3, t = 10, d = 8;
+  Graph cx;
+  std::mt19937 rng(17);
+  auto input = [&](const char* name) { return random_input(cx, rng, name, {2, h, t, d}); };
+  const Tensor q = input("q"), k = input("k"), v = input("v");
+  Tensor y = (q.matmul(k.transpose(-1, -2)) * 0.35).softmax(-1).matmul(v).retrieve();
+  const compiler::Optimized opt = compiler::optimize(cx);
+  ASSERT_NE(attention_node(*opt.graph), nullptr) << opt.graph->to_text();
+  expect_reference_values(cx, opt, y);
 }

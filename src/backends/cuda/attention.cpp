@@ -463,13 +463,24 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
            wgmma_attention_maps(a, k_data, v_data, d, dv, wgmma[o.index].keys, o.key_map,
                                 o.value_map);
   };
-  const ShapeKey shape{q_type, k_type, v_type,        out_type,  d,
-                       dv,     keys,   a.shared_rows, kv_points, computed ? computed->keep : ""};
-  const auto chosen = choice_.find(shape);
+  // The module of option i: its cache key and source.
+  auto module_key = [&](size_t i) { return i == wgmma.size() ? mma_key : wgmma_key(wgmma[i]); };
+  auto module_source = [&](size_t i) {
+    return i == wgmma.size() ? mma_attention_source(mma) : wgmma_attention_source(wgmma[i]);
+  };
+  // (Only prompts on tensor cores have options to choose between: decoding looks up
+  // nothing.)
+  std::optional<ShapeKey> shape;
+  std::optional<size_t> chosen;
+  if (!wgmma.empty() || mma_fits) {
+    shape = ShapeKey{q_type, k_type, v_type,        out_type,  d,
+                     dv,     keys,   a.shared_rows, kv_points, computed ? computed->keep : ""};
+    if (const auto it = choice_.find(*shape); it != choice_.end()) chosen = it->second;
+  }
   const bool searching = searcher_.settings().mode != runtime::SearchMode::Off;
   std::vector<Option> options;
-  if (chosen != choice_.end())  // a shape the search has seen runs its winner alone
-    if (Option o{chosen->second}; encodes(o)) options.push_back(o);
+  if (chosen)  // a shape the search has seen runs its winner alone
+    if (Option o{*chosen}; encodes(o)) options.push_back(o);
   if (options.empty()) {
     for (size_t i = 0; i < wgmma.size(); ++i)
       // (With the search off only the cost model's pick is compiled.)
@@ -487,14 +498,11 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
     const std::string mask_source = computed ? computed->source : "";
     std::vector<std::string> wgmma_sources, mma_sources;
     for (size_t i = 1; i < options.size(); ++i) {
-      const bool is_mma = options[i].index == wgmma.size();
-      const std::string key = is_mma ? mma_key : wgmma_key(wgmma[options[i].index]);
+      const size_t o = options[i].index;
+      const std::string key = module_key(o);
       const auto loaded = kernels_.find(computed ? key + computed->keep : key);
       if (loaded != kernels_.end() && loaded->second.module) continue;
-      if (is_mma)
-        mma_sources.push_back(mask_source + mma_attention_source(mma));
-      else
-        wgmma_sources.push_back(mask_source + wgmma_attention_source(wgmma[options[i].index]));
+      (o == wgmma.size() ? mma_sources : wgmma_sources).push_back(mask_source + module_source(o));
     }
     for (auto [sources, arch] :
          {std::pair{&wgmma_sources, device_.arch() + "a"}, std::pair{&mma_sources, device_.arch()}})
@@ -502,20 +510,19 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
         compiling.push_back(std::move(f));
   }
   for (const Option& o : options) {
+    const std::string key = module_key(o.index);
+    auto source = [&] { return module_source(o.index); };
     if (o.index == wgmma.size()) {
-      Candidate c{&compiled(
-                      mma_key, computed, "lum_attention_mma",
-                      [&] { return mma_attention_source(mma); }, mma_attention_shared_bytes(mma)),
-                  kMmaAttentionRows, "mma.sync, 64 rows a block"};
+      Candidate c{
+          &compiled(key, computed, "lum_attention_mma", source, mma_attention_shared_bytes(mma)),
+          kMmaAttentionRows, "mma.sync, 64 rows a block"};
       c.option = o.index;
       kernels.push_back(std::move(c));
       continue;
     }
     const WgmmaAttentionKernel& w = wgmma[o.index];
-    kernels.push_back({&compiled(
-                           wgmma_key(w), computed, "lum_attention_wgmma",
-                           [&] { return wgmma_attention_source(w); },
-                           wgmma_attention_shared_bytes(w), w.threads(), w.keys, w.rows()),
+    kernels.push_back({&compiled(key, computed, "lum_attention_wgmma", source,
+                                 wgmma_attention_shared_bytes(w), w.threads(), w.keys, w.rows()),
                        w.rows(), w.describe(), o.key_map, o.value_map, o.index});
   }
   if (kernels.empty() && device_.compute_capability() >= 80 &&
@@ -628,7 +635,7 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
   // model's pick, the first, unless the search is off). (Where a shape's winner cannot read
   // these tensors, the others run untimed: the first.)
   size_t pick = 0;
-  if (kernels.size() > 1 && chosen == choice_.end()) {
+  if (kernels.size() > 1 && !chosen) {
     runtime::SearchProblem p;
     p.signature = "attention";
     for (DType t : {q_type, k_type, v_type, out_type})
@@ -645,7 +652,7 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
     trials.judge(p, out, static_cast<size_t>(out_rows * dv), out_type,
                  out_type == DType::F32 ? 1e-3 : 2e-2);
     pick = searcher_.choose(p).winner;
-    choice_.emplace(shape, kernels[pick].option);
+    choice_.emplace(*shape, kernels[pick].option);
   }
   launch(kernels[pick], a);
   return true;
