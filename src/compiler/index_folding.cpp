@@ -107,6 +107,15 @@ Known exact(Expr e) {
   return {Known::Exact, e};
 }
 
+// A choice between integer constants as an integer expression; an exact value as it is.
+std::optional<Known> as_exact(const Known& k) {
+  if (k.kind == Known::Exact) return k;
+  auto integer = [](double v) { return v == std::floor(v) && std::fabs(v) <= kLargestCompared; };
+  if (k.kind != Known::Choice || !integer(k.yes) || !integer(k.no)) return std::nullopt;
+  const auto yes = static_cast<int64_t>(k.yes), no = static_cast<int64_t>(k.no);
+  return exact(k.e * yes + negation(k.e) * no);
+}
+
 // `v` as a value of float type `t` holds it (rounded to its precision).
 double stored(double v, DType t) {
   Buffer b(t, 1);
@@ -178,8 +187,10 @@ std::optional<Known> less_than(const Known& x, const Known& y) {
   return exact(any);
 }
 
-std::optional<Known> arithmetic(const Node& n, const Known& x, const Known& y) {
-  if (x.kind != Known::Exact || y.kind != Known::Exact) return std::nullopt;
+std::optional<Known> arithmetic(const Node& n, const Known& xk, const Known& yk) {
+  const std::optional<Known> xe = as_exact(xk), ye = as_exact(yk);
+  if (!xe || !ye) return std::nullopt;
+  const Known &x = *xe, &y = *ye;
   const bool add = n.op == Op::Add;
   if (n.dtype == DType::Bool)
     return exact(add ? logical_or(truth(x.e), truth(y.e)) : logical_and(truth(x.e), truth(y.e)));
@@ -189,17 +200,19 @@ std::optional<Known> arithmetic(const Node& n, const Known& x, const Known& y) {
   return exact(add ? x.e + y.e : logical_and(x.e, y.e));
 }
 
-std::optional<Known> where(const Known& c, const Known& a, const Known& b) {
-  if (c.kind != Known::Exact || a.kind == Known::AtLeastOne || b.kind == Known::AtLeastOne)
-    return std::nullopt;
-  const Expr cond = truth(c.e);
-  if (a.kind == Known::Exact && b.kind == Known::Exact)
-    return exact(is_boolean(a.e) && is_boolean(b.e)
-                     ? logical_or(logical_and(cond, a.e), logical_and(negation(cond), b.e))
-                     : cond * a.e + negation(cond) * b.e);
+// (Two constants stay a choice, whose comparisons come out as its condition or its
+// negation: not 0 > c * -65536.)
+std::optional<Known> where(const Known& ck, const Known& a, const Known& b) {
+  const std::optional<Known> c = as_exact(ck);
+  if (!c || a.kind == Known::AtLeastOne || b.kind == Known::AtLeastOne) return std::nullopt;
+  const Expr cond = truth(c->e);
   const std::optional<double> yes = constant(a), no = constant(b);
-  if (!yes || !no) return std::nullopt;
-  return Known{Known::Choice, cond, *yes, *no};
+  if (yes && no) return Known{Known::Choice, cond, *yes, *no};
+  const std::optional<Known> x = as_exact(a), y = as_exact(b);
+  if (!x || !y) return std::nullopt;
+  return exact(is_boolean(x->e) && is_boolean(y->e)
+                   ? logical_or(logical_and(cond, x->e), logical_and(negation(cond), y->e))
+                   : cond * x->e + negation(cond) * y->e);
 }
 
 std::optional<Known> cast(const Node& n, DType from, const Known& x) {
@@ -213,7 +226,7 @@ std::optional<Known> cast(const Node& n, DType from, const Known& x) {
   }
   // Float constants to a float type: rounded to it.
   if (x.kind == Known::Choice) {
-    if (!is_float(n.dtype)) return std::nullopt;
+    if (!is_float(n.dtype)) return as_exact(x);
     Known y = x;
     y.yes = stored(x.yes, n.dtype), y.no = stored(x.no, n.dtype);
     return y;
@@ -234,8 +247,9 @@ std::optional<Known> cast(const Node& n, DType from, const Known& x) {
 // A sum or max along an axis of 0/1 values that is 1 at the axis's first or last
 // position in every row: at least 1 everywhere. (The axis is not empty wherever there
 // is a row: its length is at least 1, or at least one of the rows' dims.)
-std::optional<Known> count(const Node& n, const Edge& in, const Known& x) {
-  if (x.kind != Known::Exact || !is_boolean(x.e)) return std::nullopt;
+std::optional<Known> count(const Node& n, const Edge& in, const Known& xk) {
+  const std::optional<Known> x = as_exact(xk);
+  if (!x || !is_boolean(x->e)) return std::nullopt;
   const View& v = in.view;
   const auto axis = static_cast<size_t>(n.axis);
   const Expr len = v.shape()[axis];
@@ -246,7 +260,7 @@ std::optional<Known> count(const Node& n, const Edge& in, const Known& x) {
   for (const Expr at : {Expr(0), len - 1}) {
     std::vector<Expr> idx = View::contiguous(n.shape).unflatten(Expr("z"));
     idx.insert(idx.begin() + static_cast<std::ptrdiff_t>(axis), at);
-    const Expr kept = logical_and(v.valid(idx), x.e.substitute("z", v.index(idx)));
+    const Expr kept = logical_and(v.valid(idx), x->e.substitute("z", v.index(idx)));
     if (simplify_within(kept, z_range) == Expr(1)) return Known{Known::AtLeastOne, Expr(1)};
   }
   return std::nullopt;
@@ -308,9 +322,11 @@ std::vector<Node> folded_index_values(std::vector<Node> nodes, const std::vector
     }
     // A Where whose condition always holds (or never does) passes an operand on: its
     // readers read that operand instead, where it lies as the Where stores its values.
-    if (n.op == Op::Where && !in.empty() && in[0].kind == Known::Exact && !is_output.contains(i)) {
+    const std::optional<Known> cond =
+        n.op == Op::Where && !in.empty() ? as_exact(in[0]) : std::nullopt;
+    if (cond && !is_output.contains(i)) {
       const VarRanges z_range{{"z", {0, product(n.shape)}}};
-      const Expr always = simplify_within(truth(in[0].e), z_range);
+      const Expr always = simplify_within(truth(cond->e), z_range);
       const Edge* passed = always == Expr(1)   ? &n.inputs[1]
                            : always == Expr(0) ? &n.inputs[2]
                                                : nullptr;
@@ -332,14 +348,17 @@ std::vector<Node> folded_index_values(std::vector<Node> nodes, const std::vector
     if (k->kind != Known::AtLeastOne) k->e = simplify_within(k->e, {{"z", {0, product(n.shape)}}});
     known[i] = k;
   }
-  // Values known exactly become Iotas of their expressions.
+  // Values known exactly (or as a choice between integers) become Iotas of their
+  // expressions.
   for (uint32_t i = 0; i < nodes.size(); ++i) {
     Node& n = nodes[i];
-    if (!known[i] || known[i]->kind != Known::Exact || n.op == Op::Iota || n.op == Op::Constant)
-      continue;
-    if (known[i]->e.to_string().size() > kMaxExpressionText) continue;
+    if (!known[i] || n.op == Op::Iota || n.op == Op::Constant) continue;
+    const std::optional<Known> k = as_exact(*known[i]);
+    if (!k) continue;
+    const Expr e = simplify_within(k->e, {{"z", {0, product(n.shape)}}});
+    if (e.to_string().size() > kMaxExpressionText) continue;
     n.op = Op::Iota;
-    n.iota = known[i]->e;
+    n.iota = e;
     n.inputs.clear();
     n.axis = -1;
   }
