@@ -517,9 +517,7 @@ TEST(Cuda, PromptAttentionOverABatchOfSequences) {
                                                    {DType::F32, DType::F16, false},
                                                    {DType::BF16, DType::BF16, true}}) {
     auto values = [&](int64_t n, DType t) {
-      const std::vector<float> x =
-          testing::uniform_floats(rng, static_cast<size_t>(n), -2.0f, 2.0f);
-      return Buffer::from_doubles(std::vector<double>(x.begin(), x.end()), t);
+      return testing::uniform_buffer(rng, static_cast<size_t>(n), t, -2.0f, 2.0f);
     };
     Graph cx;
     Tensor q = cx.named_tensor("q", {batch, kv, group, seq, d}, compute);
@@ -568,9 +566,7 @@ TEST(Cuda, AttentionWritesItsRowsWhereTheProjectionReadsThem) {
     Tensor x = cx.named_tensor("x", {b, t, 3 * h * d}, dtype);
     Tensor w = cx.named_tensor("w", {h * d, 32}, dtype);
     auto values = [&](int64_t n) {
-      const std::vector<float> v =
-          testing::uniform_floats(rng, static_cast<size_t>(n), -1.0f, 1.0f);
-      return Buffer::from_doubles(std::vector<double>(v.begin(), v.end()), dtype);
+      return testing::uniform_buffer(rng, static_cast<size_t>(n), dtype, -1.0f, 1.0f);
     };
     x.set_buffer(values(b * t * 3 * h * d));
     w.set_buffer(values(h * d * 32));
@@ -605,8 +601,7 @@ TEST(Cuda, PromptAttentionSearchesItsKernels) {
   const int64_t kv = 2, group = 4, seq = 256, d = 128;
   std::mt19937 rng(5);
   auto values = [&](int64_t n) {
-    const std::vector<float> x = testing::uniform_floats(rng, static_cast<size_t>(n), -2.0f, 2.0f);
-    return Buffer::from_doubles(std::vector<double>(x.begin(), x.end()), DType::BF16);
+    return testing::uniform_buffer(rng, static_cast<size_t>(n), DType::BF16, -2.0f, 2.0f);
   };
   const Buffer qv = values(kv * group * seq * d), kvals = values(seq * kv * d),
                vvals = values(seq * kv * d);
@@ -895,8 +890,7 @@ TEST(Cuda, AttentionsOverOneMaskShareItsTiles) {
   gpu.cx.compile(cuda());
   std::mt19937 rng(5);
   auto random = [&](int64_t n) {
-    const std::vector<float> x = testing::uniform_floats(rng, static_cast<size_t>(n), -2.0f, 2.0f);
-    return Buffer::from_doubles(std::vector<double>(x.begin(), x.end()), DType::BF16);
+    return testing::uniform_buffer(rng, static_cast<size_t>(n), DType::BF16, -2.0f, 2.0f);
   };
   for (int run = 0; run < 3; ++run) {
     // Masks keeping three keys in four, and each row its own key.
@@ -956,8 +950,7 @@ TEST(Cuda, ComputedMasksKeepTheirTilesAcrossRunsOverTheSameDims) {
   gpu.cx.compile(cuda());
   std::mt19937 rng(12);
   auto random = [&](int64_t n) {
-    const std::vector<float> x = testing::uniform_floats(rng, static_cast<size_t>(n), -2.0f, 2.0f);
-    return Buffer::from_doubles(std::vector<double>(x.begin(), x.end()), DType::BF16);
+    return testing::uniform_buffer(rng, static_cast<size_t>(n), DType::BF16, -2.0f, 2.0f);
   };
   const std::vector<int64_t> pasts = {0, 0, 64, 64, 64, 0, 0};
   for (size_t run = 0; run < pasts.size(); ++run) {

@@ -50,4 +50,11 @@ inline std::vector<float> uniform_floats(std::mt19937& rng, size_t n, float lo =
   return v;
 }
 
+/// n values drawn uniformly from [lo, hi), as a Buffer of `dtype` (rounded to it).
+inline Buffer uniform_buffer(std::mt19937& rng, size_t n, DType dtype, float lo = -1.0f,
+                             float hi = 1.0f) {
+  const std::vector<float> v = uniform_floats(rng, n, lo, hi);
+  return Buffer::from_doubles(std::vector<double>(v.begin(), v.end()), dtype);
+}
+
 }  // namespace luminal::testing
