@@ -11,9 +11,11 @@
 //
 // Every node's value is followed as a function of its flat index z, where it is one:
 // exactly (an integer expression, for integer and bool values and for float values that
-// are 0 or 1), or as a choice between two float constants by a 0/1 condition (the 0 and
-// -inf of a float mask), or as "at least 1 everywhere" (a count of kept keys where every
-// row keeps its first or last one). Where a float would round, nothing is followed.
+// are 0/1 or integers as their type stores them), or as a choice between two constants by
+// a 0/1 condition (the 0 and -inf, or the type's lowest value, of a float mask: its
+// comparisons come out as the condition or its negation), or as "at least 1 everywhere"
+// (a count of kept keys where every row keeps its first or last one). Where a float would
+// round, nothing is followed further.
 #include "compiler/index_folding.hpp"
 
 #include <cmath>
@@ -114,6 +116,11 @@ std::optional<Known> as_exact(const Known& k) {
   if (k.kind != Known::Choice || !integer(k.yes) || !integer(k.no)) return std::nullopt;
   const auto yes = static_cast<int64_t>(k.yes), no = static_cast<int64_t>(k.no);
   return exact(k.e * yes + negation(k.e) * no);
+}
+
+// `e` simplified knowing z ranges over node `n`'s elements.
+Expr over_elements(Expr e, const Node& n) {
+  return simplify_within(e, {{"z", {0, product(n.shape)}}});
 }
 
 // `v` as a value of float type `t` holds it (rounded to its precision).
@@ -256,12 +263,11 @@ std::optional<Known> count(const Node& n, const Edge& in, const Known& xk) {
   bool nonempty = len.lower_bound() >= 1;
   for (const Expr& d : n.shape) nonempty = nonempty || simplify(ge(len, d)) == Expr(1);
   if (!nonempty) return std::nullopt;
-  const VarRanges z_range{{"z", {0, product(n.shape)}}};
   for (const Expr at : {Expr(0), len - 1}) {
     std::vector<Expr> idx = View::contiguous(n.shape).unflatten(Expr("z"));
     idx.insert(idx.begin() + static_cast<std::ptrdiff_t>(axis), at);
     const Expr kept = logical_and(v.valid(idx), x->e.substitute("z", v.index(idx)));
-    if (simplify_within(kept, z_range) == Expr(1)) return Known{Known::AtLeastOne, Expr(1)};
+    if (over_elements(kept, n) == Expr(1)) return Known{Known::AtLeastOne, Expr(1)};
   }
   return std::nullopt;
 }
@@ -325,8 +331,7 @@ std::vector<Node> folded_index_values(std::vector<Node> nodes, const std::vector
     const std::optional<Known> cond =
         n.op == Op::Where && !in.empty() ? as_exact(in[0]) : std::nullopt;
     if (cond && !is_output.contains(i)) {
-      const VarRanges z_range{{"z", {0, product(n.shape)}}};
-      const Expr always = simplify_within(truth(cond->e), z_range);
+      const Expr always = over_elements(truth(cond->e), n);
       const Edge* passed = always == Expr(1)   ? &n.inputs[1]
                            : always == Expr(0) ? &n.inputs[2]
                                                : nullptr;
@@ -345,7 +350,7 @@ std::vector<Node> folded_index_values(std::vector<Node> nodes, const std::vector
                                                               : std::nullopt)
             : combined(n, in, nodes);
     if (!k) continue;
-    if (k->kind != Known::AtLeastOne) k->e = simplify_within(k->e, {{"z", {0, product(n.shape)}}});
+    if (k->kind != Known::AtLeastOne) k->e = over_elements(k->e, n);
     known[i] = k;
   }
   // Values known exactly (or as a choice between integers) become Iotas of their
@@ -355,7 +360,8 @@ std::vector<Node> folded_index_values(std::vector<Node> nodes, const std::vector
     if (!known[i] || n.op == Op::Iota || n.op == Op::Constant) continue;
     const std::optional<Known> k = as_exact(*known[i]);
     if (!k) continue;
-    const Expr e = simplify_within(k->e, {{"z", {0, product(n.shape)}}});
+    // (A choice's expression is new here; an exact value's was simplified as it was found.)
+    const Expr e = known[i]->kind == Known::Exact ? k->e : over_elements(k->e, n);
     if (e.to_string().size() > kMaxExpressionText) continue;
     n.op = Op::Iota;
     n.iota = e;
