@@ -583,14 +583,21 @@ def _adaptive_avg_pool_backward(n, grad, x):
 
 
 def _layer_norm(n, x, shape, w=None, b=None, eps=1e-5):
-    # The hlop for the result; the statistics (for a backward pass) only where read.
+    """The hlop for the result, computed in f32 where x is half precision and rounded once
+    (weight and bias included), as PyTorch's kernels do; the statistics (for a backward
+    pass, only computed where read) in the types the trace gives them."""
     axes = list(range(-len(shape), 0))
     x = n.operands(x)[0]
-    y = x.layer_norm(axis=axes, eps=eps)
-    y = y if w is None else y * w
-    mean = x.mean(axis=axes, keepdim=True)
-    rstd = ((x - mean).square().mean(axis=axes, keepdim=True) + eps).rsqrt()
-    return (y if b is None else y + b), mean, rstd
+    wide = (lambda t: t) if x.dtype in (lm.float32, lm.float64) else (
+        lambda t: t.cast(lm.float32))
+    xf = wide(x)
+    y = xf.layer_norm(axis=axes, eps=eps)
+    y = y if w is None else y * wide(w)
+    y = y if b is None else y + wide(b)
+    mean = xf.mean(axis=axes, keepdim=True)
+    rstd = ((xf - mean).square().mean(axis=axes, keepdim=True) + eps).rsqrt()
+    types = [DTYPES[v.dtype] for v in n.fx.meta["val"]]
+    return y.cast(types[0]), mean.cast(types[1]), rstd.cast(types[2])
 
 
 def _channel(t, ndim):

@@ -94,6 +94,24 @@ HF_MODELS = [
 ]
 
 
+def test_half_precision_layer_norm_rounds_once_as_eager_does():
+    """A bf16 LayerNorm with weight and bias, computed in f32 and rounded once (as PyTorch's
+    kernel does, not op by op in bf16): at most one bf16 step from eager's, almost always
+    none."""
+    norm = torch.nn.LayerNorm(768).to(torch.bfloat16)
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 2.0)
+        norm.bias.uniform_(-1.0, 1.0)
+    x = (torch.randn(64, 768) * 3 + 1).to(torch.bfloat16)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        want, got = norm(x).float(), torch.compile(norm, backend="luminal")(x).float()
+    step = want.abs().clamp(min=2.0 ** -6) * 2.0 ** -7  # one bf16 step (8 bits kept)
+    off = (got - want).abs()
+    assert (off <= step).all(), off.max().item()
+    assert (off > 0).float().mean().item() < 0.02
+
+
 @pytest.mark.parametrize("config,model,shape,sizes", HF_MODELS, ids=[m[1] for m in HF_MODELS])
 def test_hugging_face_causal_lm(config, model, shape, sizes):
     t = hf()

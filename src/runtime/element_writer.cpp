@@ -414,7 +414,8 @@ std::string ElementWriter::compute(NodeId n, const std::vector<Expr>& idx,
     case Op::Sqrt:
       return bind(rounded(n, node.dtype, "sqrt" + suffix + "(" + in(0) + ")"));
     case Op::Recip:
-      return bind(rounded(n, node.dtype, "(" + t + ")1 / " + in(0)));
+      return bind(rounded(n, node.dtype,
+                          t == "float" ? "lum_recipf(" + in(0) + ")" : "(" + t + ")1 / " + in(0)));
     case Op::Add: {
       const std::string a = in(0), b = in(1);
       return bind(rounded(n, node.dtype, f ? a + " + " + b : "lum_wrap_add(" + a + ", " + b + ")"));

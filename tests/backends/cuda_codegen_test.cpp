@@ -141,6 +141,13 @@ TEST(CudaCodegen, ARowGroupNeverReadsAnotherRowsResult) {
   EXPECT_EQ(got.size(), 2u);
 }
 
+// The CUDA source the backend generates for cx's plan.
+cudagen::CudaSource planned_source(Graph& cx) {
+  const runtime::PlannedProgram p =
+      runtime::optimize_and_plan(cx, compiler::Fusion::RecomputeShared);
+  return cudagen::generate_cuda_source(*p.program.graph, p.plan);
+}
+
 // A row group takes 16 bytes of adjacent elements a thread where its cached row is a
 // whole number of them (bf16 rows of 1024: 8 a thread, so 128 threads keep a row busy),
 // and one element a thread where it is not (rows of 1001) or is not cached (rows of
@@ -154,13 +161,45 @@ TEST(CudaCodegen, RowGroupsTakeAdjacentElementsWhereTheRowAllows) {
     Graph cx;
     Tensor x = cx.named_tensor("x", {Expr::var("rows"), len}, t);
     x.layer_norm({1}).retrieve();
-    const runtime::PlannedProgram p =
-        runtime::optimize_and_plan(cx, compiler::Fusion::RecomputeShared);
-    const cudagen::CudaSource src = cudagen::generate_cuda_source(*p.program.graph, p.plan);
+    const cudagen::CudaSource src = planned_source(cx);
     const auto rows = std::find_if(src.launches.begin(), src.launches.end(),
                                    [](const auto& l) { return l.shape == KernelShape::Rows; });
     ASSERT_NE(rows, src.launches.end()) << len;
     EXPECT_EQ(rows->row_threads.eval(), busy) << len << " " << dtype_name(t);
+  }
+}
+
+// Where a thread takes a few pieces of a contiguous row, a LayerNorm's row stays in its
+// registers (no shared memory, no barrier but the reductions' two each) and its weight
+// and bias are loaded once a block, as whole vectors, where they fit too (not beside six
+// pieces of f32 a thread); a row of 10000 f32 goes through shared memory instead.
+TEST(CudaCodegen, RowGroupsHoldTheirRowsInRegisters) {
+  for (const auto& [len, t, row_held, weights_held] :
+       std::vector<std::tuple<int64_t, DType, bool, bool>>{{1024, DType::BF16, true, true},
+                                                           {6000, DType::F32, true, false},
+                                                           {10000, DType::F32, false, false}}) {
+    Graph cx;
+    Tensor x = cx.named_tensor("x", {Expr::var("rows"), len}, t);
+    auto along = [&](const char* name) {
+      return cx.named_tensor(name, {len}, t).reshape({1, len}).broadcast_to(x.shape());
+    };
+    (x.layer_norm({1}) * along("w") + along("b")).retrieve();
+    const cudagen::CudaSource src = planned_source(cx);
+    const auto rows = std::find_if(src.launches.begin(), src.launches.end(),
+                                   [](const auto& l) { return l.shape == KernelShape::Rows; });
+    ASSERT_NE(rows, src.launches.end()) << len;
+    const std::string& code = src.code;
+    const auto count = [&](const std::string& s) {
+      size_t n = 0;
+      for (size_t at = code.find(s); at != std::string::npos; at = code.find(s, at + 1)) ++n;
+      return n;
+    };
+    EXPECT_EQ(rows->shared_bytes == 0, row_held) << len;
+    EXPECT_EQ(count("__syncthreads()") == 4, row_held) << len;
+    EXPECT_EQ(count("lum_wv") > 0, weights_held) << len;
+    if (weights_held) {
+      EXPECT_EQ(count("lum_load_vec<"), 3u) << len << ": the row, weight, bias";
+    }
   }
 }
 
@@ -606,9 +645,21 @@ TEST(CudaCodegen, WarpgroupAttentionCompilesForHopper) {
     }
     // Three blocks an SM at head dims of 64 only (their outputs' registers).
     EXPECT_EQ(std::count_if(kernels.begin(), kernels.end(),
-                            [](const WgmmaAttentionKernel& k) { return k.blocks_per_sm == 3; }),
+                            [](const WgmmaAttentionKernel& k) {
+                              return k.blocks_per_sm == 3 && !k.persistent;
+                            }),
               q != DType::F32 && d == 64 && dv == 64 ? 1 : 0)
         << "d " << d;
+    // Persistent ones where the queries are copied as they are (and two buffers of them
+    // fit beside the stages: not at head dims of 256), one consumer each.
+    const auto persistent = std::count_if(
+        kernels.begin(), kernels.end(), [](const WgmmaAttentionKernel& k) { return k.persistent; });
+    EXPECT_EQ(persistent > 0, q == type && d <= 128) << "d " << d;
+    for (const WgmmaAttentionKernel& k : kernels) {
+      if (k.persistent) {
+        EXPECT_EQ(k.consumers, 1) << k.describe();
+      }
+    }
   }
   const auto bf16 = DType::BF16;
   EXPECT_EQ(cudagen::wgmma_attention_kernels(bf16, bf16, bf16, 128, 128, 4096).front().keys, 128);

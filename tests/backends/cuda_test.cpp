@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backends/cuda/attention_wgmma.hpp"
 #include "luminal/luminal.hpp"
 #include "luminal/nn/attention.hpp"
 #include "testing/attention_cases.hpp"
@@ -93,12 +94,13 @@ TEST(Cuda, AttentionMatchesTheReference) {
 }
 
 // Each of the prompts' tensor-core kernels that the search may pick, picked: the
-// warpgroup kernels of one consumer a block (two and three blocks an SM) and of two, and
-// the sm_80 one (cases without such a kernel search as usual).
+// warpgroup kernels of one consumer a block (two and three blocks an SM, each also
+// persistent) and of two, and the sm_80 one (cases without such a kernel search as usual).
 TEST(Cuda, EachPromptAttentionKernelMatchesTheReference) {
   SKIP_WITHOUT_GPU();
   for (const char* kernel :
-       {"64 rows a block, 128 keys a tile", "3 blocks an SM", "128 rows a block", "mma.sync"}) {
+       {"64 rows a block, 128 keys a tile", "3 blocks an SM", "128 rows a block",
+        "2 blocks an SM, persistent", "3 blocks an SM, persistent", "mma.sync"}) {
     SCOPED_TRACE(kernel);
     const testing::ScopedEnv pick("LUMINAL_SEARCH_PICK", kernel);
     testing::expect_attention_matches_reference(cuda(), "cuda");
@@ -549,6 +551,61 @@ TEST(Cuda, PromptAttentionOverABatchOfSequences) {
     for (size_t i = 0; i < got.size(); ++i)
       ASSERT_NEAR(got[i], want[i], tolerance * (1 + std::fabs(want[i])))
           << dtype_name(compute) << (head_major ? " head-major" : "") << " element " << i;
+  }
+}
+
+// Persistent warpgroup kernels over more work items than they have blocks, so that each
+// block takes several in turn (its query buffers and key and value stages reused): a
+// transformer block's heads read from one projection of [batch, tokens, 3, heads, d]
+// (rows along one dim, the last tile of 200 tokens part empty), and a batch of grouped
+// heads (rows along two dims: the group and 128 tokens), each causal, bf16, against the
+// reference interpreter.
+TEST(Cuda, PersistentPromptAttentionTakesSeveralItemsABlock) {
+  SKIP_WITHOUT_GPU();
+  const int64_t d = 64;
+  ASSERT_TRUE(cudagen::wgmma_attention_kernels(DType::BF16, DType::BF16, DType::BF16, d, d, 256)
+                  .back()
+                  .persistent);
+  std::mt19937 rng(21);
+  auto values = [&](int64_t n) {
+    return testing::uniform_buffer(rng, static_cast<size_t>(n), DType::BF16, -2.0f, 2.0f);
+  };
+  for (const bool grouped : {false, true}) {
+    Graph cx;
+    Tensor q, k, v;
+    int64_t seq = 0;
+    if (!grouped) {  // 16 x 8 heads of 200 tokens: 512 items
+      const int64_t batch = 16, heads = 8;
+      seq = 200;
+      Tensor qkv = cx.named_tensor("qkv", {batch, seq, 3, heads, d}, DType::BF16);
+      qkv.set_buffer(values(batch * seq * 3 * heads * d));
+      auto part = [&](int64_t i) {
+        return qkv.slice(2, i, i + 1).squeeze(2).permute({0, 2, 1, 3});
+      };
+      q = part(0), k = part(1), v = part(2);
+    } else {  // 64 x 2 key heads, 2 query heads each, of 128 tokens: 512 items
+      const int64_t batch = 64, kv = 2, group = 2;
+      seq = 128;
+      q = cx.named_tensor("q", {batch, kv, group, seq, d}, DType::BF16);
+      k = cx.named_tensor("k", {batch, kv, seq, d}, DType::BF16);
+      v = cx.named_tensor("v", {batch, kv, seq, d}, DType::BF16);
+      q.set_buffer(values(batch * kv * group * seq * d));
+      k.set_buffer(values(batch * kv * seq * d));
+      v.set_buffer(values(batch * kv * seq * d));
+      k = k.unsqueeze(2), v = v.unsqueeze(2);
+    }
+    Tensor scores = q.matmul(k.transpose(-1, -2)) * (1.0 / std::sqrt(static_cast<double>(d)));
+    scores = where(nn::causal_mask(cx, seq, 0), scores, -std::numeric_limits<double>::infinity());
+    Tensor y = scores.softmax(-1).matmul(v).retrieve();
+    const std::vector<float> want = testing::run_outputs(cx, reference(), {y})[0];
+    for (const char* kernel : {"2 blocks an SM, persistent", "3 blocks an SM, persistent"}) {
+      const testing::ScopedEnv pick("LUMINAL_SEARCH_PICK", kernel);
+      const std::vector<float> got = testing::run_outputs(cx, cuda(), {y})[0];
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i)
+        ASSERT_NEAR(got[i], want[i], 2e-2 * (1 + std::fabs(want[i])))
+            << kernel << (grouped ? ", grouped" : "") << ", element " << i;
+    }
   }
 }
 

@@ -23,14 +23,20 @@ inline void expect_row_ops_match_reference(const Backend& backend) {
     std::vector<int64_t> shape;
     int axis;
   };
-  // Rows of 20000 are longer than the CUDA backend holds in registers.
-  const std::vector<Case> cases = {
-      {{5, 7}, 1}, {{3, 1000}, 1}, {{2, 4099}, -1}, {{4, 300, 3}, 1}, {{2, 20000}, 1}};
-  const std::vector<std::pair<std::string, std::function<Tensor(Tensor, int)>>> ops = {
-      {"softmax", [](Tensor x, int a) { return x.softmax(a); }},
-      {"log_softmax", [](Tensor x, int a) { return x.log_softmax(a); }},
-      {"rms_norm", [](Tensor x, int a) { return x.rms_norm({a}); }},
-      {"layer_norm", [](Tensor x, int a) { return x.layer_norm({a}); }},
+  // The CUDA backend holds rows of 1000 and 6000 in registers (6000: six steps of a
+  // thread's, the last cut short), 4099 (not whole vectors) and 300 (along a middle axis)
+  // in shared memory, 20000 nowhere.
+  const std::vector<Case> cases = {{{5, 7}, 1},     {{3, 1000}, 1},   {{2, 6000}, 1},
+                                   {{2, 4099}, -1}, {{4, 300, 3}, 1}, {{2, 20000}, 1}};
+  // Each op also gets a weight and a bias along the row (the same for every row).
+  using Op = std::function<Tensor(Tensor, int, Tensor, Tensor)>;
+  const std::vector<std::pair<std::string, Op>> ops = {
+      {"softmax", [](Tensor x, int a, Tensor, Tensor) { return x.softmax(a); }},
+      {"log_softmax", [](Tensor x, int a, Tensor, Tensor) { return x.log_softmax(a); }},
+      {"rms_norm", [](Tensor x, int a, Tensor w, Tensor) { return x.rms_norm({a}) * w; }},
+      {"layer_norm", [](Tensor x, int a, Tensor, Tensor) { return x.layer_norm({a}); }},
+      {"affine layer_norm",
+       [](Tensor x, int a, Tensor w, Tensor b) { return x.layer_norm({a}) * w + b; }},
   };
   std::mt19937 rng(11);
   for (DType t : {DType::F32, DType::BF16})
@@ -38,9 +44,20 @@ inline void expect_row_ops_match_reference(const Backend& backend) {
       Graph cx;
       auto [x, n] = symbolic_rows_input(cx, c.shape);
       x.set(uniform_floats(rng, n, -3.0f, 3.0f));
+      const int axis = c.axis < 0 ? c.axis + static_cast<int>(c.shape.size()) : c.axis;
+      const int64_t len = c.shape[static_cast<size_t>(axis)];
+      // [len] stored in type t, viewed along the axis of x's shape
+      auto along = [&](const char* name) {
+        Tensor v = cx.named_tensor(name, {len}, t);
+        cx.set_data(v.id(), uniform_buffer(rng, static_cast<size_t>(len), t, -2.0f, 2.0f));
+        std::vector<Expr> shape(c.shape.size(), Expr(1));
+        shape[static_cast<size_t>(axis)] = len;
+        return v.reshape(shape).broadcast_to(x.shape());
+      };
+      const Tensor w = along("w"), b = along("b");
       std::vector<Tensor> outs;
       for (const auto& [name, op] : ops)
-        outs.push_back(op(x.cast(t), c.axis).cast(DType::F32).retrieve());
+        outs.push_back(op(x.cast(t), c.axis, w, b).cast(DType::F32).retrieve());
       const auto want = run_outputs(cx, reference(), outs);
       const auto got_all = run_outputs(cx, backend, outs);
       // f32 sums in another order; bf16 rounds every step and may land one ulp away.

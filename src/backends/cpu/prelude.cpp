@@ -37,6 +37,7 @@ inline void lum_for(int64_t n, int64_t elements, Body&& body) {
 inline uint32_t lum_f2u(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
 inline float lum_u2f(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
 inline double lum_u2d(uint64_t u) { double d; std::memcpy(&d, &u, 8); return d; }
+inline float lum_recipf(float x) { return 1.0f / x; }
 // Records the first error: code, offending value, position.
 inline void lum_fail(int64_t* err, int64_t code, int64_t value, int64_t pos) {
   if (err[0] == 0) { err[0] = code; err[1] = value; err[2] = pos; }

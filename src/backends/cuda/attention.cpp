@@ -345,7 +345,7 @@ const Attention::Compiled& Attention::compiled(const std::string& key, const Com
     c.shared_bytes = shared_bytes;
     c.threads = threads;
     c.tile_keys = tile_keys;
-    if (wgmma) c.tile_bit_rows = tile_bit_rows, c.kernel_params = 3;
+    if (wgmma) c.tile_bit_rows = tile_bit_rows, c.kernel_params = 4;
     if (shared_bytes > 0)  // (with its static arrays, it may pass the default 48 KiB)
       check(cudaKernelSetAttributeForDevice(
                 reinterpret_cast<cudaKernel_t>(const_cast<void*>(c.kernel)),
@@ -423,8 +423,10 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
     const Compiled* kernel;
     int64_t rows;                            // query rows a block
     std::string name;                        // in the search's log
-    TensorMap key_map = {}, value_map = {};  // the warpgroup kernels' copies' (by tile)
-    size_t option = 0;                       // its index among the shape's options (choice_)
+    // The warpgroup kernels' copies' maps (by tile); the queries' for a persistent one.
+    TensorMap key_map = {}, value_map = {}, query_map = {};
+    size_t option = 0;        // its index among the shape's options (choice_)
+    bool persistent = false;  // a block for each that stays resident, not for each item
   };
   std::vector<Candidate> kernels;
   // Tensor cores where a tile of their rows shares each key head and they take the
@@ -449,19 +451,20 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
           : "";
   auto wgmma_key = [&](const WgmmaAttentionKernel& w) {
     return key_of({3, int64_t(q_type), int64_t(k_type), int64_t(out_type), d, dv, w.keys,
-                   w.key_stages, w.value_stages, w.consumers, w.blocks_per_sm});
+                   w.key_stages, w.value_stages, w.consumers, w.blocks_per_sm, w.persistent});
   };
   // Option i (the warpgroup kernel's) holds where its copies' tensor maps encode for these
   // tensors (their addresses' alignment counts); the last (the sm_80 kernel) always.
   struct Option {
     size_t index;
-    TensorMap key_map = {}, value_map = {};
+    TensorMap key_map = {}, value_map = {}, query_map = {};
   };
   auto encodes = [&](Option& o) {
     if (o.index == wgmma.size()) return mma_fits;
     return o.index < wgmma.size() &&
            wgmma_attention_maps(a, k_data, v_data, d, dv, wgmma[o.index].keys, o.key_map,
-                                o.value_map);
+                                o.value_map) &&
+           (!wgmma[o.index].persistent || wgmma_attention_query_map(a, q_data, d, o.query_map));
   };
   // The module of option i: its cache key and source.
   auto module_key = [&](size_t i) { return i == wgmma.size() ? mma_key : wgmma_key(wgmma[i]); };
@@ -523,7 +526,8 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
     const WgmmaAttentionKernel& w = wgmma[o.index];
     kernels.push_back({&compiled(key, computed, "lum_attention_wgmma", source,
                                  wgmma_attention_shared_bytes(w), w.threads(), w.keys, w.rows()),
-                       w.rows(), w.describe(), o.key_map, o.value_map, o.index});
+                       w.rows(), w.describe(), o.key_map, o.value_map, o.query_map, o.index,
+                       w.persistent});
   }
   if (kernels.empty() && device_.compute_capability() >= 80 &&
       key_vec * static_cast<int>(dtype_size(k_type)) == 16 &&
@@ -591,7 +595,7 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
       a.arrivals = static_cast<unsigned*>(arrivals_.data());
     }
 
-    void* params[] = {&a, &c.key_map, &c.value_map};
+    void* params[] = {&a, &c.key_map, &c.value_map, &c.query_map};
     const std::span<void*> args(params, 1);
     if (kernel->mask_tiles) {
       a.key_tiles = (keys + kernel->tile_keys - 1) / kernel->tile_keys;
@@ -617,7 +621,10 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
         last_pass_read_values_ = a.mask != nullptr;
       }
     }
-    check(device_.launch(kernel->kernel, dim3(static_cast<unsigned>(pairs * a.splits)),
+    // (A persistent kernel's blocks take the items in turn.)
+    const int64_t items = pairs * a.splits;
+    const int64_t grid = c.persistent ? std::min(items, resident) : items;
+    check(device_.launch(kernel->kernel, dim3(static_cast<unsigned>(grid)),
                          dim3(static_cast<unsigned>(kernel->threads)),
                          std::span(params, kernel->kernel_params), kernel->shared_bytes),
           "launching attention");

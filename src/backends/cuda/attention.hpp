@@ -90,7 +90,7 @@ class Attention {
                                        // a split's keys come in whole tiles
     int64_t tile_bit_rows = 0;         // rows a tile where the pass writes keep bits
     size_t kernel_params = 1;          // the attention kernel's: its arguments, and the
-                                       // warpgroup kernel's two tensor maps
+                                       // warpgroup kernel's three tensor maps
   };
   // The module cached under `key` (the specialisation's fields) and `mask` (a computed
   // mask, or none), compiled from the mask's defines and source() on first use.

@@ -394,13 +394,14 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_mask_
   }
 }
 
-// A tensor-core kernel's block: its key split, row tile (the last rows first: under a
-// causal mask they see the most keys) and kv point, kv points fastest.
+// A tensor-core kernel's block (or work item `bid`): its key split, row tile (the last
+// rows first: under a causal mask they see the most keys) and kv point, kv points
+// fastest.
 struct LumFaBlock {
   long long split, tile, point;
 };
-LUM_FN LumFaBlock lum_fa_block(const LumAttnArgs& a) {
-  long long bid = blockIdx.x, kv_points = 1;
+LUM_FN LumFaBlock lum_fa_block(const LumAttnArgs& a, long long bid) {
+  long long kv_points = 1;
   for (int i = 0; i < a.kv_rank; ++i) kv_points *= a.kv_dim[i];
   LumFaBlock b;
   b.split = bid % a.splits;
@@ -409,6 +410,7 @@ LUM_FN LumFaBlock lum_fa_block(const LumAttnArgs& a) {
   b.point = bid % kv_points;
   return b;
 }
+LUM_FN LumFaBlock lum_fa_block(const LumAttnArgs& a) { return lum_fa_block(a, blockIdx.x); }
 // The rows of tile `tile` (at most kFaRows) of the kv point at offsets qo, mo, oo; the
 // thread of index i < kFaRows writes row i's offsets of q, mask and output (rows past
 // the end repeat the last).

@@ -36,6 +36,10 @@ struct WgmmaAttentionKernel {
   // consumer of a block of two or three overlaps its set-up and its last tile with
   // another block's products, where a block sees few tiles of keys (short prompts).
   int consumers = 2, blocks_per_sm = 1;
+  // Persistent (one consumer, queries of the keys' type): as many blocks as stay resident,
+  // each taking work items in turn, its producer copying the next item's queries, keys
+  // and values while this one's products run (two query buffers).
+  bool persistent = false;
 
   int64_t rows() const { return 64 * consumers; }
   int threads() const { return 128 * (1 + consumers); }
@@ -61,5 +65,11 @@ std::vector<WgmmaAttentionKernel> wgmma_attention_kernels(DType q, DType type, D
 /// dims, one the keys or values do not vary along, strides the maps refuse).
 bool wgmma_attention_maps(const AttentionArgs& a, const void* k, const void* v, int64_t d,
                           int64_t dv, int64_t tile_keys, TensorMap& key_map, TensorMap& value_map);
+
+/// A persistent kernel's map of the queries (at q) for tiles of kWgmmaAttentionRows / 2
+/// rows: false where one cannot read them (rows over more than two dims, or two whose
+/// inner one is not whole tiles; more than four dims in all; strides the map refuses).
+bool wgmma_attention_query_map(const AttentionArgs& a, const void* q, int64_t d,
+                               TensorMap& query_map);
 
 }  // namespace luminal::cudagen

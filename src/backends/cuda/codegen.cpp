@@ -446,10 +446,18 @@ RowRole row_role(const Graph& g, const compiler::Kernel& k, const Rows& rows) {
   return n.shape == rows.elements() ? RowRole::Map : RowRole::None;
 }
 
-// Where a row group keeps its row. When the row's length is known and its inputs fit,
-// each input the members read at their own row element is loaded once into shared
-// memory, as stored (lum_c<node>[lum_r]); every member after reads it there. Each thread
-// reads back only the elements it loaded, so this needs no barrier of its own.
+// Where a row group keeps the inputs its members read at their own row element. Where
+// a thread takes a few unrolled steps of adjacent elements along a contiguous row, in
+// registers: each thread loads its own pieces once a row (lum_rc<node>[step]), as
+// stored, with no shared memory and no barrier. Otherwise, where the row's length is
+// known and the inputs fit, in shared memory (lum_c<node>[lum_r]), copied in before
+// the members. A row-invariant input read at the row element (a norm's weight and
+// bias) is loaded in pieces once a block, before its first row (lum_wv<node>[step]),
+// where the registers allow (else RowInRegisters: read from memory where used).
+enum class RowCache { Registers, RowInRegisters, Shared, None };
+// At most kRegisterSteps pieces of a row a thread, and kMaxRegisterBytes of them in all
+// (16 registers a thread).
+constexpr int64_t kRegisterSteps = 8, kMaxRegisterBytes = 256;
 // A launch may ask for 48 KiB of shared memory in all without opting in; the group's
 // reduction scratch (lum_part_*, 640 bytes) takes its share of that.
 constexpr int64_t kMaxRowCacheBytes = (48 << 10) - 1024;
@@ -460,6 +468,11 @@ struct CachedRead {
   DType dtype;
 };
 
+// The C type of a piece of n adjacent elements of a value stored as `dtype`.
+std::string piece_type(DType dtype, int n) {
+  return "lum_vec<" + runtime::storage_type(dtype) + ", " + std::to_string(n) + ">";
+}
+
 // One member of a row group (see write_row_group), written for the row `lum_row`. A
 // reduction combines over the block and leaves its value, rounded as stored, in
 // lum_held_<member> for the members after it; reads of an earlier member's output use
@@ -468,17 +481,19 @@ struct CachedRead {
 class RowMemberWriter : public runtime::ElementWriter {
  public:
   RowMemberWriter(const Graph& g, const compiler::KernelPlan& plan, const compiler::Kernel& k,
-                  size_t member, const Rows& rows, bool cache, int adjacent,
+                  size_t member, const Rows& rows, bool cache, int steps, int adjacent,
                   std::optional<int64_t> block, const std::map<uint32_t, std::string>& held,
-                  std::map<uint32_t, CachedRead>& cached)
+                  std::map<uint32_t, CachedRead>& cached, std::map<uint32_t, CachedRead>* invariant)
       : ElementWriter(g, plan, k),
         member_(member),
         rows_(rows),
         cache_(cache),
+        steps_(steps),
         adjacent_(adjacent),
         block_(block),
         held_(held),
-        cached_(cached) {
+        cached_(cached),
+        invariant_(invariant) {
     read_prefix_ = prefix() + "in";
   }
 
@@ -566,6 +581,28 @@ class RowMemberWriter : public runtime::ElementWriter {
     return os_.str();
   }
 
+  // Loads this thread's pieces of the row of each cached input into registers
+  // (lum_rc<node>, declared before).
+  std::string write_register_loads() {
+    os_ << "    {\n";
+    open_row("      ");
+    const Expr start = within(row_element_.substitute("lum_r", Expr(0)));
+    for (const auto& [node, c] : cached_)
+      fill_registers("lum_rc" + std::to_string(node), c, start, "      ");
+    os_ << "    }\n";
+    return os_.str();
+  }
+
+  // Declares and loads this thread's pieces of each row-invariant input, before the rows.
+  std::string write_invariant_loads() {
+    for (const auto& [node, c] : *invariant_) {
+      const std::string name = "lum_wv" + std::to_string(node);
+      os_ << "  " << piece_type(c.dtype, adjacent_) << " " << name << "[" << steps_ << "];\n";
+      fill_registers(name, c, Expr(0), "  ");
+    }
+    return os_.str();
+  }
+
   std::string parameters() const {
     std::string p = output_type() + "* __restrict__ " + prefix() + "out";
     for (size_t i = 0; i < k_.reads.size(); ++i)
@@ -587,10 +624,18 @@ class RowMemberWriter : public runtime::ElementWriter {
     // An input read at this thread's own element of the row, whole (so every row
     // element is in bounds, even where this read is guarded): from the shared-memory copy.
     const Node& node = g_.node(n);
-    if (!cache_ || node.quant != kPlainStorage || !(within(flat - row_element_) == Expr(0)) ||
+    if (!cache_ || node.quant != kPlainStorage) return std::nullopt;
+    const std::string id = std::to_string(n.value);
+    if (invariant_ && steps_ > 0 && within(flat - lum_r_) == Expr(0) &&
+        product(node.shape) == rows_.len) {
+      invariant_->try_emplace(n.value, CachedRead{read_buffer(n), node.dtype});
+      return runtime::load_expr(node.dtype, "lum_wv" + id + "[lum_k].v[lum_u]");
+    }
+    if (!(within(flat - row_element_) == Expr(0)) ||
         !(product(node.shape) == product(rows_.elements())))
       return std::nullopt;
     cached_.try_emplace(n.value, CachedRead{read_buffer(n), node.dtype});
+    if (steps_ > 0) return runtime::load_expr(node.dtype, "lum_rc" + id + "[lum_k].v[lum_u]");
     if (adjacent_ > 1) {
       read_adjacent_.insert(n.value);
       return runtime::load_expr(node.dtype, "lum_cv" + std::to_string(n.value) + ".v[lum_u]");
@@ -617,7 +662,8 @@ class RowMemberWriter : public runtime::ElementWriter {
       stride = stride * rows_.shape[d];
     }
     row_flat_ = within(row_flat_);
-    idx.insert(idx.begin() + static_cast<std::ptrdiff_t>(rows_.axis), counter("lum_r", rows_.len));
+    lum_r_ = counter("lum_r", rows_.len);
+    idx.insert(idx.begin() + static_cast<std::ptrdiff_t>(rows_.axis), lum_r_);
     row_element_ = within(runtime::flatten(idx, rows_.elements()));
     note_vars(row_element_);
     return idx;
@@ -658,6 +704,26 @@ class RowMemberWriter : public runtime::ElementWriter {
     }
     os_ << "      }\n";
     read_adjacent_.clear();
+  }
+
+  // Statements filling `array` (a piece of adjacent_ elements a step) with this thread's
+  // pieces of c's buffer from element `start` on: whole vectors where the buffer is
+  // aligned to them (then every piece is: rows are whole pieces long), else element by
+  // element.
+  void fill_registers(const std::string& array, const CachedRead& c, const Expr& start,
+                      const std::string& indent) {
+    const std::string n = std::to_string(adjacent_);
+    const std::string from = "(" + c.buffer + " + " + start.to_c() + ")", in = indent + "  ";
+    os_ << indent << "if (lum_aligned<" << n << ">(" << c.buffer << ")) {\n"
+        << strided_loop(in, "int", "lum_r0", adjacent_, rows_.len) << in << "  " << array
+        << "[lum_k] = lum_load_vec<" << n << ">(" << from << " + lum_r0);\n"
+        << in << "}\n"
+        << indent << "} else {\n"
+        << strided_loop(in, "int", "lum_r0", adjacent_, rows_.len) << in << "#pragma unroll\n"
+        << in << "  for (int lum_u = 0; lum_u < " << n << "; ++lum_u)\n"
+        << in << "    " << array << "[lum_k].v[lum_u] = " << from << "[lum_r0 + lum_u];\n"
+        << in << "}\n"
+        << indent << "}\n";
   }
 
   // for each of this thread's elements lum_r of the row (a 32-bit counter where a known
@@ -703,12 +769,14 @@ class RowMemberWriter : public runtime::ElementWriter {
   size_t member_;
   const Rows& rows_;
   bool cache_;
+  int steps_;                         // the row's pieces a thread holds in registers, or 0
   int adjacent_;                      // elements a thread takes a step (element_loop)
   std::optional<int64_t> block_;
   std::set<uint32_t> read_adjacent_;  // cached reads of the loop being written
   const std::map<uint32_t, std::string>& held_;
   std::map<uint32_t, CachedRead>& cached_;
-  Expr row_flat_, row_nested_, row_element_;
+  std::map<uint32_t, CachedRead>* invariant_;  // row-invariant reads held, or none held
+  Expr row_flat_, row_nested_, row_element_, lum_r_;
   bool stray_ = false;
 };
 
@@ -722,37 +790,51 @@ struct RowGroup {
 // Kernels first..last (a chain of reductions over the same rows, perhaps closed by an
 // elementwise kernel over their elements: softmax, RMSNorm, LayerNorm) as one function
 // in which a block takes one row through every member in turn: the reductions' results
-// pass through registers, and the row's inputs through shared memory where the row's
-// length is known and they fit (kMaxRowCacheBytes); otherwise the members after the
-// first read the row from cache. Nothing when a member reads an earlier one's result at
-// another row.
+// pass through registers, and the row's inputs through registers or shared memory
+// (RowCache) where the row's length is known and they fit; otherwise the members after
+// the first read the row from cache. Nothing when a member reads an earlier one's result
+// at another row.
 std::optional<RowGroup> write_row_group(const Graph& g, const compiler::KernelPlan& plan,
                                         size_t first, size_t last, const Rows& rows,
-                                        bool cache = true) {
+                                        RowCache cache = RowCache::Registers) {
   RowGroup out;
   const std::optional<int64_t> len = rows.len.as_const();
-  cache = cache && len && *len > 0;
+  if (!len || *len <= 0) cache = RowCache::None;
   // With the row cached, contiguous and a whole number of 16-byte pieces of the widest
-  // value the members read or write, a thread takes one such piece of adjacent elements
-  // a step: a quarter to an eighth of the shared-memory loads, and vector stores.
+  // value the members read or write element by element (not the reductions' results, one
+  // a row), a thread takes one such piece of adjacent elements a step: a quarter to an
+  // eighth of the loads, and vector stores.
   out.adjacent = 1;
-  if (cache && rows.axis == rows.shape.size()) {
+  if (cache != RowCache::None && rows.axis == rows.shape.size()) {
+    std::set<uint32_t> reduced;
+    for (size_t k = first; k <= last; ++k)
+      if (rows_of(g, plan.kernels[k])) reduced.insert(plan.kernels[k].root.value);
     size_t widest = 1;
     for (size_t k = first; k <= last; ++k) {
-      widest = std::max(widest, dtype_size(g.node(plan.kernels[k].root).dtype));
-      for (NodeId r : plan.kernels[k].reads) widest = std::max(widest, dtype_size(g.node(r).dtype));
+      const compiler::Kernel& kn = plan.kernels[k];
+      if (!reduced.count(kn.root.value))
+        widest = std::max(widest, dtype_size(g.node(kn.root).dtype));
+      for (NodeId r : kn.reads)
+        if (!reduced.count(r.value)) widest = std::max(widest, dtype_size(g.node(r).dtype));
     }
     const int n = static_cast<int>(16 / std::min<size_t>(widest, 16));
     if (*len % n == 0) out.adjacent = n;
   }
   std::optional<int64_t> block;
   if (len) block = row_block(*len / out.adjacent);
+  int steps = 0;
+  const bool registers = cache == RowCache::Registers || cache == RowCache::RowInRegisters;
+  if (registers && out.adjacent > 1) {
+    const int64_t stride = *block * out.adjacent, s = (*len + stride - 1) / stride;
+    if (s <= kRegisterSteps) steps = static_cast<int>(s);
+  }
   std::map<uint32_t, std::string> held;
-  std::map<uint32_t, CachedRead> cached;
+  std::map<uint32_t, CachedRead> cached, invariant;
   std::string members, declared;
   for (size_t k = first; k <= last; ++k) {
     const compiler::Kernel& kn = plan.kernels[k];
-    RowMemberWriter w(g, plan, kn, k - first, rows, cache, out.adjacent, block, held, cached);
+    RowMemberWriter w(g, plan, kn, k - first, rows, cache != RowCache::None, steps, out.adjacent,
+                      block, held, cached, cache == RowCache::Registers ? &invariant : nullptr);
     members += w.write();
     if (w.reads_other_rows()) return std::nullopt;
     out.params += w.parameters() + ", ";
@@ -763,7 +845,26 @@ std::optional<RowGroup> write_row_group(const Graph& g, const compiler::KernelPl
       declared += "    " + compute_type(root.dtype) + " " + held[kn.root.value] + ";\n";
     }
   }
-  if (!cached.empty()) {
+  // (Each writer below emits one part of the loads into a stream of its own.)
+  auto loads = [&] {
+    return RowMemberWriter(g, plan, plan.kernels[first], 0, rows, true, steps, out.adjacent, block,
+                           held, cached, &invariant);
+  };
+  std::string before_rows;
+  if (steps > 0) {
+    int64_t bytes = 0;
+    for (const auto* reads : {&cached, &invariant})
+      for (const auto& [node, c] : *reads)
+        bytes += steps * out.adjacent * static_cast<int64_t>(dtype_size(c.dtype));
+    if (bytes > kMaxRegisterBytes)
+      return write_row_group(g, plan, first, last, rows,
+                             invariant.empty() ? RowCache::Shared : RowCache::RowInRegisters);
+    for (const auto& [node, c] : cached)
+      declared += "    " + piece_type(c.dtype, out.adjacent) + " lum_rc" + std::to_string(node) +
+                  "[" + std::to_string(steps) + "];\n";
+    if (!cached.empty()) declared += loads().write_register_loads();
+    before_rows = loads().write_invariant_loads();
+  } else if (!cached.empty()) {
     for (const auto& [node, c] : cached) {
       declared += "    " + runtime::storage_type(c.dtype) + "* lum_c" + std::to_string(node) +
                   " = (" + runtime::storage_type(c.dtype) + "*)(lum_row_cache + " +
@@ -771,18 +872,16 @@ std::optional<RowGroup> write_row_group(const Graph& g, const compiler::KernelPl
       out.shared_bytes += (*len * static_cast<int64_t>(dtype_size(c.dtype)) + 15) / 16 * 16;
     }
     if (out.shared_bytes > kMaxRowCacheBytes)
-      return write_row_group(g, plan, first, last, rows, false);
-    RowMemberWriter loads(g, plan, plan.kernels[first], 0, rows, cache, 1, block, held, cached);
-    declared += loads.write_cache_loads();
+      return write_row_group(g, plan, first, last, rows, RowCache::None);
+    declared += loads().write_cache_loads();
   }
   out.params += "int64_t* lum_err, const LumDims* __restrict__ lum_dims";
   out.body =
       "  extern __shared__ __align__(16) unsigned char lum_row_cache[];\n"
       "  __shared__ float lum_part_f[32];\n  __shared__ double lum_part_d[32];\n"
       "  __shared__ int64_t lum_part_i[32];\n"
-      "  (void)lum_part_f; (void)lum_part_d; (void)lum_part_i;\n"
-      "  const int64_t lum_rows = " +
-      product(rows.shape).to_c() +
+      "  (void)lum_part_f; (void)lum_part_d; (void)lum_part_i;\n" +
+      before_rows + "  const int64_t lum_rows = " + product(rows.shape).to_c() +
       ";\n"
       "  for (int64_t lum_row = blockIdx.x; lum_row < lum_rows; lum_row += gridDim.x) {\n" +
       declared + members + "  }\n";
