@@ -418,11 +418,18 @@ std::string ElementWriter::compute(NodeId n, const std::vector<Expr>& idx,
                           t == "float" ? "lum_recipf(" + in(0) + ")" : "(" + t + ")1 / " + in(0)));
     case Op::Add: {
       const std::string a = in(0), b = in(1);
+      if (contract_products_ && node.dtype == DType::F32)
+        for (const auto& [p, other] : {std::pair{a, b}, std::pair{b, a}})
+          if (const auto it = products_.find(p); it != products_.end())
+            return bind("fmaf(" + it->second.first + ", " + it->second.second + ", " + other + ")");
       return bind(rounded(n, node.dtype, f ? a + " + " + b : "lum_wrap_add(" + a + ", " + b + ")"));
     }
     case Op::Mul: {
       const std::string a = in(0), b = in(1);
-      return bind(rounded(n, node.dtype, f ? a + " * " + b : "lum_wrap_mul(" + a + ", " + b + ")"));
+      const std::string name =
+          bind(rounded(n, node.dtype, f ? a + " * " + b : "lum_wrap_mul(" + a + ", " + b + ")"));
+      if (contract_products_ && node.dtype == DType::F32) products_[name] = {a, b};
+      return name;
     }
     case Op::Mod: {
       const std::string a = in(0), b = in(1);

@@ -116,6 +116,11 @@ class ElementWriter {
   const compiler::Kernel& k_;
   std::ostringstream os_;
   std::string read_prefix_ = "in";  // read i's buffer is read_prefix_ + i (1-based)
+  /// An f32 sum of an f32 product the kernel computes is one fused multiply-add (fmaf):
+  /// the product's own rounding skipped. A backend turns it on for kernels whose stored
+  /// value is half precision, where that rounding is lost in the result's (an erf's
+  /// polynomial in a bf16 GELU: a tenth of the kernel's instructions).
+  bool contract_products_ = false;
 
  private:
   std::vector<Expr> narrow(const View& view, std::vector<Expr> idx, const std::string& indent);
@@ -157,6 +162,8 @@ class ElementWriter {
   };
   std::map<std::string, std::string> bound_;
   std::vector<std::string> bound_order_;
+  // The f32 products bound so far (contract_products_): their factors, by name.
+  std::map<std::string, std::pair<std::string, std::string>> products_;
   int depth_ = 0;
 
   std::map<uint32_t, size_t> slot_;

@@ -203,6 +203,18 @@ TEST(CudaCodegen, RowGroupsHoldTheirRowsInRegisters) {
   }
 }
 
+// A kernel that stores half precision fuses its f32 products into the sums after them
+// (erf's polynomial in a bf16 GELU: one fmaf a step); one that stores f32 rounds each as
+// the reference does.
+TEST(CudaCodegen, HalfPrecisionKernelsFuseProductsIntoSums) {
+  for (DType t : {DType::BF16, DType::F32}) {
+    Graph cx;
+    cx.named_tensor("x", {Expr::var("rows"), 4096}, t).gelu().retrieve();
+    const std::string code = planned_source(cx).code;
+    EXPECT_EQ(code.find("fmaf(") != std::string::npos, t == DType::BF16) << dtype_name(t);
+  }
+}
+
 // A sum across rows takes a lane an output, adjacent lanes adjacent outputs; a sum along
 // the innermost axis (or one that steps one element) a warp an output.
 TEST(CudaCodegen, ReductionsAcrossRowsTakeALaneAnOutput) {
