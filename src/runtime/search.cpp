@@ -141,12 +141,18 @@ SearchResult Searcher::choose(const SearchProblem& p) {
   if (settings_.mode == SearchMode::Off || p.candidates.size() == 1) return r;
   std::vector<std::string> labels;
   for (const SearchCandidate& c : p.candidates) labels.push_back(c.label);
-  if (!settings_.pick.empty())
-    for (size_t i = 0; i < labels.size(); ++i)
-      if (labels[i].find(settings_.pick) != std::string::npos) {
-        r.winner = i;
-        return r;
-      }
+  // A pick names a candidate whole, or else the first whose label holds it.
+  if (!settings_.pick.empty()) {
+    auto named = std::find(labels.begin(), labels.end(), settings_.pick);
+    if (named == labels.end())
+      named = std::find_if(labels.begin(), labels.end(), [&](const std::string& l) {
+        return l.find(settings_.pick) != std::string::npos;
+      });
+    if (named != labels.end()) {
+      r.winner = static_cast<size_t>(named - labels.begin());
+      return r;
+    }
+  }
   const std::string key = search_cache_key(context_, p.signature, labels);
   if (settings_.use_cache)
     if (const std::optional<size_t> w = remembered_winner(key, labels)) {

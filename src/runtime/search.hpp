@@ -20,8 +20,9 @@
 // kernel's winner against the cost model's pick, and when the Searcher goes (with its
 // executable) how many kernels it timed, in how long; LUMINAL_DUMP=search writes every
 // candidate's times and verdict to search.json. LUMINAL_SEARCH_PICK=TEXT runs, among a
-// kernel's candidates, the first whose label contains TEXT, untimed and not remembered (to
-// try or test one way; kernels without such a candidate search as before).
+// kernel's candidates, the one labelled TEXT, else the first whose label contains TEXT,
+// untimed and not remembered (to try or test one way; kernels without such a candidate
+// search as before).
 #pragma once
 
 #include <chrono>

@@ -645,8 +645,13 @@ TEST(CudaCodegen, WarpgroupAttentionCompilesForHopper) {
     ASSERT_TRUE(cudagen::wgmma_attention_supports(q, type, type, d, dv));
     const std::vector<WgmmaAttentionKernel> kernels =
         cudagen::wgmma_attention_kernels(q, type, out, d, dv, keys);
-    // Short prompts (a block's rows see few tiles) take one consumer a block first.
+    // Short prompts (a block's rows see few tiles) take one consumer a block first, a
+    // persistent one where there is one (the most blocks an SM); longer ones two.
     EXPECT_EQ(kernels.front().consumers, keys <= 1024 && kernels.size() > 1 ? 1 : 2) << "d " << d;
+    EXPECT_EQ(kernels.front().persistent, keys <= 1024 && q == type && d <= 128) << "d " << d;
+    if (kernels.front().persistent) {
+      EXPECT_EQ(kernels.front().blocks_per_sm, d <= 64 && dv <= 64 ? 3 : 2) << "d " << d;
+    }
     for (const WgmmaAttentionKernel& spec : kernels) {
       EXPECT_LE(spec.blocks_per_sm * (cudagen::wgmma_attention_shared_bytes(spec) + 1024),
                 228u * 1024)

@@ -99,7 +99,8 @@ TEST(Cuda, AttentionMatchesTheReference) {
 TEST(Cuda, EachPromptAttentionKernelMatchesTheReference) {
   SKIP_WITHOUT_GPU();
   for (const char* kernel :
-       {"64 rows a block, 128 keys a tile", "3 blocks an SM", "128 rows a block",
+       {"wgmma, 64 rows a block, 128 keys a tile, 2 blocks an SM",
+        "wgmma, 64 rows a block, 64 keys a tile, 3 blocks an SM", "128 rows a block",
         "2 blocks an SM, persistent", "3 blocks an SM, persistent", "mma.sync"}) {
     SCOPED_TRACE(kernel);
     const testing::ScopedEnv pick("LUMINAL_SEARCH_PICK", kernel);

@@ -117,6 +117,18 @@ TEST_F(SearchTest, APickedCandidateWinsUntimedAndUnremembered) {
   EXPECT_EQ(q.candidates[s.choose(q).winner].label, "fast");
 }
 
+// A pick that names a candidate whole takes it, before an earlier one whose label holds
+// the pick ("3 blocks an SM" is not "3 blocks an SM, persistent").
+TEST_F(SearchTest, APickNamingACandidateWholeTakesIt) {
+  const luminal::testing::ScopedEnv pick("LUMINAL_SEARCH_PICK", "3 blocks an SM");
+  SearchProblem p;
+  p.signature = "attention";
+  for (const char* label : {"3 blocks an SM, persistent", "3 blocks an SM", "2 blocks an SM"})
+    p.candidates.push_back({label, [] {}});
+  Searcher s("test device", search_settings_from_env());
+  EXPECT_EQ(p.candidates[s.choose(p).winner].label, "3 blocks an SM");
+}
+
 // LUMINAL_DUMP=search writes every searched kernel to search.json, valid JSON read here
 // by another parser: each candidate with its verdict, timed runs and median.
 TEST_F(SearchTest, TheDumpListsEveryCandidateWithItsVerdictAndTimes) {

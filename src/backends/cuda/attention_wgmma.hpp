@@ -56,7 +56,9 @@ size_t wgmma_attention_shared_bytes(const WgmmaAttentionKernel& spec);
 /// pick first: two consumers a block with tiles of 128 keys where its stages fit in shared
 /// memory and the queries are not split, else 64; then one consumer a block, two blocks
 /// an SM (and three at head dims of 64, tiles of 64 keys) where they fit. The
-/// one-consumer kernels come first where the op has at most 1024 `keys`.
+/// one-consumer kernels come first where the op has at most 1024 `keys`, and before them
+/// their persistent builds (queries of the keys' type), more blocks an SM first; with
+/// more keys the persistent ones come last.
 std::vector<WgmmaAttentionKernel> wgmma_attention_kernels(DType q, DType type, DType out, int64_t d,
                                                           int64_t dv, int64_t keys);
 
