@@ -466,7 +466,7 @@ RowRole row_role(const Graph& g, const compiler::Kernel& k, const Rows& rows) {
 // where the registers allow (else RowInRegisters: read from memory where used).
 enum class RowCache { Registers, RowInRegisters, Shared, None };
 // At most kRegisterSteps pieces of a row a thread, and kMaxRegisterBytes of them in all
-// (16 registers a thread).
+// (64 registers a thread).
 constexpr int64_t kRegisterSteps = 8, kMaxRegisterBytes = 256;
 // A launch may ask for 48 KiB of shared memory in all without opting in; the group's
 // reduction scratch (lum_part_*, 640 bytes) takes its share of that.
@@ -633,7 +633,9 @@ class RowMemberWriter : public runtime::ElementWriter {
       return it->second;
     }
     // An input read at this thread's own element of the row, whole (so every row
-    // element is in bounds, even where this read is guarded): from the shared-memory copy.
+    // element is in bounds, even where this read is guarded): from the registers or the
+    // shared-memory copy; one read at the row element alone, [len] (the same for every
+    // row), from the registers loaded before the rows.
     const Node& node = g_.node(n);
     if (!cache_ || node.quant != kPlainStorage) return std::nullopt;
     const std::string id = std::to_string(n.value);
