@@ -182,7 +182,8 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS, LUM_WG_BLOCKS)
   __syncthreads();
 
   if (warp < 4) {
-    // The producer warpgroup: one warp asks for the kept tiles' keys and values, each
+    // The producer warpgroup: one warp asks for each item's queries (persistent: into a
+    // buffer once its consumers have freed it) and its kept tiles' keys and values, each
     // into a stage once its consumer warpgroups have released it; the others leave.
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(LUM_WG_PRODUCER_REGS));
     if (warp != 0) return;
