@@ -14,7 +14,8 @@ class Bindings;
 /// What the last run did (zero where a backend does not track it).
 struct RunStats {
   size_t nodes_run = 0;
-  size_t launches = 0;        // kernel launches and library calls (GPU backends)
+  size_t launches = 0;        // planned kernels and library calls run (GPU backends): one
+                              // each, though some launch several (attention's mask pass)
   size_t peak_bytes = 0;      // intermediate values alive at once, at the peak
   double device_seconds = 0;  // the kernels alone, timed by device events (GPU backends);
                               // of the runs this call waited for (see Executable::queue)
