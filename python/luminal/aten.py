@@ -214,11 +214,16 @@ def _sort(n, x, dim=-1, descending=False, stable=False):
     return _topk(n, x, x.shape[dim], dim, largest=descending)
 
 
+def _computed_in(dtype):
+    """The type PyTorch's kernels compute a float type in: f32 for the half types."""
+    return dtype if dtype in (lm.float32, lm.float64) else lm.float32
+
+
 def _half_in_f32(fn, *xs):
     """fn over xs, which are of one type: computed in f32 where that is a half-precision
     type and rounded once back to it, as PyTorch's kernels do."""
     dtype = xs[0].dtype
-    if dtype in (lm.float32, lm.float64):
+    if _computed_in(dtype) == dtype:
         return fn(*xs)
     return fn(*(x.cast(lm.float32) for x in xs)).cast(dtype)
 
@@ -257,7 +262,7 @@ def _acos(x):
 
 def _atan2(n, y, x):
     y, x = n.operands(y, x, dtype=n.promoted())
-    wide = lm.float32 if x.dtype not in (lm.float32, lm.float64) else x.dtype
+    wide = _computed_in(x.dtype)
     y, x = y.cast(wide), x.cast(wide)
     r = _atan(y / x)
     r = lm.where(x < 0.0, lm.where(y < 0.0, r - math.pi, r + math.pi), r)
@@ -588,12 +593,11 @@ def _layer_norm(n, x, shape, w=None, b=None, eps=1e-5):
     pass, only computed where read) in the types the trace gives them."""
     axes = list(range(-len(shape), 0))
     x = n.operands(x)[0]
-    wide = (lambda t: t) if x.dtype in (lm.float32, lm.float64) else (
-        lambda t: t.cast(lm.float32))
-    xf = wide(x)
+    wide = _computed_in(x.dtype)
+    xf = x.cast(wide)
     y = xf.layer_norm(axis=axes, eps=eps)
-    y = y if w is None else y * wide(w)
-    y = y if b is None else y + wide(b)
+    y = y if w is None else y * w.cast(wide)
+    y = y if b is None else y + b.cast(wide)
     mean = xf.mean(axis=axes, keepdim=True)
     rstd = ((xf - mean).square().mean(axis=axes, keepdim=True) + eps).rsqrt()
     types = [DTYPES[v.dtype] for v in n.fx.meta["val"]]
