@@ -405,20 +405,24 @@ std::string ElementWriter::compute(NodeId n, const std::vector<Expr>& idx,
       return bind(cast(n, node.inputs[0], in(0), node.dtype));
     case Op::Log2:
       return bind(rounded(n, node.dtype, "log2" + suffix + "(" + in(0) + ")"));
-    case Op::Exp2:  // lum_exp2f vectorises; double keeps libm
-      return bind(
-          rounded(n, node.dtype,
-                  (f && suffix == "f" ? "lum_exp2f(" : "exp2" + suffix + "(") + in(0) + ")"));
+    case Op::Exp2: {  // lum_exp2f vectorises; double keeps libm
+      const std::string fn = !(f && suffix == "f") ? "exp2" + suffix
+                             : loose_f32_          ? "lum_approx_exp2f"
+                                                   : "lum_exp2f";
+      return bind(rounded(n, node.dtype, fn + "(" + in(0) + ")"));
+    }
     case Op::Sin:
       return bind(rounded(n, node.dtype, "sin" + suffix + "(" + in(0) + ")"));
     case Op::Sqrt:
       return bind(rounded(n, node.dtype, "sqrt" + suffix + "(" + in(0) + ")"));
     case Op::Recip:
       return bind(rounded(n, node.dtype,
-                          t == "float" ? "lum_recipf(" + in(0) + ")" : "(" + t + ")1 / " + in(0)));
+                          t != "float" ? "(" + t + ")1 / " + in(0)
+                          : loose_f32_ ? "lum_approx_recipf(" + in(0) + ")"
+                                       : "lum_recipf(" + in(0) + ")"));
     case Op::Add: {
       const std::string a = in(0), b = in(1);
-      if (contract_products_ && node.dtype == DType::F32)
+      if (loose_f32_ && node.dtype == DType::F32)
         for (const auto& [p, other] : {std::pair{a, b}, std::pair{b, a}})
           if (const auto it = products_.find(p); it != products_.end())
             return bind("fmaf(" + it->second.first + ", " + it->second.second + ", " + other + ")");
@@ -428,7 +432,7 @@ std::string ElementWriter::compute(NodeId n, const std::vector<Expr>& idx,
       const std::string a = in(0), b = in(1);
       const std::string name =
           bind(rounded(n, node.dtype, f ? a + " * " + b : "lum_wrap_mul(" + a + ", " + b + ")"));
-      if (contract_products_ && node.dtype == DType::F32) products_[name] = {a, b};
+      if (loose_f32_ && node.dtype == DType::F32) products_[name] = {a, b};
       return name;
     }
     case Op::Mod: {

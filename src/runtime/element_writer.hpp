@@ -116,11 +116,14 @@ class ElementWriter {
   const compiler::Kernel& k_;
   std::ostringstream os_;
   std::string read_prefix_ = "in";  // read i's buffer is read_prefix_ + i (1-based)
-  /// An f32 sum of an f32 product the kernel computes is one fused multiply-add (fmaf):
-  /// the product's own rounding skipped. A backend turns it on for kernels whose stored
-  /// value is half precision, where that rounding is lost in the result's (an erf's
-  /// polynomial in a bf16 GELU: a tenth of the kernel's instructions).
-  bool contract_products_ = false;
+  /// The kernel's f32 steps may each be off by an f32 unit or two, which the half
+  /// precision rounding of what it stores hides (all but at its ties): an f32 sum of an
+  /// f32 product is one fused multiply-add (fmaf, the product's own rounding skipped),
+  /// 1 / x and 2^x are the hardware's approximations (lum_approx_recipf,
+  /// lum_approx_exp2f, which a backend that turns this on defines). For kernels whose
+  /// stored value is half precision: in a bf16 GELU, erf's polynomial takes a step an
+  /// instruction and its reciprocal and exponential one each.
+  bool loose_f32_ = false;
 
  private:
   std::vector<Expr> narrow(const View& view, std::vector<Expr> idx, const std::string& indent);
@@ -162,7 +165,7 @@ class ElementWriter {
   };
   std::map<std::string, std::string> bound_;
   std::vector<std::string> bound_order_;
-  // The f32 products bound so far (contract_products_): their factors, by name.
+  // The f32 products bound so far (loose_f32_): their factors, by name.
   std::map<std::string, std::pair<std::string, std::string>> products_;
   int depth_ = 0;
 

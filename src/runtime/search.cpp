@@ -112,14 +112,34 @@ SearchSettings search_settings_from_env() {
 
 std::string output_mismatch(const float* got, const std::vector<float>& reference,
                             double tolerance) {
+  // Across threads where large (a language model's logits: 131 M a candidate), each
+  // taking a run of elements: the largest magnitude (NaN ignored), then each run's first
+  // element out of bounds, the earliest of those named.
+  const size_t n = reference.size();
+  const bool large = n >= (size_t{1} << 20);
   double scale = 0;
-  for (float x : reference) scale = std::max(scale, static_cast<double>(std::fabs(x)));
-  for (size_t i = 0; i < reference.size(); ++i)
-    if (!(std::fabs(static_cast<double>(got[i]) - reference[i]) <= tolerance * scale) &&
+#pragma omp parallel if (large)
+  {
+    double mine = 0;
+#pragma omp for schedule(static) nowait
+    for (size_t i = 0; i < n; ++i)
+      mine = std::max(mine, static_cast<double>(std::fabs(reference[i])));
+#pragma omp critical
+    scale = std::max(scale, mine);
+  }
+  size_t first = n;
+#pragma omp parallel for schedule(static) reduction(min : first) if (large)
+  for (size_t i = 0; i < n; ++i)
+    if (i < first &&
+        !(std::fabs(static_cast<double>(got[i]) - reference[i]) <= tolerance * scale) &&
         !(std::isnan(got[i]) && std::isnan(reference[i])))
-      return "element " + std::to_string(i) + " is " + std::to_string(got[i]) + ", the pick's " +
-             std::to_string(reference[i]);
-  return "";
+      first = i;
+  return first < n ? mismatch_at(first, got[first], reference[first]) : "";
+}
+
+std::string mismatch_at(size_t i, float got, float reference) {
+  return "element " + std::to_string(i) + " is " + std::to_string(got) + ", the pick's " +
+         std::to_string(reference);
 }
 
 Searcher::Searcher(std::string context, SearchSettings settings, std::string subject)
@@ -165,6 +185,7 @@ SearchResult Searcher::choose(const SearchProblem& p) {
       return r;
     }
   if (spent_ >= settings_.budget_seconds) return r;
+  const double spent_before = spent_;
   r = search(p);
   ++searched_;
   dump(p, r);
@@ -173,10 +194,10 @@ SearchResult Searcher::choose(const SearchProblem& p) {
     const SearchTrial& pick = r.trials[0];
     std::fprintf(stderr,
                  "luminal: search %s: %s %.4f ms; the cost model's pick %s %.4f ms (%.2fx), %zu "
-                 "candidates\n",
+                 "candidates in %.2f s\n",
                  p.signature.c_str(), win.label.c_str(), win.median * 1e3, pick.label.c_str(),
                  pick.median * 1e3, win.median > 0 ? pick.median / win.median : 1.0,
-                 p.candidates.size());
+                 p.candidates.size(), spent_ - spent_before);
   }
   // Cached only where every candidate was judged: a budget that ran out decided nothing.
   const bool complete = std::none_of(r.trials.begin(), r.trials.end(), [](const SearchTrial& t) {

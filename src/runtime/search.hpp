@@ -111,6 +111,8 @@ void remember_winner(const std::string& key, const std::string& label);
 /// reference has NaN), else the first element that is not (for SearchProblem::mismatch).
 std::string output_mismatch(const float* got, const std::vector<float>& reference,
                             double tolerance);
+/// output_mismatch's words for element `i` (for a comparison made elsewhere).
+std::string mismatch_at(size_t i, float got, float reference);
 
 class Searcher {
  public:

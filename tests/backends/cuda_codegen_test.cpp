@@ -22,6 +22,7 @@
 #include "backends/cuda/compile.hpp"
 #include "backends/cuda/copy_view.hpp"
 #include "backends/cuda/cudnn_convolutions.hpp"
+#include "backends/cuda/device_trials.hpp"
 #include "backends/cuda/expert_products.hpp"
 #include "backends/cuda/gemv.hpp"
 #include "backends/cuda/nvrtc.hpp"
@@ -204,14 +205,18 @@ TEST(CudaCodegen, RowGroupsHoldTheirRowsInRegisters) {
 }
 
 // A kernel that stores half precision fuses its f32 products into the sums after them
-// (erf's polynomial in a bf16 GELU: one fmaf a step); one that stores f32 rounds each as
-// the reference does.
-TEST(CudaCodegen, HalfPrecisionKernelsFuseProductsIntoSums) {
+// (erf's polynomial in a bf16 GELU: one fmaf a step) and takes the hardware's reciprocal
+// and exponential; one that stores f32 rounds each step as the reference does.
+TEST(CudaCodegen, HalfPrecisionKernelsTakeLooseF32Steps) {
   for (DType t : {DType::BF16, DType::F32}) {
     Graph cx;
     cx.named_tensor("x", {Expr::var("rows"), 4096}, t).gelu().retrieve();
-    const std::string code = planned_source(cx).code;
-    EXPECT_EQ(code.find("fmaf(") != std::string::npos, t == DType::BF16) << dtype_name(t);
+    const std::string source = planned_source(cx).code;
+    const std::string code = source.substr(source.find("__global__"));  // (past the prelude)
+    const bool half = t == DType::BF16;
+    for (const char* step : {"fmaf(", "lum_approx_recipf(", "lum_approx_exp2f("})
+      EXPECT_EQ(code.find(step) != std::string::npos, half) << dtype_name(t) << " " << step;
+    EXPECT_EQ(code.find("lum_recipf(") != std::string::npos, !half) << dtype_name(t);
   }
 }
 
@@ -246,6 +251,7 @@ TEST(CudaCodegen, OneRowProductAndViewCopyKernelsCompileForHopper) {
   EXPECT_FALSE(cudagen::compile_cubin(cudagen::expert_products_source(), "sm_90").code.empty());
   EXPECT_FALSE(cudagen::compile_cubin(cudagen::peer_all_reduce_source(), "sm_90").code.empty());
   EXPECT_FALSE(cudagen::compile_cubin(cudagen::window_products_source(), "sm_90").code.empty());
+  EXPECT_FALSE(cudagen::compile_cubin(cudagen::trials_source(), "sm_90").code.empty());
 }
 
 // Compiles of one source on several threads give one cubin (the later callers wait for

@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backends/cuda/attention_wgmma.hpp"
+#include "backends/cuda/device_trials.hpp"
 #include "luminal/luminal.hpp"
 #include "luminal/nn/attention.hpp"
 #include "testing/attention_cases.hpp"
@@ -68,6 +69,49 @@ TEST(Cuda, RandomGraphsMatchTheReference) {
 TEST(Cuda, MatMulsMatchTheReference) {
   SKIP_WITHOUT_GPU();
   testing::expect_matmuls_match_reference(cuda());
+}
+
+// A search compares a candidate's output with the reference's on the device, as the
+// host's comparison (runtime::output_mismatch) would: the same verdict and words for
+// each float type, over an output of several grid-stride rounds, with NaN matching only
+// NaN and the first wrong element named.
+TEST(Cuda, SearchComparesCandidatesOnTheDeviceAsTheHostDoes) {
+  SKIP_WITHOUT_GPU();
+  const cudagen::Device device(0);
+  const size_t n = 300007;
+  std::mt19937 rng(3);
+  std::normal_distribution<double> normal(0, 100);
+  std::vector<double> ref(n);
+  for (double& x : ref) x = normal(rng);
+  ref[17] = std::numeric_limits<double>::quiet_NaN();
+  const double largest = 600;  // beyond any normal draw here: the scale
+  ref[1234] = -largest;
+  std::vector<std::vector<double>> candidates(5, ref);
+  for (size_t i = 0; i < n; ++i)  // within 2% of the largest magnitude everywhere
+    if (i != 17) candidates[1][i] += (i % 2 ? 1 : -1) * 0.005 * largest;
+  candidates[2][250001] += 0.05 * largest;  // two elements off: the first named
+  candidates[2][77] -= 0.05 * largest;
+  candidates[3][299999] = std::numeric_limits<double>::quiet_NaN();
+  candidates[4][17] = 1;  // a number where the reference has NaN
+  for (DType t : {DType::F32, DType::F16, DType::BF16}) {
+    cudagen::DeviceBuffer out(n * dtype_size(t));
+    const auto write = [&](const std::vector<double>& values) {
+      const Buffer b = Buffer::from_doubles(values, t);
+      EXPECT_EQ(cudaMemcpy(out.data(), b.data(), b.bytes(), cudaMemcpyHostToDevice), cudaSuccess);
+      return b.to_f32();
+    };
+    runtime::SearchProblem p;
+    cudagen::DeviceTrials trials(device);
+    trials.judge(p, out.data(), n, t, 2e-2);
+    const std::vector<float> reference = write(ref);
+    p.keep_reference();
+    for (size_t c = 0; c < candidates.size(); ++c) {
+      const std::vector<float> got = write(candidates[c]);
+      const std::string expected = runtime::output_mismatch(got.data(), reference, 2e-2);
+      EXPECT_EQ(p.mismatch(), expected) << dtype_name(t) << ", candidate " << c;
+      EXPECT_EQ(expected.empty(), c < 2) << dtype_name(t) << ", candidate " << c;
+    }
+  }
 }
 
 TEST(Cuda, OneRowProductsMatchTheReference) {
@@ -564,9 +608,10 @@ TEST(Cuda, PromptAttentionOverABatchOfSequences) {
 TEST(Cuda, PersistentPromptAttentionTakesSeveralItemsABlock) {
   SKIP_WITHOUT_GPU();
   const int64_t d = 64;
-  ASSERT_TRUE(cudagen::wgmma_attention_kernels(DType::BF16, DType::BF16, DType::BF16, d, d, 256)
-                  .back()
-                  .persistent);
+  const auto listed =
+      cudagen::wgmma_attention_kernels(DType::BF16, DType::BF16, DType::BF16, d, d, 256);
+  ASSERT_TRUE(
+      std::any_of(listed.begin(), listed.end(), [](const auto& w) { return w.persistent; }));
   std::mt19937 rng(21);
   auto values = [&](int64_t n) {
     return testing::uniform_buffer(rng, static_cast<size_t>(n), DType::BF16, -2.0f, 2.0f);

@@ -8,8 +8,10 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <optional>
 #include <thread>
@@ -321,6 +323,43 @@ TEST(SearchSettings, ComeFromTheEnvironmentAndRejectWhatTheyDoNotKnow) {
   s = search_settings_from_env();
   EXPECT_EQ(s.mode, SearchMode::Fast);
   EXPECT_DOUBLE_EQ(s.budget_seconds, 10);
+}
+
+}  // namespace
+}  // namespace luminal::runtime
+
+namespace luminal::runtime {
+namespace {
+
+// A candidate's output against the reference's: the first element further than the
+// tolerance times the reference's largest magnitude is named, NaN matches only NaN, as a
+// plain loop finds them, for outputs small and large (the large compared across threads).
+TEST(OutputMismatch, NamesTheFirstElementOutsideTheReferencesScale) {
+  for (const size_t n : {size_t{1000}, size_t{3} << 20}) {
+    std::vector<float> reference(n);
+    for (size_t i = 0; i < n; ++i) reference[i] = static_cast<float>((i * 7919) % 2001) - 1000.0f;
+    reference[n / 3] = std::numeric_limits<float>::quiet_NaN();
+    const auto first_wrong = [&](const std::vector<float>& got) -> std::string {
+      double scale = 0;
+      for (float x : reference)
+        if (!std::isnan(x)) scale = std::max(scale, static_cast<double>(std::fabs(x)));
+      for (size_t i = 0; i < n; ++i) {
+        const bool both_nan = std::isnan(got[i]) && std::isnan(reference[i]);
+        if (!both_nan && !(std::fabs(double{got[i]} - reference[i]) <= 1e-2 * scale))
+          return mismatch_at(i, got[i], reference[i]);
+      }
+      return "";
+    };
+    std::vector<std::vector<float>> candidates(4, reference);
+    for (size_t i = 0; i < n; ++i) candidates[1][i] += i % 2 ? 9.0f : -9.0f;  // within 1%
+    candidates[2][n - 5] += 20.0f, candidates[2][n / 2 + 1] -= 20.0f;
+    candidates[3][n / 4] = std::numeric_limits<float>::quiet_NaN();
+    for (size_t c = 0; c < candidates.size(); ++c) {
+      const std::string verdict = output_mismatch(candidates[c].data(), reference, 1e-2);
+      EXPECT_EQ(verdict, first_wrong(candidates[c])) << n << " elements, candidate " << c;
+      EXPECT_EQ(verdict.empty(), c < 2) << n << " elements, candidate " << c;
+    }
+  }
 }
 
 }  // namespace

@@ -39,9 +39,9 @@ bool reduces_across_rows(const Edge& e, size_t axis) {
 // blocks of 256 threads on an SM.
 constexpr int64_t kMaxSharedValues = 2048;
 
-// Whether a kernel's f32 products fuse into its sums (ElementWriter::contract_products_):
-// where what it stores is half precision.
-bool contracts(const Graph& g, const compiler::Kernel& k) {
+// Whether a kernel's f32 steps may round loosely (ElementWriter::loose_f32_): where what
+// it stores is half precision.
+bool stores_half(const Graph& g, const compiler::Kernel& k) {
   const DType t = g.node(k.root).dtype;
   return t == DType::BF16 || t == DType::F16;
 }
@@ -50,7 +50,7 @@ class KernelWriter : public runtime::ElementWriter {
  public:
   KernelWriter(const Graph& g, const compiler::KernelPlan& plan, const compiler::Kernel& k)
       : ElementWriter(g, plan, k) {
-    contract_products_ = contracts(g, k);
+    loose_f32_ = stores_half(g, k);
   }
 
   /// At most `floats` values in shared memory (a map group's members share one budget).
@@ -505,7 +505,7 @@ class RowMemberWriter : public runtime::ElementWriter {
         cached_(cached),
         invariant_(invariant) {
     read_prefix_ = prefix() + "in";
-    contract_products_ = contracts(g, k);
+    loose_f32_ = stores_half(g, k);
   }
 
   std::string write() {

@@ -24,6 +24,10 @@ LUM_FN float lum_exp2f(float x) { return exp2f(x); }
 // 1 / x rounded to nearest, as the division rounds it, without the division's longer
 // sequence (an erf's reciprocal took a fifth of a GELU's instructions).
 LUM_FN float lum_recipf(float x) { return __frcp_rn(x); }
+// The hardware's own approximations (an instruction each, within 2 f32 units; subnormals
+// flushed), for kernels that store half precision (ElementWriter::loose_f32_).
+LUM_FN float lum_approx_recipf(float x) { float r; asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x)); return r; }
+LUM_FN float lum_approx_exp2f(float x) { float r; asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x)); return r; }
 // Programmatic dependent launch (sm_90 on): a kernel may be launched while the kernel
 // before it on the stream still runs (Device::launch, StreamRecorder). It waits here
 // until that kernel has finished and its writes are visible, then lets the next kernel
