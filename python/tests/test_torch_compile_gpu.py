@@ -48,6 +48,22 @@ def test_llama_on_the_gpu():
                            torch.float32, 1e-3)
 
 
+# Known wrong: at the bench's shape (8 heads of 32 on 4 key heads, 128 tokens, batch 1) a
+# layer's output in f32 is off by the size of its values (the embedding is right; bf16 is
+# right where the attention output is read by window products, and wrong with those rules
+# off). The pieces alone (attention with grouped heads and causal or boolean masks, its
+# rows reshaped and projected) match eager. Strict: it fails once mended, to be unmarked.
+@pytest.mark.xfail(strict=True, reason="f32 Llama layer at 8 x 32 heads, 128 tokens: wrong")
+def test_llama_at_the_bench_shape_in_f32():
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=1000, hidden_size=256, intermediate_size=704,
+                                      num_hidden_layers=1, num_attention_heads=8,
+                                      num_key_value_heads=4)
+    compiled_matches_eager(transformers.LlamaForCausalLM(config),
+                           torch.randint(0, 1000, (1, 128)), torch.float32, 1e-3)
+
+
 def test_inputs_changed_between_calls_are_read_again():
     torch._dynamo.reset()
     fast = torch.compile(lambda a, b: (a * b).sum(-1), backend="luminal")
