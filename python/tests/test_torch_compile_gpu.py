@@ -64,6 +64,19 @@ def test_llama_at_the_bench_shape_in_f32():
                            torch.randint(0, 1000, (1, 128)), torch.float32, 1e-3)
 
 
+# The pieces of that layer alone, in f32 at the same shape: which of them goes wrong.
+@pytest.mark.parametrize("piece", ["norm", "mlp", "attention", "layer"])
+def test_llama_layer_pieces_at_the_bench_shape_in_f32(piece):
+    transformers = pytest.importorskip("transformers")
+    from torch_models import llama_pieces
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=1000, hidden_size=256, intermediate_size=704,
+                                      num_hidden_layers=1, num_attention_heads=8,
+                                      num_key_value_heads=4)
+    compiled_matches_eager(llama_pieces(config)[piece], torch.randn(1, 128, 256),
+                           torch.float32, 1e-3)
+
+
 def test_inputs_changed_between_calls_are_read_again():
     torch._dynamo.reset()
     fast = torch.compile(lambda a, b: (a * b).sum(-1), backend="luminal")

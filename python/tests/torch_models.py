@@ -43,3 +43,35 @@ class Block(nn.Module):
         a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         x = x + self.proj(a.transpose(1, 2).reshape(b, t, d))
         return x + self.down(F.gelu(self.up(self.norm2(x))))
+
+
+def llama_pieces(config):
+    """A Hugging Face Llama decoder layer's pieces, each a module over hidden states
+    [batch, tokens, hidden]: its RMSNorm, its MLP, its attention (rotary positions from
+    0, causal) and the whole layer, to find which piece a wrong layer goes wrong in."""
+    from transformers.models.llama import modeling_llama as llama
+    config._attn_implementation = "sdpa"
+    rotary = llama.LlamaRotaryEmbedding(config)
+
+    def positions(x):
+        return rotary(x, torch.arange(x.shape[1], device=x.device)[None])
+
+    class Attention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attn = llama.LlamaAttention(config, layer_idx=0)
+
+        def forward(self, x):
+            return self.attn(x, position_embeddings=positions(x), attention_mask=None)[0]
+
+    class Layer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = llama.LlamaDecoderLayer(config, layer_idx=0)
+
+        def forward(self, x):
+            out = self.layer(x, position_embeddings=positions(x), attention_mask=None)
+            return out[0] if isinstance(out, tuple) else out
+
+    return {"norm": llama.LlamaRMSNorm(config.hidden_size), "mlp": llama.LlamaMLP(config),
+            "attention": Attention(), "layer": Layer()}
