@@ -1451,15 +1451,14 @@ std::vector<std::string> library_sources(const Graph& g, const compiler::KernelP
     }
   }
   for (uint32_t f : formats) sources.push_back(quant_products_source(f));
+  const bool searching = runtime::search_settings_from_env().mode != runtime::SearchMode::Off;
   if (products) {
     sources.push_back(gemv_module_source(false));
-    if (runtime::search_settings_from_env().mode != runtime::SearchMode::Off)
-      sources.push_back(gemv_module_source(true));
+    if (searching) sources.push_back(gemv_module_source(true));
   }
   if (custom) sources.push_back(copy_view_source());
   // (A library call's candidates are compared by these: timed for every new shape.)
-  if (custom && runtime::search_settings_from_env().mode != runtime::SearchMode::Off)
-    sources.push_back(trials_source());
+  if (custom && searching) sources.push_back(trials_source());
   if (top_k) sources.push_back(top_k_source());
   if (windows) sources.push_back(window_products_source());
   if (float_experts) sources.push_back(expert_products_source());
