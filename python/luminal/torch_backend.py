@@ -177,8 +177,10 @@ class LuminalSubgraph(torch.nn.Module):
         self.graph = lm.Graph()
         self.inputs, self.outputs, self.last_set = [], [], {}
         self.compiled = False
+        # On the GPU where any input is there (a buffer left on the CPU, moved by the graph
+        # with .to(device), is copied over as it is set).
         devices = [a.device for a in args if isinstance(a, torch.Tensor)]
-        self.device = devices[0] if devices else torch.device("cpu")
+        self.device = next((d for d in devices if d.type == "cuda"), torch.device("cpu"))
         self.on_gpu = self.device.type == "cuda"
         env = {}
         placeholders = [n for n in self.gm.graph.nodes if n.op == "placeholder"]

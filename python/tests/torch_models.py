@@ -51,26 +51,32 @@ def llama_pieces(config):
     0, causal) and the whole layer, to find which piece a wrong layer goes wrong in."""
     from transformers.models.llama import modeling_llama as llama
     config._attn_implementation = "sdpa"
-    rotary = llama.LlamaRotaryEmbedding(config)
 
-    def positions(x):
-        return rotary(x, torch.arange(x.shape[1], device=x.device)[None])
+    class Positions(nn.Module):  # (its frequencies a buffer, moved with the piece)
+        def __init__(self):
+            super().__init__()
+            self.rotary = llama.LlamaRotaryEmbedding(config)
+
+        def forward(self, x):
+            return self.rotary(x, torch.arange(x.shape[1], device=x.device)[None])
 
     class Attention(nn.Module):
         def __init__(self):
             super().__init__()
             self.attn = llama.LlamaAttention(config, layer_idx=0)
+            self.positions = Positions()
 
         def forward(self, x):
-            return self.attn(x, position_embeddings=positions(x), attention_mask=None)[0]
+            return self.attn(x, position_embeddings=self.positions(x), attention_mask=None)[0]
 
     class Layer(nn.Module):
         def __init__(self):
             super().__init__()
             self.layer = llama.LlamaDecoderLayer(config, layer_idx=0)
+            self.positions = Positions()
 
         def forward(self, x):
-            out = self.layer(x, position_embeddings=positions(x), attention_mask=None)
+            out = self.layer(x, position_embeddings=self.positions(x), attention_mask=None)
             return out[0] if isinstance(out, tuple) else out
 
     return {"norm": llama.LlamaRMSNorm(config.hidden_size), "mlp": llama.LlamaMLP(config),

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <map>
 #include <numbers>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <unordered_map>
@@ -283,9 +284,57 @@ struct AttentionOrders {
   std::unordered_map<uint32_t, uint32_t> copy_of;            // copy's class -> Attention's
 };
 
+// The order in which an attention's output (its own dims `own`, row-major) must be stored
+// for the copy through `v` to be the identity: v, its dims of 1 aside, reads every element
+// once, row-major over its own shape, where its dims by stride (largest first) are runs
+// of adjacent own dims merged (grouped queries' [key heads, group] read as one heads
+// dim). The order: own dims of 1 first, then the runs in v's order. nullopt where v is no
+// such permutation, its strides are not constant, or the value dim (own's last) would
+// not stay last.
+std::optional<std::vector<int64_t>> stored_order(const std::vector<Expr>& own, const View& v) {
+  if (v.offset() != Expr(0) || v.has_mask()) return std::nullopt;
+  std::vector<std::pair<int64_t, size_t>> by_stride;  // v's dims of more than 1
+  for (size_t i = 0; i < v.rank(); ++i) {
+    if (v.shape()[i] == Expr(1)) continue;
+    const std::optional<int64_t> stride = v.strides()[i].as_const();
+    if (!stride) return std::nullopt;
+    by_stride.emplace_back(*stride, i);
+  }
+  std::sort(by_stride.begin(), by_stride.end(), std::greater<>());
+  // Row-major in that order: each stride the product of the dims after it.
+  Expr after = 1;
+  for (size_t k = by_stride.size(); k-- > 0;) {
+    if (Expr(by_stride[k].first) != after) return std::nullopt;
+    after = after * v.shape()[by_stride[k].second];
+  }
+  // Each of those dims a run of own dims, in order.
+  std::vector<std::vector<int64_t>> run_of(v.rank());
+  std::vector<int64_t> out;  // the own dims of 1, then the runs
+  size_t j = 0;
+  for (const auto& [stride, i] : by_stride) {
+    Expr merged = 1;
+    while (merged != v.shape()[i] && j < own.size()) {
+      if (own[j] == Expr(1))
+        out.push_back(static_cast<int64_t>(j));
+      else
+        merged = merged * own[j], run_of[i].push_back(static_cast<int64_t>(j));
+      ++j;
+    }
+    if (merged != v.shape()[i]) return std::nullopt;
+  }
+  for (; j < own.size(); ++j) {
+    if (own[j] != Expr(1)) return std::nullopt;
+    out.push_back(static_cast<int64_t>(j));
+  }
+  for (const std::vector<int64_t>& run : run_of) out.insert(out.end(), run.begin(), run.end());
+  if (out.back() != static_cast<int64_t>(own.size() - 1) || std::is_sorted(out.begin(), out.end()))
+    return std::nullopt;
+  return out;
+}
+
 // The extracted program's Contiguous(View(Attention)) chains whose view permutes the
-// attention's dims, its value dim staying last, where the copy is the view's one reader,
-// the view the attention's, and the attention not an output.
+// attention's dims (adjacent ones possibly merged), its value dim staying last, where the
+// copy is the view's one reader, the view the attention's, and the attention not an output.
 AttentionOrders attention_orders(const eg::EGraph& e, const eg::Extraction& x, const Lowering& low,
                                  const std::vector<ClassId>& roots) {
   std::unordered_map<uint32_t, int> readers;
@@ -302,28 +351,15 @@ AttentionOrders attention_orders(const eg::EGraph& e, const eg::Extraction& x, c
     if (e.node_op(x.node_for(attention)).name() != "Attention" || readers[attention.v] != 1)
       continue;
     const View& v = low.views[static_cast<size_t>(e.node_attrs(view_node).get()[0].bits)];
-    // The permutation: dims by their (constant) strides, largest first, if v is then the
-    // attention's own shape, contiguous, so permuted.
-    const size_t r = v.rank();
-    std::vector<std::pair<int64_t, int>> by_stride;
-    for (size_t i = 0; i < r; ++i) {
-      const std::optional<int64_t> stride = v.strides()[i].as_const();
-      if (!stride) break;
-      by_stride.emplace_back(*stride, static_cast<int>(i));
-    }
-    if (by_stride.size() != r || r < 3) continue;
-    std::sort(by_stride.begin(), by_stride.end(), std::greater<>());
-    std::vector<Expr> natural(r);  // the attention's own shape
-    std::vector<int> order(r);     // v's dim i is natural dim order[i]
-    for (size_t j = 0; j < r; ++j) {
-      const auto i = static_cast<size_t>(by_stride[j].second);
-      natural[j] = v.shape()[i];
-      order[i] = static_cast<int>(j);
-    }
-    if (order[r - 1] != static_cast<int>(r - 1) || View::contiguous(natural).permute(order) != v ||
-        std::is_sorted(order.begin(), order.end()))
-      continue;
-    out.order[attention.v] = std::vector<int64_t>(order.begin(), order.end());
+    // The attention's own shape: its value operand's [batch..., M, T, Dv] view's without T.
+    const uint32_t value_node = x.node_for(e.find(e.node_children(x.node_for(attention))[2]));
+    if (e.node_op(value_node).name() != "View") continue;
+    std::vector<Expr> own =
+        low.views[static_cast<size_t>(e.node_attrs(value_node).get()[0].bits)].shape();
+    own.erase(own.end() - 2);
+    const std::optional<std::vector<int64_t>> own_order = stored_order(own, v);
+    if (!own_order) continue;
+    out.order[attention.v] = *own_order;
     out.copy_of[e.find(ClassId{c}).v] = attention.v;
   }
   return out;

@@ -113,8 +113,8 @@ SearchSettings search_settings_from_env() {
 std::string output_mismatch(const float* got, const std::vector<float>& reference,
                             double tolerance) {
   // Across threads where large (a language model's logits: 131 M a candidate), each
-  // taking a run of elements: the largest magnitude (NaN ignored), then each run's first
-  // element out of bounds, the earliest of those named.
+  // taking a run of elements: the largest finite magnitude, then each run's first element
+  // out of bounds (an infinity matching the same one, NaN any NaN), the earliest named.
   const size_t n = reference.size();
   const bool large = n >= (size_t{1} << 20);
   double scale = 0;
@@ -123,14 +123,15 @@ std::string output_mismatch(const float* got, const std::vector<float>& referenc
     double mine = 0;
 #pragma omp for schedule(static) nowait
     for (size_t i = 0; i < n; ++i)
-      mine = std::max(mine, static_cast<double>(std::fabs(reference[i])));
+      if (std::isfinite(reference[i]))
+        mine = std::max(mine, static_cast<double>(std::fabs(reference[i])));
 #pragma omp critical
     scale = std::max(scale, mine);
   }
   size_t first = n;
 #pragma omp parallel for schedule(static) reduction(min : first) if (large)
   for (size_t i = 0; i < n; ++i)
-    if (i < first &&
+    if (i < first && got[i] != reference[i] &&
         !(std::fabs(static_cast<double>(got[i]) - reference[i]) <= tolerance * scale) &&
         !(std::isnan(got[i]) && std::isnan(reference[i])))
       first = i;

@@ -107,8 +107,9 @@ std::optional<size_t> remembered_winner(const std::string& key,
 void remember_winner(const std::string& key, const std::string& label);
 
 /// How a candidate's output differs from the reference's: "" where every element is
-/// within `tolerance` times the reference's largest magnitude (NaN only where the
-/// reference has NaN), else the first element that is not (for SearchProblem::mismatch).
+/// within `tolerance` times the reference's largest finite magnitude (NaN only where the
+/// reference has NaN, an infinity only where it has the same one), else the first element
+/// that is not (for SearchProblem::mismatch).
 std::string output_mismatch(const float* got, const std::vector<float>& reference,
                             double tolerance);
 /// output_mismatch's words for element `i` (for a comparison made elsewhere).

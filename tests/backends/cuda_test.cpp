@@ -71,10 +71,42 @@ TEST(Cuda, MatMulsMatchTheReference) {
   testing::expect_matmuls_match_reference(cuda());
 }
 
+// LUMINAL_CUDA_CHECK=1: the first run's kernels (products, a softmax, a copy, maps) each
+// against the reference interpreter's value of their node; none differs here, and the
+// run's outputs are the same.
+TEST(Cuda, CheckModeComparesEveryKernelWithTheReference) {
+  SKIP_WITHOUT_GPU();
+  testing::ScopedEnv check("LUMINAL_CUDA_CHECK", "1");
+  Graph cx;
+  Tensor x = cx.named_tensor("x", {"n", 64}), w = cx.named_tensor("w", {64, 48});
+  Tensor y = (x.matmul(w).softmax(1).transpose(0, 1).contiguous() * 3.0 + 1.0).retrieve();
+  cx.set_dim("n", 40);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0, 1);
+  const auto draw = [&](size_t n) {
+    std::vector<float> v(n);
+    for (float& e : v) e = normal(rng);
+    return v;
+  };
+  x.set(draw(40 * 64));
+  w.set(draw(64 * 48));
+  cx.compile(cuda());
+  ::testing::internal::CaptureStderr();
+  cx.execute();
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(said.find("luminal cuda check: 0 of "), std::string::npos) << said;
+  EXPECT_EQ(said.find("differs from the reference:"), std::string::npos) << said;
+  const std::vector<float> got = y.to_f32();
+  cx.compile(reference());
+  cx.execute();
+  const std::vector<float> want = y.to_f32();
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-3) << i;
+}
+
 // A search compares a candidate's output with the reference's on the device, as the
 // host's comparison (runtime::output_mismatch) would: the same verdict and words for
 // each float type, over an output of several grid-stride rounds, with NaN matching only
-// NaN and the first wrong element named.
+// NaN, an infinity only the same one, and the first wrong element named.
 TEST(Cuda, SearchComparesCandidatesOnTheDeviceAsTheHostDoes) {
   SKIP_WITHOUT_GPU();
   const cudagen::Device device(0);
@@ -86,13 +118,17 @@ TEST(Cuda, SearchComparesCandidatesOnTheDeviceAsTheHostDoes) {
   ref[17] = std::numeric_limits<double>::quiet_NaN();
   const double largest = 600;  // beyond any normal draw here: the scale
   ref[1234] = -largest;
-  std::vector<std::vector<double>> candidates(5, ref);
+  const double inf = std::numeric_limits<double>::infinity();
+  ref[4321] = -inf;  // a masked score: matched by itself, not the scale
+  std::vector<std::vector<double>> candidates(7, ref);
   for (size_t i = 0; i < n; ++i)  // within 2% of the largest magnitude everywhere
     if (i != 17) candidates[1][i] += (i % 2 ? 1 : -1) * 0.005 * largest;
   candidates[2][250001] += 0.05 * largest;  // two elements off: the first named
   candidates[2][77] -= 0.05 * largest;
   candidates[3][299999] = std::numeric_limits<double>::quiet_NaN();
   candidates[4][17] = 1;  // a number where the reference has NaN
+  candidates[5][4321] = inf;
+  candidates[6][5000] = inf;
   for (DType t : {DType::F32, DType::F16, DType::BF16}) {
     cudagen::DeviceBuffer out(n * dtype_size(t));
     const auto write = [&](const std::vector<double>& values) {

@@ -273,5 +273,27 @@ TEST(Reference, FreesIntermediatesAfterLastUse) {
   EXPECT_EQ(st.nodes_run, 30u);  // 10 constants, 10 Mul, 10 Sqrt; `unused` skipped
 }
 
+TEST(Reference, ValuesOfInnerNodesFromGivenInputs) {
+  // What a backend checks its kernels against: nodes that are not outputs, under dims and
+  // inputs given apart from the graph's own.
+  Graph cx;
+  Tensor x = cx.named_tensor("x", {"n", 3});
+  Tensor w = cx.named_tensor("w", {3});
+  Tensor scaled = x * w;
+  Tensor sums = scaled.sum_reduce(1);
+  (sums.exp2()).retrieve();
+  Bindings dims;
+  dims.set("n", 2);
+  const Buffer xs = Buffer::from(std::vector<float>{1, 2, 3, 4, 5, 6}),
+               ws = Buffer::from(std::vector<float>{1, 10, 100});
+  const std::vector<Buffer> v =
+      reference_values(cx, {scaled.id(), sums.id(), w.id()}, dims,
+                       [&](NodeId id) -> const Buffer& { return id == x.id() ? xs : ws; });
+  ASSERT_EQ(v.size(), 3u);
+  EXPECT_EQ(v[0].to_f32(), (std::vector<float>{1, 20, 300, 4, 50, 600}));
+  EXPECT_EQ(v[1].to_f32(), (std::vector<float>{321, 654}));
+  EXPECT_EQ(v[2].to_f32(), (std::vector<float>{1, 10, 100}));  // an input: as given
+}
+
 }  // namespace
 }  // namespace luminal

@@ -100,6 +100,34 @@ TEST(AttentionOrders, GroupedQueriesTakeAnyOrderOfTheirRows) {
   expect_reference_values(cx, opt, y);
 }
 
+// As PyTorch's grouped-query attention reaches it: the output's [batch, key heads, group,
+// tokens, head dim] read as [batch, heads, tokens, head dim] (key heads and group merged)
+// and put back as [batch, tokens, heads x head dim] for the output projection. The copy's
+// view has a dim fewer than the attention: the order is over the attention's five dims.
+TEST(AttentionOrders, GroupedHeadsReadAsOneDimAreOrderedOverTheAttentionsDims) {
+  const int64_t b = 2, kv = 4, group = 2, t = 16, d = 8;
+  Graph cx;
+  Tensor q = cx.named_tensor("q", {b, kv, group, t, d});
+  Tensor k = cx.named_tensor("k", {b, kv, t, d});
+  Tensor v = cx.named_tensor("v", {b, kv, t, d});
+  Tensor w = cx.named_tensor("w", {kv * group * d, 5});
+  std::mt19937 rng(7);
+  for (Tensor* x : {&q, &k, &v, &w})
+    x->set(luminal::testing::uniform_floats(rng, static_cast<size_t>(product(x->shape()).eval())));
+  const Tensor a = attend(cx, q, k.expand(2, group), v.expand(2, group), t);
+  Tensor y = a.reshape({b, kv * group, t, d})
+                 .transpose(1, 2)
+                 .reshape({b, t, kv * group * d})
+                 .matmul(w)
+                 .retrieve();
+  const compiler::Optimized opt = compiler::optimize(cx, {.attention_output_orders = true});
+  const Found f = found(opt);
+  ASSERT_EQ(f.orders.size(), 1u) << opt.graph->to_text();
+  EXPECT_EQ(f.orders[0], (std::vector<int64_t>{0, 3, 1, 2, 4})) << opt.graph->to_text();
+  EXPECT_EQ(f.copies, 0) << opt.graph->to_text();
+  expect_reference_values(cx, opt, y);
+}
+
 // An attention read by more than the copy (here also summed), or a copy that moves the
 // value dim, keeps its own order.
 TEST(AttentionOrders, AnAttentionReadElsewhereKeepsItsOrder) {

@@ -338,22 +338,28 @@ TEST(OutputMismatch, NamesTheFirstElementOutsideTheReferencesScale) {
   for (const size_t n : {size_t{1000}, size_t{3} << 20}) {
     std::vector<float> reference(n);
     for (size_t i = 0; i < n; ++i) reference[i] = static_cast<float>((i * 7919) % 2001) - 1000.0f;
+    const float inf = std::numeric_limits<float>::infinity();
     reference[n / 3] = std::numeric_limits<float>::quiet_NaN();
+    reference[n / 5] = -inf, reference[n / 7] = inf;  // (a masked score: not the scale)
     const auto first_wrong = [&](const std::vector<float>& got) -> std::string {
       double scale = 0;
       for (float x : reference)
-        if (!std::isnan(x)) scale = std::max(scale, static_cast<double>(std::fabs(x)));
+        if (std::isfinite(x)) scale = std::max(scale, static_cast<double>(std::fabs(x)));
       for (size_t i = 0; i < n; ++i) {
         const bool both_nan = std::isnan(got[i]) && std::isnan(reference[i]);
-        if (!both_nan && !(std::fabs(double{got[i]} - reference[i]) <= 1e-2 * scale))
+        const bool same_infinity = std::isinf(got[i]) && got[i] == reference[i];
+        if (!both_nan && !same_infinity &&
+            !(std::fabs(double{got[i]} - reference[i]) <= 1e-2 * scale))
           return mismatch_at(i, got[i], reference[i]);
       }
       return "";
     };
-    std::vector<std::vector<float>> candidates(4, reference);
+    std::vector<std::vector<float>> candidates(6, reference);
     for (size_t i = 0; i < n; ++i) candidates[1][i] += i % 2 ? 9.0f : -9.0f;  // within 1%
     candidates[2][n - 5] += 20.0f, candidates[2][n / 2 + 1] -= 20.0f;
     candidates[3][n / 4] = std::numeric_limits<float>::quiet_NaN();
+    candidates[4][n / 5] = inf;   // the other infinity
+    candidates[5][n / 6] = -inf;  // an infinity for a number
     for (size_t c = 0; c < candidates.size(); ++c) {
       const std::string verdict = output_mismatch(candidates[c].data(), reference, 1e-2);
       EXPECT_EQ(verdict, first_wrong(candidates[c])) << n << " elements, candidate " << c;

@@ -5,6 +5,7 @@
 #include <array>
 #include <chrono>
 #include <cstdio>
+#include <deque>
 #include <future>
 #include <optional>
 #include <thread>
@@ -401,6 +402,7 @@ class CudaExecutable final : public Executable {
         else if (!grown)
           launch(user, k);
       }
+      if (checking_ && !ran_) check_values(user, k + 1);
       for (uint32_t i = releases_[k].first; i < releases_[k].second; ++i)
         live -= value_bytes_[static_cast<size_t>(liveness_.frees[i])];
     }
@@ -1236,6 +1238,40 @@ class CudaExecutable final : public Executable {
     return host;
   }
 
+  // LUMINAL_CUDA_CHECK=1 (see checking_): the values of kernels [checked_, until), all
+  // complete now, against the reference interpreter's values of their nodes.
+  void check_values(const Graph& user, size_t until) {
+    if (reference_.empty()) {
+      std::vector<NodeId> roots;
+      for (const compiler::Kernel& kn : plan_.kernels) roots.push_back(kn.root);
+      std::deque<Buffer> downloaded;  // inputs set on the device, copied back
+      reference_ =
+          reference_values(*program_.graph, roots, user.dims(), [&](NodeId r) -> const Buffer& {
+            if (user.device_data(program_.source_of[r.value]))
+              return downloaded.emplace_back(host_input(user, r));
+            return *checked_input(user, r);
+          });
+    }
+    for (; checked_ < until; ++checked_) {
+      const size_t k = checked_;
+      if (!value_ptr_[k] || value_bytes_[k] == 0) continue;
+      const Buffer got = download(user, k);
+      const Buffer& want = reference_[k];
+      const DType t = want.dtype();
+      const double tolerance = t == DType::F32 ? 2e-3 : is_float(t) ? 2e-2 : 0;
+      const std::string wrong =
+          runtime::output_mismatch(got.to_f32().data(), want.to_f32(), tolerance);
+      if (!wrong.empty())
+        std::fprintf(stderr,
+                     "luminal cuda check: kernel %zu (%s, %%%u) differs from the reference: %s\n",
+                     k, describe(k).c_str(), plan_.kernels[k].root.value, wrong.c_str());
+      checks_failed_ += !wrong.empty();
+    }
+    if (checked_ == plan_.kernels.size())
+      std::fprintf(stderr, "luminal cuda check: %zu of %zu kernels differ from the reference\n",
+                   checks_failed_, plan_.kernels.size());
+  }
+
   // The device address of a kernel operand: a computed value, or a user input (uploaded
   // at the start of the run).
   const void* operand(NodeId r) {
@@ -1386,6 +1422,13 @@ class CudaExecutable final : public Executable {
   const bool profiling_ = runtime::env_has("LUMINAL_PROFILE", "1");
   std::vector<cudagen::Event> marks_;  // before each kernel, and after the last
   runtime::KernelProfile profile_, first_run_;
+  // LUMINAL_CUDA_CHECK=1: the first run's kernels, each once complete, against the
+  // reference interpreter's values of their nodes from the same inputs; those that differ
+  // are named on stderr (the first is where to look: its readers inherit its error). To
+  // find a wrong kernel; slow (each value copied back, the graph interpreted on the host).
+  const bool checking_ = runtime::env_has("LUMINAL_CUDA_CHECK", "1");
+  std::vector<Buffer> reference_;  // each kernel's root's value
+  size_t checked_ = 0, checks_failed_ = 0;
   // Runs recorded as CUDA graphs (see run); LUMINAL_CUDA_GRAPHS=0 turns it off.
   const bool graphs_ = !runtime::env_has("LUMINAL_CUDA_GRAPHS", "0") && !profiling_;
   bool ran_ = false;         // a run has loaded the modules (the first is not recorded)

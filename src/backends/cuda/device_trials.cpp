@@ -14,9 +14,9 @@ namespace {
 
 // A candidate's output against the reference's, on the device: the host's comparison of
 // a language model head's 131 M logits took a second a candidate (copied back, widened
-// to f32, scanned twice). Two kernels a type: the reference's largest magnitude (NaN
-// ignored), then the first element further from the reference's than the tolerance
-// times it (NaN matching NaN), both computed in double as output_mismatch does.
+// to f32, scanned twice). Two kernels a type: the reference's largest finite magnitude,
+// then the first element further from the reference's than the tolerance times it (NaN
+// matching NaN, an infinity the same one), both computed in double as output_mismatch does.
 constexpr const char* kSource = R"TRIALS(
 LUM_FN double lum_trial_f32(const float* p, long long i) { return p[i]; }
 LUM_FN double lum_trial_f16(const uint16_t* p, long long i) { return lum_h2f(p[i]); }
@@ -27,7 +27,7 @@ LUM_FN double lum_trial_bf16(const uint16_t* p, long long i) { return lum_bf2f(p
     double m = 0;                                                                         \
     for (long long i = blockIdx.x * 256ll + threadIdx.x; i < n; i += gridDim.x * 256ll) { \
       const double a = fabs(lum_trial_##name(ref, i));                                    \
-      if (a > m) m = a;                                                                   \
+      if (a > m && !isinf(a)) m = a;                                                      \
     }                                                                                     \
     if (m > 0) atomicMax(scale, (unsigned long long)__double_as_longlong(m));              \
   }                                                                                       \
@@ -38,7 +38,7 @@ LUM_FN double lum_trial_bf16(const uint16_t* p, long long i) { return lum_bf2f(p
     const double bound = tolerance * __longlong_as_double((long long)*scale);             \
     for (long long i = blockIdx.x * 256ll + threadIdx.x; i < n; i += gridDim.x * 256ll) { \
       const double g = lum_trial_##name(got, i), r = lum_trial_##name(ref, i);            \
-      if (!(fabs(g - r) <= bound) && !(isnan(g) && isnan(r))) {                           \
+      if (g != r && !(fabs(g - r) <= bound) && !(isnan(g) && isnan(r))) {                 \
         atomicMin(first_wrong, (unsigned long long)i);                                    \
         return;                                                                           \
       }                                                                                   \

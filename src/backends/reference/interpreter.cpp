@@ -6,6 +6,7 @@
 // output width. An intermediate is freed right after its last consumer.
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 
 #include "luminal/error.hpp"
@@ -204,68 +205,110 @@ Buffer eval_indexing(const Node& n, NodeId id, std::vector<Buffer>& in) {
   return out;
 }
 
+Buffer evaluate(const Node& n, NodeId id, std::vector<Buffer>& in,
+                const std::vector<int64_t>& in_shape, const Bindings& dims) {
+  switch (traits(n.op).category) {
+    case OpCategory::Source:
+      return source_values(n, dims);
+    case OpCategory::Unary:
+      return eval_unary(n, std::move(in[0]));
+    case OpCategory::Binary:
+      return eval_binary(n, id, in[0], in[1]);
+    case OpCategory::Ternary:
+      return eval_where(in[0], in[1], in[2]);
+    case OpCategory::Reduce:
+      return eval_reduce(n, in[0], in_shape);
+    case OpCategory::Indexing:
+      return eval_indexing(n, id, in);
+    case OpCategory::Custom: {
+      std::vector<std::vector<int64_t>> shapes;
+      for (const Edge& e : n.inputs) shapes.push_back(e.view.resolve(dims).dims);
+      std::vector<int64_t> out_shape;
+      for (Expr d : n.shape) out_shape.push_back(d.eval(dims));
+      return n.custom->run(in, shapes, out_shape, n.dtype);
+    }
+  }
+  LUM_ASSERT(false) << "unknown op category";
+}
+
+// Every node `wanted` depends on, in graph order; each intermediate freed after its last
+// reader, the wanted ones kept. `input` gives an Input node's data as set (checked).
+std::vector<std::optional<Buffer>> evaluate_graph(const Graph& g, const std::vector<NodeId>& wanted,
+                                                  const Bindings& dims,
+                                                  const std::function<const Buffer&(NodeId)>& input,
+                                                  RunStats& stats) {
+  const size_t count_nodes = g.num_nodes();
+  // Only what the wanted nodes depend on runs; last_use drives freeing.
+  std::vector<bool> needed(count_nodes, false), kept(count_nodes, false);
+  std::vector<size_t> last_use(count_nodes, 0);
+  for (NodeId o : wanted) needed[o.value] = kept[o.value] = true;
+  for (size_t i = count_nodes; i-- > 0;) {
+    if (!needed[i]) continue;
+    for (const Edge& e : g.node(NodeId{static_cast<uint32_t>(i)}).inputs) {
+      needed[e.source.value] = true;
+      last_use[e.source.value] = std::max(last_use[e.source.value], i);
+    }
+  }
+  std::vector<std::optional<Buffer>> values(count_nodes);
+  std::vector<const Buffer*> inputs(count_nodes, nullptr);  // plain inputs, where set
+  auto value_of = [&](NodeId id) -> const Buffer& {
+    if (values[id.value]) return *values[id.value];
+    LUM_ASSERT(inputs[id.value]) << "value of %" << id.value << " missing";
+    return *inputs[id.value];
+  };
+  size_t live = 0;
+  for (size_t i = 0; i < count_nodes; ++i) {
+    if (!needed[i]) continue;
+    const NodeId id{static_cast<uint32_t>(i)};
+    const Node& n = g.node(id);
+    if (n.op == Op::Input) {
+      inputs[i] = &input(id);
+      // Block-stored inputs are read as their decoded values.
+      if (n.quant != kPlainStorage) {
+        values[i] = dequantized(n, *inputs[i]);
+        live += values[i]->bytes();
+      }
+      continue;
+    }
+    std::vector<Buffer> in;
+    std::vector<int64_t> in_shape;
+    for (const Edge& e : n.inputs) {
+      const ConcreteView v = e.view.resolve(dims);
+      try {
+        in.push_back(read_view(value_of(e.source), v));
+      } catch (const Error& err) {
+        LUM_FAIL() << describe(n, id) << " reading %" << e.source.value << ": " << err.what();
+      }
+      if (in_shape.empty()) in_shape = v.dims;
+    }
+    values[i] = evaluate(n, id, in, in_shape, dims);
+    live += values[i]->bytes();
+    stats.peak_bytes = std::max(stats.peak_bytes, live);
+    ++stats.nodes_run;
+    for (const Edge& e : n.inputs) {
+      auto& v = values[e.source.value];
+      if (last_use[e.source.value] == i && !kept[e.source.value] && v) {
+        live -= v->bytes();
+        v.reset();
+      }
+    }
+  }
+  return values;
+}
+
 class ReferenceExecutable final : public Executable {
  public:
   void run(Graph& g) override {
-    const size_t count_nodes = g.num_nodes();
-    // Only what the outputs depend on runs; last_use drives freeing.
-    std::vector<bool> needed(count_nodes, false);
-    std::vector<size_t> last_use(count_nodes, 0);
-    for (NodeId o : g.outputs()) needed[o.value] = true;
-    for (size_t i = count_nodes; i-- > 0;) {
-      if (!needed[i]) continue;
-      for (const Edge& e : g.node(NodeId{static_cast<uint32_t>(i)}).inputs) {
-        needed[e.source.value] = true;
-        last_use[e.source.value] = std::max(last_use[e.source.value], i);
-      }
-    }
-    std::vector<std::optional<Buffer>> values(count_nodes);
     stats_ = RunStats{};
-    size_t live = 0;
-    auto value_of = [&](NodeId id) -> const Buffer& {
-      if (values[id.value]) return *values[id.value];
-      const Buffer* b = g.data(id);
-      LUM_ASSERT(b) << "value of %" << id.value << " missing";
-      return *b;
-    };
-    const Bindings& dims = g.dims();
-    for (size_t i = 0; i < count_nodes; ++i) {
-      if (!needed[i]) continue;
-      const NodeId id{static_cast<uint32_t>(i)};
-      const Node& n = g.node(id);
-      if (n.op == Op::Input) {
-        check_input_data(n, id, g.data(id), dims, g.device_data(id));
-        // Block-stored inputs are read as their decoded values.
-        if (n.quant != kPlainStorage) {
-          values[i] = dequantized(n, *g.data(id));
-          live += values[i]->bytes();
-        }
-        continue;
-      }
-      std::vector<Buffer> in;
-      std::vector<int64_t> in_shape;
-      for (const Edge& e : n.inputs) {
-        const ConcreteView v = e.view.resolve(dims);
-        try {
-          in.push_back(read_view(value_of(e.source), v));
-        } catch (const Error& err) {
-          LUM_FAIL() << describe(n, id) << " reading %" << e.source.value << ": " << err.what();
-        }
-        if (in_shape.empty()) in_shape = v.dims;
-      }
-      values[i] = evaluate(n, id, in, in_shape, dims);
-      live += values[i]->bytes();
-      stats_.peak_bytes = std::max(stats_.peak_bytes, live);
-      ++stats_.nodes_run;
-      for (const Edge& e : n.inputs) {
-        auto& v = values[e.source.value];
-        if (last_use[e.source.value] == i && !g.is_output(e.source) && v) {
-          live -= v->bytes();
-          v.reset();
-        }
-      }
-    }
-    for (NodeId o : g.outputs())
+    const std::vector<NodeId> outputs = g.outputs();
+    std::vector<std::optional<Buffer>> values = evaluate_graph(
+        g, outputs, g.dims(),
+        [&](NodeId id) -> const Buffer& {
+          check_input_data(g.node(id), id, g.data(id), g.dims(), g.device_data(id));
+          return *g.data(id);
+        },
+        stats_);
+    for (NodeId o : outputs)
       if (values[o.value]) g.set_data(o, std::move(*values[o.value]));
   }
 
@@ -273,32 +316,6 @@ class ReferenceExecutable final : public Executable {
 
  private:
   RunStats stats_;
-
-  static Buffer evaluate(const Node& n, NodeId id, std::vector<Buffer>& in,
-                         const std::vector<int64_t>& in_shape, const Bindings& dims) {
-    switch (traits(n.op).category) {
-      case OpCategory::Source:
-        return source_values(n, dims);
-      case OpCategory::Unary:
-        return eval_unary(n, std::move(in[0]));
-      case OpCategory::Binary:
-        return eval_binary(n, id, in[0], in[1]);
-      case OpCategory::Ternary:
-        return eval_where(in[0], in[1], in[2]);
-      case OpCategory::Reduce:
-        return eval_reduce(n, in[0], in_shape);
-      case OpCategory::Indexing:
-        return eval_indexing(n, id, in);
-      case OpCategory::Custom: {
-        std::vector<std::vector<int64_t>> shapes;
-        for (const Edge& e : n.inputs) shapes.push_back(e.view.resolve(dims).dims);
-        std::vector<int64_t> out_shape;
-        for (Expr d : n.shape) out_shape.push_back(d.eval(dims));
-        return n.custom->run(in, shapes, out_shape, n.dtype);
-      }
-    }
-    LUM_ASSERT(false) << "unknown op category";
-  }
 };
 
 }  // namespace
@@ -320,6 +337,17 @@ Buffer source_values(const Node& n, const Bindings& dims) {
     b.set("z", static_cast<int64_t>(z));
     out.set_i64(z, n.iota.eval(b));
   }
+  return out;
+}
+
+std::vector<Buffer> reference_values(const Graph& g, const std::vector<NodeId>& nodes,
+                                     const Bindings& dims,
+                                     const std::function<const Buffer&(NodeId)>& input) {
+  RunStats stats;
+  std::vector<std::optional<Buffer>> values = evaluate_graph(g, nodes, dims, input, stats);
+  std::vector<Buffer> out;
+  for (NodeId id : nodes)
+    out.push_back(values[id.value] ? std::move(*values[id.value]) : input(id));
   return out;
 }
 
