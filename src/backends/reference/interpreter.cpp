@@ -304,8 +304,10 @@ class ReferenceExecutable final : public Executable {
     std::vector<std::optional<Buffer>> values = evaluate_graph(
         g, outputs, g.dims(),
         [&](NodeId id) -> const Buffer& {
-          check_input_data(g.node(id), id, g.data(id), g.dims(), g.device_data(id));
-          return *g.data(id);
+          const Buffer* data = g.data(id);
+          check_input_data(g.node(id), id, data, g.dims(), g.device_data(id));
+          LUM_ASSERT(data) << "value of %" << id.value << " missing";
+          return *data;
         },
         stats_);
     for (NodeId o : outputs)
