@@ -39,6 +39,22 @@ inline CudaBackend cuda(CudaOptions options = {}) {
   return CudaBackend(options);
 }
 
+/// The reference interpreter running the program `cuda()` compiles a graph to: the CUDA
+/// backend's e-graph rules and passes (fused products and attention, window products,
+/// storage and attention output orders) without its kernels, each kernel by its reference
+/// semantics. It needs no GPU: what the CUDA backend's rewrites compute can be checked
+/// where none is at hand (CI runs PyTorch models through it). Slow, as the interpreter.
+class CudaProgramReference final : public Backend {
+ public:
+  std::string name() const override { return "cuda_program_reference"; }
+  std::unique_ptr<Executable> compile(const Graph& graph) const override;
+};
+
+/// `cx.compile(luminal::cuda_program_reference())`
+inline CudaProgramReference cuda_program_reference() {
+  return {};
+}
+
 /// Whether `cuda()` can run here on GPU `device`; if not, why not (the message compile()
 /// would raise).
 bool cuda_available(std::string* why = nullptr, int device = 0);

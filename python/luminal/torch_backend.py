@@ -26,7 +26,13 @@ from .aten import (DTYPES, SIZE_OPS, SUPPORTED_IF, TABLE, Node, dim_text, expres
                    missing_outputs, traced)
 
 OPTIONS = {"strict": "raise luminal.Error naming an op without a translation (default: "
-                     "run it in PyTorch with a warning)"}
+                     "run it in PyTorch with a warning)",
+           "backend": "for tensors on the CPU, the luminal backend to run on: 'cpu' (default), "
+                      "'reference' (the interpreter) or 'cuda_program_reference' (the program "
+                      "the CUDA backend would run, on the interpreter: checks its rewrites "
+                      "without a GPU)"}
+HOST_BACKENDS = {"cpu": lm.cpu, "reference": lm.reference,
+                 "cuda_program_reference": lm.cuda_program_reference}
 _warned = set()
 
 
@@ -37,14 +43,19 @@ def luminal_backend(gm, example_inputs, options=None):
     if unknown:
         raise lm.Error(f"torch.compile(backend='luminal'): unknown option(s) {sorted(unknown)}; "
                        f"the options are {OPTIONS}")
-    compiler = functools.partial(_compile, strict=bool(options.get("strict", False)))
+    host = options.get("backend", "cpu")
+    if host not in HOST_BACKENDS:
+        raise lm.Error(f"torch.compile(backend='luminal'): backend {host!r} is not one of "
+                       f"{sorted(HOST_BACKENDS)}")
+    compiler = functools.partial(_compile, strict=bool(options.get("strict", False)),
+                                 host=HOST_BACKENDS[host])
     # Ops the table translates whole are not decomposed (select_scatter stays one op, not
     # a where over an iota).
     decompositions = {op: fn for op, fn in core_aten_decompositions().items() if op not in TABLE}
     return aot_autograd(fw_compiler=compiler, decompositions=decompositions)(gm, example_inputs)
 
 
-def _compile(gm, example_inputs, strict):
+def _compile(gm, example_inputs, strict, host):
     missing = sorted({str(n.target) for n in gm.graph.nodes
                       if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
                       and not _supported(n)})
@@ -71,7 +82,7 @@ def _compile(gm, example_inputs, strict):
     fused = partitioner.fuse_partitions(partitioner.propose_partitions())
     for n in fused.graph.nodes:
         if n.op == "call_module" and n.target.startswith("fused_"):
-            setattr(fused, n.target, LuminalSubgraph(getattr(fused, n.target), dims))
+            setattr(fused, n.target, LuminalSubgraph(getattr(fused, n.target), dims, host))
     fused.recompile()
 
     def run(*args):
@@ -113,10 +124,11 @@ class LuminalSubgraph(torch.nn.Module):
     """A subgraph of core ATen ops compiled by luminal on its first call, for the device of
     its inputs; symbolic sizes become luminal's symbolic dims, bound on every call."""
 
-    def __init__(self, gm, dims):
+    def __init__(self, gm, dims, host=lm.cpu):
         super().__init__()
         self.gm = gm
         self.dims = dims  # the symbolic sizes' values for this call, by name
+        self.host = host  # the backend for inputs on the CPU
         self.graph = None
 
     def forward(self, *args):
@@ -125,7 +137,7 @@ class LuminalSubgraph(torch.nn.Module):
         for name, value in self.dims.items():
             self.graph.set_dim(name, value)
         if not self.compiled:
-            self.graph.compile(lm.cuda() if self.device.type == "cuda" else lm.cpu())
+            self.graph.compile(lm.cuda() if self.on_gpu else self.host())
             self.compiled = True
         for i, t in self.inputs:
             self._set(i, t, args[i])

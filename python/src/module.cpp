@@ -40,12 +40,15 @@ NB_MODULE(_luminal, m) {
     m.attr(name) = m.attr("DType").attr(name);
   m.attr("bool_") = m.attr("DType").attr("bool");
 
-  nb::class_<Backend>(m, "Backend", "Where a compiled graph runs: cpu(), cuda() or reference().")
+  nb::class_<Backend>(m, "Backend",
+                      "Where a compiled graph runs: cpu(), cuda(), reference() or "
+                      "cuda_program_reference().")
       .def_prop_ro("name", &Backend::name, "The backend's name (\"cpu\", \"cuda\", ...).")
       .def("__repr__", [](const Backend& b) { return "luminal." + b.name() + "()"; });
   nb::class_<CpuBackend, Backend>(m, "CpuBackend");
   nb::class_<CudaBackend, Backend>(m, "CudaBackend");
   nb::class_<ReferenceBackend, Backend>(m, "ReferenceBackend");
+  nb::class_<CudaProgramReference, Backend>(m, "CudaProgramReference");
   m.def(
       "cpu", [] { return cpu(); }, "The CPU backend: fused kernels compiled to native code.");
   m.def(
@@ -54,6 +57,11 @@ NB_MODULE(_luminal, m) {
   m.def(
       "reference", [] { return reference(); },
       "The reference interpreter: exact and slow, the oracle the others are tested against.");
+  m.def(
+      "cuda_program_reference", [] { return cuda_program_reference(); },
+      "The reference interpreter running the program cuda() would compile (the CUDA "
+      "backend's rewrites, each kernel by its reference semantics): checks them without a "
+      "GPU; slow.");
 
   python::bind_graph(m);
   python::bind_tensor(m);

@@ -119,6 +119,50 @@ def test_hugging_face_causal_lm(config, model, shape, sizes):
     compiled_matches_eager(net, tokens(shape))
 
 
+# The program the CUDA backend would run, on the interpreter (its rewrites and passes,
+# checked without a GPU; options={"backend": "cuda_program_reference"}). PyTorch's graphs
+# carry views luminal's own do not (a leading dim of 1 with a real stride, grouped heads
+# merged in one view): there a CUDA-only pass once stored a Llama's attention rows in the
+# wrong places, right on the CPU backend and wrong on the GPU.
+def bench_shape_llama():
+    t = hf()
+    config = t.LlamaConfig(vocab_size=1000, hidden_size=256, intermediate_size=704,
+                           num_hidden_layers=1, num_attention_heads=8, num_key_value_heads=4)
+    return t.LlamaForCausalLM(config), tokens((1, 128), vocab=1000)
+
+
+def hf_model(i, shape=None):
+    config, model, default_shape, sizes = HF_MODELS[i]
+    t = hf()
+    return (getattr(t, model)(getattr(t, config)(vocab_size=128, **sizes)),
+            tokens(shape or default_shape))
+
+
+CUDA_PROGRAM_CASES = {
+    "mlp": lambda: (MLP(), torch.randn(4, 16)),
+    "cnn": lambda: (CNN(), torch.randn(2, 3, 16, 16)),
+    "block": lambda: (Block(), torch.randn(2, 9, 32)),
+    "llama": lambda: hf_model(0),
+    "llama-batch-1": lambda: hf_model(0, (1, 12)),
+    "qwen3": lambda: hf_model(1),
+    "gpt2": lambda: hf_model(2),
+    "llama-bench-shape": bench_shape_llama,
+}
+
+
+@pytest.mark.parametrize("case", list(CUDA_PROGRAM_CASES))
+def test_the_cuda_backends_program_matches_eager(case):
+    model, x = CUDA_PROGRAM_CASES[case]()
+    compiled_matches_eager(model, x, options={"backend": "cuda_program_reference"})
+
+
+def test_an_unknown_host_backend_is_an_error():
+    torch._dynamo.reset()
+    fast = torch.compile(MLP(), backend="luminal", options={"backend": "tpu"})
+    with pytest.raises(Exception, match="'tpu' is not one of"):
+        fast(torch.randn(2, 16))
+
+
 def test_resnet18():
     torchvision = pytest.importorskip("torchvision")
     net = torchvision.models.resnet18(num_classes=10)

@@ -23,6 +23,10 @@ std::unique_ptr<Executable> CudaBackend::compile(const Graph&) const {
   LUM_FAIL() << "the CUDA backend cannot run: " << kWhy;
 }
 
+std::unique_ptr<Executable> CudaProgramReference::compile(const Graph&) const {
+  LUM_FAIL() << "the CUDA backend's program cannot be made: " << kWhy;
+}
+
 DeviceData to_cuda(const Buffer&, int) {
   LUM_FAIL() << "to_cuda: " << kWhy;
 }

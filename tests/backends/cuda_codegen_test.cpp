@@ -1094,6 +1094,42 @@ TEST(CudaCodegen, PoolingWindowsAreOneKernel) {
 }
 
 }  // namespace
+
+// The CUDA backend's program on the interpreter, without a GPU: grouped-query attention
+// whose output is read through a view that merges its key heads and group (PyTorch's
+// shape), stored in that view's order by the CUDA program, gives the reference's values.
+TEST(CudaProgramReference, RunsTheCudaBackendsProgramOnTheInterpreter) {
+  const int64_t b = 2, kv = 2, group = 3, t = 9, d = 8;
+  Graph cx;
+  Tensor q = cx.named_tensor("q", {b, kv, group, t, d});
+  Tensor k = cx.named_tensor("k", {b, kv, t, d}), v = cx.named_tensor("v", {b, kv, t, d});
+  Tensor w = cx.named_tensor("w", {kv * group * d, 5});
+  std::mt19937 rng(8);
+  for (Tensor* x : {&q, &k, &v, &w}) {
+    std::vector<float> values(static_cast<size_t>(product(x->shape()).eval()));
+    for (float& e : values) e = std::uniform_real_distribution<float>(-1, 1)(rng);
+    x->set(values);
+  }
+  const Tensor scores = q.matmul(k.expand(2, group).transpose(-1, -2)) * (1 / std::sqrt(8.0));
+  const Tensor a =
+      where(nn::causal_mask(cx, t, 0), scores, -std::numeric_limits<double>::infinity())
+          .softmax(-1)
+          .matmul(v.expand(2, group));
+  Tensor y = a.reshape({b, kv * group, t, d})
+                 .transpose(1, 2)
+                 .reshape({b, t, kv * group * d})
+                 .matmul(w)
+                 .retrieve();
+  cx.compile(cuda_program_reference());
+  cx.execute();
+  const std::vector<float> got = y.to_f32();
+  cx.compile(reference());
+  cx.execute();
+  const std::vector<float> want = y.to_f32();
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-4) << i;
+}
+
 }  // namespace luminal
 
 #else

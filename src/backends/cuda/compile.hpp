@@ -21,6 +21,10 @@ struct CompiledProgram {
   std::vector<std::future<void>> library_compiles;  // (compile_in_background's tasks)
 };
 
+/// What the CUDA backend asks of the e-graph stage (its rewrites and passes); `avoid` as
+/// compiler::OptimizeOptions::avoid.
+compiler::OptimizeOptions optimize_options(const std::vector<std::string>& avoid = {});
+
 /// `library_in_background`: the library kernels the plan will load (library_sources) are
 /// compiled on threads of their own while NVRTC compiles the generated kernels. `avoid`:
 /// kernel kinds the extraction takes only where it must (compiler::OptimizeOptions).

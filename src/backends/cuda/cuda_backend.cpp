@@ -1508,18 +1508,21 @@ std::vector<std::string> library_sources(const Graph& g, const compiler::KernelP
   return sources;
 }
 
+compiler::OptimizeOptions optimize_options(const std::vector<std::string>& avoid) {
+  return {.product_fusions = true,
+          .gemm_epilogues = true,
+          .window_products = true,
+          .storage_orders = true,
+          .attention_output_orders = true,
+          .attention_gradients = cudagen::attention_grad_supports,
+          .avoid = avoid};
+}
+
 CompiledProgram compile_program(const Graph& graph, const std::string& arch, bool fuse,
                                 bool library_in_background, const std::vector<std::string>& avoid) {
   CompiledProgram c{runtime::optimize_and_plan(
                         graph, fuse ? compiler::Fusion::RecomputeShared : compiler::Fusion::Off,
-                        {.product_fusions = true,
-                         .gemm_epilogues = true,
-                         .window_products = true,
-                         .storage_orders = true,
-                         .attention_output_orders = true,
-                         .attention_gradients = cudagen::attention_grad_supports,
-                         .avoid = avoid},
-                        /*computed_masks=*/true),
+                        optimize_options(avoid), /*computed_masks=*/true),
                     {},
                     {},
                     {}};
