@@ -18,11 +18,12 @@ std::string fixture_path(const std::string& name) {
 }
 
 // The GPU test binary (label gpu) runs the suite on the CUDA backend; the CPU one on the
-// reference interpreter, the CPU backend and, where CUDA is built, its NVRTC compile.
+// reference interpreter, the CPU backend and, where CUDA is built, its NVRTC compile and
+// its program on the interpreter (its rewrites, without a GPU).
 #ifdef LUMINAL_PARITY_ON_GPU
 const char* const kBackends[] = {"cuda"};
 #elif defined(LUMINAL_HAS_CUDA)
-const char* const kBackends[] = {"reference", "cpu", "cuda_nvrtc"};
+const char* const kBackends[] = {"reference", "cpu", "cuda_nvrtc", "cuda_program_reference"};
 #else
 const char* const kBackends[] = {"reference", "cpu"};
 #endif
@@ -32,6 +33,7 @@ std::unique_ptr<Backend> backend_named(const std::string& name) {
   if (name == "cuda") return std::make_unique<CudaBackend>();
 #ifdef LUMINAL_HAS_CUDA
   if (name == "cuda_nvrtc") return std::make_unique<NvrtcOnly>();
+  if (name == "cuda_program_reference") return std::make_unique<CudaProgramReference>();
 #endif
   return std::make_unique<ReferenceBackend>();
 }

@@ -30,6 +30,12 @@ TEST_P(LlamaFamily, MatchesTransformersOnTheCpuBackend) {
 TEST_P(LlamaFamily, Bf16WeightsOnTheCpuBackendStayNearTransformers) {
   run_parity<Llama, LlamaConfig>(GetParam(), cpu(), Weights::BF16);
 }
+#ifdef LUMINAL_HAS_CUDA
+// The program the CUDA backend compiles, on the interpreter: its rewrites without a GPU.
+TEST_P(LlamaFamily, MatchesTransformersThroughTheCudaProgram) {
+  run_parity<Llama, LlamaConfig>(GetParam(), cuda_program_reference());
+}
+#endif
 INSTANTIATE_TEST_SUITE_P(Arch, LlamaFamily, ::testing::ValuesIn(kLlamaFixtures));
 // The same models written by transformers 5 (rope_parameters; experts in the per-expert
 // layout 5.24 writes, and fused as 5.0-5.17 wrote them).
@@ -59,6 +65,11 @@ TEST_P(GemmaFamily, MatchesTransformersOnTheCpuBackend) {
 TEST_P(GemmaFamily, Bf16WeightsOnTheCpuBackendStayNearTransformers) {
   run_parity<Gemma, GemmaConfig>(GetParam(), cpu(), Weights::BF16);
 }
+#ifdef LUMINAL_HAS_CUDA
+TEST_P(GemmaFamily, MatchesTransformersThroughTheCudaProgram) {
+  run_parity<Gemma, GemmaConfig>(GetParam(), cuda_program_reference());
+}
+#endif
 INSTANTIATE_TEST_SUITE_P(Arch, GemmaFamily, ::testing::ValuesIn(kGemmaFixtures));
 INSTANTIATE_TEST_SUITE_P(Transformers5, GemmaFamily, ::testing::ValuesIn(kGemmaFixturesTf5));
 
