@@ -138,6 +138,16 @@ def hf_model(i, shape=None):
             tokens(shape or default_shape))
 
 
+def small_resnet18():
+    torchvision = pytest.importorskip("torchvision")
+    net = torchvision.models.resnet18(num_classes=10)
+    for m in net.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.1, 0.1)
+            m.running_var.uniform_(0.5, 1.5)
+    return net, torch.randn(2, 3, 32, 32)
+
+
 CUDA_PROGRAM_CASES = {
     "mlp": lambda: (MLP(), torch.randn(4, 16)),
     "cnn": lambda: (CNN(), torch.randn(2, 3, 16, 16)),
@@ -147,6 +157,7 @@ CUDA_PROGRAM_CASES = {
     "qwen3": lambda: hf_model(1),
     "gpt2": lambda: hf_model(2),
     "llama-bench-shape": bench_shape_llama,
+    "resnet18": small_resnet18,  # (convolutions stored channels last, window products)
 }
 
 
