@@ -48,7 +48,10 @@ class ProgramReference final : public Executable {
 }  // namespace
 
 std::unique_ptr<Executable> CudaProgramReference::compile(const Graph& graph) const {
-  return std::make_unique<ProgramReference>(compiler::optimize(graph, cudagen::optimize_options()));
+  // (Through the runtime's stage, for its dumps: LUMINAL_DUMP=optimized shows the program.)
+  return std::make_unique<ProgramReference>(
+      runtime::optimize_and_plan(graph, compiler::Fusion::Off, cudagen::optimize_options())
+          .program);
 }
 
 }  // namespace luminal
