@@ -69,7 +69,7 @@ void bind_tensor(nb::module_& m) {
           "The graph node whose value the tensor reads (views of one value share it).")
       .def(
           "set",
-          [](Tensor& x, nb::ndarray<nb::c_contig> a) -> Tensor& {
+          [](Tensor& x, nb::ndarray<> a) -> Tensor& {
             if (a.device_type() == nb::device::cuda::value)
               return x.set_device(device_data_from_array(x, a, "set"));
             if (a.device_type() != nb::device::cpu::value)
@@ -79,15 +79,15 @@ void bind_tensor(nb::module_& m) {
           },
           "array"_a, nb::rv_policy::reference,
           "Sets an input's data from an array of its shape: in host memory (NumPy, or any "
-          "DLPack producer such as a CPU torch tensor), copied and converted to its dtype; "
-          "or in a GPU's memory (a CUDA torch tensor), of its dtype, read there without a "
-          "copy while the array stays alive (the CUDA backend).")
+          "DLPack producer such as a CPU torch tensor, of any strides), copied and converted "
+          "to its dtype; or in a GPU's memory (a contiguous CUDA torch tensor), of its dtype, "
+          "read there without a copy while the array stays alive (the CUDA backend).")
       .def("keep_on_device", &Tensor::keep_on_device, nb::rv_policy::reference,
            "Marks an output to stay in the GPU's memory after execute() (read it with "
            "device_array()); on a host backend it is kept as retrieve() keeps it.")
       .def(
           "write_into",
-          [](Tensor& x, nb::ndarray<nb::c_contig> a) -> Tensor& {
+          [](Tensor& x, nb::ndarray<> a) -> Tensor& {
             if (a.device_type() != nb::device::cuda::value)
               throw Error("write_into: the array is not in a GPU's memory (DLPack device type " +
                           std::to_string(a.device_type()) + ")");

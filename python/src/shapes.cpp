@@ -81,7 +81,7 @@ nb::dlpack::dtype dlpack_dtype(DType dtype) {
 
 }  // namespace
 
-void check_array_shape(const Tensor& t, const nb::ndarray<nb::c_contig>& a, const char* what) {
+void check_array_shape(const Tensor& t, const nb::ndarray<>& a, const char* what) {
   const std::vector<Expr>& shape = t.shape();
   const Bindings& dims = t.graph().dims();
   std::string want = "(", got = "(";
@@ -107,15 +107,49 @@ void check_array_shape(const Tensor& t, const nb::ndarray<nb::c_contig>& a, cons
                 want);
 }
 
-Buffer buffer_from_array(const Tensor& t, nb::ndarray<nb::c_contig> a) {
+namespace {
+
+// Whether the array's elements lie in row-major order, one after another.
+bool row_major(const nb::ndarray<>& a) {
+  int64_t expected = 1;
+  for (size_t i = a.ndim(); i-- > 0;) {
+    if (a.shape(i) != 1 && a.stride(i) != expected) return false;
+    expected *= static_cast<int64_t>(a.shape(i));
+  }
+  return true;
+}
+
+}  // namespace
+
+Buffer buffer_from_array(const Tensor& t, nb::ndarray<> a) {
   check_array_shape(t, a, "set");
   Buffer out(dtype_of_array(a.dtype()), a.size());
-  if (a.size() > 0) std::memcpy(out.data(), a.data(), out.bytes());
+  if (a.size() == 0) return out;
+  if (row_major(a)) {
+    std::memcpy(out.data(), a.data(), out.bytes());
+    return out;
+  }
+  // A strided array (a transposed tensor, a bf16 one that NumPy cannot copy for us):
+  // element by element, in row-major order.
+  const size_t size = dtype_size(out.dtype()), rank = a.ndim();
+  const auto* from = static_cast<const char*>(a.data());
+  auto* to = static_cast<char*>(out.data());
+  std::vector<size_t> at(rank, 0);
+  for (size_t n = 0; n < a.size(); ++n) {
+    int64_t offset = 0;
+    for (size_t i = 0; i < rank; ++i) offset += static_cast<int64_t>(at[i]) * a.stride(i);
+    std::memcpy(to + n * size, from + offset * static_cast<int64_t>(size), size);
+    for (size_t i = rank; i-- > 0 && ++at[i] == a.shape(i);) at[i] = 0;
+  }
   return out;
 }
 
-DeviceData device_data_from_array(const Tensor& t, nb::ndarray<nb::c_contig> a, const char* what) {
+DeviceData device_data_from_array(const Tensor& t, nb::ndarray<> a, const char* what) {
   check_array_shape(t, a, what);
+  if (!row_major(a))
+    throw Error(std::string(what) +
+                ": a strided GPU array (it is read where it lies: "
+                "make it contiguous first, as torch's .contiguous())");
   const DType dtype = dtype_of_array(a.dtype());
   if (dtype != t.dtype())
     throw Error(std::string(what) + ": a device array of " + std::string(dtype_name(dtype)) +
@@ -123,9 +157,9 @@ DeviceData device_data_from_array(const Tensor& t, nb::ndarray<nb::c_contig> a, 
                 " (device arrays are read where they lie, unconverted)");
   // luminal may hold the array past this call: it keeps the producer's tensor alive, and
   // lets it go under the GIL, as any Python reference.
-  std::shared_ptr<void> owner(new nb::ndarray<nb::c_contig>(a), [](void* p) {
+  std::shared_ptr<void> owner(new nb::ndarray<>(a), [](void* p) {
     nb::gil_scoped_acquire gil;
-    delete static_cast<nb::ndarray<nb::c_contig>*>(p);
+    delete static_cast<nb::ndarray<>*>(p);
   });
   return cuda_borrow(a.data(), dtype, a.size(), std::move(owner), a.device_id());
 }

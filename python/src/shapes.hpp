@@ -28,15 +28,15 @@ std::vector<int> axes_of(nanobind::handle axes);
 nanobind::list tensors_kept_by(nanobind::handle owner, std::vector<Tensor> tensors);
 
 /// A host array's elements (NumPy's, or any DLPack producer's, such as a CPU torch
-/// tensor; made contiguous first where it is not) as a Buffer of its own dtype, after
-/// checking its shape against `t`'s (numbers must match; a symbolic dim must be bound
-/// and match).
-Buffer buffer_from_array(const Tensor& t, nanobind::ndarray<nanobind::c_contig> a);
+/// tensor; read through its strides where it is not contiguous) as a Buffer of its own
+/// dtype, in row-major order, after checking its shape against `t`'s (numbers must match;
+/// a symbolic dim must be bound and match).
+Buffer buffer_from_array(const Tensor& t, nanobind::ndarray<> a);
 /// A GPU array (a CUDA torch tensor's DLPack export) as DeviceData borrowed where it
 /// lies, after the same shape check; its dtype must be `t`'s. The array stays alive while
 /// luminal holds it. Errors begin with `what` (the method called).
-DeviceData device_data_from_array(const Tensor& t, nanobind::ndarray<nanobind::c_contig> a,
-                                  const char* what);
+/// A strided one is an error (it would be read as if contiguous).
+DeviceData device_data_from_array(const Tensor& t, nanobind::ndarray<> a, const char* what);
 /// An output kept on the GPU as a DLPack array over the same memory (no copy).
 nanobind::object device_array(const DeviceData& data, const std::vector<int64_t>& shape);
 /// `data` as a NumPy array of `shape` (bf16, which NumPy lacks, as float32).

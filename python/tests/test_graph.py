@@ -137,6 +137,23 @@ def test_strided_arrays_are_read_in_their_logical_order(rng):
     np.testing.assert_array_equal(y.numpy(), a.T)
 
 
+def test_strided_arrays_numpy_cannot_copy_are_read_through_their_strides(rng):
+    """A transposed bf16 torch tensor (NumPy has no bf16 to make it contiguous in) and an
+    array walked backwards with a step."""
+    torch = pytest.importorskip("torch")
+    a = torch.arange(6, dtype=torch.bfloat16).reshape(2, 3)
+    b = rng.normal(size=9).astype(np.float32)
+    g = luminal.Graph()
+    x, z = g.tensor((3, 2), dtype=luminal.bfloat16), g.tensor((5,))
+    y, w = (x * 2.0).retrieve(), (z + 1.0).retrieve()
+    g.compile(luminal.cpu())
+    x.set(a.T)
+    z.set(b[::-2])
+    g.execute()
+    np.testing.assert_array_equal(y.numpy(), (a.T.float() * 2).numpy())
+    np.testing.assert_array_equal(w.numpy(), b[::-2] + 1)
+
+
 def test_equality_is_elementwise_as_in_numpy():
     a = np.array([[1.0, np.nan, 2.0, -0.0], [np.inf, 3.0, np.nan, 5.0]], np.float32)
     b = np.array([[1.0, np.nan, 7.0, 0.0], [np.inf, 4.0, 1.0, 5.0]], np.float32)
