@@ -80,6 +80,12 @@ TEST(BertFixture, MatchesTransformersOnReference) {
 TEST(BertFixture, MatchesTransformersOnCpu) {
   for (const char* arch : kEncoderFixtures) run_encoder_parity(arch, cpu());
 }
+#ifdef LUMINAL_HAS_CUDA
+// The CUDA backend's program on the interpreter: its rewrites, without a GPU.
+TEST(BertFixture, MatchesTransformersThroughTheCudaProgram) {
+  for (const char* arch : kEncoderFixtures) run_encoder_parity(arch, cuda_program_reference());
+}
+#endif
 
 }  // namespace
 }  // namespace luminal::models
