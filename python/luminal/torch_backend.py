@@ -161,7 +161,8 @@ class LuminalSubgraph(torch.nn.Module):
         if seen is not None and seen[0]() is value and seen[1] == key:
             return
         # On the GPU luminal reads the tensor where it lies; on the CPU it keeps a copy.
-        tensor.set(value.detach().contiguous() if self.on_gpu else value.detach().cpu().contiguous())
+        # (Contiguous first: torch copies a strided tensor faster than luminal's reader.)
+        tensor.set(value.detach().contiguous())
         self.last_set[i] = (weakref.ref(value), key)
 
     def _destination(self, out, args):
