@@ -1267,9 +1267,11 @@ class CudaExecutable final : public Executable {
                      k, describe(k).c_str(), plan_.kernels[k].root.value, wrong.c_str());
       checks_failed_ += !wrong.empty();
     }
-    if (checked_ == plan_.kernels.size())
+    if (checked_ == plan_.kernels.size()) {
       std::fprintf(stderr, "luminal cuda check: %zu of %zu kernels differ from the reference\n",
                    checks_failed_, plan_.kernels.size());
+      reference_ = {};
+    }
   }
 
   // The device address of a kernel operand: a computed value, or a user input (uploaded
@@ -1425,7 +1427,8 @@ class CudaExecutable final : public Executable {
   // LUMINAL_CUDA_CHECK=1: the first run's kernels, each once complete, against the
   // reference interpreter's values of their nodes from the same inputs; those that differ
   // are named on stderr (the first is where to look: its readers inherit its error). To
-  // find a wrong kernel; slow (each value copied back, the graph interpreted on the host).
+  // find a wrong kernel; slow (each value copied back, the graph interpreted on the host,
+  // every kernel's reference value held in host memory until the run ends).
   const bool checking_ = runtime::env_has("LUMINAL_CUDA_CHECK", "1");
   std::vector<Buffer> reference_;  // each kernel's root's value
   size_t checked_ = 0, checks_failed_ = 0;
