@@ -138,14 +138,15 @@ def hf_model(i, shape=None):
             tokens(shape or default_shape))
 
 
-def small_resnet18():
+def resnet18_with_statistics():
+    """torchvision's resnet18, its batch norms' statistics not the identity."""
     torchvision = pytest.importorskip("torchvision")
     net = torchvision.models.resnet18(num_classes=10)
     for m in net.modules():
         if isinstance(m, nn.BatchNorm2d):
             m.running_mean.uniform_(-0.1, 0.1)
             m.running_var.uniform_(0.5, 1.5)
-    return net, torch.randn(2, 3, 32, 32)
+    return net
 
 
 CUDA_PROGRAM_CASES = {
@@ -157,7 +158,8 @@ CUDA_PROGRAM_CASES = {
     "qwen3": lambda: hf_model(1),
     "gpt2": lambda: hf_model(2),
     "llama-bench-shape": bench_shape_llama,
-    "resnet18": small_resnet18,  # (convolutions stored channels last, window products)
+    # (convolutions stored channels last, window products)
+    "resnet18": lambda: (resnet18_with_statistics(), torch.randn(2, 3, 32, 32)),
 }
 
 
@@ -196,13 +198,7 @@ def test_an_unknown_host_backend_is_an_error():
 
 
 def test_resnet18():
-    torchvision = pytest.importorskip("torchvision")
-    net = torchvision.models.resnet18(num_classes=10)
-    for m in net.modules():
-        if isinstance(m, nn.BatchNorm2d):
-            m.running_mean.uniform_(-0.1, 0.1)
-            m.running_var.uniform_(0.5, 1.5)
-    compiled_matches_eager(net, torch.randn(2, 3, 64, 64))
+    compiled_matches_eager(resnet18_with_statistics(), torch.randn(2, 3, 64, 64))
 
 
 # Vision models beyond ResNet whose graphs reach other ops: ConvNeXt's restrided pooled
