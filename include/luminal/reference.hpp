@@ -26,7 +26,7 @@ inline ReferenceBackend reference() {
 /// one inside its kernels reads where it falls back to the host).
 Buffer source_values(const Node& n, const Bindings& dims);
 
-/// The reference values of `nodes` of `g` (each listed once), evaluated as the interpreter
+/// The reference values of `nodes` of `g` (one for each entry), evaluated as the interpreter
 /// runs the graph, under `dims`; `input` gives each Input node's data (block-stored ones
 /// raw, as set). For a backend checking its own values node by node.
 std::vector<Buffer> reference_values(const Graph& g, const std::vector<NodeId>& nodes,

@@ -52,32 +52,19 @@ def llama_pieces(config):
     from transformers.models.llama import modeling_llama as llama
     config._attn_implementation = "sdpa"
 
-    class Positions(nn.Module):  # (its frequencies a buffer, moved with the piece)
-        def __init__(self):
+    class WithPositions(nn.Module):
+        """`piece` called with rotary positions from 0 and no mask (causal); its
+        frequencies a buffer, moved with it."""
+
+        def __init__(self, piece):
             super().__init__()
-            self.rotary = llama.LlamaRotaryEmbedding(config)
+            self.piece, self.rotary = piece, llama.LlamaRotaryEmbedding(config)
 
         def forward(self, x):
-            return self.rotary(x, torch.arange(x.shape[1], device=x.device)[None])
-
-    class Attention(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.attn = llama.LlamaAttention(config, layer_idx=0)
-            self.positions = Positions()
-
-        def forward(self, x):
-            return self.attn(x, position_embeddings=self.positions(x), attention_mask=None)[0]
-
-    class Layer(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.layer = llama.LlamaDecoderLayer(config, layer_idx=0)
-            self.positions = Positions()
-
-        def forward(self, x):
-            out = self.layer(x, position_embeddings=self.positions(x), attention_mask=None)
+            positions = self.rotary(x, torch.arange(x.shape[1], device=x.device)[None])
+            out = self.piece(x, position_embeddings=positions, attention_mask=None)
             return out[0] if isinstance(out, tuple) else out
 
     return {"norm": llama.LlamaRMSNorm(config.hidden_size), "mlp": llama.LlamaMLP(config),
-            "attention": Attention(), "layer": Layer()}
+            "attention": WithPositions(llama.LlamaAttention(config, layer_idx=0)),
+            "layer": WithPositions(llama.LlamaDecoderLayer(config, layer_idx=0))}

@@ -287,12 +287,13 @@ TEST(Reference, ValuesOfInnerNodesFromGivenInputs) {
   const Buffer xs = Buffer::from(std::vector<float>{1, 2, 3, 4, 5, 6}),
                ws = Buffer::from(std::vector<float>{1, 10, 100});
   const std::vector<Buffer> v =
-      reference_values(cx, {scaled.id(), sums.id(), w.id()}, dims,
+      reference_values(cx, {scaled.id(), sums.id(), w.id(), sums.id()}, dims,
                        [&](NodeId id) -> const Buffer& { return id == x.id() ? xs : ws; });
-  ASSERT_EQ(v.size(), 3u);
+  ASSERT_EQ(v.size(), 4u);
   EXPECT_EQ(v[0].to_f32(), (std::vector<float>{1, 20, 300, 4, 50, 600}));
   EXPECT_EQ(v[1].to_f32(), (std::vector<float>{321, 654}));
   EXPECT_EQ(v[2].to_f32(), (std::vector<float>{1, 10, 100}));  // an input: as given
+  EXPECT_EQ(v[3].to_f32(), (std::vector<float>{321, 654}));    // a node listed twice
 }
 
 }  // namespace

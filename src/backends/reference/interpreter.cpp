@@ -347,9 +347,14 @@ std::vector<Buffer> reference_values(const Graph& g, const std::vector<NodeId>& 
                                      const std::function<const Buffer&(NodeId)>& input) {
   RunStats stats;
   std::vector<std::optional<Buffer>> values = evaluate_graph(g, nodes, dims, input, stats);
+  // A node listed more than once is copied for all but its last place, moved there.
+  std::vector<size_t> last(g.num_nodes(), 0);
+  for (size_t i = 0; i < nodes.size(); ++i) last[nodes[i].value] = i;
   std::vector<Buffer> out;
-  for (NodeId id : nodes)
-    out.push_back(values[id.value] ? std::move(*values[id.value]) : input(id));
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    std::optional<Buffer>& v = values[nodes[i].value];
+    out.push_back(!v ? input(nodes[i]) : last[nodes[i].value] == i ? std::move(*v) : *v);
+  }
   return out;
 }
 
