@@ -29,6 +29,22 @@ def bench(fn, warmup=3, runs=20):
     return times[len(times) // 2]
 
 
+def bench_graph(fn, runs=20):
+    """`fn` captured once as a CUDA graph and replayed: the device's time and one graph
+    launch between the events, as bench_cuda times luminal's runs, without Python's
+    dispatch (10 us and more, which a short kernel's eager time holds)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return bench(graph.replay, runs=runs)
+
+
 def chain(x):
     return ((((x * 1.5 + 0.25).sin() * x) + 2.0) * 0.5).reciprocal() * x
 
@@ -52,6 +68,10 @@ def main():
     copy_ms = bench(lambda: y.copy_(x))
     copy_gbs = 2 * n * 4 / copy_ms / 1e6
     print(f"floor: device copy {copy_gbs:.0f} GB/s (read + write of 1 GiB in {copy_ms:.3f} ms)")
+    one = torch.zeros(1, device=dev)
+    print(f"floor: one kernel writing 4 bytes between two events: {bench(lambda: one.zero_()) * 1e3:.1f} us "
+          f"eager, {bench_graph(lambda: one.zero_()) * 1e3:.1f} us replayed from a CUDA graph")
+    del one
     if want("chain8_f32_256M"):
         peers["chain8_f32_256M"] = {"eager": bench(lambda: chain(x)),
                                     "compile": bench(lambda c=torch.compile(chain): c(x))}
@@ -145,11 +165,20 @@ def main():
         kc = torch.rand(1, 8, total, 128, device=dev, dtype=dtype)
         vc = torch.rand(1, 8, total, 128, device=dev, dtype=dtype)
         causal = seq > 1
-        peers[case] = {"sdpa": bench(lambda: sdpa(q, kc, vc, is_causal=causal, enable_gqa=True))}
+        attend = lambda: sdpa(q, kc, vc, is_causal=causal, enable_gqa=True)
+        peers[case] = {"sdpa": bench(attend)}
         if causal:
             flops[case] = 2 * 2 * 32 * 128 * seq * (seq + 1) / 2
         else:
             bytes_moved[case] = 2 * kc.numel() * 2
+            # Decoding's kernels are short: eager timing holds Python's dispatch. Replayed
+            # from a CUDA graph, as luminal's runs are timed; and one kernel reading the
+            # cache's bytes and nothing else (a sum), the share of copy bandwidth one launch
+            # of this size reaches.
+            peers[case]["sdpa, CUDA graph"] = bench_graph(attend)
+            kv = torch.stack([kc, vc])
+            peers[case]["sum of the cache, CUDA graph"] = bench_graph(lambda: kv.sum(dtype=torch.float32))
+            del kv
         del q, kc, vc
     # The same decoding, 16 layers' attentions one after another in one replayed program
     # (the time a layer): no peer, the share of copy bandwidth a layer's cache takes.
@@ -160,7 +189,8 @@ def main():
     case = "attention_prefill_32x256_bf16"
     if want(case):
         q, kc, vc = (torch.rand(32, 16, 256, 64, device=dev, dtype=torch.bfloat16) for _ in range(3))
-        peers[case] = {"sdpa": bench(lambda: sdpa(q, kc, vc, is_causal=True))}
+        attend = lambda: sdpa(q, kc, vc, is_causal=True)
+        peers[case] = {"sdpa": bench(attend), "sdpa, CUDA graph": bench_graph(attend)}
         flops[case] = 2 * 2 * 32 * 16 * 64 * 256 * 257 / 2
         del q, kc, vc
     row_ops = {"softmax": lambda t: torch.softmax(t, 1), "rmsnorm": rmsnorm,
@@ -209,6 +239,8 @@ def main():
         if name in flops:
             pct = f"{flops[name] / ms / 1e9:.0f} TFLOP/s"
         for peer, pms in peers.get(name, {}).items():
+            if bw and name not in flops:
+                peer += f" ({100 * bw / pms / 1e6 / copy_gbs:.0f}% of copy)"
             print(f"| {name} | {ms:.3f} | {pct} | {peer} | {pms:.3f} | {pms / ms:.2f}x |")
         if name not in peers:
             print(f"| {name} | {ms:.3f} | {pct} | - | - | - |")

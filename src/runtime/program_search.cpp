@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <exception>
 #include <future>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -18,21 +19,6 @@
 
 namespace luminal::runtime {
 namespace {
-
-// The outputs of the last run, as f32 (empty for an output it did not store).
-std::vector<std::vector<float>> read_outputs(const Graph& g) {
-  std::vector<std::vector<float>> out;
-  for (NodeId o : g.outputs()) {
-    if (const Buffer* b = g.data(o)) {
-      out.push_back(b->to_f32());
-    } else if (const DeviceData* d = g.device_data(o)) {
-      out.push_back(d->to_host().to_f32());
-    } else {
-      out.emplace_back();
-    }
-  }
-  return out;
-}
 
 // How far an output of `type` may stray from the cost model's program's, relative to its
 // largest magnitude, in a graph computing in `narrowest` (its narrowest float type):
@@ -52,6 +38,57 @@ DType narrowest_float(const Graph& g) {
   }
   return DType::F32;
 }
+
+// The reference program's outputs, kept to compare each candidate's with: an output left
+// on a device that compares there is copied aside on it (reading a language model's
+// logits back took about a second a candidate); others are read back as f32.
+class ReferenceOutputs {
+ public:
+  explicit ReferenceOutputs(const Graph& g) {
+    const DType narrowest = narrowest_float(g);
+    for (NodeId o : g.outputs()) {
+      Kept& k = kept_.emplace_back();
+      k.tolerance = tolerance(g.node(o).dtype, narrowest);
+      if (const Buffer* b = g.data(o)) {
+        k.host = b->to_f32();
+      } else if (const DeviceData* d = g.device_data(o)) {
+        k.device = d->kept_for_comparison(k.tolerance);
+        if (!k.device) k.host = d->to_host().to_f32();
+      }
+    }
+  }
+
+  // Why the graph's outputs stray from these, "" where none does.
+  std::string mismatch(const Graph& g) const {
+    const std::vector<NodeId> outputs = g.outputs();
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      const Kept& k = kept_[i];
+      const std::string name = "output %" + std::to_string(outputs[i].value);
+      const Buffer* b = g.data(outputs[i]);
+      const DeviceData* d = g.device_data(outputs[i]);
+      std::string why;
+      if (k.device && d) {
+        why = k.device->mismatch(*d);
+      } else {
+        const std::vector<float> got = b   ? b->to_f32()
+                                       : d ? d->to_host().to_f32()
+                                           : std::vector<float>();
+        if (got.size() != k.host.size()) return name + " has another size";
+        why = output_mismatch(got.data(), k.host, k.tolerance);
+      }
+      if (!why.empty()) return name + ": " + why;
+    }
+    return "";
+  }
+
+ private:
+  struct Kept {
+    double tolerance = 0;
+    std::unique_ptr<DeviceComparison> device;
+    std::vector<float> host;  // where device is null
+  };
+  std::vector<Kept> kept_;
+};
 
 std::string label(const std::vector<std::string>& avoid) {
   if (avoid.empty()) return "as extracted";
@@ -200,7 +237,7 @@ class ExtractionSearch final : public Executable {
     std::vector<std::unique_ptr<Executable>> built(genomes.size());
     built[0] = std::move(current_);
     std::vector<std::string> failed(genomes.size());
-    std::vector<std::vector<float>> reference;
+    std::optional<ReferenceOutputs> reference;
     size_t running = 0;  // the candidate whose run the graph's outputs hold
     SearchProblem p;
     p.signature = signature;
@@ -229,20 +266,10 @@ class ExtractionSearch final : public Executable {
                                   failed[i] = e.what();
                                 }
                               }});
-    p.keep_reference = [&] { reference = read_outputs(graph); };
-    const DType narrowest = narrowest_float(graph);
+    p.keep_reference = [&] { reference.emplace(graph); };
     p.mismatch = [&]() -> std::string {
       if (!failed[running].empty()) return "failed: " + failed[running];
-      const std::vector<std::vector<float>> got = read_outputs(graph);
-      const std::vector<NodeId> outputs = graph.outputs();
-      for (size_t k = 0; k < outputs.size(); ++k) {
-        if (got[k].size() != reference[k].size())
-          return "output %" + std::to_string(outputs[k].value) + " has another size";
-        const std::string why = output_mismatch(got[k].data(), reference[k],
-                                                tolerance(graph.node(outputs[k]).dtype, narrowest));
-        if (!why.empty()) return "output %" + std::to_string(outputs[k].value) + ": " + why;
-      }
-      return "";
+      return reference->mismatch(graph);
     };
     // A GPU program's time is the longer of its kernels' (device events, the device held
     // until the run is queued) and the host's queuing them: runs called one after another

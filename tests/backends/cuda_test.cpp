@@ -103,8 +103,9 @@ TEST(Cuda, CheckModeComparesEveryKernelWithTheReference) {
   for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-3) << i;
 }
 
-// A search compares a candidate's output with the reference's on the device, as the
-// host's comparison (runtime::output_mismatch) would: the same verdict and words for
+// A search compares a candidate's output with the reference's on the device (a kernel's
+// search, and the program search's outputs left there), as the host's comparison
+// (runtime::output_mismatch) would: the same verdict and words for
 // each float type, over an output of several grid-stride rounds, with NaN matching only
 // NaN, an infinity only the same one, and the first wrong element named.
 TEST(Cuda, SearchComparesCandidatesOnTheDeviceAsTheHostDoes) {
@@ -141,13 +142,21 @@ TEST(Cuda, SearchComparesCandidatesOnTheDeviceAsTheHostDoes) {
     trials.judge(p, out.data(), n, t, 2e-2);
     const std::vector<float> reference = write(ref);
     p.keep_reference();
+    // The same through DeviceData (the program search's outputs left on the GPU).
+    const std::unique_ptr<DeviceComparison> kept =
+        to_cuda(Buffer::from_doubles(ref, t)).kept_for_comparison(2e-2);
+    ASSERT_TRUE(kept) << dtype_name(t);
     for (size_t c = 0; c < candidates.size(); ++c) {
       const std::vector<float> got = write(candidates[c]);
       const std::string expected = runtime::output_mismatch(got.data(), reference, 2e-2);
       EXPECT_EQ(p.mismatch(), expected) << dtype_name(t) << ", candidate " << c;
       EXPECT_EQ(expected.empty(), c < 2) << dtype_name(t) << ", candidate " << c;
+      EXPECT_EQ(kept->mismatch(to_cuda(Buffer::from_doubles(candidates[c], t))), expected)
+          << dtype_name(t) << ", candidate " << c;
     }
   }
+  // Integers are compared on the host (exactly).
+  EXPECT_FALSE(to_cuda(Buffer::from_doubles({1, 2}, DType::I32)).kept_for_comparison(0));
 }
 
 TEST(Cuda, OneRowProductsMatchTheReference) {

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -23,11 +24,50 @@
 namespace luminal::runtime {
 namespace {
 
-// y = 2x written by hand: `factor` 3 plants a wrong program, `pause` a slow one.
+// Values kept on a pretend device comparing them there, as a GPU backend's do: its data
+// is host memory, its copies back to the host are counted.
+struct PretendComparison final : DeviceComparison {
+  PretendComparison(std::vector<float> k, double t, int& compared)
+      : kept(std::move(k)), tolerance(t), comparisons(compared) {}
+  std::vector<float> kept;
+  double tolerance;
+  int& comparisons;
+  std::string mismatch(const DeviceData& got) const override {
+    ++comparisons;
+    return output_mismatch(static_cast<const float*>(got.data()), kept, tolerance);
+  }
+};
+struct PretendStorage final : DeviceStorage {
+  std::vector<float> values;
+  int& copies_back;
+  int& comparisons;
+  PretendStorage(std::vector<float> v, int& copies, int& compared)
+      : values(std::move(v)), copies_back(copies), comparisons(compared) {}
+  void* data() const override { return const_cast<float*>(values.data()); }
+  size_t capacity() const override { return values.size() * sizeof(float); }
+  int device() const override { return 0; }
+  void copy_to_host(void* dst, size_t bytes) const override {
+    ++copies_back;
+    std::memcpy(dst, values.data(), bytes);
+  }
+  std::unique_ptr<DeviceComparison> kept_for_comparison(DType, size_t numel,
+                                                        double tolerance) const override {
+    return std::make_unique<PretendComparison>(
+        std::vector<float>(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(numel)),
+        tolerance, comparisons);
+  }
+};
+struct Pretend {
+  int copies_back = 0, comparisons = 0;
+};
+
+// y = 2x written by hand: `factor` 3 plants a wrong program, `pause` a slow one; with a
+// pretend device, y is left there.
 class Doubling final : public Executable {
  public:
-  Doubling(NodeId x, NodeId y, double factor, std::chrono::milliseconds pause, int& runs)
-      : x_(x), y_(y), factor_(factor), pause_(pause), runs_(runs) {}
+  Doubling(NodeId x, NodeId y, double factor, std::chrono::milliseconds pause, int& runs,
+           Pretend* device)
+      : x_(x), y_(y), factor_(factor), pause_(pause), runs_(runs), device_(device) {}
   void run(Graph& g) override {
     ++runs_;
     std::this_thread::sleep_for(pause_);
@@ -37,7 +77,11 @@ class Doubling final : public Executable {
     if (!x) throw Error("planted: x was consumed by an earlier run");
     std::vector<double> y;
     for (float v : x->to_f32()) y.push_back(factor_ * v);
-    g.set_data(y_, Buffer::from_doubles(y, DType::F32));
+    const Buffer b = Buffer::from_doubles(y, DType::F32);
+    if (!device_) return g.set_data(y_, b);
+    g.set_device_data(y_, DeviceData(std::make_shared<PretendStorage>(
+                                         b.to_f32(), device_->copies_back, device_->comparisons),
+                                     DType::F32, y.size()));
   }
 
  private:
@@ -45,6 +89,7 @@ class Doubling final : public Executable {
   double factor_;
   std::chrono::milliseconds pause_;
   int& runs_;
+  Pretend* device_;
 };
 
 // Programs for y = 2x, one per extraction: as extracted 20 ms a run, without MatMulAdd
@@ -53,6 +98,7 @@ struct Planted {
   std::map<std::string, int> compiles, runs;  // by the kinds avoided, space-separated
   std::mutex mu;                              // (programs are compiled side by side)
   std::vector<std::string> offered = {"Attention", "MatMulAdd", "QMatMulAdd"};
+  Pretend* device = nullptr;  // where the programs leave y
 
   CompileAvoiding compile(NodeId x, NodeId y) {
     return [this, x, y](const Graph&, const std::vector<std::string>& avoid,
@@ -67,7 +113,7 @@ struct Planted {
       choices = avoid.empty() ? offered : std::vector<std::string>{};
       if (has("QMatMulAdd")) throw Error("planted: this program does not compile");
       const auto pause = std::chrono::milliseconds(has("MatMulAdd") ? 2 : avoid.empty() ? 20 : 5);
-      return std::make_unique<Doubling>(x, y, has("Attention") ? 3 : 2, pause, runs[key]);
+      return std::make_unique<Doubling>(x, y, has("Attention") ? 3 : 2, pause, runs[key], device);
     };
   }
 };
@@ -117,6 +163,23 @@ TEST_F(ProgramSearchTest, TheFastestCorrectProgramRunsFromTheSecondRunOn) {
   run(again, 4);
   EXPECT_EQ(again.compiles, (std::map<std::string, int>{{"", 1}, {"MatMulAdd", 1}}));
   EXPECT_EQ(again.runs["MatMulAdd"], 3);
+}
+
+// Outputs left on a device that compares values there are compared there: the search
+// reads none back (a language model's logits took about a second a candidate), and still
+// finds the wrong program wrong.
+TEST_F(ProgramSearchTest, OutputsLeftOnTheDeviceAreComparedThere) {
+  Pretend device;
+  Planted p;
+  p.device = &device;
+  run(p, 3);  // (each check of y reads it back: three)
+  EXPECT_EQ(device.copies_back, 3);
+  // Two rounds: the first compares the two other programs that ran (one wrong; the third
+  // does not compile), the second its one (wrong).
+  EXPECT_EQ(device.comparisons, 2 + 1);
+  EXPECT_EQ(p.runs["Attention"], 1);
+  EXPECT_EQ(p.runs["MatMulAdd Attention"], 1);
+  EXPECT_EQ(p.runs["MatMulAdd"], 6 + 6 + 2);
 }
 
 TEST_F(ProgramSearchTest, CallsOrderedOnAStreamAreSearchedAfterTheirInputsAreReady) {

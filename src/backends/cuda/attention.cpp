@@ -585,8 +585,10 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
     a.keys_per_split = (key_tiles + splits - 1) / splits * kernel->tile_keys;
     a.splits = (keys + a.keys_per_split - 1) / a.keys_per_split;
     if (a.splits > 1)
-      a.partials = static_cast<float*>(grown(
-          device_, partials_, static_cast<size_t>(out_rows * a.splits * (dv + 2)) * sizeof(float)));
+      a.partials = static_cast<float*>(
+          grown(device_, partials_,
+                // (each a row's output, max and sum; 16-byte aligned for the streaming kernel)
+                static_cast<size_t>(out_rows * a.splits * (dv + 4)) * sizeof(float)));
     if (a.splits > 1 && kernel->combines_itself) {
       const size_t bytes = static_cast<size_t>(pairs) * sizeof(unsigned);
       if (arrivals_.bytes() < bytes)

@@ -41,6 +41,9 @@ constexpr int kStSteps = kStKeys / kStKeysAStep;
 // fall in different banks).
 constexpr int kStKeyRow = LUM_AT_D * sizeof(lum_st_kt) + 16, kStValueRow = LUM_AT_DV * sizeof(lum_st_vt) + 16;
 constexpr int kStStage = kStKeys * (kStKeyRow + kStValueRow);
+// A split's piece of a row (its output, then its max and sum), padded to 16 bytes.
+constexpr int kStWidth = LUM_AT_DV + 4;
+static_assert(LUM_AT_DV % 4 == 0, "a row's pieces are read 16 bytes at a time");
 
 extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_stream(const LumAttnArgs a) {
   lum_after_prior_grids();
@@ -323,7 +326,7 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_strea
     if (a.splits == 1) {
       LUM_AT_O::put(a.out, row_o[r] * LUM_AT_DV + j, out / sum);
     } else {
-      float* p = a.partials + (row_o[r] * a.splits + split) * (LUM_AT_DV + 2);
+      float* p = a.partials + (row_o[r] * a.splits + split) * kStWidth;
       p[j] = out;
       if (j == 0) p[LUM_AT_DV] = top, p[LUM_AT_DV + 1] = sum;
     }
@@ -341,39 +344,57 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_strea
   __syncthreads();
   if (!last) return;
   __threadfence();
-  // A warp a row: each split's weight (2^(its max - the largest)) in the warp's part of
-  // the idle buffers, then lanes along the row sum the weighted pieces. The pieces are
-  // read from L2 (__ldcg), where the other blocks left them. A piece without kept keys
-  // (max -inf, sum 0, output 0) weighs 0; a row without any comes out NaN, as the
-  // decomposition's 0 / 0 does.
-  constexpr int kStOut = (LUM_AT_DV + 31) / 32;
-  const long long width = LUM_AT_DV + 2;
-  float* const weight = reinterpret_cast<float*>(lum_st_buffer) + warp * LUM_AT_MAX_SPLITS;
+  // A warp a row: each split's max and sum into the warp's part of the idle buffers, one
+  // load of each a split; then its weight (2^(its max - the largest)) in place of the
+  // max, and lanes along the row sum the weighted pieces, four elements a lane in 16-byte
+  // loads, eight splits' at once. The pieces are read from L2 (__ldcg), where the other
+  // blocks left them: this tail is latency, so the more bytes on their way the shorter.
+  // A piece without kept keys (max -inf, sum 0, output 0) weighs 0; a row without any
+  // comes out NaN, as the decomposition's 0 / 0 does.
+  constexpr int kStOut = (LUM_AT_DV / 4 + 31) / 32;  // a lane's 16-byte pieces of a row
+  float* const weight = reinterpret_cast<float*>(lum_st_buffer) + warp * 2 * LUM_AT_MAX_SPLITS;
+  float* const sums = weight + LUM_AT_MAX_SPLITS;
   for (int r = warp; r < rows; r += kStWarps) {
-    const float* p = a.partials + row_o[r] * a.splits * width;
+    const float* p = a.partials + row_o[r] * a.splits * kStWidth;
     float top = kNegInf, total = 0.0f;
-    for (long long s = lane; s < a.splits; s += 32) top = fmaxf(top, __ldcg(p + s * width + LUM_AT_DV));
+    for (long long s = lane; s < a.splits; s += 32) {
+      const float2 x = __ldcg(reinterpret_cast<const float2*>(p + s * kStWidth + LUM_AT_DV));
+      weight[s] = x.x, sums[s] = x.y;
+      top = fmaxf(top, x.x);
+    }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, o));
     for (long long s = lane; s < a.splits; s += 32) {
-      const float w = lum_at_exp2(__ldcg(p + s * width + LUM_AT_DV) - top);
+      const float w = lum_at_exp2(weight[s] - top);
       weight[s] = w;
-      total = fmaf(w, __ldcg(p + s * width + LUM_AT_DV + 1), total);
+      total = fmaf(w, sums[s], total);
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) total += __shfl_xor_sync(0xffffffffu, total, o);
     __syncwarp();
-    float o[kStOut];
+    float4 o[kStOut];
 #pragma unroll
-    for (int i = 0; i < kStOut; ++i) o[i] = 0.0f;
-#pragma unroll 4
-    for (long long s = 0; s < a.splits; ++s)
+    for (int i = 0; i < kStOut; ++i) o[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 8
+    for (long long s = 0; s < a.splits; ++s) {
+      const float w = weight[s];
 #pragma unroll
       for (int i = 0; i < kStOut; ++i)
-        if (lane + 32 * i < LUM_AT_DV) o[i] = fmaf(weight[s], __ldcg(p + s * width + lane + 32 * i), o[i]);
+        if (4 * (lane + 32 * i) < LUM_AT_DV) {
+          const float4 x = __ldcg(reinterpret_cast<const float4*>(p + s * kStWidth) + lane + 32 * i);
+          o[i].x = fmaf(w, x.x, o[i].x), o[i].y = fmaf(w, x.y, o[i].y);
+          o[i].z = fmaf(w, x.z, o[i].z), o[i].w = fmaf(w, x.w, o[i].w);
+        }
+    }
 #pragma unroll
-    for (int i = 0; i < kStOut; ++i)
-      if (lane + 32 * i < LUM_AT_DV) LUM_AT_O::put(a.out, row_o[r] * LUM_AT_DV + lane + 32 * i, o[i] / total);
+    for (int i = 0; i < kStOut; ++i) {
+      const int j = 4 * (lane + 32 * i);
+      if (j < LUM_AT_DV) {
+        const long long at = row_o[r] * LUM_AT_DV + j;
+        LUM_AT_O::put(a.out, at, o[i].x / total), LUM_AT_O::put(a.out, at + 1, o[i].y / total);
+        LUM_AT_O::put(a.out, at + 2, o[i].z / total), LUM_AT_O::put(a.out, at + 3, o[i].w / total);
+      }
+    }
     __syncwarp();  // the weights are rewritten for the warp's next row
   }
 }
@@ -432,7 +453,7 @@ size_t stream_attention_shared_bytes(const StreamAttentionKernel& s) {
   const int64_t in_flight = kWarps * stages(s) * stage_keys(s) * row_bytes(s);
   const int64_t queries = s.tensor_cores ? 16 * (s.d + 8) * 2 * (s.q == DType::F32 ? 2 : 1) : 0;
   const int64_t pieces_at_end = kWarps * s.rows * (s.dv + 2) * 4;
-  const int64_t combine = kWarps * kAttentionMaxSplits * 4;
+  const int64_t combine = kWarps * 2 * kAttentionMaxSplits * 4;
   return static_cast<size_t>(std::max({in_flight, queries, pieces_at_end, combine}));
 }
 

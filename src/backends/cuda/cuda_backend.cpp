@@ -1503,8 +1503,9 @@ std::vector<std::string> library_sources(const Graph& g, const compiler::KernelP
     if (searching) sources.push_back(gemv_module_source(true));
   }
   if (custom) sources.push_back(copy_view_source());
-  // (A library call's candidates are compared by these: timed for every new shape.)
-  if (custom && searching) sources.push_back(trials_source());
+  // (A library call's candidates are compared by these, timed for every new shape, and
+  // the program search's outputs left on the device.)
+  if (searching) sources.push_back(comparison_source());
   if (top_k) sources.push_back(top_k_source());
   if (windows) sources.push_back(window_products_source());
   if (float_experts) sources.push_back(expert_products_source());

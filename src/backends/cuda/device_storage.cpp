@@ -1,12 +1,44 @@
 #include "backends/cuda/device_storage.hpp"
 
 #include <algorithm>
+#include <optional>
 
+#include "backends/cuda/kept_output.hpp"
 #include "luminal/cuda.hpp"
 #include "luminal/error.hpp"
 
 namespace luminal {
 namespace cudagen {
+namespace {
+
+class CudaComparison final : public DeviceComparison {
+ public:
+  CudaComparison(const CudaStorage& values, DType type, size_t numel, double tolerance)
+      : device_(values.device()), type_(type), numel_(numel) {
+    values.order_before(nullptr);
+    kept_.emplace(values.data(), type, numel, tolerance, nullptr);
+  }
+
+  std::string mismatch(const DeviceData& got) const override {
+    const auto* storage = dynamic_cast<const CudaStorage*>(got.storage().get());
+    LUM_CHECK(storage && storage->device() == device_)
+        << "internal: comparing values on GPU " << device_ << " with values elsewhere";
+    if (got.dtype() != type_ || got.numel() != numel_)
+      return std::to_string(got.numel()) + " " + std::string(dtype_name(got.dtype())) +
+             " elements against " + std::to_string(numel_) + " " + std::string(dtype_name(type_));
+    check(cudaSetDevice(device_), "cudaSetDevice");
+    storage->order_before(nullptr);
+    return kept_->mismatch(got.data(), nullptr);
+  }
+
+ private:
+  int device_;
+  DType type_;
+  size_t numel_;
+  std::optional<KeptOutput> kept_;
+};
+
+}  // namespace
 
 DeviceBuffer SpareBuffers::take(size_t bytes) {
   {
@@ -47,6 +79,19 @@ void CudaStorage::copy_to_host(void* dst, size_t bytes) const {
   // (The copy is on the default stream, which does not wait for the executable's.)
   if (written_by_) check(cudaEventSynchronize(written_by_->get()), "a CUDA kernel failed");
   check(cudaMemcpy(dst, ptr_, bytes, cudaMemcpyDeviceToHost), "copying device data to the host");
+}
+
+std::unique_ptr<DeviceComparison> CudaStorage::kept_for_comparison(DType dtype, size_t numel,
+                                                                   double tolerance) const {
+  LUM_CHECK(numel * dtype_size(dtype) <= bytes_)
+      << "internal: keeping " << numel << " elements of " << bytes_ << " bytes";
+  if (!compared_on_device(dtype)) return nullptr;
+  check(cudaSetDevice(device_), "cudaSetDevice");
+  try {
+    return std::make_unique<CudaComparison>(*this, dtype, numel, tolerance);
+  } catch (const Error&) {  // no room for the copy
+    return nullptr;
+  }
 }
 
 void CudaStorage::order_before(cudaStream_t reader) const {

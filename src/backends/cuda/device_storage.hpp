@@ -43,6 +43,10 @@ class CudaStorage final : public DeviceStorage {
   size_t capacity() const override { return bytes_; }
   int device() const override { return device_; }
   void copy_to_host(void* dst, size_t bytes) const override;
+  /// Float values copied aside (KeptOutput) and compared on the default stream, after
+  /// the writes of both.
+  std::unique_ptr<DeviceComparison> kept_for_comparison(DType dtype, size_t numel,
+                                                        double tolerance) const override;
   /// Host reads wait for `event`, recorded on `stream`: the end of the run that writes
   /// this memory, which may still be queued (Executable::queue).
   void written_by(std::shared_ptr<Event> event, cudaStream_t stream) {

@@ -10,15 +10,11 @@
 #include <vector>
 
 #include "backends/cuda/device.hpp"
-#include "backends/cuda/nvrtc.hpp"
+#include "backends/cuda/kept_output.hpp"
 #include "luminal/dtype.hpp"
 #include "runtime/search.hpp"
 
 namespace luminal::cudagen {
-
-/// The kernels that compare a candidate's output with the reference's on the device (a
-/// library source: compiled beside a program's kernels where the search is on).
-std::string trials_source();
 
 /// What fixes a winner besides the kernel: the GPU (name, architecture, SMs), the driver
 /// and cuBLASLt.
@@ -44,21 +40,14 @@ class DeviceTrials {
  private:
   std::vector<float> read_back() const;
   double time(const runtime::SearchCandidate& c);
-  // Float outputs: the reference copied aside on the device, its largest magnitude after
-  // it (scale_), and candidates compared there (a wrong one's first element read back).
-  void keep_on_device();
-  std::string mismatch_on_device();
-  void launch(const std::string& kernel, std::span<void* const> args);
 
   const Device& device_;
   const void* out_ = nullptr;
   size_t numel_ = 0;
   DType type_ = DType::F32;
   double tolerance_ = 0;
-  std::vector<float> reference_;
-  DeviceBuffer reference_on_device_;
-  void* scale_ = nullptr;  // in reference_on_device_, past the elements: a double's bits
-  std::unique_ptr<Module> module_;
+  std::unique_ptr<KeptOutput> kept_;  // float outputs' reference, kept on the device
+  std::vector<float> reference_;      // others', read back
   DeviceBuffer flush_;
   cudaEvent_t start_ = nullptr, stop_ = nullptr;
 };
