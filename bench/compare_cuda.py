@@ -29,20 +29,25 @@ def bench(fn, warmup=3, runs=20):
     return times[len(times) // 2]
 
 
-def bench_graph(fn, runs=20):
-    """`fn` captured once as a CUDA graph and replayed: the device's time and one graph
-    launch between the events, as bench_cuda times luminal's runs, without Python's
-    dispatch (10 us and more, which a short kernel's eager time holds)."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+def bench_alone(fn, warmup=3, runs=20):
+    """The device's time alone: a spinning kernel keeps the GPU busy while the host queues
+    the start event, fn's work and the stop event, so Python's dispatch (10 us and more,
+    which a short kernel's eager time holds) does not fall between the events. (bench_cuda's
+    times of luminal hold one thing of the host's: the launch of the run's CUDA graph.)"""
+    for _ in range(warmup):
         fn()
-    return bench(graph.replay, runs=runs)
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(runs):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(2_000_000)  # about a millisecond
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e))
+    times.sort()
+    return times[len(times) // 2]
 
 
 def chain(x):
@@ -70,7 +75,7 @@ def main():
     print(f"floor: device copy {copy_gbs:.0f} GB/s (read + write of 1 GiB in {copy_ms:.3f} ms)")
     one = torch.zeros(1, device=dev)
     print(f"floor: one kernel writing 4 bytes between two events: {bench(lambda: one.zero_()) * 1e3:.1f} us "
-          f"eager, {bench_graph(lambda: one.zero_()) * 1e3:.1f} us replayed from a CUDA graph")
+          f"eager, {bench_alone(lambda: one.zero_()) * 1e3:.1f} us on the device alone")
     del one
     if want("chain8_f32_256M"):
         peers["chain8_f32_256M"] = {"eager": bench(lambda: chain(x)),
@@ -129,9 +134,10 @@ def main():
             continue
         xv = torch.rand(1, k, device=dev, dtype=torch.bfloat16)
         w = torch.rand(nn, k, device=dev, dtype=torch.bfloat16)
-        linear_ms = bench(lambda: torch.nn.functional.linear(xv, w), runs=50)
+        linear = lambda: torch.nn.functional.linear(xv, w)
+        times = {"linear": bench(linear, runs=50), "linear, device alone": bench_alone(linear, runs=50)}
         for case in cases:
-            peers[case] = {"linear": linear_ms}
+            peers[case] = dict(times)
             bytes_moved[case] = w.numel() * 2
         del xv, w
     # Weights in ggml block formats under f32 activations: no torch peer; the share of
@@ -145,7 +151,8 @@ def main():
         case = f"top_k_{k}_128256"
         if want(case):
             logits = torch.rand(1, 128256, device=dev)
-            peers[case] = {"topk": bench(lambda: torch.topk(logits, k), runs=50)}
+            top = lambda: torch.topk(logits, k)
+            peers[case] = {"topk": bench(top, runs=50), "topk, device alone": bench_alone(top, runs=50)}
             del logits
     # Attention: 32 query heads over 8 key heads of 128 dims; luminal's cache is f16 and
     # its queries f32 (or all bf16, the _bf16 case), torch's SDPA all f16 (or bf16): its
@@ -171,13 +178,12 @@ def main():
             flops[case] = 2 * 2 * 32 * 128 * seq * (seq + 1) / 2
         else:
             bytes_moved[case] = 2 * kc.numel() * 2
-            # Decoding's kernels are short: eager timing holds Python's dispatch. Replayed
-            # from a CUDA graph, as luminal's runs are timed; and one kernel reading the
-            # cache's bytes and nothing else (a sum), the share of copy bandwidth one launch
-            # of this size reaches.
-            peers[case]["sdpa, CUDA graph"] = bench_graph(attend)
+            # Decoding's kernels are short: eager timing holds Python's dispatch. On the
+            # device alone too; and one kernel reading the cache's bytes and nothing else
+            # (a sum), the share of copy bandwidth one launch of this size reaches.
+            peers[case]["sdpa, device alone"] = bench_alone(attend)
             kv = torch.stack([kc, vc])
-            peers[case]["sum of the cache, CUDA graph"] = bench_graph(lambda: kv.sum(dtype=torch.float32))
+            peers[case]["sum of the cache, device alone"] = bench_alone(lambda: kv.sum(dtype=torch.float32))
             del kv
         del q, kc, vc
     # The same decoding, 16 layers' attentions one after another in one replayed program
@@ -190,7 +196,7 @@ def main():
     if want(case):
         q, kc, vc = (torch.rand(32, 16, 256, 64, device=dev, dtype=torch.bfloat16) for _ in range(3))
         attend = lambda: sdpa(q, kc, vc, is_causal=True)
-        peers[case] = {"sdpa": bench(attend), "sdpa, CUDA graph": bench_graph(attend)}
+        peers[case] = {"sdpa": bench(attend), "sdpa, device alone": bench_alone(attend)}
         flops[case] = 2 * 2 * 32 * 16 * 64 * 256 * 257 / 2
         del q, kc, vc
     row_ops = {"softmax": lambda t: torch.softmax(t, 1), "rmsnorm": rmsnorm,
