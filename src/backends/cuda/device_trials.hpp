@@ -3,9 +3,7 @@
 // with the L2 cache emptied first, and outputs compared on the device.
 #pragma once
 
-#include <functional>
 #include <memory>
-#include <span>
 #include <string>
 #include <vector>
 

@@ -1,6 +1,6 @@
 // An output compared with a reference kept on the device (private to src/backends/cuda):
 // how a search judges its candidates (DeviceTrials, the program search through
-// DeviceData::keep_for_comparison) without reading whole outputs back.
+// DeviceData::kept_for_comparison) without reading whole outputs back.
 #pragma once
 
 #include <cuda_runtime_api.h>
