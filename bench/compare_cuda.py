@@ -13,26 +13,11 @@ import sys
 import torch
 
 
-def bench(fn, warmup=3, runs=20):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(runs):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e))
-    times.sort()
-    return times[len(times) // 2]
-
-
-def bench_alone(fn, warmup=3, runs=20):
-    """The device's time alone: a spinning kernel keeps the GPU busy while the host queues
-    the start event, fn's work and the stop event, so Python's dispatch (10 us and more,
-    which a short kernel's eager time holds) does not fall between the events. (bench_cuda's
+def bench(fn, warmup=3, runs=20, alone=False):
+    """Median ms of `runs` calls of fn between CUDA events, after `warmup`. Called from
+    Python, the events hold its dispatch (10 us and more, which a short kernel's time
+    holds). `alone`: the device's time alone, a spinning kernel keeping the GPU busy
+    while the host queues the start event, fn's work and the stop event. (bench_cuda's
     times of luminal hold one thing of the host's: the launch of the run's CUDA graph.)"""
     for _ in range(warmup):
         fn()
@@ -40,7 +25,8 @@ def bench_alone(fn, warmup=3, runs=20):
     times = []
     for _ in range(runs):
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(2_000_000)  # about a millisecond
+        if alone:
+            torch.cuda._sleep(2_000_000)  # about a millisecond
         s.record()
         fn()
         e.record()
@@ -75,7 +61,7 @@ def main():
     print(f"floor: device copy {copy_gbs:.0f} GB/s (read + write of 1 GiB in {copy_ms:.3f} ms)")
     one = torch.zeros(1, device=dev)
     print(f"floor: one kernel writing 4 bytes between two events: {bench(lambda: one.zero_()) * 1e3:.1f} us "
-          f"eager, {bench_alone(lambda: one.zero_()) * 1e3:.1f} us on the device alone")
+          f"eager, {bench(lambda: one.zero_(), alone=True) * 1e3:.1f} us on the device alone")
     del one
     if want("chain8_f32_256M"):
         peers["chain8_f32_256M"] = {"eager": bench(lambda: chain(x)),
@@ -135,7 +121,7 @@ def main():
         xv = torch.rand(1, k, device=dev, dtype=torch.bfloat16)
         w = torch.rand(nn, k, device=dev, dtype=torch.bfloat16)
         linear = lambda: torch.nn.functional.linear(xv, w)
-        times = {"linear": bench(linear, runs=50), "linear, device alone": bench_alone(linear, runs=50)}
+        times = {"linear": bench(linear, runs=50), "linear, device alone": bench(linear, runs=50, alone=True)}
         for case in cases:
             peers[case] = dict(times)
             bytes_moved[case] = w.numel() * 2
@@ -152,7 +138,7 @@ def main():
         if want(case):
             logits = torch.rand(1, 128256, device=dev)
             top = lambda: torch.topk(logits, k)
-            peers[case] = {"topk": bench(top, runs=50), "topk, device alone": bench_alone(top, runs=50)}
+            peers[case] = {"topk": bench(top, runs=50), "topk, device alone": bench(top, runs=50, alone=True)}
             del logits
     # Attention: 32 query heads over 8 key heads of 128 dims; luminal's cache is f16 and
     # its queries f32 (or all bf16, the _bf16 case), torch's SDPA all f16 (or bf16): its
@@ -181,9 +167,9 @@ def main():
             # Decoding's kernels are short: eager timing holds Python's dispatch. On the
             # device alone too; and one kernel reading the cache's bytes and nothing else
             # (a sum), the share of copy bandwidth one launch of this size reaches.
-            peers[case]["sdpa, device alone"] = bench_alone(attend)
+            peers[case]["sdpa, device alone"] = bench(attend, alone=True)
             kv = torch.stack([kc, vc])
-            peers[case]["sum of the cache, device alone"] = bench_alone(lambda: kv.sum(dtype=torch.float32))
+            peers[case]["sum of the cache, device alone"] = bench(lambda: kv.sum(dtype=torch.float32), alone=True)
             del kv
         del q, kc, vc
     # The same decoding, 16 layers' attentions one after another in one replayed program
@@ -196,7 +182,7 @@ def main():
     if want(case):
         q, kc, vc = (torch.rand(32, 16, 256, 64, device=dev, dtype=torch.bfloat16) for _ in range(3))
         attend = lambda: sdpa(q, kc, vc, is_causal=True)
-        peers[case] = {"sdpa": bench(attend), "sdpa, device alone": bench_alone(attend)}
+        peers[case] = {"sdpa": bench(attend), "sdpa, device alone": bench(attend, alone=True)}
         flops[case] = 2 * 2 * 32 * 16 * 64 * 256 * 257 / 2
         del q, kc, vc
     row_ops = {"softmax": lambda t: torch.softmax(t, 1), "rmsnorm": rmsnorm,
