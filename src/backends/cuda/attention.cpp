@@ -338,10 +338,10 @@ const Attention::Compiled& Attention::compiled(const std::string& key, const Com
         compile_cubin((mask ? mask->source : "") + source(), device_.arch() + (wgmma ? "a" : ""))
             .code);
     c.kernel = c.module->kernel(kernel);
-    c.combine = c.module->kernel("lum_attention_combine");
+    const bool stream = kernel == "lum_attention_stream";
+    c.combine = c.module->kernel(stream ? "lum_attention_stream_combine" : "lum_attention_combine");
     if (wgmma || kernel == "lum_attention_mma")
       c.mask_tiles = c.module->kernel("lum_attention_mask_tiles");
-    c.combines_itself = kernel == "lum_attention_stream";
     c.shared_bytes = shared_bytes;
     c.threads = threads;
     c.tile_keys = tile_keys;
@@ -589,13 +589,6 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
           grown(device_, partials_,
                 // (each a row's output, max and sum; 16-byte aligned for the streaming kernel)
                 static_cast<size_t>(out_rows * a.splits * (dv + 4)) * sizeof(float)));
-    if (a.splits > 1 && kernel->combines_itself) {
-      const size_t bytes = static_cast<size_t>(pairs) * sizeof(unsigned);
-      if (arrivals_.bytes() < bytes)
-        check(device_.memset(grown(device_, arrivals_, bytes), 0, bytes),
-              "clearing attention's arrival counts");
-      a.arrivals = static_cast<unsigned*>(arrivals_.data());
-    }
 
     void* params[] = {&a, &c.key_map, &c.value_map, &c.query_map};
     const std::span<void*> args(params, 1);
@@ -630,7 +623,7 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
                          dim3(static_cast<unsigned>(kernel->threads)),
                          std::span(params, kernel->kernel_params), kernel->shared_bytes),
           "launching attention");
-    if (a.splits > 1 && !kernel->combines_itself) {
+    if (a.splits > 1) {
       long long n = out_rows, splits_arg = a.splits;
       void* combine_args[] = {&a.partials, &out, &n, &splits_arg};
       const int64_t blocks = std::min<int64_t>(out_rows, int64_t{device_.multiprocessors()} * 16);

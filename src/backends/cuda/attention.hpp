@@ -82,7 +82,6 @@ class Attention {
     const void* kernel = nullptr;      // the attention kernel
     const void* combine = nullptr;     // its split pieces' combine
     const void* mask_tiles = nullptr;  // the tensor-core kernel's pass over the mask
-    bool combines_itself = false;      // its last split block combines (no combine launch)
     size_t shared_bytes = 0;           // dynamic, a block
     int blocks_per_sm = 0;             // resident at once
     int threads = 0;                   // a block, of every kernel of the module
@@ -108,9 +107,9 @@ class Attention {
   using ShapeKey = std::tuple<DType, DType, DType, DType, int64_t, int64_t, int64_t, int64_t,
                               int64_t, std::string>;
   std::map<ShapeKey, size_t> choice_;
-  // Split rows' partial results, the mask tiles' flags and keep bits, and the split
-  // blocks' arrival counts (zero between launches), kept while a CUDA graph may read them.
-  DeviceBuffer partials_, tiles_, tile_bits_, arrivals_;
+  // Split rows' partial results and the mask tiles' flags and keep bits, kept while a CUDA
+  // graph may read them.
+  DeviceBuffer partials_, tiles_, tile_bits_;
   std::vector<int64_t> last_mask_pass_;  // what the last pass over a mask read and wrote
   bool last_pass_read_values_ = false;   // a mask's (not a computed one)
 };

@@ -11,7 +11,7 @@ namespace {
 constexpr const char* kCommonSource = R"ATTN(
 struct LumAttnArgs {
   const void *q, *k, *v; const unsigned char* mask;
-  void* out; float* partials; unsigned* arrivals;
+  void* out; float* partials;
   long long q_off, k_off, v_off, m_off;
   long long q_d, k_d, v_d;
   long long k_t, v_t, m_t;

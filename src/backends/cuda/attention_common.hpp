@@ -34,9 +34,6 @@ struct AttentionArgs {
   const void *q, *k, *v, *mask;
   void* out;
   float* partials;  // split rows' pieces: [row][split][Dv values, max, sum]
-  // Split blocks finished, a (kv point, row tile) pair each: the last to finish combines
-  // the pair's rows (the streaming kernel) and resets its count to 0.
-  unsigned* arrivals;
   int64_t q_off, k_off, v_off, m_off;
   int64_t q_d, k_d, v_d;  // strides along the head dims
   int64_t k_t, v_t, m_t;  // strides along the keys

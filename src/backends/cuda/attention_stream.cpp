@@ -15,8 +15,15 @@
 // same lanes then add the weighted value slices of their keys. The mask's bytes for the
 // next stage are loaded while this one computes, and read by ballot. At the end the
 // warps' pieces meet in shared memory: rescaled to the block's max and summed, the
-// output, or the split's piece; the last of a row tile's split blocks to finish then
-// combines the pieces itself (counted by an atomic), so decoding is one launch.
+// output, or the split's piece, which a second kernel combines.
+//
+// That combine was once the last split block's own (counted by an atomic, so decoding
+// was one launch): one SM then read every piece of its rows, a few at a time, while the
+// rest of the GPU sat idle, and the tail from the last stage to the output took 8 us of
+// a 32k-position step's 44 (bench/results/cuda.md, the timeline of 2026-12-03). A kernel
+// of its own starts its blocks under the attention's tail (programmatic dependent
+// launch), a block a row, each sending all its loads at once: a layer of 16 took 0.0414
+// -> 0.0395 ms.
 #include "backends/cuda/attention_stream.hpp"
 
 #include <algorithm>
@@ -331,71 +338,91 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_strea
       if (j == 0) p[LUM_AT_DV] = top, p[LUM_AT_DV + 1] = sum;
     }
   }
-  if (a.splits == 1) return;
-  // The last of the pair's split blocks to finish combines its rows (and clears the
-  // count for the next launch): no second kernel, no launch between.
-  __shared__ bool last;
-  __threadfence();  // this block's pieces are visible before its arrival is
-  __syncthreads();
-  if (tid == 0) {
-    last = atomicAdd(a.arrivals + block.pair, 1u) == a.splits - 1;
-    if (last) a.arrivals[block.pair] = 0;
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  // A warp a row: each split's max and sum into the warp's part of the idle buffers, one
-  // load of each a split; then its weight (2^(its max - the largest)) in place of the
-  // max, and lanes along the row sum the weighted pieces, four elements a lane in 16-byte
-  // loads, eight splits' at once. The pieces are read from L2 (__ldcg), where the other
-  // blocks left them: this tail is latency, so the more bytes on their way the shorter.
-  // A piece without kept keys (max -inf, sum 0, output 0) weighs 0; a row without any
-  // comes out NaN, as the decomposition's 0 / 0 does.
-  constexpr int kStOut = (LUM_AT_DV / 4 + 31) / 32;  // a lane's 16-byte pieces of a row
-  float* const weight = reinterpret_cast<float*>(lum_st_buffer) + warp * 2 * LUM_AT_MAX_SPLITS;
-  float* const sums = weight + LUM_AT_MAX_SPLITS;
-  for (int r = warp; r < rows; r += kStWarps) {
-    const float* p = a.partials + row_o[r] * a.splits * kStWidth;
-    float top = kNegInf, total = 0.0f;
-    for (long long s = lane; s < a.splits; s += 32) {
-      const float2 x = __ldcg(reinterpret_cast<const float2*>(p + s * kStWidth + LUM_AT_DV));
-      weight[s] = x.x, sums[s] = x.y;
-      top = fmaxf(top, x.x);
-    }
+}
+
+// The split pieces combined, after the kernel above: a block a row, whose warps take the
+// row's pieces in turn (warp w pieces w, w + warps, ...), a lane four elements of each.
+// All of a warp's loads for up to kHeld pieces go out before any is waited for, and the
+// first warp reads every piece's max and sum meanwhile: the pieces' weights (2^(their
+// max - the largest)) are ready about when the pieces are. The warps'
+// sums meet in shared memory. A piece without kept keys (max -inf, sum 0, output 0)
+// weighs 0; a row without any comes out NaN, as the decomposition's 0 / 0 does.
+extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS)
+    lum_attention_stream_combine(const float* __restrict__ partials, void* __restrict__ out,
+                                 long long rows, long long splits) {
+  lum_after_prior_grids();
+  constexpr int kWarps = LUM_AT_THREADS / 32;
+  constexpr int kOut = (LUM_AT_DV / 4 + 31) / 32;  // a lane's 16-byte pieces of a row
+  constexpr int kHeld = 16 / kOut;                  // pieces a warp has on their way
+  __shared__ float weight[LUM_AT_MAX_SPLITS], sums[LUM_AT_MAX_SPLITS];
+  __shared__ float4 part[kWarps][32 * kOut];
+  __shared__ float scale;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
+    const float* p = partials + row * splits * kStWidth;
+    float4 x[kHeld][kOut];
+    auto load = [&](long long first) {
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, o));
-    for (long long s = lane; s < a.splits; s += 32) {
-      const float w = lum_at_exp2(weight[s] - top);
-      weight[s] = w;
-      total = fmaf(w, sums[s], total);
-    }
+      for (int h = 0; h < kHeld; ++h)
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) total += __shfl_xor_sync(0xffffffffu, total, o);
-    __syncwarp();
-    float4 o[kStOut];
-#pragma unroll
-    for (int i = 0; i < kStOut; ++i) o[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 8
-    for (long long s = 0; s < a.splits; ++s) {
-      const float w = weight[s];
-#pragma unroll
-      for (int i = 0; i < kStOut; ++i)
-        if (4 * (lane + 32 * i) < LUM_AT_DV) {
-          const float4 x = __ldcg(reinterpret_cast<const float4*>(p + s * kStWidth) + lane + 32 * i);
-          o[i].x = fmaf(w, x.x, o[i].x), o[i].y = fmaf(w, x.y, o[i].y);
-          o[i].z = fmaf(w, x.z, o[i].z), o[i].w = fmaf(w, x.w, o[i].w);
+        for (int i = 0; i < kOut; ++i) {
+          const long long s = first + h * kWarps;
+          x[h][i] = s < splits && 4 * (lane + 32 * i) < LUM_AT_DV
+                        ? __ldcg(reinterpret_cast<const float4*>(p + s * kStWidth) + lane + 32 * i)
+                        : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         }
+    };
+    load(warp);
+    if (warp == 0) {
+      float top = __int_as_float(0xff800000), total = 0.0f;
+      for (long long s = lane; s < splits; s += 32) {
+        const float2 ms = __ldcg(reinterpret_cast<const float2*>(p + s * kStWidth + LUM_AT_DV));
+        weight[s] = ms.x, sums[s] = ms.y;
+        top = fmaxf(top, ms.x);
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, o));
+      for (long long s = lane; s < splits; s += 32) {
+        const float w = lum_at_exp2(weight[s] - top);
+        weight[s] = w;
+        total = fmaf(w, sums[s], total);
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) total += __shfl_xor_sync(0xffffffffu, total, o);
+      if (lane == 0) scale = 1.0f / total;
+    }
+    __syncthreads();
+    float4 o[kOut];
+#pragma unroll
+    for (int i = 0; i < kOut; ++i) o[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (long long first = warp;;) {
+#pragma unroll
+      for (int h = 0; h < kHeld; ++h) {
+        const long long s = first + h * kWarps;
+        const float w = s < splits ? weight[s] : 0.0f;
+#pragma unroll
+        for (int i = 0; i < kOut; ++i) {
+          o[i].x = fmaf(w, x[h][i].x, o[i].x), o[i].y = fmaf(w, x[h][i].y, o[i].y);
+          o[i].z = fmaf(w, x[h][i].z, o[i].z), o[i].w = fmaf(w, x[h][i].w, o[i].w);
+        }
+      }
+      first += kWarps * kHeld;
+      if (first >= splits) break;
+      load(first);
     }
 #pragma unroll
-    for (int i = 0; i < kStOut; ++i) {
-      const int j = 4 * (lane + 32 * i);
-      if (j < LUM_AT_DV) {
-        const long long at = row_o[r] * LUM_AT_DV + j;
-        LUM_AT_O::put(a.out, at, o[i].x / total), LUM_AT_O::put(a.out, at + 1, o[i].y / total);
-        LUM_AT_O::put(a.out, at + 2, o[i].z / total), LUM_AT_O::put(a.out, at + 3, o[i].w / total);
-      }
+    for (int i = 0; i < kOut; ++i) part[warp][lane + 32 * i] = o[i];
+    __syncthreads();
+    for (int j = tid; j < LUM_AT_DV / 4; j += LUM_AT_THREADS) {
+      float4 sum = part[0][j];
+#pragma unroll
+      for (int w = 1; w < kWarps; ++w)
+        sum.x += part[w][j].x, sum.y += part[w][j].y, sum.z += part[w][j].z, sum.w += part[w][j].w;
+      const long long at = row * LUM_AT_DV + 4 * j;
+      LUM_AT_O::put(out, at, sum.x * scale), LUM_AT_O::put(out, at + 1, sum.y * scale);
+      LUM_AT_O::put(out, at + 2, sum.z * scale), LUM_AT_O::put(out, at + 3, sum.w * scale);
     }
-    __syncwarp();  // the weights are rewritten for the warp's next row
+    __syncthreads();  // weight, sums and part are rewritten for the next row
   }
 }
 )ATTN";
@@ -453,8 +480,7 @@ size_t stream_attention_shared_bytes(const StreamAttentionKernel& s) {
   const int64_t in_flight = kWarps * stages(s) * stage_keys(s) * row_bytes(s);
   const int64_t queries = s.tensor_cores ? 16 * (s.d + 8) * 2 * (s.q == DType::F32 ? 2 : 1) : 0;
   const int64_t pieces_at_end = kWarps * s.rows * (s.dv + 2) * 4;
-  const int64_t combine = kWarps * 2 * kAttentionMaxSplits * 4;
-  return static_cast<size_t>(std::max({in_flight, queries, pieces_at_end, combine}));
+  return static_cast<size_t>(std::max({in_flight, queries, pieces_at_end}));
 }
 
 int64_t stream_attention_stage_keys(const StreamAttentionKernel& s) {
