@@ -165,8 +165,8 @@ def main():
         else:
             bytes_moved[case] = 2 * kc.numel() * 2
             # Decoding's kernels are short: eager timing holds Python's dispatch. On the
-            # device alone too; and one kernel reading the cache's bytes and nothing else
-            # (a sum), the share of copy bandwidth one launch of this size reaches.
+            # device alone too; and torch's sum of the cache's bytes, a kernel that only
+            # reads them (not the floor: bench/read_floor.cu reads them faster).
             peers[case]["sdpa, device alone"] = bench(attend, alone=True)
             kv = torch.stack([kc, vc])
             peers[case]["sum of the cache, device alone"] = bench(lambda: kv.sum(dtype=torch.float32), alone=True)
