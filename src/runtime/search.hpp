@@ -73,6 +73,11 @@ struct SearchProblem {
   /// search cut short would be paid again by every later process, since only a whole
   /// search is cached.
   bool finish_once_begun = false;
+  /// A time the reference was measured at before (the program search's last round, where
+  /// it won), or 0: a candidate must then beat the smaller of that and the reference's
+  /// median here, so that one slow measurement of the reference does not let a program
+  /// slower than it win.
+  double reference_seconds = 0;
 };
 
 /// One candidate's judgement.

@@ -196,6 +196,23 @@ TEST_F(SearchTest, TiesAndAWrongFastestKeepTheEarlierCorrectCandidate) {
   }
 }
 
+// A reference measured faster before (the program search's last round) is timed by the
+// smaller of that time and its median here: a candidate between the two loses; one
+// faster than both wins.
+TEST_F(SearchTest, AReferenceMeasuredFasterBeforeIsBeatenOnlyByAFasterCandidate) {
+  Planted k;
+  k.seconds = {{"pick", 3.0}, {"fast", 2.0}};
+  Searcher s("test device", fast());
+  SearchProblem p = k.problem("earlier rounds");
+  p.reference_seconds = 1.5;
+  EXPECT_EQ(p.candidates[s.choose(p).winner].label, "pick");
+  k.seconds["fast"] = 1.0;
+  p.signature = "earlier rounds, again";
+  const SearchResult r = s.choose(p);
+  EXPECT_EQ(p.candidates[r.winner].label, "fast");
+  EXPECT_DOUBLE_EQ(r.trials[0].median, 3.0);  // (as measured, in the log and the dump)
+}
+
 TEST_F(SearchTest, OffRunsNothingAndAOneCandidateKernelIsNotTimed) {
   Planted k;
   k.seconds = {{"pick", 2.0}, {"fast", 1.0}};
