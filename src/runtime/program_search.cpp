@@ -325,7 +325,7 @@ class ExtractionSearch final : public Executable {
         r.winner = 0;
       }
     }
-    if (r.winner < r.trials.size()) best = r.trials[r.winner].median;  // (0: cached)
+    best = r.searched && r.winner < r.trials.size() ? r.trials[r.winner].median : 0;
     current_ = std::move(built[r.winner]);
     current_->time_device_alone(false);
     return r.winner;
