@@ -344,9 +344,9 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_strea
 // row's pieces in turn (warp w pieces w, w + warps, ...), a lane four elements of each.
 // All of a warp's loads for up to kHeld pieces go out before any is waited for, and the
 // first warp reads every piece's max and sum meanwhile: the pieces' weights (2^(their
-// max - the largest)) are ready about when the pieces are. The warps'
-// sums meet in shared memory. A piece without kept keys (max -inf, sum 0, output 0)
-// weighs 0; a row without any comes out NaN, as the decomposition's 0 / 0 does.
+// max - the largest)) are ready about when the pieces are. The warps' sums meet in shared
+// memory. A piece without kept keys (max -inf, sum 0, output 0) weighs 0; a row without
+// any comes out NaN, as the decomposition's 0 / 0 does.
 extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS)
     lum_attention_stream_combine(const float* __restrict__ partials, void* __restrict__ out,
                                  long long rows, long long splits) {
