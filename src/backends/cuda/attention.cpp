@@ -23,6 +23,7 @@
 #include <cmath>
 #include <cstdint>
 #include <future>
+#include <limits>
 #include <numbers>
 #include <span>
 #include <string>
@@ -297,6 +298,20 @@ std::string key_of(std::initializer_list<int64_t> fields) {
 
 }  // namespace
 
+int64_t keys_within(const ConcreteView& view, size_t axis, size_t element_bytes, size_t settled) {
+  const int64_t keys = view.dims[axis];
+  if (settled == std::numeric_limits<size_t>::max()) return keys;
+  int64_t last = view.offset;  // of the elements of key 0
+  for (size_t i = 0; i < view.dims.size(); ++i) {
+    if (view.strides[i] < 0) return 0;
+    if (i != axis) last += (view.dims[i] - 1) * view.strides[i];
+  }
+  const auto elements = static_cast<int64_t>(settled / element_bytes);
+  if (last >= elements) return 0;
+  const int64_t step = view.strides[axis];
+  return step == 0 ? keys : std::min(keys, (elements - 1 - last) / step + 1);
+}
+
 std::string attention_source(const AttentionKernel& s) {
   return attention_program({s.q, s.k, s.v, s.out, s.d, s.dv},
                            {{"LUM_AT_VK", std::to_string(s.key_vec)},
@@ -363,7 +378,7 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
                     const void* k_data, DType k_type, const ConcreteView& v, const void* v_data,
                     DType v_type, const ConcreteView& mask, const void* mask_data,
                     const ComputedMask* computed, double scale, void* out, DType out_type,
-                    const std::vector<int64_t>& row_strides) {
+                    const std::vector<int64_t>& row_strides, SettledBytes settled) {
   const size_t r = q.dims.size();
   if (r < 3 || k.dims.size() != r || v.dims.size() != r || mask.dims.size() + 1 != r) return false;
   if (q.has_mask() || k.has_mask() || v.has_mask() || mask.has_mask()) return false;
@@ -386,6 +401,8 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
     std::copy(computed->values.begin(), computed->values.end(), a.mask_dims);
   }
   a.keys = keys;
+  a.early_keys = std::min(keys_within(k, r - 1, dtype_size(k_type), settled.k),
+                          keys_within(v, r - 2, dtype_size(v_type), settled.v));
   a.scale = static_cast<float>(scale * std::numbers::log2e);  // scores go through 2^x
   // The batch dims ([batch..., M]), by whether keys and values vary along them; output
   // rows where row_strides puts them.

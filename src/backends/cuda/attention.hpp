@@ -46,6 +46,18 @@ struct ComputedMask {
   std::vector<int64_t> values;    // theirs this run (at most kMaxComputedMaskDims)
 };
 
+/// Bytes at the start of the keys' and the values' memory that no kernel of the run
+/// writes (all of an input's; of a cache grown in place, its rows from earlier steps): the
+/// keys read only from there may be read before the kernel ahead has finished.
+struct SettledBytes {
+  size_t k = 0, v = 0;
+};
+
+/// Keys [0, n) of a key or value view (keys along `axis`, elements `element_bytes` wide)
+/// whose elements all lie in the first `settled` bytes of its memory: the largest such n
+/// (every key where `settled` is the largest size_t; none where a stride is negative).
+int64_t keys_within(const ConcreteView& view, size_t axis, size_t element_bytes, size_t settled);
+
 class Attention {
  public:
   Attention(const Device& device, runtime::Searcher& searcher)
@@ -65,7 +77,7 @@ class Attention {
            const void* k_data, DType k_type, const ConcreteView& v, const void* v_data,
            DType v_type, const ConcreteView& mask, const void* mask_data,
            const ComputedMask* computed, double scale, void* out, DType out_type,
-           const std::vector<int64_t>& row_strides);
+           const std::vector<int64_t>& row_strides, SettledBytes settled = {});
 
   /// A run of a program starts: its first attention works out its mask's tiles again where
   /// the last pass read a mask's values (they may differ from the last run's); the run's

@@ -15,7 +15,7 @@ struct LumAttnArgs {
   long long q_off, k_off, v_off, m_off;
   long long q_d, k_d, v_d;
   long long k_t, v_t, m_t;
-  long long keys, keys_per_split, splits, shared_rows, row_tiles;
+  long long keys, keys_per_split, splits, shared_rows, row_tiles, early_keys;
   long long kv_rank, sh_rank;
   unsigned char* tiles;
   unsigned* tile_bits;

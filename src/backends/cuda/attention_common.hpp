@@ -38,6 +38,10 @@ struct AttentionArgs {
   int64_t q_d, k_d, v_d;  // strides along the head dims
   int64_t k_t, v_t, m_t;  // strides along the keys
   int64_t keys, keys_per_split, splits, shared_rows, row_tiles;
+  // Keys [0, early_keys) lie in memory no kernel of the run writes (a cache's rows from
+  // earlier steps, an input's): the streaming kernel sends its first copies of them before
+  // the kernel ahead of it has finished.
+  int64_t early_keys;
   int64_t kv_rank, sh_rank;
   // The tensor-core kernel's mask tiles (attention_mma.cpp): their flags, key tiles, and
   // kv points with a mask of their own (1 where the mask does not vary along kv dims).

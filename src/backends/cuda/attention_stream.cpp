@@ -53,7 +53,6 @@ constexpr int kStWidth = LUM_AT_DV + 4;
 static_assert(LUM_AT_DV % 4 == 0, "a row's pieces are read 16 bytes at a time");
 
 extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_stream(const LumAttnArgs a) {
-  lum_after_prior_grids();
   extern __shared__ __align__(16) unsigned char lum_st_buffer[];
   __shared__ long long row_q[kStRows], row_m[kStRows], row_o[kStRows];
   const float kNegInf = __int_as_float(0xff800000);
@@ -96,9 +95,18 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_strea
   };
   // The first stages set off before anything else. (With tensor cores the queries are
   // staged in the room of warp 0's later stages, so only its first stage goes now.)
+  // Where the block's first stages hold only keys no kernel of the run writes, before
+  // the kernel ahead has finished: their copies fill its tail (a decode step's layers:
+  // the combine of the layer before).
   constexpr int kStEarly = LUM_ST_MMA ? 1 : kStStages - 1;
+  const bool early = min(t_end, t_begin + (long long)kStEarly * kStWarps * kStKeys) <= a.early_keys;
+  auto fetch_early = [&] {
 #pragma unroll
-  for (int j = 0; j < kStEarly; ++j) fetch(j);
+    for (int j = 0; j < kStEarly; ++j) fetch(j);
+  };
+  if (early) fetch_early();
+  lum_after_prior_grids();
+  if (!early) fetch_early();
   const int rows = (int)min((long long)kStRows, a.shared_rows - tile * kStRows);
   if (tid < kStRows) {
     long long q = qo, m = mo, o = oo;

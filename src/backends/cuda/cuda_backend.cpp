@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <deque>
 #include <future>
+#include <limits>
 #include <optional>
 #include <thread>
 #include <unordered_map>
@@ -127,6 +128,7 @@ class CudaExecutable final : public Executable {
     find_appendable_bases();
     append_of_rows_.assign(plan_.kernels.size(), std::nullopt);
     prepared_cache_.resize(plan_.kernels.size());
+    settled_.resize(plan_.kernels.size());
     // (LUMINAL_CUDA_ROWS_IN_PLACE=0: appended rows computed apart and copied, to measure.)
     if (!runtime::env_has("LUMINAL_CUDA_ROWS_IN_PLACE", "0")) find_rows_written_in_place();
     // A run of products of the same activations is launched with its first kernel, which
@@ -356,6 +358,7 @@ class CudaExecutable final : public Executable {
     size_t live = 0;
     launches_ = 0;
     beside_.clear();
+    std::fill(settled_.begin(), settled_.end(), 0);
     attention_.begin_run();
     size_t shared_until = 0;  // kernels before it ran with the first of their run
     for (size_t k = 0; k < plan_.kernels.size(); ++k) {
@@ -855,7 +858,8 @@ class CudaExecutable final : public Executable {
                          operand(n.inputs[1].source), source_dtype(n, 1), views[2],
                          operand(n.inputs[2].source), source_dtype(n, 2), views[3],
                          computed ? nullptr : operand(n.inputs[3].source), computed, at->scale, out,
-                         n.dtype, at->row_strides(rows)))
+                         n.dtype, at->row_strides(rows),
+                         {settled_bytes(n.inputs[1].source), settled_bytes(n.inputs[2].source)}))
         return;
     } else if (const auto* ag = dynamic_cast<const compiler::AttentionGradOp*>(n.custom.get());
                ag && source_dtype(n, 3) == DType::Bool) {
@@ -1205,6 +1209,7 @@ class CudaExecutable final : public Executable {
       out = std::move(bigger);
     }
     grew_ = true;
+    settled_[k] = old_bytes;
     return GrownCache{std::move(out), old_bytes};
   }
 
@@ -1282,6 +1287,16 @@ class CudaExecutable final : public Executable {
     if (slot < 0) return input_address_.at(r.value);
     LUM_ASSERT(value_ptr_[static_cast<size_t>(slot)]) << "%" << r.value << " has no value";
     return value_ptr_[static_cast<size_t>(slot)];
+  }
+
+  // Bytes at the start of value r's memory that no kernel of this run writes, for the
+  // kernel being launched: all of an input's, and of a cache grown in place its old rows.
+  // None for the run's first kernel, which may start before the caller's work ahead of it
+  // on the stream has finished; every later one starts after that.
+  size_t settled_bytes(NodeId r) const {
+    if (!early_reads_ || launches_ <= 1) return 0;
+    const int32_t slot = liveness_.slot_of[plan_.canon(r).value];
+    return slot < 0 ? std::numeric_limits<size_t>::max() : settled_[static_cast<size_t>(slot)];
   }
 
   // A user input's data on the host, copied back where it was set on the device.
@@ -1376,6 +1391,9 @@ class CudaExecutable final : public Executable {
   std::vector<std::optional<NodeId>> appendable_base_;  // per kernel (find_appendable_bases)
   std::vector<std::optional<size_t>> append_of_rows_;   // per kernel (find_rows_written_in_place)
   std::vector<DeviceBuffer> prepared_cache_;  // per AppendRows kernel: its rows already in
+  // Per kernel, this run: bytes at the start of its value that no kernel writes (those of
+  // a cache grown in place from earlier steps).
+  std::vector<size_t> settled_;
   std::unordered_map<uint32_t, const void*> input_address_;  // by input node, this run
   // Each kernel's value: its address this run, its bytes, and its own buffer where it is
   // not in the arena (place_values).
@@ -1434,6 +1452,9 @@ class CudaExecutable final : public Executable {
   size_t checked_ = 0, checks_failed_ = 0;
   // Runs recorded as CUDA graphs (see run); LUMINAL_CUDA_GRAPHS=0 turns it off.
   const bool graphs_ = !runtime::env_has("LUMINAL_CUDA_GRAPHS", "0") && !profiling_;
+  // Kernels read memory no kernel of the run writes before the kernel ahead has finished
+  // (settled_bytes); LUMINAL_CUDA_EARLY_READS=0 turns it off, to measure what it is worth.
+  const bool early_reads_ = !runtime::env_has("LUMINAL_CUDA_EARLY_READS", "0");
   bool ran_ = false;         // a run has loaded the modules (the first is not recorded)
   bool grew_ = false;        // this run grew a donated input in place
   bool alone_ = false;       // runs held back until queued (time_device_alone)

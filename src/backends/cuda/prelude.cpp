@@ -34,6 +34,8 @@ LUM_FN float lum_approx_exp2f(float x) { float r; asm("ex2.approx.ftz.f32 %0, %1
 // launch in turn, so a launch's latency hides behind the tail of the kernel before it.
 // Every kernel calls this first, before any memory access, in every block: a kernel
 // that finished without waiting would let the one after it overtake the one before.
+// (The one read before it: the streaming attention's first copies of keys no kernel of
+// the run writes, AttentionArgs::early_keys.)
 // Nothing where launched the ordinary way, or before sm_90.
 // With LUM_TRACE (kernel_trace.hpp), the first thread notes the time in its launch's slot.
 #ifdef LUM_TRACE
