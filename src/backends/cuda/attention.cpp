@@ -550,12 +550,22 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
       key_vec * static_cast<int>(dtype_size(k_type)) == 16 &&
       value_vec * static_cast<int>(dtype_size(v_type)) == 16 &&
       stream_attention_supports(k_type, v_type, d, dv)) {
-    const bool tensor_cores = scale > 0 && mma_attention_supports(q_type, k_type, v_type, d, dv);
-    const int64_t rows = std::min(stream_attention_max_rows(tensor_cores), a.shared_rows);
-    const StreamAttentionKernel spec{
-        q_type, k_type, v_type, out_type, d, dv, static_cast<int>(rows), tensor_cores};
+    auto stream_kernel = [&](bool tensor_cores) {
+      const int64_t rows = std::min(stream_attention_max_rows(tensor_cores), a.shared_rows);
+      return StreamAttentionKernel{
+          q_type, k_type, v_type, out_type, d, dv, static_cast<int>(rows), tensor_cores};
+    };
+    StreamAttentionKernel spec =
+        stream_kernel(scale > 0 && mma_attention_supports(q_type, k_type, v_type, d, dv));
+    // Tensor cores where their stages (16 keys a warp, three deep) fit a block's shared
+    // memory on this GPU, beside the kernel's own arrays (under 1 KiB): at head dim 256
+    // they take about 200 KB, within an sm_90 block's 227 KB and past sm_80's 163.
+    if (spec.tensor_cores &&
+        stream_attention_shared_bytes(spec) + 1024 > device_.shared_bytes_a_block())
+      spec = stream_kernel(false);
+    const int64_t rows = spec.rows;
     const std::string key = key_of({2, int64_t(q_type), int64_t(k_type), int64_t(v_type),
-                                    int64_t(out_type), d, dv, rows, tensor_cores});
+                                    int64_t(out_type), d, dv, rows, spec.tensor_cores});
     kernels.push_back(
         {&compiled(
              key, computed, "lum_attention_stream", [&] { return stream_attention_source(spec); },

@@ -51,6 +51,7 @@ Device::Device(int ordinal) : ordinal_(ordinal) {
   compute_capability_ = prop.major * 10 + prop.minor;
   arch_ = "sm_" + std::to_string(compute_capability_);
   multiprocessors_ = prop.multiProcessorCount;
+  shared_bytes_a_block_ = prop.sharedMemPerBlockOptin;
   name_ = prop.name;
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   // Programmatic dependent launches need sm_90; LUMINAL_CUDA_PDL=0 turns them off, to
