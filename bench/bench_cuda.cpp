@@ -120,6 +120,28 @@ void gemv(int64_t k, int64_t n, const char* name) {
   report(name, median_ms(cx, 3, 50));
 }
 
+// A decode step's projections one after another: `layers` pairs of an up (4096 ->
+// 14336) and a down (14336 -> 4096) product, each over weights of its own (117 MB each,
+// 1.9 GB in all: none stays in the L2), bf16 (the values grow by about 50 a product:
+// 10^27 at the end, within bf16's range). Prints the time a product.
+void gemv_layers(int layers, const char* name) {
+  const int64_t d = 4096, f = 14336;
+  Graph cx;
+  Tensor h = cx.named_tensor("x", {1, d}, DType::BF16);
+  h.set(random_floats(static_cast<size_t>(d), 5));
+  const std::vector<float> w = random_floats(static_cast<size_t>(d * f), 6);
+  for (int l = 0; l < layers; ++l) {
+    Tensor up = cx.named_tensor("up" + std::to_string(l), {f, d}, DType::BF16);
+    Tensor down = cx.named_tensor("down" + std::to_string(l), {d, f}, DType::BF16);
+    up.set(w);
+    down.set(w);
+    h = h.matmul(up.permute({1, 0})).matmul(down.permute({1, 0}));
+  }
+  h.retrieve();
+  cx.compile(cuda());
+  report(name, median_ms(cx, 3, 20) / (2 * layers));
+}
+
 // The same projection as an f32 model with a bf16 checkpoint runs it: x f32, W's bf16
 // values kept as they are stored (a QMatMul over ggml BF16 blocks).
 void qgemv(int64_t k, int64_t n, const char* name) {
@@ -385,6 +407,7 @@ int main(int argc, char** argv) {
   if (want("conv3x3_relu_bf16_32x64x56x56")) conv3x3();
   if (want("gemv_bf16_4096x14336")) gemv(4096, 14336, "gemv_bf16_4096x14336");
   if (want("gemv_bf16_14336x4096")) gemv(14336, 4096, "gemv_bf16_14336x4096");
+  if (want("gemv_bf16_16_layers")) gemv_layers(8, "gemv_bf16_16_layers");
   if (want("qgemv_bf16_4096x14336")) qgemv(4096, 14336, "qgemv_bf16_4096x14336");
   if (want("qgemv_bf16_14336x4096")) qgemv(14336, 4096, "qgemv_bf16_14336x4096");
   if (want("qgemv_q4k_4096x14336"))

@@ -126,6 +126,23 @@ def main():
             peers[case] = dict(times)
             bytes_moved[case] = w.numel() * 2
         del xv, w
+    # The same products one after another, eight pairs of up (4096 -> 14336) and down
+    # projections over weights of their own, as a decode step runs them (the time a
+    # product): F.linear's chain on the device alone.
+    case = "gemv_bf16_16_layers"
+    if want(case):
+        h = torch.rand(1, 4096, device=dev, dtype=torch.bfloat16)
+        ws = [torch.rand(*shape, device=dev, dtype=torch.bfloat16) - 0.5
+              for _ in range(8) for shape in ((14336, 4096), (4096, 14336))]
+
+        def chain_of_linears():
+            t = h
+            for w in ws:
+                t = torch.nn.functional.linear(t, w)
+            return t
+        peers[case] = {"16 linears, device alone": bench(chain_of_linears, runs=50, alone=True) / 16}
+        bytes_moved[case] = 4096 * 14336 * 2
+        del h, ws
     # Weights in ggml block formats under f32 activations: no torch peer; the share of
     # copy bandwidth the blocks' bytes take.
     for fmt, block_bytes, block_elems in [("q4k", 144, 256), ("q5k", 176, 256), ("q6k", 210, 256),

@@ -135,6 +135,9 @@ TEST(Cuda, SearchComparesCandidatesOnTheDeviceAsTheHostDoes) {
     const auto write = [&](const std::vector<double>& values) {
       const Buffer b = Buffer::from_doubles(values, t);
       EXPECT_EQ(cudaMemcpy(out.data(), b.data(), b.bytes(), cudaMemcpyHostToDevice), cudaSuccess);
+      // (From pageable memory the copy may still be under way on return, and the
+      // comparisons run on the device's own stream, which does not wait for it.)
+      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       return b.to_f32();
     };
     runtime::SearchProblem p;
