@@ -134,10 +134,7 @@ TEST(Cuda, SearchComparesCandidatesOnTheDeviceAsTheHostDoes) {
     cudagen::DeviceBuffer out(n * dtype_size(t));
     const auto write = [&](const std::vector<double>& values) {
       const Buffer b = Buffer::from_doubles(values, t);
-      EXPECT_EQ(cudaMemcpy(out.data(), b.data(), b.bytes(), cudaMemcpyHostToDevice), cudaSuccess);
-      // (From pageable memory the copy may still be under way on return, and the
-      // comparisons run on the device's own stream, which does not wait for it.)
-      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      cudagen::copy_to_device(out.data(), b.data(), b.bytes(), "writing a candidate");
       return b.to_f32();
     };
     runtime::SearchProblem p;

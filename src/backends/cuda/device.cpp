@@ -18,6 +18,11 @@ void check(cudaError_t e, const char* what) {
                               << cudaGetErrorName(e) << ")";
 }
 
+void copy_to_device(void* dst, const void* src, size_t bytes, const char* what) {
+  check(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), what);
+  check(cudaStreamSynchronize(nullptr), what);
+}
+
 std::string why_unavailable(int ordinal) {
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);

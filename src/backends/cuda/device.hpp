@@ -19,6 +19,11 @@ namespace luminal::cudagen {
 /// Raises luminal::Error "<what>: <CUDA's message>" unless `e` is cudaSuccess.
 void check(cudaError_t e, const char* what);
 
+/// Copies `bytes` of host memory to the current device and returns once they are there.
+/// (cudaMemcpy from pageable memory may return with its transfer still under way on the
+/// default stream, which the executables' non-blocking streams do not wait for.)
+void copy_to_device(void* dst, const void* src, size_t bytes, const char* what);
+
 /// Holds a stream back where hold() queues it until release(), so that work queued
 /// meanwhile runs as one piece, and events around it time the device's work alone, not
 /// its waits for the host between kernels (a library's host work, a recording's). The

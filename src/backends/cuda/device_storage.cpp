@@ -112,8 +112,7 @@ DeviceData to_cuda(const Buffer& host, int device) {
   cudagen::check(cudaSetDevice(device), "cudaSetDevice");
   cudagen::DeviceBuffer b(host.bytes());
   if (host.bytes())
-    cudagen::check(cudaMemcpy(b.data(), host.data(), host.bytes(), cudaMemcpyHostToDevice),
-                   "copying to the GPU");
+    cudagen::copy_to_device(b.data(), host.data(), host.bytes(), "copying to the GPU");
   return DeviceData(std::make_shared<cudagen::CudaStorage>(std::move(b), device), host.dtype(),
                     host.numel());
 }

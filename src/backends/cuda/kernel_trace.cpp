@@ -56,8 +56,7 @@ void trace_module(cudaLibrary_t library) {
   size_t bytes = 0;
   check(cudaLibraryGetGlobal(&global, &bytes, library, "lum_trace"),
         "finding a module's kernel trace pointer");
-  check(cudaMemcpy(global, &t.slots, sizeof t.slots, cudaMemcpyHostToDevice),
-        "setting a module's kernel trace pointer");
+  copy_to_device(global, &t.slots, sizeof t.slots, "setting a module's kernel trace pointer");
 }
 
 void trace_name(const void* function, const std::string& name, bool replace) {
