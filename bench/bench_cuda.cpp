@@ -214,8 +214,11 @@ void attention(int64_t seq, int64_t past, const char* name, DType compute = DTyp
 // Decoding's attention as a decode step runs it: `layers` attentions one after another in
 // one program (each over its own cache of `past` bf16 positions, 32 query heads on 8 key
 // heads of 128), replayed as a CUDA graph, each kernel launched under the one before's
-// tail. Reports the milliseconds a layer (the run's device time over `layers`).
-void attention_decode_layers(int64_t past, int layers, const char* name) {
+// tail. Reports the milliseconds a layer (the run's device time over `layers`). The caches
+// are position-major ([position, head, dim], as luminal's models keep them, a step's rows
+// appended at the end), or `head_major` ([head, position, dim], as PyTorch's SDPA and
+// transformers' caches take them).
+void attention_decode_layers(int64_t past, int layers, bool head_major, const char* name) {
   const int64_t kv = 8, group = 4, d = 128, total = past + 1;
   Graph cx;
   const std::vector<float> qx = random_floats(static_cast<size_t>(kv * group * d), 8);
@@ -227,15 +230,18 @@ void attention_decode_layers(int64_t past, int layers, const char* name) {
   for (int l = 0; l < layers; ++l) {
     const std::string layer = std::to_string(l);
     Tensor q = cx.named_tensor("q" + layer, {kv, group, 1, d}, DType::BF16);
-    Tensor k = cx.named_tensor("k" + layer, {total, kv, d}, DType::BF16);
-    Tensor v = cx.named_tensor("v" + layer, {total, kv, d}, DType::BF16);
+    const std::vector<Expr> cache =
+        head_major ? std::vector<Expr>{kv, total, d} : std::vector<Expr>{total, kv, d};
+    Tensor k = cx.named_tensor("k" + layer, cache, DType::BF16);
+    Tensor v = cx.named_tensor("v" + layer, cache, DType::BF16);
     q.set_buffer(qb);
     k.set_buffer(kb);
     v.set_buffer(vb);
-    Tensor scores = q.matmul(k.permute({1, 0, 2}).unsqueeze(1).transpose(-1, -2)) *
-                    (1.0 / std::sqrt(double(d)));
+    const Tensor keys = head_major ? k : k.permute({1, 0, 2});
+    const Tensor values = head_major ? v : v.permute({1, 0, 2});
+    Tensor scores = q.matmul(keys.unsqueeze(1).transpose(-1, -2)) * (1.0 / std::sqrt(double(d)));
     scores = where(nn::causal_mask(cx, 1, past), scores, -std::numeric_limits<double>::infinity());
-    scores.softmax(-1).matmul(v.permute({1, 0, 2}).unsqueeze(1)).retrieve();
+    scores.softmax(-1).matmul(values.unsqueeze(1)).retrieve();
   }
   cx.compile(cuda());
   report(name, median_ms(cx, 3, 20) / layers);
@@ -432,9 +438,13 @@ int main(int argc, char** argv) {
     if (want(name.c_str())) attention(1, past, name.c_str(), DType::BF16);
   }
   if (want("attention_decode_32k_bf16_16_layers"))
-    attention_decode_layers(32768, 16, "attention_decode_32k_bf16_16_layers");
+    attention_decode_layers(32768, 16, false, "attention_decode_32k_bf16_16_layers");
   if (want("attention_decode_4k_bf16_16_layers"))
-    attention_decode_layers(4096, 16, "attention_decode_4k_bf16_16_layers");
+    attention_decode_layers(4096, 16, false, "attention_decode_4k_bf16_16_layers");
+  if (want("attention_decode_32k_bf16_16_layers_head_major"))
+    attention_decode_layers(32768, 16, true, "attention_decode_32k_bf16_16_layers_head_major");
+  if (want("attention_decode_4k_bf16_16_layers_head_major"))
+    attention_decode_layers(4096, 16, true, "attention_decode_4k_bf16_16_layers_head_major");
   if (!only.empty() && want("train_gpt2_small_bf16_ms")) train_gpt2_small();
   if (want("attention_prefill_4k")) attention(4096, 0, "attention_prefill_4k");
   if (want("attention_prefill_4k_bf16"))

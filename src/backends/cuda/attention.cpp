@@ -15,8 +15,8 @@
 // eight at a time whether masked or not (so no load waits for the mask); masked keys'
 // values are not read. When there are too few (kv point, tile) pairs to fill the GPU
 // (decoding: one per key head), the keys are split between blocks, each writes its rows'
-// max, sum and unnormalised output, and a second kernel combines them (flash-decoding;
-// the streaming kernel's last block of a tile combines its own).
+// max, sum and unnormalised output, and a second kernel combines them (flash-decoding:
+// lum_attention_combine, attention_common.cpp).
 #include "backends/cuda/attention.hpp"
 
 #include <algorithm>
@@ -253,7 +253,7 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention(const
     if (a.splits == 1) {
       LUM_AT_O::put(a.out, row_o[r] * LUM_AT_DV + j, red[r][j] / row_sum[r]);
     } else {
-      float* p = a.partials + (row_o[r] * a.splits + split) * (LUM_AT_DV + 2);
+      float* p = a.partials + (row_o[r] * a.splits + split) * kAtWidth;
       p[j] = red[r][j];
       if (j == 0) p[LUM_AT_DV] = row_max[r], p[LUM_AT_DV + 1] = row_sum[r];
     }
@@ -353,8 +353,7 @@ const Attention::Compiled& Attention::compiled(const std::string& key, const Com
         compile_cubin((mask ? mask->source : "") + source(), device_.arch() + (wgmma ? "a" : ""))
             .code);
     c.kernel = c.module->kernel(kernel);
-    const bool stream = kernel == "lum_attention_stream";
-    c.combine = c.module->kernel(stream ? "lum_attention_stream_combine" : "lum_attention_combine");
+    c.combine = c.module->kernel("lum_attention_combine");
     if (wgmma || kernel == "lum_attention_mma")
       c.mask_tiles = c.module->kernel("lum_attention_mask_tiles");
     c.shared_bytes = shared_bytes;
@@ -612,10 +611,9 @@ bool Attention::run(const ConcreteView& q, const void* q_data, DType q_type, con
     a.keys_per_split = (key_tiles + splits - 1) / splits * kernel->tile_keys;
     a.splits = (keys + a.keys_per_split - 1) / a.keys_per_split;
     if (a.splits > 1)
-      a.partials = static_cast<float*>(
-          grown(device_, partials_,
-                // (each a row's output, max and sum; 16-byte aligned for the streaming kernel)
-                static_cast<size_t>(out_rows * a.splits * (dv + 4)) * sizeof(float)));
+      a.partials = static_cast<float*>(grown(
+          device_, partials_,
+          static_cast<size_t>(out_rows * a.splits * attention_piece_floats(dv)) * sizeof(float)));
 
     void* params[] = {&a, &c.key_map, &c.value_map, &c.query_map};
     const std::span<void*> args(params, 1);

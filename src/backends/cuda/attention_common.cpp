@@ -25,6 +25,9 @@ struct LumAttnArgs {
   long long mask_dims[LUM_AT_MASK_DIMS];
   float scale, unused;
 };
+// A split's piece of a row in `partials`: its output, then its max and sum, padded to 16
+// bytes (the combine reads pieces 16 bytes at a time).
+constexpr int kAtWidth = (LUM_AT_DV + 2 + 3) / 4 * 4;
 // Whether mask row m keeps key t: m is the row's offset into the mask's bytes, or, where
 // the mask is computed from its index expression (LUM_AT_KEEP over lum_m, lum_t and the
 // dims LUM_AT_KEEP_DIMS declares), the row's coordinate (its offsets then count rows).
@@ -267,51 +270,90 @@ LUM_FN LumAtBlock lum_at_block(const LumAttnArgs& a) {
   return b;
 }
 
-// Split rows: each piece's output rescaled to the largest max, over the rescaled sums. A
-// piece without kept keys (max -inf, sum 0, output 0) weighs 0; a row without any comes
-// out NaN, as the decomposition's 0 / 0 does. A block per row: the first warp finds the
-// pieces' weights once, then warp w sums pieces w, w + warps, ... of the row's outputs
-// (its lanes along the row, so each piece is read whole and all at once), and the warps'
-// sums meet in shared memory.
+// The split pieces combined, after the kernel that wrote them: a block a row, whose warps take the
+// row's pieces in turn (warp w pieces w, w + warps, ...), a lane four elements of each.
+// All of a warp's loads for up to kHeld pieces go out before any is waited for, and the
+// first warp reads every piece's max and sum meanwhile: the pieces' weights (2^(their
+// max - the largest)) are ready about when the pieces are. The warps' sums meet in shared
+// memory. A piece without kept keys (max -inf, sum 0, output 0) weighs 0; a row without
+// any comes out NaN, as the decomposition's 0 / 0 does.
 extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS)
     lum_attention_combine(const float* __restrict__ partials, void* __restrict__ out,
-                          long long rows, long long splits) {
+                                 long long rows, long long splits) {
   lum_after_prior_grids();
   constexpr int kWarps = LUM_AT_THREADS / 32;
-  __shared__ float weight[LUM_AT_MAX_SPLITS];
-  __shared__ float part[kWarps][LUM_AT_DV];
+  constexpr int kOut = ((LUM_AT_DV + 3) / 4 + 31) / 32;  // a lane's 16-byte pieces of a row
+  constexpr int kHeld = kOut < 16 ? 16 / kOut : 1;  // pieces a warp has on their way
+  __shared__ float weight[LUM_AT_MAX_SPLITS], sums[LUM_AT_MAX_SPLITS];
+  __shared__ float4 part[kWarps][32 * kOut];
   __shared__ float scale;
-  const long long width = LUM_AT_DV + 2;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
-    const float* p = partials + row * splits * width;
-    if (tid < 32) {
-      float top = __int_as_float(0xff800000), total = 0.0f;
-      for (long long s = tid; s < splits; s += 32) top = fmaxf(top, p[s * width + LUM_AT_DV]);
-      for (int o = 16; o > 0; o >>= 1) top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, o));
-      for (long long s = tid; s < splits; s += 32) {
-        const float w = exp2f(p[s * width + LUM_AT_DV] - top);
-        weight[s] = w;
-        total = fmaf(w, p[s * width + LUM_AT_DV + 1], total);
-      }
-      for (int o = 16; o > 0; o >>= 1) total += __shfl_xor_sync(0xffffffffu, total, o);
-      if (tid == 0) scale = 1.0f / total;
-    }
-    __syncthreads();
-    for (int j = lane; j < LUM_AT_DV; j += 32) {
-      float o = 0.0f;
-#pragma unroll 8
-      for (long long s = warp; s < splits; s += kWarps) o = fmaf(weight[s], p[s * width + j], o);
-      part[warp][j] = o;
-    }
-    __syncthreads();
-    for (int j = tid; j < LUM_AT_DV; j += LUM_AT_THREADS) {
-      float o = 0.0f;
+    const float* p = partials + row * splits * kAtWidth;
+    float4 x[kHeld][kOut];
+    auto load = [&](long long first) {
 #pragma unroll
-      for (int w = 0; w < kWarps; ++w) o += part[w][j];
-      LUM_AT_O::put(out, row * LUM_AT_DV + j, o * scale);
+      for (int h = 0; h < kHeld; ++h)
+#pragma unroll
+        for (int i = 0; i < kOut; ++i) {
+          const long long s = first + h * kWarps;
+          x[h][i] = s < splits && 4 * (lane + 32 * i) < LUM_AT_DV
+                        ? __ldcg(reinterpret_cast<const float4*>(p + s * kAtWidth) + lane + 32 * i)
+                        : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+    };
+    load(warp);
+    if (warp == 0) {
+      float top = __int_as_float(0xff800000), total = 0.0f;
+      for (long long s = lane; s < splits; s += 32) {
+        const float2 ms = __ldcg(reinterpret_cast<const float2*>(p + s * kAtWidth + LUM_AT_DV));
+        weight[s] = ms.x, sums[s] = ms.y;
+        top = fmaxf(top, ms.x);
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, o));
+      for (long long s = lane; s < splits; s += 32) {
+        const float w = lum_at_exp2(weight[s] - top);
+        weight[s] = w;
+        total = fmaf(w, sums[s], total);
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) total += __shfl_xor_sync(0xffffffffu, total, o);
+      if (lane == 0) scale = 1.0f / total;
     }
-    __syncthreads();  // weight and part are rewritten for the next row
+    __syncthreads();
+    float4 o[kOut];
+#pragma unroll
+    for (int i = 0; i < kOut; ++i) o[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (long long first = warp;;) {
+#pragma unroll
+      for (int h = 0; h < kHeld; ++h) {
+        const long long s = first + h * kWarps;
+        const float w = s < splits ? weight[s] : 0.0f;
+#pragma unroll
+        for (int i = 0; i < kOut; ++i) {
+          o[i].x = fmaf(w, x[h][i].x, o[i].x), o[i].y = fmaf(w, x[h][i].y, o[i].y);
+          o[i].z = fmaf(w, x[h][i].z, o[i].z), o[i].w = fmaf(w, x[h][i].w, o[i].w);
+        }
+      }
+      first += kWarps * kHeld;
+      if (first >= splits) break;
+      load(first);
+    }
+#pragma unroll
+    for (int i = 0; i < kOut; ++i) part[warp][lane + 32 * i] = o[i];
+    __syncthreads();
+    for (int j = tid; 4 * j < LUM_AT_DV; j += LUM_AT_THREADS) {
+      float4 sum = part[0][j];
+#pragma unroll
+      for (int w = 1; w < kWarps; ++w)
+        sum.x += part[w][j].x, sum.y += part[w][j].y, sum.z += part[w][j].z, sum.w += part[w][j].w;
+      const float v[4] = {sum.x * scale, sum.y * scale, sum.z * scale, sum.w * scale};
+#pragma unroll
+      for (int e = 0; e < 4; ++e)  // (a last piece past the row's end holds its max and sum)
+        if (4 * j + e < LUM_AT_DV) LUM_AT_O::put(out, row * LUM_AT_DV + 4 * j + e, v[e]);
+    }
+    __syncthreads();  // weight, sums and part are rewritten for the next row
   }
 }
 )ATTN";
@@ -454,7 +496,7 @@ LUM_FN void lum_fa_store(const LumAttnArgs& a, const float (&o)[NV][4], const fl
 #endif
       }
     } else {
-      float* p = a.partials + (row_o[r] * a.splits + split) * (LUM_AT_DV + 2);
+      float* p = a.partials + (row_o[r] * a.splits + split) * kAtWidth;
 #pragma unroll
       for (int j = 0; j < NV; ++j) p[j * 8 + 2 * t4] = o[j][2 * h], p[j * 8 + 2 * t4 + 1] = o[j][2 * h + 1];
       if (t4 == 0) p[LUM_AT_DV] = m[h], p[LUM_AT_DV + 1] = l[h];

@@ -33,7 +33,7 @@ constexpr int64_t kMaskTileChunk = 8;
 struct AttentionArgs {
   const void *q, *k, *v, *mask;
   void* out;
-  float* partials;  // split rows' pieces: [row][split][Dv values, max, sum]
+  float* partials;  // split rows' pieces: [row][split][attention_piece_floats(Dv)]
   int64_t q_off, k_off, v_off, m_off;
   int64_t q_d, k_d, v_d;  // strides along the head dims
   int64_t k_t, v_t, m_t;  // strides along the keys
@@ -62,6 +62,12 @@ struct AttentionArgs {
   float scale;  // times log2(e): scores go through 2^x
   float unused;
 };
+
+/// Floats of a split's piece of a row: its Dv outputs, max and sum, padded to 16 bytes
+/// (the sources' kAtWidth).
+constexpr int64_t attention_piece_floats(int64_t dv) {
+  return (dv + 2 + 3) / 4 * 4;
+}
 
 /// The operand types and head dims every attention kernel is specialised to.
 struct AttentionOperands {

@@ -23,7 +23,8 @@
 // a 32k-position step's 44 (bench/results/cuda.md, the timeline of 2026-12-03). A kernel
 // of its own starts its blocks under the attention's tail (programmatic dependent
 // launch), a block a row, each sending all its loads at once: a layer of 16 took 0.0414
-// -> 0.0395 ms.
+// -> 0.0395 ms. The other attention kernels' splits are combined by the same kernel
+// (attention_common.cpp).
 #include "backends/cuda/attention_stream.hpp"
 
 #include <algorithm>
@@ -48,9 +49,6 @@ constexpr int kStSteps = kStKeys / kStKeysAStep;
 // fall in different banks).
 constexpr int kStKeyRow = LUM_AT_D * sizeof(lum_st_kt) + 16, kStValueRow = LUM_AT_DV * sizeof(lum_st_vt) + 16;
 constexpr int kStStage = kStKeys * (kStKeyRow + kStValueRow);
-// A split's piece of a row (its output, then its max and sum), padded to 16 bytes.
-constexpr int kStWidth = LUM_AT_DV + 4;
-static_assert(LUM_AT_DV % 4 == 0, "a row's pieces are read 16 bytes at a time");
 
 extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_stream(const LumAttnArgs a) {
   extern __shared__ __align__(16) unsigned char lum_st_buffer[];
@@ -341,96 +339,10 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_strea
     if (a.splits == 1) {
       LUM_AT_O::put(a.out, row_o[r] * LUM_AT_DV + j, out / sum);
     } else {
-      float* p = a.partials + (row_o[r] * a.splits + split) * kStWidth;
+      float* p = a.partials + (row_o[r] * a.splits + split) * kAtWidth;
       p[j] = out;
       if (j == 0) p[LUM_AT_DV] = top, p[LUM_AT_DV + 1] = sum;
     }
-  }
-}
-
-// The split pieces combined, after the kernel above: a block a row, whose warps take the
-// row's pieces in turn (warp w pieces w, w + warps, ...), a lane four elements of each.
-// All of a warp's loads for up to kHeld pieces go out before any is waited for, and the
-// first warp reads every piece's max and sum meanwhile: the pieces' weights (2^(their
-// max - the largest)) are ready about when the pieces are. The warps' sums meet in shared
-// memory. A piece without kept keys (max -inf, sum 0, output 0) weighs 0; a row without
-// any comes out NaN, as the decomposition's 0 / 0 does.
-extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS)
-    lum_attention_stream_combine(const float* __restrict__ partials, void* __restrict__ out,
-                                 long long rows, long long splits) {
-  lum_after_prior_grids();
-  constexpr int kWarps = LUM_AT_THREADS / 32;
-  constexpr int kOut = (LUM_AT_DV / 4 + 31) / 32;  // a lane's 16-byte pieces of a row
-  constexpr int kHeld = 16 / kOut;                  // pieces a warp has on their way
-  __shared__ float weight[LUM_AT_MAX_SPLITS], sums[LUM_AT_MAX_SPLITS];
-  __shared__ float4 part[kWarps][32 * kOut];
-  __shared__ float scale;
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
-    const float* p = partials + row * splits * kStWidth;
-    float4 x[kHeld][kOut];
-    auto load = [&](long long first) {
-#pragma unroll
-      for (int h = 0; h < kHeld; ++h)
-#pragma unroll
-        for (int i = 0; i < kOut; ++i) {
-          const long long s = first + h * kWarps;
-          x[h][i] = s < splits && 4 * (lane + 32 * i) < LUM_AT_DV
-                        ? __ldcg(reinterpret_cast<const float4*>(p + s * kStWidth) + lane + 32 * i)
-                        : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        }
-    };
-    load(warp);
-    if (warp == 0) {
-      float top = __int_as_float(0xff800000), total = 0.0f;
-      for (long long s = lane; s < splits; s += 32) {
-        const float2 ms = __ldcg(reinterpret_cast<const float2*>(p + s * kStWidth + LUM_AT_DV));
-        weight[s] = ms.x, sums[s] = ms.y;
-        top = fmaxf(top, ms.x);
-      }
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, o));
-      for (long long s = lane; s < splits; s += 32) {
-        const float w = lum_at_exp2(weight[s] - top);
-        weight[s] = w;
-        total = fmaf(w, sums[s], total);
-      }
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) total += __shfl_xor_sync(0xffffffffu, total, o);
-      if (lane == 0) scale = 1.0f / total;
-    }
-    __syncthreads();
-    float4 o[kOut];
-#pragma unroll
-    for (int i = 0; i < kOut; ++i) o[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    for (long long first = warp;;) {
-#pragma unroll
-      for (int h = 0; h < kHeld; ++h) {
-        const long long s = first + h * kWarps;
-        const float w = s < splits ? weight[s] : 0.0f;
-#pragma unroll
-        for (int i = 0; i < kOut; ++i) {
-          o[i].x = fmaf(w, x[h][i].x, o[i].x), o[i].y = fmaf(w, x[h][i].y, o[i].y);
-          o[i].z = fmaf(w, x[h][i].z, o[i].z), o[i].w = fmaf(w, x[h][i].w, o[i].w);
-        }
-      }
-      first += kWarps * kHeld;
-      if (first >= splits) break;
-      load(first);
-    }
-#pragma unroll
-    for (int i = 0; i < kOut; ++i) part[warp][lane + 32 * i] = o[i];
-    __syncthreads();
-    for (int j = tid; j < LUM_AT_DV / 4; j += LUM_AT_THREADS) {
-      float4 sum = part[0][j];
-#pragma unroll
-      for (int w = 1; w < kWarps; ++w)
-        sum.x += part[w][j].x, sum.y += part[w][j].y, sum.z += part[w][j].z, sum.w += part[w][j].w;
-      const long long at = row * LUM_AT_DV + 4 * j;
-      LUM_AT_O::put(out, at, sum.x * scale), LUM_AT_O::put(out, at + 1, sum.y * scale);
-      LUM_AT_O::put(out, at + 2, sum.z * scale), LUM_AT_O::put(out, at + 3, sum.w * scale);
-    }
-    __syncthreads();  // weight, sums and part are rewritten for the next row
   }
 }
 )ATTN";

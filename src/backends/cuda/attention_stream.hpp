@@ -2,8 +2,7 @@
 // Attention runs when few query rows share each key head (decoding, and prompts too
 // short for the tensor-core kernel) and every key and value row is read in 16-byte
 // pieces. Same parameter block and splits as the other two kernels
-// (attention_common.hpp); its split pieces are combined by a kernel of its own module
-// (lum_attention_stream_combine, the pieces padded to 16 bytes).
+// (attention_common.hpp), and the same combine of split pieces (lum_attention_combine).
 #pragma once
 
 #include <cstddef>
