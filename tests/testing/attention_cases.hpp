@@ -64,6 +64,7 @@ inline void expect_attention_matches_reference(const Backend& backend, const std
                          {2, 4, 1, 1000, 128, 128, 0, DType::F32},
                          {1, 4, 1, 700, 128, 128, 100, DType::F16},
                          {2, 2, 1, 50, 8, 8, 0, DType::F16},
+                         {2, 2, 1, 600, 12, 7, 0, DType::F32},  // split rows of 7 values
                          {1, 1, 300, 0, 128, 128, 0, DType::F16, DType::F16},
                          {1, 2, 80, 100, 256, 128, 0, DType::F16, DType::F16},
                          {2, 4, 40, 60, 64, 64, 0, DType::BF16, DType::BF16, true},
