@@ -255,7 +255,7 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention(const
     } else {
       float* p = a.partials + (row_o[r] * a.splits + split) * kAtWidth;
       p[j] = red[r][j];
-      if (j == 0) p[LUM_AT_DV] = row_max[r], p[LUM_AT_DV + 1] = row_sum[r];
+      if (j == 0) p[kAtMax] = row_max[r], p[kAtMax + 1] = row_sum[r];
     }
   }
 }

@@ -25,9 +25,10 @@ struct LumAttnArgs {
   long long mask_dims[LUM_AT_MASK_DIMS];
   float scale, unused;
 };
-// A split's piece of a row in `partials`: its output, then its max and sum, padded to 16
-// bytes (the combine reads pieces 16 bytes at a time).
-constexpr int kAtWidth = (LUM_AT_DV + 2 + 3) / 4 * 4;
+// A split's piece of a row in `partials`: its output, then its max and sum (from an even
+// float, read as one float2), padded to 16 bytes (the combine reads pieces 16 bytes at a
+// time).
+constexpr int kAtMax = (LUM_AT_DV + 1) / 2 * 2, kAtWidth = (kAtMax + 2 + 3) / 4 * 4;
 // Whether mask row m keeps key t: m is the row's offset into the mask's bytes, or, where
 // the mask is computed from its index expression (LUM_AT_KEEP over lum_m, lum_t and the
 // dims LUM_AT_KEEP_DIMS declares), the row's coordinate (its offsets then count rows).
@@ -306,7 +307,7 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS)
     if (warp == 0) {
       float top = __int_as_float(0xff800000), total = 0.0f;
       for (long long s = lane; s < splits; s += 32) {
-        const float2 ms = __ldcg(reinterpret_cast<const float2*>(p + s * kAtWidth + LUM_AT_DV));
+        const float2 ms = __ldcg(reinterpret_cast<const float2*>(p + s * kAtWidth + kAtMax));
         weight[s] = ms.x, sums[s] = ms.y;
         top = fmaxf(top, ms.x);
       }
@@ -350,7 +351,7 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS)
         sum.x += part[w][j].x, sum.y += part[w][j].y, sum.z += part[w][j].z, sum.w += part[w][j].w;
       const float v[4] = {sum.x * scale, sum.y * scale, sum.z * scale, sum.w * scale};
 #pragma unroll
-      for (int e = 0; e < 4; ++e)  // (a last piece past the row's end holds its max and sum)
+      for (int e = 0; e < 4; ++e)  // (a row's last piece may run into its max and sum)
         if (4 * j + e < LUM_AT_DV) LUM_AT_O::put(out, row * LUM_AT_DV + 4 * j + e, v[e]);
     }
     __syncthreads();  // weight, sums and part are rewritten for the next row
@@ -499,7 +500,7 @@ LUM_FN void lum_fa_store(const LumAttnArgs& a, const float (&o)[NV][4], const fl
       float* p = a.partials + (row_o[r] * a.splits + split) * kAtWidth;
 #pragma unroll
       for (int j = 0; j < NV; ++j) p[j * 8 + 2 * t4] = o[j][2 * h], p[j * 8 + 2 * t4 + 1] = o[j][2 * h + 1];
-      if (t4 == 0) p[LUM_AT_DV] = m[h], p[LUM_AT_DV + 1] = l[h];
+      if (t4 == 0) p[kAtMax] = m[h], p[kAtMax + 1] = l[h];
     }
   }
 }

@@ -63,10 +63,10 @@ struct AttentionArgs {
   float unused;
 };
 
-/// Floats of a split's piece of a row: its Dv outputs, max and sum, padded to 16 bytes
-/// (the sources' kAtWidth).
+/// Floats of a split's piece of a row: its Dv outputs, max and sum (from an even float),
+/// padded to 16 bytes (the sources' kAtWidth).
 constexpr int64_t attention_piece_floats(int64_t dv) {
-  return (dv + 2 + 3) / 4 * 4;
+  return ((dv + 1) / 2 * 2 + 2 + 3) / 4 * 4;
 }
 
 /// The operand types and head dims every attention kernel is specialised to.

@@ -341,7 +341,7 @@ extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS) lum_attention_strea
     } else {
       float* p = a.partials + (row_o[r] * a.splits + split) * kAtWidth;
       p[j] = out;
-      if (j == 0) p[LUM_AT_DV] = top, p[LUM_AT_DV + 1] = sum;
+      if (j == 0) p[kAtMax] = top, p[kAtMax + 1] = sum;
     }
   }
 }
