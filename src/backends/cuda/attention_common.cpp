@@ -271,8 +271,9 @@ LUM_FN LumAtBlock lum_at_block(const LumAttnArgs& a) {
   return b;
 }
 
-// The split pieces combined, after the kernel that wrote them: a block a row, whose warps take the
-// row's pieces in turn (warp w pieces w, w + warps, ...), a lane four elements of each.
+// The split pieces combined, after the kernel that wrote them: a block a row, whose warps
+// take the row's pieces in turn (warp w pieces w, w + warps, ...), a lane four elements of
+// each.
 // All of a warp's loads for up to kHeld pieces go out before any is waited for, and the
 // first warp reads every piece's max and sum meanwhile: the pieces' weights (2^(their
 // max - the largest)) are ready about when the pieces are. The warps' sums meet in shared
@@ -280,7 +281,7 @@ LUM_FN LumAtBlock lum_at_block(const LumAttnArgs& a) {
 // any comes out NaN, as the decomposition's 0 / 0 does.
 extern "C" __global__ void __launch_bounds__(LUM_AT_THREADS)
     lum_attention_combine(const float* __restrict__ partials, void* __restrict__ out,
-                                 long long rows, long long splits) {
+                          long long rows, long long splits) {
   lum_after_prior_grids();
   constexpr int kWarps = LUM_AT_THREADS / 32;
   constexpr int kOut = ((LUM_AT_DV + 3) / 4 + 31) / 32;  // a lane's 16-byte pieces of a row
