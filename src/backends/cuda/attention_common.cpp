@@ -25,10 +25,9 @@ struct LumAttnArgs {
   long long mask_dims[LUM_AT_MASK_DIMS];
   float scale, unused;
 };
-// A split's piece of a row in `partials`: its output, then its max and sum (from an even
-// float, read as one float2), padded to 16 bytes (the combine reads pieces 16 bytes at a
-// time).
-constexpr int kAtMax = (LUM_AT_DV + 1) / 2 * 2, kAtWidth = (kAtMax + 2 + 3) / 4 * 4;
+// A split's piece of a row in `partials` (attention_piece_floats): its outputs, its max
+// and sum from float kAtMax, kAtWidth floats in all.
+constexpr int kAtMax = LUM_AT_PIECE_MAX, kAtWidth = LUM_AT_PIECE_FLOATS;
 // Whether mask row m keeps key t: m is the row's offset into the mask's bytes, or, where
 // the mask is computed from its index expression (LUM_AT_KEEP over lum_m, lum_t and the
 // dims LUM_AT_KEEP_DIMS declares), the row's coordinate (its offsets then count rows).
@@ -273,9 +272,8 @@ LUM_FN LumAtBlock lum_at_block(const LumAttnArgs& a) {
 
 // The split pieces combined, after the kernel that wrote them: a block a row, whose warps
 // take the row's pieces in turn (warp w pieces w, w + warps, ...), a lane four elements of
-// each.
-// All of a warp's loads for up to kHeld pieces go out before any is waited for, and the
-// first warp reads every piece's max and sum meanwhile: the pieces' weights (2^(their
+// each. All of a warp's loads for up to kHeld pieces go out before any is waited for, and
+// the first warp reads every piece's max and sum meanwhile: the pieces' weights (2^(their
 // max - the largest)) are ready about when the pieces are. The warps' sums meet in shared
 // memory. A piece without kept keys (max -inf, sum 0, output 0) weighs 0; a row without
 // any comes out NaN, as the decomposition's 0 / 0 does.
@@ -574,6 +572,8 @@ std::string attention_program(const AttentionOperands& operands,
   define("LUM_AT_O", element(operands.out));
   define("LUM_AT_D", std::to_string(operands.d));
   define("LUM_AT_DV", std::to_string(operands.dv));
+  define("LUM_AT_PIECE_MAX", std::to_string(attention_piece_max(operands.dv)));
+  define("LUM_AT_PIECE_FLOATS", std::to_string(attention_piece_floats(operands.dv)));
   define("LUM_AT_THREADS", std::to_string(threads));
   define("LUM_AT_MAX_SPLITS", std::to_string(kAttentionMaxSplits));
   define("LUM_FA_MASK_CHUNK", std::to_string(kMaskTileChunk));

@@ -63,10 +63,15 @@ struct AttentionArgs {
   float unused;
 };
 
-/// Floats of a split's piece of a row: its Dv outputs, max and sum (from an even float),
-/// padded to 16 bytes (the sources' kAtWidth).
+/// A split's piece of a row in `partials`: its Dv outputs, then its max and sum from the
+/// float at attention_piece_max (even: read as one float2), padded to 16 bytes (the
+/// combine reads pieces 16 bytes at a time). Given to the sources as LUM_AT_PIECE_MAX and
+/// LUM_AT_PIECE_FLOATS.
+constexpr int64_t attention_piece_max(int64_t dv) {
+  return (dv + 1) / 2 * 2;
+}
 constexpr int64_t attention_piece_floats(int64_t dv) {
-  return ((dv + 1) / 2 * 2 + 2 + 3) / 4 * 4;
+  return (attention_piece_max(dv) + 2 + 3) / 4 * 4;
 }
 
 /// The operand types and head dims every attention kernel is specialised to.
