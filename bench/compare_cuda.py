@@ -224,6 +224,18 @@ def main():
                        "compile": bench(lambda c=torch.compile(gelu): c(g))}
         bytes_moved[case] = 2 * g.numel() * g.element_size()
         del g
+    # A gated MLP's activation over a 4096-token prompt, SiLU(gate) * up, bf16.
+    case = "swiglu_bf16_4096x14336"
+    if want(case):
+        gate = torch.randn(4096, 14336, device=dev).bfloat16()
+        up = torch.randn(4096, 14336, device=dev).bfloat16()
+
+        def swiglu(a, b):
+            return torch.nn.functional.silu(a) * b
+        peers[case] = {"eager": bench(lambda: swiglu(gate, up)),
+                       "compile": bench(lambda c=torch.compile(swiglu): c(gate, up))}
+        bytes_moved[case] = 3 * gate.numel() * gate.element_size()
+        del gate, up
     del x, y
     torch.cuda.empty_cache()
     out = subprocess.run([exe] + ([only] if only else []), capture_output=True, text=True)

@@ -129,15 +129,15 @@ class KernelWriter : public runtime::ElementWriter {
         << "; lum_o < lum_n; lum_o += lum_step) {\n";
   }
 
-  // Each thread takes kMapElements output elements a round and first loads, for all of
-  // them, every input read at the output's own element: several loads are in flight at
-  // once, where a body with a branch (sinf's slow path) would otherwise keep the next
-  // element's load behind it. Other reads load in place. Where the output and those
-  // inputs are aligned to kMapElements elements (as the arena's buffers are), a thread's
-  // elements are adjacent and move as one vector each (16 bytes for f32): a quarter of
+  // Each thread takes kMapVectors x kMapElements output elements a round and first loads,
+  // for all of them, every input read at the output's own element: several loads are in
+  // flight at once, where a body with a branch (sinf's slow path) would otherwise keep
+  // the next element's load behind it. Other reads load in place. Where the output and
+  // those inputs are aligned to kMapElements elements (as the arena's buffers are), a
+  // vector's elements are adjacent and move as one load (16 bytes for f32): a quarter of
   // the memory instructions (and for a kernel that reads nothing whole, such as a mask's
-  // Iota of bytes, one 4-byte store for four). Elsewhere they are a grid stride apart,
-  // each loaded alone.
+  // Iota of bytes, one 4-byte store for four); a thread's vectors lie a block's width
+  // apart. Elsewhere its elements are a grid stride apart, each loaded alone.
   void write_map(const Node& root, Expr& threads) {
     const Expr elements = product(root.shape);
     note_vars(elements);
@@ -167,8 +167,9 @@ class KernelWriter : public runtime::ElementWriter {
                                                  ? render("lum_o0", "lum_u")
                                                  : std::pair{body, store};
     const std::string vec = "lum_vec<" + output_type() + ", " + std::to_string(kMapElements) + ">";
-    // A thread takes kMapElements elements a round: the launch needs no more threads.
-    threads = ceil_div(elements, Expr::constant(kMapElements));
+    // A thread takes kMapVectors x kMapElements elements a round: the launch needs no
+    // more threads.
+    threads = ceil_div(elements, Expr::constant(kMapVectors * kMapElements));
     os_ << "  const int64_t lum_n = " << elements.to_c() << ";\n"
         << "  const int64_t lum_step = (int64_t)gridDim.x * blockDim.x;\n"
         << "  const int64_t lum_t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;\n"
@@ -184,16 +185,29 @@ class KernelWriter : public runtime::ElementWriter {
         << kStreamBytes / static_cast<int64_t>(element_bytes) << ";\n"
         << "    const int64_t lum_whole = lum_n / " << kMapElements << " * " << kMapElements
         << ";\n"
-        << "    for (int64_t lum_o0 = lum_t * " << kMapElements
-        << "; lum_o0 < lum_whole; lum_o0 += " << kMapElements << " * lum_step) {\n";
+        << "    const int64_t lum_apart = (int64_t)blockDim.x * " << kMapElements << ";\n"
+        << "    for (int64_t lum_b = ((int64_t)blockIdx.x * blockDim.x * " << kMapVectors
+        << " + threadIdx.x) * " << kMapElements
+        << "; lum_b < lum_whole; lum_b += " << kMapVectors * kMapElements << " * lum_step) {\n";
     for (const auto& [n, buffer] : preloaded_)
-      os_ << "      const auto lum_v" << n << " = lum_load_vec<" << kMapElements << ">(" << buffer
-          << " + lum_o0, lum_stream);\n";
+      os_ << "      lum_vec<" << input_type(read_index(NodeId{n})) << ", " << kMapElements
+          << "> lum_a" << n << "[" << kMapVectors << "];\n";
+    os_ << "#pragma unroll\n      for (int lum_h = 0; lum_h < " << kMapVectors << "; ++lum_h)\n"
+        << "        if (lum_b + lum_h * lum_apart < lum_whole) {\n";
+    for (const auto& [n, buffer] : preloaded_)
+      os_ << "          lum_a" << n << "[lum_h] = lum_load_vec<" << kMapElements << ">(" << buffer
+          << " + lum_b + lum_h * lum_apart, lum_stream);\n";
+    os_ << "        }\n"
+        << "#pragma unroll\n      for (int lum_h = 0; lum_h < " << kMapVectors << "; ++lum_h) {\n"
+        << "      const int64_t lum_o0 = lum_b + lum_h * lum_apart;\n"
+        << "      if (lum_o0 >= lum_whole) break;\n";
+    for (const auto& [n, buffer] : preloaded_)
+      os_ << "      const auto& lum_v" << n << " = lum_a" << n << "[lum_h];\n";
     os_ << "      " << vec << " lum_r;\n"
         << "#pragma unroll\n      for (int lum_u = 0; lum_u < " << kMapElements << "; ++lum_u) {\n"
         << "      const int64_t lum_o = lum_o0 + lum_u;\n"
         << vector_body << "      lum_r.v[lum_u] = " << vector_store << ";\n      }\n"
-        << "      lum_store_vec(out + lum_o0, lum_r, lum_stream);\n    }\n"
+        << "      lum_store_vec(out + lum_o0, lum_r, lum_stream);\n      }\n    }\n"
         << "    for (int64_t lum_o = lum_whole + lum_t; lum_o < lum_n; lum_o += lum_step) {\n"
         << "      const int lum_u = 0;\n      (void)lum_u;\n";
     declare_preloaded("      ");
@@ -318,6 +332,12 @@ class KernelWriter : public runtime::ElementWriter {
   // Four measured best on an H100 for the 8-op chain over 256M f32: 0.832 ms (89% of
   // copy) against 0.97 at one and 0.86 at eight (bench/results/cuda.md).
   static constexpr int kMapElements = 4;
+  // Vectors a thread loads before computing any, a block's width apart (a block's loads
+  // one contiguous stretch), in a grid that takes every element in one pass
+  // (bench/results/cuda.md, 2026-12-04): on an H200 the 8-op chain over 256M f32 took
+  // 0.552-0.557 ms against 0.572-0.575 at one vector in a grid of 16 blocks an SM; bf16
+  // GELU and SwiGLU gained too, and 32 bytes a thread (four bf16 vectors) did no better.
+  static constexpr int kMapVectors = 2;
   // Bytes (read and written) past which an elementwise kernel's vectors take the
   // evict-first path: well beyond the L2 of any GPU it runs on (50 MB on an H100), where
   // keeping them would only push out what the next kernels read. 0.80 -> 0.776 ms on the

@@ -693,7 +693,11 @@ class CudaExecutable final : public Executable {
       block = cudagen::row_block(l.row_threads.eval(user.dims()));
       blocks = threads;
     }
-    const int64_t most = int64_t{device_->multiprocessors()} * (4096 / block);
+    // A map takes its elements in one pass (codegen's kMapVectors); other kernels loop
+    // over what a grid of 16 blocks of 256 an SM leaves.
+    const int64_t most = l.shape == KernelShape::Map
+                             ? int64_t{0x7fffffff}
+                             : int64_t{device_->multiprocessors()} * (4096 / block);
     const int64_t grid =
         l.shape == KernelShape::Maps ? member_blocks : std::clamp<int64_t>(blocks, 1, most);
     if (const cudaError_t e = device_->launch(
