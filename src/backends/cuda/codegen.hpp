@@ -55,7 +55,7 @@ struct KernelLaunch {
   KernelShape shape = KernelShape::Library;
   std::string function;          // the __global__ function (identical kernels share one)
   std::string scatter_function;  // a Scatter's ordered second kernel
-  // Map: output elements / 4 (a thread takes four a round); Reduce: output elements x 32
+  // Map: output elements / 8 (a thread takes two vectors of four); Reduce: output elements x 32
   // (a warp each), or across rows kMaxBlock a group of eight outputs; Rows: rows (a
   // block each); Maps: unused (see member_threads).
   Expr threads;
