@@ -31,6 +31,12 @@ std::vector<float> random_floats(size_t n, uint32_t seed) {
   return v;
 }
 
+// random_floats(n, seed) stored as `type`.
+Buffer random_buffer(size_t n, uint32_t seed, DType type) {
+  const std::vector<float> v = random_floats(n, seed);
+  return Buffer::from_doubles(std::vector<double>(v.begin(), v.end()), type);
+}
+
 // Median device time of `runs` executions after `warmup` ones.
 double median_ms(Graph& cx, int warmup, int runs) {
   for (int i = 0; i < warmup; ++i) cx.execute();
@@ -149,10 +155,8 @@ void qgemv(int64_t k, int64_t n, const char* name) {
   Tensor x = cx.named_tensor("x", {1, k});
   Tensor w = cx.named_tensor("w", {n, k});
   x.set(random_floats(static_cast<size_t>(k), 5));
-  const std::vector<float> values = random_floats(static_cast<size_t>(n * k), 6);
-  Buffer raw(DType::U8, values.size() * 2);
-  const Buffer bf16 =
-      Buffer::from_doubles(std::vector<double>(values.begin(), values.end()), DType::BF16);
+  const Buffer bf16 = random_buffer(static_cast<size_t>(n * k), 6, DType::BF16);
+  Buffer raw(DType::U8, bf16.bytes());
   std::memcpy(raw.data(), bf16.data(), raw.bytes());
   w.set_quantized(30, std::move(raw));  // ggml BF16
   x.matmul(w.permute({1, 0})).retrieve();
@@ -196,8 +200,7 @@ void attention(int64_t seq, int64_t past, const char* name, DType compute = DTyp
   Tensor q = cx.named_tensor("q", {kv, group, seq, d}, compute);
   Tensor k = cx.named_tensor("k", {total, kv, d}, cache);
   Tensor v = cx.named_tensor("v", {total, kv, d}, cache);
-  const std::vector<float> qx = random_floats(static_cast<size_t>(kv * group * seq * d), 8);
-  q.set_buffer(Buffer::from_doubles(std::vector<double>(qx.begin(), qx.end()), compute));
+  q.set_buffer(random_buffer(static_cast<size_t>(kv * group * seq * d), 8, compute));
   k.set_buffer(
       Buffer::from_doubles(std::vector<double>(static_cast<size_t>(total * kv * d), 0.01), cache));
   v.set_buffer(
@@ -221,8 +224,7 @@ void attention(int64_t seq, int64_t past, const char* name, DType compute = DTyp
 void attention_decode_layers(int64_t past, int layers, bool head_major, const char* name) {
   const int64_t kv = 8, group = 4, d = 128, total = past + 1;
   Graph cx;
-  const std::vector<float> qx = random_floats(static_cast<size_t>(kv * group * d), 8);
-  const Buffer qb = Buffer::from_doubles(std::vector<double>(qx.begin(), qx.end()), DType::BF16);
+  const Buffer qb = random_buffer(static_cast<size_t>(kv * group * d), 8, DType::BF16);
   const Buffer kb = Buffer::from_doubles(
       std::vector<double>(static_cast<size_t>(total * kv * d), 0.01), DType::BF16);
   const Buffer vb = Buffer::from_doubles(
@@ -256,8 +258,7 @@ void attention_short_sequences() {
   std::vector<Tensor> qkv;
   for (const char* name : {"q", "k", "v"}) {
     Tensor t = cx.named_tensor(name, {batch, heads, seq, d}, DType::BF16);
-    const std::vector<float> x = random_floats(static_cast<size_t>(batch * heads * seq * d), 9);
-    t.set_buffer(Buffer::from_doubles(std::vector<double>(x.begin(), x.end()), DType::BF16));
+    t.set_buffer(random_buffer(static_cast<size_t>(batch * heads * seq * d), 9, DType::BF16));
     qkv.push_back(t);
   }
   Tensor scores = qkv[0].matmul(qkv[1].transpose(-1, -2)) * (1.0 / std::sqrt(double(d)));
@@ -333,8 +334,7 @@ void gelu_bf16() {
   const int64_t rows = 8192, cols = 4096;
   Graph cx;
   Tensor x = cx.named_tensor("x", {rows, cols}, DType::BF16);
-  const std::vector<float> v = random_floats(static_cast<size_t>(rows * cols), 6);
-  x.set_buffer(Buffer::from_doubles(std::vector<double>(v.begin(), v.end()), DType::BF16));
+  x.set_buffer(random_buffer(static_cast<size_t>(rows * cols), 6, DType::BF16));
   x.gelu().retrieve();
   cx.compile(cuda());
   report("gelu_bf16_8192x4096", median_ms(cx, 3, 20));
@@ -347,10 +347,8 @@ void swiglu_bf16() {
   Graph cx;
   Tensor gate = cx.named_tensor("gate", {rows, cols}, DType::BF16);
   Tensor up = cx.named_tensor("up", {rows, cols}, DType::BF16);
-  for (auto [t, seed] : {std::pair{&gate, 11u}, std::pair{&up, 12u}}) {
-    const std::vector<float> v = random_floats(static_cast<size_t>(rows * cols), seed);
-    t->set_buffer(Buffer::from_doubles(std::vector<double>(v.begin(), v.end()), DType::BF16));
-  }
+  gate.set_buffer(random_buffer(static_cast<size_t>(rows * cols), 11, DType::BF16));
+  up.set_buffer(random_buffer(static_cast<size_t>(rows * cols), 12, DType::BF16));
   (gate.silu() * up).retrieve();
   cx.compile(cuda());
   report("swiglu_bf16_4096x14336", median_ms(cx, 3, 20));
