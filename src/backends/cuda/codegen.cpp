@@ -190,8 +190,7 @@ class KernelWriter : public runtime::ElementWriter {
         << " + threadIdx.x) * " << kMapElements
         << "; lum_b < lum_whole; lum_b += " << kMapVectors * kMapElements << " * lum_step) {\n";
     for (const auto& [n, buffer] : preloaded_)
-      os_ << "      lum_vec<" << input_type(read_index(NodeId{n})) << ", " << kMapElements
-          << "> lum_a" << n << "[" << kMapVectors << "];\n";
+      os_ << "      " << preloaded_vec(n) << " lum_a" << n << "[" << kMapVectors << "];\n";
     os_ << "#pragma unroll\n      for (int lum_h = 0; lum_h < " << kMapVectors << "; ++lum_h)\n"
         << "        if (lum_b + lum_h * lum_apart < lum_whole) {\n";
     for (const auto& [n, buffer] : preloaded_)
@@ -311,11 +310,15 @@ class KernelWriter : public runtime::ElementWriter {
   int64_t shared_budget_ = kMaxSharedValues;
   bool filling_shared_ = false;  // while write_shared_values fills them
 
+  // A preloaded input's holder of kMapElements elements.
+  std::string preloaded_vec(uint32_t n) const {
+    return "lum_vec<" + input_type(read_index(NodeId{n})) + ", " + std::to_string(kMapElements) +
+           ">";
+  }
   // The preloaded inputs' element holders, filled one element at a time.
   void declare_preloaded(const std::string& indent) {
     for (const auto& [n, buffer] : preloaded_)
-      os_ << indent << "lum_vec<" << input_type(read_index(NodeId{n})) << ", " << kMapElements
-          << "> lum_v" << n << ";\n";
+      os_ << indent << preloaded_vec(n) << " lum_v" << n << ";\n";
   }
 
   // In write_map: a whole plain input read at the output's own element is preloaded.
