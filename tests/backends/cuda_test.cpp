@@ -1311,6 +1311,16 @@ TEST(Cuda, QueuedRunsFeedEachOtherOnTheDevice) {
   cg.execute_queued();
   cg.wait();
   EXPECT_EQ(picked.to_f32(), (std::vector<float>{rows[3], rows[0]}));  // (flat indices)
+  // A good run queued behind a failing one: the failure is reported once (by the call
+  // that settles it), and the run after it, which copied back the same error words, does
+  // not report it again.
+  ids.set(std::vector<int32_t>{20, 1});
+  cg.execute_queued();
+  ids.set(std::vector<int32_t>{2, 1});
+  testing::expect_error([&] { cg.execute_queued(); },
+                        {"Gather", "index 20 at position 0", "out of range"});
+  cg.wait();
+  EXPECT_EQ(picked.to_f32(), (std::vector<float>{rows[2], rows[1]}));
 }
 
 // top_k on the GPU against a full stable sort: vocabulary-sized rows and short ones (a
@@ -1811,6 +1821,12 @@ TEST(Cuda, AnOutOfRangeGatherIndexIsAnError) {
   cx.compile(cuda());
   testing::expect_error([&] { cx.execute(); },
                         {"Gather", "index 20 at position 1", "out of range"});
+  // The next runs start clean, and fail again where their own indices are out of range.
+  ids.set(std::vector<int32_t>{3, 0});
+  cx.execute();
+  ids.set(std::vector<int32_t>{-1, 2});
+  testing::expect_error([&] { cx.execute(); },
+                        {"Gather", "index -1 at position 0", "out of range"});
   // ... also as the second kernel of a map group, which reports it in its own slot.
   Graph cg;
   Tensor table2 = cg.named_tensor("table", {4, 3});
