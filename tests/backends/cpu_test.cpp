@@ -134,6 +134,7 @@ TEST(Cpu, F32ByF16ProductsMatchTheReference) {
 
 TEST(Cpu, RowOpsMatchTheReference) {
   testing::expect_row_ops_match_reference(cpu());
+  testing::expect_few_long_rows_match_reference(cpu());
 }
 
 TEST(Cpu, RandomGraphsMatchTheReference) {

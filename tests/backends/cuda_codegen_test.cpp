@@ -242,6 +242,34 @@ TEST(CudaCodegen, RowOpsCompileForHopper) {
   testing::expect_row_ops_match_reference(testing::NvrtcOnly());
 }
 
+// A row group over at most 16 rows of a known count, each 16384 or more long, spreads each
+// row over a cluster of blocks (the function declares its cluster); more rows, shorter
+// ones or a row count known only at run time keep a block a row. The kernels compile for
+// Hopper (clusters) and Turing (none).
+TEST(CudaCodegen, FewLongRowsSpreadOverClusters) {
+  for (const auto& [rows, len, symbolic, spread] :
+       std::vector<std::tuple<int64_t, int64_t, bool, bool>>{{1, 128256, false, true},
+                                                             {16, 16384, false, true},
+                                                             {17, 16384, false, false},
+                                                             {1, 8192, false, false},
+                                                             {1, 128256, true, false}}) {
+    Graph cx;
+    if (symbolic) cx.set_dim("rows", rows);
+    const Expr count = symbolic ? Expr::var("rows") : Expr(rows);
+    cx.named_tensor("x", {count, len}).softmax(1).retrieve();
+    const cudagen::CudaSource src = planned_source(cx);
+    const auto group = std::find_if(src.launches.begin(), src.launches.end(),
+                                    [](const auto& l) { return l.shape == KernelShape::Rows; });
+    ASSERT_NE(group, src.launches.end()) << rows << " x " << len;
+    EXPECT_EQ(group->spread, spread) << rows << " x " << len;
+    EXPECT_EQ(src.code.find("LUM_ROW_CLUSTER lum_kernel") != std::string::npos, spread)
+        << rows << " x " << len;
+    for (const char* arch : {"sm_90", "sm_75"})
+      EXPECT_FALSE(cudagen::compile_cubin(src.code, arch).code.empty()) << arch;
+  }
+  testing::expect_few_long_rows_match_reference(testing::NvrtcOnly());
+}
+
 TEST(CudaCodegen, OneRowProductAndViewCopyKernelsCompileForHopper) {
   EXPECT_FALSE(cudagen::compile_cubin(cudagen::gemv_source({std::begin(cudagen::kGemvShapes),
                                                             std::end(cudagen::kGemvShapes)}),

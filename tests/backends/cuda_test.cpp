@@ -234,6 +234,11 @@ TEST(Cuda, RowOpsMatchTheReference) {
   testing::expect_row_ops_match_reference(cuda());
 }
 
+TEST(Cuda, FewLongRowsMatchTheReference) {
+  SKIP_WITHOUT_GPU();
+  testing::expect_few_long_rows_match_reference(cuda());
+}
+
 // Rounding to bf16 and f16 in a kernel, both where a value is stored and where it stays in
 // a register for the next op, gives the reference's bits: every sign and exponent of f32
 // with the mantissas at and around each format's halfway points, and random ones.

@@ -73,4 +73,37 @@ inline void expect_row_ops_match_reference(const Backend& backend) {
     }
 }
 
+// Row ops and whole-row reductions over a few rows of known count, long ones: the CUDA
+// backend spreads each over a cluster of blocks where the rows are at most 16 and at
+// least 16384 long ([1, 128256], a vocabulary's logits; [3, 40009], an odd length;
+// [16, 16384], the most rows), and not past that ([17, 16384]). Against the reference:
+// softmax, log-softmax and LayerNorm (chains of reductions), argmax (a max, then the
+// first index holding it), sum and max.
+inline void expect_few_long_rows_match_reference(const Backend& backend) {
+  std::mt19937 rng(12);
+  for (const auto& [rows, len] : std::vector<std::pair<int64_t, int64_t>>{
+           {1, 128256}, {3, 40009}, {16, 16384}, {17, 16384}}) {
+    Graph cx;
+    Tensor x = cx.named_tensor("x", {rows, len});
+    x.set(uniform_floats(rng, static_cast<size_t>(rows * len), -3.0f, 3.0f));
+    const std::vector<std::string> names = {"softmax", "log_softmax", "layer_norm",
+                                            "argmax",  "sum",         "max"};
+    std::vector<Tensor> outs = {
+        x.softmax(1).retrieve(),      x.log_softmax(1).retrieve(),
+        x.layer_norm({1}).retrieve(), x.argmax(1).cast(DType::F32).retrieve(),
+        x.sum({1}).retrieve(),        x.max({1}).retrieve()};
+    const auto want = run_outputs(cx, reference(), outs);
+    const auto got_all = run_outputs(cx, backend, outs);
+    for (size_t i = 0; i < outs.size(); ++i) {
+      const std::vector<float>& got = got_all[i];
+      ASSERT_EQ(got.size(), want[i].size());
+      // (A sum of len terms up to 3 in f32, in another order: within len f32 units of 3.)
+      const double slack = names[i] == "sum" ? 3e-7 * static_cast<double>(len) : 0.0;
+      for (size_t k = 0; k < got.size(); ++k)
+        ASSERT_NEAR(got[k], want[i][k], slack + 1e-4 * (1 + std::fabs(want[i][k])))
+            << names[i] << " over [" << rows << ", " << len << "], element " << k;
+    }
+  }
+}
+
 }  // namespace luminal::testing

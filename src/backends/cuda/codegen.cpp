@@ -488,6 +488,10 @@ RowRole row_role(const Graph& g, const compiler::Kernel& k, const Rows& rows) {
 // bias) is loaded in pieces once a block, before its first row (lum_wv<node>[step]),
 // where the registers allow (else RowInRegisters: read from memory where used).
 enum class RowCache { Registers, RowInRegisters, Shared, None };
+// Rows spread over a cluster of blocks: at most kSpreadRows of them (the grid, a cluster a
+// row, stays within one wave), each at least kSpreadLength long (eight elements or more
+// for every thread of the cluster's blocks: a vocabulary's logits, not a hidden state).
+constexpr int64_t kSpreadRows = 16, kSpreadLength = 8 * kRowSpread * kMaxBlock;
 // At most kRegisterSteps pieces of a row a thread, and kMaxRegisterBytes of them in all
 // (64 registers a thread).
 constexpr int64_t kRegisterSteps = 8, kMaxRegisterBytes = 256;
@@ -515,7 +519,8 @@ class RowMemberWriter : public runtime::ElementWriter {
  public:
   RowMemberWriter(const Graph& g, const compiler::KernelPlan& plan, const compiler::Kernel& k,
                   size_t member, const Rows& rows, bool cache, int steps, int adjacent,
-                  std::optional<int64_t> block, const std::map<uint32_t, std::string>& held,
+                  std::optional<int64_t> block, bool spread,
+                  const std::map<uint32_t, std::string>& held,
                   std::map<uint32_t, CachedRead>& cached, std::map<uint32_t, CachedRead>* invariant)
       : ElementWriter(g, plan, k),
         member_(member),
@@ -524,6 +529,7 @@ class RowMemberWriter : public runtime::ElementWriter {
         steps_(steps),
         adjacent_(adjacent),
         block_(block),
+        spread_(spread),
         held_(held),
         cached_(cached),
         invariant_(invariant) {
@@ -554,10 +560,21 @@ class RowMemberWriter : public runtime::ElementWriter {
           << "      for (int lum_w = 1; lum_w < (" << block() << " >> 5); ++lum_w)\n"
           << "        acc = " << reduction_step(root, "acc", part + "[lum_w]") << ";\n"
           << "      __syncthreads();  // the partials are rewritten by the next reduction\n";
+      if (spread_) {  // the blocks' results, met through each block's one slot
+        const std::string slot = "lum_cpart_" + part.substr(part.size() - 1);
+        os_ << "      if (threadIdx.x == 0) " << slot << " = acc;\n"
+            << "      lum_cluster_sync();\n"
+            << "      acc = lum_cluster_read(&" << slot << ", 0);\n"
+            << "      for (int lum_q = 1; lum_q < LUM_ROW_SPREAD; ++lum_q)\n"
+            << "        acc = "
+            << reduction_step(root, "acc", "lum_cluster_read(&" + slot + ", lum_q)") << ";\n"
+            << "      lum_cluster_sync();  // the slots are rewritten by the next reduction\n";
+      }
       const std::string stored = store_expr(root.dtype, "acc");
       os_ << "      " << held_name(member_) << " = " << runtime::load_expr(root.dtype, stored)
           << ";\n";
-      os_ << "      if (threadIdx.x == 0) " << prefix() << "out[lum_row] = " << stored << ";\n";
+      os_ << "      if (threadIdx.x == 0" << (spread_ ? " && lum_crank == 0" : "") << ") "
+          << prefix() << "out[lum_row] = " << stored << ";\n";
     } else {
       const Expr o = within(runtime::flatten(idx, root.shape));
       note_vars(o);
@@ -782,11 +799,15 @@ class RowMemberWriter : public runtime::ElementWriter {
   // `type`) from threadIdx.x * `per` by block * `per` while below `end`. With the block and
   // `end` known and a few steps to a thread, their number is a constant and the loop
   // unrolled (the bound checked where the steps do not come out even).
+  // Spread over a cluster, the cluster's threads take the row as one block would, this
+  // block's after those of the blocks of lower rank.
   std::string strided_loop(const std::string& indent, const std::string& type,
                            const std::string& var, int64_t per, const Expr& end) const {
-    const std::string first = per == 1 ? "threadIdx.x" : "threadIdx.x * " + std::to_string(per);
+    const std::string thread =
+        spread_ ? "(threadIdx.x + lum_crank * " + block() + ")" : "threadIdx.x";
+    const std::string first = per == 1 ? thread : thread + " * " + std::to_string(per);
     const std::optional<int64_t> n = end.as_const();
-    if (block_ && n) {
+    if (block_ && n && !spread_) {
       const int64_t stride = *block_ * per, steps = (*n + stride - 1) / stride;
       if (steps <= kUnrolledSteps) {
         std::string s = indent + "#pragma unroll\n" + indent + "for (int lum_k = 0; lum_k < " +
@@ -798,7 +819,8 @@ class RowMemberWriter : public runtime::ElementWriter {
       }
     }
     return indent + "for (" + type + " " + var + " = " + first + "; " + var + " < " + end.to_c() +
-           "; " + var + " += " + block() + (per == 1 ? "" : " * " + std::to_string(per)) + ") {\n";
+           "; " + var + " += " + block() + (spread_ ? " * LUM_ROW_SPREAD" : "") +
+           (per == 1 ? "" : " * " + std::to_string(per)) + ") {\n";
   }
   static constexpr int64_t kUnrolledSteps = 16;
 
@@ -808,6 +830,7 @@ class RowMemberWriter : public runtime::ElementWriter {
   int steps_;                         // the row's pieces a thread holds in registers, or 0
   int adjacent_;                      // elements a thread takes a step (element_loop)
   std::optional<int64_t> block_;
+  bool spread_;                       // the row over a cluster of blocks (write_row_group)
   std::set<uint32_t> read_adjacent_;  // cached reads of the loop being written
   const std::map<uint32_t, std::string>& held_;
   std::map<uint32_t, CachedRead>& cached_;
@@ -821,6 +844,7 @@ struct RowGroup {
   std::set<std::string> vars;
   int64_t shared_bytes = 0;  // the row cache
   int adjacent = 1;          // row elements a thread takes a step
+  bool spread = false;       // each row over a cluster of blocks
 };
 
 // Kernels first..last (a chain of reductions over the same rows, perhaps closed by an
@@ -836,6 +860,12 @@ std::optional<RowGroup> write_row_group(const Graph& g, const compiler::KernelPl
   RowGroup out;
   const std::optional<int64_t> len = rows.len.as_const();
   if (!len || *len <= 0) cache = RowCache::None;
+  // Few rows, each longer than one block reads quickly (one block of one SM pulls a
+  // few tens of GB/s: a greedy decode's argmax over 128256 logits took 37.5 us): each
+  // row over a cluster of blocks, which read it straight from memory (no row cache).
+  const std::optional<int64_t> row_count = product(rows.shape).as_const();
+  out.spread = len && row_count && *row_count <= kSpreadRows && *len >= kSpreadLength;
+  if (out.spread) cache = RowCache::None;
   // With the row cached, contiguous and a whole number of 16-byte pieces of the widest
   // value the members read or write element by element (not the reductions' results, one
   // a row), a thread takes one such piece of adjacent elements a step: a quarter to an
@@ -870,7 +900,8 @@ std::optional<RowGroup> write_row_group(const Graph& g, const compiler::KernelPl
   for (size_t k = first; k <= last; ++k) {
     const compiler::Kernel& kn = plan.kernels[k];
     RowMemberWriter w(g, plan, kn, k - first, rows, cache != RowCache::None, steps, out.adjacent,
-                      block, held, cached, cache == RowCache::Registers ? &invariant : nullptr);
+                      block, out.spread, held, cached,
+                      cache == RowCache::Registers ? &invariant : nullptr);
     members += w.write();
     if (w.reads_other_rows()) return std::nullopt;
     out.params += w.parameters() + ", ";
@@ -884,7 +915,7 @@ std::optional<RowGroup> write_row_group(const Graph& g, const compiler::KernelPl
   // (Each writer below emits one part of the loads into a stream of its own.)
   auto loads = [&] {
     return RowMemberWriter(g, plan, plan.kernels[first], 0, rows, true, steps, out.adjacent, block,
-                           held, cached, &invariant);
+                           out.spread, held, cached, &invariant);
   };
   std::string before_rows;
   if (steps > 0) {
@@ -917,9 +948,17 @@ std::optional<RowGroup> write_row_group(const Graph& g, const compiler::KernelPl
       "  __shared__ float lum_part_f[32];\n  __shared__ double lum_part_d[32];\n"
       "  __shared__ int64_t lum_part_i[32];\n"
       "  (void)lum_part_f; (void)lum_part_d; (void)lum_part_i;\n" +
-      before_rows + "  const int64_t lum_rows = " + product(rows.shape).to_c() +
-      ";\n"
-      "  for (int64_t lum_row = blockIdx.x; lum_row < lum_rows; lum_row += gridDim.x) {\n" +
+      std::string(out.spread ? "  __shared__ float lum_cpart_f;\n  __shared__ double lum_cpart_d;\n"
+                               "  __shared__ int64_t lum_cpart_i;\n"
+                               "  (void)lum_cpart_f; (void)lum_cpart_d; (void)lum_cpart_i;\n"
+                               "  const int lum_crank = blockIdx.x % LUM_ROW_SPREAD;\n"
+                             : "") +
+      before_rows + "  const int64_t lum_rows = " + product(rows.shape).to_c() + ";\n" +
+      std::string(out.spread
+                      ? "  for (int64_t lum_row = blockIdx.x / LUM_ROW_SPREAD; lum_row < lum_rows; "
+                        "lum_row += gridDim.x / LUM_ROW_SPREAD) {\n"
+                      : "  for (int64_t lum_row = blockIdx.x; lum_row < lum_rows; lum_row += "
+                        "gridDim.x) {\n") +
       declared + members + "  }\n";
   return out;
 }
@@ -1027,6 +1066,7 @@ CudaSource generate_cuda_source(const Graph& g, const compiler::KernelPlan& plan
         l.threads = product(rows->shape);
         l.row_threads = rows->len / Expr(group->adjacent);
         l.shared_bytes = group->shared_bytes;
+        l.spread = group->spread;
         bodies[last].params = std::move(group->params);
         bodies[last].main = std::move(group->body);
         vars.insert(group->vars.begin(), group->vars.end());
@@ -1078,22 +1118,25 @@ CudaSource generate_cuda_source(const Graph& g, const compiler::KernelPlan& plan
                                                                       // its name and slot
   std::vector<std::string> functions;                                 // by slot
   std::vector<size_t> slot_of(plan.kernels.size(), 0), scatter_slot_of(plan.kernels.size(), 0);
+  // (`cluster`: the function's cluster shape, for rows spread over clusters.)
   auto emit = [&](const std::string& name, const std::string& params, const std::string& body,
-                  size_t slot) {
+                  size_t slot, bool cluster = false) {
     const std::string rest =
         "(" + params + ") {\n  lum_after_prior_grids();\n" + dims_decl + body + "}\n\n";
     const auto [it, fresh] = function_of.emplace(rest, std::pair{name, slot});
     if (fresh) {
       if (slot == functions.size()) functions.emplace_back();
       functions[slot] += "extern \"C\" __global__ void __launch_bounds__(" +
-                         std::to_string(kMaxBlock) + ") " + name + rest;
+                         std::to_string(kMaxBlock) + ") " + (cluster ? "LUM_ROW_CLUSTER " : "") +
+                         name + rest;
     }
     return it->second;
   };
   for (size_t k = 0; k < plan.kernels.size(); ++k) {
     if (bodies[k].main.empty()) continue;
     const std::string name = "lum_kernel_" + std::to_string(k);
-    const auto [function, slot] = emit(name, bodies[k].params, bodies[k].main, functions.size());
+    const auto [function, slot] =
+        emit(name, bodies[k].params, bodies[k].main, functions.size(), out.launches[k].spread);
     out.launches[k].function = function;
     slot_of[k] = slot;
     if (!bodies[k].scatter.empty())

@@ -39,6 +39,14 @@ constexpr int64_t row_block(int64_t busy) {
   return warps < 32 ? 32 : warps > kMaxBlock ? kMaxBlock : warps;
 }
 
+/// The blocks of a cluster that a row of a row group over few long rows is spread over,
+/// on GPUs with clusters (compute capability 9.0 on; before it, one block a row). The
+/// launch's grid is the rows times row_spread.
+constexpr int64_t kRowSpread = 8;
+constexpr int64_t row_spread(int compute_capability) {
+  return compute_capability >= 90 ? kRowSpread : 1;
+}
+
 /// The most blocks a map group's member takes (its grid-stride loop covers the rest).
 constexpr int64_t kMapGroupMemberBlocks = 1024;
 /// The blocks of kMaxBlock threads a map group's member that needs `threads` takes: at
@@ -65,6 +73,7 @@ struct KernelLaunch {
   // after those of the members before it.
   std::vector<Expr> member_threads;
   Expr row_threads;          // Rows: threads a row keeps busy (its elements / those a step)
+  bool spread = false;       // Rows: each row over a cluster of row_spread blocks
   int64_t shared_bytes = 0;  // Rows: the row cache's dynamic shared memory
   size_t part = 0;           // the source part (CudaSource::parts) its function is in
   size_t scatter_part = 0;   // and its Scatter pass

@@ -715,17 +715,20 @@ class CudaExecutable final : public Executable {
     args.push_back(&dims_arg_);
     int64_t block = cudagen::kMaxBlock, blocks = (threads + block - 1) / block;
     // Rows: a block per row, with as many threads as the row keeps busy (up to the most).
+    // Spread, a cluster of blocks a row.
+    const int64_t spread = l.spread ? cudagen::row_spread(device_->compute_capability()) : 1;
     if (l.shape == KernelShape::Rows) {
       block = cudagen::row_block(l.row_threads.eval(user.dims()));
-      blocks = threads;
+      blocks = threads * spread;
     }
     // A map takes its elements in one pass (codegen's kMapVectors); other kernels loop
     // over what a grid of 16 blocks of 256 an SM leaves.
     const int64_t most = l.shape == KernelShape::Map
                              ? int64_t{0x7fffffff}
                              : int64_t{device_->multiprocessors()} * (4096 / block);
-    const int64_t grid =
+    int64_t grid =
         l.shape == KernelShape::Maps ? member_blocks : std::clamp<int64_t>(blocks, 1, most);
+    grid -= grid % spread;  // whole clusters (the rows loop over what they leave)
     if (const cudaError_t e = device_->launch(
             functions_[k].first, dim3(static_cast<unsigned>(grid)),
             dim3(static_cast<unsigned>(block)), args, static_cast<size_t>(l.shared_bytes));

@@ -177,6 +177,46 @@ LUM_FN long long lum_expert_of(const void* ids, int ids64, long long slot) {
 LUM_FN long long lum_expert_row(long long slot, long long slots, long long x_slots) {
   return slot / slots * x_slots + (x_slots == 1 ? 0 : slot % slots);
 }
+// A row group over few long rows spreads each row over a cluster of LUM_ROW_SPREAD
+// blocks, one an SM (write_row_group in codegen.cpp): their reductions meet through
+// distributed shared memory. Before sm_90 a cluster is one block.
+#if __CUDA_ARCH__ >= 900
+#define LUM_ROW_SPREAD LUM_ROW_SPREAD_BLOCKS
+#define LUM_ROW_CLUSTER __cluster_dims__(LUM_ROW_SPREAD, 1, 1)
+// Every thread of every block of the cluster arrives, then waits for the rest: what each
+// wrote to its shared memory before is then visible to all of them.
+LUM_FN void lum_cluster_sync() {
+  asm volatile("barrier.cluster.arrive.aligned;\nbarrier.cluster.wait.aligned;" ::: "memory");
+}
+// The address of `p` (a __shared__ variable) in the cluster's block of rank `rank`.
+LUM_FN uint32_t lum_cluster_addr(const void* p, int rank) {
+  uint32_t local, remote;
+  asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(local) : "l"(p));
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+  return remote;
+}
+LUM_FN float lum_cluster_read(const float* p, int rank) {
+  float v;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(lum_cluster_addr(p, rank)) : "memory");
+  return v;
+}
+LUM_FN double lum_cluster_read(const double* p, int rank) {
+  double v;
+  asm volatile("ld.shared::cluster.f64 %0, [%1];" : "=d"(v) : "r"(lum_cluster_addr(p, rank)) : "memory");
+  return v;
+}
+LUM_FN int64_t lum_cluster_read(const int64_t* p, int rank) {
+  int64_t v;
+  asm volatile("ld.shared::cluster.s64 %0, [%1];" : "=l"(v) : "r"(lum_cluster_addr(p, rank)) : "memory");
+  return v;
+}
+#else
+#define LUM_ROW_SPREAD 1
+#define LUM_ROW_CLUSTER
+LUM_FN void lum_cluster_sync() {}
+template <class T>
+LUM_FN T lum_cluster_read(const T* p, int) { return *p; }
+#endif
 // Records an error: the first kernel thread to fail claims the slot.
 LUM_FN void lum_fail(int64_t* err, int64_t code, int64_t value, int64_t pos) {
   if (atomicCAS((unsigned long long*)err, 0ull, (unsigned long long)code) == 0ull) {
@@ -191,7 +231,7 @@ LUM_FN void lum_fail(int64_t* err, int64_t code, int64_t value, int64_t pos) {
 std::string_view cuda_prelude() {
   static const std::string prelude =
       (tracing() ? "#define LUM_TRACE " + std::to_string(kTraceSlots) + "ull\n" : std::string()) +
-      kPrelude;
+      "#define LUM_ROW_SPREAD_BLOCKS " + std::to_string(kRowSpread) + "\n" + kPrelude;
   return prelude;
 }
 
