@@ -188,7 +188,7 @@ LUM_FN long long lum_expert_row(long long slot, long long slots, long long x_slo
 LUM_FN void lum_cluster_sync() {
   asm volatile("barrier.cluster.arrive.aligned;\nbarrier.cluster.wait.aligned;" ::: "memory");
 }
-// The address of `p` (a __shared__ variable) in the cluster's block of rank `rank`.
+// The address of `p` (a variable in shared memory) in the cluster's block of rank `rank`.
 LUM_FN uint32_t lum_cluster_addr(const void* p, int rank) {
   uint32_t local, remote;
   asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(local) : "l"(p));
