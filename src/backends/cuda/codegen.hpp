@@ -65,7 +65,7 @@ struct KernelLaunch {
   std::string scatter_function;  // a Scatter's ordered second kernel
   // Map: output elements / 8 (a thread takes two vectors of four); Reduce: output elements x 32
   // (a warp each), or across rows kMaxBlock a group of eight outputs; Rows: rows (a
-  // block each); Maps: unused (see member_threads).
+  // block each, or a cluster each where `spread`); Maps: unused (see member_threads).
   Expr threads;
   size_t group_begin = 0;  // Rows, Maps: the group's first kernel (this one is its last)
   size_t launched_at = 0;  // InGroup: the kernel that launches its group
