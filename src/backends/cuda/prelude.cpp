@@ -177,6 +177,12 @@ LUM_FN long long lum_expert_of(const void* ids, int ids64, long long slot) {
 LUM_FN long long lum_expert_row(long long slot, long long slots, long long x_slots) {
   return slot / slots * x_slots + (x_slots == 1 ? 0 : slot % slots);
 }
+// Shared memory's own (32-bit) address of a pointer into it.
+LUM_FN uint32_t lum_smem_addr(const void* p) {
+  uint32_t r;
+  asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(r) : "l"(p));
+  return r;
+}
 // A row group over few long rows spreads each row over a cluster of LUM_ROW_SPREAD
 // blocks, one an SM (write_row_group in codegen.cpp): their reductions meet through
 // distributed shared memory. Before sm_90 a cluster is one block.
@@ -190,26 +196,22 @@ LUM_FN void lum_cluster_sync() {
 }
 // The address of `p` (a variable in shared memory) in the cluster's block of rank `rank`.
 LUM_FN uint32_t lum_cluster_addr(const void* p, int rank) {
-  uint32_t local, remote;
-  asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(local) : "l"(p));
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(lum_smem_addr(p)), "r"(rank));
   return remote;
 }
-LUM_FN float lum_cluster_read(const float* p, int rank) {
-  float v;
-  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(lum_cluster_addr(p, rank)) : "memory");
-  return v;
-}
-LUM_FN double lum_cluster_read(const double* p, int rank) {
-  double v;
-  asm volatile("ld.shared::cluster.f64 %0, [%1];" : "=d"(v) : "r"(lum_cluster_addr(p, rank)) : "memory");
-  return v;
-}
-LUM_FN int64_t lum_cluster_read(const int64_t* p, int rank) {
-  int64_t v;
-  asm volatile("ld.shared::cluster.s64 %0, [%1];" : "=l"(v) : "r"(lum_cluster_addr(p, rank)) : "memory");
-  return v;
-}
+// What `p` holds in the cluster's block of rank `rank`: a float, double or int64_t (the
+// PTX type, and the register letter of the C type).
+#define LUM_CLUSTER_READ(T, PTX, REG)                                                                   \
+  LUM_FN T lum_cluster_read(const T* p, int rank) {                                                     \
+    T v;                                                                                                \
+    asm volatile("ld.shared::cluster." PTX " %0, [%1];" : "=" REG(v) : "r"(lum_cluster_addr(p, rank)) : "memory"); \
+    return v;                                                                                           \
+  }
+LUM_CLUSTER_READ(float, "f32", "f")
+LUM_CLUSTER_READ(double, "f64", "d")
+LUM_CLUSTER_READ(int64_t, "s64", "l")
+#undef LUM_CLUSTER_READ
 #else
 #define LUM_ROW_SPREAD 1
 #define LUM_ROW_CLUSTER

@@ -5,12 +5,6 @@ namespace luminal::cudagen {
 namespace {
 
 constexpr const char* kSource = R"TC(
-// Shared memory's own (32-bit) address of a pointer into it.
-LUM_FN uint32_t lum_smem_addr(const void* p) {
-  uint32_t r;
-  asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(r) : "l"(p));
-  return r;
-}
 #if __CUDA_ARCH__ >= 800
 // 16 bytes from global to shared memory (its own address) without registers; zeros where
 // `bytes` is 0. The copies since the last commit make one group; wait<N> returns once at
