@@ -328,6 +328,18 @@ void row_op(const char* name, DType t, const std::function<Tensor(Tensor)>& op) 
   report(name, median_ms(cx, 3, 20));
 }
 
+// The sum of every element of a 16M f32 tensor (64 MB): a reduction alone over one long
+// row, as a loss's or a gradient norm's total.
+void total_f32() {
+  const int64_t n = int64_t{16} << 20;
+  Graph cx;
+  Tensor x = cx.named_tensor("x", {n});
+  x.set(random_floats(static_cast<size_t>(n), 7));
+  x.sum({0}).retrieve();
+  cx.compile(cuda());
+  report("total_f32_16M", median_ms(cx, 3, 20));
+}
+
 // The GELU of a transformer block's up projection at batch 32: [8192, 4096] bf16, computed
 // in f32 (the hlop's own precision) and rounded once.
 void gelu_bf16() {
@@ -474,6 +486,7 @@ int main(int argc, char** argv) {
     row("rmsnorm", [](Tensor x) { return x.rms_norm({1}, 1e-6); });
     row("layernorm", [](Tensor x) { return x.layer_norm({1}, 1e-5); });
   }
+  if (want("total_f32_16M")) total_f32();
   if (want("gelu_bf16_8192x4096")) gelu_bf16();
   if (want("swiglu_bf16_4096x14336")) swiglu_bf16();
   return 0;

@@ -214,6 +214,13 @@ def main():
                            "compile": bench(lambda c=torch.compile(fn): c(r))}
             bytes_moved[case] = 2 * r.numel() * r.element_size()
         del r
+    # The sum of every element of 16M f32 (a loss's or a gradient norm's total).
+    case = "total_f32_16M"
+    if want(case):
+        t = torch.rand(16 << 20, device=dev)
+        peers[case] = {"sum": bench(lambda: t.sum())}
+        bytes_moved[case] = t.numel() * t.element_size()
+        del t
     # The GELU of a transformer block's up projection at batch 32 (8192 tokens x 4096),
     # bf16 computed in f32 as PyTorch does.
     case = "gelu_bf16_8192x4096"

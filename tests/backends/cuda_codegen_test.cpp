@@ -244,8 +244,9 @@ TEST(CudaCodegen, RowOpsCompileForHopper) {
 
 // A row group over at most 16 rows of a known count, each 16384 or more long, spreads each
 // row over a cluster of blocks (the function declares its cluster); more rows, shorter
-// ones or a row count known only at run time keep a block a row. The kernels compile for
-// Hopper (clusters) and Turing (none).
+// ones or a row count known only at run time keep a block a row. A reduction alone over
+// such rows deals each row out to many blocks, which meet in scratch memory; over others it
+// takes a warp a row. The kernels compile for Hopper (clusters) and Turing (none).
 TEST(CudaCodegen, FewLongRowsSpreadOverClusters) {
   for (const auto& [rows, len, symbolic, spread] :
        std::vector<std::tuple<int64_t, int64_t, bool, bool>>{{1, 128256, false, true},
@@ -253,19 +254,27 @@ TEST(CudaCodegen, FewLongRowsSpreadOverClusters) {
                                                              {17, 16384, false, false},
                                                              {1, 8192, false, false},
                                                              {1, 128256, true, false}}) {
-    Graph cx;
-    if (symbolic) cx.set_dim("rows", rows);
-    const Expr count = symbolic ? Expr::var("rows") : Expr(rows);
-    cx.named_tensor("x", {count, len}).softmax(1).retrieve();
-    const cudagen::CudaSource src = planned_source(cx);
-    const auto group = std::find_if(src.launches.begin(), src.launches.end(),
-                                    [](const auto& l) { return l.shape == KernelShape::Rows; });
-    ASSERT_NE(group, src.launches.end()) << rows << " x " << len;
-    EXPECT_EQ(group->spread, spread) << rows << " x " << len;
-    EXPECT_EQ(src.code.find("LUM_ROW_CLUSTER lum_kernel") != std::string::npos, spread)
-        << rows << " x " << len;
-    for (const char* arch : {"sm_90", "sm_75"})
-      EXPECT_FALSE(cudagen::compile_cubin(src.code, arch).code.empty()) << arch;
+    const std::string what = std::to_string(rows) + " x " + std::to_string(len);
+    for (bool alone : {false, true}) {
+      Graph cx;
+      if (symbolic) cx.set_dim("rows", rows);
+      const Expr count = symbolic ? Expr::var("rows") : Expr(rows);
+      Tensor x = cx.named_tensor("x", {count, len});
+      (alone ? x.sum({1}) : x.softmax(1)).retrieve();
+      const cudagen::CudaSource src = planned_source(cx);
+      const auto group = std::find_if(src.launches.begin(), src.launches.end(), [&](const auto& l) {
+        return l.shape == (alone ? KernelShape::Reduce : KernelShape::Rows);
+      });
+      ASSERT_NE(group, src.launches.end()) << what;
+      EXPECT_EQ(alone ? group->parted : group->spread, spread) << what;
+      EXPECT_FALSE(alone ? group->spread : group->parted) << what;
+      EXPECT_EQ(
+          src.code.find(alone ? "lum_scratch" : "LUM_ROW_CLUSTER lum_kernel") != std::string::npos,
+          spread)
+          << what;
+      for (const char* arch : {"sm_90", "sm_75"})
+        EXPECT_FALSE(cudagen::compile_cubin(src.code, arch).code.empty()) << arch;
+    }
   }
   testing::expect_few_long_rows_match_reference(testing::NvrtcOnly());
 }

@@ -78,7 +78,9 @@ inline void expect_row_ops_match_reference(const Backend& backend) {
 // least 16384 long ([1, 128256], a vocabulary's logits; [3, 40009], an odd length;
 // [16, 16384], the most rows), and not past that ([17, 16384]). Against the reference:
 // softmax, log-softmax and LayerNorm (chains of reductions), argmax (a max, then the
-// first index holding it), sum and max.
+// first index holding it), sum and max; and sums and maxes alone (each row dealt out to
+// many blocks where there are few long rows), along the rows, across them (the rows
+// stored as columns), and of every element.
 inline void expect_few_long_rows_match_reference(const Backend& backend) {
   std::mt19937 rng(12);
   for (const auto& [rows, len] : std::vector<std::pair<int64_t, int64_t>>{
@@ -102,6 +104,28 @@ inline void expect_few_long_rows_match_reference(const Backend& backend) {
       for (size_t k = 0; k < got.size(); ++k)
         ASSERT_NEAR(got[k], want[i][k], slack + 1e-4 * (1 + std::fabs(want[i][k])))
             << names[i] << " over [" << rows << ", " << len << "], element " << k;
+    }
+    // Reductions alone.
+    Graph lone;
+    Tensor y = lone.named_tensor("y", {rows, len});
+    Tensor columns = lone.named_tensor("columns", {len, rows});
+    y.set(uniform_floats(rng, static_cast<size_t>(rows * len), -3.0f, 3.0f));
+    columns.set(uniform_floats(rng, static_cast<size_t>(rows * len), -3.0f, 3.0f));
+    const std::vector<std::string> lone_names = {"sum", "max", "sum across", "max across", "total"};
+    std::vector<Tensor> lone_outs = {y.sum({1}).retrieve(), y.max({1}).retrieve(),
+                                     columns.sum({0}).retrieve(), columns.max({0}).retrieve(),
+                                     y.reshape({rows * len}).sum({0}).retrieve()};
+    const auto lone_want = run_outputs(lone, reference(), lone_outs);
+    const auto lone_got = run_outputs(lone, backend, lone_outs);
+    for (size_t i = 0; i < lone_outs.size(); ++i) {
+      ASSERT_EQ(lone_got[i].size(), lone_want[i].size());
+      const double terms =
+          lone_names[i] == "total" ? static_cast<double>(rows * len) : static_cast<double>(len);
+      const double slack = lone_names[i].starts_with("max") ? 0.0 : 3e-7 * terms;
+      for (size_t k = 0; k < lone_got[i].size(); ++k)
+        ASSERT_NEAR(lone_got[i][k], lone_want[i][k],
+                    slack + 1e-4 * (1 + std::fabs(lone_want[i][k])))
+            << lone_names[i] << " alone over [" << rows << ", " << len << "], element " << k;
     }
   }
 }

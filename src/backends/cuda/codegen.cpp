@@ -27,6 +27,19 @@ std::string warp_combine(const Node& r, const std::string& indent) {
          "  acc = " + reduction_step(r, "acc", "__shfl_xor_sync(0xffffffffu, acc, lum_s)") + ";\n";
 }
 
+// Statements leaving in every thread of a block of `threads` (a C expression) its
+// threads' partials `acc` of reduction `r` combined: through shuffles within each warp,
+// then the warps' in order through shared array `part` (a slot a warp), which they may
+// rewrite after.
+std::string block_combine(const Node& r, const std::string& part, const std::string& threads,
+                          const std::string& indent) {
+  return warp_combine(r, indent) + indent + "if ((threadIdx.x & 31) == 0) " + part +
+         "[threadIdx.x >> 5] = acc;\n" + indent + "__syncthreads();\n" + indent + "acc = " + part +
+         "[0];\n" + indent + "for (int lum_w = 1; lum_w < (" + threads + " >> 5); ++lum_w)\n" +
+         indent + "  acc = " + reduction_step(r, "acc", part + "[lum_w]") + ";\n" + indent +
+         "__syncthreads();\n";
+}
+
 // Whether a reduction over `axis` of what edge `e` reads sums across rows: the axis is not
 // the innermost and does not step one element, so adjacent outputs read adjacent elements
 // and a warp striding along the axis would read one element a 32-byte sector.
@@ -69,7 +82,10 @@ class KernelWriter : public runtime::ElementWriter {
     switch (root.op) {
       case Op::SumReduce:
       case Op::MaxReduce:
-        write_reduce(root, threads);
+        if (parted_)
+          write_parted_reduce(root, threads);
+        else
+          write_reduce(root, threads);
         break;
       case Op::Scatter:
         write_copy(root, threads);
@@ -81,12 +97,18 @@ class KernelWriter : public runtime::ElementWriter {
     return os_.str();
   }
 
-  // The functions' parameter list: the output, the reads, the error slot, the dims.
+  /// A reduction over few long rows (few_long_rows): each row dealt out to many blocks
+  /// (write_parted_reduce).
+  void part_rows() { parted_ = true; }
+
+  // The functions' parameter list: the output, the reads, the error slot, the dims, and
+  // for a parted reduction the scratch memory.
   std::string parameters() const {
     std::string p = output_type() + "* __restrict__ out";
     for (size_t i = 0; i < k_.reads.size(); ++i)
       p += ", const " + input_type(i) + "* __restrict__ in" + std::to_string(i + 1);
-    return p + ", int64_t* err, const LumDims* __restrict__ lum_dims";
+    return p + ", int64_t* err, const LumDims* __restrict__ lum_dims" +
+           (parted_ ? ", unsigned char* __restrict__ lum_scratch" : "");
   }
 
   // As a map group's member: its output and reads as parameters named with `prefix`, and
@@ -346,6 +368,7 @@ class KernelWriter : public runtime::ElementWriter {
   // keeping them would only push out what the next kernels read. 0.80 -> 0.776 ms on the
   // 8-op chain over 256M f32 (bench/results/cuda.md).
   static constexpr int64_t kStreamBytes = int64_t{256} << 20;
+  bool parted_ = false;              // part_rows
   std::optional<Expr> own_element_;  // while write_map renders its body
   Expr own_numel_;
   std::map<uint32_t, std::string> preloaded_;  // input node -> its buffer
@@ -403,6 +426,57 @@ class KernelWriter : public runtime::ElementWriter {
         << "        acc = " << reduction_step(root, "acc", "lum_cols[lum_w][lum_col]") << ";\n"
         << "      out[lum_o] = " << store_expr(root.dtype, "acc") << ";\n    }\n"
         << "    __syncthreads();  // lum_cols is rewritten by the next group\n  }\n";
+  }
+
+  // A reduction alone over few long rows (a tensor's total, a loss): each row dealt out
+  // to `gridDim.x / rows` parts, a block each (the launch's grid is a whole number of them
+  // a row), whose threads stride over the row several loads at a time. A part's result
+  // goes to its slot of the row in the scratch memory (codegen.hpp), and the last part of
+  // the row to arrive, counted by an atomic, combines the slots in their order: the same
+  // result whichever arrives last. It sets the count back to 0 for the next launch. (A
+  // warp a row, as write_reduce gives, reads a vocabulary's logits on one SM.)
+  void write_parted_reduce(const Node& root, Expr& threads) {
+    const Edge& e = root.inputs[0];
+    const auto axis = static_cast<size_t>(root.axis);
+    const Expr len = e.view.shape()[axis];
+    const Expr rows = product(root.shape);
+    note_vars(len);
+    note_vars(rows);
+    threads = rows;
+    const std::string t = compute_type(root.dtype);
+    const std::string identity = runtime::reduction_identity(root.op, root.dtype);
+    os_ << "  __shared__ " << t << " lum_part[" << kMaxBlock / 32 << "];\n"
+        << "  __shared__ bool lum_last;\n"
+        << "  const int64_t lum_parts = gridDim.x / (" << rows.to_c() << ");\n"
+        << "  const int64_t lum_o = blockIdx.x / lum_parts, lum_q = blockIdx.x % lum_parts;\n"
+        << "  " << t << "* lum_slots = (" << t << "*)lum_scratch + lum_o * " << kMaxParts << ";\n"
+        << "  unsigned* lum_count = (unsigned*)(lum_scratch + " << kFewRows * kMaxParts * 8
+        << ") + lum_o;\n"
+        << "  " << t << " acc = " << identity << ";\n";
+    std::vector<Expr> in_idx = split_counter("lum_o", root.shape, "  ");
+    in_idx.insert(in_idx.begin() + static_cast<std::ptrdiff_t>(axis), counter("lum_r", len));
+    os_ << "#pragma unroll 4\n"
+        << "  for (int64_t lum_r = lum_q * blockDim.x + threadIdx.x; lum_r < " << len.to_c()
+        << "; lum_r += lum_parts * blockDim.x) {\n";
+    const std::string v = operand(e, in_idx, "    ");
+    os_ << "    acc = " << reduction_step(root, "acc", v) << ";\n  }\n";
+    os_ << block_combine(root, "lum_part", "(int)blockDim.x", "  ");
+    os_ << "  if (threadIdx.x == 0) {\n"
+        << "    lum_slots[lum_q] = acc;\n"
+        << "    __threadfence();  // the slot is seen before the count\n"
+        << "    lum_last = atomicAdd(lum_count, 1u) == (unsigned)(lum_parts - 1);\n"
+        << "  }\n"
+        << "  __syncthreads();\n"
+        << "  if (!lum_last) return;\n"
+        << "  acc = " << identity << ";\n"
+        << "  for (int64_t lum_s = threadIdx.x; lum_s < lum_parts; lum_s += blockDim.x)\n"
+        << "    acc = " << reduction_step(root, "acc", "((volatile " + t + "*)lum_slots)[lum_s]")
+        << ";\n";
+    os_ << block_combine(root, "lum_part", "(int)blockDim.x", "  ");
+    os_ << "  if (threadIdx.x == 0) {\n"
+        << "    out[lum_o] = " << store_expr(root.dtype, "acc") << ";\n"
+        << "    *lum_count = 0;\n"
+        << "  }\n";
   }
 
   // One warp per output element: lanes stride over the reduced axis, then combine
@@ -488,10 +562,14 @@ RowRole row_role(const Graph& g, const compiler::Kernel& k, const Rows& rows) {
 // bias) is loaded in pieces once a block, before its first row (lum_wv<node>[step]),
 // where the registers allow (else RowInRegisters: read from memory where used).
 enum class RowCache { Registers, RowInRegisters, Shared, None };
-// Rows spread over a cluster of blocks: at most kSpreadRows of them (the grid, a cluster a
-// row, stays within one wave), each at least kSpreadLength long (eight elements or more
-// for every thread of the cluster's blocks: a vocabulary's logits, not a hidden state).
-constexpr int64_t kSpreadRows = 16, kSpreadLength = 8 * kRowSpread * kMaxBlock;
+// Rows spread over a cluster of blocks (a row group) or dealt out to many (a reduction
+// alone): few long rows (codegen.hpp). A grid of a cluster a row stays within one wave,
+// and each thread of a row's cluster takes eight elements or more.
+bool few_long_rows(const Rows& rows) {
+  const std::optional<int64_t> len = rows.len.as_const();
+  const std::optional<int64_t> count = product(rows.shape).as_const();
+  return len && count && *count <= kFewRows && *len >= kLongRow;
+}
 // At most kRegisterSteps pieces of a row a thread, and kMaxRegisterBytes of them in all
 // (64 registers a thread).
 constexpr int64_t kRegisterSteps = 8, kMaxRegisterBytes = 256;
@@ -553,13 +631,7 @@ class RowMemberWriter : public runtime::ElementWriter {
         const std::string v = operand(root.inputs[0], idx, "          ");
         os_ << "          acc = " << reduction_step(root, "acc", v) << ";\n";
       });
-      os_ << warp_combine(root, "      ") << "      if ((threadIdx.x & 31) == 0) " << part
-          << "[threadIdx.x >> 5] = acc;\n"
-          << "      __syncthreads();\n"
-          << "      acc = " << part << "[0];\n"
-          << "      for (int lum_w = 1; lum_w < (" << block() << " >> 5); ++lum_w)\n"
-          << "        acc = " << reduction_step(root, "acc", part + "[lum_w]") << ";\n"
-          << "      __syncthreads();  // the partials are rewritten by the next reduction\n";
+      os_ << block_combine(root, part, block(), "      ");
       if (spread_) {  // the blocks' results, met through each block's one slot
         const std::string slot = "lum_cpart_" + part.substr(part.size() - 1);
         os_ << "      if (threadIdx.x == 0) " << slot << " = acc;\n"
@@ -863,8 +935,7 @@ std::optional<RowGroup> write_row_group(const Graph& g, const compiler::KernelPl
   // Few rows, each longer than one block reads quickly (one block of one SM pulls a
   // few tens of GB/s: a greedy decode's argmax over 128256 logits took 37.5 us): each
   // row over a cluster of blocks, which read it straight from memory (no row cache).
-  const std::optional<int64_t> row_count = product(rows.shape).as_const();
-  out.spread = len && row_count && *row_count <= kSpreadRows && *len >= kSpreadLength;
+  out.spread = few_long_rows(rows);
   if (out.spread) cache = RowCache::None;
   // With the row cached, contiguous and a whole number of 16-byte pieces of the widest
   // value the members read or write element by element (not the reductions' results, one
@@ -1094,6 +1165,11 @@ CudaSource generate_cuda_source(const Graph& g, const compiler::KernelPlan& plan
                                                                           : KernelShape::Map;
     // A fresh writer per function: each declares its own temporaries.
     KernelWriter w(g, plan, kn);
+    if (const std::optional<Rows> rows = rows_of(g, kn); rows && few_long_rows(*rows)) {
+      w.part_rows();
+      launch.parted = true;
+      launch.row_threads = rows->len;
+    }
     bodies[k].main = "  (void)err;\n" + w.write(launch.threads);
     vars.insert(w.vars().begin(), w.vars().end());
     if (launch.shape == KernelShape::Scatter) {

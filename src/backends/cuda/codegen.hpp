@@ -8,14 +8,16 @@
 // of reductions over the same rows, perhaps closed by an elementwise kernel over their
 // elements (softmax, RMSNorm, LayerNorm), is one function in which each block takes
 // rows through every member in turn (a row group): its parameters are each member's
-// output and reads in order, then the first member's error slot and the dims. Elementwise
-// kernels next to each other that read none of each other's values are one function too
-// (a map group): its blocks are dealt out to the members in turn, each member's share
-// running its grid-stride loop, so a decoding step's small independent kernels (RoPE of
-// the queries and of the keys, the values' cast into their cache) cost one launch. The dims
-// are read from device memory, not passed by value: a decode step's kernels then keep
-// their parameters while the context length moves on, and its recorded CUDA graph has
-// fewer nodes to update (stream_recorder.hpp).
+// output and reads in order, then the first member's error slot and the dims. A reduction
+// alone over few long rows (kFewRows) also takes the executable's scratch memory, last
+// (lum_scratch), where its blocks' results meet. Elementwise kernels next to each other
+// that read none of each other's values are one function too (a map group): its blocks
+// are dealt out to the members in turn, each member's share running its grid-stride loop,
+// so a decoding step's small independent kernels (RoPE of the queries and of the keys, the
+// values' cast into their cache) cost one launch. The dims are read from device memory,
+// not passed by value: a decode step's kernels then keep their parameters while the
+// context length moves on, and its recorded CUDA graph has fewer nodes to update
+// (stream_recorder.hpp).
 #pragma once
 
 #include <string>
@@ -47,6 +49,15 @@ constexpr int64_t row_spread(int compute_capability) {
   return compute_capability >= 90 ? kRowSpread : 1;
 }
 
+/// Few long rows: at most kFewRows of them, their count known at compile time, each
+/// kLongRow elements or more (a vocabulary's logits, a tensor's total; not a hidden state).
+/// A row group over such rows spreads each over a cluster; a reduction alone over them
+/// deals each row out to up to kMaxParts blocks (KernelLaunch::parted), whose results meet
+/// in the executable's scratch memory: kMaxParts slots of 8 bytes a row, then a count a row,
+/// which each launch leaves at 0.
+constexpr int64_t kFewRows = 16, kLongRow = 8 * kRowSpread * kMaxBlock, kMaxParts = 1024;
+constexpr size_t kPartScratchBytes = kFewRows * kMaxParts * 8 + kFewRows * 4;
+
 /// The most blocks a map group's member takes (its grid-stride loop covers the rest).
 constexpr int64_t kMapGroupMemberBlocks = 1024;
 /// The blocks of kMaxBlock threads a map group's member that needs `threads` takes: at
@@ -64,16 +75,19 @@ struct KernelLaunch {
   std::string function;          // the __global__ function (identical kernels share one)
   std::string scatter_function;  // a Scatter's ordered second kernel
   // Map: output elements / 8 (a thread takes two vectors of four); Reduce: output elements x 32
-  // (a warp each), or across rows kMaxBlock a group of eight outputs; Rows: rows (a
-  // block each, or a cluster each where `spread`); Maps: unused (see member_threads).
+  // (a warp each), or across rows kMaxBlock a group of eight outputs, or where `parted` the
+  // rows; Rows: rows (a block each, or a cluster each where `spread`); Maps: unused (see
+  // member_threads).
   Expr threads;
   size_t group_begin = 0;  // Rows, Maps: the group's first kernel (this one is its last)
   size_t launched_at = 0;  // InGroup: the kernel that launches its group
   // Maps: each member's threads (as a Map's). Member i takes map_member_blocks of them,
   // after those of the members before it.
   std::vector<Expr> member_threads;
-  Expr row_threads;          // Rows: threads a row keeps busy (its elements / those a step)
+  // Rows: threads a row keeps busy (its elements / those a step); parted: the row's length.
+  Expr row_threads;
   bool spread = false;       // Rows: each row over a cluster of row_spread blocks
+  bool parted = false;       // Reduce: few long rows (kFewRows), each over many blocks
   int64_t shared_bytes = 0;  // Rows: the row cache's dynamic shared memory
   size_t part = 0;           // the source part (CudaSource::parts) its function is in
   size_t scatter_part = 0;   // and its Scatter pass

@@ -148,6 +148,13 @@ class CudaExecutable final : public Executable {
     spares_ = std::make_shared<cudagen::SpareBuffers>();
     dims_ = DeviceBuffer(sizeof(int64_t) * std::max<size_t>(source_.dims.size(), 1));
     dims_arg_ = dims_.data();
+    if (std::any_of(source_.launches.begin(), source_.launches.end(),
+                    [](const cudagen::KernelLaunch& l) { return l.parted; })) {
+      part_scratch_ = DeviceBuffer(cudagen::kPartScratchBytes);
+      check(cudaMemsetAsync(part_scratch_.data(), 0, part_scratch_.bytes(), device_->stream()),
+            "cudaMemsetAsync");
+      part_scratch_arg_ = part_scratch_.data();
+    }
     clear_errors();
     if (profiling_) {
       marks_ = std::vector<cudagen::Event>(plan_.kernels.size() + 1);
@@ -713,6 +720,7 @@ class CudaExecutable final : public Executable {
     for (void*& p : ptrs) args.push_back(&p);
     args.push_back(&err);
     args.push_back(&dims_arg_);
+    if (l.parted) args.push_back(&part_scratch_arg_);
     int64_t block = cudagen::kMaxBlock, blocks = (threads + block - 1) / block;
     // Rows: a block per row, with as many threads as the row keeps busy (up to the most).
     // Spread, a cluster of blocks a row.
@@ -721,13 +729,23 @@ class CudaExecutable final : public Executable {
       block = cudagen::row_block(l.row_threads.eval(user.dims()));
       blocks = threads * spread;
     }
+    // Parted: each row dealt out to as many blocks as fill the GPU once, each thread with
+    // 16 elements or more, and the grid a whole number of parts a row.
+    if (l.parted) {
+      const int64_t len = l.row_threads.eval(user.dims());
+      const int64_t fill = int64_t{device_->multiprocessors()} * (2048 / block) / threads;
+      const int64_t parts =
+          std::clamp<int64_t>(std::min(fill, len / (16 * block)), 1, cudagen::kMaxParts);
+      blocks = threads * parts;
+    }
     // A map takes its elements in one pass (codegen's kMapVectors); other kernels loop
     // over what a grid of 16 blocks of 256 an SM leaves.
     const int64_t most = l.shape == KernelShape::Map
                              ? int64_t{0x7fffffff}
                              : int64_t{device_->multiprocessors()} * (4096 / block);
-    int64_t grid =
-        l.shape == KernelShape::Maps ? member_blocks : std::clamp<int64_t>(blocks, 1, most);
+    int64_t grid = l.shape == KernelShape::Maps ? member_blocks
+                   : l.parted                   ? blocks
+                                                : std::clamp<int64_t>(blocks, 1, most);
     grid -= grid % spread;  // whole clusters (the rows loop over what they leave)
     if (const cudaError_t e = device_->launch(
             functions_[k].first, dim3(static_cast<unsigned>(grid)),
@@ -1458,6 +1476,10 @@ class CudaExecutable final : public Executable {
     return 3 * sizeof(int64_t) * std::max<size_t>(plan.kernels.size(), 1);
   }
   DeviceBuffer errors_;  // (cleared once and after each report: clear_errors)
+  // Parted reductions' slots and counts (codegen.hpp's kPartScratchBytes, the counts at 0
+  // between launches), where the program has any, and the address passed to them.
+  DeviceBuffer part_scratch_;
+  void* part_scratch_arg_ = nullptr;
   // The bound dims, which generated kernels read from device memory (codegen.hpp), as
   // last copied there, and the address passed to them.
   DeviceBuffer dims_;
