@@ -328,16 +328,15 @@ void row_op(const char* name, DType t, const std::function<Tensor(Tensor)>& op) 
   report(name, median_ms(cx, 3, 20));
 }
 
-// The sum of every element of a 16M f32 tensor (64 MB): a reduction alone over one long
-// row, as a loss's or a gradient norm's total.
-void total_f32() {
-  const int64_t n = int64_t{16} << 20;
+// Sums alone over few long rows: every element of a 16M f32 tensor (64 MB: a loss's or a
+// gradient norm's total), and each of 64 rows of 1M f32 (256 MB).
+void long_row_sum(int64_t rows, int64_t len, const char* name) {
   Graph cx;
-  Tensor x = cx.named_tensor("x", {n});
-  x.set(random_floats(static_cast<size_t>(n), 7));
-  x.sum({0}).retrieve();
+  Tensor x = cx.named_tensor("x", {rows, len});
+  x.set(random_floats(static_cast<size_t>(rows * len), 7));
+  (rows == 1 ? x.reshape({len}).sum({0}) : x.sum({1})).retrieve();
   cx.compile(cuda());
-  report("total_f32_16M", median_ms(cx, 3, 20));
+  report(name, median_ms(cx, 3, 20));
 }
 
 // The GELU of a transformer block's up projection at batch 32: [8192, 4096] bf16, computed
@@ -486,7 +485,8 @@ int main(int argc, char** argv) {
     row("rmsnorm", [](Tensor x) { return x.rms_norm({1}, 1e-6); });
     row("layernorm", [](Tensor x) { return x.layer_norm({1}, 1e-5); });
   }
-  if (want("total_f32_16M")) total_f32();
+  if (want("sum_all_f32_16M")) long_row_sum(1, int64_t{16} << 20, "sum_all_f32_16M");
+  if (want("sum_rows_f32_64x1M")) long_row_sum(64, int64_t{1} << 20, "sum_rows_f32_64x1M");
   if (want("gelu_bf16_8192x4096")) gelu_bf16();
   if (want("swiglu_bf16_4096x14336")) swiglu_bf16();
   return 0;

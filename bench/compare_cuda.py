@@ -215,10 +215,17 @@ def main():
             bytes_moved[case] = 2 * r.numel() * r.element_size()
         del r
     # The sum of every element of 16M f32 (a loss's or a gradient norm's total).
-    case = "total_f32_16M"
+    case = "sum_all_f32_16M"
     if want(case):
         t = torch.rand(16 << 20, device=dev)
         peers[case] = {"sum": bench(lambda: t.sum())}
+        bytes_moved[case] = t.numel() * t.element_size()
+        del t
+    # Each of 64 rows of 1M f32 summed.
+    case = "sum_rows_f32_64x1M"
+    if want(case):
+        t = torch.rand(64, 1 << 20, device=dev)
+        peers[case] = {"sum": bench(lambda: t.sum(1))}
         bytes_moved[case] = t.numel() * t.element_size()
         del t
     # The GELU of a transformer block's up projection at batch 32 (8192 tokens x 4096),

@@ -244,33 +244,44 @@ TEST(CudaCodegen, RowOpsCompileForHopper) {
 
 // A row group over at most 16 rows of a known count, each 16384 or more long, spreads each
 // row over a cluster of blocks (the function declares its cluster); more rows, shorter
-// ones or a row count known only at run time keep a block a row. A reduction alone over
-// such rows deals each row out to many blocks, which meet in scratch memory; over others it
+// ones or a row count known only at run time keep a block a row. A reduction alone over at
+// most 256 rows of a known count, 16384 or more long or of a length known only at run
+// time, deals each row out to many blocks, which meet in scratch memory; over others it
 // takes a warp a row. The kernels compile for Hopper (clusters) and Turing (none).
 TEST(CudaCodegen, FewLongRowsSpreadOverClusters) {
-  for (const auto& [rows, len, symbolic, spread] :
-       std::vector<std::tuple<int64_t, int64_t, bool, bool>>{{1, 128256, false, true},
-                                                             {16, 16384, false, true},
-                                                             {17, 16384, false, false},
-                                                             {1, 8192, false, false},
-                                                             {1, 128256, true, false}}) {
-    const std::string what = std::to_string(rows) + " x " + std::to_string(len);
+  struct Case {
+    int64_t rows, len;
+    bool symbolic_rows, symbolic_len, spread, parted;
+  };
+  for (const Case& c : std::vector<Case>{{1, 128256, false, false, true, true},
+                                         {16, 16384, false, false, true, true},
+                                         {17, 16384, false, false, false, true},
+                                         {256, 16384, false, false, false, true},
+                                         {257, 16384, false, false, false, false},
+                                         {1, 8192, false, false, false, false},
+                                         {1, 128256, true, false, false, false},
+                                         {3, 40000, false, true, false, true}}) {
+    const std::string what = std::to_string(c.rows) + " x " + std::to_string(c.len) +
+                             (c.symbolic_rows ? ", rows at run time" : "") +
+                             (c.symbolic_len ? ", length at run time" : "");
     for (bool alone : {false, true}) {
       Graph cx;
-      if (symbolic) cx.set_dim("rows", rows);
-      const Expr count = symbolic ? Expr::var("rows") : Expr(rows);
-      Tensor x = cx.named_tensor("x", {count, len});
+      if (c.symbolic_rows) cx.set_dim("rows", c.rows);
+      if (c.symbolic_len) cx.set_dim("len", c.len);
+      Tensor x = cx.named_tensor("x", {c.symbolic_rows ? Expr::var("rows") : Expr(c.rows),
+                                       c.symbolic_len ? Expr::var("len") : Expr(c.len)});
       (alone ? x.sum({1}) : x.softmax(1)).retrieve();
       const cudagen::CudaSource src = planned_source(cx);
       const auto group = std::find_if(src.launches.begin(), src.launches.end(), [&](const auto& l) {
         return l.shape == (alone ? KernelShape::Reduce : KernelShape::Rows);
       });
       ASSERT_NE(group, src.launches.end()) << what;
-      EXPECT_EQ(alone ? group->parted : group->spread, spread) << what;
+      const bool expected = alone ? c.parted : c.spread;
+      EXPECT_EQ(alone ? group->parted : group->spread, expected) << what;
       EXPECT_FALSE(alone ? group->spread : group->parted) << what;
       EXPECT_EQ(
           src.code.find(alone ? "lum_scratch" : "LUM_ROW_CLUSTER lum_kernel") != std::string::npos,
-          spread)
+          expected)
           << what;
       for (const char* arch : {"sm_90", "sm_75"})
         EXPECT_FALSE(cudagen::compile_cubin(src.code, arch).code.empty()) << arch;

@@ -73,18 +73,50 @@ inline void expect_row_ops_match_reference(const Backend& backend) {
     }
 }
 
+// Sums and maxes alone over [rows, len] (a graph's input "y" of `len` elements a row, and
+// "columns", the same rows stored as columns, [len, rows]): along the rows, across them,
+// and of every element, against the reference. `len` may be a dim bound in `cx`.
+inline void expect_lone_reductions_match_reference(const Backend& backend, std::mt19937& rng,
+                                                   int64_t rows, const Expr& len,
+                                                   const std::vector<int64_t>& lengths) {
+  Graph cx;
+  Tensor y = cx.named_tensor("y", {rows, len});
+  Tensor columns = cx.named_tensor("columns", {len, rows});
+  const std::vector<std::string> names = {"sum", "max", "sum across", "max across", "total"};
+  std::vector<Tensor> outs = {y.sum({1}).retrieve(), y.max({1}).retrieve(),
+                              columns.sum({0}).retrieve(), columns.max({0}).retrieve(),
+                              y.reshape({Expr(rows) * len}).sum({0}).retrieve()};
+  for (int64_t n : lengths) {
+    if (!len.as_const()) cx.set_dim(len.to_string(), n);
+    y.set(uniform_floats(rng, static_cast<size_t>(rows * n), -3.0f, 3.0f));
+    columns.set(uniform_floats(rng, static_cast<size_t>(rows * n), -3.0f, 3.0f));
+    const auto want = run_outputs(cx, reference(), outs);
+    const auto got = run_outputs(cx, backend, outs);
+    for (size_t i = 0; i < outs.size(); ++i) {
+      ASSERT_EQ(got[i].size(), want[i].size());
+      // (A sum of n terms up to 3 in f32, in another order: within n f32 units of 3.)
+      const double terms = static_cast<double>(names[i] == "total" ? rows * n : n);
+      const double slack = names[i].starts_with("max") ? 0.0 : 3e-7 * terms;
+      for (size_t k = 0; k < got[i].size(); ++k)
+        ASSERT_NEAR(got[i][k], want[i][k], slack + 1e-4 * (1 + std::fabs(want[i][k])))
+            << names[i] << " alone over [" << rows << ", " << n << "], element " << k;
+    }
+  }
+}
+
 // Row ops and whole-row reductions over a few rows of known count, long ones: the CUDA
 // backend spreads each over a cluster of blocks where the rows are at most 16 and at
 // least 16384 long ([1, 128256], a vocabulary's logits; [3, 40009], an odd length;
-// [16, 16384], the most rows), and not past that ([17, 16384]). Against the reference:
-// softmax, log-softmax and LayerNorm (chains of reductions), argmax (a max, then the
-// first index holding it), sum and max; and sums and maxes alone (each row dealt out to
-// many blocks where there are few long rows), along the rows, across them (the rows
-// stored as columns), and of every element.
+// [16, 16384], the most rows), and not past that ([17, 16384], [200, 20000]). Against the
+// reference: softmax, log-softmax and LayerNorm (chains of reductions), argmax (a max,
+// then the first index holding it), sum and max; and reductions alone, which the backend
+// deals out to many blocks a row where the rows are at most 256 (16 where stored as
+// columns) and long or of a length known only at run time (3 rows of "n", run at 50000
+// and at 100).
 inline void expect_few_long_rows_match_reference(const Backend& backend) {
   std::mt19937 rng(12);
   for (const auto& [rows, len] : std::vector<std::pair<int64_t, int64_t>>{
-           {1, 128256}, {3, 40009}, {16, 16384}, {17, 16384}}) {
+           {1, 128256}, {3, 40009}, {16, 16384}, {17, 16384}, {200, 20000}}) {
     Graph cx;
     Tensor x = cx.named_tensor("x", {rows, len});
     x.set(uniform_floats(rng, static_cast<size_t>(rows * len), -3.0f, 3.0f));
@@ -105,29 +137,9 @@ inline void expect_few_long_rows_match_reference(const Backend& backend) {
         ASSERT_NEAR(got[k], want[i][k], slack + 1e-4 * (1 + std::fabs(want[i][k])))
             << names[i] << " over [" << rows << ", " << len << "], element " << k;
     }
-    // Reductions alone.
-    Graph lone;
-    Tensor y = lone.named_tensor("y", {rows, len});
-    Tensor columns = lone.named_tensor("columns", {len, rows});
-    y.set(uniform_floats(rng, static_cast<size_t>(rows * len), -3.0f, 3.0f));
-    columns.set(uniform_floats(rng, static_cast<size_t>(rows * len), -3.0f, 3.0f));
-    const std::vector<std::string> lone_names = {"sum", "max", "sum across", "max across", "total"};
-    std::vector<Tensor> lone_outs = {y.sum({1}).retrieve(), y.max({1}).retrieve(),
-                                     columns.sum({0}).retrieve(), columns.max({0}).retrieve(),
-                                     y.reshape({rows * len}).sum({0}).retrieve()};
-    const auto lone_want = run_outputs(lone, reference(), lone_outs);
-    const auto lone_got = run_outputs(lone, backend, lone_outs);
-    for (size_t i = 0; i < lone_outs.size(); ++i) {
-      ASSERT_EQ(lone_got[i].size(), lone_want[i].size());
-      const double terms =
-          lone_names[i] == "total" ? static_cast<double>(rows * len) : static_cast<double>(len);
-      const double slack = lone_names[i].starts_with("max") ? 0.0 : 3e-7 * terms;
-      for (size_t k = 0; k < lone_got[i].size(); ++k)
-        ASSERT_NEAR(lone_got[i][k], lone_want[i][k],
-                    slack + 1e-4 * (1 + std::fabs(lone_want[i][k])))
-            << lone_names[i] << " alone over [" << rows << ", " << len << "], element " << k;
-    }
+    expect_lone_reductions_match_reference(backend, rng, rows, Expr(len), {len});
   }
+  expect_lone_reductions_match_reference(backend, rng, 3, Expr::var("n"), {50000, 100});
 }
 
 }  // namespace luminal::testing

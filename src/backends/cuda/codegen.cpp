@@ -97,7 +97,7 @@ class KernelWriter : public runtime::ElementWriter {
     return os_.str();
   }
 
-  /// A reduction over few long rows (few_long_rows): each row dealt out to many blocks
+  /// A reduction over a few long rows (parted_rows): each row dealt out to many blocks
   /// (write_parted_reduce).
   void part_rows() { parted_ = true; }
 
@@ -428,13 +428,13 @@ class KernelWriter : public runtime::ElementWriter {
         << "    __syncthreads();  // lum_cols is rewritten by the next group\n  }\n";
   }
 
-  // A reduction alone over few long rows (a tensor's total, a loss): each row dealt out
+  // A reduction alone over a few long rows (a tensor's total, a loss): each row dealt out
   // to `gridDim.x / rows` parts, a block each (the launch's grid is a whole number of them
   // a row), whose threads stride over the row several loads at a time. A part's result
-  // goes to its slot of the row in the scratch memory (codegen.hpp), and the last part of
-  // the row to arrive, counted by an atomic, combines the slots in their order: the same
-  // result whichever arrives last. It sets the count back to 0 for the next launch. (A
-  // warp a row, as write_reduce gives, reads a vocabulary's logits on one SM.)
+  // goes to its slot in the scratch memory (codegen.hpp), and the last part of the row to
+  // arrive, counted by an atomic, combines the row's slots in their order: the same result
+  // whichever arrives last. It sets the count back to 0 for the next launch. (A warp a
+  // row, as write_reduce gives, reads a vocabulary's logits on one SM.)
   void write_parted_reduce(const Node& root, Expr& threads) {
     const Edge& e = root.inputs[0];
     const auto axis = static_cast<size_t>(root.axis);
@@ -449,9 +449,8 @@ class KernelWriter : public runtime::ElementWriter {
         << "  __shared__ bool lum_last;\n"
         << "  const int64_t lum_parts = gridDim.x / (" << rows.to_c() << ");\n"
         << "  const int64_t lum_o = blockIdx.x / lum_parts, lum_q = blockIdx.x % lum_parts;\n"
-        << "  " << t << "* lum_slots = (" << t << "*)lum_scratch + lum_o * " << kMaxParts << ";\n"
-        << "  unsigned* lum_count = (unsigned*)(lum_scratch + " << kFewRows * kMaxParts * 8
-        << ") + lum_o;\n"
+        << "  " << t << "* lum_slots = (" << t << "*)lum_scratch + lum_o * lum_parts;\n"
+        << "  unsigned* lum_count = (unsigned*)(lum_scratch + " << kPartSlots * 8 << ") + lum_o;\n"
         << "  " << t << " acc = " << identity << ";\n";
     std::vector<Expr> in_idx = split_counter("lum_o", root.shape, "  ");
     in_idx.insert(in_idx.begin() + static_cast<std::ptrdiff_t>(axis), counter("lum_r", len));
@@ -562,13 +561,26 @@ RowRole row_role(const Graph& g, const compiler::Kernel& k, const Rows& rows) {
 // bias) is loaded in pieces once a block, before its first row (lum_wv<node>[step]),
 // where the registers allow (else RowInRegisters: read from memory where used).
 enum class RowCache { Registers, RowInRegisters, Shared, None };
-// Rows spread over a cluster of blocks (a row group) or dealt out to many (a reduction
-// alone): few long rows (codegen.hpp). A grid of a cluster a row stays within one wave,
-// and each thread of a row's cluster takes eight elements or more.
+// Rows a row group spreads over a cluster of blocks each (codegen.hpp): a grid of a
+// cluster a row stays within one wave, and each thread of a row's cluster takes eight
+// elements or more.
 bool few_long_rows(const Rows& rows) {
   const std::optional<int64_t> len = rows.len.as_const();
   const std::optional<int64_t> count = product(rows.shape).as_const();
   return len && count && *count <= kFewRows && *len >= kLongRow;
+}
+// Whether reduction kernel `k` over `rows` deals each out to many blocks (codegen.hpp).
+// A length known only at run time may be short: the launch then gives a row one block, a
+// few microseconds slower than a warp at worst. Rows stored as columns (reduces_across_rows)
+// only where at most kFewRows: each part's warp reads one element a row's stride apart,
+// and more rows than that would waste most of each sector (across rows, more outputs keep
+// more blocks of write_column_reduce busy).
+bool parted_rows(const Graph& g, const compiler::Kernel& k, const Rows& rows) {
+  const std::optional<int64_t> len = rows.len.as_const();
+  const std::optional<int64_t> count = product(rows.shape).as_const();
+  const int64_t most =
+      reduces_across_rows(g.node(k.root).inputs[0], rows.axis) ? kFewRows : kPartedRows;
+  return count && *count <= most && (!len || *len >= kLongRow);
 }
 // At most kRegisterSteps pieces of a row a thread, and kMaxRegisterBytes of them in all
 // (64 registers a thread).
@@ -1165,7 +1177,7 @@ CudaSource generate_cuda_source(const Graph& g, const compiler::KernelPlan& plan
                                                                           : KernelShape::Map;
     // A fresh writer per function: each declares its own temporaries.
     KernelWriter w(g, plan, kn);
-    if (const std::optional<Rows> rows = rows_of(g, kn); rows && few_long_rows(*rows)) {
+    if (const std::optional<Rows> rows = rows_of(g, kn); rows && parted_rows(g, kn, *rows)) {
       w.part_rows();
       launch.parted = true;
       launch.row_threads = rows->len;

@@ -9,7 +9,7 @@
 // elements (softmax, RMSNorm, LayerNorm), is one function in which each block takes
 // rows through every member in turn (a row group): its parameters are each member's
 // output and reads in order, then the first member's error slot and the dims. A reduction
-// alone over few long rows (kFewRows) also takes the executable's scratch memory, last
+// alone over a few long rows (kPartedRows) also takes the executable's scratch memory, last
 // (lum_scratch), where its blocks' results meet. Elementwise kernels next to each other
 // that read none of each other's values are one function too (a map group): its blocks
 // are dealt out to the members in turn, each member's share running its grid-stride loop,
@@ -49,14 +49,16 @@ constexpr int64_t row_spread(int compute_capability) {
   return compute_capability >= 90 ? kRowSpread : 1;
 }
 
-/// Few long rows: at most kFewRows of them, their count known at compile time, each
-/// kLongRow elements or more (a vocabulary's logits, a tensor's total; not a hidden state).
-/// A row group over such rows spreads each over a cluster; a reduction alone over them
-/// deals each row out to up to kMaxParts blocks (KernelLaunch::parted), whose results meet
-/// in the executable's scratch memory: kMaxParts slots of 8 bytes a row, then a count a row,
-/// which each launch leaves at 0.
-constexpr int64_t kFewRows = 16, kLongRow = 8 * kRowSpread * kMaxBlock, kMaxParts = 1024;
-constexpr size_t kPartScratchBytes = kFewRows * kMaxParts * 8 + kFewRows * 4;
+/// Long rows: kLongRow elements or more (a vocabulary's logits, a tensor's total; not a
+/// hidden state). A row group over at most kFewRows of them (their count known at compile
+/// time) spreads each over a cluster. A reduction alone over at most kPartedRows (known
+/// too), long or of a length known only at run time, deals each row out to many blocks
+/// (KernelLaunch::parted), at most kMaxParts a row and kPartSlots in all, whose results
+/// meet in the executable's scratch memory: kPartSlots slots of 8 bytes, then a count a
+/// row, which each launch leaves at 0.
+constexpr int64_t kLongRow = 8 * kRowSpread * kMaxBlock, kFewRows = 16, kPartedRows = 256;
+constexpr int64_t kMaxParts = 1024, kPartSlots = 16384;
+constexpr size_t kPartScratchBytes = kPartSlots * 8 + kPartedRows * 4;
 
 /// The most blocks a map group's member takes (its grid-stride loop covers the rest).
 constexpr int64_t kMapGroupMemberBlocks = 1024;
@@ -87,7 +89,7 @@ struct KernelLaunch {
   // Rows: threads a row keeps busy (its elements / those a step); parted: the row's length.
   Expr row_threads;
   bool spread = false;       // Rows: each row over a cluster of row_spread blocks
-  bool parted = false;       // Reduce: few long rows (kFewRows), each over many blocks
+  bool parted = false;       // Reduce: each row over many blocks (kPartedRows)
   int64_t shared_bytes = 0;  // Rows: the row cache's dynamic shared memory
   size_t part = 0;           // the source part (CudaSource::parts) its function is in
   size_t scatter_part = 0;   // and its Scatter pass

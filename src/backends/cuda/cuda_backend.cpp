@@ -730,12 +730,14 @@ class CudaExecutable final : public Executable {
       blocks = threads * spread;
     }
     // Parted: each row dealt out to as many blocks as fill the GPU once, each thread with
-    // 16 elements or more, and the grid a whole number of parts a row.
+    // 16 elements or more, all within the scratch memory's slots; the grid a whole number
+    // of parts a row.
     if (l.parted) {
       const int64_t len = l.row_threads.eval(user.dims());
       const int64_t fill = int64_t{device_->multiprocessors()} * (2048 / block) / threads;
       const int64_t parts =
-          std::clamp<int64_t>(std::min(fill, len / (16 * block)), 1, cudagen::kMaxParts);
+          std::clamp<int64_t>(std::min({fill, len / (16 * block), cudagen::kPartSlots / threads}),
+                              1, cudagen::kMaxParts);
       blocks = threads * parts;
     }
     // A map takes its elements in one pass (codegen's kMapVectors); other kernels loop
