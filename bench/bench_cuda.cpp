@@ -1,6 +1,8 @@
 // luminal's CUDA backend on the benchmark shapes: prints one line per case,
 // "<case> <median ms>", the kernels alone timed by device events (RunStats::device_seconds)
-// after warm-up. bench/compare_cuda.py runs it beside PyTorch and prints the ratios.
+// after warm-up, on the device alone (Graph::time_device_alone: a run starts once the host
+// has queued it, as compare_cuda.py times PyTorch's peers with the GPU kept busy meanwhile).
+// bench/compare_cuda.py runs it beside PyTorch and prints the ratios.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -40,6 +42,7 @@ Buffer random_buffer(size_t n, uint32_t seed, DType type) {
 // Median device time of `runs` executions after `warmup` ones.
 double median_ms(Graph& cx, int warmup, int runs) {
   for (int i = 0; i < warmup; ++i) cx.execute();
+  cx.time_device_alone(true);
   std::vector<double> t;
   for (int i = 0; i < runs; ++i) {
     cx.execute();
@@ -216,34 +219,41 @@ void attention(int64_t seq, int64_t past, const char* name, DType compute = DTyp
 
 // Decoding's attention as a decode step runs it: `layers` attentions one after another in
 // one program (each over its own cache of `past` bf16 positions, 32 query heads on 8 key
-// heads of 128), replayed as a CUDA graph, each kernel launched under the one before's
-// tail. Reports the milliseconds a layer (the run's device time over `layers`). The caches
-// are position-major ([position, head, dim], as luminal's models keep them, a step's rows
-// appended at the end), or `head_major` ([head, position, dim], as PyTorch's SDPA and
-// transformers' caches take them).
-void attention_decode_layers(int64_t past, int layers, bool head_major, const char* name) {
+// heads of 128, for each of `batch` sequences), replayed as a CUDA graph, each kernel
+// launched under the one before's tail. Reports the milliseconds a layer (the run's device
+// time over `layers`). The caches are position-major ([position, head, dim], as luminal's
+// models keep them, a step's rows appended at the end), or `head_major` ([head, position,
+// dim], as PyTorch's SDPA and transformers' caches take them), after the batch dim.
+void attention_decode_layers(int64_t past, int layers, bool head_major, const char* name,
+                             int64_t batch = 1) {
   const int64_t kv = 8, group = 4, d = 128, total = past + 1;
+  // (A lone sequence without a batch dim, as a decode step of batch 1 has it.)
+  auto batched = [&](std::vector<Expr> shape) {
+    if (batch > 1) shape.insert(shape.begin(), Expr(batch));
+    return shape;
+  };
   Graph cx;
-  const Buffer qb = random_buffer(static_cast<size_t>(kv * group * d), 8, DType::BF16);
-  const Buffer kb = Buffer::from_doubles(
-      std::vector<double>(static_cast<size_t>(total * kv * d), 0.01), DType::BF16);
-  const Buffer vb = Buffer::from_doubles(
-      std::vector<double>(static_cast<size_t>(total * kv * d), 0.02), DType::BF16);
+  const Buffer qb = random_buffer(static_cast<size_t>(batch * kv * group * d), 8, DType::BF16);
+  const auto cache_elements = static_cast<size_t>(batch * total * kv * d);
+  const Buffer kb = Buffer::from_doubles(std::vector<double>(cache_elements, 0.01), DType::BF16);
+  const Buffer vb = Buffer::from_doubles(std::vector<double>(cache_elements, 0.02), DType::BF16);
   for (int l = 0; l < layers; ++l) {
     const std::string layer = std::to_string(l);
-    Tensor q = cx.named_tensor("q" + layer, {kv, group, 1, d}, DType::BF16);
+    Tensor q = cx.named_tensor("q" + layer, batched({kv, group, 1, d}), DType::BF16);
     const std::vector<Expr> cache =
-        head_major ? std::vector<Expr>{kv, total, d} : std::vector<Expr>{total, kv, d};
+        batched(head_major ? std::vector<Expr>{kv, total, d} : std::vector<Expr>{total, kv, d});
     Tensor k = cx.named_tensor("k" + layer, cache, DType::BF16);
     Tensor v = cx.named_tensor("v" + layer, cache, DType::BF16);
     q.set_buffer(qb);
     k.set_buffer(kb);
     v.set_buffer(vb);
-    const Tensor keys = head_major ? k : k.permute({1, 0, 2});
-    const Tensor values = head_major ? v : v.permute({1, 0, 2});
-    Tensor scores = q.matmul(keys.unsqueeze(1).transpose(-1, -2)) * (1.0 / std::sqrt(double(d)));
+    const int b = batch > 1 ? 1 : 0;  // the cache's first own dim
+    const Tensor keys = head_major ? k : k.transpose(b, b + 1);
+    const Tensor values = head_major ? v : v.transpose(b, b + 1);
+    Tensor scores =
+        q.matmul(keys.unsqueeze(b + 1).transpose(-1, -2)) * (1.0 / std::sqrt(double(d)));
     scores = where(nn::causal_mask(cx, 1, past), scores, -std::numeric_limits<double>::infinity());
-    scores.softmax(-1).matmul(values.unsqueeze(1)).retrieve();
+    scores.softmax(-1).matmul(values.unsqueeze(b + 1)).retrieve();
   }
   cx.compile(cuda());
   report(name, median_ms(cx, 3, 20) / layers);
@@ -470,6 +480,9 @@ int main(int argc, char** argv) {
     attention_decode_layers(32768, 16, true, "attention_decode_32k_bf16_16_layers_head_major");
   if (want("attention_decode_4k_bf16_16_layers_head_major"))
     attention_decode_layers(4096, 16, true, "attention_decode_4k_bf16_16_layers_head_major");
+  // Eight sequences of 4k: the bytes of one of 32k, a batch's caches read in one launch.
+  if (want("attention_decode_4k_bf16_batch8_16_layers"))
+    attention_decode_layers(4096, 16, false, "attention_decode_4k_bf16_batch8_16_layers", 8);
   if (!only.empty() && want("train_gpt2_small_bf16_ms")) train_gpt2_small();
   if (want("attention_prefill_4k")) attention(4096, 0, "attention_prefill_4k");
   if (want("attention_prefill_4k_bf16"))

@@ -193,6 +193,8 @@ def main():
     # (the time a layer): no peer, the share of copy bandwidth a layer's cache takes.
     for past in (4096, 32768):
         bytes_moved[f"attention_decode_{past // 1024}k_bf16_16_layers"] = 2 * 2 * 8 * (past + 1) * 128
+    # (And eight sequences of 4k a layer: the bytes of one of 32k.)
+    bytes_moved["attention_decode_4k_bf16_batch8_16_layers"] = 8 * 2 * 2 * 8 * 4097 * 128
     # Many short prompts, as the transformer block of torch_compile_bench.py at batch 32:
     # 32 x 16 heads of 64 dims over 256 tokens, causal, bf16.
     case = "attention_prefill_32x256_bf16"

@@ -199,6 +199,11 @@ class Graph {
   void add_after_run(std::function<void()> hook) { after_run_.push_back(std::move(hook)); }
   /// Statistics of the last execute (zeros before the first).
   RunStats last_run_stats() const;
+  /// While on, a GPU backend starts each run only once the host has queued all of it
+  /// (Executable::time_device_alone), so last_run_stats().device_seconds holds the device's
+  /// work alone, not the host's launch: how PyTorch's kernels are timed with the GPU kept
+  /// busy while the host queues them. For benchmarks; a run otherwise starts sooner.
+  void time_device_alone(bool on);
 
   // --- printing -------------------------------------------------------------------
   /// One line per node: `%3 = Add(%1, %2{view}) : f32[2, 3]`.

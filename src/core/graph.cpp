@@ -404,4 +404,9 @@ RunStats Graph::last_run_stats() const {
   return executable_ ? executable_->last_run() : RunStats{};
 }
 
+void Graph::time_device_alone(bool on) {
+  check_executable("time_device_alone");
+  executable_->time_device_alone(on);
+}
+
 }  // namespace luminal

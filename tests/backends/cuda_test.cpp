@@ -1329,6 +1329,31 @@ TEST(Cuda, HandedOverOutputsOfAFixedSizeReuseTheirBuffers) {
 // lies on the device, as greedy decoding feeds a step's token to the next: every run's
 // value matches the host's arithmetic when read after later runs were queued. A kernel
 // error of a queued run is raised by the call that settles it, and the runs after go on.
+// Runs timed on the device alone (the stream held until the host has queued the whole
+// run) give the same results as runs started at once, replayed or not, and a device time.
+TEST(Cuda, RunsTimedAloneMatchRunsStartedAtOnce) {
+  SKIP_WITHOUT_GPU();
+  Graph cx;
+  Tensor x = cx.named_tensor("x", {4099});
+  Tensor y = ((x * 2.0 + 1.0).relu() * x).retrieve();
+  cx.compile(cuda());
+  std::vector<float> xs(4099);
+  for (int run = 0; run < 8; ++run) {
+    if (run == 4) cx.time_device_alone(true);
+    for (size_t i = 0; i < xs.size(); ++i)
+      xs[i] = static_cast<float>((i * 37 + static_cast<size_t>(run) * 11) % 200) * 0.01f - 1.0f;
+    x.set(xs);
+    cx.execute();
+    const std::vector<float> got = y.to_f32();
+    for (size_t i = 0; i < xs.size(); ++i)
+      ASSERT_EQ(got[i], std::max(xs[i] * 2.0f + 1.0f, 0.0f) * xs[i]) << "run " << run << ", " << i;
+    EXPECT_GT(cx.last_run_stats().device_seconds, 0.0) << "run " << run;
+  }
+  cx.time_device_alone(false);
+  cx.execute();
+  EXPECT_EQ(y.to_f32()[5], std::max(xs[5] * 2.0f + 1.0f, 0.0f) * xs[5]);
+}
+
 TEST(Cuda, QueuedRunsFeedEachOtherOnTheDevice) {
   SKIP_WITHOUT_GPU();
   Graph cx;

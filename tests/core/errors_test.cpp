@@ -62,6 +62,7 @@ TEST(Errors, MisuseOfGraphAndData) {
   expect_error([&] { a.permute({0}).flip(0).set(std::vector<float>{1, 2}); }, {"set", "view"});
   Tensor out = (a * 3.0).retrieve();
   expect_error([&] { cx.execute(); }, {"not compiled"});
+  expect_error([&] { cx.time_device_alone(true); }, {"time_device_alone", "not compiled"});
   cx.compile(reference());
   expect_error([&] { cx.execute(); }, {"input 'a'", "no data"});
   a.set(std::vector<float>{1, 2, 3});
