@@ -279,6 +279,9 @@ TEST(CudaCodegen, FewLongRowsSpreadOverClusters) {
       const bool expected = alone ? c.parted : c.spread;
       EXPECT_EQ(alone ? group->parted : group->spread, expected) << what;
       EXPECT_FALSE(alone ? group->spread : group->parted) << what;
+      if (alone && c.parted) {
+        EXPECT_EQ(group->row_length.eval(cx.dims()), c.len) << what;
+      }
       EXPECT_EQ(
           src.code.find(alone ? "lum_scratch" : "LUM_ROW_CLUSTER lum_kernel") != std::string::npos,
           expected)

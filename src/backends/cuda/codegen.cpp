@@ -1180,7 +1180,7 @@ CudaSource generate_cuda_source(const Graph& g, const compiler::KernelPlan& plan
     if (const std::optional<Rows> rows = rows_of(g, kn); rows && parted_rows(g, kn, *rows)) {
       w.part_rows();
       launch.parted = true;
-      launch.row_threads = rows->len;
+      launch.row_length = rows->len;
     }
     bodies[k].main = "  (void)err;\n" + w.write(launch.threads);
     vars.insert(w.vars().begin(), w.vars().end());

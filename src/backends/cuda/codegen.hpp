@@ -86,10 +86,10 @@ struct KernelLaunch {
   // Maps: each member's threads (as a Map's). Member i takes map_member_blocks of them,
   // after those of the members before it.
   std::vector<Expr> member_threads;
-  // Rows: threads a row keeps busy (its elements / those a step); parted: the row's length.
-  Expr row_threads;
+  Expr row_threads;          // Rows: threads a row keeps busy (its elements / those a step)
   bool spread = false;       // Rows: each row over a cluster of row_spread blocks
   bool parted = false;       // Reduce: each row over many blocks (kPartedRows)
+  Expr row_length;           // parted: a row's elements
   int64_t shared_bytes = 0;  // Rows: the row cache's dynamic shared memory
   size_t part = 0;           // the source part (CudaSource::parts) its function is in
   size_t scatter_part = 0;   // and its Scatter pass

@@ -733,7 +733,7 @@ class CudaExecutable final : public Executable {
     // 16 elements or more, all within the scratch memory's slots; the grid a whole number
     // of parts a row.
     if (l.parted) {
-      const int64_t len = l.row_threads.eval(user.dims());
+      const int64_t len = l.row_length.eval(user.dims());
       const int64_t fill = int64_t{device_->multiprocessors()} * (2048 / block) / threads;
       const int64_t parts =
           std::clamp<int64_t>(std::min({fill, len / (16 * block), cudagen::kPartSlots / threads}),
