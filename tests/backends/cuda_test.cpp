@@ -1325,10 +1325,6 @@ TEST(Cuda, HandedOverOutputsOfAFixedSizeReuseTheirBuffers) {
     ASSERT_EQ(held[i], static_cast<float>(64 + i) * 0.5f * 3.0f - 1.0f) << i;
 }
 
-// Runs queued one ahead (Graph::execute_queued), each on the last one's output where it
-// lies on the device, as greedy decoding feeds a step's token to the next: every run's
-// value matches the host's arithmetic when read after later runs were queued. A kernel
-// error of a queued run is raised by the call that settles it, and the runs after go on.
 // Runs timed on the device alone (the stream held until the host has queued the whole
 // run) give the same results as runs started at once, replayed or not, and a device time.
 TEST(Cuda, RunsTimedAloneMatchRunsStartedAtOnce) {
@@ -1354,6 +1350,10 @@ TEST(Cuda, RunsTimedAloneMatchRunsStartedAtOnce) {
   EXPECT_EQ(y.to_f32()[5], std::max(xs[5] * 2.0f + 1.0f, 0.0f) * xs[5]);
 }
 
+// Runs queued one ahead (Graph::execute_queued), each on the last one's output where it
+// lies on the device, as greedy decoding feeds a step's token to the next: every run's
+// value matches the host's arithmetic when read after later runs were queued. A kernel
+// error of a queued run is raised by the call that settles it, and the runs after go on.
 TEST(Cuda, QueuedRunsFeedEachOtherOnTheDevice) {
   SKIP_WITHOUT_GPU();
   Graph cx;
